@@ -1,0 +1,198 @@
+-- skiplock core SQL API: enqueue from any language, cancel, retry, and a stats view.
+-- Installed (CREATE OR REPLACE) by `skiplock migrate` after the schema migrations.
+
+-- Wake idle workers once per statement (not per row) for every queue that got a job due now.
+-- A statement trigger covers skiplock.enqueue, enqueue_many and plain INSERTs from psql alike.
+CREATE OR REPLACE FUNCTION skiplock._notify_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('skiplock_wake', q.queue)
+    FROM (SELECT DISTINCT n.queue FROM new_rows n
+          WHERE n.state = 'available' AND n.scheduled_at <= now()) AS q;
+    RETURN NULL;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS jobs_notify_insert ON skiplock.jobs;
+CREATE TRIGGER jobs_notify_insert AFTER INSERT ON skiplock.jobs
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION skiplock._notify_inserted();
+
+-- Validation shared by every enqueue path: one clear error per kind of bad input.
+CREATE OR REPLACE FUNCTION skiplock._check_job(kind text, args jsonb, queue text, priority smallint, max_attempts integer)
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF kind IS NULL OR kind = '' THEN
+        RAISE EXCEPTION 'skiplock: job kind must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF length(kind) > 200 THEN
+        RAISE EXCEPTION 'skiplock: job kind is % characters long (at most 200)', length(kind) USING ERRCODE = '22023';
+    END IF;
+    IF queue IS NULL OR queue = '' OR length(queue) > 200 THEN
+        RAISE EXCEPTION 'skiplock: queue name must be 1 to 200 characters' USING ERRCODE = '22023';
+    END IF;
+    IF args IS NULL OR jsonb_typeof(args) <> 'object' THEN
+        RAISE EXCEPTION 'skiplock: job args must be a JSON object, got %', coalesce(jsonb_typeof(args), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(args::text) > 524288 THEN
+        RAISE EXCEPTION 'skiplock: job args are % bytes (at most 524288)', octet_length(args::text) USING ERRCODE = '22023';
+    END IF;
+    IF max_attempts IS NULL OR max_attempts < 1 THEN
+        RAISE EXCEPTION 'skiplock: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    END IF;
+    IF priority IS NULL THEN
+        RAISE EXCEPTION 'skiplock: priority must not be NULL' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- Enqueue one job. With a unique_key already held by an available job, 'keep' returns that
+-- job's id untouched and 'replace' moves its args and scheduled_at to the new values (the
+-- debounce primitive). Safe under concurrent callers: no unique violation escapes.
+CREATE OR REPLACE FUNCTION skiplock.enqueue(
+    kind text,
+    args jsonb DEFAULT '{}',
+    queue text DEFAULT 'default',
+    run_at timestamptz DEFAULT now(),
+    priority smallint DEFAULT 0,
+    max_attempts integer DEFAULT 25,
+    unique_key text DEFAULT NULL,
+    on_conflict text DEFAULT 'keep'
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    new_id bigint;
+BEGIN
+    PERFORM skiplock._check_job(enqueue.kind, enqueue.args, enqueue.queue, enqueue.priority, enqueue.max_attempts);
+    IF enqueue.on_conflict IS NULL OR enqueue.on_conflict NOT IN ('keep', 'replace') THEN
+        RAISE EXCEPTION 'skiplock: on_conflict must be ''keep'' or ''replace'', got %', quote_nullable(enqueue.on_conflict)
+            USING ERRCODE = '22023';
+    END IF;
+
+    IF enqueue.unique_key IS NULL THEN
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts)
+        VALUES (enqueue.kind, enqueue.args, enqueue.queue, coalesce(enqueue.run_at, now()),
+                enqueue.priority, enqueue.max_attempts)
+        RETURNING id INTO new_id;
+        RETURN new_id;
+    END IF;
+
+    IF enqueue.on_conflict = 'replace' THEN
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
+        VALUES (enqueue.kind, enqueue.args, enqueue.queue, coalesce(enqueue.run_at, now()),
+                enqueue.priority, enqueue.max_attempts, enqueue.unique_key)
+        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at
+        RETURNING id INTO new_id;
+        RETURN new_id;
+    END IF;
+
+    -- 'keep': insert unless an available job holds the key; if one does, return it. The job
+    -- may be claimed between the two statements, so loop until one of them answers.
+    LOOP
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
+        VALUES (enqueue.kind, enqueue.args, enqueue.queue, coalesce(enqueue.run_at, now()),
+                enqueue.priority, enqueue.max_attempts, enqueue.unique_key)
+        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        DO NOTHING
+        RETURNING id INTO new_id;
+        IF new_id IS NOT NULL THEN
+            RETURN new_id;
+        END IF;
+        SELECT j.id INTO new_id FROM skiplock.jobs j
+        WHERE j.unique_key = enqueue.unique_key AND j.state = 'available';
+        IF new_id IS NOT NULL THEN
+            RETURN new_id;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- Bulk insert: one statement, one NOTIFY per queue. Returns the ids in the order of args.
+CREATE OR REPLACE FUNCTION skiplock.enqueue_many(
+    kind text,
+    args jsonb[],
+    queue text DEFAULT 'default',
+    run_at timestamptz DEFAULT now(),
+    priority smallint DEFAULT 0
+) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    bad integer;
+    ids bigint[];
+BEGIN
+    PERFORM skiplock._check_job(enqueue_many.kind, '{}'::jsonb, enqueue_many.queue, enqueue_many.priority, 1);
+    SELECT t.ord INTO bad FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord)
+    WHERE t.a IS NULL OR jsonb_typeof(t.a) <> 'object' OR octet_length(t.a::text) > 524288
+    LIMIT 1;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'skiplock: args[%] must be a JSON object of at most 524288 bytes', bad USING ERRCODE = '22023';
+    END IF;
+    WITH ins AS (
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority)
+        SELECT enqueue_many.kind, t.a, enqueue_many.queue, coalesce(enqueue_many.run_at, now()), enqueue_many.priority
+        FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord)
+        ORDER BY t.ord
+        RETURNING id
+    )
+    SELECT coalesce(array_agg(ins.id ORDER BY ins.id), '{}') INTO ids FROM ins;
+    RETURN ids;
+END;
+$$;
+
+-- Cancel a job that has not finished. A running job's late acknowledgement is fenced off.
+CREATE OR REPLACE FUNCTION skiplock.cancel(id bigint) RETURNS skiplock.job_state
+LANGUAGE plpgsql AS $$
+DECLARE
+    cur skiplock.job_state;
+BEGIN
+    SELECT j.state INTO cur FROM skiplock.jobs j WHERE j.id = cancel.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'skiplock: job % does not exist', cancel.id USING ERRCODE = 'P0002';
+    END IF;
+    IF cur NOT IN ('available', 'running') THEN
+        RAISE EXCEPTION 'skiplock: job % is already % and cannot be cancelled', cancel.id, cur USING ERRCODE = '55000';
+    END IF;
+    UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now()
+    WHERE j.id = cancel.id;
+    RETURN 'cancelled';
+END;
+$$;
+
+-- Make a finished (discarded, cancelled or completed) or waiting job available now. A job out
+-- of attempts gets one more.
+CREATE OR REPLACE FUNCTION skiplock.retry(id bigint) RETURNS skiplock.job_state
+LANGUAGE plpgsql AS $$
+DECLARE
+    cur skiplock.job_state;
+    q text;
+BEGIN
+    SELECT j.state, j.queue INTO cur, q FROM skiplock.jobs j WHERE j.id = retry.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'skiplock: job % does not exist', retry.id USING ERRCODE = 'P0002';
+    END IF;
+    IF cur = 'running' THEN
+        RAISE EXCEPTION 'skiplock: job % is running and cannot be retried', retry.id USING ERRCODE = '55000';
+    END IF;
+    IF cur <> 'available' AND EXISTS (
+        SELECT 1 FROM skiplock.jobs o, skiplock.jobs j
+        WHERE j.id = retry.id AND o.unique_key = j.unique_key AND o.state = 'available' AND o.id <> j.id) THEN
+        RAISE EXCEPTION 'skiplock: job % cannot be retried: another available job holds its unique_key', retry.id
+            USING ERRCODE = '23505';
+    END IF;
+    UPDATE skiplock.jobs j
+    SET state = 'available', scheduled_at = now(), finalized_at = NULL,
+        max_attempts = greatest(j.max_attempts, j.attempt + 1)
+    WHERE j.id = retry.id;
+    PERFORM pg_notify('skiplock_wake', q);
+    RETURN 'available';
+END;
+$$;
+
+-- Counts per queue and state, for psql and `skiplock stats`.
+CREATE OR REPLACE VIEW skiplock.queue_stats AS
+SELECT queue, state, count(*) AS count, min(scheduled_at) AS oldest_scheduled_at
+FROM skiplock.jobs
+GROUP BY queue, state;

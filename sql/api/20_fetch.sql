@@ -1,0 +1,1 @@
+-- fetch SQL API (nothing yet).

@@ -1,0 +1,1 @@
+-- pack SQL API (nothing yet).

@@ -1,0 +1,1 @@
+-- packets SQL API (nothing yet).

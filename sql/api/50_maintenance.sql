@@ -1,0 +1,1 @@
+-- maintenance SQL API (nothing yet).

@@ -1,0 +1,1 @@
+-- roles SQL API (nothing yet).

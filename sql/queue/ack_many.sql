@@ -1,0 +1,20 @@
+-- Write many outcomes in one statement. Fenced: a row changes only while it is still running
+-- the attempt that produced the outcome, so a late ack from a rescued job never overwrites a
+-- newer attempt. Returns the ids that were written.
+UPDATE skiplock.jobs j
+SET state = a.state::skiplock.job_state,
+    finalized_at = CASE WHEN a.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
+    scheduled_at = coalesce(a.scheduled_at, j.scheduled_at),
+    attempt = CASE WHEN a.give_back THEN j.attempt - 1 ELSE j.attempt END,
+    errors = CASE WHEN a.error IS NULL THEN j.errors
+                  ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                      'attempt', j.attempt, 'at', now(), 'error', a.error)) END,
+    result = coalesce(a.result, j.result),
+    heartbeat_at = NULL
+FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::timestamptz[], $5::boolean[],
+            $6::text[], $7::jsonb[])
+     AS a(id, attempt, state, scheduled_at, give_back, error, result)
+WHERE j.id = a.id
+  AND j.state = 'running'
+  AND j.attempt = a.attempt
+RETURNING j.id

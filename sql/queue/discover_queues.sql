@@ -1,0 +1,15 @@
+-- Distinct queues holding due jobs of the given kinds, by a loose index scan over the
+-- partial claim index (fast even with many available rows).
+WITH RECURSIVE q AS (
+    (SELECT queue FROM skiplock.jobs WHERE state = 'available' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM skiplock.jobs j
+            WHERE j.state = 'available' AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL
+)
+SELECT q.queue FROM q
+WHERE q.queue IS NOT NULL
+  AND EXISTS (SELECT 1 FROM skiplock.jobs j
+              WHERE j.state = 'available' AND j.queue = q.queue
+                AND j.scheduled_at <= now() AND j.kind = ANY($1::text[]))

@@ -1,0 +1,22 @@
+-- Return running jobs whose heartbeat is older than $1 seconds to available, or discard them
+-- when they are out of attempts; $2 rows at most per statement.
+WITH stale AS (
+    SELECT id
+    FROM skiplock.jobs
+    WHERE state = 'running'
+      AND coalesce(heartbeat_at, attempted_at, created_at) < now() - make_interval(secs => $1)
+    ORDER BY heartbeat_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE skiplock.jobs j
+SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::skiplock.job_state,
+    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+    scheduled_at = now(),
+    heartbeat_at = NULL,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'at', now(),
+        'error', format('rescued: worker %s sent no heartbeat since %s', j.attempted_by, j.heartbeat_at)))
+FROM stale
+WHERE j.id = stale.id
+RETURNING j.id, j.kind, j.state::text AS state

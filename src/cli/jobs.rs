@@ -1,0 +1,291 @@
+//! `enqueue`, `jobs`, `job`, `cancel`, `retry`, `stats`.
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+use clap::Args;
+
+use super::connect_migrated;
+use super::output::{print_json, print_table, truncate, ts};
+use crate::config::parse_duration;
+use crate::queue::admin::{self, JobFilter};
+use crate::queue::{JobState, NewJob, OnConflict, enqueue as enqueue_job};
+
+/// `skiplock enqueue`.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// Job kind (the handler's name).
+    pub kind: String,
+    /// Arguments as a JSON object.
+    #[arg(default_value = "{}")]
+    pub args: String,
+    /// Queue.
+    #[arg(long, default_value = "default")]
+    pub queue: String,
+    /// Priority (smaller runs first).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i16,
+    /// When to run, RFC 3339 (e.g. 2026-12-01T10:00:00Z).
+    #[arg(long, conflicts_with = "in_")]
+    pub run_at: Option<String>,
+    /// Run after this long (e.g. 30s, 5m).
+    #[arg(long = "in", id = "in_")]
+    pub in_: Option<String>,
+    /// Attempt limit.
+    #[arg(long, default_value_t = 25, allow_negative_numbers = true)]
+    pub max_attempts: i32,
+    /// Unique key: at most one available job holds it.
+    #[arg(long)]
+    pub unique_key: Option<String>,
+    /// With --unique-key: replace the waiting job's args and run time instead of keeping it.
+    #[arg(long, requires = "unique_key")]
+    pub replace: bool,
+}
+
+/// Parses the ARGS_JSON argument into a JSON object, with a message naming the problem.
+pub fn parse_args_json(s: &str) -> anyhow::Result<serde_json::Value> {
+    let v: serde_json::Value =
+        serde_json::from_str(s).map_err(|e| anyhow::anyhow!("invalid ARGS_JSON: {e}"))?;
+    if !v.is_object() {
+        bail!("invalid ARGS_JSON: expected a JSON object like {{\"key\": 1}}, got {}", kind_of(&v));
+    }
+    Ok(v)
+}
+
+fn kind_of(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+fn run_at(a: &EnqueueArgs) -> anyhow::Result<Option<DateTime<Utc>>> {
+    if let Some(s) = &a.run_at {
+        let t = DateTime::parse_from_rfc3339(s)
+            .map_err(|e| anyhow::anyhow!("invalid --run-at {s:?}: {e} (expected RFC 3339, e.g. 2026-12-01T10:00:00Z)"))?;
+        return Ok(Some(t.with_timezone(&Utc)));
+    }
+    if let Some(s) = &a.in_ {
+        let d = parse_duration(s).map_err(|e| anyhow::anyhow!("invalid --in: {e}"))?;
+        return Ok(Some(Utc::now() + chrono::Duration::from_std(d).context("--in is too large")?));
+    }
+    Ok(None)
+}
+
+/// Maps errors raised by the SQL API (`skiplock: …`) to their plain message.
+pub fn sql_api_error(e: crate::Error) -> anyhow::Error {
+    match e.db_message() {
+        Some(m) => anyhow::anyhow!("{}", m.trim_start_matches("skiplock: ")),
+        None => e.into(),
+    }
+}
+
+/// Enqueues and prints the id.
+pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
+    let args = parse_args_json(&a.args)?;
+    if a.max_attempts < 1 {
+        bail!("invalid --max-attempts {}: must be at least 1", a.max_attempts);
+    }
+    let when = run_at(&a)?;
+    let pool = connect_migrated(url).await?;
+    let mut job = NewJob::new(a.kind.clone(), args)
+        .queue(a.queue.clone())
+        .priority(a.priority)
+        .max_attempts(a.max_attempts);
+    job.run_at = when;
+    if let Some(k) = &a.unique_key {
+        job = job.unique_key(k.clone(), if a.replace { OnConflict::Replace } else { OnConflict::Keep });
+    }
+    let id = enqueue_job(&pool, &job).await.map_err(sql_api_error)?;
+    println!("{id}");
+    Ok(())
+}
+
+/// `skiplock jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Only jobs in this state (available, running, completed, discarded, cancelled).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only this kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// At most this many.
+    #[arg(long, default_value_t = 50)]
+    pub limit: i64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Lists jobs.
+pub async fn list(url: Option<&str>, a: JobsArgs) -> anyhow::Result<()> {
+    let state = match &a.state {
+        Some(s) => Some(s.parse::<JobState>().map_err(|e| anyhow::anyhow!("invalid --state: {e}"))?),
+        None => None,
+    };
+    if a.limit < 1 {
+        bail!("invalid --limit {}: must be at least 1", a.limit);
+    }
+    let pool = connect_migrated(url).await?;
+    let rows = admin::list_jobs(
+        &pool,
+        &JobFilter {
+            state,
+            kind: a.kind,
+            queue: a.queue,
+            limit: a.limit,
+        },
+    )
+    .await?;
+    if a.json {
+        return print_json(&rows);
+    }
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|j| {
+            let last_error = j
+                .errors
+                .as_array()
+                .and_then(|e| e.last())
+                .and_then(|e| e.get("error"))
+                .and_then(|e| e.as_str())
+                .unwrap_or("");
+            vec![
+                j.id.to_string(),
+                j.kind.clone(),
+                j.queue.clone(),
+                j.state.clone(),
+                format!("{}/{}", j.attempt, j.max_attempts),
+                ts(Some(j.scheduled_at)),
+                truncate(&j.args.to_string(), 40),
+                truncate(last_error, 60),
+            ]
+        })
+        .collect();
+    print_table(
+        &["ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "SCHEDULED_AT", "ARGS", "LAST_ERROR"],
+        &table,
+    );
+    Ok(())
+}
+
+/// `skiplock job ID`.
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// Job id.
+    pub id: i64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Shows one job.
+pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
+    let pool = connect_migrated(url).await?;
+    let j = admin::get_job(&pool, a.id).await?;
+    if a.json {
+        return print_json(&j);
+    }
+    println!("id:            {}", j.id);
+    println!("kind:          {}", j.kind);
+    println!("queue:         {}", j.queue);
+    println!("state:         {}", j.state);
+    println!("priority:      {}", j.priority);
+    println!("attempt:       {}/{}", j.attempt, j.max_attempts);
+    println!("args:          {}", j.args);
+    println!("scheduled_at:  {}", ts(Some(j.scheduled_at)));
+    println!("created_at:    {}", ts(Some(j.created_at)));
+    println!("attempted_at:  {}", ts(j.attempted_at));
+    println!("attempted_by:  {}", j.attempted_by.as_deref().unwrap_or("-"));
+    println!("heartbeat_at:  {}", ts(j.heartbeat_at));
+    println!("finalized_at:  {}", ts(j.finalized_at));
+    println!("unique_key:    {}", j.unique_key.as_deref().unwrap_or("-"));
+    if let Some(r) = &j.result {
+        println!("result:        {r}");
+    }
+    if let Some(errs) = j.errors.as_array().filter(|e| !e.is_empty()) {
+        println!("errors:");
+        for e in errs {
+            println!(
+                "  attempt {} at {}: {}",
+                e.get("attempt").map(|v| v.to_string()).unwrap_or_default(),
+                e.get("at").and_then(|v| v.as_str()).unwrap_or(""),
+                e.get("error").and_then(|v| v.as_str()).unwrap_or("")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A job id argument.
+#[derive(Debug, Args)]
+pub struct IdArg {
+    /// Job id.
+    pub id: i64,
+}
+
+/// Cancels a job.
+pub async fn cancel(url: Option<&str>, a: IdArg) -> anyhow::Result<()> {
+    let pool = connect_migrated(url).await?;
+    admin::cancel(&pool, a.id).await?;
+    println!("job {} cancelled", a.id);
+    Ok(())
+}
+
+/// Retries a job.
+pub async fn retry(url: Option<&str>, a: IdArg) -> anyhow::Result<()> {
+    let pool = connect_migrated(url).await?;
+    admin::retry(&pool, a.id).await?;
+    println!("job {} is available again", a.id);
+    Ok(())
+}
+
+/// `skiplock stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints counts per queue and state, and kinds nobody handles.
+pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
+    let pool = connect_migrated(url).await?;
+    let rows = admin::stats(&pool).await?;
+    let unhandled = admin::unhandled_kinds(&pool, 120.0).await?;
+    let workers: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.workers WHERE heartbeat_at > now() - interval '120 seconds'",
+    )
+    .fetch_one(&pool)
+    .await?;
+    if a.json {
+        return print_json(&serde_json::json!({
+            "queues": rows, "unhandled_kinds": unhandled, "live_workers": workers
+        }));
+    }
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.queue.clone(),
+                r.state.clone(),
+                r.count.to_string(),
+                ts(r.oldest_scheduled_at),
+            ]
+        })
+        .collect();
+    print_table(&["QUEUE", "STATE", "COUNT", "OLDEST_SCHEDULED_AT"], &table);
+    println!("live workers: {workers}");
+    if !unhandled.is_empty() {
+        let list: Vec<String> = unhandled.iter().map(|u| format!("{} ({})", u.kind, u.count)).collect();
+        println!("available jobs of kinds no live worker handles: {}", list.join(", "));
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! The `skiplock` command: clap definitions and dispatch. Errors bubble up as `anyhow`
+//! and `main` prints them on one line.
+
+pub mod bench;
+pub mod fetch;
+pub mod jobs;
+pub mod maintenance;
+pub mod output;
+pub mod pack;
+pub mod packets;
+pub mod worker;
+
+use clap::{Parser, Subcommand};
+use sqlx::PgPool;
+
+use crate::config;
+
+/// skiplock: a Postgres-as-queue job runner.
+#[derive(Debug, Parser)]
+#[command(name = "skiplock", version, about, long_about = None)]
+pub struct Cli {
+    /// Postgres URL (default: DATABASE_URL from the environment or .env).
+    #[arg(long, global = true)]
+    pub database_url: Option<String>,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create or upgrade the skiplock schema and SQL API.
+    Migrate,
+    /// Run the worker pool until SIGINT/SIGTERM (or idle, with --exit-when-idle).
+    Worker(worker::WorkerArgs),
+    /// Enqueue a job; prints its id.
+    Enqueue(jobs::EnqueueArgs),
+    /// List jobs, newest first.
+    Jobs(jobs::JobsArgs),
+    /// Show one job.
+    Job(jobs::JobArgs),
+    /// Cancel an available or running job.
+    Cancel(jobs::IdArg),
+    /// Make a discarded, cancelled or completed job available again, now.
+    Retry(jobs::IdArg),
+    /// Counts per queue and state, and kinds no live worker handles.
+    Stats(jobs::StatsArgs),
+    /// Request a polite fetch of a page (skipped unless due, or --force).
+    Fetch(fetch::FetchArgs),
+    /// Push a host's pack timer forward (debounce).
+    TimerReset(pack::TimerResetArgs),
+    /// Pack a host now, or show pack status.
+    Pack(pack::PackArgs),
+    /// The packet pipeline: submit, list, show, take, complete, retry.
+    Packet(packets::PacketArgs),
+    /// List periodic jobs and when they next run.
+    Periodic(maintenance::PeriodicArgs),
+    /// Delete unfinished jobs left behind past the maximum age (see --dry-run).
+    Reap(maintenance::ReapArgs),
+    /// Measure throughput and latency against a plain-SQL ceiling.
+    Bench(bench::BenchArgs),
+}
+
+/// Connects with the settings' pool size.
+pub async fn connect(cli_url: Option<&str>, max: u32) -> anyhow::Result<PgPool> {
+    let url = config::database_url(cli_url)?;
+    Ok(crate::db::connect(&url, max).await?)
+}
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let url = cli.database_url.as_deref();
+    match cli.command {
+        Command::Migrate => {
+            let pool = connect(url, 2).await?;
+            crate::schema::migrate(&pool).await?;
+            println!("migrated");
+            Ok(())
+        }
+        Command::Worker(a) => worker::run(url, a).await,
+        Command::Enqueue(a) => jobs::enqueue(url, a).await,
+        Command::Jobs(a) => jobs::list(url, a).await,
+        Command::Job(a) => jobs::show(url, a).await,
+        Command::Cancel(a) => jobs::cancel(url, a).await,
+        Command::Retry(a) => jobs::retry(url, a).await,
+        Command::Stats(a) => jobs::stats(url, a).await,
+        Command::Fetch(a) => fetch::run(url, a).await,
+        Command::TimerReset(a) => pack::timer_reset(url, a).await,
+        Command::Pack(a) => pack::pack(url, a).await,
+        Command::Packet(a) => packets::run(url, a).await,
+        Command::Periodic(a) => maintenance::periodic(url, a).await,
+        Command::Reap(a) => maintenance::reap(url, a).await,
+        Command::Bench(a) => bench::run(url, a).await,
+    }
+}
+
+/// Connects for a short command and checks the schema is there.
+pub async fn connect_migrated(url: Option<&str>) -> anyhow::Result<PgPool> {
+    let pool = connect(url, 2).await?;
+    crate::schema::ensure_migrated(&pool).await?;
+    Ok(pool)
+}

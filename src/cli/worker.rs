@@ -1,0 +1,35 @@
+//! `skiplock worker`: the settings from the environment plus flags, every built-in handler
+//! and workflow registered, and the maintenance services.
+
+use clap::Args;
+
+use crate::config::{QueueSettings, parse_queues};
+use crate::worker::{Worker, builtin, shutdown};
+
+/// `skiplock worker` flags.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Queues and their concurrency, e.g. `default=10,fetch=4` (default: every queue, 10 each;
+    /// env SKIPLOCK_QUEUES).
+    #[arg(long)]
+    pub queues: Option<String>,
+    /// Exit 0 once nothing in these queues is claimable now and nothing runs.
+    #[arg(long)]
+    pub exit_when_idle: bool,
+}
+
+/// Runs the worker until a signal (or idle).
+pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
+    let mut settings = QueueSettings::from_env()?;
+    if let Some(q) = &a.queues {
+        settings.queues = Some(parse_queues(q).map_err(|e| anyhow::anyhow!("invalid --queues: {e}"))?);
+    }
+    let pool = super::connect(url, settings.max_connections).await?;
+    let mut builder = Worker::builder(pool.clone(), settings).exit_when_idle(a.exit_when_idle);
+    builtin::register(builder.registry_mut());
+    builder = crate::workflows::register_all(builder)?;
+    builder = crate::maintenance::register_all(builder)?;
+    let worker = builder.build();
+    worker.run(shutdown::signal()).await?;
+    Ok(())
+}

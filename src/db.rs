@@ -1,0 +1,49 @@
+//! Connecting to Postgres with errors that name the problem and never the password.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::config::redact_url;
+use crate::error::{Error, Result};
+
+/// Opens a pool of at most `max_connections` to `url`. Fails fast (10 s) with a message
+/// that names the (redacted) URL when the database cannot be reached.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
+    let opts: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
+        Error::config("DATABASE_URL", format!("{}: {}", redact_url(url), scrub(&e.to_string(), url)))
+    })?;
+    let opts = opts.application_name("skiplock");
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(opts)
+        .await
+        .map_err(|e| {
+            Error::Other(format!(
+                "cannot connect to the database at {}: {}",
+                redact_url(url),
+                scrub(&e.to_string(), url)
+            ))
+        })
+}
+
+/// Replaces the URL's password, wherever it appears in `text`, with `***`.
+pub fn scrub(text: &str, url: &str) -> String {
+    match url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_string)) {
+        Some(p) if !p.is_empty() => {
+            let decoded = url::form_urlencoded::parse(format!("x={p}").as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default();
+            let mut t = text.replace(&p, "***");
+            if !decoded.is_empty() {
+                t = t.replace(&decoded, "***");
+            }
+            t
+        }
+        _ => text.to_string(),
+    }
+}

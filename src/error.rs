@@ -1,0 +1,59 @@
+//! The library's error type. The binary turns it into one line on stderr and an exit code;
+//! library users match on the variants.
+
+/// Everything that can go wrong inside skiplock's library code.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A query failed or the database could not be reached.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Applying the schema migrations failed.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The database has no (or an older) skiplock schema.
+    #[error("the database is not migrated ({0}); run `skiplock migrate` first")]
+    NotMigrated(String),
+    /// A setting (environment variable, .env entry, flag or config file) is invalid.
+    #[error("invalid setting {name}: {message}")]
+    Config {
+        /// Which setting, e.g. `SKIPLOCK_POLL_INTERVAL`.
+        name: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Input from a user (CLI argument, API call) was rejected.
+    #[error("{0}")]
+    Invalid(String),
+    /// A job or record does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// An I/O error outside the database (files, processes, object storage).
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Anything else, with a message naming it.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// `Result` with skiplock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Builds a [`Error::Config`] for the named setting.
+    pub fn config(name: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Config {
+            name: name.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The message a Postgres `RAISE EXCEPTION` carried, if this is one: the SQL API's
+    /// errors are already written for people, so the CLI prints them as they are.
+    pub fn db_message(&self) -> Option<&str> {
+        match self {
+            Error::Database(sqlx::Error::Database(e)) => Some(e.message()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! # skiplock
+//!
+//! A Postgres-as-queue job runner. Every job is a row in `skiplock.jobs`, claimed with
+//! `SELECT … FOR UPDATE SKIP LOCKED`; a worker pool runs them; operators enqueue with the
+//! CLI or plain SQL (`SELECT skiplock.enqueue('noop')`) and inspect everything with `psql`.
+//!
+//! Layout: [`queue`] (the table and its statements), [`worker`] (the pool that runs jobs),
+//! [`maintenance`] (rescuer, reaper, retention, periodic jobs), [`workflows`] (built-in
+//! handlers registered exactly as a user's would be), [`cli`] (the `skiplock` command).
+
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod maintenance;
+pub mod queue;
+pub mod schema;
+pub mod worker;
+pub mod workflows;
+
+pub use error::{Error, Result};

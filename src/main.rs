@@ -1,0 +1,49 @@
+//! The `skiplock` binary: parse the command line, set up logging, run, and turn any error
+//! into one line on stderr and a non-zero exit code (no panics, no backtraces).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use skiplock::cli::{self, Cli, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => b.json().init(),
+        LogFormat::Text => b.init(),
+    }
+}
+
+fn main() -> ExitCode {
+    if let Err(e) = skiplock::config::load_dotenv() {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let url = cli
+        .database_url
+        .clone()
+        .or_else(|| std::env::var("DATABASE_URL").ok())
+        .unwrap_or_default();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(cli::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, the whole chain, never the database password.
+            let msg = skiplock::db::scrub(&format!("{e:#}"), &url);
+            eprintln!("error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}

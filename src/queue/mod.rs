@@ -1,0 +1,167 @@
+//! The queue itself: the data model of a job row and the statements that move it through
+//! its states (enqueue, claim, ack, heartbeat), plus the pure backoff rule.
+//!
+//! States: `available` → `running` → `completed` | `discarded` | `cancelled`, and back to
+//! `available` on a retryable error, a snooze, a rescue or a shutdown.
+
+pub mod ack;
+pub mod admin;
+pub mod backoff;
+pub mod claim;
+pub mod enqueue;
+pub mod heartbeat;
+pub mod notify;
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+pub use enqueue::{NewJob, OnConflict, enqueue, enqueue_many};
+
+/// The five states of a job row (`skiplock.job_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting; claimable once `scheduled_at <= now()`.
+    Available,
+    /// Claimed by a worker.
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Failed for good (out of attempts, bad args, or discarded by its handler).
+    Discarded,
+    /// Cancelled by an operator or its handler.
+    Cancelled,
+}
+
+impl JobState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [JobState; 5] = [
+        JobState::Available,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Discarded,
+        JobState::Cancelled,
+    ];
+
+    /// The name used in SQL and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Available => "available",
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Discarded => "discarded",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the job is done with (retention judges these by `finalized_at`).
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Discarded | JobState::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown job state {s:?} (expected one of: available, running, completed, discarded, cancelled)"
+                )
+            })
+    }
+}
+
+/// A job as a worker sees it after claiming it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Job {
+    /// Row id.
+    pub id: i64,
+    /// Which handler runs it.
+    pub kind: String,
+    /// The queue it was claimed from.
+    pub queue: String,
+    /// Handler arguments (a JSON object).
+    pub args: serde_json::Value,
+    /// Smaller runs first.
+    pub priority: i16,
+    /// This attempt's number, starting at 1.
+    pub attempt: i32,
+    /// After this many attempts an error discards the job.
+    pub max_attempts: i32,
+    /// When the job became due.
+    pub scheduled_at: DateTime<Utc>,
+    /// When it was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When this attempt started.
+    pub attempted_at: Option<DateTime<Utc>>,
+}
+
+/// A whole job row, for operators (`skiplock job`, `skiplock jobs`).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct JobRow {
+    /// Row id.
+    pub id: i64,
+    /// Handler name.
+    pub kind: String,
+    /// Queue name.
+    pub queue: String,
+    /// Arguments.
+    pub args: serde_json::Value,
+    /// State name.
+    pub state: String,
+    /// Priority (smaller first).
+    pub priority: i16,
+    /// Attempts made so far.
+    pub attempt: i32,
+    /// Attempt limit.
+    pub max_attempts: i32,
+    /// When due.
+    pub scheduled_at: DateTime<Utc>,
+    /// When enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When the last attempt started.
+    pub attempted_at: Option<DateTime<Utc>>,
+    /// Which worker ran the last attempt.
+    pub attempted_by: Option<String>,
+    /// Last heartbeat of a running attempt.
+    pub heartbeat_at: Option<DateTime<Utc>>,
+    /// When it reached a finished state.
+    pub finalized_at: Option<DateTime<Utc>>,
+    /// Dedup / debounce key.
+    pub unique_key: Option<String>,
+    /// `[{attempt, at, error}]`.
+    pub errors: serde_json::Value,
+    /// What the handler reported on completion.
+    pub result: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_and_unknown_is_named() {
+        for s in JobState::ALL {
+            assert_eq!(s.as_str().parse::<JobState>().unwrap(), s);
+        }
+        let e = "done".parse::<JobState>().unwrap_err();
+        assert!(e.contains("\"done\""), "{e}");
+        assert!(JobState::Completed.is_finished());
+        assert!(!JobState::Running.is_finished());
+    }
+}

@@ -1,0 +1,42 @@
+//! Runs one attempt of one job: look up the handler, decode, enforce the timeout, turn a
+//! panic into an error. No SQL here; the completer writes the result.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::Value;
+
+use super::handler::{ErasedHandler, JobContext};
+use super::outcome::Attempt;
+
+/// Runs `handler` on `args` under its timeout (or `default_timeout`).
+pub async fn execute(
+    handler: Option<ErasedHandler>,
+    ctx: JobContext,
+    args: Value,
+    default_timeout: Duration,
+) -> Attempt {
+    let Some(h) = handler else {
+        return Attempt::NoHandler;
+    };
+    let timeout = h.timeout().unwrap_or(default_timeout);
+    let fut = AssertUnwindSafe(h.call(ctx, args)).catch_unwind();
+    match tokio::time::timeout(timeout, fut).await {
+        Err(_) => Attempt::TimedOut(timeout),
+        Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
+        Ok(Ok(result)) => Attempt::Returned(result),
+    }
+}
+
+/// The text of a panic payload.
+pub fn panic_message(p: &(dyn Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}

@@ -1,0 +1,166 @@
+//! Handlers: what runs a job of one kind. A handler is a type implementing [`Handler`] with
+//! typed, serde-deserialised args; the [`Registry`] stores them type-erased by kind.
+//! Built-in workflows register exactly the way a user's handlers do.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::outcome::{HandlerResult, JobError};
+
+/// Everything a running handler may need besides its args.
+#[derive(Clone, Debug)]
+pub struct JobContext {
+    /// Job id.
+    pub id: i64,
+    /// Job kind.
+    pub kind: String,
+    /// Queue it was claimed from.
+    pub queue: String,
+    /// This attempt (1-based).
+    pub attempt: i32,
+    /// Attempt limit.
+    pub max_attempts: i32,
+    /// Database pool, for handlers that write their own rows.
+    pub pool: PgPool,
+    /// The worker running it.
+    pub worker_id: Arc<str>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) lost: CancellationToken,
+}
+
+impl JobContext {
+    /// Resolves when the worker begins shutting down: long handlers should stop and return
+    /// [`super::Outcome::Snooze`] (or an error) so the job is picked up again later.
+    pub async fn shutdown_requested(&self) {
+        self.shutdown.cancelled().await
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    /// Resolves when this job was taken away (cancelled by an operator or rescued): its
+    /// result will be ignored, so the handler may as well stop.
+    pub async fn lost(&self) {
+        self.lost.cancelled().await
+    }
+
+    /// Whether the job was taken away.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// A context for calling a handler outside a worker (tests, one-off runs).
+    pub fn detached(pool: PgPool, id: i64, kind: &str) -> Self {
+        JobContext {
+            id,
+            kind: kind.to_string(),
+            queue: "default".into(),
+            attempt: 1,
+            max_attempts: 1,
+            pool,
+            worker_id: Arc::from("detached"),
+            shutdown: CancellationToken::new(),
+            lost: CancellationToken::new(),
+        }
+    }
+}
+
+/// A job handler for one kind.
+///
+/// `Args` is deserialised from the job's `args`; if that fails the job is discarded with the
+/// decode error (retrying would fail the same way).
+pub trait Handler: Send + Sync + 'static {
+    /// The job's arguments.
+    type Args: DeserializeOwned + Send + 'static;
+
+    /// The kind this handler runs.
+    fn kind(&self) -> &'static str;
+
+    /// A timeout of its own; `None` uses the worker's `SKIPLOCK_JOB_TIMEOUT`.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Runs one job.
+    fn run(&self, ctx: JobContext, args: Self::Args) -> impl Future<Output = HandlerResult> + Send;
+}
+
+/// A boxed handler future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+type ErasedFn = dyn Fn(JobContext, Value) -> BoxFuture<HandlerResult> + Send + Sync;
+
+/// A type-erased handler: decode, then run.
+#[derive(Clone)]
+pub struct ErasedHandler {
+    call: Arc<ErasedFn>,
+    timeout: Option<Duration>,
+}
+
+impl ErasedHandler {
+    /// Runs the handler on raw JSON args.
+    pub fn call(&self, ctx: JobContext, args: Value) -> BoxFuture<HandlerResult> {
+        (self.call)(ctx, args)
+    }
+    /// The handler's own timeout, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+}
+
+/// Handlers by kind.
+#[derive(Clone, Default)]
+pub struct Registry {
+    handlers: BTreeMap<String, ErasedHandler>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `handler` for its kind, replacing any earlier one.
+    pub fn register<H: Handler>(&mut self, handler: H) -> &mut Self {
+        let kind = handler.kind().to_string();
+        let timeout = handler.timeout();
+        let h = Arc::new(handler);
+        let call = move |ctx: JobContext, args: Value| -> BoxFuture<HandlerResult> {
+            let h = h.clone();
+            Box::pin(async move {
+                let args: H::Args = serde_json::from_value(args).map_err(|e| {
+                    JobError::discard(format!("invalid args for kind {}: {e}", ctx.kind))
+                })?;
+                h.run(ctx, args).await
+            })
+        };
+        self.handlers.insert(
+            kind,
+            ErasedHandler {
+                call: Arc::new(call),
+                timeout,
+            },
+        );
+        self
+    }
+
+    /// The handler for `kind`.
+    pub fn get(&self, kind: &str) -> Option<&ErasedHandler> {
+        self.handlers.get(kind)
+    }
+
+    /// Every registered kind (what this worker claims).
+    pub fn kinds(&self) -> Vec<String> {
+        self.handlers.keys().cloned().collect()
+    }
+}

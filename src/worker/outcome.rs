@@ -1,0 +1,235 @@
+//! What a handler returns, and the pure decision that turns an attempt's result into the
+//! job's next state (an [`Ack`]).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::queue::JobState;
+use crate::queue::ack::Ack;
+use crate::queue::backoff::backoff;
+
+/// A successful handler's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Done.
+    Complete,
+    /// Done, with a result to store in the row (e.g. why no work was needed).
+    CompleteWith(Value),
+    /// Run again after this long, without using up an attempt.
+    Snooze(Duration),
+    /// Stop for good, with a reason; the job becomes `cancelled`.
+    Cancel(String),
+}
+
+/// A handler's failure. Retryable errors run again after a backoff until `max_attempts`;
+/// a discard ends the job at once (retrying could not help, e.g. bad args).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobError {
+    /// Human-readable message, stored in the job's `errors`.
+    pub message: String,
+    /// Whether another attempt may succeed.
+    pub retryable: bool,
+}
+
+impl JobError {
+    /// A retryable error.
+    pub fn retry(message: impl Into<String>) -> Self {
+        JobError {
+            message: message.into(),
+            retryable: true,
+        }
+    }
+    /// An error that discards the job without further attempts.
+    pub fn discard(message: impl Into<String>) -> Self {
+        JobError {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
+    fn from(e: E) -> Self {
+        let mut message = e.to_string();
+        let mut src = e.source();
+        while let Some(s) = src {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            src = s.source();
+        }
+        JobError::retry(message)
+    }
+}
+
+/// What a handler returns.
+pub type HandlerResult = Result<Outcome, JobError>;
+
+/// How an attempt ended, as seen by the executor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attempt {
+    /// The handler returned.
+    Returned(HandlerResult),
+    /// The handler panicked (message).
+    Panicked(String),
+    /// The handler ran past its timeout.
+    TimedOut(Duration),
+    /// The job's kind has no handler here (should not happen: workers claim known kinds).
+    NoHandler,
+    /// The worker is shutting down and stopped the handler: put the job back untouched.
+    Released,
+}
+
+/// The retry policy of a worker.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Backoff unit (attempt⁴ × unit).
+    pub unit: Duration,
+    /// Backoff cap.
+    pub max: Duration,
+}
+
+fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::days(36500))
+}
+
+/// Decides the next state of job `id` after attempt `attempt` of `max_attempts`.
+/// `jitter` in `[0, 1)` spreads retries (see [`backoff`]).
+pub fn decide(
+    id: i64,
+    attempt: i32,
+    max_attempts: i32,
+    result: Attempt,
+    now: DateTime<Utc>,
+    policy: RetryPolicy,
+    jitter: f64,
+) -> Ack {
+    let base = Ack {
+        id,
+        attempt,
+        state: JobState::Completed,
+        scheduled_at: None,
+        give_back: false,
+        error: None,
+        result: None,
+    };
+    let fail = |message: String, retryable: bool| {
+        if retryable && attempt < max_attempts {
+            Ack {
+                state: JobState::Available,
+                scheduled_at: Some(after(now, backoff(attempt, policy.unit, policy.max, jitter))),
+                error: Some(message),
+                ..base.clone()
+            }
+        } else {
+            Ack {
+                state: JobState::Discarded,
+                error: Some(message),
+                ..base.clone()
+            }
+        }
+    };
+    match result {
+        Attempt::Returned(Ok(Outcome::Complete)) => base,
+        Attempt::Returned(Ok(Outcome::CompleteWith(v))) => Ack {
+            result: Some(v),
+            ..base
+        },
+        Attempt::Returned(Ok(Outcome::Snooze(d))) => Ack {
+            state: JobState::Available,
+            scheduled_at: Some(after(now, d)),
+            give_back: true,
+            ..base
+        },
+        Attempt::Returned(Ok(Outcome::Cancel(reason))) => Ack {
+            state: JobState::Cancelled,
+            error: Some(format!("cancelled by handler: {reason}")),
+            ..base
+        },
+        Attempt::Returned(Err(e)) => fail(e.message, e.retryable),
+        Attempt::Panicked(msg) => fail(format!("handler panicked: {msg}"), true),
+        Attempt::TimedOut(d) => fail(format!("timed out after {}", humantime::format_duration(d)), true),
+        Attempt::NoHandler => fail("no handler for this kind on this worker".into(), true),
+        Attempt::Released => Ack {
+            state: JobState::Available,
+            scheduled_at: Some(now),
+            give_back: true,
+            ..base
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    const P: RetryPolicy = RetryPolicy {
+        unit: Duration::from_secs(1),
+        max: Duration::from_secs(86400),
+    };
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
+    }
+
+    #[test]
+    fn success_completes() {
+        let a = decide(7, 1, 25, Attempt::Returned(Ok(Outcome::Complete)), now(), P, 0.5);
+        assert_eq!(a.state, JobState::Completed);
+        assert_eq!((a.id, a.attempt, a.give_back), (7, 1, false));
+        let v = serde_json::json!({"skipped": "x"});
+        let a = decide(7, 1, 25, Attempt::Returned(Ok(Outcome::CompleteWith(v.clone()))), now(), P, 0.5);
+        assert_eq!(a.result, Some(v));
+    }
+
+    #[test]
+    fn retryable_error_backs_off_until_attempts_run_out() {
+        let a = decide(1, 2, 3, Attempt::Returned(Err(JobError::retry("boom"))), now(), P, 0.5);
+        assert_eq!(a.state, JobState::Available);
+        assert_eq!(a.scheduled_at, Some(now() + chrono::Duration::seconds(16)));
+        assert_eq!(a.error.as_deref(), Some("boom"));
+        let a = decide(1, 3, 3, Attempt::Returned(Err(JobError::retry("boom"))), now(), P, 0.5);
+        assert_eq!(a.state, JobState::Discarded);
+        assert_eq!(a.error.as_deref(), Some("boom"));
+    }
+
+    #[test]
+    fn discard_error_ends_at_once() {
+        let a = decide(1, 1, 25, Attempt::Returned(Err(JobError::discard("bad args"))), now(), P, 0.5);
+        assert_eq!(a.state, JobState::Discarded);
+    }
+
+    #[test]
+    fn snooze_gives_the_attempt_back() {
+        let a = decide(1, 4, 25, Attempt::Returned(Ok(Outcome::Snooze(Duration::from_secs(5)))), now(), P, 0.5);
+        assert_eq!(a.state, JobState::Available);
+        assert!(a.give_back);
+        assert_eq!(a.scheduled_at, Some(now() + chrono::Duration::seconds(5)));
+        assert_eq!(a.error, None);
+    }
+
+    #[test]
+    fn cancel_panic_timeout_and_release() {
+        let a = decide(1, 1, 25, Attempt::Returned(Ok(Outcome::Cancel("no".into()))), now(), P, 0.5);
+        assert_eq!(a.state, JobState::Cancelled);
+        let a = decide(1, 1, 25, Attempt::Panicked("oops".into()), now(), P, 0.5);
+        assert_eq!(a.state, JobState::Available);
+        assert!(a.error.unwrap().contains("panicked: oops"));
+        let a = decide(1, 1, 1, Attempt::TimedOut(Duration::from_secs(2)), now(), P, 0.5);
+        assert_eq!(a.state, JobState::Discarded);
+        assert!(a.error.unwrap().contains("timed out after 2s"));
+        let a = decide(1, 1, 1, Attempt::Released, now(), P, 0.5);
+        assert_eq!(a.state, JobState::Available);
+        assert!(a.give_back);
+        assert_eq!(a.error, None);
+    }
+
+    #[test]
+    fn errors_convert_with_their_sources() {
+        let e: JobError = std::io::Error::other("disk full").into();
+        assert!(e.retryable);
+        assert_eq!(e.message, "disk full");
+    }
+}

@@ -1,0 +1,230 @@
+//! Shared fixtures for the integration tests: a fresh, migrated database per test (dropped
+//! when the fixture is dropped), an in-process worker, the `skiplock` binary, and waiting
+//! on conditions with a generous deadline instead of fixed sleeps.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use skiplock::config::QueueSettings;
+use skiplock::worker::{Registry, Worker, WorkerBuilder};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The server tests create their databases on (`SKIPLOCK_TEST_DATABASE_URL`).
+pub fn admin_url() -> String {
+    std::env::var("SKIPLOCK_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
+}
+
+/// The URL of database `name` on the test server.
+pub fn db_url(name: &str) -> String {
+    let mut u = url::Url::parse(&admin_url()).expect("SKIPLOCK_TEST_DATABASE_URL is a URL");
+    u.set_path(&format!("/{name}"));
+    u.to_string()
+}
+
+/// A database of its own for one test; dropped (WITH FORCE) when this is dropped.
+pub struct TestDb {
+    /// A small pool on the test database.
+    pub pool: PgPool,
+    /// The database URL (for child processes).
+    pub url: String,
+    /// The database name.
+    pub name: String,
+}
+
+impl TestDb {
+    /// Creates and migrates a fresh database.
+    pub async fn new() -> TestDb {
+        let db = TestDb::empty().await;
+        skiplock::schema::migrate(&db.pool).await.expect("migrate");
+        db
+    }
+
+    /// Creates a fresh database without the skiplock schema.
+    pub async fn empty() -> TestDb {
+        let name = format!("skiplock_test_{:016x}", rand::random::<u64>());
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&admin_url())
+            .await
+            .expect("connect to the test Postgres (is it running? see scripts/dev-db)");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .expect("create test database");
+        admin.close().await;
+        let url = db_url(&name);
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect(&url)
+            .await
+            .expect("connect to test database");
+        TestDb { pool, url, name }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let pool = self.pool.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                pool.close().await;
+                if let Ok(admin) = PgPoolOptions::new().max_connections(1).connect(&admin_url()).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&admin)
+                    .await;
+                    admin.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Settings for in-process test workers: fast poll, short rescue and grace, small backoff.
+pub fn fast_settings() -> QueueSettings {
+    QueueSettings {
+        poll_interval: Duration::from_millis(100),
+        rescue_after: Duration::from_secs(5),
+        shutdown_grace: Duration::from_secs(5),
+        backoff_unit: Duration::from_millis(10),
+        max_connections: 4,
+        ..QueueSettings::default()
+    }
+}
+
+/// A worker running in this process; stop it with [`RunningWorker::stop`].
+pub struct RunningWorker {
+    pub stop: CancellationToken,
+    pub handle: JoinHandle<skiplock::Result<()>>,
+}
+
+impl RunningWorker {
+    /// Asks for a graceful shutdown and waits for it.
+    pub async fn stop(self) -> skiplock::Result<()> {
+        self.stop.cancel();
+        self.handle.await.expect("worker task panicked")
+    }
+}
+
+/// Starts a worker built by `build` (given a builder on `pool` with `settings`).
+pub fn start_worker(
+    pool: &PgPool,
+    settings: QueueSettings,
+    build: impl FnOnce(WorkerBuilder) -> WorkerBuilder,
+) -> RunningWorker {
+    let worker: Worker = build(Worker::builder(pool.clone(), settings)).build();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let handle = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
+    RunningWorker { stop, handle }
+}
+
+/// Starts a worker with the handlers of `registry_fn` and the fast settings.
+pub fn start_with(pool: &PgPool, register: impl FnOnce(&mut Registry)) -> RunningWorker {
+    start_worker(pool, fast_settings(), |mut b| {
+        register(b.registry_mut());
+        b
+    })
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics after `limit` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Count of jobs in `state`.
+pub async fn count_state(pool: &PgPool, state: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE state::text = $1")
+        .bind(state)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Waits until no job is available or running (everything finished).
+pub async fn wait_all_finished(pool: &PgPool, limit: Duration) {
+    wait_for("all jobs finished", limit, || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM skiplock.jobs WHERE state IN ('available', 'running')",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        (n == 0).then_some(())
+    })
+    .await
+}
+
+/// The `skiplock` binary built for these tests.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_skiplock")
+}
+
+/// A `skiplock` command against `url`, with a clean settings environment.
+pub fn cmd(url: &str) -> Command {
+    let mut c = Command::new(bin());
+    c.env("DATABASE_URL", url)
+        .env("RUST_LOG", "info,sqlx::postgres::notice=warn")
+        .env("SKIPLOCK_MAX_CONNECTIONS", "4")
+        .env_remove("SKIPLOCK_QUEUES")
+        .current_dir(std::env::temp_dir());
+    c
+}
+
+/// Runs a `skiplock` command to completion: (exit code, stdout, stderr).
+pub fn run_cmd(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = cmd(url).args(args).stdin(Stdio::null()).output().expect("run skiplock");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Starts `skiplock worker` as a child process with extra env vars.
+pub fn spawn_worker_process(url: &str, args: &[&str], envs: &[(&str, &str)]) -> Child {
+    let mut c = cmd(url);
+    c.arg("worker").args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.spawn().expect("spawn skiplock worker")
+}
+
+/// Sends SIGTERM to a child.
+pub fn sigterm(child: &Child) {
+    unsafe_kill(child.id(), "TERM");
+}
+
+/// Sends SIGKILL to a child.
+pub fn sigkill(child: &Child) {
+    unsafe_kill(child.id(), "KILL");
+}
+
+fn unsafe_kill(pid: u32, sig: &str) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+}
