@@ -1,0 +1,321 @@
+//! The queue's SQL API and statements against a real Postgres: enqueue rules, unique keys
+//! (keep / replace, concurrent callers), bulk insert, claim, fenced acks, cancel and retry.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::json;
+use skiplock::queue::ack::{Ack, ack_many};
+use skiplock::queue::admin;
+use skiplock::queue::claim::claim;
+use skiplock::queue::{JobState, NewJob, OnConflict, enqueue, enqueue_many};
+use support::TestDb;
+
+fn kinds(k: &[&str]) -> Vec<String> {
+    k.iter().map(|s| s.to_string()).collect()
+}
+
+async fn state_of(db: &TestDb, id: i64) -> String {
+    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn enqueue_claim_and_complete() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({"a": 1}))).await.unwrap();
+    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1").await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].id, id);
+    assert_eq!(jobs[0].attempt, 1);
+    assert_eq!(jobs[0].args, json!({"a": 1}));
+    assert_eq!(state_of(&db, id).await, "running");
+    // Nothing left to claim.
+    assert!(claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1").await.unwrap().is_empty());
+    let ack = Ack {
+        id,
+        attempt: 1,
+        state: JobState::Completed,
+        scheduled_at: None,
+        give_back: false,
+        error: None,
+        result: Some(json!({"ok": true})),
+    };
+    assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap(), vec![id]);
+    let row = admin::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(row.state, "completed");
+    assert!(row.finalized_at.is_some());
+    assert_eq!(row.result, Some(json!({"ok": true})));
+    assert_eq!(row.attempted_by.as_deref(), Some("w1"));
+}
+
+#[tokio::test]
+async fn claim_respects_queue_kind_schedule_and_priority() {
+    let db = TestDb::new().await;
+    let low = enqueue(&db.pool, &NewJob::new("noop", json!({})).priority(5)).await.unwrap();
+    let high = enqueue(&db.pool, &NewJob::new("noop", json!({})).priority(-1)).await.unwrap();
+    let _other_queue = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("other")).await.unwrap();
+    let _other_kind = enqueue(&db.pool, &NewJob::new("mystery", json!({}))).await.unwrap();
+    let _future = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({})).run_at(Utc::now() + chrono::Duration::hours(1)),
+    )
+    .await
+    .unwrap();
+    let first = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w").await.unwrap();
+    assert_eq!(first[0].id, high, "smaller priority runs first");
+    let rest = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w").await.unwrap();
+    assert_eq!(rest.iter().map(|j| j.id).collect::<Vec<_>>(), vec![low]);
+}
+
+#[tokio::test]
+async fn acks_are_fenced_by_attempt() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
+    claim(&db.pool, "default", &kinds(&["noop"]), 1, "w1").await.unwrap();
+    // The job is rescued and claimed again (attempt 2) by another worker.
+    sqlx::query("UPDATE skiplock.jobs SET state = 'available' WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let again = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w2").await.unwrap();
+    assert_eq!(again[0].attempt, 2);
+    let late = Ack {
+        id,
+        attempt: 1,
+        state: JobState::Discarded,
+        scheduled_at: None,
+        give_back: false,
+        error: Some("late".into()),
+        result: None,
+    };
+    assert!(ack_many(&db.pool, &[late]).await.unwrap().is_empty(), "late ack must not apply");
+    assert_eq!(state_of(&db, id).await, "running");
+    let current = Ack {
+        id,
+        attempt: 2,
+        state: JobState::Completed,
+        scheduled_at: None,
+        give_back: false,
+        error: None,
+        result: None,
+    };
+    assert_eq!(ack_many(&db.pool, &[current]).await.unwrap(), vec![id]);
+    assert_eq!(state_of(&db, id).await, "completed");
+}
+
+#[tokio::test]
+async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
+    let db = TestDb::new().await;
+    let a = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
+    let b = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
+    claim(&db.pool, "default", &kinds(&["noop"]), 2, "w").await.unwrap();
+    let later = Utc::now() + chrono::Duration::seconds(30);
+    let acks = vec![
+        Ack {
+            id: a,
+            attempt: 1,
+            state: JobState::Available,
+            scheduled_at: Some(later),
+            give_back: false,
+            error: Some("boom".into()),
+            result: None,
+        },
+        Ack {
+            id: b,
+            attempt: 1,
+            state: JobState::Available,
+            scheduled_at: Some(later),
+            give_back: true,
+            error: None,
+            result: None,
+        },
+    ];
+    let mut written = ack_many(&db.pool, &acks).await.unwrap();
+    written.sort();
+    assert_eq!(written, vec![a, b]);
+    let ra = admin::get_job(&db.pool, a).await.unwrap();
+    assert_eq!(ra.state, "available");
+    assert_eq!(ra.attempt, 1);
+    assert_eq!(ra.errors[0]["error"], "boom");
+    assert_eq!(ra.errors[0]["attempt"], 1);
+    let rb = admin::get_job(&db.pool, b).await.unwrap();
+    assert_eq!(rb.attempt, 0, "snooze does not use up an attempt");
+    assert_eq!(rb.errors, json!([]));
+    assert!((rb.scheduled_at - later).num_milliseconds().abs() < 5);
+}
+
+#[tokio::test]
+async fn unique_key_keep_and_replace() {
+    let db = TestDb::new().await;
+    let first = enqueue(&db.pool, &NewJob::new("noop", json!({"v": 1})).unique_key("k", OnConflict::Keep))
+        .await
+        .unwrap();
+    let kept = enqueue(&db.pool, &NewJob::new("noop", json!({"v": 2})).unique_key("k", OnConflict::Keep))
+        .await
+        .unwrap();
+    assert_eq!(first, kept);
+    assert_eq!(admin::get_job(&db.pool, first).await.unwrap().args, json!({"v": 1}));
+    let later = Utc::now() + chrono::Duration::minutes(5);
+    let replaced = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({"v": 3})).run_at(later).unique_key("k", OnConflict::Replace),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first, replaced);
+    let row = admin::get_job(&db.pool, first).await.unwrap();
+    assert_eq!(row.args, json!({"v": 3}));
+    assert!((row.scheduled_at - later).num_milliseconds().abs() < 5);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs").fetch_one(&db.pool).await.unwrap();
+    assert_eq!(n, 1);
+    // Once the holder runs, the key is free for a new available job.
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running' WHERE id = $1")
+        .bind(first)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let fresh = enqueue(&db.pool, &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep))
+        .await
+        .unwrap();
+    assert_ne!(fresh, first);
+}
+
+#[tokio::test]
+async fn unique_key_is_safe_under_concurrent_callers() {
+    let db = TestDb::new().await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for j in 0..25 {
+                let mode = if (i + j) % 2 == 0 { OnConflict::Keep } else { OnConflict::Replace };
+                let id = enqueue(&pool, &NewJob::new("noop", json!({"i": i, "j": j})).unique_key("hot", mode))
+                    .await
+                    .expect("no unique violation may leak out");
+                ids.push(id);
+            }
+            ids
+        }));
+    }
+    let mut all = HashSet::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    assert_eq!(all.len(), 1, "every caller got the same job");
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs").fetch_one(&db.pool).await.unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn enqueue_many_returns_ids_in_order() {
+    let db = TestDb::new().await;
+    let args: Vec<_> = (0..100).map(|i| json!({"n": i})).collect();
+    let ids = enqueue_many(&db.pool, "noop", &args, "bulk", None, 0).await.unwrap();
+    assert_eq!(ids.len(), 100);
+    for (i, id) in ids.iter().enumerate() {
+        let row = admin::get_job(&db.pool, *id).await.unwrap();
+        assert_eq!(row.args["n"], i as i64);
+        assert_eq!(row.queue, "bulk");
+    }
+    let bad = enqueue_many(&db.pool, "noop", &[json!({}), json!([1])], "bulk", None, 0).await;
+    let msg = bad.unwrap_err().db_message().unwrap().to_string();
+    assert!(msg.contains("args[2]"), "{msg}");
+}
+
+#[tokio::test]
+async fn the_sql_api_rejects_bad_input_with_clear_errors() {
+    let db = TestDb::new().await;
+    let cases: Vec<(&str, &str)> = vec![
+        ("SELECT skiplock.enqueue('')", "kind must not be empty"),
+        ("SELECT skiplock.enqueue('noop', '[1,2]')", "must be a JSON object"),
+        ("SELECT skiplock.enqueue('noop', '{}', max_attempts => -1)", "max_attempts must be at least 1"),
+        ("SELECT skiplock.enqueue('noop', '{}', unique_key => 'k', on_conflict => 'merge')", "on_conflict must be"),
+        ("SELECT skiplock.enqueue('noop', '{}', queue => '')", "queue name"),
+        ("SELECT skiplock.enqueue('noop', jsonb_build_object('x', repeat('a', 600000)))", "at most 524288"),
+        ("SELECT skiplock.cancel(424242)", "does not exist"),
+        ("SELECT skiplock.retry(424242)", "does not exist"),
+    ];
+    for (sql, want) in cases {
+        let err = sqlx::query(sql).execute(&db.pool).await.unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains(want), "{sql}: {msg}");
+    }
+    // Hostile strings are just data.
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.enqueue($1, $2)")
+        .bind("'; DROP TABLE skiplock.jobs; --")
+        .bind(json!({"q": "\"'; DROP TABLE x"}))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(admin::get_job(&db.pool, id).await.unwrap().kind, "'; DROP TABLE skiplock.jobs; --");
+    // Priority overflow is a type error from Postgres, not a silent wrap.
+    assert!(sqlx::query("SELECT skiplock.enqueue('noop', '{}', priority => 99999)")
+        .execute(&db.pool)
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn cancel_and_retry() {
+    let db = TestDb::new().await;
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('noop')").fetch_one(&db.pool).await.unwrap();
+    admin::cancel(&db.pool, id).await.unwrap();
+    assert_eq!(state_of(&db, id).await, "cancelled");
+    let e = admin::cancel(&db.pool, id).await.unwrap_err().to_string();
+    assert!(e.contains("already cancelled"), "{e}");
+    admin::retry(&db.pool, id).await.unwrap();
+    assert_eq!(state_of(&db, id).await, "available");
+    // A discarded job out of attempts gets one more.
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'discarded', attempt = 3, max_attempts = 3, \
+         finalized_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    admin::retry(&db.pool, id).await.unwrap();
+    let row = admin::get_job(&db.pool, id).await.unwrap();
+    assert_eq!((row.state.as_str(), row.max_attempts), ("available", 4));
+    assert!(row.finalized_at.is_none());
+}
+
+#[tokio::test]
+async fn queue_stats_view_works_from_plain_sql() {
+    let db = TestDb::new().await;
+    for _ in 0..3 {
+        sqlx::query("SELECT skiplock.enqueue('noop', '{}', 'q1')").execute(&db.pool).await.unwrap();
+    }
+    let (count,): (i64,) = sqlx::query_as(
+        "SELECT count FROM skiplock.queue_stats WHERE queue = 'q1' AND state = 'available'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(count, 3);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE state = 'available'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 3);
+}
+
+#[tokio::test]
+async fn migrate_is_idempotent_and_detects_missing_schema() {
+    let db = TestDb::empty().await;
+    let e = skiplock::schema::ensure_migrated(&db.pool).await.unwrap_err();
+    assert!(e.to_string().contains("skiplock migrate"), "{e}");
+    skiplock::schema::migrate(&db.pool).await.unwrap();
+    skiplock::schema::migrate(&db.pool).await.unwrap();
+    skiplock::schema::ensure_migrated(&db.pool).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}

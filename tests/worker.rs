@@ -1,0 +1,456 @@
+//! The worker pool against a real Postgres: exactly-once under concurrency, retries with
+//! backoff and discard, snooze, panics and timeouts, bad args, unknown kinds, rescue of
+//! orphaned jobs, graceful shutdown, NOTIFY wake-ups and cancellation.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use skiplock::config::QueueSettings;
+use skiplock::queue::{NewJob, admin, enqueue, enqueue_many};
+use skiplock::worker::{HandlerResult, JobContext, JobError, Outcome, builtin};
+use skiplock::worker::handler::Handler;
+use sqlx::postgres::PgPoolOptions;
+use support::*;
+
+/// Records each execution in a side table, then completes.
+struct Record;
+impl Handler for Record {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "record"
+    }
+    async fn run(&self, ctx: JobContext, _args: serde_json::Value) -> HandlerResult {
+        sqlx::query("INSERT INTO executions (job_id, worker) VALUES ($1, $2)")
+            .bind(ctx.id)
+            .bind(&*ctx.worker_id)
+            .execute(&ctx.pool)
+            .await?;
+        Ok(Outcome::Complete)
+    }
+}
+
+async fn executions_table(db: &TestDb) {
+    sqlx::query("CREATE TABLE executions (job_id bigint NOT NULL, worker text NOT NULL, at timestamptz DEFAULT clock_timestamp())")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_workers_complete_5000_jobs_exactly_once() {
+    let db = TestDb::new().await;
+    executions_table(&db).await;
+    let args: Vec<_> = (0..5000).map(|i| json!({"i": i})).collect();
+    enqueue_many(&db.pool, "record", &args, "default", None, 0).await.unwrap();
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let pool = PgPoolOptions::new().max_connections(3).connect(&db.url).await.unwrap();
+        let settings = QueueSettings {
+            rescue_after: Duration::from_secs(120),
+            ..fast_settings()
+        };
+        workers.push(start_worker(&pool, settings, |b| b.register(Record)));
+    }
+    wait_all_finished(&db.pool, Duration::from_secs(240)).await;
+    for w in workers {
+        w.stop().await.unwrap();
+    }
+    let (total, distinct): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT job_id) FROM executions")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((total, distinct), (5000, 5000), "every job ran exactly once");
+    assert_eq!(count_state(&db.pool, "completed").await, 5000);
+    let workers_used: i64 = sqlx::query_scalar("SELECT count(DISTINCT worker) FROM executions")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(workers_used > 1, "work was shared between workers");
+}
+
+#[tokio::test]
+async fn errors_retry_with_backoff_then_discard() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("fail", json!({"message": "nope"})).max_attempts(3))
+        .await
+        .unwrap();
+    let w = start_with(&db.pool, builtin::register);
+    let row = wait_for("discarded", Duration::from_secs(60), || async {
+        let r = admin::get_job(&db.pool, id).await.unwrap();
+        (r.state == "discarded").then_some(r)
+    })
+    .await;
+    w.stop().await.unwrap();
+    assert_eq!(row.attempt, 3);
+    let errs = row.errors.as_array().unwrap();
+    assert_eq!(errs.len(), 3);
+    for (i, e) in errs.iter().enumerate() {
+        assert_eq!(e["attempt"], (i + 1) as i64);
+        assert_eq!(e["error"], "nope");
+    }
+    assert!(row.finalized_at.is_some());
+}
+
+#[tokio::test]
+async fn a_retry_is_scheduled_by_the_backoff() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("fail", json!({}))).await.unwrap();
+    let settings = QueueSettings {
+        backoff_unit: Duration::from_secs(3600),
+        ..fast_settings()
+    };
+    let w = start_worker(&db.pool, settings, |mut b| {
+        builtin::register(b.registry_mut());
+        b
+    });
+    let row = wait_for("first failure", Duration::from_secs(60), || async {
+        let r = admin::get_job(&db.pool, id).await.unwrap();
+        (r.attempt == 1 && r.state == "available").then_some(r)
+    })
+    .await;
+    w.stop().await.unwrap();
+    let wait = row.scheduled_at - row.attempted_at.unwrap();
+    // attempt 1: 1^4 x 1h, +-10% jitter
+    assert!(wait >= chrono::Duration::minutes(53) && wait <= chrono::Duration::minutes(67), "{wait}");
+}
+
+/// Snoozes until it has been called `n` times, then completes.
+struct SnoozeN(Arc<AtomicUsize>, usize);
+impl Handler for SnoozeN {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "snoozer"
+    }
+    async fn run(&self, _ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
+        if self.0.fetch_add(1, Ordering::SeqCst) < self.1 {
+            Ok(Outcome::Snooze(Duration::from_millis(10)))
+        } else {
+            Ok(Outcome::Complete)
+        }
+    }
+}
+
+#[tokio::test]
+async fn snooze_does_not_use_up_attempts() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("snoozer", json!({})).max_attempts(1)).await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let w = start_with(&db.pool, move |r| {
+        r.register(SnoozeN(c, 3));
+    });
+    let row = wait_for("completed", Duration::from_secs(60), || async {
+        let r = admin::get_job(&db.pool, id).await.unwrap();
+        (r.state == "completed").then_some(r)
+    })
+    .await;
+    w.stop().await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    assert_eq!(row.attempt, 1, "three snoozes, one attempt");
+    assert_eq!(row.errors, json!([]));
+}
+
+struct Panics;
+impl Handler for Panics {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "panics"
+    }
+    async fn run(&self, _ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
+        panic!("handler exploded")
+    }
+}
+
+struct Slow;
+impl Handler for Slow {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "slow"
+    }
+    fn timeout(&self) -> Option<Duration> {
+        Some(Duration::from_millis(200))
+    }
+    async fn run(&self, _ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(Outcome::Complete)
+    }
+}
+
+struct Cancels;
+impl Handler for Cancels {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "cancels"
+    }
+    async fn run(&self, _ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
+        Ok(Outcome::Cancel("not needed any more".into()))
+    }
+}
+
+#[tokio::test]
+async fn panics_timeouts_bad_args_and_handler_cancels() {
+    let db = TestDb::new().await;
+    let p = enqueue(&db.pool, &NewJob::new("panics", json!({})).max_attempts(1)).await.unwrap();
+    let s = enqueue(&db.pool, &NewJob::new("slow", json!({})).max_attempts(1)).await.unwrap();
+    let bad = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": "soon"}))).await.unwrap();
+    let c = enqueue(&db.pool, &NewJob::new("cancels", json!({}))).await.unwrap();
+    let after = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
+    let w = start_with(&db.pool, |r| {
+        builtin::register(r);
+        r.register(Panics);
+        r.register(Slow);
+        r.register(Cancels);
+    });
+    wait_all_finished(&db.pool, Duration::from_secs(60)).await;
+    w.stop().await.unwrap();
+    let rp = admin::get_job(&db.pool, p).await.unwrap();
+    assert_eq!(rp.state, "discarded");
+    assert!(rp.errors[0]["error"].as_str().unwrap().contains("handler exploded"));
+    let rs = admin::get_job(&db.pool, s).await.unwrap();
+    assert_eq!(rs.state, "discarded");
+    assert!(rs.errors[0]["error"].as_str().unwrap().contains("timed out"));
+    let rb = admin::get_job(&db.pool, bad).await.unwrap();
+    assert_eq!((rb.state.as_str(), rb.attempt), ("discarded", 1), "bad args are not retried");
+    assert!(rb.errors[0]["error"].as_str().unwrap().contains("invalid args"), "{}", rb.errors);
+    let rc = admin::get_job(&db.pool, c).await.unwrap();
+    assert_eq!(rc.state, "cancelled");
+    assert_eq!(admin::get_job(&db.pool, after).await.unwrap().state, "completed", "the worker survived");
+}
+
+#[tokio::test]
+async fn unknown_kinds_stay_available_and_idle_workers_exit() {
+    let db = TestDb::new().await;
+    let mystery = enqueue(&db.pool, &NewJob::new("mystery", json!({}))).await.unwrap();
+    let known = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
+    let w = start_worker(&db.pool, fast_settings(), |mut b| {
+        builtin::register(b.registry_mut());
+        b.exit_when_idle(true)
+    });
+    tokio::time::timeout(Duration::from_secs(60), w.handle)
+        .await
+        .expect("idle worker exits")
+        .unwrap()
+        .unwrap();
+    assert_eq!(admin::get_job(&db.pool, known).await.unwrap().state, "completed");
+    let m = admin::get_job(&db.pool, mystery).await.unwrap();
+    assert_eq!((m.state.as_str(), m.attempt), ("available", 0));
+    let unhandled = admin::unhandled_kinds(&db.pool, 120.0).await.unwrap();
+    assert_eq!(unhandled.len(), 1);
+    assert_eq!(unhandled[0].kind, "mystery");
+}
+
+#[tokio::test]
+async fn orphaned_running_jobs_are_rescued() {
+    let db = TestDb::new().await;
+    // A job claimed by a worker that died an hour ago, and one out of attempts.
+    let orphan: i64 = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, state, attempt, attempted_at, attempted_by, heartbeat_at) \
+         VALUES ('noop', 'running', 1, now() - interval '1 hour', 'ghost', now() - interval '1 hour') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let spent: i64 = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, state, attempt, max_attempts, attempted_at, attempted_by, heartbeat_at) \
+         VALUES ('noop', 'running', 2, 2, now() - interval '1 hour', 'ghost', now() - interval '1 hour') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let settings = QueueSettings {
+        rescue_after: Duration::from_secs(2),
+        ..fast_settings()
+    };
+    let w = start_worker(&db.pool, settings, |mut b| {
+        builtin::register(b.registry_mut());
+        b
+    });
+    wait_all_finished(&db.pool, Duration::from_secs(60)).await;
+    w.stop().await.unwrap();
+    let o = admin::get_job(&db.pool, orphan).await.unwrap();
+    assert_eq!((o.state.as_str(), o.attempt), ("completed", 2));
+    assert!(o.errors[0]["error"].as_str().unwrap().contains("rescued"));
+    let s = admin::get_job(&db.pool, spent).await.unwrap();
+    assert_eq!(s.state, "discarded");
+}
+
+#[tokio::test]
+async fn a_killed_worker_process_loses_no_job() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 60000}))).await.unwrap();
+    let mut child = spawn_worker_process(&db.url, &[], &[("SKIPLOCK_RESCUE_AFTER", "2s")]);
+    wait_for("job running", Duration::from_secs(60), || async {
+        (admin::get_job(&db.pool, id).await.unwrap().state == "running").then_some(())
+    })
+    .await;
+    sigkill(&child);
+    let _ = child.wait();
+    // Shorten the job so the rescuing worker finishes it quickly.
+    sqlx::query("UPDATE skiplock.jobs SET args = '{\"ms\": 10}' WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let settings = QueueSettings {
+        rescue_after: Duration::from_secs(2),
+        ..fast_settings()
+    };
+    let w = start_worker(&db.pool, settings, |mut b| {
+        builtin::register(b.registry_mut());
+        b
+    });
+    let row = wait_for("completed", Duration::from_secs(60), || async {
+        let r = admin::get_job(&db.pool, id).await.unwrap();
+        (r.state == "completed").then_some(r)
+    })
+    .await;
+    w.stop().await.unwrap();
+    assert_eq!(row.attempt, 2);
+    assert!(row.errors[0]["error"].as_str().unwrap().contains("rescued"));
+}
+
+/// Ignores shutdown: only the grace period's end stops it.
+struct Stubborn;
+impl Handler for Stubborn {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "stubborn"
+    }
+    async fn run(&self, _ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        Ok(Outcome::Complete)
+    }
+}
+
+#[tokio::test]
+async fn graceful_shutdown_returns_unfinished_jobs_without_using_an_attempt() {
+    let db = TestDb::new().await;
+    let stubborn = enqueue(&db.pool, &NewJob::new("stubborn", json!({}))).await.unwrap();
+    let sleeper = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000}))).await.unwrap();
+    let quick = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 1}))).await.unwrap();
+    let settings = QueueSettings {
+        shutdown_grace: Duration::from_millis(500),
+        ..fast_settings()
+    };
+    let w = start_worker(&db.pool, settings, |mut b| {
+        builtin::register(b.registry_mut());
+        b.register(Stubborn)
+    });
+    wait_for("both long jobs running", Duration::from_secs(60), || async {
+        (count_state(&db.pool, "running").await == 2).then_some(())
+    })
+    .await;
+    w.stop().await.unwrap();
+    for id in [stubborn, sleeper] {
+        let r = admin::get_job(&db.pool, id).await.unwrap();
+        assert_eq!((r.state.as_str(), r.attempt), ("available", 0), "job {id}");
+        assert_eq!(r.errors, json!([]));
+    }
+    assert_eq!(admin::get_job(&db.pool, quick).await.unwrap().state, "completed");
+    let workers: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.workers").fetch_one(&db.pool).await.unwrap();
+    assert_eq!(workers, 0, "a clean exit removes the worker row");
+}
+
+#[tokio::test]
+async fn sigterm_stops_a_worker_process_cleanly() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000}))).await.unwrap();
+    let mut child = spawn_worker_process(&db.url, &[], &[]);
+    wait_for("job running", Duration::from_secs(60), || async {
+        (admin::get_job(&db.pool, id).await.unwrap().state == "running").then_some(())
+    })
+    .await;
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let r = admin::get_job(&db.pool, id).await.unwrap();
+    assert_eq!((r.state.as_str(), r.attempt), ("available", 0));
+}
+
+#[tokio::test]
+async fn notify_starts_a_job_long_before_the_poll_would() {
+    let db = TestDb::new().await;
+    let settings = QueueSettings {
+        poll_interval: Duration::from_secs(60),
+        ..fast_settings()
+    };
+    let w = start_worker(&db.pool, settings, |mut b| {
+        builtin::register(b.registry_mut());
+        b
+    });
+    // Wait until the worker is listening.
+    let name = db.name.clone();
+    wait_for("LISTEN", Duration::from_secs(60), || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'",
+        )
+        .bind(&name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (n > 0).then_some(())
+    })
+    .await;
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
+    let row = wait_for("completed", Duration::from_secs(50), || async {
+        let r = admin::get_job(&db.pool, id).await.unwrap();
+        (r.state == "completed").then_some(r)
+    })
+    .await;
+    w.stop().await.unwrap();
+    let waited = row.attempted_at.unwrap() - row.created_at;
+    // The only other way to start it is the 60 s poll; 30 s leaves room for a loaded machine.
+    assert!(waited < chrono::Duration::seconds(30), "started after {waited}");
+}
+
+/// Waits until its job is taken away, then returns an error (which must be ignored).
+struct UntilLost;
+impl Handler for UntilLost {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "until_lost"
+    }
+    async fn run(&self, ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
+        ctx.lost().await;
+        sqlx::query("INSERT INTO executions (job_id, worker) VALUES ($1, 'lost')")
+            .bind(ctx.id)
+            .execute(&ctx.pool)
+            .await?;
+        Err(JobError::retry("lost"))
+    }
+}
+
+#[tokio::test]
+async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
+    let db = TestDb::new().await;
+    executions_table(&db).await;
+    let id = enqueue(&db.pool, &NewJob::new("until_lost", json!({}))).await.unwrap();
+    let settings = QueueSettings {
+        rescue_after: Duration::from_millis(400),
+        ..fast_settings()
+    };
+    let w = start_worker(&db.pool, settings, |b| b.register(UntilLost));
+    wait_for("running", Duration::from_secs(60), || async {
+        (admin::get_job(&db.pool, id).await.unwrap().state == "running").then_some(())
+    })
+    .await;
+    admin::cancel(&db.pool, id).await.unwrap();
+    // The heartbeat notices and the handler returns; its late error must not apply.
+    wait_for("the handler to see it lost its job", Duration::from_secs(60), || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM executions WHERE worker = 'lost'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        (n == 1).then_some(())
+    })
+    .await;
+    w.stop().await.unwrap();
+    let r = admin::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(r.state, "cancelled");
+    assert_eq!(r.errors, json!([]));
+}
