@@ -49,10 +49,9 @@ pub fn parse_queues(s: &str) -> std::result::Result<BTreeMap<String, usize>, Str
         let n = if n.is_empty() {
             DEFAULT_QUEUE_CONCURRENCY
         } else {
-            n.parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| format!("queue {name:?}: concurrency {n:?} is not a positive whole number"))?
+            n.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                format!("queue {name:?}: concurrency {n:?} is not a positive whole number")
+            })?
         };
         out.insert(name.to_string(), n);
     }
@@ -91,7 +90,10 @@ pub fn env_bool(name: &str, default: bool) -> Result<bool> {
         Some(v) => match v.trim().to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" | "on" => Ok(true),
             "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(Error::config(name, format!("{v:?} is not a boolean (true or false)"))),
+            _ => Err(Error::config(
+                name,
+                format!("{v:?} is not a boolean (true or false)"),
+            )),
         },
     }
 }
@@ -196,7 +198,8 @@ impl QueueSettings {
             shutdown_grace: env_duration("SKIPLOCK_SHUTDOWN_GRACE", d.shutdown_grace)?,
             backoff_unit: env_duration("SKIPLOCK_BACKOFF_UNIT", d.backoff_unit)?,
             backoff_max: env_duration("SKIPLOCK_BACKOFF_MAX", d.backoff_max)?,
-            max_connections: env_usize("SKIPLOCK_MAX_CONNECTIONS", d.max_connections as usize)? as u32,
+            max_connections: env_usize("SKIPLOCK_MAX_CONNECTIONS", d.max_connections as usize)?
+                as u32,
         };
         s.validate()?;
         Ok(s)
@@ -205,16 +208,28 @@ impl QueueSettings {
     /// Checks values that parse but make no sense.
     pub fn validate(&self) -> Result<()> {
         if self.poll_interval < Duration::from_millis(10) {
-            return Err(Error::config("SKIPLOCK_POLL_INTERVAL", "must be at least 10ms"));
+            return Err(Error::config(
+                "SKIPLOCK_POLL_INTERVAL",
+                "must be at least 10ms",
+            ));
         }
         if self.rescue_after < Duration::from_millis(200) {
-            return Err(Error::config("SKIPLOCK_RESCUE_AFTER", "must be at least 200ms"));
+            return Err(Error::config(
+                "SKIPLOCK_RESCUE_AFTER",
+                "must be at least 200ms",
+            ));
         }
         if self.job_timeout.is_zero() {
-            return Err(Error::config("SKIPLOCK_JOB_TIMEOUT", "must be more than 0s"));
+            return Err(Error::config(
+                "SKIPLOCK_JOB_TIMEOUT",
+                "must be more than 0s",
+            ));
         }
         if self.max_connections < 2 {
-            return Err(Error::config("SKIPLOCK_MAX_CONNECTIONS", "must be at least 2"));
+            return Err(Error::config(
+                "SKIPLOCK_MAX_CONNECTIONS",
+                "must be at least 2",
+            ));
         }
         Ok(())
     }
@@ -228,8 +243,14 @@ mod tests {
     fn durations_parse_in_the_usual_units() {
         assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_duration("48h").unwrap(), Duration::from_secs(48 * 3600));
-        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
+        assert_eq!(
+            parse_duration("48h").unwrap(),
+            Duration::from_secs(48 * 3600)
+        );
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86400)
+        );
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
         assert!(parse_duration("abc").unwrap_err().contains("abc"));

@@ -12,7 +12,10 @@ use crate::error::{Error, Result};
 /// that names the (redacted) URL when the database cannot be reached.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
     let opts: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
-        Error::config("DATABASE_URL", format!("{}: {}", redact_url(url), scrub(&e.to_string(), url)))
+        Error::config(
+            "DATABASE_URL",
+            format!("{}: {}", redact_url(url), scrub(&e.to_string(), url)),
+        )
     })?;
     let opts = opts.application_name("skiplock");
     PgPoolOptions::new()
@@ -32,7 +35,10 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
 
 /// Replaces the URL's password, wherever it appears in `text`, with `***`.
 pub fn scrub(text: &str, url: &str) -> String {
-    match url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_string)) {
+    match url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.password().map(str::to_string))
+    {
         Some(p) if !p.is_empty() => {
             let decoded = url::form_urlencoded::parse(format!("x={p}").as_bytes())
                 .next()

@@ -11,12 +11,30 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// The SQL API files, applied in this order after the migrations.
 pub const API_FILES: &[(&str, &str)] = &[
-    ("sql/api/10_core.sql", include_str!("../sql/api/10_core.sql")),
-    ("sql/api/20_fetch.sql", include_str!("../sql/api/20_fetch.sql")),
-    ("sql/api/30_pack.sql", include_str!("../sql/api/30_pack.sql")),
-    ("sql/api/40_packets.sql", include_str!("../sql/api/40_packets.sql")),
-    ("sql/api/50_maintenance.sql", include_str!("../sql/api/50_maintenance.sql")),
-    ("sql/api/90_roles.sql", include_str!("../sql/api/90_roles.sql")),
+    (
+        "sql/api/10_core.sql",
+        include_str!("../sql/api/10_core.sql"),
+    ),
+    (
+        "sql/api/20_fetch.sql",
+        include_str!("../sql/api/20_fetch.sql"),
+    ),
+    (
+        "sql/api/30_pack.sql",
+        include_str!("../sql/api/30_pack.sql"),
+    ),
+    (
+        "sql/api/40_packets.sql",
+        include_str!("../sql/api/40_packets.sql"),
+    ),
+    (
+        "sql/api/50_maintenance.sql",
+        include_str!("../sql/api/50_maintenance.sql"),
+    ),
+    (
+        "sql/api/90_roles.sql",
+        include_str!("../sql/api/90_roles.sql"),
+    ),
 ];
 
 /// Applies the migrations and (re)installs the SQL API, under an advisory lock so several

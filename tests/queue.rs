@@ -29,15 +29,24 @@ async fn state_of(db: &TestDb, id: i64) -> String {
 #[tokio::test]
 async fn enqueue_claim_and_complete() {
     let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("noop", json!({"a": 1}))).await.unwrap();
-    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1").await.unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({"a": 1})))
+        .await
+        .unwrap();
+    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1")
+        .await
+        .unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].id, id);
     assert_eq!(jobs[0].attempt, 1);
     assert_eq!(jobs[0].args, json!({"a": 1}));
     assert_eq!(state_of(&db, id).await, "running");
     // Nothing left to claim.
-    assert!(claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1").await.unwrap().is_empty());
+    assert!(
+        claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let ack = Ack {
         id,
         attempt: 1,
@@ -58,34 +67,52 @@ async fn enqueue_claim_and_complete() {
 #[tokio::test]
 async fn claim_respects_queue_kind_schedule_and_priority() {
     let db = TestDb::new().await;
-    let low = enqueue(&db.pool, &NewJob::new("noop", json!({})).priority(5)).await.unwrap();
-    let high = enqueue(&db.pool, &NewJob::new("noop", json!({})).priority(-1)).await.unwrap();
-    let _other_queue = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("other")).await.unwrap();
-    let _other_kind = enqueue(&db.pool, &NewJob::new("mystery", json!({}))).await.unwrap();
+    let low = enqueue(&db.pool, &NewJob::new("noop", json!({})).priority(5))
+        .await
+        .unwrap();
+    let high = enqueue(&db.pool, &NewJob::new("noop", json!({})).priority(-1))
+        .await
+        .unwrap();
+    let _other_queue = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("other"))
+        .await
+        .unwrap();
+    let _other_kind = enqueue(&db.pool, &NewJob::new("mystery", json!({})))
+        .await
+        .unwrap();
     let _future = enqueue(
         &db.pool,
         &NewJob::new("noop", json!({})).run_at(Utc::now() + chrono::Duration::hours(1)),
     )
     .await
     .unwrap();
-    let first = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w").await.unwrap();
+    let first = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w")
+        .await
+        .unwrap();
     assert_eq!(first[0].id, high, "smaller priority runs first");
-    let rest = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w").await.unwrap();
+    let rest = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w")
+        .await
+        .unwrap();
     assert_eq!(rest.iter().map(|j| j.id).collect::<Vec<_>>(), vec![low]);
 }
 
 #[tokio::test]
 async fn acks_are_fenced_by_attempt() {
     let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
-    claim(&db.pool, "default", &kinds(&["noop"]), 1, "w1").await.unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    claim(&db.pool, "default", &kinds(&["noop"]), 1, "w1")
+        .await
+        .unwrap();
     // The job is rescued and claimed again (attempt 2) by another worker.
     sqlx::query("UPDATE skiplock.jobs SET state = 'available' WHERE id = $1")
         .bind(id)
         .execute(&db.pool)
         .await
         .unwrap();
-    let again = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w2").await.unwrap();
+    let again = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w2")
+        .await
+        .unwrap();
     assert_eq!(again[0].attempt, 2);
     let late = Ack {
         id,
@@ -96,7 +123,10 @@ async fn acks_are_fenced_by_attempt() {
         error: Some("late".into()),
         result: None,
     };
-    assert!(ack_many(&db.pool, &[late]).await.unwrap().is_empty(), "late ack must not apply");
+    assert!(
+        ack_many(&db.pool, &[late]).await.unwrap().is_empty(),
+        "late ack must not apply"
+    );
     assert_eq!(state_of(&db, id).await, "running");
     let current = Ack {
         id,
@@ -114,9 +144,15 @@ async fn acks_are_fenced_by_attempt() {
 #[tokio::test]
 async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
     let db = TestDb::new().await;
-    let a = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
-    let b = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
-    claim(&db.pool, "default", &kinds(&["noop"]), 2, "w").await.unwrap();
+    let a = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    let b = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    claim(&db.pool, "default", &kinds(&["noop"]), 2, "w")
+        .await
+        .unwrap();
     let later = Utc::now() + chrono::Duration::seconds(30);
     let acks = vec![
         Ack {
@@ -155,18 +191,29 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
 #[tokio::test]
 async fn unique_key_keep_and_replace() {
     let db = TestDb::new().await;
-    let first = enqueue(&db.pool, &NewJob::new("noop", json!({"v": 1})).unique_key("k", OnConflict::Keep))
-        .await
-        .unwrap();
-    let kept = enqueue(&db.pool, &NewJob::new("noop", json!({"v": 2})).unique_key("k", OnConflict::Keep))
-        .await
-        .unwrap();
+    let first = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({"v": 1})).unique_key("k", OnConflict::Keep),
+    )
+    .await
+    .unwrap();
+    let kept = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({"v": 2})).unique_key("k", OnConflict::Keep),
+    )
+    .await
+    .unwrap();
     assert_eq!(first, kept);
-    assert_eq!(admin::get_job(&db.pool, first).await.unwrap().args, json!({"v": 1}));
+    assert_eq!(
+        admin::get_job(&db.pool, first).await.unwrap().args,
+        json!({"v": 1})
+    );
     let later = Utc::now() + chrono::Duration::minutes(5);
     let replaced = enqueue(
         &db.pool,
-        &NewJob::new("noop", json!({"v": 3})).run_at(later).unique_key("k", OnConflict::Replace),
+        &NewJob::new("noop", json!({"v": 3}))
+            .run_at(later)
+            .unique_key("k", OnConflict::Replace),
     )
     .await
     .unwrap();
@@ -174,7 +221,10 @@ async fn unique_key_keep_and_replace() {
     let row = admin::get_job(&db.pool, first).await.unwrap();
     assert_eq!(row.args, json!({"v": 3}));
     assert!((row.scheduled_at - later).num_milliseconds().abs() < 5);
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs").fetch_one(&db.pool).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(n, 1);
     // Once the holder runs, the key is free for a new available job.
     sqlx::query("UPDATE skiplock.jobs SET state = 'running' WHERE id = $1")
@@ -182,9 +232,12 @@ async fn unique_key_keep_and_replace() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let fresh = enqueue(&db.pool, &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep))
-        .await
-        .unwrap();
+    let fresh = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep),
+    )
+    .await
+    .unwrap();
     assert_ne!(fresh, first);
 }
 
@@ -197,10 +250,17 @@ async fn unique_key_is_safe_under_concurrent_callers() {
         tasks.push(tokio::spawn(async move {
             let mut ids = Vec::new();
             for j in 0..25 {
-                let mode = if (i + j) % 2 == 0 { OnConflict::Keep } else { OnConflict::Replace };
-                let id = enqueue(&pool, &NewJob::new("noop", json!({"i": i, "j": j})).unique_key("hot", mode))
-                    .await
-                    .expect("no unique violation may leak out");
+                let mode = if (i + j) % 2 == 0 {
+                    OnConflict::Keep
+                } else {
+                    OnConflict::Replace
+                };
+                let id = enqueue(
+                    &pool,
+                    &NewJob::new("noop", json!({"i": i, "j": j})).unique_key("hot", mode),
+                )
+                .await
+                .expect("no unique violation may leak out");
                 ids.push(id);
             }
             ids
@@ -211,7 +271,10 @@ async fn unique_key_is_safe_under_concurrent_callers() {
         all.extend(t.await.unwrap());
     }
     assert_eq!(all.len(), 1, "every caller got the same job");
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs").fetch_one(&db.pool).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(n, 1);
 }
 
@@ -219,7 +282,9 @@ async fn unique_key_is_safe_under_concurrent_callers() {
 async fn enqueue_many_returns_ids_in_order() {
     let db = TestDb::new().await;
     let args: Vec<_> = (0..100).map(|i| json!({"n": i})).collect();
-    let ids = enqueue_many(&db.pool, "noop", &args, "bulk", None, 0).await.unwrap();
+    let ids = enqueue_many(&db.pool, "noop", &args, "bulk", None, 0)
+        .await
+        .unwrap();
     assert_eq!(ids.len(), 100);
     for (i, id) in ids.iter().enumerate() {
         let row = admin::get_job(&db.pool, *id).await.unwrap();
@@ -236,11 +301,26 @@ async fn the_sql_api_rejects_bad_input_with_clear_errors() {
     let db = TestDb::new().await;
     let cases: Vec<(&str, &str)> = vec![
         ("SELECT skiplock.enqueue('')", "kind must not be empty"),
-        ("SELECT skiplock.enqueue('noop', '[1,2]')", "must be a JSON object"),
-        ("SELECT skiplock.enqueue('noop', '{}', max_attempts => -1)", "max_attempts must be at least 1"),
-        ("SELECT skiplock.enqueue('noop', '{}', unique_key => 'k', on_conflict => 'merge')", "on_conflict must be"),
-        ("SELECT skiplock.enqueue('noop', '{}', queue => '')", "queue name"),
-        ("SELECT skiplock.enqueue('noop', jsonb_build_object('x', repeat('a', 600000)))", "at most 524288"),
+        (
+            "SELECT skiplock.enqueue('noop', '[1,2]')",
+            "must be a JSON object",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', '{}', max_attempts => -1)",
+            "max_attempts must be at least 1",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', '{}', unique_key => 'k', on_conflict => 'merge')",
+            "on_conflict must be",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', '{}', queue => '')",
+            "queue name",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', jsonb_build_object('x', repeat('a', 600000)))",
+            "at most 524288",
+        ),
         ("SELECT skiplock.cancel(424242)", "does not exist"),
         ("SELECT skiplock.retry(424242)", "does not exist"),
     ];
@@ -256,18 +336,26 @@ async fn the_sql_api_rejects_bad_input_with_clear_errors() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(admin::get_job(&db.pool, id).await.unwrap().kind, "'; DROP TABLE skiplock.jobs; --");
+    assert_eq!(
+        admin::get_job(&db.pool, id).await.unwrap().kind,
+        "'; DROP TABLE skiplock.jobs; --"
+    );
     // Priority overflow is a type error from Postgres, not a silent wrap.
-    assert!(sqlx::query("SELECT skiplock.enqueue('noop', '{}', priority => 99999)")
-        .execute(&db.pool)
-        .await
-        .is_err());
+    assert!(
+        sqlx::query("SELECT skiplock.enqueue('noop', '{}', priority => 99999)")
+            .execute(&db.pool)
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]
 async fn cancel_and_retry() {
     let db = TestDb::new().await;
-    let id: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('noop')").fetch_one(&db.pool).await.unwrap();
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('noop')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     admin::cancel(&db.pool, id).await.unwrap();
     assert_eq!(state_of(&db, id).await, "cancelled");
     let e = admin::cancel(&db.pool, id).await.unwrap_err().to_string();
@@ -293,7 +381,10 @@ async fn cancel_and_retry() {
 async fn queue_stats_view_works_from_plain_sql() {
     let db = TestDb::new().await;
     for _ in 0..3 {
-        sqlx::query("SELECT skiplock.enqueue('noop', '{}', 'q1')").execute(&db.pool).await.unwrap();
+        sqlx::query("SELECT skiplock.enqueue('noop', '{}', 'q1')")
+            .execute(&db.pool)
+            .await
+            .unwrap();
     }
     let (count,): (i64,) = sqlx::query_as(
         "SELECT count FROM skiplock.queue_stats WHERE queue = 'q1' AND state = 'available'",
@@ -312,7 +403,9 @@ async fn queue_stats_view_works_from_plain_sql() {
 #[tokio::test]
 async fn migrate_is_idempotent_and_detects_missing_schema() {
     let db = TestDb::empty().await;
-    let e = skiplock::schema::ensure_migrated(&db.pool).await.unwrap_err();
+    let e = skiplock::schema::ensure_migrated(&db.pool)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("skiplock migrate"), "{e}");
     skiplock::schema::migrate(&db.pool).await.unwrap();
     skiplock::schema::migrate(&db.pool).await.unwrap();

@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::json;
 use skiplock::config::QueueSettings;
 use skiplock::queue::{NewJob, admin, enqueue, enqueue_many};
-use skiplock::worker::{HandlerResult, JobContext, JobError, Outcome, builtin};
 use skiplock::worker::handler::Handler;
+use skiplock::worker::{HandlerResult, JobContext, JobError, Outcome, builtin};
 use sqlx::postgres::PgPoolOptions;
 use support::*;
 
@@ -45,10 +45,16 @@ async fn eight_workers_complete_5000_jobs_exactly_once() {
     let db = TestDb::new().await;
     executions_table(&db).await;
     let args: Vec<_> = (0..5000).map(|i| json!({"i": i})).collect();
-    enqueue_many(&db.pool, "record", &args, "default", None, 0).await.unwrap();
+    enqueue_many(&db.pool, "record", &args, "default", None, 0)
+        .await
+        .unwrap();
     let mut workers = Vec::new();
     for _ in 0..8 {
-        let pool = PgPoolOptions::new().max_connections(3).connect(&db.url).await.unwrap();
+        let pool = PgPoolOptions::new()
+            .max_connections(3)
+            .connect(&db.url)
+            .await
+            .unwrap();
         let settings = QueueSettings {
             rescue_after: Duration::from_secs(120),
             ..fast_settings()
@@ -64,7 +70,11 @@ async fn eight_workers_complete_5000_jobs_exactly_once() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    assert_eq!((total, distinct), (5000, 5000), "every job ran exactly once");
+    assert_eq!(
+        (total, distinct),
+        (5000, 5000),
+        "every job ran exactly once"
+    );
     assert_eq!(count_state(&db.pool, "completed").await, 5000);
     let workers_used: i64 = sqlx::query_scalar("SELECT count(DISTINCT worker) FROM executions")
         .fetch_one(&db.pool)
@@ -76,9 +86,12 @@ async fn eight_workers_complete_5000_jobs_exactly_once() {
 #[tokio::test]
 async fn errors_retry_with_backoff_then_discard() {
     let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("fail", json!({"message": "nope"})).max_attempts(3))
-        .await
-        .unwrap();
+    let id = enqueue(
+        &db.pool,
+        &NewJob::new("fail", json!({"message": "nope"})).max_attempts(3),
+    )
+    .await
+    .unwrap();
     let w = start_with(&db.pool, builtin::register);
     let row = wait_for("discarded", Duration::from_secs(60), || async {
         let r = admin::get_job(&db.pool, id).await.unwrap();
@@ -99,7 +112,9 @@ async fn errors_retry_with_backoff_then_discard() {
 #[tokio::test]
 async fn a_retry_is_scheduled_by_the_backoff() {
     let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("fail", json!({}))).await.unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("fail", json!({})))
+        .await
+        .unwrap();
     let settings = QueueSettings {
         backoff_unit: Duration::from_secs(3600),
         ..fast_settings()
@@ -116,7 +131,10 @@ async fn a_retry_is_scheduled_by_the_backoff() {
     w.stop().await.unwrap();
     let wait = row.scheduled_at - row.attempted_at.unwrap();
     // attempt 1: 1^4 x 1h, +-10% jitter
-    assert!(wait >= chrono::Duration::minutes(53) && wait <= chrono::Duration::minutes(67), "{wait}");
+    assert!(
+        wait >= chrono::Duration::minutes(53) && wait <= chrono::Duration::minutes(67),
+        "{wait}"
+    );
 }
 
 /// Snoozes until it has been called `n` times, then completes.
@@ -138,7 +156,9 @@ impl Handler for SnoozeN {
 #[tokio::test]
 async fn snooze_does_not_use_up_attempts() {
     let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("snoozer", json!({})).max_attempts(1)).await.unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("snoozer", json!({})).max_attempts(1))
+        .await
+        .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     let w = start_with(&db.pool, move |r| {
@@ -195,11 +215,21 @@ impl Handler for Cancels {
 #[tokio::test]
 async fn panics_timeouts_bad_args_and_handler_cancels() {
     let db = TestDb::new().await;
-    let p = enqueue(&db.pool, &NewJob::new("panics", json!({})).max_attempts(1)).await.unwrap();
-    let s = enqueue(&db.pool, &NewJob::new("slow", json!({})).max_attempts(1)).await.unwrap();
-    let bad = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": "soon"}))).await.unwrap();
-    let c = enqueue(&db.pool, &NewJob::new("cancels", json!({}))).await.unwrap();
-    let after = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
+    let p = enqueue(&db.pool, &NewJob::new("panics", json!({})).max_attempts(1))
+        .await
+        .unwrap();
+    let s = enqueue(&db.pool, &NewJob::new("slow", json!({})).max_attempts(1))
+        .await
+        .unwrap();
+    let bad = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": "soon"})))
+        .await
+        .unwrap();
+    let c = enqueue(&db.pool, &NewJob::new("cancels", json!({})))
+        .await
+        .unwrap();
+    let after = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
     let w = start_with(&db.pool, |r| {
         builtin::register(r);
         r.register(Panics);
@@ -210,23 +240,52 @@ async fn panics_timeouts_bad_args_and_handler_cancels() {
     w.stop().await.unwrap();
     let rp = admin::get_job(&db.pool, p).await.unwrap();
     assert_eq!(rp.state, "discarded");
-    assert!(rp.errors[0]["error"].as_str().unwrap().contains("handler exploded"));
+    assert!(
+        rp.errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("handler exploded")
+    );
     let rs = admin::get_job(&db.pool, s).await.unwrap();
     assert_eq!(rs.state, "discarded");
-    assert!(rs.errors[0]["error"].as_str().unwrap().contains("timed out"));
+    assert!(
+        rs.errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out")
+    );
     let rb = admin::get_job(&db.pool, bad).await.unwrap();
-    assert_eq!((rb.state.as_str(), rb.attempt), ("discarded", 1), "bad args are not retried");
-    assert!(rb.errors[0]["error"].as_str().unwrap().contains("invalid args"), "{}", rb.errors);
+    assert_eq!(
+        (rb.state.as_str(), rb.attempt),
+        ("discarded", 1),
+        "bad args are not retried"
+    );
+    assert!(
+        rb.errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid args"),
+        "{}",
+        rb.errors
+    );
     let rc = admin::get_job(&db.pool, c).await.unwrap();
     assert_eq!(rc.state, "cancelled");
-    assert_eq!(admin::get_job(&db.pool, after).await.unwrap().state, "completed", "the worker survived");
+    assert_eq!(
+        admin::get_job(&db.pool, after).await.unwrap().state,
+        "completed",
+        "the worker survived"
+    );
 }
 
 #[tokio::test]
 async fn unknown_kinds_stay_available_and_idle_workers_exit() {
     let db = TestDb::new().await;
-    let mystery = enqueue(&db.pool, &NewJob::new("mystery", json!({}))).await.unwrap();
-    let known = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
+    let mystery = enqueue(&db.pool, &NewJob::new("mystery", json!({})))
+        .await
+        .unwrap();
+    let known = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
     let w = start_worker(&db.pool, fast_settings(), |mut b| {
         builtin::register(b.registry_mut());
         b.exit_when_idle(true)
@@ -236,7 +295,10 @@ async fn unknown_kinds_stay_available_and_idle_workers_exit() {
         .expect("idle worker exits")
         .unwrap()
         .unwrap();
-    assert_eq!(admin::get_job(&db.pool, known).await.unwrap().state, "completed");
+    assert_eq!(
+        admin::get_job(&db.pool, known).await.unwrap().state,
+        "completed"
+    );
     let m = admin::get_job(&db.pool, mystery).await.unwrap();
     assert_eq!((m.state.as_str(), m.attempt), ("available", 0));
     let unhandled = admin::unhandled_kinds(&db.pool, 120.0).await.unwrap();
@@ -282,7 +344,9 @@ async fn orphaned_running_jobs_are_rescued() {
 #[tokio::test]
 async fn a_killed_worker_process_loses_no_job() {
     let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 60000}))).await.unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 60000})))
+        .await
+        .unwrap();
     let mut child = spawn_worker_process(&db.url, &[], &[("SKIPLOCK_RESCUE_AFTER", "2s")]);
     wait_for("job running", Duration::from_secs(60), || async {
         (admin::get_job(&db.pool, id).await.unwrap().state == "running").then_some(())
@@ -330,9 +394,15 @@ impl Handler for Stubborn {
 #[tokio::test]
 async fn graceful_shutdown_returns_unfinished_jobs_without_using_an_attempt() {
     let db = TestDb::new().await;
-    let stubborn = enqueue(&db.pool, &NewJob::new("stubborn", json!({}))).await.unwrap();
-    let sleeper = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000}))).await.unwrap();
-    let quick = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 1}))).await.unwrap();
+    let stubborn = enqueue(&db.pool, &NewJob::new("stubborn", json!({})))
+        .await
+        .unwrap();
+    let sleeper = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
+        .await
+        .unwrap();
+    let quick = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 1})))
+        .await
+        .unwrap();
     let settings = QueueSettings {
         shutdown_grace: Duration::from_millis(500),
         ..fast_settings()
@@ -341,9 +411,11 @@ async fn graceful_shutdown_returns_unfinished_jobs_without_using_an_attempt() {
         builtin::register(b.registry_mut());
         b.register(Stubborn)
     });
-    wait_for("both long jobs running", Duration::from_secs(60), || async {
-        (count_state(&db.pool, "running").await == 2).then_some(())
-    })
+    wait_for(
+        "both long jobs running",
+        Duration::from_secs(60),
+        || async { (count_state(&db.pool, "running").await == 2).then_some(()) },
+    )
     .await;
     w.stop().await.unwrap();
     for id in [stubborn, sleeper] {
@@ -351,15 +423,23 @@ async fn graceful_shutdown_returns_unfinished_jobs_without_using_an_attempt() {
         assert_eq!((r.state.as_str(), r.attempt), ("available", 0), "job {id}");
         assert_eq!(r.errors, json!([]));
     }
-    assert_eq!(admin::get_job(&db.pool, quick).await.unwrap().state, "completed");
-    let workers: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.workers").fetch_one(&db.pool).await.unwrap();
+    assert_eq!(
+        admin::get_job(&db.pool, quick).await.unwrap().state,
+        "completed"
+    );
+    let workers: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.workers")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(workers, 0, "a clean exit removes the worker row");
 }
 
 #[tokio::test]
 async fn sigterm_stops_a_worker_process_cleanly() {
     let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000}))).await.unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
+        .await
+        .unwrap();
     let mut child = spawn_worker_process(&db.url, &[], &[]);
     wait_for("job running", Duration::from_secs(60), || async {
         (admin::get_job(&db.pool, id).await.unwrap().state == "running").then_some(())
@@ -396,7 +476,9 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
         (n > 0).then_some(())
     })
     .await;
-    let id = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
     let row = wait_for("completed", Duration::from_secs(50), || async {
         let r = admin::get_job(&db.pool, id).await.unwrap();
         (r.state == "completed").then_some(r)
@@ -405,7 +487,10 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
     w.stop().await.unwrap();
     let waited = row.attempted_at.unwrap() - row.created_at;
     // The only other way to start it is the 60 s poll; 30 s leaves room for a loaded machine.
-    assert!(waited < chrono::Duration::seconds(30), "started after {waited}");
+    assert!(
+        waited < chrono::Duration::seconds(30),
+        "started after {waited}"
+    );
 }
 
 /// Waits until its job is taken away, then returns an error (which must be ignored).
@@ -429,7 +514,9 @@ impl Handler for UntilLost {
 async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
     let db = TestDb::new().await;
     executions_table(&db).await;
-    let id = enqueue(&db.pool, &NewJob::new("until_lost", json!({}))).await.unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("until_lost", json!({})))
+        .await
+        .unwrap();
     let settings = QueueSettings {
         rescue_after: Duration::from_millis(400),
         ..fast_settings()
@@ -441,13 +528,18 @@ async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
     .await;
     admin::cancel(&db.pool, id).await.unwrap();
     // The heartbeat notices and the handler returns; its late error must not apply.
-    wait_for("the handler to see it lost its job", Duration::from_secs(60), || async {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM executions WHERE worker = 'lost'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-        (n == 1).then_some(())
-    })
+    wait_for(
+        "the handler to see it lost its job",
+        Duration::from_secs(60),
+        || async {
+            let n: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM executions WHERE worker = 'lost'")
+                    .fetch_one(&db.pool)
+                    .await
+                    .unwrap();
+            (n == 1).then_some(())
+        },
+    )
     .await;
     w.stop().await.unwrap();
     let r = admin::get_job(&db.pool, id).await.unwrap();

@@ -46,7 +46,10 @@ pub fn parse_args_json(s: &str) -> anyhow::Result<serde_json::Value> {
     let v: serde_json::Value =
         serde_json::from_str(s).map_err(|e| anyhow::anyhow!("invalid ARGS_JSON: {e}"))?;
     if !v.is_object() {
-        bail!("invalid ARGS_JSON: expected a JSON object like {{\"key\": 1}}, got {}", kind_of(&v));
+        bail!(
+            "invalid ARGS_JSON: expected a JSON object like {{\"key\": 1}}, got {}",
+            kind_of(&v)
+        );
     }
     Ok(v)
 }
@@ -64,13 +67,18 @@ fn kind_of(v: &serde_json::Value) -> &'static str {
 
 fn run_at(a: &EnqueueArgs) -> anyhow::Result<Option<DateTime<Utc>>> {
     if let Some(s) = &a.run_at {
-        let t = DateTime::parse_from_rfc3339(s)
-            .map_err(|e| anyhow::anyhow!("invalid --run-at {s:?}: {e} (expected RFC 3339, e.g. 2026-12-01T10:00:00Z)"))?;
+        let t = DateTime::parse_from_rfc3339(s).map_err(|e| {
+            anyhow::anyhow!(
+                "invalid --run-at {s:?}: {e} (expected RFC 3339, e.g. 2026-12-01T10:00:00Z)"
+            )
+        })?;
         return Ok(Some(t.with_timezone(&Utc)));
     }
     if let Some(s) = &a.in_ {
         let d = parse_duration(s).map_err(|e| anyhow::anyhow!("invalid --in: {e}"))?;
-        return Ok(Some(Utc::now() + chrono::Duration::from_std(d).context("--in is too large")?));
+        return Ok(Some(
+            Utc::now() + chrono::Duration::from_std(d).context("--in is too large")?,
+        ));
     }
     Ok(None)
 }
@@ -87,7 +95,10 @@ pub fn sql_api_error(e: crate::Error) -> anyhow::Error {
 pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
     let args = parse_args_json(&a.args)?;
     if a.max_attempts < 1 {
-        bail!("invalid --max-attempts {}: must be at least 1", a.max_attempts);
+        bail!(
+            "invalid --max-attempts {}: must be at least 1",
+            a.max_attempts
+        );
     }
     let when = run_at(&a)?;
     let pool = connect_migrated(url).await?;
@@ -97,7 +108,14 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
         .max_attempts(a.max_attempts);
     job.run_at = when;
     if let Some(k) = &a.unique_key {
-        job = job.unique_key(k.clone(), if a.replace { OnConflict::Replace } else { OnConflict::Keep });
+        job = job.unique_key(
+            k.clone(),
+            if a.replace {
+                OnConflict::Replace
+            } else {
+                OnConflict::Keep
+            },
+        );
     }
     let id = enqueue_job(&pool, &job).await.map_err(sql_api_error)?;
     println!("{id}");
@@ -127,7 +145,10 @@ pub struct JobsArgs {
 /// Lists jobs.
 pub async fn list(url: Option<&str>, a: JobsArgs) -> anyhow::Result<()> {
     let state = match &a.state {
-        Some(s) => Some(s.parse::<JobState>().map_err(|e| anyhow::anyhow!("invalid --state: {e}"))?),
+        Some(s) => Some(
+            s.parse::<JobState>()
+                .map_err(|e| anyhow::anyhow!("invalid --state: {e}"))?,
+        ),
         None => None,
     };
     if a.limit < 1 {
@@ -170,7 +191,16 @@ pub async fn list(url: Option<&str>, a: JobsArgs) -> anyhow::Result<()> {
         })
         .collect();
     print_table(
-        &["ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "SCHEDULED_AT", "ARGS", "LAST_ERROR"],
+        &[
+            "ID",
+            "KIND",
+            "QUEUE",
+            "STATE",
+            "ATTEMPT",
+            "SCHEDULED_AT",
+            "ARGS",
+            "LAST_ERROR",
+        ],
         &table,
     );
     Ok(())
@@ -203,7 +233,10 @@ pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
     println!("scheduled_at:  {}", ts(Some(j.scheduled_at)));
     println!("created_at:    {}", ts(Some(j.created_at)));
     println!("attempted_at:  {}", ts(j.attempted_at));
-    println!("attempted_by:  {}", j.attempted_by.as_deref().unwrap_or("-"));
+    println!(
+        "attempted_by:  {}",
+        j.attempted_by.as_deref().unwrap_or("-")
+    );
     println!("heartbeat_at:  {}", ts(j.heartbeat_at));
     println!("finalized_at:  {}", ts(j.finalized_at));
     println!("unique_key:    {}", j.unique_key.as_deref().unwrap_or("-"));
@@ -284,8 +317,14 @@ pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
     print_table(&["QUEUE", "STATE", "COUNT", "OLDEST_SCHEDULED_AT"], &table);
     println!("live workers: {workers}");
     if !unhandled.is_empty() {
-        let list: Vec<String> = unhandled.iter().map(|u| format!("{} ({})", u.kind, u.count)).collect();
-        println!("available jobs of kinds no live worker handles: {}", list.join(", "));
+        let list: Vec<String> = unhandled
+            .iter()
+            .map(|u| format!("{} ({})", u.kind, u.count))
+            .collect();
+        println!(
+            "available jobs of kinds no live worker handles: {}",
+            list.join(", ")
+        );
     }
     Ok(())
 }

@@ -22,7 +22,8 @@ pub struct WorkerArgs {
 pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     let mut settings = QueueSettings::from_env()?;
     if let Some(q) = &a.queues {
-        settings.queues = Some(parse_queues(q).map_err(|e| anyhow::anyhow!("invalid --queues: {e}"))?);
+        settings.queues =
+            Some(parse_queues(q).map_err(|e| anyhow::anyhow!("invalid --queues: {e}"))?);
     }
     let pool = super::connect(url, settings.max_connections).await?;
     let mut builder = Worker::builder(pool.clone(), settings).exit_when_idle(a.exit_when_idle);

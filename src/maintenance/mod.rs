@@ -28,14 +28,18 @@ pub trait Service: Send + Sync + 'static {
 /// one interval (at most 1 s) so that processes started together do not run in lockstep.
 pub async fn supervise(service: Arc<dyn Service>, pool: PgPool, stop: CancellationToken) {
     let every = service.interval();
-    let first = every.min(Duration::from_secs(1)).mul_f64(rand::random::<f64>());
+    let first = every
+        .min(Duration::from_secs(1))
+        .mul_f64(rand::random::<f64>());
     tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(first) => {} }
     loop {
         let span = tracing::info_span!("maintenance", service = service.name());
         match service.run_once(pool.clone()).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(parent: &span, rows = n, "maintenance run touched rows"),
-            Err(e) => tracing::warn!(parent: &span, error = %e, "maintenance run failed; will try again"),
+            Err(e) => {
+                tracing::warn!(parent: &span, error = %e, "maintenance run failed; will try again")
+            }
         }
         let jittered = every.mul_f64(0.9 + 0.2 * rand::random::<f64>());
         tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(jittered) => {} }

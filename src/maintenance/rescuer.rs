@@ -24,11 +24,12 @@ pub struct Rescuer {
 pub async fn rescue(pool: &PgPool, rescue_after: Duration) -> Result<u64> {
     let mut total = 0u64;
     loop {
-        let rows: Vec<(i64, String, String)> = sqlx::query_as(include_str!("../../sql/queue/rescue.sql"))
-            .bind(rescue_after.as_secs_f64())
-            .bind(BATCH)
-            .fetch_all(pool)
-            .await?;
+        let rows: Vec<(i64, String, String)> =
+            sqlx::query_as(include_str!("../../sql/queue/rescue.sql"))
+                .bind(rescue_after.as_secs_f64())
+                .bind(BATCH)
+                .fetch_all(pool)
+                .await?;
         for (id, kind, state) in &rows {
             tracing::warn!(job.id = id, job.kind = %kind, new_state = %state, "rescued a job whose worker stopped sending heartbeats");
         }
@@ -38,10 +39,12 @@ pub async fn rescue(pool: &PgPool, rescue_after: Duration) -> Result<u64> {
         }
     }
     // Forget worker rows that have been silent for much longer than the rescue timeout.
-    sqlx::query("DELETE FROM skiplock.workers WHERE heartbeat_at < now() - make_interval(secs => $1)")
-        .bind((rescue_after * 10).as_secs_f64().max(600.0))
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "DELETE FROM skiplock.workers WHERE heartbeat_at < now() - make_interval(secs => $1)",
+    )
+    .bind((rescue_after * 10).as_secs_f64().max(600.0))
+    .execute(pool)
+    .await?;
     Ok(total)
 }
 

@@ -23,13 +23,15 @@ pub struct JobFilter {
 
 /// Lists jobs, newest first.
 pub async fn list_jobs<'e, E: PgExecutor<'e>>(exec: E, f: &JobFilter) -> Result<Vec<JobRow>> {
-    Ok(sqlx::query_as::<_, JobRow>(include_str!("../../sql/queue/list_jobs.sql"))
-        .bind(f.state.map(|s| s.as_str()))
-        .bind(&f.kind)
-        .bind(&f.queue)
-        .bind(f.limit.max(1))
-        .fetch_all(exec)
-        .await?)
+    Ok(
+        sqlx::query_as::<_, JobRow>(include_str!("../../sql/queue/list_jobs.sql"))
+            .bind(f.state.map(|s| s.as_str()))
+            .bind(&f.kind)
+            .bind(&f.queue)
+            .bind(f.limit.max(1))
+            .fetch_all(exec)
+            .await?,
+    )
 }
 
 /// One job by id.
@@ -98,15 +100,22 @@ pub struct UnhandledKind {
 
 /// Counts per queue and state.
 pub async fn stats<'e, E: PgExecutor<'e>>(exec: E) -> Result<Vec<QueueStat>> {
-    Ok(sqlx::query_as::<_, QueueStat>(include_str!("../../sql/queue/stats.sql"))
-        .fetch_all(exec)
-        .await?)
+    Ok(
+        sqlx::query_as::<_, QueueStat>(include_str!("../../sql/queue/stats.sql"))
+            .fetch_all(exec)
+            .await?,
+    )
 }
 
 /// Kinds waiting in `available` that no worker seen within `live_secs` can run.
-pub async fn unhandled_kinds<'e, E: PgExecutor<'e>>(exec: E, live_secs: f64) -> Result<Vec<UnhandledKind>> {
-    Ok(sqlx::query_as::<_, UnhandledKind>(include_str!("../../sql/queue/unhandled_kinds.sql"))
-        .bind(live_secs)
-        .fetch_all(exec)
-        .await?)
+pub async fn unhandled_kinds<'e, E: PgExecutor<'e>>(
+    exec: E,
+    live_secs: f64,
+) -> Result<Vec<UnhandledKind>> {
+    Ok(
+        sqlx::query_as::<_, UnhandledKind>(include_str!("../../sql/queue/unhandled_kinds.sql"))
+            .bind(live_secs)
+            .fetch_all(exec)
+            .await?,
+    )
 }

@@ -47,6 +47,9 @@ mod tests {
         assert_eq!(backoff(1000, S, DAY, 1.0), DAY);
         assert_eq!(backoff(0, S, DAY, 0.5), Duration::from_secs(1));
         assert_eq!(backoff(-3, S, DAY, 0.5), Duration::from_secs(1));
-        assert_eq!(backoff(3, Duration::from_millis(10), DAY, 0.5), Duration::from_millis(810));
+        assert_eq!(
+            backoff(3, Duration::from_millis(10), DAY, 0.5),
+            Duration::from_millis(810)
+        );
     }
 }

@@ -28,11 +28,16 @@ pub async fn claim<'e, E: PgExecutor<'e>>(
 }
 
 /// Distinct queues that hold due jobs of `kinds` (for workers that serve every queue).
-pub async fn discover_queues<'e, E: PgExecutor<'e>>(exec: E, kinds: &[String]) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(include_str!("../../sql/queue/discover_queues.sql"))
-        .bind(kinds)
-        .fetch_all(exec)
-        .await?)
+pub async fn discover_queues<'e, E: PgExecutor<'e>>(
+    exec: E,
+    kinds: &[String],
+) -> Result<Vec<String>> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/queue/discover_queues.sql"))
+            .bind(kinds)
+            .fetch_all(exec)
+            .await?,
+    )
 }
 
 /// Whether any job of `kinds` (in `queues`, or any queue when `None`) is claimable now.
@@ -41,9 +46,11 @@ pub async fn has_claimable<'e, E: PgExecutor<'e>>(
     kinds: &[String],
     queues: Option<&[String]>,
 ) -> Result<bool> {
-    Ok(sqlx::query_scalar(include_str!("../../sql/queue/has_claimable.sql"))
-        .bind(kinds)
-        .bind(queues)
-        .fetch_one(exec)
-        .await?)
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/queue/has_claimable.sql"))
+            .bind(kinds)
+            .bind(queues)
+            .fetch_one(exec)
+            .await?,
+    )
 }

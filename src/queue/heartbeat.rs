@@ -6,17 +6,22 @@ use sqlx::PgExecutor;
 use crate::error::Result;
 
 /// Refreshes `heartbeat_at` for `(id, attempt)` pairs; returns the ids still running them.
-pub async fn heartbeat_many<'e, E: PgExecutor<'e>>(exec: E, jobs: &[(i64, i32)]) -> Result<Vec<i64>> {
+pub async fn heartbeat_many<'e, E: PgExecutor<'e>>(
+    exec: E,
+    jobs: &[(i64, i32)],
+) -> Result<Vec<i64>> {
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
     let ids: Vec<i64> = jobs.iter().map(|j| j.0).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
-    Ok(sqlx::query_scalar(include_str!("../../sql/queue/heartbeat_many.sql"))
-        .bind(ids)
-        .bind(attempts)
-        .fetch_all(exec)
-        .await?)
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/queue/heartbeat_many.sql"))
+            .bind(ids)
+            .bind(attempts)
+            .fetch_all(exec)
+            .await?,
+    )
 }
 
 /// Identity of a worker process, as recorded in `skiplock.workers`.

@@ -62,7 +62,9 @@ impl Handler for Fail {
         "fail"
     }
     async fn run(&self, _ctx: JobContext, args: FailArgs) -> HandlerResult {
-        Err(JobError::retry(args.message.unwrap_or_else(|| "failed on purpose".into())))
+        Err(JobError::retry(
+            args.message.unwrap_or_else(|| "failed on purpose".into()),
+        ))
     }
 }
 

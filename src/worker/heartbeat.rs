@@ -41,9 +41,15 @@ pub(crate) async fn beat(shared: &Shared) {
                     let alive: std::collections::HashSet<i64> = alive.into_iter().collect();
                     let running = shared.running.lock().unwrap();
                     for (id, attempt) in pairs.iter().filter(|(id, _)| !alive.contains(id)) {
-                        if let Some(r) = running.get(id).filter(|r| r.attempt == *attempt && r.executing) {
-                            tracing::warn!(job.id = id, job.attempt = attempt,
-                                "job was taken away from this worker (cancelled or rescued); telling its handler to stop");
+                        if let Some(r) = running
+                            .get(id)
+                            .filter(|r| r.attempt == *attempt && r.executing)
+                        {
+                            tracing::warn!(
+                                job.id = id,
+                                job.attempt = attempt,
+                                "job was taken away from this worker (cancelled or rescued); telling its handler to stop"
+                            );
                             r.lost.cancel();
                         }
                     }
@@ -63,9 +69,21 @@ mod tests {
 
     #[test]
     fn interval_is_a_quarter_of_the_rescue_timeout_within_bounds() {
-        assert_eq!(interval_for(Duration::from_secs(60)), Duration::from_secs(15));
-        assert_eq!(interval_for(Duration::from_secs(2)), Duration::from_millis(500));
-        assert_eq!(interval_for(Duration::from_millis(100)), Duration::from_millis(50));
-        assert_eq!(interval_for(Duration::from_secs(3600)), Duration::from_secs(15));
+        assert_eq!(
+            interval_for(Duration::from_secs(60)),
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            interval_for(Duration::from_secs(2)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            interval_for(Duration::from_millis(100)),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            interval_for(Duration::from_secs(3600)),
+            Duration::from_secs(15)
+        );
     }
 }

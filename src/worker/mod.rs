@@ -154,7 +154,12 @@ impl Producers {
         let wake = Arc::new(Notify::new());
         map.insert(queue.to_string(), wake.clone());
         tracing::info!(queue, concurrency = limit, "serving queue");
-        let t = tokio::spawn(producer::run(self.shared.clone(), queue.to_string(), limit, wake));
+        let t = tokio::spawn(producer::run(
+            self.shared.clone(),
+            queue.to_string(),
+            limit,
+            wake,
+        ));
         self.tasks.lock().unwrap().push(t);
     }
 
@@ -268,7 +273,11 @@ impl Worker {
         }
         let listener = {
             let p = producers.clone();
-            tokio::spawn(listen(self.pool.clone(), shared.stop_claiming.clone(), move |w| p.wake(w)))
+            tokio::spawn(listen(
+                self.pool.clone(),
+                shared.stop_claiming.clone(),
+                move |w| p.wake(w),
+            ))
         };
         let discovery = producers.discover.map(|_| {
             let p = producers.clone();
@@ -295,7 +304,11 @@ impl Worker {
         if self.exit_when_idle {
             let sh = shared.clone();
             let idle = idle.clone();
-            let queues: Option<Vec<String>> = self.settings.queues.as_ref().map(|q| q.keys().cloned().collect());
+            let queues: Option<Vec<String>> = self
+                .settings
+                .queues
+                .as_ref()
+                .map(|q| q.keys().cloned().collect());
             tokio::spawn(async move {
                 let every = sh.settings.poll_interval.min(Duration::from_millis(200));
                 let mut idle_checks = 0;
@@ -305,7 +318,9 @@ impl Worker {
                         idle_checks = 0;
                         continue;
                     }
-                    match crate::queue::claim::has_claimable(&sh.pool, &sh.kinds, queues.as_deref()).await {
+                    match crate::queue::claim::has_claimable(&sh.pool, &sh.kinds, queues.as_deref())
+                        .await
+                    {
                         Ok(false) if sh.running.lock().unwrap().is_empty() => {
                             idle_checks += 1;
                             if idle_checks >= 2 {
@@ -340,10 +355,21 @@ impl Worker {
         shared.shutdown.cancel();
         let grace = self.settings.shutdown_grace;
         let deadline = tokio::time::Instant::now() + grace;
-        let executing = |sh: &Shared| sh.running.lock().unwrap().values().filter(|r| r.executing).count();
+        let executing = |sh: &Shared| {
+            sh.running
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|r| r.executing)
+                .count()
+        };
         let n = executing(&shared);
         if n > 0 {
-            tracing::info!(jobs = n, "waiting up to {} for running jobs", humantime::format_duration(grace));
+            tracing::info!(
+                jobs = n,
+                "waiting up to {} for running jobs",
+                humantime::format_duration(grace)
+            );
         }
         while executing(&shared) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -364,12 +390,23 @@ impl Worker {
                 .collect()
         };
         for (id, attempt, max) in leftovers {
-            tracing::warn!(job.id = id, "grace period over; returning the job to the queue");
+            tracing::warn!(
+                job.id = id,
+                "grace period over; returning the job to the queue"
+            );
             let policy = RetryPolicy {
                 unit: self.settings.backoff_unit,
                 max: self.settings.backoff_max,
             };
-            let ack = decide(id, attempt, max, Attempt::Released, chrono::Utc::now(), policy, 0.0);
+            let ack = decide(
+                id,
+                attempt,
+                max,
+                Attempt::Released,
+                chrono::Utc::now(),
+                policy,
+                0.0,
+            );
             let _ = shared.acks.send(ack).await;
         }
 

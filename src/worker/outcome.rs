@@ -118,7 +118,10 @@ pub fn decide(
         if retryable && attempt < max_attempts {
             Ack {
                 state: JobState::Available,
-                scheduled_at: Some(after(now, backoff(attempt, policy.unit, policy.max, jitter))),
+                scheduled_at: Some(after(
+                    now,
+                    backoff(attempt, policy.unit, policy.max, jitter),
+                )),
                 error: Some(message),
                 ..base.clone()
             }
@@ -149,7 +152,10 @@ pub fn decide(
         },
         Attempt::Returned(Err(e)) => fail(e.message, e.retryable),
         Attempt::Panicked(msg) => fail(format!("handler panicked: {msg}"), true),
-        Attempt::TimedOut(d) => fail(format!("timed out after {}", humantime::format_duration(d)), true),
+        Attempt::TimedOut(d) => fail(
+            format!("timed out after {}", humantime::format_duration(d)),
+            true,
+        ),
         Attempt::NoHandler => fail("no handler for this kind on this worker".into(), true),
         Attempt::Released => Ack {
             state: JobState::Available,
@@ -176,34 +182,82 @@ mod tests {
 
     #[test]
     fn success_completes() {
-        let a = decide(7, 1, 25, Attempt::Returned(Ok(Outcome::Complete)), now(), P, 0.5);
+        let a = decide(
+            7,
+            1,
+            25,
+            Attempt::Returned(Ok(Outcome::Complete)),
+            now(),
+            P,
+            0.5,
+        );
         assert_eq!(a.state, JobState::Completed);
         assert_eq!((a.id, a.attempt, a.give_back), (7, 1, false));
         let v = serde_json::json!({"skipped": "x"});
-        let a = decide(7, 1, 25, Attempt::Returned(Ok(Outcome::CompleteWith(v.clone()))), now(), P, 0.5);
+        let a = decide(
+            7,
+            1,
+            25,
+            Attempt::Returned(Ok(Outcome::CompleteWith(v.clone()))),
+            now(),
+            P,
+            0.5,
+        );
         assert_eq!(a.result, Some(v));
     }
 
     #[test]
     fn retryable_error_backs_off_until_attempts_run_out() {
-        let a = decide(1, 2, 3, Attempt::Returned(Err(JobError::retry("boom"))), now(), P, 0.5);
+        let a = decide(
+            1,
+            2,
+            3,
+            Attempt::Returned(Err(JobError::retry("boom"))),
+            now(),
+            P,
+            0.5,
+        );
         assert_eq!(a.state, JobState::Available);
         assert_eq!(a.scheduled_at, Some(now() + chrono::Duration::seconds(16)));
         assert_eq!(a.error.as_deref(), Some("boom"));
-        let a = decide(1, 3, 3, Attempt::Returned(Err(JobError::retry("boom"))), now(), P, 0.5);
+        let a = decide(
+            1,
+            3,
+            3,
+            Attempt::Returned(Err(JobError::retry("boom"))),
+            now(),
+            P,
+            0.5,
+        );
         assert_eq!(a.state, JobState::Discarded);
         assert_eq!(a.error.as_deref(), Some("boom"));
     }
 
     #[test]
     fn discard_error_ends_at_once() {
-        let a = decide(1, 1, 25, Attempt::Returned(Err(JobError::discard("bad args"))), now(), P, 0.5);
+        let a = decide(
+            1,
+            1,
+            25,
+            Attempt::Returned(Err(JobError::discard("bad args"))),
+            now(),
+            P,
+            0.5,
+        );
         assert_eq!(a.state, JobState::Discarded);
     }
 
     #[test]
     fn snooze_gives_the_attempt_back() {
-        let a = decide(1, 4, 25, Attempt::Returned(Ok(Outcome::Snooze(Duration::from_secs(5)))), now(), P, 0.5);
+        let a = decide(
+            1,
+            4,
+            25,
+            Attempt::Returned(Ok(Outcome::Snooze(Duration::from_secs(5)))),
+            now(),
+            P,
+            0.5,
+        );
         assert_eq!(a.state, JobState::Available);
         assert!(a.give_back);
         assert_eq!(a.scheduled_at, Some(now() + chrono::Duration::seconds(5)));
@@ -212,12 +266,28 @@ mod tests {
 
     #[test]
     fn cancel_panic_timeout_and_release() {
-        let a = decide(1, 1, 25, Attempt::Returned(Ok(Outcome::Cancel("no".into()))), now(), P, 0.5);
+        let a = decide(
+            1,
+            1,
+            25,
+            Attempt::Returned(Ok(Outcome::Cancel("no".into()))),
+            now(),
+            P,
+            0.5,
+        );
         assert_eq!(a.state, JobState::Cancelled);
         let a = decide(1, 1, 25, Attempt::Panicked("oops".into()), now(), P, 0.5);
         assert_eq!(a.state, JobState::Available);
         assert!(a.error.unwrap().contains("panicked: oops"));
-        let a = decide(1, 1, 1, Attempt::TimedOut(Duration::from_secs(2)), now(), P, 0.5);
+        let a = decide(
+            1,
+            1,
+            1,
+            Attempt::TimedOut(Duration::from_secs(2)),
+            now(),
+            P,
+            0.5,
+        );
         assert_eq!(a.state, JobState::Discarded);
         assert!(a.error.unwrap().contains("timed out after 2s"));
         let a = decide(1, 1, 1, Attempt::Released, now(), P, 0.5);

@@ -34,7 +34,10 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: 
                     error_delay = Duration::from_millis(100);
                     backlog = jobs.len() == free;
                     for job in jobs {
-                        let permit = slots.clone().try_acquire_owned().expect("free slot counted");
+                        let permit = slots
+                            .clone()
+                            .try_acquire_owned()
+                            .expect("free slot counted");
                         spawn_job(&shared, job, permit, slot_freed.clone());
                     }
                 }
@@ -61,7 +64,12 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: 
     }
 }
 
-fn spawn_job(shared: &Arc<Shared>, job: Job, permit: OwnedSemaphorePermit, slot_freed: Arc<Notify>) {
+fn spawn_job(
+    shared: &Arc<Shared>,
+    job: Job,
+    permit: OwnedSemaphorePermit,
+    slot_freed: Arc<Notify>,
+) {
     let lost = CancellationToken::new();
     let ctx = JobContext {
         id: job.id,
@@ -98,19 +106,32 @@ fn spawn_job(shared: &Arc<Shared>, job: Job, permit: OwnedSemaphorePermit, slot_
         };
         match &attempt {
             Attempt::Returned(Ok(_)) => tracing::debug!(parent: &span, "job finished"),
-            Attempt::Returned(Err(e)) => tracing::warn!(parent: &span, error = %e.message, "job failed"),
+            Attempt::Returned(Err(e)) => {
+                tracing::warn!(parent: &span, error = %e.message, "job failed")
+            }
             other => tracing::warn!(parent: &span, outcome = ?other, "job did not finish normally"),
         }
         let policy = RetryPolicy {
             unit: sh.settings.backoff_unit,
             max: sh.settings.backoff_max,
         };
-        let ack = decide(job.id, job.attempt, job.max_attempts, attempt, chrono::Utc::now(), policy, random_jitter());
+        let ack = decide(
+            job.id,
+            job.attempt,
+            job.max_attempts,
+            attempt,
+            chrono::Utc::now(),
+            policy,
+            random_jitter(),
+        );
         if let Some(r) = sh.running.lock().unwrap().get_mut(&job.id) {
             r.executing = false;
         }
         if sh.acks.send(ack).await.is_err() {
-            tracing::error!(job.id = job.id, "completer gone; the rescuer will return this job");
+            tracing::error!(
+                job.id = job.id,
+                "completer gone; the rescuer will return this job"
+            );
         }
         drop(_permit);
         slot_freed.notify_one();

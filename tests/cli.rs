@@ -1,0 +1,185 @@
+//! The `skiplock` binary: output of the operator commands, and one clear line plus a
+//! non-zero exit for every kind of bad input.
+
+mod support;
+
+use support::*;
+
+fn one_line(stderr: &str) -> String {
+    // Logging is on; the error is the last line and starts with "error:".
+    let last = stderr.lines().last().unwrap_or("").to_string();
+    assert!(last.starts_with("error: "), "stderr: {stderr}");
+    last
+}
+
+#[tokio::test]
+async fn enqueue_list_show_cancel_retry_stats() {
+    let db = TestDb::new().await;
+    let (code, out, err) = run_cmd(
+        &db.url,
+        &[
+            "enqueue",
+            "noop",
+            r#"{"a": 1}"#,
+            "--queue",
+            "q1",
+            "--priority",
+            "-2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let id: i64 = out.trim().parse().expect("prints the id");
+    let (code, out, _) = run_cmd(&db.url, &["jobs", "--state", "available"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("noop") && out.contains("q1"), "{out}");
+    let (code, out, _) = run_cmd(&db.url, &["jobs", "--json", "--queue", "q1"]);
+    assert_eq!(code, 0);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["id"], id);
+    assert_eq!(rows[0]["priority"], -2);
+    let (code, out, _) = run_cmd(&db.url, &["job", &id.to_string()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("state:         available"), "{out}");
+    assert_eq!(run_cmd(&db.url, &["cancel", &id.to_string()]).0, 0);
+    let (code, _, err) = run_cmd(&db.url, &["cancel", &id.to_string()]);
+    assert_eq!(code, 1);
+    assert!(one_line(&err).contains("already cancelled"), "{err}");
+    assert_eq!(run_cmd(&db.url, &["retry", &id.to_string()]).0, 0);
+    let (code, out, _) = run_cmd(&db.url, &["stats", "--json"]);
+    assert_eq!(code, 0);
+    let stats: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(stats["queues"][0]["queue"], "q1");
+    assert_eq!(stats["queues"][0]["count"], 1);
+    // Nobody handles noop right now (no worker is running).
+    assert_eq!(stats["unhandled_kinds"][0]["kind"], "noop");
+    let (code, out, _) = run_cmd(&db.url, &["stats"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("no live worker handles: noop (1)"), "{out}");
+}
+
+#[tokio::test]
+async fn unique_keys_and_run_times_from_the_cli() {
+    let db = TestDb::new().await;
+    let a = run_cmd(&db.url, &["enqueue", "noop", "--unique-key", "k"]).1;
+    let b = run_cmd(
+        &db.url,
+        &[
+            "enqueue",
+            "noop",
+            r#"{"v":2}"#,
+            "--unique-key",
+            "k",
+            "--replace",
+            "--in",
+            "1h",
+        ],
+    )
+    .1;
+    assert_eq!(a, b);
+    let (code, out, _) = run_cmd(&db.url, &["job", a.trim(), "--json"]);
+    assert_eq!(code, 0);
+    let row: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(row["args"]["v"], 2);
+    let (code, _, _) = run_cmd(
+        &db.url,
+        &["enqueue", "noop", "--run-at", "2030-01-01T00:00:00Z"],
+    );
+    assert_eq!(code, 0);
+}
+
+#[tokio::test]
+async fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
+    let db = TestDb::new().await;
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["enqueue", "noop", "{not json"], "invalid ARGS_JSON"),
+        (vec!["enqueue", "noop", "[1,2]"], "expected a JSON object"),
+        (
+            vec!["enqueue", "noop", "--max-attempts", "-1"],
+            "--max-attempts",
+        ),
+        (vec!["enqueue", "noop", "--in", "soon"], "invalid --in"),
+        (
+            vec!["enqueue", "noop", "--run-at", "tomorrow"],
+            "invalid --run-at",
+        ),
+        (vec!["enqueue", ""], "kind must not be empty"),
+        (
+            vec!["jobs", "--state", "done"],
+            "unknown job state \"done\"",
+        ),
+        (vec!["job", "999999"], "job 999999 not found"),
+        (vec!["retry", "999999"], "does not exist"),
+        (
+            vec!["worker", "--queues", "default=zero"],
+            "invalid --queues",
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, _, err) = run_cmd(&db.url, &args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        let line = one_line(&err);
+        assert!(line.contains(want), "{args:?}: {line}");
+        assert!(
+            !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+            "{err}"
+        );
+    }
+    // clap rejects malformed flags itself (exit 2), e.g. an out-of-range priority.
+    let (code, _, err) = run_cmd(&db.url, &["enqueue", "noop", "--priority", "99999"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--priority"), "{err}");
+}
+
+#[tokio::test]
+async fn bad_settings_are_named() {
+    let db = TestDb::new().await;
+    let out = cmd(&db.url)
+        .args(["worker", "--exit-when-idle"])
+        .env("SKIPLOCK_POLL_INTERVAL", "often")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(one_line(&err).contains("SKIPLOCK_POLL_INTERVAL"), "{err}");
+}
+
+#[tokio::test]
+async fn database_problems_are_named_without_the_password() {
+    // Unreachable server.
+    let url = "postgres://alice:hunter2secret@127.0.0.1:1/nowhere";
+    let (code, _, err) = run_cmd(url, &["jobs"]);
+    assert_eq!(code, 1);
+    let line = one_line(&err);
+    assert!(line.contains("cannot connect to the database"), "{line}");
+    assert!(!err.contains("hunter2secret"), "{err}");
+    // Not migrated.
+    let db = TestDb::empty().await;
+    let (code, _, err) = run_cmd(&db.url, &["jobs"]);
+    assert_eq!(code, 1);
+    assert!(one_line(&err).contains("run `skiplock migrate`"), "{err}");
+    let (code, out, _) = run_cmd(&db.url, &["migrate"]);
+    assert_eq!((code, out.trim()), (0, "migrated"));
+    // No DATABASE_URL at all.
+    let out = std::process::Command::new(bin())
+        .arg("jobs")
+        .env_remove("DATABASE_URL")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DATABASE_URL"));
+}
+
+#[tokio::test]
+async fn a_worker_process_drains_and_exits_when_idle() {
+    let db = TestDb::new().await;
+    for _ in 0..20 {
+        assert_eq!(run_cmd(&db.url, &["enqueue", "noop"]).0, 0);
+    }
+    let (code, _, err) = run_cmd(
+        &db.url,
+        &["worker", "--exit-when-idle", "--queues", "default=4"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(count_state(&db.pool, "completed").await, 20);
+}
