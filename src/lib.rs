@@ -8,6 +8,7 @@
 //! [`maintenance`] (rescuer, reaper, retention, periodic jobs), [`workflows`] (built-in
 //! handlers registered exactly as a user's would be), [`cli`] (the `skiplock` command).
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod db;

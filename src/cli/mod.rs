@@ -103,7 +103,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Packet(a) => packets::run(url, a).await,
         Command::Periodic(a) => maintenance::periodic(url, a).await,
         Command::Reap(a) => maintenance::reap(url, a).await,
-        Command::Bench(a) => bench::run(url, a).await,
+        Command::Bench(a) => bench::run_cli(url, a).await,
     }
 }
 
