@@ -33,6 +33,10 @@ pub async fn ack_many<'e, E: PgExecutor<'e>>(exec: E, acks: &[Ack]) -> Result<Ve
     if acks.is_empty() {
         return Ok(Vec::new());
     }
+    // Lock rows in id order, the same order as heartbeat_many, so the two never deadlock.
+    let mut sorted: Vec<&Ack> = acks.iter().collect();
+    sorted.sort_by_key(|a| a.id);
+    let acks = sorted;
     let ids: Vec<i64> = acks.iter().map(|a| a.id).collect();
     let attempts: Vec<i32> = acks.iter().map(|a| a.attempt).collect();
     let states: Vec<&str> = acks.iter().map(|a| a.state.as_str()).collect();

@@ -13,6 +13,9 @@ pub async fn heartbeat_many<'e, E: PgExecutor<'e>>(
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
+    // Lock rows in id order, the same order as ack_many, so the two never deadlock.
+    let mut jobs = jobs.to_vec();
+    jobs.sort_unstable();
     let ids: Vec<i64> = jobs.iter().map(|j| j.0).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
     Ok(

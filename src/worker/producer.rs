@@ -4,7 +4,7 @@
 //! freed slot triggers the next claim at once.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -16,6 +16,10 @@ use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
 use crate::queue::claim::claim;
 
+/// Minimum time between two claims of a busy producer. Bounds the claim rate to a few
+/// hundred statements a second while each claim takes every slot freed meanwhile.
+pub const FETCH_COOLDOWN: Duration = Duration::from_millis(2);
+
 /// Runs the producer of `queue` with `limit` slots until `shared.stop_claiming`.
 pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: Arc<Notify>) {
     let slots = Arc::new(Semaphore::new(limit));
@@ -23,12 +27,24 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: 
     let stop = shared.stop_claiming.clone();
     let mut backlog = true; // try at once on start
     let mut error_delay = Duration::from_millis(100);
+    let mut last_claim = Instant::now() - FETCH_COOLDOWN;
     loop {
         if stop.is_cancelled() {
             break;
         }
-        let free = slots.available_permits();
+        let mut free = slots.available_permits();
         if free > 0 && backlog {
+            let since = last_claim.elapsed();
+            if free < limit && since < FETCH_COOLDOWN {
+                // Busy: let a few more slots free up so the next claim is a batch rather
+                // than one statement per finished job.
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(FETCH_COOLDOWN - since) => {}
+                }
+                free = slots.available_permits();
+            }
+            last_claim = Instant::now();
             match claim(&shared.pool, &queue, &shared.kinds, free, &shared.worker_id).await {
                 Ok(jobs) => {
                     error_delay = Duration::from_millis(100);
@@ -94,22 +110,24 @@ fn spawn_job(
     let sh = shared.clone();
     let id = job.id;
     let handle = tokio::spawn(async move {
-        let span = tracing::info_span!("job", job.id = job.id, job.kind = %job.kind,
-            job.queue = %job.queue, job.attempt = job.attempt);
         let _permit = permit;
         let handler = sh.registry.get(&job.kind).cloned();
+        // A debug-level span: at the default level it costs nothing per job; warnings below
+        // carry the job's fields themselves.
+        let span = tracing::debug_span!("job", job.id = job.id, job.kind = %job.kind,
+            job.queue = %job.queue, job.attempt = job.attempt);
         let attempt = {
             use tracing::Instrument;
             executor::execute(handler, ctx, job.args, sh.settings.job_timeout)
-                .instrument(span.clone())
+                .instrument(span)
                 .await
         };
         match &attempt {
-            Attempt::Returned(Ok(_)) => tracing::debug!(parent: &span, "job finished"),
-            Attempt::Returned(Err(e)) => {
-                tracing::warn!(parent: &span, error = %e.message, "job failed")
-            }
-            other => tracing::warn!(parent: &span, outcome = ?other, "job did not finish normally"),
+            Attempt::Returned(Ok(_)) => {}
+            Attempt::Returned(Err(e)) => tracing::warn!(job.id = job.id, job.kind = %job.kind,
+                job.attempt = job.attempt, error = %e.message, "job failed"),
+            other => tracing::warn!(job.id = job.id, job.kind = %job.kind,
+                job.attempt = job.attempt, outcome = ?other, "job did not finish normally"),
         }
         let policy = RetryPolicy {
             unit: sh.settings.backoff_unit,
