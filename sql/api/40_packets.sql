@@ -208,7 +208,10 @@ BEGIN
         SELECT 1 FROM skiplock.jobs j WHERE j.id = cur_job AND j.state IN ('available', 'running')) THEN
         RETURN 'duplicate:' || cur_job;
     END IF;
-    SELECT count(*) INTO n FROM skiplock.packets p WHERE p.state = 'processing';
+    -- Only packets whose job is running count: one left in processing by a job that is gone
+    -- (cancelled, discarded, rescued back to available) is not processing anything.
+    SELECT count(*) INTO n FROM skiplock.packets p JOIN skiplock.jobs j ON j.id = p.job_id
+    WHERE p.state = 'processing' AND j.state = 'running';
     IF n >= _packet_start.max_processing THEN
         RETURN 'busy';
     END IF;

@@ -165,6 +165,17 @@ async fn run_command(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
+    // which is async-signal-safe. If the worker dies (even by SIGKILL), the processor is
+    // killed too instead of running on unsupervised.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| ProcessorFailure(format!("could not start the processor {program:?}: {e}")))?;
