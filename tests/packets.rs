@@ -36,7 +36,12 @@ fn frames(dir: &Path, name: &str, n: usize) -> PathBuf {
 }
 
 fn settings(processor: Processor, recovery: bool) -> PacketSettings {
-    PacketSettings { concurrency: 1, processor, timeout: Duration::from_secs(30), recovery }
+    PacketSettings {
+        concurrency: 1,
+        processor,
+        timeout: Duration::from_secs(30),
+        recovery,
+    }
 }
 
 fn start_packets(pool: &PgPool, s: PacketSettings) -> RunningWorker {
@@ -55,7 +60,10 @@ async fn wait_state(pool: &PgPool, id: i64, want: PacketState) {
 }
 
 /// (from, to, actor, note) of a packet's history.
-async fn history(pool: &PgPool, id: i64) -> Vec<(Option<PacketState>, PacketState, String, Option<String>)> {
+async fn history(
+    pool: &PgPool,
+    id: i64,
+) -> Vec<(Option<PacketState>, PacketState, String, Option<String>)> {
     packets::events(pool, id)
         .await
         .unwrap()
@@ -75,25 +83,38 @@ async fn full_lifecycle_with_the_builtin_manifest() {
     let src = frames(dir.path(), "p1", 3);
 
     // Submit through the CLI: the packet and its job exist as soon as the command returns.
-    let (code, out, err) = run_cmd(&db.url, &["packet", "submit", path_str(&src), "--name", "reel 1"]);
+    let (code, out, err) = run_cmd(
+        &db.url,
+        &["packet", "submit", path_str(&src), "--name", "reel 1"],
+    );
     assert_eq!(code, 0, "{err}");
     let id: i64 = out.trim().parse().unwrap();
     let p = packets::get(&db.pool, id).await.unwrap();
-    assert_eq!((p.state, p.name.as_deref()), (PacketState::Queued, Some("reel 1")));
+    assert_eq!(
+        (p.state, p.name.as_deref()),
+        (PacketState::Queued, Some("reel 1"))
+    );
     let (kind, queue, args): (String, String, serde_json::Value) =
         sqlx::query_as("SELECT kind, queue, args FROM skiplock.jobs WHERE id = $1")
             .bind(p.job_id.unwrap())
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    assert_eq!((kind.as_str(), queue.as_str()), ("process-packet", "packets"));
+    assert_eq!(
+        (kind.as_str(), queue.as_str()),
+        ("process-packet", "packets")
+    );
     assert_eq!(args["packet_id"], id);
 
     // Empty and missing folders fail with a clear error.
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let empty_id = packets::submit(&db.pool, path_str(&empty), None, None).await.unwrap();
-    let missing_id = packets::submit(&db.pool, path_str(&dir.path().join("gone")), None, None).await.unwrap();
+    let empty_id = packets::submit(&db.pool, path_str(&empty), None, None)
+        .await
+        .unwrap();
+    let missing_id = packets::submit(&db.pool, path_str(&dir.path().join("gone")), None, None)
+        .await
+        .unwrap();
 
     let w = start_packets(&db.pool, settings(Processor::Manifest, true));
     wait_state(&db.pool, id, PacketState::ReadyForReview).await;
@@ -105,9 +126,17 @@ async fn full_lifecycle_with_the_builtin_manifest() {
     assert_eq!(r["files"][0]["sha256"].as_str().unwrap().len(), 64);
     wait_state(&db.pool, empty_id, PacketState::Error).await;
     wait_state(&db.pool, missing_id, PacketState::Error).await;
-    let e = packets::get(&db.pool, empty_id).await.unwrap().error.unwrap();
+    let e = packets::get(&db.pool, empty_id)
+        .await
+        .unwrap()
+        .error
+        .unwrap();
     assert!(e.contains("is empty: no files"), "{e}");
-    let e = packets::get(&db.pool, missing_id).await.unwrap().error.unwrap();
+    let e = packets::get(&db.pool, missing_id)
+        .await
+        .unwrap()
+        .error
+        .unwrap();
     assert!(e.contains("does not exist"), "{e}");
 
     // The summary line: 1 ready_for_review + 2 error on people, nothing on the machine.
@@ -118,7 +147,10 @@ async fn full_lifecycle_with_the_builtin_manifest() {
         "{out}"
     );
     let (_, out, _) = run_cmd(&db.url, &["packet", "list", "--state", "error"]);
-    assert!(out.contains(&empty_id.to_string()) && !out.contains("reel 1"), "{out}");
+    assert!(
+        out.contains(&empty_id.to_string()) && !out.contains("reel 1"),
+        "{out}"
+    );
 
     // Operators: take, complete.
     let (code, _, err) = run_cmd(&db.url, &["packet", "take", &id.to_string()]);
@@ -141,15 +173,23 @@ async fn full_lifecycle_with_the_builtin_manifest() {
                 .fetch_one(&db.pool)
                 .await
                 .unwrap();
-        (state == "completed").then(|| result.unwrap_or_else(|| panic!("no result; errors {errors}")))
+        (state == "completed")
+            .then(|| result.unwrap_or_else(|| panic!("no result; errors {errors}")))
     })
     .await;
-    assert_eq!(result["skipped"], format!("packet {id} is done, not queued"));
+    assert_eq!(
+        result["skipped"],
+        format!("packet {id} is done, not queued")
+    );
     w.stop().await.unwrap();
     assert_eq!(state_of(&db.pool, id).await, PacketState::Done);
 
     use PacketState::*;
-    let h: Vec<(Option<PacketState>, PacketState)> = history(&db.pool, id).await.into_iter().map(|e| (e.0, e.1)).collect();
+    let h: Vec<(Option<PacketState>, PacketState)> = history(&db.pool, id)
+        .await
+        .into_iter()
+        .map(|e| (e.0, e.1))
+        .collect();
     assert_eq!(
         h,
         [
@@ -162,9 +202,21 @@ async fn full_lifecycle_with_the_builtin_manifest() {
     );
     let (code, out, err) = run_cmd(&db.url, &["packet", "show", &id.to_string()]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("state:    done") && out.contains("(submit)"), "{out}");
-    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
-    assert!(rows.iter().any(|r| r.len() >= 5 && r[2..5] == ["in_review", "done", "postgres"] || r.len() >= 4 && r[2..4] == ["in_review", "done"]), "{out}");
+    assert!(
+        out.contains("state:    done") && out.contains("(submit)"),
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(
+        rows.iter().any(
+            |r| r.len() >= 5 && r[2..5] == ["in_review", "done", "postgres"]
+                || r.len() >= 4 && r[2..4] == ["in_review", "done"]
+        ),
+        "{out}"
+    );
     let (code, _, err) = run_cmd(&db.url, &["packet", "show", "999999"]);
     assert_eq!(code, 1);
     assert!(err.contains("packet 999999 not found"), "{err}");
@@ -173,7 +225,9 @@ async fn full_lifecycle_with_the_builtin_manifest() {
 /// Walks a new packet to `state` with legal plain UPDATEs (no worker runs in this test).
 async fn packet_in(pool: &PgPool, state: PacketState) -> i64 {
     use PacketState::*;
-    let id = packets::submit(pool, "/nowhere", None, Some("test")).await.unwrap();
+    let id = packets::submit(pool, "/nowhere", None, Some("test"))
+        .await
+        .unwrap();
     let path: &[PacketState] = match state {
         Queued => &[],
         Processing => &[Processing],
@@ -183,12 +237,14 @@ async fn packet_in(pool: &PgPool, state: PacketState) -> i64 {
         Error => &[Processing, Error],
     };
     for s in path {
-        sqlx::query("UPDATE skiplock.packets SET state = $2::text::skiplock.packet_state WHERE id = $1")
-            .bind(id)
-            .bind(s.as_str())
-            .execute(pool)
-            .await
-            .unwrap();
+        sqlx::query(
+            "UPDATE skiplock.packets SET state = $2::text::skiplock.packet_state WHERE id = $1",
+        )
+        .bind(id)
+        .bind(s.as_str())
+        .execute(pool)
+        .await
+        .unwrap();
     }
     assert_eq!(state_of(pool, id).await, state);
     id
@@ -236,17 +292,32 @@ async fn every_illegal_transition_is_refused_from_rust_and_from_sql() {
             let id = packet_in(pool, from).await;
             let before = event_count(pool, id).await;
             if legal {
-                packets::transition(pool, id, to, "tester", Some("legal")).await.unwrap();
+                packets::transition(pool, id, to, "tester", Some("legal"))
+                    .await
+                    .unwrap();
                 assert_eq!(state_of(pool, id).await, to);
                 let last = history(pool, id).await.pop().unwrap();
-                assert_eq!(last, (Some(from), to, "tester".to_string(), Some("legal".to_string())));
+                assert_eq!(
+                    last,
+                    (
+                        Some(from),
+                        to,
+                        "tester".to_string(),
+                        Some("legal".to_string())
+                    )
+                );
                 allowed += 1;
                 continue;
             }
             // From Rust: refused before the database is asked, with the same wording.
-            let e = packets::transition(pool, id, to, "tester", None).await.unwrap_err();
+            let e = packets::transition(pool, id, to, "tester", None)
+                .await
+                .unwrap_err();
             let want = Refused { id, from, to }.to_string();
-            assert!(matches!(&e, skiplock::Error::Invalid(m) if *m == want), "{from} -> {to}: {e}");
+            assert!(
+                matches!(&e, skiplock::Error::Invalid(m) if *m == want),
+                "{from} -> {to}: {e}"
+            );
             refused_rust += 1;
             // From plain SQL (as from psql): the trigger refuses.
             if from != to {
@@ -258,14 +329,25 @@ async fn every_illegal_transition_is_refused_from_rust_and_from_sql() {
                     .unwrap_err();
                 let msg = skiplock::Error::from(e).db_message().unwrap().to_string();
                 let named = format!("packet {id} cannot go from {from} to {to}");
-                assert!(msg.starts_with(&format!("skiplock: {named}")), "{from} -> {to}: {msg}");
+                assert!(
+                    msg.starts_with(&format!("skiplock: {named}")),
+                    "{from} -> {to}: {msg}"
+                );
                 if mover(from, to).is_none() {
                     assert_eq!(msg, format!("skiplock: {want}"));
                 }
                 refused_sql += 1;
             }
-            assert_eq!(state_of(pool, id).await, from, "{from} -> {to} changed the state");
-            assert_eq!(event_count(pool, id).await, before, "{from} -> {to} wrote history");
+            assert_eq!(
+                state_of(pool, id).await,
+                from,
+                "{from} -> {to} changed the state"
+            );
+            assert_eq!(
+                event_count(pool, id).await,
+                before,
+                "{from} -> {to} wrote history"
+            );
         }
     }
     // 36 pairs: 7 legal for workers/operators; processing -> queued is recovery's alone.
@@ -281,11 +363,20 @@ async fn every_illegal_transition_is_refused_from_rust_and_from_sql() {
     // Operator functions refuse with the same message, and the CLI prints it on one line.
     let id = packet_in(pool, PacketState::Processing).await;
     let e = packets::retry(pool, id, None, None).await.unwrap_err();
-    assert!(e.db_message().unwrap().contains(&format!("packet {id} cannot go from processing to queued")));
+    assert!(
+        e.db_message()
+            .unwrap()
+            .contains(&format!("packet {id} cannot go from processing to queued"))
+    );
     let (code, out, err) = run_cmd(&db.url, &["packet", "take", &id.to_string()]);
     assert_eq!((code, out.as_str()), (1, ""));
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains(&format!("packet {id} cannot go from processing to in_review")), "{err}");
+    assert!(
+        err.contains(&format!(
+            "packet {id} cannot go from processing to in_review"
+        )),
+        "{err}"
+    );
     let (code, _, err) = run_cmd(&db.url, &["packet", "complete", "424242"]);
     assert_eq!(code, 1);
     assert!(err.contains("packet 424242 does not exist"), "{err}");
@@ -299,20 +390,26 @@ async fn submit_commits_packet_and_job_together() {
         .fetch_one(&mut *tx)
         .await
         .unwrap();
-    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE args->>'packet_id' = $1::text")
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+    let jobs: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE args->>'packet_id' = $1::text",
+    )
+    .bind(id)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
     assert_eq!(jobs, 1);
     tx.rollback().await.unwrap();
-    let (packets_n, jobs_n): (i64, i64) =
-        sqlx::query_as("SELECT (SELECT count(*) FROM skiplock.packets), (SELECT count(*) FROM skiplock.jobs)")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let (packets_n, jobs_n): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM skiplock.packets), (SELECT count(*) FROM skiplock.jobs)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     assert_eq!((packets_n, jobs_n), (0, 0));
-    let e = sqlx::query("SELECT skiplock.submit_packet('  ')").execute(&db.pool).await.unwrap_err();
+    let e = sqlx::query("SELECT skiplock.submit_packet('  ')")
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("needs a source directory"), "{e}");
 }
 
@@ -336,7 +433,11 @@ async fn processing_intervals(pool: &PgPool) -> Vec<(i64, DateTime<Utc>, DateTim
 async fn concurrency_one_holds_across_two_worker_processes() {
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
-    let proc_ = script(dir.path(), "slow.sh", "sleep 0.3\necho \"{\\\"packet\\\": $SKIPLOCK_PACKET_ID}\"");
+    let proc_ = script(
+        dir.path(),
+        "slow.sh",
+        "sleep 0.3\necho \"{\\\"packet\\\": $SKIPLOCK_PACKET_ID}\"",
+    );
     let env = [
         ("SKIPLOCK_PACKET_PROCESSOR", path_str(&proc_)),
         ("SKIPLOCK_PACKET_CONCURRENCY", "1"),
@@ -346,7 +447,11 @@ async fn concurrency_one_holds_across_two_worker_processes() {
     let mut b = spawn_worker_process(&db.url, &[], &env);
     let mut ids = Vec::new();
     for i in 0..6 {
-        ids.push(packets::submit(&db.pool, &format!("/frames/{i}"), None, None).await.unwrap());
+        ids.push(
+            packets::submit(&db.pool, &format!("/frames/{i}"), None, None)
+                .await
+                .unwrap(),
+        );
     }
     for id in &ids {
         wait_state(&db.pool, *id, PacketState::ReadyForReview).await;
@@ -361,10 +466,18 @@ async fn concurrency_one_holds_across_two_worker_processes() {
     let spans = processing_intervals(&db.pool).await;
     assert_eq!(spans.len(), 6, "{spans:?}");
     for w in spans.windows(2) {
-        assert!(w[1].1 >= w[0].2, "packets {} and {} overlap in processing: {spans:?}", w[0].0, w[1].0);
+        assert!(
+            w[1].1 >= w[0].2,
+            "packets {} and {} overlap in processing: {spans:?}",
+            w[0].0,
+            w[1].0
+        );
     }
     let workers: std::collections::BTreeSet<&String> = spans.iter().map(|s| &s.3).collect();
-    eprintln!("processed by {} worker process(es): {workers:?}", workers.len());
+    eprintln!(
+        "processed by {} worker process(es): {workers:?}",
+        workers.len()
+    );
 }
 
 #[tokio::test]
@@ -376,17 +489,25 @@ async fn a_worker_killed_mid_processing_leaves_nothing_stuck() {
     let proc_ = script(
         dir.path(),
         "once.sh",
-        &format!("if [ ! -e {m} ]; then touch {m}; exec sleep 60; fi\necho '{{\"second\": true}}'", m = mark.display()),
+        &format!(
+            "if [ ! -e {m} ]; then touch {m}; exec sleep 60; fi\necho '{{\"second\": true}}'",
+            m = mark.display()
+        ),
     );
     let env = [
         ("SKIPLOCK_PACKET_PROCESSOR", path_str(&proc_)),
         ("SKIPLOCK_RESCUE_AFTER", "2s"),
         ("SKIPLOCK_POLL_INTERVAL", "100ms"),
     ];
-    let id = packets::submit(&db.pool, "/frames/k", None, None).await.unwrap();
+    let id = packets::submit(&db.pool, "/frames/k", None, None)
+        .await
+        .unwrap();
     let mut first = spawn_worker_process(&db.url, &[], &env);
     wait_state(&db.pool, id, PacketState::Processing).await;
-    wait_for("the processor to start", LIMIT, || async { mark.exists().then_some(()) }).await;
+    wait_for("the processor to start", LIMIT, || async {
+        mark.exists().then_some(())
+    })
+    .await;
     sigkill(&first);
     let _ = first.wait();
     assert_eq!(state_of(&db.pool, id).await, PacketState::Processing);
@@ -403,7 +524,13 @@ async fn a_worker_killed_mid_processing_leaves_nothing_stuck() {
     let moves: Vec<(Option<PacketState>, PacketState)> = h.iter().map(|e| (e.0, e.1)).collect();
     assert_eq!(
         moves,
-        [(None, Queued), (Some(Queued), Processing), (Some(Processing), Queued), (Some(Queued), Processing), (Some(Processing), ReadyForReview)]
+        [
+            (None, Queued),
+            (Some(Queued), Processing),
+            (Some(Processing), Queued),
+            (Some(Queued), Processing),
+            (Some(Processing), ReadyForReview)
+        ]
     );
     assert_eq!(h[2].2, "recovery");
     assert!(h[2].3.as_deref().unwrap().contains("interrupted"), "{h:?}");
@@ -412,16 +539,37 @@ async fn a_worker_killed_mid_processing_leaves_nothing_stuck() {
 /// Leaves packets without a live job: one queued, one processing, one ready_for_review.
 async fn orphans(pool: &PgPool, dir: &Path) -> [i64; 3] {
     let mut out = [0; 3];
-    for (i, state) in [PacketState::Queued, PacketState::Processing, PacketState::ReadyForReview].into_iter().enumerate() {
+    for (i, state) in [
+        PacketState::Queued,
+        PacketState::Processing,
+        PacketState::ReadyForReview,
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let src = frames(dir, &format!("orphan{i}"), 1);
-        let id = packets::submit(pool, path_str(&src), None, None).await.unwrap();
+        let id = packets::submit(pool, path_str(&src), None, None)
+            .await
+            .unwrap();
         let job = packets::get(pool, id).await.unwrap().job_id.unwrap();
-        sqlx::query("SELECT skiplock.cancel($1)").bind(job).execute(pool).await.unwrap();
+        sqlx::query("SELECT skiplock.cancel($1)")
+            .bind(job)
+            .execute(pool)
+            .await
+            .unwrap();
         if state != PacketState::Queued {
-            sqlx::query("UPDATE skiplock.packets SET state = 'processing' WHERE id = $1").bind(id).execute(pool).await.unwrap();
+            sqlx::query("UPDATE skiplock.packets SET state = 'processing' WHERE id = $1")
+                .bind(id)
+                .execute(pool)
+                .await
+                .unwrap();
         }
         if state == PacketState::ReadyForReview {
-            sqlx::query("UPDATE skiplock.packets SET state = 'ready_for_review' WHERE id = $1").bind(id).execute(pool).await.unwrap();
+            sqlx::query("UPDATE skiplock.packets SET state = 'ready_for_review' WHERE id = $1")
+                .bind(id)
+                .execute(pool)
+                .await
+                .unwrap();
         }
         out[i] = id;
     }
@@ -447,7 +595,14 @@ async fn recovery_off_requeues_nothing_and_recovery_on_requeues_orphans() {
 
     // Off: a sentinel packet with a live job is processed (so the worker has run its start-up
     // hooks and claimed work), and the orphans are untouched.
-    let sentinel = packets::submit(&db.pool, path_str(&frames(dir.path(), "sentinel", 1)), None, None).await.unwrap();
+    let sentinel = packets::submit(
+        &db.pool,
+        path_str(&frames(dir.path(), "sentinel", 1)),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
     let w = start_packets(&db.pool, settings(Processor::Manifest, false));
     wait_state(&db.pool, sentinel, PacketState::ReadyForReview).await;
     w.stop().await.unwrap();
@@ -458,17 +613,38 @@ async fn recovery_off_requeues_nothing_and_recovery_on_requeues_orphans() {
     // ready_for_review is never touched.
     let done = packets::recovery::recover(&db.pool).await.unwrap();
     let found: Vec<(i64, PacketState)> = done.iter().map(|r| (r.packet_id, r.was)).collect();
-    assert_eq!(found, [(ids[0], PacketState::Queued), (ids[1], PacketState::Processing)]);
-    assert!(packets::recovery::recover(&db.pool).await.unwrap().is_empty(), "recovery is idempotent");
+    assert_eq!(
+        found,
+        [
+            (ids[0], PacketState::Queued),
+            (ids[1], PacketState::Processing)
+        ]
+    );
+    assert!(
+        packets::recovery::recover(&db.pool)
+            .await
+            .unwrap()
+            .is_empty(),
+        "recovery is idempotent"
+    );
     let w = start_packets(&db.pool, settings(Processor::Manifest, true));
     wait_state(&db.pool, ids[0], PacketState::ReadyForReview).await;
     wait_state(&db.pool, ids[1], PacketState::ReadyForReview).await;
     w.stop().await.unwrap();
     assert_eq!(snapshot(&db.pool, &ids[2..]).await, before[2..]);
     let h = history(&db.pool, ids[1]).await;
-    let back = h.iter().find(|e| e.0 == Some(PacketState::Processing) && e.1 == PacketState::Queued).unwrap();
+    let back = h
+        .iter()
+        .find(|e| e.0 == Some(PacketState::Processing) && e.1 == PacketState::Queued)
+        .unwrap();
     assert_eq!(back.2, "recovery");
-    assert!(back.3.as_deref().unwrap().contains("recovered at worker start-up"), "{h:?}");
+    assert!(
+        back.3
+            .as_deref()
+            .unwrap()
+            .contains("recovered at worker start-up"),
+        "{h:?}"
+    );
 }
 
 #[tokio::test]
@@ -497,19 +673,31 @@ async fn processor_failure_goes_to_error_with_stderr_and_operators_retry() {
             f = fixed.display()
         ),
     );
-    let w = start_packets(&db.pool, settings(Processor::from_setting(Some(path_str(&proc_))).unwrap(), true));
-    let id = packets::submit(&db.pool, "/frames/x", Some("picky"), None).await.unwrap();
+    let w = start_packets(
+        &db.pool,
+        settings(
+            Processor::from_setting(Some(path_str(&proc_))).unwrap(),
+            true,
+        ),
+    );
+    let id = packets::submit(&db.pool, "/frames/x", Some("picky"), None)
+        .await
+        .unwrap();
     wait_state(&db.pool, id, PacketState::Error).await;
     let p = packets::get(&db.pool, id).await.unwrap();
-    assert_eq!(p.error.as_deref(), Some("processor exited with status 2: frame 3 is black"));
+    assert_eq!(
+        p.error.as_deref(),
+        Some("processor exited with status 2: frame 3 is black")
+    );
     // The failure is the packet's, not the job's: one attempt, job completed (acks are
     // batched, so wait for it).
     let attempt: i32 = wait_for("the job to complete", LIMIT, || async {
-        let (state, attempt): (String, i32) = sqlx::query_as("SELECT state::text, attempt FROM skiplock.jobs WHERE id = $1")
-            .bind(p.job_id.unwrap())
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+        let (state, attempt): (String, i32) =
+            sqlx::query_as("SELECT state::text, attempt FROM skiplock.jobs WHERE id = $1")
+                .bind(p.job_id.unwrap())
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
         (state != "running").then(|| {
             assert_eq!(state, "completed");
             attempt
@@ -520,16 +708,24 @@ async fn processor_failure_goes_to_error_with_stderr_and_operators_retry() {
 
     // Retry from error (after a reshoot).
     std::fs::write(&fixed, "").unwrap();
-    let (code, out, err) = run_cmd(&db.url, &["packet", "retry", &id.to_string(), "--reason", "reshoot"]);
+    let (code, out, err) = run_cmd(
+        &db.url,
+        &["packet", "retry", &id.to_string(), "--reason", "reshoot"],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with(&format!("packet {id}: queued")), "{out}");
     wait_state(&db.pool, id, PacketState::ReadyForReview).await;
     let p = packets::get(&db.pool, id).await.unwrap();
-    assert_eq!((p.error, p.result), (None, Some(serde_json::json!("checked /frames/x"))));
+    assert_eq!(
+        (p.error, p.result),
+        (None, Some(serde_json::json!("checked /frames/x")))
+    );
 
     // Retry from in_review (edited frames).
     packets::take(&db.pool, id, Some("ana")).await.unwrap();
-    packets::retry(&db.pool, id, Some("edited frames"), Some("ana")).await.unwrap();
+    packets::retry(&db.pool, id, Some("edited frames"), Some("ana"))
+        .await
+        .unwrap();
     wait_state(&db.pool, id, PacketState::ReadyForReview).await;
     w.stop().await.unwrap();
 
@@ -551,8 +747,14 @@ async fn processor_failure_goes_to_error_with_stderr_and_operators_retry() {
             (Some(Processing), ReadyForReview),
         ]
     );
-    assert!(h[2].3.as_deref().unwrap().contains("frame 3 is black"), "{h:?}");
+    assert!(
+        h[2].3.as_deref().unwrap().contains("frame 3 is black"),
+        "{h:?}"
+    );
     assert_eq!(h[3].3.as_deref(), Some("retry: reshoot"));
-    assert_eq!((h[7].2.as_str(), h[7].3.as_deref()), ("ana", Some("retry: edited frames")));
+    assert_eq!(
+        (h[7].2.as_str(), h[7].3.as_deref()),
+        ("ana", Some("retry: edited frames"))
+    );
     assert!(h[1].2.starts_with("worker:"), "{h:?}");
 }

@@ -81,7 +81,9 @@ fn absolute(path: &Path) -> anyhow::Result<String> {
     let p = match std::fs::canonicalize(path) {
         Ok(p) => p,
         Err(_) if path.is_absolute() => path.to_path_buf(),
-        Err(_) => std::env::current_dir().context("reading the current directory")?.join(path),
+        Err(_) => std::env::current_dir()
+            .context("reading the current directory")?
+            .join(path),
     };
     p.to_str()
         .map(str::to_string)
@@ -92,7 +94,14 @@ fn absolute(path: &Path) -> anyhow::Result<String> {
 pub fn whose_move_line(w: &WhoseMove) -> String {
     format!(
         "whose move: machine {} (queued {}, processing {}) · people {} (ready_for_review {}, in_review {}, error {}) · done {}",
-        w.machine, w.queued, w.processing, w.people, w.ready_for_review, w.in_review, w.error, w.done
+        w.machine,
+        w.queued,
+        w.processing,
+        w.people,
+        w.ready_for_review,
+        w.in_review,
+        w.error,
+        w.done
     )
 }
 
@@ -110,7 +119,10 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
         }
         PacketCommand::List { state, limit, json } => {
             let state: Option<PacketState> = state
-                .map(|s| s.parse().map_err(|e: String| anyhow::anyhow!("invalid --state: {e}")))
+                .map(|s| {
+                    s.parse()
+                        .map_err(|e: String| anyhow::anyhow!("invalid --state: {e}"))
+                })
                 .transpose()?;
             let rows = packets::list(&pool, state, limit.max(0)).await?;
             let w = packets::whose_move(&pool).await?;
@@ -126,11 +138,17 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
                         p.name.clone().unwrap_or_else(|| "-".into()),
                         truncate(&p.source, 50),
                         ts(Some(p.updated_at)),
-                        p.error.as_deref().map(|e| truncate(e.lines().last().unwrap_or(""), 60)).unwrap_or_default(),
+                        p.error
+                            .as_deref()
+                            .map(|e| truncate(e.lines().last().unwrap_or(""), 60))
+                            .unwrap_or_default(),
                     ]
                 })
                 .collect();
-            print_table(&["ID", "STATE", "NAME", "SOURCE", "UPDATED", "ERROR"], &table);
+            print_table(
+                &["ID", "STATE", "NAME", "SOURCE", "UPDATED", "ERROR"],
+                &table,
+            );
             println!("{}", whose_move_line(&w));
         }
         PacketCommand::Show { id, json } => {
@@ -143,7 +161,12 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
             println!("name:     {}", p.name.as_deref().unwrap_or("-"));
             println!("source:   {}", p.source);
             println!("state:    {}", p.state);
-            println!("job:      {}", p.job_id.map(|j| j.to_string()).unwrap_or_else(|| "-".into()));
+            println!(
+                "job:      {}",
+                p.job_id
+                    .map(|j| j.to_string())
+                    .unwrap_or_else(|| "-".into())
+            );
             println!("created:  {}", ts(Some(p.created_at)));
             println!("updated:  {}", ts(Some(p.updated_at)));
             if let Some(e) = &p.error {
@@ -158,7 +181,9 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
                 .map(|e| {
                     vec![
                         ts(Some(e.at)),
-                        e.from.map(|s| s.to_string()).unwrap_or_else(|| "(submit)".into()),
+                        e.from
+                            .map(|s| s.to_string())
+                            .unwrap_or_else(|| "(submit)".into()),
                         e.to.to_string(),
                         e.actor.clone(),
                         e.note.clone().unwrap_or_default(),
@@ -168,11 +193,15 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
             print_table(&["AT", "FROM", "TO", "ACTOR", "NOTE"], &rows);
         }
         PacketCommand::Take { id } => {
-            packets::take(&pool, id, who.as_deref()).await.map_err(sql_api_error)?;
+            packets::take(&pool, id, who.as_deref())
+                .await
+                .map_err(sql_api_error)?;
             println!("packet {id}: in_review");
         }
         PacketCommand::Complete { id } => {
-            packets::complete(&pool, id, who.as_deref()).await.map_err(sql_api_error)?;
+            packets::complete(&pool, id, who.as_deref())
+                .await
+                .map_err(sql_api_error)?;
             println!("packet {id}: done");
         }
         PacketCommand::Retry { id, reason } => {
@@ -191,7 +220,16 @@ mod tests {
 
     #[test]
     fn whose_move_line_splits_machine_and_people() {
-        let w = WhoseMove { machine: 3, people: 4, queued: 2, processing: 1, ready_for_review: 1, in_review: 2, error: 1, done: 5 };
+        let w = WhoseMove {
+            machine: 3,
+            people: 4,
+            queued: 2,
+            processing: 1,
+            ready_for_review: 1,
+            in_review: 2,
+            error: 1,
+            done: 5,
+        };
         assert_eq!(
             whose_move_line(&w),
             "whose move: machine 3 (queued 2, processing 1) · people 4 (ready_for_review 1, in_review 2, error 1) · done 5"
@@ -203,6 +241,9 @@ mod tests {
         let p = absolute(Path::new("no/such/dir")).unwrap();
         assert!(Path::new(&p).is_absolute() && p.ends_with("no/such/dir"));
         let d = tempfile::tempdir().unwrap();
-        assert_eq!(absolute(d.path()).unwrap(), std::fs::canonicalize(d.path()).unwrap().to_str().unwrap());
+        assert_eq!(
+            absolute(d.path()).unwrap(),
+            std::fs::canonicalize(d.path()).unwrap().to_str().unwrap()
+        );
     }
 }

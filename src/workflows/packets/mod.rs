@@ -78,7 +78,10 @@ impl PacketSettings {
             .map_err(|m| Error::config("SKIPLOCK_PACKET_PROCESSOR", m))?;
         let timeout = env_duration("SKIPLOCK_PACKET_TIMEOUT", DEFAULT_TIMEOUT)?;
         if timeout.is_zero() {
-            return Err(Error::config("SKIPLOCK_PACKET_TIMEOUT", "must be more than 0s"));
+            return Err(Error::config(
+                "SKIPLOCK_PACKET_TIMEOUT",
+                "must be more than 0s",
+            ));
         }
         Ok(PacketSettings {
             concurrency: env_usize("SKIPLOCK_PACKET_CONCURRENCY", DEFAULT_CONCURRENCY)?,
@@ -125,7 +128,17 @@ pub struct Packet {
     pub updated_at: DateTime<Utc>,
 }
 
-type PacketRow = (i64, String, Option<String>, String, Option<String>, Option<Value>, Option<i64>, DateTime<Utc>, DateTime<Utc>);
+type PacketRow = (
+    i64,
+    String,
+    Option<String>,
+    String,
+    Option<String>,
+    Option<Value>,
+    Option<i64>,
+    DateTime<Utc>,
+    DateTime<Utc>,
+);
 
 fn packet_from(r: PacketRow) -> Result<Packet> {
     Ok(Packet {
@@ -182,13 +195,20 @@ pub struct WhoseMove {
 }
 
 /// Submits a packet: the packet (`queued`) and its job commit together. Returns its id.
-pub async fn submit(pool: &PgPool, source: &str, name: Option<&str>, actor: Option<&str>) -> Result<i64> {
-    Ok(sqlx::query_scalar(include_str!("../../../sql/packets/submit.sql"))
-        .bind(source)
-        .bind(name)
-        .bind(actor)
-        .fetch_one(pool)
-        .await?)
+pub async fn submit(
+    pool: &PgPool,
+    source: &str,
+    name: Option<&str>,
+    actor: Option<&str>,
+) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../../sql/packets/submit.sql"))
+            .bind(source)
+            .bind(name)
+            .bind(actor)
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 /// One packet, or [`Error::NotFound`].
@@ -212,7 +232,15 @@ pub async fn list(pool: &PgPool, state: Option<PacketState>, limit: i64) -> Resu
 
 /// A packet's history, oldest first.
 pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<PacketEvent>> {
-    type Row = (i64, i64, Option<String>, String, DateTime<Utc>, String, Option<String>);
+    type Row = (
+        i64,
+        i64,
+        Option<String>,
+        String,
+        DateTime<Utc>,
+        String,
+        Option<String>,
+    );
     let rows: Vec<Row> = sqlx::query_as(include_str!("../../../sql/packets/events.sql"))
         .bind(id)
         .fetch_all(pool)
@@ -234,9 +262,10 @@ pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<PacketEvent>> {
 
 /// The "whose move" counts.
 pub async fn whose_move(pool: &PgPool) -> Result<WhoseMove> {
-    let r: (i64, i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(include_str!("../../../sql/packets/whose_move.sql"))
-        .fetch_one(pool)
-        .await?;
+    let r: (i64, i64, i64, i64, i64, i64, i64, i64) =
+        sqlx::query_as(include_str!("../../../sql/packets/whose_move.sql"))
+            .fetch_one(pool)
+            .await?;
     Ok(WhoseMove {
         machine: r.0,
         people: r.1,
@@ -253,7 +282,13 @@ pub async fn whose_move(pool: &PgPool) -> Result<WhoseMove> {
 /// (the database trigger checks it again). Only the worker's and operators' rows of the
 /// table: `processing → queued` belongs to recovery. A refusal is [`Error::Invalid`] naming
 /// the packet, its current state and the requested one.
-pub async fn transition(pool: &PgPool, id: i64, to: PacketState, actor: &str, note: Option<&str>) -> Result<()> {
+pub async fn transition(
+    pool: &PgPool,
+    id: i64,
+    to: PacketState,
+    actor: &str,
+    note: Option<&str>,
+) -> Result<()> {
     let mut tx = pool.begin().await?;
     let cur: Option<String> = sqlx::query_scalar(include_str!("../../../sql/packets/lock.sql"))
         .bind(id)
@@ -298,13 +333,20 @@ pub async fn complete(pool: &PgPool, id: i64, actor: Option<&str>) -> Result<()>
 }
 
 /// Operator: process again (`error | in_review → queued`) with a new job; returns the job.
-pub async fn retry(pool: &PgPool, id: i64, reason: Option<&str>, actor: Option<&str>) -> Result<i64> {
-    Ok(sqlx::query_scalar(include_str!("../../../sql/packets/retry.sql"))
-        .bind(id)
-        .bind(reason)
-        .bind(actor)
-        .fetch_one(pool)
-        .await?)
+pub async fn retry(
+    pool: &PgPool,
+    id: i64,
+    reason: Option<&str>,
+    actor: Option<&str>,
+) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../../sql/packets/retry.sql"))
+            .bind(id)
+            .bind(reason)
+            .bind(actor)
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 /// Args of a `process-packet` job.
@@ -333,7 +375,9 @@ fn parse_start(s: &str) -> Start {
     match s {
         "started" => Start::Started,
         "busy" => Start::Busy,
-        other if other.starts_with("duplicate:") => Start::Duplicate(other["duplicate:".len()..].to_string()),
+        other if other.starts_with("duplicate:") => {
+            Start::Duplicate(other["duplicate:".len()..].to_string())
+        }
         other => Start::Stale(other.strip_prefix("stale:").unwrap_or(other).to_string()),
     }
 }
@@ -357,16 +401,23 @@ impl ProcessPacket {
             Start::Busy => return Ok(Outcome::Snooze(slot_wait())),
             Start::Stale(state) => {
                 tracing::info!(packet.id = id, job.id = ctx.id, %state, "packet is not queued for this job; nothing to do");
-                return Ok(Outcome::CompleteWith(json!({ "skipped": format!("packet {id} is {state}, not queued") })));
+                return Ok(Outcome::CompleteWith(
+                    json!({ "skipped": format!("packet {id} is {state}, not queued") }),
+                ));
             }
             Start::Duplicate(owner) => {
                 tracing::info!(packet.id = id, job.id = ctx.id, owner = %owner, "another job owns this packet; nothing to do");
-                return Ok(Outcome::CompleteWith(json!({ "skipped": format!("packet {id} belongs to job {owner}") })));
+                return Ok(Outcome::CompleteWith(
+                    json!({ "skipped": format!("packet {id} belongs to job {owner}") }),
+                ));
             }
         }
         let packet = get(&ctx.pool, id).await?;
         tracing::info!(packet.id = id, source = %packet.source, "processing packet");
-        let run = self.settings.processor.run(id, &packet.source, self.settings.timeout);
+        let run = self
+            .settings
+            .processor
+            .run(id, &packet.source, self.settings.timeout);
         let result = tokio::select! {
             r = run => r,
             _ = ctx.shutdown_requested() => {
@@ -388,8 +439,12 @@ impl ProcessPacket {
             Ok(v) => (true, Some(v), None),
             Err(e) => (false, None, Some(e.0)),
         };
-        let new_state = self.finish(ctx, id, ok, value, error.as_deref(), &actor).await?;
-        Ok(Outcome::CompleteWith(json!({ "packet_id": id, "state": new_state })))
+        let new_state = self
+            .finish(ctx, id, ok, value, error.as_deref(), &actor)
+            .await?;
+        Ok(Outcome::CompleteWith(
+            json!({ "packet_id": id, "state": new_state }),
+        ))
     }
 
     async fn finish(
@@ -411,7 +466,12 @@ impl ProcessPacket {
             .fetch_one(&ctx.pool)
             .await?;
         if let Some(state) = s.strip_prefix("lost:") {
-            tracing::warn!(packet.id = id, job.id = ctx.id, state, "packet was taken away while processing; result dropped");
+            tracing::warn!(
+                packet.id = id,
+                job.id = ctx.id,
+                state,
+                "packet was taken away while processing; result dropped"
+            );
         }
         Ok(s)
     }
@@ -437,9 +497,15 @@ impl crate::worker::Handler for ProcessPacket {
             && ctx.attempt >= ctx.max_attempts
         {
             // Out of attempts: record the failure on the packet if it is still ours.
-            let msg = format!("processing failed after {} attempts: {}", ctx.attempt, e.message);
+            let msg = format!(
+                "processing failed after {} attempts: {}",
+                ctx.attempt, e.message
+            );
             let actor = format!("worker:{}", ctx.worker_id);
-            if let Err(e2) = self.finish(&ctx, args.packet_id, false, None, Some(&msg), &actor).await {
+            if let Err(e2) = self
+                .finish(&ctx, args.packet_id, false, None, Some(&msg), &actor)
+                .await
+            {
                 tracing::warn!(packet.id = args.packet_id, error = %e2, "could not mark the packet as failed");
             }
         }

@@ -48,13 +48,23 @@ impl Processor {
             return Ok(Processor::Manifest);
         }
         let program = words.remove(0);
-        Ok(Processor::Command { program, args: words })
+        Ok(Processor::Command {
+            program,
+            args: words,
+        })
     }
 
     /// Processes packet `id` at `source` within `timeout`.
-    pub async fn run(&self, id: i64, source: &str, timeout: Duration) -> Result<Value, ProcessorFailure> {
+    pub async fn run(
+        &self,
+        id: i64,
+        source: &str,
+        timeout: Duration,
+    ) -> Result<Value, ProcessorFailure> {
         match self {
-            Processor::Command { program, args } => run_command(program, args, id, source, timeout).await,
+            Processor::Command { program, args } => {
+                run_command(program, args, id, source, timeout).await
+            }
             Processor::Manifest => {
                 let dir = PathBuf::from(source);
                 let work = tokio::task::spawn_blocking(move || manifest(&dir));
@@ -183,7 +193,11 @@ async fn run_command(
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let work = async {
-        let (out, err, status) = tokio::join!(read_head(stdout, MAX_STDOUT), read_tail(stderr, STDERR_TAIL), child.wait());
+        let (out, err, status) = tokio::join!(
+            read_head(stdout, MAX_STDOUT),
+            read_tail(stderr, STDERR_TAIL),
+            child.wait()
+        );
         (out, err, status)
     };
     let (out, err, status) = tokio::time::timeout(timeout, work).await.map_err(|_| {
@@ -192,14 +206,19 @@ async fn run_command(
             humantime::format_duration(timeout)
         ))
     })?;
-    let status = status.map_err(|e| ProcessorFailure(format!("waiting for the processor failed: {e}")))?;
+    let status =
+        status.map_err(|e| ProcessorFailure(format!("waiting for the processor failed: {e}")))?;
     let err = String::from_utf8_lossy(&err).trim().to_string();
     if !status.success() {
         let how = match status.code() {
             Some(c) => format!("exited with status {c}"),
             None => format!("was stopped ({status})"),
         };
-        let tail = if err.is_empty() { "(no stderr)".to_string() } else { err };
+        let tail = if err.is_empty() {
+            "(no stderr)".to_string()
+        } else {
+            err
+        };
         return Err(ProcessorFailure(format!("processor {how}: {tail}")));
     }
     Ok(parse_output(&String::from_utf8_lossy(&out)))
@@ -247,16 +266,22 @@ async fn read_tail(mut r: impl AsyncRead + Unpin, keep: usize) -> Vec<u8> {
 pub fn manifest(dir: &Path) -> Result<Value, ProcessorFailure> {
     let shown = dir.display();
     let meta = std::fs::metadata(dir).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ProcessorFailure(format!("packet folder {shown} does not exist")),
+        std::io::ErrorKind::NotFound => {
+            ProcessorFailure(format!("packet folder {shown} does not exist"))
+        }
         _ => ProcessorFailure(format!("cannot read packet folder {shown}: {e}")),
     })?;
     if !meta.is_dir() {
-        return Err(ProcessorFailure(format!("packet source {shown} is not a folder")));
+        return Err(ProcessorFailure(format!(
+            "packet source {shown} is not a folder"
+        )));
     }
     let mut files = Vec::new();
     collect(dir, dir, &mut files)?;
     if files.is_empty() {
-        return Err(ProcessorFailure(format!("packet folder {shown} is empty: no files to process")));
+        return Err(ProcessorFailure(format!(
+            "packet folder {shown} is empty: no files to process"
+        )));
     }
     files.sort();
     let mut entries = Vec::with_capacity(files.len());
@@ -275,11 +300,16 @@ pub fn manifest(dir: &Path) -> Result<Value, ProcessorFailure> {
     }))
 }
 
-fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<(), ProcessorFailure> {
+fn collect(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<(String, PathBuf)>,
+) -> Result<(), ProcessorFailure> {
     let rd = std::fs::read_dir(dir)
         .map_err(|e| ProcessorFailure(format!("cannot list {}: {e}", dir.display())))?;
     for entry in rd {
-        let entry = entry.map_err(|e| ProcessorFailure(format!("cannot list {}: {e}", dir.display())))?;
+        let entry =
+            entry.map_err(|e| ProcessorFailure(format!("cannot list {}: {e}", dir.display())))?;
         let path = entry.path();
         let ft = entry
             .file_type()
@@ -287,7 +317,11 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<
         if ft.is_dir() {
             collect(root, &path, out)?;
         } else if ft.is_file() || (ft.is_symlink() && path.is_file()) {
-            let name = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+            let name = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
             out.push((name, path));
         }
     }
@@ -321,8 +355,15 @@ mod tests {
             split_command_line("sh -c 'sleep 0.3; echo {}' --").unwrap(),
             ["sh", "-c", "sleep 0.3; echo {}", "--"]
         );
-        assert_eq!(split_command_line(r#"x "a \"b\" c" d\ e ''"#).unwrap(), ["x", "a \"b\" c", "d e", ""]);
-        assert!(split_command_line("sh -c 'oops").unwrap_err().contains("unclosed '"));
+        assert_eq!(
+            split_command_line(r#"x "a \"b\" c" d\ e ''"#).unwrap(),
+            ["x", "a \"b\" c", "d e", ""]
+        );
+        assert!(
+            split_command_line("sh -c 'oops")
+                .unwrap_err()
+                .contains("unclosed '")
+        );
         assert!(split_command_line("a \"b").is_err());
         assert!(split_command_line("").unwrap().is_empty());
     }
@@ -330,10 +371,16 @@ mod tests {
     #[test]
     fn setting_picks_the_processor() {
         assert_eq!(Processor::from_setting(None).unwrap(), Processor::Manifest);
-        assert_eq!(Processor::from_setting(Some("  ")).unwrap(), Processor::Manifest);
+        assert_eq!(
+            Processor::from_setting(Some("  ")).unwrap(),
+            Processor::Manifest
+        );
         assert_eq!(
             Processor::from_setting(Some("/bin/proc --fast")).unwrap(),
-            Processor::Command { program: "/bin/proc".into(), args: vec!["--fast".into()] }
+            Processor::Command {
+                program: "/bin/proc".into(),
+                args: vec!["--fast".into()]
+            }
         );
         assert!(Processor::from_setting(Some("'x")).is_err());
     }
@@ -377,36 +424,67 @@ mod tests {
 
     #[tokio::test]
     async fn command_gets_source_and_id_and_its_failures_carry_stderr() {
-        let p = Processor::from_setting(Some(r#"sh -c 'echo "{\"id\": $SKIPLOCK_PACKET_ID, \"src\": \"$1\"}"' --"#)).unwrap();
-        let v = p.run(9, "/some/dir", Duration::from_secs(30)).await.unwrap();
+        let p = Processor::from_setting(Some(
+            r#"sh -c 'echo "{\"id\": $SKIPLOCK_PACKET_ID, \"src\": \"$1\"}"' --"#,
+        ))
+        .unwrap();
+        let v = p
+            .run(9, "/some/dir", Duration::from_secs(30))
+            .await
+            .unwrap();
         assert_eq!(v, json!({"id": 9, "src": "/some/dir"}));
-        let p = Processor::from_setting(Some("sh -c 'echo partial; echo bad frame 3 >&2; exit 3' --")).unwrap();
+        let p = Processor::from_setting(Some(
+            "sh -c 'echo partial; echo bad frame 3 >&2; exit 3' --",
+        ))
+        .unwrap();
         let e = p.run(1, "/x", Duration::from_secs(30)).await.unwrap_err();
         assert_eq!(e.0, "processor exited with status 3: bad frame 3");
         let p = Processor::from_setting(Some("/definitely/not/here")).unwrap();
-        assert!(p.run(1, "/x", Duration::from_secs(30)).await.unwrap_err().0.contains("could not start"));
+        assert!(
+            p.run(1, "/x", Duration::from_secs(30))
+                .await
+                .unwrap_err()
+                .0
+                .contains("could not start")
+        );
     }
 
     #[tokio::test]
     async fn a_processor_past_its_timeout_is_killed_with_its_children() {
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("pid");
-        let line = format!("sh -c 'sleep 60 & echo $! > {}; wait' --", pidfile.display());
+        let line = format!(
+            "sh -c 'sleep 60 & echo $! > {}; wait' --",
+            pidfile.display()
+        );
         let p = Processor::from_setting(Some(&line)).unwrap();
         let e = p.run(1, "/x", Duration::from_secs(1)).await.unwrap_err();
         assert!(e.0.contains("timed out after 1s"), "{e}");
         // The backgrounded grandchild went with the group (kill -0 fails once it is gone).
-        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let alive = |pid: i32| {
             let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+                .map(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
                 .unwrap_or(false);
             let exists = unsafe { libc::kill(pid, 0) } == 0;
             exists && !zombie
         };
         while alive(pid) {
-            assert!(std::time::Instant::now() < deadline, "grandchild {pid} still alive");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "grandchild {pid} still alive"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

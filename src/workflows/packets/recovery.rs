@@ -27,14 +27,19 @@ pub struct Recovered {
 
 /// Requeues every queued/processing packet without a live job; returns what it did.
 pub async fn recover(pool: &PgPool) -> Result<Vec<Recovered>> {
-    let rows: Vec<(i64, String, i64)> = sqlx::query_as(include_str!("../../../sql/packets/recover.sql"))
-        .fetch_all(pool)
-        .await?;
+    let rows: Vec<(i64, String, i64)> =
+        sqlx::query_as(include_str!("../../../sql/packets/recover.sql"))
+            .fetch_all(pool)
+            .await?;
     let mut out = Vec::with_capacity(rows.len());
     for (packet_id, was, job_id) in rows {
         let was: PacketState = was.parse().map_err(crate::Error::Other)?;
         tracing::warn!(packet.id = packet_id, was = %was, job.id = job_id, "recovered a packet left without a live job");
-        out.push(Recovered { packet_id, was, job_id });
+        out.push(Recovered {
+            packet_id,
+            was,
+            job_id,
+        });
     }
     Ok(out)
 }

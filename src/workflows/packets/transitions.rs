@@ -115,7 +115,11 @@ impl fmt::Display for Refused {
             .filter(|t| matches!(mover(self.from, *t), Some(Mover::Worker | Mover::Operator)))
             .map(PacketState::as_str)
             .collect();
-        let next = if next.is_empty() { "nothing".to_string() } else { next.join(", ") };
+        let next = if next.is_empty() {
+            "nothing".to_string()
+        } else {
+            next.join(", ")
+        };
         write!(
             f,
             "packet {} cannot go from {} to {} (from {} it may go to: {next})",
@@ -169,7 +173,10 @@ mod tests {
         let mut checked = 0;
         for from in PacketState::ALL {
             for to in PacketState::ALL {
-                let want = ALLOWED.iter().find(|(f, t, _)| *f == from && *t == to).map(|(_, _, m)| *m);
+                let want = ALLOWED
+                    .iter()
+                    .find(|(f, t, _)| *f == from && *t == to)
+                    .map(|(_, _, m)| *m);
                 assert_eq!(mover(from, to), want, "{from} -> {to}");
                 checked += 1;
             }
@@ -190,7 +197,11 @@ mod tests {
             for to in PacketState::ALL {
                 for by in [Mover::Worker, Mover::Operator, Mover::Recovery] {
                     let ok = mover(from, to) == Some(by);
-                    assert_eq!(check(1, from, to, by).is_ok(), ok, "{from} -> {to} by {by:?}");
+                    assert_eq!(
+                        check(1, from, to, by).is_ok(),
+                        ok,
+                        "{from} -> {to} by {by:?}"
+                    );
                 }
             }
         }
@@ -207,9 +218,15 @@ mod tests {
             "packet 42 cannot go from in_review to processing (from in_review it may go to: queued, done)"
         );
         let e = check(7, Done, Queued, Mover::Operator).unwrap_err();
-        assert_eq!(e.to_string(), "packet 7 cannot go from done to queued (from done it may go to: nothing)");
+        assert_eq!(
+            e.to_string(),
+            "packet 7 cannot go from done to queued (from done it may go to: nothing)"
+        );
         let e = check(7, Processing, Done, Mover::Worker).unwrap_err();
-        assert!(e.to_string().ends_with("(from processing it may go to: ready_for_review, error)"));
+        assert!(
+            e.to_string()
+                .ends_with("(from processing it may go to: ready_for_review, error)")
+        );
     }
 
     #[test]
@@ -217,7 +234,12 @@ mod tests {
         for s in PacketState::ALL {
             assert_eq!(s.as_str().parse::<PacketState>().unwrap(), s);
         }
-        assert!("finished".parse::<PacketState>().unwrap_err().contains("one of: queued"));
+        assert!(
+            "finished"
+                .parse::<PacketState>()
+                .unwrap_err()
+                .contains("one of: queued")
+        );
         assert!(Queued.machine_move() && Processing.machine_move());
         assert!(!ReadyForReview.machine_move() && !Error.machine_move() && !Done.machine_move());
     }
