@@ -536,6 +536,69 @@ async fn a_worker_killed_mid_processing_leaves_nothing_stuck() {
     assert!(h[2].3.as_deref().unwrap().contains("interrupted"), "{h:?}");
 }
 
+#[tokio::test]
+async fn a_worker_stopped_mid_processing_puts_the_packet_back() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("first-run");
+    let proc_ = script(
+        dir.path(),
+        "once.sh",
+        &format!(
+            "if [ ! -e {m} ]; then touch {m}; exec sleep 60; fi\necho second",
+            m = mark.display()
+        ),
+    );
+    let env = [
+        ("SKIPLOCK_PACKET_PROCESSOR", path_str(&proc_)),
+        ("SKIPLOCK_POLL_INTERVAL", "100ms"),
+    ];
+    let id = packets::submit(&db.pool, "/frames/t", None, None)
+        .await
+        .unwrap();
+    let mut first = spawn_worker_process(&db.url, &[], &env);
+    wait_state(&db.pool, id, PacketState::Processing).await;
+    wait_for("the processor to start", LIMIT, || async {
+        mark.exists().then_some(())
+    })
+    .await;
+    sigterm(&first);
+    assert!(first.wait().unwrap().success());
+    // Back in the queue with its job available, not stuck in processing.
+    let p = packets::get(&db.pool, id).await.unwrap();
+    assert_eq!(p.state, PacketState::Queued);
+    let job_state: String =
+        sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+            .bind(p.job_id.unwrap())
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(job_state, "available");
+
+    let mut second = spawn_worker_process(&db.url, &[], &env);
+    wait_state(&db.pool, id, PacketState::ReadyForReview).await;
+    sigterm(&second);
+    assert!(second.wait().unwrap().success());
+    assert_eq!(
+        packets::get(&db.pool, id).await.unwrap().result,
+        Some(serde_json::json!("second"))
+    );
+    let h = history(&db.pool, id).await;
+    assert_eq!(
+        (h[2].0, h[2].1, h[2].2.as_str()),
+        (
+            Some(PacketState::Processing),
+            PacketState::Queued,
+            "recovery"
+        )
+    );
+    assert!(
+        h[2].3.as_deref().unwrap().contains("shutting down"),
+        "{h:?}"
+    );
+    assert_eq!(h.len(), 5, "{h:?}");
+}
+
 /// Leaves packets without a live job: one queued, one processing, one ready_for_review.
 async fn orphans(pool: &PgPool, dir: &Path) -> [i64; 3] {
     let mut out = [0; 3];
