@@ -413,6 +413,71 @@ async fn submit_commits_packet_and_job_together() {
     assert!(e.to_string().contains("needs a source directory"), "{e}");
 }
 
+/// Many simultaneous starts (as from many workers at once) never exceed the limit.
+#[tokio::test]
+async fn simultaneous_starts_never_exceed_the_limit() {
+    let db = TestDb::new().await;
+    for limit in [1, 3] {
+        let mut ids = Vec::new();
+        for i in 0..12 {
+            ids.push(
+                packets::submit(&db.pool, &format!("/race/{limit}/{i}"), None, None)
+                    .await
+                    .unwrap(),
+            );
+        }
+        // Their jobs are claimed (as if each ran on some worker).
+        sqlx::query(
+            "UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE state = 'available'",
+        )
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        let starts = ids.iter().map(|id| {
+            let pool = db.pool.clone();
+            let id = *id;
+            tokio::spawn(async move {
+                let job: i64 =
+                    sqlx::query_scalar("SELECT job_id FROM skiplock.packets WHERE id = $1")
+                        .bind(id)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                let r: String =
+                    sqlx::query_scalar("SELECT skiplock._packet_start($1, $2, $3, 'racer')")
+                        .bind(id)
+                        .bind(job)
+                        .bind(limit)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                r
+            })
+        });
+        let results: Vec<String> = futures::future::join_all(starts)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let started = results.iter().filter(|r| *r == "started").count();
+        let busy = results.iter().filter(|r| *r == "busy").count();
+        assert_eq!(
+            (started, busy),
+            (limit as usize, 12 - limit as usize),
+            "{results:?}"
+        );
+        // Finish them so the next round starts from an empty pipeline.
+        sqlx::query("UPDATE skiplock.packets SET state = 'error' WHERE state = 'processing'")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE skiplock.jobs SET state = 'completed' WHERE state = 'running'")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+}
+
 /// Processing intervals (start, end) per packet, from the history.
 async fn processing_intervals(pool: &PgPool) -> Vec<(i64, DateTime<Utc>, DateTime<Utc>, String)> {
     sqlx::query_as(
