@@ -146,6 +146,12 @@ async fn full_lifecycle_with_the_builtin_manifest() {
         out.contains("whose move: machine 0 (queued 0, processing 0) · people 3 (ready_for_review 1, in_review 0, error 2) · done 0"),
         "{out}"
     );
+    let (code, _, err) = run_cmd(&db.url, &["packet", "list", "--state", "finished"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("invalid --state") && err.contains("one of: queued"),
+        "{err}"
+    );
     let (_, out, _) = run_cmd(&db.url, &["packet", "list", "--state", "error"]);
     assert!(
         out.contains(&empty_id.to_string()) && !out.contains("reel 1"),
@@ -406,6 +412,8 @@ async fn submit_commits_packet_and_job_together() {
     .await
     .unwrap();
     assert_eq!((packets_n, jobs_n), (0, 0));
+    // The SQL API is re-applied by every `migrate`: doing it again must work.
+    skiplock::schema::migrate(&db.pool).await.unwrap();
     let e = sqlx::query("SELECT skiplock.submit_packet('  ')")
         .execute(&db.pool)
         .await
@@ -538,6 +546,12 @@ async fn concurrency_one_holds_across_two_worker_processes() {
             w[1].0
         );
     }
+    let mut gaps: Vec<i64> = spans
+        .windows(2)
+        .map(|w| (w[1].1 - w[0].2).num_milliseconds())
+        .collect();
+    gaps.sort();
+    eprintln!("hand-off gaps between packets (ms, sorted): {gaps:?}");
     let workers: std::collections::BTreeSet<&String> = spans.iter().map(|s| &s.3).collect();
     eprintln!(
         "processed by {} worker process(es): {workers:?}",
