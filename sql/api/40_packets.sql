@@ -1,1 +1,320 @@
--- packets SQL API (nothing yet).
+-- The packet pipeline's SQL API (issue 5): the transition table and the trigger that
+-- enforces it, submit, the operator actions, the worker's start/finish steps (with the
+-- cross-process concurrency gate) and start-up recovery. Re-applied by every `migrate`.
+--
+-- Who moved a packet is read from two transaction-local settings, so that the history
+-- trigger also records plain UPDATEs from psql (as the session user):
+--   skiplock.packet_actor  who (default: session_user)
+--   skiplock.packet_note   why (optional)
+-- and `skiplock.packet_recovering = on` is set only by the recovery functions below: the
+-- one transition the system makes behind everyone's back (processing -> queued) needs it.
+
+-- The transition table, the SQL twin of transitions::mover() in Rust (a test checks that
+-- both agree on every pair): who may move a packet from `f` to `t`, or NULL if nobody may.
+CREATE OR REPLACE FUNCTION skiplock._packet_mover(f skiplock.packet_state, t skiplock.packet_state)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN f = 'queued'           AND t = 'processing'       THEN 'worker'
+        WHEN f = 'processing'       AND t = 'ready_for_review' THEN 'worker'
+        WHEN f = 'processing'       AND t = 'error'            THEN 'worker'
+        WHEN f = 'processing'       AND t = 'queued'           THEN 'recovery'
+        WHEN f = 'ready_for_review' AND t = 'in_review'        THEN 'operator'
+        WHEN f = 'in_review'        AND t = 'done'             THEN 'operator'
+        WHEN f = 'in_review'        AND t = 'queued'           THEN 'operator'
+        WHEN f = 'error'            AND t = 'queued'           THEN 'operator'
+    END
+$$;
+
+-- The refusal message, worded exactly like transitions::Refused in Rust.
+CREATE OR REPLACE FUNCTION skiplock._packet_refusal(id bigint, f skiplock.packet_state, t skiplock.packet_state)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT format('packet %s cannot go from %s to %s (from %s it may go to: %s)', id, f, t, f,
+        coalesce((SELECT string_agg(s::text, ', ' ORDER BY s)
+                  FROM unnest(enum_range(NULL::skiplock.packet_state)) AS s
+                  WHERE skiplock._packet_mover(f, s) IN ('worker', 'operator')), 'nothing'))
+$$;
+
+-- Sets who is acting (and why) for the rest of this transaction.
+CREATE OR REPLACE FUNCTION skiplock._packet_act(actor text, note text DEFAULT NULL)
+RETURNS void LANGUAGE sql AS $$
+    SELECT set_config('skiplock.packet_actor', coalesce(actor, ''), true),
+           set_config('skiplock.packet_note', coalesce(note, ''), true),
+           set_config('skiplock.packet_recovering', 'off', true);
+$$;
+
+-- BEFORE INSERT OR UPDATE: a packet is born queued, and `state` changes only along the table.
+CREATE OR REPLACE FUNCTION skiplock._packet_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    mover text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state <> 'queued' THEN
+            RAISE EXCEPTION 'skiplock: a new packet starts queued, not %', NEW.state USING ERRCODE = '22023';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF NEW.id <> OLD.id THEN
+        RAISE EXCEPTION 'skiplock: packet % cannot change its id', OLD.id USING ERRCODE = '22023';
+    END IF;
+    IF NEW.state IS DISTINCT FROM OLD.state THEN
+        mover := skiplock._packet_mover(OLD.state, NEW.state);
+        IF mover IS NULL THEN
+            RAISE EXCEPTION 'skiplock: %', skiplock._packet_refusal(OLD.id, OLD.state, NEW.state)
+                USING ERRCODE = '22023';
+        END IF;
+        IF mover = 'recovery' AND coalesce(current_setting('skiplock.packet_recovering', true), '') <> 'on' THEN
+            RAISE EXCEPTION 'skiplock: packet % cannot go from % to % (only recovery does that, for a packet whose processing was interrupted)',
+                OLD.id, OLD.state, NEW.state USING ERRCODE = '22023';
+        END IF;
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+-- AFTER INSERT OR UPDATE: the history row (also for plain UPDATEs from psql).
+CREATE OR REPLACE FUNCTION skiplock._packet_history() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state THEN
+        INSERT INTO skiplock.packet_events (packet_id, from_state, to_state, actor, note)
+        VALUES (NEW.id,
+                CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END,
+                NEW.state,
+                coalesce(nullif(current_setting('skiplock.packet_actor', true), ''), session_user),
+                nullif(current_setting('skiplock.packet_note', true), ''));
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS packets_guard ON skiplock.packets;
+CREATE TRIGGER packets_guard BEFORE INSERT OR UPDATE ON skiplock.packets
+    FOR EACH ROW EXECUTE FUNCTION skiplock._packet_guard();
+DROP TRIGGER IF EXISTS packets_history ON skiplock.packets;
+CREATE TRIGGER packets_history AFTER INSERT OR UPDATE ON skiplock.packets
+    FOR EACH ROW EXECUTE FUNCTION skiplock._packet_history();
+
+-- Enqueues the packet's process-packet job (queue `packets`) and records it on the packet.
+-- The unique key keeps at most one waiting job per packet.
+CREATE OR REPLACE FUNCTION skiplock._packet_enqueue(id bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    job bigint;
+BEGIN
+    job := skiplock.enqueue('process-packet', jsonb_build_object('packet_id', _packet_enqueue.id),
+                            'packets', now(), 0::smallint, 5, 'packet:' || _packet_enqueue.id, 'keep');
+    UPDATE skiplock.packets p SET job_id = job WHERE p.id = _packet_enqueue.id;
+    RETURN job;
+END;
+$$;
+
+-- Submits a packet: the packet (queued) and its process-packet job commit together.
+CREATE OR REPLACE FUNCTION skiplock.submit_packet(source text, name text DEFAULT NULL, actor text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    new_id bigint;
+BEGIN
+    IF submit_packet.source IS NULL OR btrim(submit_packet.source) = '' THEN
+        RAISE EXCEPTION 'skiplock: a packet needs a source directory' USING ERRCODE = '22023';
+    END IF;
+    PERFORM skiplock._packet_act(submit_packet.actor, 'submitted');
+    INSERT INTO skiplock.packets (source, name) VALUES (submit_packet.source, nullif(btrim(submit_packet.name), ''))
+    RETURNING id INTO new_id;
+    PERFORM skiplock._packet_enqueue(new_id);
+    RETURN new_id;
+END;
+$$;
+
+-- Moves packet `id` to `target` as `actor`; the trigger refuses what the table does not allow.
+CREATE OR REPLACE FUNCTION skiplock._packet_move(id bigint, target skiplock.packet_state, actor text, note text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM skiplock.packets p WHERE p.id = _packet_move.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'skiplock: packet % does not exist', _packet_move.id USING ERRCODE = 'P0002';
+    END IF;
+    PERFORM skiplock._packet_act(_packet_move.actor, _packet_move.note);
+    UPDATE skiplock.packets p SET state = _packet_move.target WHERE p.id = _packet_move.id;
+END;
+$$;
+
+-- Operator: take a packet that is ready for review.
+CREATE OR REPLACE FUNCTION skiplock.take_packet(id bigint, actor text DEFAULT NULL)
+RETURNS void LANGUAGE sql AS $$
+    SELECT skiplock._packet_move(take_packet.id, 'in_review', take_packet.actor, 'taken for review');
+$$;
+
+-- Operator: the review is done.
+CREATE OR REPLACE FUNCTION skiplock.complete_packet(id bigint, actor text DEFAULT NULL)
+RETURNS void LANGUAGE sql AS $$
+    SELECT skiplock._packet_move(complete_packet.id, 'done', complete_packet.actor, 'completed');
+$$;
+
+-- Operator: process again (from error, or from in_review after a reshoot / edited frames).
+-- Returns the new process-packet job.
+CREATE OR REPLACE FUNCTION skiplock.retry_packet(id bigint, reason text DEFAULT NULL, actor text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    cur skiplock.packet_state;
+BEGIN
+    SELECT p.state INTO cur FROM skiplock.packets p WHERE p.id = retry_packet.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'skiplock: packet % does not exist', retry_packet.id USING ERRCODE = 'P0002';
+    END IF;
+    -- Only the operator's rows of the table: processing -> queued belongs to recovery.
+    IF skiplock._packet_mover(cur, 'queued') IS DISTINCT FROM 'operator' THEN
+        RAISE EXCEPTION 'skiplock: %', skiplock._packet_refusal(retry_packet.id, cur, 'queued') USING ERRCODE = '22023';
+    END IF;
+    PERFORM skiplock._packet_act(retry_packet.actor, coalesce('retry: ' || nullif(btrim(retry_packet.reason), ''), 'retry'));
+    UPDATE skiplock.packets p SET state = 'queued', error = NULL, result = NULL WHERE p.id = retry_packet.id;
+    RETURN skiplock._packet_enqueue(retry_packet.id);
+END;
+$$;
+
+-- Worker: try to start processing packet `id` for job `job_id`, keeping at most
+-- `max_processing` packets in `processing` across every process. Starts are serialised by a
+-- transaction-scoped advisory lock taken BEFORE counting, so two workers can never both see
+-- room for one more. Returns 'started', 'busy' (no room: wait and try again),
+-- 'stale:<state>' when the packet is no longer queued (a late job: do nothing), or
+-- 'duplicate:<job>' when another live job owns the queued packet (do nothing).
+-- A packet still `processing` for this very job was interrupted (its worker died, the job was
+-- rescued): it goes back to queued through recovery and starts again like any other.
+CREATE OR REPLACE FUNCTION skiplock._packet_start(id bigint, job_id bigint, max_processing integer, worker text)
+RETURNS text LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    cur skiplock.packet_state;
+    cur_job bigint;
+    n bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('skiplock.packets.processing'));
+    SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_start.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'stale:missing';
+    END IF;
+    IF cur = 'processing' AND cur_job = _packet_start.job_id THEN
+        PERFORM skiplock._packet_act('recovery', format('job %s was interrupted while processing; processing again', cur_job));
+        PERFORM set_config('skiplock.packet_recovering', 'on', true);
+        UPDATE skiplock.packets p SET state = 'queued' WHERE p.id = _packet_start.id;
+        cur := 'queued';
+    END IF;
+    IF cur <> 'queued' THEN
+        RETURN 'stale:' || cur;
+    END IF;
+    -- Another live job owns the packet: this one is a duplicate.
+    IF cur_job IS DISTINCT FROM _packet_start.job_id AND EXISTS (
+        SELECT 1 FROM skiplock.jobs j WHERE j.id = cur_job AND j.state IN ('available', 'running')) THEN
+        RETURN 'duplicate:' || cur_job;
+    END IF;
+    -- Only packets whose job is running count: one left in processing by a job that is gone
+    -- (cancelled, discarded, rescued back to available) is not processing anything.
+    SELECT count(*) INTO n FROM skiplock.packets p JOIN skiplock.jobs j ON j.id = p.job_id
+    WHERE p.state = 'processing' AND j.state = 'running';
+    IF n >= _packet_start.max_processing THEN
+        RETURN 'busy';
+    END IF;
+    PERFORM skiplock._packet_act(_packet_start.worker, format('job %s', _packet_start.job_id));
+    UPDATE skiplock.packets p SET state = 'processing', job_id = _packet_start.job_id, error = NULL, result = NULL
+    WHERE p.id = _packet_start.id;
+    RETURN 'started';
+END;
+$$;
+
+-- Worker: record the end of processing (fenced: only while the packet is still processing
+-- for this job). Returns the new state, or 'lost:<state>' if the packet was taken away.
+-- Wakes one packet job that is waiting for a free slot, so it need not sleep out its snooze.
+CREATE OR REPLACE FUNCTION skiplock._packet_finish(id bigint, job_id bigint, ok boolean, result jsonb, error text, worker text)
+RETURNS text LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    cur skiplock.packet_state;
+    cur_job bigint;
+    next_job bigint;
+BEGIN
+    SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_finish.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'lost:missing';
+    END IF;
+    IF cur <> 'processing' OR cur_job IS DISTINCT FROM _packet_finish.job_id THEN
+        RETURN 'lost:' || cur;
+    END IF;
+    PERFORM skiplock._packet_act(_packet_finish.worker,
+        CASE WHEN _packet_finish.ok THEN format('job %s', _packet_finish.job_id)
+             ELSE format('job %s: %s', _packet_finish.job_id, left(_packet_finish.error, 200)) END);
+    UPDATE skiplock.packets p
+    SET state = CASE WHEN _packet_finish.ok THEN 'ready_for_review' ELSE 'error' END::skiplock.packet_state,
+        result = _packet_finish.result,
+        error = _packet_finish.error
+    WHERE p.id = _packet_finish.id;
+    SELECT j.id INTO next_job FROM skiplock.jobs j
+    WHERE j.kind = 'process-packet' AND j.state = 'available' AND j.scheduled_at > now()
+    ORDER BY j.scheduled_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF next_job IS NOT NULL THEN
+        UPDATE skiplock.jobs j SET scheduled_at = now() WHERE j.id = next_job;
+        PERFORM pg_notify('skiplock_wake', (SELECT j.queue FROM skiplock.jobs j WHERE j.id = next_job));
+    END IF;
+    RETURN CASE WHEN _packet_finish.ok THEN 'ready_for_review' ELSE 'error' END;
+END;
+$$;
+
+-- Worker: processing was interrupted on purpose (the worker is shutting down): the packet
+-- goes back to queued through recovery; its job is given back to the queue by the worker.
+CREATE OR REPLACE FUNCTION skiplock._packet_interrupt(id bigint, job_id bigint, note text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM skiplock._packet_act('recovery', _packet_interrupt.note);
+    PERFORM set_config('skiplock.packet_recovering', 'on', true);
+    UPDATE skiplock.packets p SET state = 'queued'
+    WHERE p.id = _packet_interrupt.id AND p.state = 'processing' AND p.job_id = _packet_interrupt.job_id;
+    RETURN FOUND;
+END;
+$$;
+
+-- Start-up recovery: every queued or processing packet without a live job (its job_id is not
+-- an available or running job) goes back to queued (recorded in the history when it was
+-- processing) and gets a new job. ready_for_review and later are never touched. A running
+-- job of a dead worker still counts as live: the rescuer returns it, and _packet_start
+-- resumes the packet. Returns what it did.
+CREATE OR REPLACE FUNCTION skiplock.recover_packets()
+RETURNS TABLE (packet_id bigint, was skiplock.packet_state, job_id bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT p.id, p.state, p.job_id FROM skiplock.packets p
+        WHERE p.state IN ('queued', 'processing')
+          AND NOT EXISTS (SELECT 1 FROM skiplock.jobs j
+                          WHERE j.id = p.job_id AND j.state IN ('available', 'running'))
+        ORDER BY p.id
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        IF r.state = 'processing' THEN
+            PERFORM skiplock._packet_act('recovery',
+                format('recovered at worker start-up: job %s is no longer live', coalesce(r.job_id::text, '-')));
+            PERFORM set_config('skiplock.packet_recovering', 'on', true);
+            UPDATE skiplock.packets p SET state = 'queued' WHERE p.id = r.id;
+        END IF;
+        packet_id := r.id;
+        was := r.state;
+        job_id := skiplock._packet_enqueue(r.id);
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
+-- "Whose move is it?": packets waiting on the machine and on people.
+CREATE OR REPLACE VIEW skiplock.packet_whose_move AS
+SELECT count(*) FILTER (WHERE state IN ('queued', 'processing')) AS machine,
+       count(*) FILTER (WHERE state IN ('ready_for_review', 'in_review', 'error')) AS people,
+       count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'processing') AS processing,
+       count(*) FILTER (WHERE state = 'ready_for_review') AS ready_for_review,
+       count(*) FILTER (WHERE state = 'in_review') AS in_review,
+       count(*) FILTER (WHERE state = 'error') AS error,
+       count(*) FILTER (WHERE state = 'done') AS done
+FROM skiplock.packets;

@@ -1,0 +1,66 @@
+//! Start-up recovery: a worker killed mid-processing must never leave a packet stuck. At
+//! start-up (unless `SKIPLOCK_PACKET_RECOVERY=false`), every `queued` or `processing` packet
+//! whose job is no longer live (not `available` or `running`) goes back to `queued` — a
+//! history row records it when it was `processing` — and gets a new `process-packet` job.
+//! `ready_for_review` and later are never touched.
+//!
+//! A packet whose job is still `running` on a dead worker is left alone here: the rescuer
+//! returns that job to the queue after `SKIPLOCK_RESCUE_AFTER`, and the handler, finding the
+//! packet still `processing` for that same job, puts it back through `queued` and runs it.
+
+use sqlx::PgPool;
+
+use super::transitions::PacketState;
+use crate::error::Result;
+use crate::worker::{StartHook, WorkerBuilder};
+
+/// One packet recovery put back in the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The packet.
+    pub packet_id: i64,
+    /// The state it was found in (`queued` or `processing`).
+    pub was: PacketState,
+    /// Its new job.
+    pub job_id: i64,
+}
+
+/// Requeues every queued/processing packet without a live job; returns what it did.
+pub async fn recover(pool: &PgPool) -> Result<Vec<Recovered>> {
+    let rows: Vec<(i64, String, i64)> =
+        sqlx::query_as(include_str!("../../../sql/packets/recover.sql"))
+            .fetch_all(pool)
+            .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (packet_id, was, job_id) in rows {
+        let was: PacketState = was.parse().map_err(crate::Error::Other)?;
+        tracing::warn!(packet.id = packet_id, was = %was, job.id = job_id, "recovered a packet left without a live job");
+        out.push(Recovered {
+            packet_id,
+            was,
+            job_id,
+        });
+    }
+    Ok(out)
+}
+
+/// The start-up hook running [`recover`].
+pub fn hook() -> StartHook {
+    Box::new(|pool: PgPool| {
+        Box::pin(async move {
+            let done = recover(&pool).await?;
+            tracing::info!(packets = done.len(), "packet recovery done");
+            Ok(())
+        })
+    })
+}
+
+/// Adds the hook to `builder` when `enabled` (`SKIPLOCK_PACKET_RECOVERY`).
+pub fn install(builder: WorkerBuilder, enabled: bool) -> WorkerBuilder {
+    if enabled {
+        builder.on_start(hook())
+    } else {
+        tracing::info!("packet recovery at start-up is off (SKIPLOCK_PACKET_RECOVERY=false)");
+        builder
+    }
+}
