@@ -32,10 +32,15 @@ struct Page {
 }
 
 fn html(title: &str, links: &[&str]) -> Page {
-    let a: String = links.iter().map(|l| format!("<a href=\"{l}\">{l}</a> ")).collect();
+    let a: String = links
+        .iter()
+        .map(|l| format!("<a href=\"{l}\">{l}</a> "))
+        .collect();
     Page {
         status: 200,
-        body: format!("<html><head><title>{title}</title></head><body><h1>{title}</h1><p>{a}</p></body></html>"),
+        body: format!(
+            "<html><head><title>{title}</title></head><body><h1>{title}</h1><p>{a}</p></body></html>"
+        ),
         content_type: "text/html; charset=utf-8",
         ..Page::default()
     }
@@ -57,7 +62,10 @@ struct Server {
 impl Server {
     async fn start(pages: &[(&str, Page)]) -> Server {
         let site = Arc::new(Site::default());
-        site.pages.lock().unwrap().extend(pages.iter().map(|(p, pg)| (p.to_string(), pg.clone())));
+        site.pages
+            .lock()
+            .unwrap()
+            .extend(pages.iter().map(|(p, pg)| (p.to_string(), pg.clone())));
         let app = Router::new().fallback(serve).with_state(site.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let host = listener.local_addr().unwrap().to_string();
@@ -70,25 +78,54 @@ impl Server {
     }
 
     fn hits(&self, path: &str) -> usize {
-        self.site.log.lock().unwrap().iter().filter(|(p, _, _)| p == path).count()
+        self.site
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _, _)| p == path)
+            .count()
     }
 
     fn times(&self) -> Vec<Instant> {
-        self.site.log.lock().unwrap().iter().map(|(_, t, _)| *t).collect()
+        self.site
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, t, _)| *t)
+            .collect()
     }
 }
 
 async fn serve(State(site): State<Arc<Site>>, req: Request) -> Response {
-    let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
-    let inm = req.headers().get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_string);
-    site.log.lock().unwrap().push((path.clone(), Instant::now(), inm.clone()));
+    let path = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    let inm = req
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    site.log
+        .lock()
+        .unwrap()
+        .push((path.clone(), Instant::now(), inm.clone()));
     let mut pages = site.pages.lock().unwrap();
     let Some(page) = pages.get_mut(&path) else {
-        return Response::builder().status(404).body(Body::from("not found")).unwrap();
+        return Response::builder()
+            .status(404)
+            .body(Body::from("not found"))
+            .unwrap();
     };
     if page.fail_first > 0 {
         page.fail_first -= 1;
-        return Response::builder().status(500).body(Body::from("oops")).unwrap();
+        return Response::builder()
+            .status(500)
+            .body(Body::from("oops"))
+            .unwrap();
     }
     if let (Some(e), Some(i)) = (page.etag, inm.as_deref())
         && e == i
@@ -109,24 +146,34 @@ fn settings(schedule: Schedule, politeness_ms: u64) -> FetchSettings {
 }
 
 fn start(pool: &PgPool, s: FetchSettings) -> RunningWorker {
-    start_worker(pool, fast_settings(), |b| fetch::register_with(b, s).expect("register fetch"))
+    start_worker(pool, fast_settings(), |b| {
+        fetch::register_with(b, s).expect("register fetch")
+    })
 }
 
 async fn request(pool: &PgPool, url: &str, force: bool, full: bool) -> i64 {
-    fetch::request_fetch(pool, url, force, full).await.expect("request_fetch")
+    fetch::request_fetch(pool, url, force, full)
+        .await
+        .expect("request_fetch")
 }
 
 /// Waits until job `id` is finished; returns (state, result, errors).
 async fn finished(pool: &PgPool, id: i64) -> (String, Value, Value) {
-    wait_for(&format!("fetch job {id} to finish"), Duration::from_secs(60), || async move {
-        let row: (String, Option<Value>, Value) =
-            sqlx::query_as("SELECT state::text, result, errors FROM skiplock.jobs WHERE id = $1")
-                .bind(id)
-                .fetch_one(pool)
-                .await
-                .unwrap();
-        (row.0 != "available" && row.0 != "running").then(|| (row.0, row.1.unwrap_or(Value::Null), row.2))
-    })
+    wait_for(
+        &format!("fetch job {id} to finish"),
+        Duration::from_secs(60),
+        || async move {
+            let row: (String, Option<Value>, Value) = sqlx::query_as(
+                "SELECT state::text, result, errors FROM skiplock.jobs WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            (row.0 != "available" && row.0 != "running")
+                .then(|| (row.0, row.1.unwrap_or(Value::Null), row.2))
+        },
+    )
     .await
 }
 
@@ -140,12 +187,14 @@ async fn fetches_finished(pool: &PgPool) {
 }
 
 async fn page_field(pool: &PgPool, url: &str, field: &str) -> Option<String> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {field}::text FROM skiplock.pages WHERE url = $1")))
-        .bind(url)
-        .fetch_optional(pool)
-        .await
-        .unwrap()
-        .flatten()
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT {field}::text FROM skiplock.pages WHERE url = $1"
+    )))
+    .bind(url)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+    .flatten()
 }
 
 async fn count(pool: &PgPool, sql: &'static str) -> i64 {
@@ -163,26 +212,42 @@ async fn due_not_due_and_forced() {
     assert_eq!(state, "completed", "{result}");
     assert_eq!(result["fetched"], true);
     assert_eq!(srv.hits("/"), 1);
-    assert_eq!(page_field(&db.pool, &url, "title").await.as_deref(), Some("Home"));
-    assert_eq!(page_field(&db.pool, &url, "host").await.as_deref(), Some(srv.host.as_str()));
+    assert_eq!(
+        page_field(&db.pool, &url, "title").await.as_deref(),
+        Some("Home")
+    );
+    assert_eq!(
+        page_field(&db.pool, &url, "host").await.as_deref(),
+        Some(srv.host.as_str())
+    );
     // Monthly by default, computed when fetched.
-    let days: f64 = sqlx::query_scalar("SELECT extract(epoch FROM next_fetch - last_fetched)::float8 / 86400 FROM skiplock.pages")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let days: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM next_fetch - last_fetched)::float8 / 86400 FROM skiplock.pages",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     assert!((days - 30.0).abs() < 1e-6, "{days}");
     // Content changed (new page): one timer-reset for the host, in queue pack.
-    let host: String = sqlx::query_scalar("SELECT args->>'host' FROM skiplock.jobs WHERE kind = 'timer-reset' AND queue = 'pack'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let host: String = sqlx::query_scalar(
+        "SELECT args->>'host' FROM skiplock.jobs WHERE kind = 'timer-reset' AND queue = 'pack'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(host, srv.host);
 
     // Not due: completes without fetching and says why.
     let (state, result, _) = finished(&db.pool, request(&db.pool, &url, false, false).await).await;
     assert_eq!(state, "completed");
     assert_eq!(result["fetched"], false);
-    assert!(result["skipped"].as_str().unwrap().starts_with("not due until "), "{result}");
+    assert!(
+        result["skipped"]
+            .as_str()
+            .unwrap()
+            .starts_with("not due until "),
+        "{result}"
+    );
     assert_eq!(srv.hits("/"), 1);
 
     // Forced: fetched although not due. Same content: no second timer-reset.
@@ -190,7 +255,14 @@ async fn due_not_due_and_forced() {
     assert_eq!(result["fetched"], true, "{result}");
     assert_eq!(result["changed"], false, "{result}");
     assert_eq!(srv.hits("/"), 2);
-    assert_eq!(count(&db.pool, "SELECT count(*) FROM skiplock.jobs WHERE kind = 'timer-reset'").await, 1);
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE kind = 'timer-reset'"
+        )
+        .await,
+        1
+    );
 
     // Due once next_fetch has passed.
     sqlx::query("UPDATE skiplock.pages SET next_fetch = now() - interval '1 second'")
@@ -220,7 +292,11 @@ async fn schedule_rules_set_next_fetch_and_a_bad_file_stops_the_worker() {
     );
     let w = start(&db.pool, settings(Schedule::parse(&file).unwrap(), 20));
     for (path, hours) in [("/a", 24.0), ("/news/1", 1.0), ("/news/old/1", 90.0 * 24.0)] {
-        let (state, r, _) = finished(&db.pool, request(&db.pool, &srv.url(path), false, false).await).await;
+        let (state, r, _) = finished(
+            &db.pool,
+            request(&db.pool, &srv.url(path), false, false).await,
+        )
+        .await;
         assert_eq!(state, "completed", "{r}");
         let h: f64 = sqlx::query_scalar(
             "SELECT extract(epoch FROM next_fetch - last_fetched)::float8 / 3600 FROM skiplock.pages WHERE url = $1",
@@ -235,7 +311,11 @@ async fn schedule_rules_set_next_fetch_and_a_bad_file_stops_the_worker() {
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("schedules.toml");
-    std::fs::write(&bad, "default = \"daily\"\n[hosts.\"a.com\"]\ndefault = \"fortnightly\"\n").unwrap();
+    std::fs::write(
+        &bad,
+        "default = \"daily\"\n[hosts.\"a.com\"]\ndefault = \"fortnightly\"\n",
+    )
+    .unwrap();
     let out = cmd(&db.url)
         .arg("worker")
         .env("SKIPLOCK_SCHEDULES", &bad)
@@ -244,14 +324,20 @@ async fn schedule_rules_set_next_fetch_and_a_bad_file_stops_the_worker() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("SKIPLOCK_SCHEDULES") && err.contains("line 3") && err.contains("fortnightly"), "{err}");
+    assert!(
+        err.contains("SKIPLOCK_SCHEDULES") && err.contains("line 3") && err.contains("fortnightly"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn full_crawl_fetches_each_page_exactly_once() {
     let db = TestDb::new().await;
     let srv = Server::start(&[
-        ("/", html("Home", &["/a", "/b", "/b#frag", "mailto:x@example.com"])),
+        (
+            "/",
+            html("Home", &["/a", "/b", "/b#frag", "mailto:x@example.com"]),
+        ),
         ("/a", html("A", &["/", "/b", "/c", "/a"])),
         ("/b", html("B", &["/a", "/c#x", "http://other.invalid/"])),
         ("/c", html("C", &["/", "/a?"])),
@@ -265,24 +351,53 @@ async fn full_crawl_fetches_each_page_exactly_once() {
     for p in ["/", "/a", "/b", "/c", "/a?", "/robots.txt"] {
         assert_eq!(srv.hits(p), 1, "{p}");
     }
-    assert_eq!(count(&db.pool, "SELECT count(*) FROM skiplock.pages").await, 5);
-    assert_eq!(count(&db.pool, "SELECT count(*) FROM skiplock.jobs WHERE kind = 'fetch' AND state <> 'completed'").await, 0);
-    assert_eq!(count(&db.pool, "SELECT count(*) FROM skiplock.jobs WHERE kind = 'fetch'").await, 5);
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.pages").await,
+        5
+    );
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE kind = 'fetch' AND state <> 'completed'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE kind = 'fetch'"
+        )
+        .await,
+        5
+    );
 
     // A second full crawl without force: nothing is due, nothing is fetched, but the walk
     // still covers every stored link, each once.
     request(&db.pool, &srv.url("/"), false, true).await;
     fetches_finished(&db.pool).await;
     assert_eq!(srv.hits("/a"), 1);
-    assert_eq!(count(&db.pool, "SELECT count(*) FROM skiplock.jobs WHERE kind = 'fetch'").await, 10);
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE kind = 'fetch'"
+        )
+        .await,
+        10
+    );
     w.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn politeness_holds_across_two_worker_processes() {
     let db = TestDb::new().await;
-    let pages: Vec<(String, Page)> = (0..6).map(|i| (format!("/p{i}"), html(&format!("P{i}"), &[]))).collect();
-    let refs: Vec<(&str, Page)> = pages.iter().map(|(p, pg)| (p.as_str(), pg.clone())).collect();
+    let pages: Vec<(String, Page)> = (0..6)
+        .map(|i| (format!("/p{i}"), html(&format!("P{i}"), &[])))
+        .collect();
+    let refs: Vec<(&str, Page)> = pages
+        .iter()
+        .map(|(p, pg)| (p.as_str(), pg.clone()))
+        .collect();
     let one = Server::start(&refs).await;
     let two = Server::start(&refs).await;
     for (p, _) in &pages {
@@ -298,7 +413,11 @@ async fn politeness_holds_across_two_worker_processes() {
     let mut a = spawn_worker_process(&db.url, &["--queues", "fetch=4"], &env);
     let mut b = spawn_worker_process(&db.url, &["--queues", "fetch=4"], &env);
     wait_for("all 12 pages fetched", Duration::from_secs(60), || async {
-        let n = count(&db.pool, "SELECT count(*) FROM skiplock.pages WHERE http_status = 200").await;
+        let n = count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.pages WHERE http_status = 200",
+        )
+        .await;
         (n == 12).then_some(())
     })
     .await;
@@ -312,7 +431,11 @@ async fn politeness_holds_across_two_worker_processes() {
         t.sort();
         for w in t.windows(2) {
             let gap = w[1] - w[0];
-            assert!(gap >= Duration::from_millis(300), "requests to {} only {gap:?} apart", srv.host);
+            assert!(
+                gap >= Duration::from_millis(300),
+                "requests to {} only {gap:?} apart",
+                srv.host
+            );
         }
     }
     // Waiting costs no attempts: every job completed on its first attempt.
@@ -331,14 +454,32 @@ async fn robots_txt_disallow_is_honoured() {
         content_type: "text/plain",
         ..Page::default()
     };
-    let srv = Server::start(&[("/robots.txt", robots), ("/private/x", html("X", &[])), ("/public", html("P", &[]))]).await;
+    let srv = Server::start(&[
+        ("/robots.txt", robots),
+        ("/private/x", html("X", &[])),
+        ("/public", html("P", &[])),
+    ])
+    .await;
     let w = start(&db.pool, settings(Schedule::default(), 20));
-    let (state, r, _) = finished(&db.pool, request(&db.pool, &srv.url("/private/x"), true, false).await).await;
+    let (state, r, _) = finished(
+        &db.pool,
+        request(&db.pool, &srv.url("/private/x"), true, false).await,
+    )
+    .await;
     assert_eq!(state, "completed");
     assert_eq!(r["skipped"], "disallowed by robots.txt");
     assert_eq!(srv.hits("/private/x"), 0);
-    assert_eq!(page_field(&db.pool, &srv.url("/private/x"), "note").await.as_deref(), Some("disallowed by robots.txt"));
-    let (_, r, _) = finished(&db.pool, request(&db.pool, &srv.url("/public"), false, false).await).await;
+    assert_eq!(
+        page_field(&db.pool, &srv.url("/private/x"), "note")
+            .await
+            .as_deref(),
+        Some("disallowed by robots.txt")
+    );
+    let (_, r, _) = finished(
+        &db.pool,
+        request(&db.pool, &srv.url("/public"), false, false).await,
+    )
+    .await;
     assert_eq!(r["fetched"], true, "{r}");
     assert_eq!(srv.hits("/public"), 1);
     assert_eq!(srv.hits("/robots.txt"), 1);
@@ -355,16 +496,39 @@ async fn not_modified_moves_only_the_dates() {
     let url = srv.url("/t");
     finished(&db.pool, request(&db.pool, &url, false, false).await).await;
     let first = page_field(&db.pool, &url, "last_fetched").await.unwrap();
-    assert_eq!(page_field(&db.pool, &url, "etag").await.as_deref(), Some("\"v1\""));
+    assert_eq!(
+        page_field(&db.pool, &url, "etag").await.as_deref(),
+        Some("\"v1\"")
+    );
     let (_, r, _) = finished(&db.pool, request(&db.pool, &url, true, false).await).await;
     assert_eq!(r["status"], 304, "{r}");
     let log = srv.site.log.lock().unwrap().clone();
-    assert_eq!(log.last().unwrap().2.as_deref(), Some("\"v1\""), "conditional GET sends the ETag");
+    assert_eq!(
+        log.last().unwrap().2.as_deref(),
+        Some("\"v1\""),
+        "conditional GET sends the ETag"
+    );
     drop(log);
-    assert_ne!(page_field(&db.pool, &url, "last_fetched").await.unwrap(), first);
-    assert_eq!(page_field(&db.pool, &url, "title").await.as_deref(), Some("Tagged"));
-    assert_eq!(page_field(&db.pool, &url, "http_status").await.as_deref(), Some("200"));
-    assert_eq!(count(&db.pool, "SELECT count(*) FROM skiplock.jobs WHERE kind = 'timer-reset'").await, 1);
+    assert_ne!(
+        page_field(&db.pool, &url, "last_fetched").await.unwrap(),
+        first
+    );
+    assert_eq!(
+        page_field(&db.pool, &url, "title").await.as_deref(),
+        Some("Tagged")
+    );
+    assert_eq!(
+        page_field(&db.pool, &url, "http_status").await.as_deref(),
+        Some("200")
+    );
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE kind = 'timer-reset'"
+        )
+        .await,
+        1
+    );
     w.stop().await.unwrap();
 }
 
@@ -375,19 +539,40 @@ async fn server_errors_are_retried_client_errors_are_not() {
     flaky.fail_first = 2;
     let srv = Server::start(&[("/flaky", flaky)]).await;
     let w = start(&db.pool, settings(Schedule::default(), 20));
-    let (state, r, errors) = finished(&db.pool, request(&db.pool, &srv.url("/flaky"), false, false).await).await;
+    let (state, r, errors) = finished(
+        &db.pool,
+        request(&db.pool, &srv.url("/flaky"), false, false).await,
+    )
+    .await;
     assert_eq!(state, "completed", "{r}");
     assert_eq!(errors.as_array().unwrap().len(), 2, "{errors}");
-    assert!(errors[0]["error"].as_str().unwrap().contains("HTTP 500"), "{errors}");
+    assert!(
+        errors[0]["error"].as_str().unwrap().contains("HTTP 500"),
+        "{errors}"
+    );
     assert_eq!(srv.hits("/flaky"), 3);
-    assert_eq!(page_field(&db.pool, &srv.url("/flaky"), "title").await.as_deref(), Some("Flaky"));
+    assert_eq!(
+        page_field(&db.pool, &srv.url("/flaky"), "title")
+            .await
+            .as_deref(),
+        Some("Flaky")
+    );
 
-    let (state, r, errors) = finished(&db.pool, request(&db.pool, &srv.url("/missing"), false, false).await).await;
+    let (state, r, errors) = finished(
+        &db.pool,
+        request(&db.pool, &srv.url("/missing"), false, false).await,
+    )
+    .await;
     assert_eq!(state, "completed", "{r}");
     assert_eq!(r["status"], 404);
     assert_eq!(errors.as_array().unwrap().len(), 0);
     assert_eq!(srv.hits("/missing"), 1);
-    assert_eq!(page_field(&db.pool, &srv.url("/missing"), "http_status").await.as_deref(), Some("404"));
+    assert_eq!(
+        page_field(&db.pool, &srv.url("/missing"), "http_status")
+            .await
+            .as_deref(),
+        Some("404")
+    );
     w.stop().await.unwrap();
 }
 
@@ -395,11 +580,15 @@ async fn server_errors_are_retried_client_errors_are_not() {
 async fn internal_addresses_are_refused_unless_allowed() {
     let db = TestDb::new().await;
     let srv = Server::start(&[("/", html("Home", &[]))]).await;
-    let w = start(&db.pool, FetchSettings::new(Schedule::default(), Duration::from_millis(20), false));
+    let w = start(
+        &db.pool,
+        FetchSettings::new(Schedule::default(), Duration::from_millis(20), false),
+    );
     // A literal loopback address, and a name that resolves to one.
     let port = srv.host.rsplit(':').next().unwrap();
     for url in [srv.url("/"), format!("http://localhost:{port}/")] {
-        let (state, _, errors) = finished(&db.pool, request(&db.pool, &url, false, false).await).await;
+        let (state, _, errors) =
+            finished(&db.pool, request(&db.pool, &url, false, false).await).await;
         assert_eq!(state, "discarded", "{url}");
         let e = errors[0]["error"].as_str().unwrap();
         assert!(e.contains("internal address"), "{e}");
@@ -424,7 +613,10 @@ async fn invalid_urls_are_refused_by_sql_and_cli_and_requests_are_deduplicated()
         assert!(e.to_string().contains(msg), "SQL {url}: {e}");
         let (code, _, err) = run_cmd(&db.url, &["fetch", url]);
         assert_eq!(code, 1, "CLI {url}: {err}");
-        assert!(err.contains("invalid URL") && err.trim().lines().count() == 1, "CLI {url}: {err}");
+        assert!(
+            err.contains("invalid URL") && err.trim().lines().count() == 1,
+            "CLI {url}: {err}"
+        );
     }
     // One pending job per URL, however the URL is spelled.
     let a = request(&db.pool, "HTTP://Example.com:80/x#top", false, false).await;
@@ -434,17 +626,22 @@ async fn invalid_urls_are_refused_by_sql_and_cli_and_requests_are_deduplicated()
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), a.to_string());
     // The merged request kept the hall pass.
-    let force: bool = sqlx::query_scalar("SELECT (args->>'force')::boolean FROM skiplock.jobs WHERE id = $1")
-        .bind(a)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let force: bool =
+        sqlx::query_scalar("SELECT (args->>'force')::boolean FROM skiplock.jobs WHERE id = $1")
+            .bind(a)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert!(force);
     // The allow list is checked by the CLI.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("s.toml");
     std::fs::write(&file, "allow = [\"example.com\"]\n").unwrap();
-    let out = cmd(&db.url).args(["fetch", "http://other.org/"]).env("SKIPLOCK_SCHEDULES", &file).output().unwrap();
+    let out = cmd(&db.url)
+        .args(["fetch", "http://other.org/"])
+        .env("SKIPLOCK_SCHEDULES", &file)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not allowed"));
 }

@@ -20,7 +20,9 @@ pub struct Extracted {
     pub links: Vec<Url>,
 }
 
-const HIDDEN: &[&str] = &["script", "style", "template", "noscript", "head", "svg", "iframe"];
+const HIDDEN: &[&str] = &[
+    "script", "style", "template", "noscript", "head", "svg", "iframe",
+];
 
 fn collapse(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -31,9 +33,39 @@ fn text_of(e: ElementRef<'_>) -> String {
 }
 
 const BLOCKS: &[&str] = &[
-    "address", "article", "aside", "blockquote", "br", "dd", "div", "dl", "dt", "figcaption", "figure",
-    "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p",
-    "pre", "section", "table", "td", "th", "tr", "ul",
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "br",
+    "dd",
+    "div",
+    "dl",
+    "dt",
+    "figcaption",
+    "figure",
+    "footer",
+    "form",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "header",
+    "hr",
+    "li",
+    "main",
+    "nav",
+    "ol",
+    "p",
+    "pre",
+    "section",
+    "table",
+    "td",
+    "th",
+    "tr",
+    "ul",
 ];
 
 fn visible_text(e: ElementRef<'_>, out: &mut String) {
@@ -68,7 +100,11 @@ fn sel(s: &str) -> Selector {
 /// Extracts a page fetched from `base` (links resolve against `<base href>` if present).
 pub fn extract(html: &str, base: &Url) -> Extracted {
     let doc = Html::parse_document(html);
-    let title = doc.select(&sel("title")).next().map(text_of).unwrap_or_default();
+    let title = doc
+        .select(&sel("title"))
+        .next()
+        .map(text_of)
+        .unwrap_or_default();
     let headings = doc
         .select(&sel("h1, h2, h3, h4, h5, h6"))
         .map(text_of)
@@ -79,7 +115,12 @@ pub fn extract(html: &str, base: &Url) -> Extracted {
     if let Some(body) = doc.select(&sel("body")).next() {
         visible_text(body, &mut raw);
     }
-    let body = raw.lines().map(collapse).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n");
+    let body = raw
+        .lines()
+        .map(collapse)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
     let base = doc
         .select(&sel("base[href]"))
         .next()
@@ -128,7 +169,10 @@ mod tests {
 
     #[test]
     fn broken_html_still_extracts() {
-        let e = extract("<title>x</title><p>unclosed <div>text", &Url::parse("http://a.com/").unwrap());
+        let e = extract(
+            "<title>x</title><p>unclosed <div>text",
+            &Url::parse("http://a.com/").unwrap(),
+        );
         assert_eq!(e.title, "x");
         assert_eq!(e.body, "unclosed\ntext");
     }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use reqwest::header::{CONTENT_TYPE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, LOCATION};
+use reqwest::header::{
+    CONTENT_TYPE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, LOCATION,
+};
 use url::Url;
 
 use super::normalize::is_internal;
@@ -25,9 +27,12 @@ impl Resolve for GuardedResolver {
         let allow_private = self.allow_private;
         let host = name.as_str().to_string();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let kept: Vec<SocketAddr> =
-                addrs.into_iter().filter(|a| allow_private || !is_internal(a.ip())).collect();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let kept: Vec<SocketAddr> = addrs
+                .into_iter()
+                .filter(|a| allow_private || !is_internal(a.ip()))
+                .collect();
             if kept.is_empty() {
                 return Err(format!("{host} resolves only to internal addresses (refused)").into());
             }
@@ -41,7 +46,10 @@ impl Resolve for GuardedResolver {
 /// addresses, if any: the handler refuses such hosts up front, without a retry.
 pub async fn internal_address(host: &str, port: u16) -> std::io::Result<Option<std::net::IpAddr>> {
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    Ok(tokio::net::lookup_host((host, port)).await?.map(|a| a.ip()).find(|ip| is_internal(*ip)))
+    Ok(tokio::net::lookup_host((host, port))
+        .await?
+        .map(|a| a.ip())
+        .find(|ip| is_internal(*ip)))
 }
 
 /// Builds the shared client.
@@ -77,7 +85,10 @@ pub struct Response {
 }
 
 fn header(r: &reqwest::Response, name: reqwest::header::HeaderName) -> Option<String> {
-    r.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 /// GETs `url`, conditionally when a validator is known; reads at most `max_bytes` of body.

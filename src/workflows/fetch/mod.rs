@@ -65,9 +65,17 @@ impl FetchSettings {
     pub fn from_env() -> Result<Self> {
         let max_redirects = match crate::config::env_opt("SKIPLOCK_FETCH_MAX_REDIRECTS") {
             None => 5,
-            Some(v) => v.trim().parse::<i32>().ok().filter(|n| (0..=50).contains(n)).ok_or_else(|| {
-                Error::config("SKIPLOCK_FETCH_MAX_REDIRECTS", format!("{v:?} is not a whole number from 0 to 50"))
-            })?,
+            Some(v) => v
+                .trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|n| (0..=50).contains(n))
+                .ok_or_else(|| {
+                    Error::config(
+                        "SKIPLOCK_FETCH_MAX_REDIRECTS",
+                        format!("{v:?} is not a whole number from 0 to 50"),
+                    )
+                })?,
         };
         let s = FetchSettings {
             politeness: env_duration("SKIPLOCK_POLITENESS", Duration::from_secs(2))?,
@@ -79,7 +87,10 @@ impl FetchSettings {
             schedule: Schedule::from_env()?,
         };
         if s.timeout.is_zero() {
-            return Err(Error::config("SKIPLOCK_FETCH_TIMEOUT", "must be more than 0s"));
+            return Err(Error::config(
+                "SKIPLOCK_FETCH_TIMEOUT",
+                "must be more than 0s",
+            ));
         }
         Ok(s)
     }
@@ -111,12 +122,14 @@ pub fn register_with(builder: WorkerBuilder, settings: FetchSettings) -> Result<
 
 /// Requests a fetch through the SQL API (`skiplock.request_fetch`); returns the job id.
 pub async fn request_fetch(pool: &PgPool, url: &str, force: bool, full: bool) -> Result<i64> {
-    Ok(sqlx::query_scalar(include_str!("../../../sql/fetch/request.sql"))
-        .bind(url)
-        .bind(force)
-        .bind(full)
-        .fetch_one(pool)
-        .await?)
+    Ok(
+        sqlx::query_scalar(include_str!("../../../sql/fetch/request.sql"))
+            .bind(url)
+            .bind(force)
+            .bind(full)
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 /// A fetch job's arguments.
@@ -147,7 +160,11 @@ pub struct FetchHandler {
 impl FetchHandler {
     /// Builds the handler and its HTTP client.
     pub fn new(settings: FetchSettings) -> Result<Self> {
-        let client = http::client(&settings.user_agent, settings.timeout, settings.allow_private)?;
+        let client = http::client(
+            &settings.user_agent,
+            settings.timeout,
+            settings.allow_private,
+        )?;
         Ok(FetchHandler {
             settings: Arc::new(settings),
             client,
@@ -206,10 +223,20 @@ impl Fetch<'_> {
         if self.s.politeness.is_zero() {
             return Ok(None);
         }
-        Ok(match polite::acquire(self.pool, self.job_id, host, self.s.politeness, self.lease()).await? {
-            Slot::Go => None,
-            Slot::Wait(d) => Some(Outcome::Snooze(d)),
-        })
+        Ok(
+            match polite::acquire(
+                self.pool,
+                self.job_id,
+                host,
+                self.s.politeness,
+                self.lease(),
+            )
+            .await?
+            {
+                Slot::Go => None,
+                Slot::Wait(d) => Some(Outcome::Snooze(d)),
+            },
+        )
     }
 
     async fn release(&self, host: &str) -> Result<()> {
@@ -229,7 +256,9 @@ impl Fetch<'_> {
             )));
         }
         self.check_address(&url).await?;
-        let known = pages::load(self.pool, url.as_str()).await?.unwrap_or_default();
+        let known = pages::load(self.pool, url.as_str())
+            .await?
+            .unwrap_or_default();
         let now = Utc::now();
         let due = is_due(known.next_fetch, now, args.force);
         if !due.fetch() {
@@ -250,11 +279,22 @@ impl Fetch<'_> {
             if let Some(snooze) = self.slot(&host).await? {
                 return Ok(snooze);
             }
-            let got = http::get(self.client, &robots::robots_url(&url), None, None, 512 * 1024).await;
+            let got = http::get(
+                self.client,
+                &robots::robots_url(&url),
+                None,
+                None,
+                512 * 1024,
+            )
+            .await;
             self.release(&host).await?;
-            let r = got.map_err(|e| JobError::retry(format!("fetching robots.txt of {host}: {e}")))?;
+            let r =
+                got.map_err(|e| JobError::retry(format!("fetching robots.txt of {host}: {e}")))?;
             if r.status >= 500 {
-                return Err(JobError::retry(format!("robots.txt of {host}: HTTP {}", r.status)));
+                return Err(JobError::retry(format!(
+                    "robots.txt of {host}: HTTP {}",
+                    r.status
+                )));
             }
             let txt = (200..300)
                 .contains(&r.status)
@@ -264,9 +304,20 @@ impl Fetch<'_> {
         }
         if !robots::allowed(&robots, &self.s.user_agent, &url) {
             let note = "disallowed by robots.txt";
-            pages::record_status(self.pool, url.as_str(), &host, &path, None, note, next_fetch(now, freq), None)
-                .await?;
-            return Ok(Outcome::CompleteWith(json!({"fetched": false, "skipped": note})));
+            pages::record_status(
+                self.pool,
+                url.as_str(),
+                &host,
+                &path,
+                None,
+                note,
+                next_fetch(now, freq),
+                None,
+            )
+            .await?;
+            return Ok(Outcome::CompleteWith(
+                json!({"fetched": false, "skipped": note}),
+            ));
         }
 
         if let Some(snooze) = self.slot(&host).await? {
@@ -284,7 +335,8 @@ impl Fetch<'_> {
         let r = got.map_err(|e| JobError::retry(format!("fetching {url}: {e}")))?;
         let fetched_at = Utc::now();
         let next = next_fetch(fetched_at, freq);
-        self.store(&args, &url, &host, &path, &known, r, fetched_at, next).await
+        self.store(&args, &url, &host, &path, &known, r, fetched_at, next)
+            .await
     }
 
     /// Refuses hosts at loopback, private or link-local addresses (resolved, not just
@@ -331,9 +383,18 @@ impl Fetch<'_> {
     ) -> HandlerResult {
         let status = r.status;
         let record = |note: String| async move {
-            pages::record_status(self.pool, url.as_str(), host, path, Some(status as i32), &note, next, Some(fetched_at))
-                .await
-                .map(|_| note)
+            pages::record_status(
+                self.pool,
+                url.as_str(),
+                host,
+                path,
+                Some(status as i32),
+                &note,
+                next,
+                Some(fetched_at),
+            )
+            .await
+            .map(|_| note)
         };
         if status >= 500 {
             return Err(JobError::retry(format!("{url}: HTTP {status}")));
@@ -346,32 +407,51 @@ impl Fetch<'_> {
             ));
         }
         if (300..400).contains(&status) {
-            let target = r.location.as_deref().and_then(|l| normalize::resolve_link(url, l));
+            let target = r
+                .location
+                .as_deref()
+                .and_then(|l| normalize::resolve_link(url, l));
             let note = match target {
                 None => record(format!("HTTP {status} without a usable Location")).await?,
-                Some(t) if host_key(&t) != host => record(format!("redirects to {t} (another host; not followed)")).await?,
+                Some(t) if host_key(&t) != host => {
+                    record(format!("redirects to {t} (another host; not followed)")).await?
+                }
                 Some(t) if args.hops >= self.s.max_redirects => {
-                    record(format!("redirects to {t}; redirect limit ({}) reached", self.s.max_redirects)).await?
+                    record(format!(
+                        "redirects to {t}; redirect limit ({}) reached",
+                        self.s.max_redirects
+                    ))
+                    .await?
                 }
                 Some(t) => {
                     match (args.full, args.crawl) {
                         (true, Some(c)) => {
-                            pages::crawl_request(self.pool, c, &[t.to_string()], args.force).await?;
+                            pages::crawl_request(self.pool, c, &[t.to_string()], args.force)
+                                .await?;
                         }
                         _ => {
-                            pages::request_hop(self.pool, t.as_str(), args.force, args.hops + 1).await?;
+                            pages::request_hop(self.pool, t.as_str(), args.force, args.hops + 1)
+                                .await?;
                         }
                     }
                     record(format!("redirects to {t} (requested)")).await?
                 }
             };
-            return Ok(Outcome::CompleteWith(json!({"fetched": true, "status": status, "note": note})));
+            return Ok(Outcome::CompleteWith(
+                json!({"fetched": true, "status": status, "note": note}),
+            ));
         }
-        if status >= 400 || status < 200 {
+        if !(200..400).contains(&status) {
             let note = record(format!("HTTP {status}")).await?;
-            return Ok(Outcome::CompleteWith(json!({"fetched": true, "status": status, "note": note})));
+            return Ok(Outcome::CompleteWith(
+                json!({"fetched": true, "status": status, "note": note}),
+            ));
         }
-        let ctype = r.content_type.as_deref().unwrap_or("text/html").to_ascii_lowercase();
+        let ctype = r
+            .content_type
+            .as_deref()
+            .unwrap_or("text/html")
+            .to_ascii_lowercase();
         let text = String::from_utf8_lossy(&r.body);
         let (title, headings, body, links) = if ctype.contains("html") {
             let e = extract::extract(&text, url);
@@ -386,10 +466,14 @@ impl Fetch<'_> {
             (String::new(), String::new(), text.into_owned(), Vec::new())
         } else {
             let note = record(format!("not HTML ({ctype}); nothing stored")).await?;
-            return Ok(Outcome::CompleteWith(json!({"fetched": true, "status": status, "note": note})));
+            return Ok(Outcome::CompleteWith(
+                json!({"fetched": true, "status": status, "note": note}),
+            ));
         };
         let hash = sha256_hex(&[&title, &headings, &body]);
-        let note = r.truncated.then(|| format!("body cut at {} bytes", self.s.max_bytes));
+        let note = r
+            .truncated
+            .then(|| format!("body cut at {} bytes", self.s.max_bytes));
         let mut tx = self.pool.begin().await.map_err(Error::from)?;
         let changed = pages::save(
             &mut *tx,
@@ -412,7 +496,11 @@ impl Fetch<'_> {
         )
         .await?;
         if changed {
-            enqueue(&mut *tx, &NewJob::new("timer-reset", json!({"host": host})).queue("pack")).await?;
+            enqueue(
+                &mut *tx,
+                &NewJob::new("timer-reset", json!({"host": host})).queue("pack"),
+            )
+            .await?;
         }
         tx.commit().await.map_err(Error::from)?;
         let requested = self.walk(args, &links).await?;

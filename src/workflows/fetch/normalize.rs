@@ -30,7 +30,9 @@ fn check(u: &Url, shown: &str) -> Result<(), String> {
         return Err(format!("invalid URL {shown:?}: it has no host"));
     }
     if !u.username().is_empty() || u.password().is_some() {
-        return Err(format!("invalid URL {shown:?}: user names and passwords are not allowed"));
+        return Err(format!(
+            "invalid URL {shown:?}: user names and passwords are not allowed"
+        ));
     }
     Ok(())
 }
@@ -113,35 +115,74 @@ mod tests {
         let u = normalize("https://example.com:8443").unwrap();
         assert_eq!(u.as_str(), "https://example.com:8443/");
         assert_eq!(host_key(&u), "example.com:8443");
-        assert_eq!(host_key(&normalize("http://127.0.0.1:3000/x").unwrap()), "127.0.0.1:3000");
-        assert_eq!(host_key(&normalize("http://[::1]:81/").unwrap()), "[::1]:81");
+        assert_eq!(
+            host_key(&normalize("http://127.0.0.1:3000/x").unwrap()),
+            "127.0.0.1:3000"
+        );
+        assert_eq!(
+            host_key(&normalize("http://[::1]:81/").unwrap()),
+            "[::1]:81"
+        );
     }
 
     #[test]
     fn refuses_what_cannot_be_fetched() {
-        assert!(normalize("ftp://example.com/").unwrap_err().contains("only http and https"));
+        assert!(
+            normalize("ftp://example.com/")
+                .unwrap_err()
+                .contains("only http and https")
+        );
         assert!(normalize("not a url").unwrap_err().contains("invalid URL"));
         assert!(normalize("").unwrap_err().contains("empty"));
-        assert!(normalize("http://user:pw@example.com/").unwrap_err().contains("passwords"));
+        assert!(
+            normalize("http://user:pw@example.com/")
+                .unwrap_err()
+                .contains("passwords")
+        );
         assert!(normalize("mailto:a@example.com").is_err());
     }
 
     #[test]
     fn links_resolve_against_the_page() {
         let base = normalize("http://example.com/a/b").unwrap();
-        assert_eq!(resolve_link(&base, "c#x").unwrap().as_str(), "http://example.com/a/c");
-        assert_eq!(resolve_link(&base, "/d").unwrap().as_str(), "http://example.com/d");
-        assert_eq!(resolve_link(&base, "//other.org/").unwrap().as_str(), "http://other.org/");
+        assert_eq!(
+            resolve_link(&base, "c#x").unwrap().as_str(),
+            "http://example.com/a/c"
+        );
+        assert_eq!(
+            resolve_link(&base, "/d").unwrap().as_str(),
+            "http://example.com/d"
+        );
+        assert_eq!(
+            resolve_link(&base, "//other.org/").unwrap().as_str(),
+            "http://other.org/"
+        );
         assert!(resolve_link(&base, "mailto:x@y.z").is_none());
         assert!(resolve_link(&base, "javascript:void(0)").is_none());
     }
 
     #[test]
     fn internal_addresses_are_recognised() {
-        for ip in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "0.0.0.0", "100.64.0.1", "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1"] {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+        ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:2800:220:1:248:1893:25c8:1946"] {
+        for ip in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:2800:220:1:248:1893:25c8:1946",
+        ] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }
     }

@@ -23,10 +23,12 @@ pub struct Known {
 
 /// Loads page `url`'s row, if any.
 pub async fn load(pool: &PgPool, url: &str) -> Result<Option<Known>> {
-    Ok(sqlx::query_as(include_str!("../../../sql/fetch/load_page.sql"))
-        .bind(url)
-        .fetch_optional(pool)
-        .await?)
+    Ok(
+        sqlx::query_as(include_str!("../../../sql/fetch/load_page.sql"))
+            .bind(url)
+            .fetch_optional(pool)
+            .await?,
+    )
 }
 
 /// The content of a successful fetch.
@@ -64,23 +66,25 @@ pub struct Content<'a> {
 
 /// Stores a fetched page; returns whether its content changed (new pages count).
 pub async fn save<'e, E: PgExecutor<'e>>(exec: E, c: &Content<'_>) -> Result<bool> {
-    Ok(sqlx::query_scalar(include_str!("../../../sql/fetch/save_page.sql"))
-        .bind(c.url)
-        .bind(c.host)
-        .bind(c.path)
-        .bind(c.fetched_at)
-        .bind(c.next_fetch)
-        .bind(c.status)
-        .bind(c.etag)
-        .bind(c.last_modified)
-        .bind(c.content_hash)
-        .bind(c.title)
-        .bind(c.headings)
-        .bind(c.body)
-        .bind(c.links)
-        .bind(c.note)
-        .fetch_one(exec)
-        .await?)
+    Ok(
+        sqlx::query_scalar(include_str!("../../../sql/fetch/save_page.sql"))
+            .bind(c.url)
+            .bind(c.host)
+            .bind(c.path)
+            .bind(c.fetched_at)
+            .bind(c.next_fetch)
+            .bind(c.status)
+            .bind(c.etag)
+            .bind(c.last_modified)
+            .bind(c.content_hash)
+            .bind(c.title)
+            .bind(c.headings)
+            .bind(c.body)
+            .bind(c.links)
+            .bind(c.note)
+            .fetch_one(exec)
+            .await?,
+    )
 }
 
 /// Records a request that stored no content (robots.txt, 4xx, redirect, not HTML).
@@ -109,7 +113,12 @@ pub async fn record_status(
 }
 
 /// A 304: moves only `last_fetched` and `next_fetch`.
-pub async fn touch(pool: &PgPool, url: &str, fetched_at: DateTime<Utc>, next_fetch: DateTime<Utc>) -> Result<()> {
+pub async fn touch(
+    pool: &PgPool,
+    url: &str,
+    fetched_at: DateTime<Utc>,
+    next_fetch: DateTime<Utc>,
+) -> Result<()> {
     sqlx::query(include_str!("../../../sql/fetch/touch_page.sql"))
         .bind(url)
         .bind(fetched_at)
@@ -119,13 +128,14 @@ pub async fn touch(pool: &PgPool, url: &str, fetched_at: DateTime<Utc>, next_fet
     Ok(())
 }
 
+type RobotsRow = (Option<String>, Option<i32>, Option<DateTime<Utc>>);
+
 /// Host `host`'s cached robots.txt.
 pub async fn load_robots(pool: &PgPool, host: &str) -> Result<Cached> {
-    let row: Option<(Option<String>, Option<i32>, Option<DateTime<Utc>>)> =
-        sqlx::query_as(include_str!("../../../sql/fetch/load_robots.sql"))
-            .bind(host)
-            .fetch_optional(pool)
-            .await?;
+    let row: Option<RobotsRow> = sqlx::query_as(include_str!("../../../sql/fetch/load_robots.sql"))
+        .bind(host)
+        .fetch_optional(pool)
+        .await?;
     let (txt, status, fetched_at) = row.unwrap_or_default();
     Ok(Cached {
         txt,
@@ -150,20 +160,24 @@ pub async fn crawl_request(pool: &PgPool, crawl: i64, urls: &[String], force: bo
     if urls.is_empty() {
         return Ok(0);
     }
-    Ok(sqlx::query_scalar(include_str!("../../../sql/fetch/crawl_request.sql"))
-        .bind(crawl)
-        .bind(urls)
-        .bind(force)
-        .fetch_one(pool)
-        .await?)
+    Ok(
+        sqlx::query_scalar(include_str!("../../../sql/fetch/crawl_request.sql"))
+            .bind(crawl)
+            .bind(urls)
+            .bind(force)
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 /// Requests a redirect target, `hops` redirects from the original request.
 pub async fn request_hop(pool: &PgPool, url: &str, force: bool, hops: i32) -> Result<i64> {
-    Ok(sqlx::query_scalar(include_str!("../../../sql/fetch/request_hop.sql"))
-        .bind(url)
-        .bind(force)
-        .bind(hops)
-        .fetch_one(pool)
-        .await?)
+    Ok(
+        sqlx::query_scalar(include_str!("../../../sql/fetch/request_hop.sql"))
+            .bind(url)
+            .bind(force)
+            .bind(hops)
+            .fetch_one(pool)
+            .await?,
+    )
 }

@@ -25,7 +25,13 @@ pub enum Slot {
 
 /// Asks for job `job_id`'s slot on `host`; `lease` bounds how long a crashed fetch can
 /// hold the host.
-pub async fn acquire(pool: &PgPool, job_id: i64, host: &str, interval: Duration, lease: Duration) -> Result<Slot> {
+pub async fn acquire(
+    pool: &PgPool,
+    job_id: i64,
+    host: &str,
+    interval: Duration,
+    lease: Duration,
+) -> Result<Slot> {
     let wait: Option<f64> = sqlx::query_scalar(include_str!("../../../sql/fetch/slot.sql"))
         .bind(job_id)
         .bind(host)

@@ -37,7 +37,11 @@ pub fn robots_url(page: &Url) -> Url {
 /// The product token robots.txt groups are matched against: the User-Agent up to the first
 /// `/` or space (`skiplock/0.1 (+https://…)` → `skiplock`).
 pub fn agent_token(user_agent: &str) -> &str {
-    user_agent.split(['/', ' ']).next().filter(|t| !t.is_empty()).unwrap_or(user_agent)
+    user_agent
+        .split(['/', ' '])
+        .next()
+        .filter(|t| !t.is_empty())
+        .unwrap_or(user_agent)
 }
 
 /// Whether `url` may be fetched. No robots.txt (4xx) allows everything; an unparsable file
@@ -66,18 +70,32 @@ mod tests {
 
     #[test]
     fn disallow_rules_apply_to_our_agent() {
-        let c = cached("User-agent: *\nDisallow: /private/\n\nUser-agent: skiplock\nDisallow: /secret\n");
+        let c = cached(
+            "User-agent: *\nDisallow: /private/\n\nUser-agent: skiplock\nDisallow: /secret\n",
+        );
         let ua = "skiplock/0.1 (+https://example.com)";
-        assert!(!allowed(&c, ua, &Url::parse("http://a.com/secret/x").unwrap()));
+        assert!(!allowed(
+            &c,
+            ua,
+            &Url::parse("http://a.com/secret/x").unwrap()
+        ));
         // Our own group replaces the * group.
-        assert!(allowed(&c, ua, &Url::parse("http://a.com/private/x").unwrap()));
+        assert!(allowed(
+            &c,
+            ua,
+            &Url::parse("http://a.com/private/x").unwrap()
+        ));
         assert!(allowed(&c, ua, &Url::parse("http://a.com/public").unwrap()));
         let none = Cached {
             txt: None,
             status: Some(404),
             fetched_at: Some(Utc::now()),
         };
-        assert!(allowed(&none, ua, &Url::parse("http://a.com/secret").unwrap()));
+        assert!(allowed(
+            &none,
+            ua,
+            &Url::parse("http://a.com/secret").unwrap()
+        ));
     }
 
     #[test]

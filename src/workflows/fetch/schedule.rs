@@ -109,7 +109,11 @@ impl Default for Schedule {
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|b| *b == b'\n')
+        .count()
+        + 1
 }
 
 fn at(text: &str, span: std::ops::Range<usize>, msg: impl std::fmt::Display) -> String {
@@ -159,7 +163,11 @@ impl Schedule {
             let span = host.span();
             let key = host.into_inner().trim().to_ascii_lowercase();
             if key.starts_with("*.") {
-                return Err(at(text, span, format!("host rules name one host; {key:?} is a pattern")));
+                return Err(at(
+                    text,
+                    span,
+                    format!("host rules name one host; {key:?} is a pattern"),
+                ));
             }
             check_pattern(&key).map_err(|m| at(text, span, m))?;
             let mut paths = Vec::new();
@@ -167,7 +175,11 @@ impl Schedule {
                 let pspan = prefix.span();
                 let prefix = prefix.into_inner();
                 if !prefix.starts_with('/') {
-                    return Err(at(text, pspan, format!("path prefix {prefix:?} must start with \"/\"")));
+                    return Err(at(
+                        text,
+                        pspan,
+                        format!("path prefix {prefix:?} must start with \"/\""),
+                    ));
                 }
                 paths.push((prefix, f));
             }
@@ -191,9 +203,15 @@ impl Schedule {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Schedule::default()),
-            Err(e) => return Err(Error::config(SCHEDULES_VAR, format!("{}: {e}", path.display()))),
+            Err(e) => {
+                return Err(Error::config(
+                    SCHEDULES_VAR,
+                    format!("{}: {e}", path.display()),
+                ));
+            }
         };
-        Schedule::parse(&text).map_err(|m| Error::config(SCHEDULES_VAR, format!("{}: {m}", path.display())))
+        Schedule::parse(&text)
+            .map_err(|m| Error::config(SCHEDULES_VAR, format!("{}: {m}", path.display())))
     }
 
     /// Loads the file named by `SKIPLOCK_SCHEDULES` (default `schedules.toml`).
@@ -203,7 +221,9 @@ impl Schedule {
     }
 
     fn host_rules(&self, host_key: &str) -> Option<&HostRules> {
-        self.hosts.get(host_key).or_else(|| self.hosts.get(host_name(host_key)))
+        self.hosts
+            .get(host_key)
+            .or_else(|| self.hosts.get(host_name(host_key)))
     }
 
     /// The frequency of the page at `path` on `host_key`: the host's longest matching path
@@ -248,7 +268,12 @@ impl Schedule {
 /// The host name of a host key (`example.com:8080` → `example.com`, `[::1]:81` → `[::1]`).
 pub fn host_name(host_key: &str) -> &str {
     match host_key.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && (!name.contains(':') || name.ends_with(']')) => name,
+        Some((name, port))
+            if port.bytes().all(|b| b.is_ascii_digit())
+                && (!name.contains(':') || name.ends_with(']')) =>
+        {
+            name
+        }
         _ => host_key,
     }
 }
@@ -340,17 +365,35 @@ paths = { "/drafts/" = "bi-annually" }
     fn the_most_specific_rule_wins() {
         let s = Schedule::parse(FILE).unwrap();
         // Longest path prefix of the host.
-        assert_eq!(s.frequency_for("example.com", "/news/archive/2020"), Frequency::Annually);
-        assert_eq!(s.frequency_for("example.com", "/news/today"), Frequency::Hourly);
+        assert_eq!(
+            s.frequency_for("example.com", "/news/archive/2020"),
+            Frequency::Annually
+        );
+        assert_eq!(
+            s.frequency_for("example.com", "/news/today"),
+            Frequency::Hourly
+        );
         // Host default.
         assert_eq!(s.frequency_for("example.com", "/about"), Frequency::Daily);
         // A port-specific rule set beats the host name's.
-        assert_eq!(s.frequency_for("example.com:8443", "/news/x"), Frequency::Quarterly);
+        assert_eq!(
+            s.frequency_for("example.com:8443", "/news/x"),
+            Frequency::Quarterly
+        );
         // Another port falls back to the host name's rules.
-        assert_eq!(s.frequency_for("example.com:81", "/news/x"), Frequency::Hourly);
+        assert_eq!(
+            s.frequency_for("example.com:81", "/news/x"),
+            Frequency::Hourly
+        );
         // Path rule without host default falls back to the file default.
-        assert_eq!(s.frequency_for("blog.example.org", "/drafts/a"), Frequency::BiAnnually);
-        assert_eq!(s.frequency_for("blog.example.org", "/post"), Frequency::Weekly);
+        assert_eq!(
+            s.frequency_for("blog.example.org", "/drafts/a"),
+            Frequency::BiAnnually
+        );
+        assert_eq!(
+            s.frequency_for("blog.example.org", "/post"),
+            Frequency::Weekly
+        );
         // Unknown host: file default.
         assert_eq!(s.frequency_for("other.net", "/news/"), Frequency::Weekly);
     }
@@ -372,23 +415,40 @@ paths = { "/drafts/" = "bi-annually" }
 
     #[test]
     fn bad_files_name_the_line_and_the_problem() {
-        let e = Schedule::parse("default = \"daily\"\n\n[hosts.\"a.com\"]\ndefault = \"fortnightly\"\n").unwrap_err();
+        let e = Schedule::parse(
+            "default = \"daily\"\n\n[hosts.\"a.com\"]\ndefault = \"fortnightly\"\n",
+        )
+        .unwrap_err();
         assert!(e.starts_with("line 4:"), "{e}");
         assert!(e.contains("fortnightly"), "{e}");
         let e = Schedule::parse("default = \"daily\"\nthis is not toml\n").unwrap_err();
         assert!(e.starts_with("line 2:"), "{e}");
-        let e = Schedule::parse("[hosts.\"a.com\"]\npaths = { \"news\" = \"daily\" }\n").unwrap_err();
-        assert!(e.starts_with("line 2:") && e.contains("must start with"), "{e}");
-        let e = Schedule::parse("allow = [\n  \"ok.com\",\n  \"http://bad.com/\",\n]\n").unwrap_err();
-        assert!(e.starts_with("line 3:") && e.contains("http://bad.com/"), "{e}");
+        let e =
+            Schedule::parse("[hosts.\"a.com\"]\npaths = { \"news\" = \"daily\" }\n").unwrap_err();
+        assert!(
+            e.starts_with("line 2:") && e.contains("must start with"),
+            "{e}"
+        );
+        let e =
+            Schedule::parse("allow = [\n  \"ok.com\",\n  \"http://bad.com/\",\n]\n").unwrap_err();
+        assert!(
+            e.starts_with("line 3:") && e.contains("http://bad.com/"),
+            "{e}"
+        );
         let e = Schedule::parse("defualt = \"daily\"\n").unwrap_err();
         assert!(e.starts_with("line 1:") && e.contains("defualt"), "{e}");
     }
 
     #[test]
     fn next_fetch_adds_the_frequency() {
-        assert_eq!(next_fetch(t0(), Frequency::Daily), t0() + chrono::Duration::days(1));
-        assert_eq!(next_fetch(t0(), Frequency::Hourly), t0() + chrono::Duration::hours(1));
+        assert_eq!(
+            next_fetch(t0(), Frequency::Daily),
+            t0() + chrono::Duration::days(1)
+        );
+        assert_eq!(
+            next_fetch(t0(), Frequency::Hourly),
+            t0() + chrono::Duration::hours(1)
+        );
     }
 
     #[test]
@@ -399,7 +459,10 @@ paths = { "/drafts/" = "bi-annually" }
         assert!(!is_due(Some(next), t0(), false).fetch());
         assert_eq!(is_due(Some(next), t0(), true), Due::Forced);
         assert_eq!(is_due(Some(next), next, false), Due::Due);
-        assert_eq!(is_due(Some(next), next + chrono::Duration::seconds(1), true), Due::Due);
+        assert_eq!(
+            is_due(Some(next), next + chrono::Duration::seconds(1), true),
+            Due::Due
+        );
     }
 
     #[test]
