@@ -645,3 +645,65 @@ async fn invalid_urls_are_refused_by_sql_and_cli_and_requests_are_deduplicated()
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not allowed"));
 }
+
+#[tokio::test]
+async fn a_long_line_for_one_host_leaves_the_workers_free() {
+    let db = TestDb::new().await;
+    let pages: Vec<(String, Page)> = (0..20)
+        .map(|i| (format!("/p{i}"), html(&format!("P{i}"), &[])))
+        .collect();
+    let refs: Vec<(&str, Page)> = pages
+        .iter()
+        .map(|(p, pg)| (p.as_str(), pg.clone()))
+        .collect();
+    let busy = Server::start(&refs).await;
+    let other = Server::start(&[("/", html("Other", &[]))]).await;
+    for (p, _) in &pages {
+        request(&db.pool, &busy.url(p), false, false).await;
+    }
+    // Two worker slots only; the busy host needs at least 20 × 500ms for its line.
+    let mut qs = fast_settings();
+    qs.queues = Some([("fetch".to_string(), 2)].into());
+    let s = settings(Schedule::default(), 500);
+    let w = start_worker(&db.pool, qs, |b| fetch::register_with(b, s).unwrap());
+    wait_for(
+        "the busy host's first page",
+        Duration::from_secs(60),
+        || async { (busy.hits("/p0") + busy.hits("/p1") > 0).then_some(()) },
+    )
+    .await;
+    let id = request(&db.pool, &other.url("/"), false, false).await;
+    let (state, r, _) = finished(&db.pool, id).await;
+    assert_eq!(state, "completed", "{r}");
+    assert_eq!(other.hits("/"), 1);
+    let done = busy.site.log.lock().unwrap().len();
+    assert!(
+        done < 21,
+        "the other host waited behind the whole line ({done} requests)"
+    );
+    // Every waiting page was claimed once, reserved its slot and is parked until it: it
+    // holds no worker slot while it waits.
+    wait_for(
+        "every waiting page to hold a reservation",
+        Duration::from_secs(60),
+        || async {
+            let n = count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs j WHERE j.kind = 'fetch' AND j.state <> 'completed'
+             AND NOT EXISTS (SELECT 1 FROM skiplock.fetch_slots s WHERE s.job_id = j.id)",
+        )
+        .await;
+            (n == 0).then_some(())
+        },
+    )
+    .await;
+    let off = count(
+        &db.pool,
+        "SELECT count(*) FROM skiplock.jobs j JOIN skiplock.fetch_slots s ON s.job_id = j.id
+         WHERE j.state = 'available'
+           AND j.scheduled_at NOT BETWEEN s.slot_at - interval '50 ms' AND s.slot_at + interval '5 s'",
+    )
+    .await;
+    assert_eq!(off, 0, "parked jobs are scheduled for their reserved slot");
+    w.stop().await.unwrap();
+}

@@ -76,9 +76,16 @@ impl Drop for TestDb {
         // thread terminates them server-side.
         let name = self.name.clone();
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async move {
-                if let Ok(admin) = PgPoolOptions::new().max_connections(1).connect(&admin_url()).await {
+                if let Ok(admin) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&admin_url())
+                    .await
+                {
                     let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
                         "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
                     )))
@@ -198,7 +205,11 @@ pub fn cmd(url: &str) -> Command {
 
 /// Runs a `skiplock` command to completion: (exit code, stdout, stderr).
 pub fn run_cmd(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = cmd(url).args(args).stdin(Stdio::null()).output().expect("run skiplock");
+    let out = cmd(url)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run skiplock");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -209,7 +220,11 @@ pub fn run_cmd(url: &str, args: &[&str]) -> (i32, String, String) {
 /// Starts `skiplock worker` as a child process with extra env vars.
 pub fn spawn_worker_process(url: &str, args: &[&str], envs: &[(&str, &str)]) -> Child {
     let mut c = cmd(url);
-    c.arg("worker").args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    c.arg("worker")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     for (k, v) in envs {
         c.env(k, v);
     }
@@ -227,5 +242,8 @@ pub fn sigkill(child: &Child) {
 }
 
 fn unsafe_kill(pid: u32, sig: &str) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
 }
