@@ -29,6 +29,8 @@ struct Page {
     etag: Option<&'static str>,
     /// Answer 500 this many times first.
     fail_first: usize,
+    /// A redirect's Location.
+    location: Option<&'static str>,
 }
 
 fn html(title: &str, links: &[&str]) -> Page {
@@ -137,6 +139,9 @@ async fn serve(State(site): State<Arc<Site>>, req: Request) -> Response {
         .header(header::CONTENT_TYPE, page.content_type);
     if let Some(e) = page.etag {
         r = r.header(header::ETAG, HeaderValue::from_static(e));
+    }
+    if let Some(l) = page.location {
+        r = r.header(header::LOCATION, HeaderValue::from_static(l));
     }
     r.body(Body::from(page.body.clone())).unwrap()
 }
@@ -705,5 +710,63 @@ async fn a_long_line_for_one_host_leaves_the_workers_free() {
     )
     .await;
     assert_eq!(off, 0, "parked jobs are scheduled for their reserved slot");
+    w.stop().await.unwrap();
+}
+
+fn redirect(to: &'static str) -> Page {
+    Page {
+        status: 301,
+        location: Some(to),
+        content_type: "text/html",
+        ..Page::default()
+    }
+}
+
+#[tokio::test]
+async fn redirects_are_fetches_of_their_own_up_to_the_limit() {
+    let db = TestDb::new().await;
+    let srv = Server::start(&[
+        ("/old", redirect("/new")),
+        ("/new", html("New", &[])),
+        ("/ping", redirect("/pong")),
+        ("/pong", redirect("/ping")),
+        ("/away", redirect("http://other.invalid/")),
+    ])
+    .await;
+    let w = start(&db.pool, settings(Schedule::default(), 20));
+    request(&db.pool, &srv.url("/old"), false, false).await;
+    // A redirect loop, forced so every hop is fetched: stopped by the hop limit (5).
+    request(&db.pool, &srv.url("/ping"), true, false).await;
+    request(&db.pool, &srv.url("/away"), false, false).await;
+    fetches_finished(&db.pool).await;
+    assert_eq!(srv.hits("/new"), 1);
+    assert_eq!(
+        page_field(&db.pool, &srv.url("/new"), "title")
+            .await
+            .as_deref(),
+        Some("New")
+    );
+    let note = page_field(&db.pool, &srv.url("/old"), "note")
+        .await
+        .unwrap();
+    assert!(
+        note.contains("redirects to") && note.contains("/new"),
+        "{note}"
+    );
+    assert_eq!(
+        srv.hits("/ping") + srv.hits("/pong"),
+        6,
+        "the original request and 5 hops"
+    );
+    let notes = count(
+        &db.pool,
+        "SELECT count(*) FROM skiplock.pages WHERE note LIKE '%redirect limit (5) reached'",
+    )
+    .await;
+    assert_eq!(notes, 1);
+    let away = page_field(&db.pool, &srv.url("/away"), "note")
+        .await
+        .unwrap();
+    assert!(away.contains("another host; not followed"), "{away}");
     w.stop().await.unwrap();
 }
