@@ -1,1 +1,191 @@
--- fetch SQL API (nothing yet).
+-- fetch SQL API: request a polite fetch of a page from any language, plus the internal
+-- functions the `fetch` handler uses for its politeness slot and full crawls.
+-- Installed (CREATE OR REPLACE) by `skiplock migrate`.
+
+-- Normalises an http(s) URL the way the handler does for ordinary URLs: lower-case scheme
+-- and host, default port dropped, empty path -> '/', fragment dropped. Refuses anything
+-- that is not an absolute http/https URL with a host, with a message naming the problem.
+CREATE OR REPLACE FUNCTION skiplock._normalize_url(url text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    m text[];
+    hp text[];
+    scheme text;
+    host text;
+    port text;
+    path text;
+BEGIN
+    IF url IS NULL OR btrim(url) = '' THEN
+        RAISE EXCEPTION 'skiplock: invalid URL: it is empty' USING ERRCODE = '22023';
+    END IF;
+    IF btrim(url) ~ '\s' THEN
+        RAISE EXCEPTION 'skiplock: invalid URL "%": it contains whitespace', url USING ERRCODE = '22023';
+    END IF;
+    m := regexp_match(btrim(url), '^([A-Za-z][A-Za-z0-9+.-]*):(//)?([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$');
+    IF m IS NULL THEN
+        RAISE EXCEPTION 'skiplock: invalid URL "%": expected an absolute http:// or https:// URL', url
+            USING ERRCODE = '22023';
+    END IF;
+    scheme := lower(m[1]);
+    IF scheme NOT IN ('http', 'https') THEN
+        RAISE EXCEPTION 'skiplock: invalid URL "%": only http and https URLs can be fetched, not %:', url, scheme
+            USING ERRCODE = '22023';
+    END IF;
+    IF m[2] IS NULL OR m[3] = '' THEN
+        RAISE EXCEPTION 'skiplock: invalid URL "%": it has no host', url USING ERRCODE = '22023';
+    END IF;
+    IF position('@' IN m[3]) > 0 THEN
+        RAISE EXCEPTION 'skiplock: invalid URL "%": user names and passwords are not allowed', url
+            USING ERRCODE = '22023';
+    END IF;
+    hp := regexp_match(m[3], '^(\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(:[0-9]*)?$');
+    IF hp IS NULL THEN
+        RAISE EXCEPTION 'skiplock: invalid URL "%": bad host or port "%"', url, m[3] USING ERRCODE = '22023';
+    END IF;
+    host := lower(hp[1]);
+    port := nullif(ltrim(hp[2], ':'), '');
+    IF port IS NOT NULL THEN
+        IF length(port) > 5 OR port::integer > 65535 THEN
+            RAISE EXCEPTION 'skiplock: invalid URL "%": port % is out of range', url, port USING ERRCODE = '22023';
+        END IF;
+        port := port::integer::text;
+        IF (scheme = 'http' AND port = '80') OR (scheme = 'https' AND port = '443') THEN
+            port := NULL;
+        END IF;
+    END IF;
+    path := CASE WHEN m[4] = '' THEN '/' ELSE m[4] END;
+    RETURN scheme || '://' || host || coalesce(':' || port, '') || path || coalesce(m[5], '');
+END;
+$$;
+
+-- Enqueues a fetch of `url` (already valid) or merges into the pending one: one pending
+-- fetch job per URL. A merge keeps the stronger request: force stays once asked for, and a
+-- job that belongs to no crawl joins this one.
+CREATE OR REPLACE FUNCTION skiplock._request_fetch(url text, force boolean, crawl_id bigint, hops integer DEFAULT 0)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    u text := skiplock._normalize_url(_request_fetch.url);
+    key text;
+    a jsonb;
+    jid bigint;
+BEGIN
+    key := 'fetch:' || u;
+    a := jsonb_build_object('url', u, 'force', coalesce(_request_fetch.force, false),
+                            'full', _request_fetch.crawl_id IS NOT NULL);
+    IF _request_fetch.crawl_id IS NOT NULL THEN
+        a := a || jsonb_build_object('crawl', _request_fetch.crawl_id);
+    END IF;
+    IF coalesce(_request_fetch.hops, 0) > 0 THEN
+        a := a || jsonb_build_object('hops', _request_fetch.hops);
+    END IF;
+    LOOP
+        UPDATE skiplock.jobs j
+        SET args = j.args
+                   || jsonb_build_object('force', coalesce((j.args->>'force')::boolean, false) OR (a->>'force')::boolean)
+                   || CASE WHEN j.args ? 'crawl' OR NOT a ? 'crawl' THEN '{}'::jsonb
+                           ELSE jsonb_build_object('crawl', a->'crawl', 'full', true) END
+        WHERE j.unique_key = key AND j.state = 'available'
+        RETURNING j.id INTO jid;
+        IF jid IS NOT NULL THEN
+            RETURN jid;
+        END IF;
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, unique_key)
+        VALUES ('fetch', a, 'fetch', now(), key)
+        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        DO NOTHING
+        RETURNING id INTO jid;
+        IF jid IS NOT NULL THEN
+            RETURN jid;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- Requests a polite fetch of `url`; returns the fetch job's id. The worker fetches it only
+-- if it is due (or `force`); `full` walks every same-host page it links to, each once.
+-- A URL that already has a pending fetch job gets no second one.
+CREATE OR REPLACE FUNCTION skiplock.request_fetch(url text, force boolean DEFAULT false, full boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    u text := skiplock._normalize_url(request_fetch.url);
+    cid bigint;
+BEGIN
+    IF coalesce(request_fetch.full, false) THEN
+        INSERT INTO skiplock.crawls (root_url, force) VALUES (u, coalesce(request_fetch.force, false))
+        RETURNING id INTO cid;
+        INSERT INTO skiplock.crawl_pages (crawl_id, url) VALUES (cid, u);
+    END IF;
+    RETURN skiplock._request_fetch(u, request_fetch.force, cid);
+END;
+$$;
+
+-- Requests the pages of crawl `crawl_id` that it has not requested yet; returns how many.
+CREATE OR REPLACE FUNCTION skiplock._crawl_request(crawl_id bigint, urls text[], force boolean)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    u text;
+    n integer := 0;
+BEGIN
+    FOR u IN
+        INSERT INTO skiplock.crawl_pages (crawl_id, url)
+        SELECT _crawl_request.crawl_id, t.u FROM unnest(_crawl_request.urls) AS t(u)
+        ON CONFLICT DO NOTHING
+        RETURNING url
+    LOOP
+        PERFORM skiplock._request_fetch(u, _crawl_request.force, _crawl_request.crawl_id);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END;
+$$;
+
+-- The politeness slot of fetch job `job_id` on `host`. Returns NULL when the job may send
+-- its request now (it then holds the host's lease until skiplock._fetch_release), else how
+-- long to snooze. A job reserves one slot (atomically, at the end of the host's line) and
+-- keeps it across snoozes, so a long line of jobs for one host wakes each job about once.
+CREATE OR REPLACE FUNCTION skiplock._fetch_slot(job_id bigint, host text, every interval, lease interval)
+RETURNS interval
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    s timestamptz;
+    b timestamptz;
+BEGIN
+    -- Reservations of jobs that went away (cancelled, deleted) are dropped after a day.
+    DELETE FROM skiplock.fetch_slots f WHERE f.slot_at < now() - interval '1 day';
+    SELECT f.slot_at INTO s FROM skiplock.fetch_slots f WHERE f.job_id = _fetch_slot.job_id;
+    IF s IS NULL THEN
+        INSERT INTO skiplock.hosts AS h (host, next_slot_at) VALUES (_fetch_slot.host, now() + _fetch_slot.every)
+        ON CONFLICT (host) DO UPDATE SET next_slot_at = greatest(h.next_slot_at, now()) + _fetch_slot.every
+        RETURNING h.next_slot_at - _fetch_slot.every INTO s;
+        INSERT INTO skiplock.fetch_slots (job_id, host, slot_at) VALUES (_fetch_slot.job_id, _fetch_slot.host, s);
+    END IF;
+    IF s > now() THEN
+        RETURN s - now();
+    END IF;
+    UPDATE skiplock.hosts h SET busy_until = now() + _fetch_slot.lease
+    WHERE h.host = _fetch_slot.host AND h.busy_until <= now();
+    IF FOUND THEN
+        DELETE FROM skiplock.fetch_slots f WHERE f.job_id = _fetch_slot.job_id;
+        RETURN NULL;
+    END IF;
+    SELECT h.busy_until INTO b FROM skiplock.hosts h WHERE h.host = _fetch_slot.host;
+    RETURN least(greatest(b - now(), interval '10 milliseconds'),
+                 greatest(_fetch_slot.every, interval '10 milliseconds'));
+END;
+$$;
+
+-- Ends the lease taken by skiplock._fetch_slot once the response is in: the next request
+-- to the host may start `every` from now (the clock, not the transaction start).
+CREATE OR REPLACE FUNCTION skiplock._fetch_release(host text, every interval)
+RETURNS void
+LANGUAGE sql AS $$
+    UPDATE skiplock.hosts h SET busy_until = clock_timestamp() + _fetch_release.every
+    WHERE h.host = _fetch_release.host;
+$$;

@@ -1,9 +1,515 @@
-//! Workflow `fetch` (not built yet).
+//! Workflow `fetch`: polite, scheduled page fetching (the crawler's "entree").
+//!
+//! A `fetch` job (queue `fetch`, args `{"url", "force", "full"}`) fetches a page only when
+//! it is due by the schedule file (or forced), at most one request per host per
+//! `SKIPLOCK_POLITENESS` across every worker process, honouring robots.txt, and stores the
+//! extracted title, headings and text in `skiplock.pages`. Request one with
+//! `skiplock fetch URL` or `SELECT skiplock.request_fetch('https://…')`. See `docs/fetch.md`.
 
-use crate::error::Result;
-use crate::worker::WorkerBuilder;
+pub mod extract;
+pub mod http;
+pub mod normalize;
+pub mod pages;
+pub mod polite;
+pub mod robots;
+pub mod schedule;
 
-/// Registers this workflow's handlers, services and start-up hooks.
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use url::Url;
+
+use crate::config::{env_bool, env_duration, env_string, env_usize};
+use crate::error::{Error, Result};
+use crate::queue::{NewJob, enqueue};
+use crate::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
+use normalize::{host_key, normalize, target};
+use polite::Slot;
+use schedule::{Schedule, is_due, next_fetch};
+
+/// The job kind.
+pub const KIND: &str = "fetch";
+/// The queue fetch jobs go to.
+pub const QUEUE: &str = "fetch";
+
+/// Settings of the fetch workflow (see `.env-template`).
+#[derive(Debug, Clone)]
+pub struct FetchSettings {
+    /// At most one request per host per this (`SKIPLOCK_POLITENESS`, 2s; 0s turns the
+    /// host coordination off).
+    pub politeness: Duration,
+    /// `SKIPLOCK_USER_AGENT`.
+    pub user_agent: String,
+    /// Whole-request timeout (`SKIPLOCK_FETCH_TIMEOUT`, 30s).
+    pub timeout: Duration,
+    /// Body cap in bytes (`SKIPLOCK_FETCH_MAX_BYTES`, 5 MiB); longer bodies are cut.
+    pub max_bytes: usize,
+    /// Redirects followed from one request (`SKIPLOCK_FETCH_MAX_REDIRECTS`, 5).
+    pub max_redirects: i32,
+    /// Allow loopback, private and link-local addresses (`SKIPLOCK_FETCH_ALLOW_PRIVATE`).
+    pub allow_private: bool,
+    /// The schedule file (`SKIPLOCK_SCHEDULES`).
+    pub schedule: Schedule,
+}
+
+/// The default User-Agent: names skiplock so site owners know who calls.
+pub const DEFAULT_USER_AGENT: &str = "skiplock/0.1 (+https://github.com/skiplock/skiplock)";
+
+impl FetchSettings {
+    /// Reads the settings and the schedule file; a bad value or file is an error naming it.
+    pub fn from_env() -> Result<Self> {
+        let max_redirects = match crate::config::env_opt("SKIPLOCK_FETCH_MAX_REDIRECTS") {
+            None => 5,
+            Some(v) => v
+                .trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|n| (0..=50).contains(n))
+                .ok_or_else(|| {
+                    Error::config(
+                        "SKIPLOCK_FETCH_MAX_REDIRECTS",
+                        format!("{v:?} is not a whole number from 0 to 50"),
+                    )
+                })?,
+        };
+        let s = FetchSettings {
+            politeness: env_duration("SKIPLOCK_POLITENESS", Duration::from_secs(2))?,
+            user_agent: env_string("SKIPLOCK_USER_AGENT", DEFAULT_USER_AGENT),
+            timeout: env_duration("SKIPLOCK_FETCH_TIMEOUT", Duration::from_secs(30))?,
+            max_bytes: env_usize("SKIPLOCK_FETCH_MAX_BYTES", 5 * 1024 * 1024)?,
+            max_redirects,
+            allow_private: env_bool("SKIPLOCK_FETCH_ALLOW_PRIVATE", false)?,
+            schedule: Schedule::from_env()?,
+        };
+        if s.timeout.is_zero() {
+            return Err(Error::config(
+                "SKIPLOCK_FETCH_TIMEOUT",
+                "must be more than 0s",
+            ));
+        }
+        Ok(s)
+    }
+
+    /// Settings for tests and embedding: defaults, private addresses allowed as given.
+    pub fn new(schedule: Schedule, politeness: Duration, allow_private: bool) -> Self {
+        FetchSettings {
+            politeness,
+            user_agent: DEFAULT_USER_AGENT.into(),
+            timeout: Duration::from_secs(30),
+            max_bytes: 5 * 1024 * 1024,
+            max_redirects: 5,
+            allow_private,
+            schedule,
+        }
+    }
+}
+
+/// Registers the `fetch` handler with the settings and schedule file from the environment
+/// (a bad schedule file stops the worker here, at start-up).
 pub fn register(builder: WorkerBuilder) -> Result<WorkerBuilder> {
-    Ok(builder)
+    register_with(builder, FetchSettings::from_env()?)
+}
+
+/// Registers the `fetch` handler with explicit settings.
+pub fn register_with(builder: WorkerBuilder, settings: FetchSettings) -> Result<WorkerBuilder> {
+    Ok(builder.register(FetchHandler::new(settings)?))
+}
+
+/// Requests a fetch through the SQL API (`skiplock.request_fetch`); returns the job id.
+pub async fn request_fetch(pool: &PgPool, url: &str, force: bool, full: bool) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../../sql/fetch/request.sql"))
+            .bind(url)
+            .bind(force)
+            .bind(full)
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// A fetch job's arguments.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FetchArgs {
+    /// The page.
+    pub url: String,
+    /// Fetch even if not due (the hall pass).
+    #[serde(default)]
+    pub force: bool,
+    /// Walk same-host links too (set with `crawl`).
+    #[serde(default)]
+    pub full: bool,
+    /// The full crawl this request belongs to.
+    #[serde(default)]
+    pub crawl: Option<i64>,
+    /// Redirects followed to get here.
+    #[serde(default)]
+    pub hops: i32,
+}
+
+/// The `fetch` handler.
+pub struct FetchHandler {
+    settings: Arc<FetchSettings>,
+    client: reqwest::Client,
+}
+
+impl FetchHandler {
+    /// Builds the handler and its HTTP client.
+    pub fn new(settings: FetchSettings) -> Result<Self> {
+        let client = http::client(
+            &settings.user_agent,
+            settings.timeout,
+            settings.allow_private,
+        )?;
+        Ok(FetchHandler {
+            settings: Arc::new(settings),
+            client,
+        })
+    }
+}
+
+impl Handler for FetchHandler {
+    type Args = FetchArgs;
+
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        // robots.txt and the page, plus the database work around them.
+        Some(self.settings.timeout * 2 + Duration::from_secs(30))
+    }
+
+    async fn run(&self, ctx: JobContext, args: FetchArgs) -> HandlerResult {
+        Fetch {
+            s: &self.settings,
+            client: &self.client,
+            pool: &ctx.pool,
+            job_id: ctx.id,
+        }
+        .run(args)
+        .await
+    }
+}
+
+/// One fetch job's run.
+struct Fetch<'a> {
+    s: &'a FetchSettings,
+    client: &'a reqwest::Client,
+    pool: &'a PgPool,
+    job_id: i64,
+}
+
+fn sha256_hex(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(h.finalize())
+}
+
+impl Fetch<'_> {
+    fn lease(&self) -> Duration {
+        self.s.timeout + Duration::from_secs(10)
+    }
+
+    /// Takes the host slot: `Ok(None)` to go on, `Ok(Some(outcome))` to snooze.
+    async fn slot(&self, host: &str) -> Result<Option<Outcome>> {
+        if self.s.politeness.is_zero() {
+            return Ok(None);
+        }
+        Ok(
+            match polite::acquire(
+                self.pool,
+                self.job_id,
+                host,
+                self.s.politeness,
+                self.lease(),
+            )
+            .await?
+            {
+                Slot::Go => None,
+                Slot::Wait(d) => Some(Outcome::Snooze(d)),
+            },
+        )
+    }
+
+    async fn release(&self, host: &str) -> Result<()> {
+        if self.s.politeness.is_zero() {
+            return Ok(());
+        }
+        polite::release(self.pool, host, self.s.politeness).await
+    }
+
+    async fn run(&self, args: FetchArgs) -> HandlerResult {
+        let url = normalize(&args.url).map_err(JobError::discard)?;
+        let host = host_key(&url);
+        let path = target(&url);
+        if !self.s.schedule.is_allowed(&host) {
+            return Err(JobError::discard(format!(
+                "host {host} is not allowed by the schedule file's allow list"
+            )));
+        }
+        self.check_address(&url).await?;
+        let known = pages::load(self.pool, url.as_str())
+            .await?
+            .unwrap_or_default();
+        let now = Utc::now();
+        let due = is_due(known.next_fetch, now, args.force);
+        if !due.fetch() {
+            let until = known.next_fetch.unwrap_or(now);
+            let requested = self.walk(&args, &known.links).await?;
+            return Ok(Outcome::CompleteWith(json!({
+                "fetched": false,
+                "skipped": format!("not due until {}", until.to_rfc3339()),
+                "next_fetch": until,
+                "requested": requested,
+            })));
+        }
+        let freq = self.s.schedule.frequency_for(&host, url.path());
+
+        // robots.txt first: its request takes a slot of its own.
+        let mut robots = pages::load_robots(self.pool, &host).await?;
+        if robots.is_stale(now) {
+            if let Some(snooze) = self.slot(&host).await? {
+                return Ok(snooze);
+            }
+            let got = http::get(
+                self.client,
+                &robots::robots_url(&url),
+                None,
+                None,
+                512 * 1024,
+            )
+            .await;
+            self.release(&host).await?;
+            let r =
+                got.map_err(|e| JobError::retry(format!("fetching robots.txt of {host}: {e}")))?;
+            if r.status >= 500 {
+                return Err(JobError::retry(format!(
+                    "robots.txt of {host}: HTTP {}",
+                    r.status
+                )));
+            }
+            let txt = (200..300)
+                .contains(&r.status)
+                .then(|| String::from_utf8_lossy(&r.body).into_owned());
+            pages::save_robots(self.pool, &host, txt.as_deref(), r.status as i32).await?;
+            robots = pages::load_robots(self.pool, &host).await?;
+        }
+        if !robots::allowed(&robots, &self.s.user_agent, &url) {
+            let note = "disallowed by robots.txt";
+            pages::record_status(
+                self.pool,
+                url.as_str(),
+                &host,
+                &path,
+                None,
+                note,
+                next_fetch(now, freq),
+                None,
+            )
+            .await?;
+            return Ok(Outcome::CompleteWith(
+                json!({"fetched": false, "skipped": note}),
+            ));
+        }
+
+        if let Some(snooze) = self.slot(&host).await? {
+            return Ok(snooze);
+        }
+        let got = http::get(
+            self.client,
+            &url,
+            known.etag.as_deref(),
+            known.last_modified.as_deref(),
+            self.s.max_bytes,
+        )
+        .await;
+        self.release(&host).await?;
+        let r = got.map_err(|e| JobError::retry(format!("fetching {url}: {e}")))?;
+        let fetched_at = Utc::now();
+        let next = next_fetch(fetched_at, freq);
+        self.store(&args, &url, &host, &path, &known, r, fetched_at, next)
+            .await
+    }
+
+    /// Refuses hosts at loopback, private or link-local addresses (resolved, not just
+    /// literal) unless allowed; such a request can never succeed, so it is not retried.
+    async fn check_address(&self, url: &Url) -> Result<(), JobError> {
+        if self.s.allow_private {
+            return Ok(());
+        }
+        let host = url.host_str().unwrap_or_default();
+        let port = url.port_or_known_default().unwrap_or(80);
+        let bad = match normalize::literal_ip(url) {
+            Some(ip) => normalize::is_internal(ip).then_some(ip),
+            None => http::internal_address(host, port)
+                .await
+                .map_err(|e| JobError::retry(format!("resolving {host}: {e}")))?,
+        };
+        match bad {
+            Some(ip) => Err(JobError::discard(format!(
+                "refusing to fetch {url}: {host} is at internal address {ip} (set SKIPLOCK_FETCH_ALLOW_PRIVATE=true to allow)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// In a full crawl, requests `links` (each once per crawl).
+    async fn walk(&self, args: &FetchArgs, links: &[String]) -> Result<i32> {
+        match (args.full, args.crawl) {
+            (true, Some(crawl)) => pages::crawl_request(self.pool, crawl, links, args.force).await,
+            _ => Ok(0),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn store(
+        &self,
+        args: &FetchArgs,
+        url: &Url,
+        host: &str,
+        path: &str,
+        known: &pages::Known,
+        r: http::Response,
+        fetched_at: DateTime<Utc>,
+        next: DateTime<Utc>,
+    ) -> HandlerResult {
+        let status = r.status;
+        let record = |note: String| async move {
+            pages::record_status(
+                self.pool,
+                url.as_str(),
+                host,
+                path,
+                Some(status as i32),
+                &note,
+                next,
+                Some(fetched_at),
+            )
+            .await
+            .map(|_| note)
+        };
+        if status >= 500 {
+            return Err(JobError::retry(format!("{url}: HTTP {status}")));
+        }
+        if status == 304 {
+            pages::touch(self.pool, url.as_str(), fetched_at, next).await?;
+            let requested = self.walk(args, &known.links).await?;
+            return Ok(Outcome::CompleteWith(
+                json!({"fetched": true, "status": 304, "changed": false, "requested": requested}),
+            ));
+        }
+        if (300..400).contains(&status) {
+            let target = r
+                .location
+                .as_deref()
+                .and_then(|l| normalize::resolve_link(url, l));
+            let note = match target {
+                None => record(format!("HTTP {status} without a usable Location")).await?,
+                Some(t) if host_key(&t) != host => {
+                    record(format!("redirects to {t} (another host; not followed)")).await?
+                }
+                Some(t) if args.hops >= self.s.max_redirects => {
+                    record(format!(
+                        "redirects to {t}; redirect limit ({}) reached",
+                        self.s.max_redirects
+                    ))
+                    .await?
+                }
+                Some(t) => {
+                    match (args.full, args.crawl) {
+                        (true, Some(c)) => {
+                            pages::crawl_request(self.pool, c, &[t.to_string()], args.force)
+                                .await?;
+                        }
+                        _ => {
+                            pages::request_hop(self.pool, t.as_str(), args.force, args.hops + 1)
+                                .await?;
+                        }
+                    }
+                    record(format!("redirects to {t} (requested)")).await?
+                }
+            };
+            return Ok(Outcome::CompleteWith(
+                json!({"fetched": true, "status": status, "note": note}),
+            ));
+        }
+        if !(200..400).contains(&status) {
+            let note = record(format!("HTTP {status}")).await?;
+            return Ok(Outcome::CompleteWith(
+                json!({"fetched": true, "status": status, "note": note}),
+            ));
+        }
+        let ctype = r
+            .content_type
+            .as_deref()
+            .unwrap_or("text/html")
+            .to_ascii_lowercase();
+        let text = String::from_utf8_lossy(&r.body);
+        let (title, headings, body, links) = if ctype.contains("html") {
+            let e = extract::extract(&text, url);
+            let links: Vec<String> = e
+                .links
+                .iter()
+                .filter(|l| host_key(l) == host)
+                .map(|l| l.to_string())
+                .collect();
+            (e.title, e.headings, e.body, links)
+        } else if ctype.starts_with("text/plain") {
+            (String::new(), String::new(), text.into_owned(), Vec::new())
+        } else {
+            let note = record(format!("not HTML ({ctype}); nothing stored")).await?;
+            return Ok(Outcome::CompleteWith(
+                json!({"fetched": true, "status": status, "note": note}),
+            ));
+        };
+        let hash = sha256_hex(&[&title, &headings, &body]);
+        let note = r
+            .truncated
+            .then(|| format!("body cut at {} bytes", self.s.max_bytes));
+        let mut tx = self.pool.begin().await.map_err(Error::from)?;
+        let changed = pages::save(
+            &mut *tx,
+            &pages::Content {
+                url: url.as_str(),
+                host,
+                path,
+                fetched_at,
+                next_fetch: next,
+                status: status as i32,
+                etag: r.etag.as_deref(),
+                last_modified: r.last_modified.as_deref(),
+                content_hash: &hash,
+                title: &title,
+                headings: &headings,
+                body: &body,
+                links: &links,
+                note: note.as_deref(),
+            },
+        )
+        .await?;
+        if changed {
+            enqueue(
+                &mut *tx,
+                &NewJob::new("timer-reset", json!({"host": host})).queue("pack"),
+            )
+            .await?;
+        }
+        tx.commit().await.map_err(Error::from)?;
+        let requested = self.walk(args, &links).await?;
+        Ok(Outcome::CompleteWith(json!({
+            "fetched": true,
+            "status": status,
+            "changed": changed,
+            "links": links.len(),
+            "requested": requested,
+        })))
+    }
 }

@@ -1,0 +1,56 @@
+//! Politeness across every worker process, through the host's row in `skiplock.hosts`.
+//!
+//! A fetch reserves a slot once (atomically, at the end of its host's line: the slot is
+//! `interval` after the previous reservation) and snoozes exactly until it, so 1,000 queued
+//! pages of one host each wake about once and hold no worker slot while they wait. At its
+//! slot the fetch takes the host's lease (only if no request is in flight and the last
+//! response is `interval` old), sends its request, and releases the lease once the response
+//! is in: the next request to the host starts at least `interval` after this one was
+//! answered, however late or early the jobs wake.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::error::Result;
+
+/// What the host slot says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Slot {
+    /// Send the request now (the lease is held: call [`release`] after).
+    Go,
+    /// Snooze this long, then ask again (the reservation is kept).
+    Wait(Duration),
+}
+
+/// Asks for job `job_id`'s slot on `host`; `lease` bounds how long a crashed fetch can
+/// hold the host.
+pub async fn acquire(
+    pool: &PgPool,
+    job_id: i64,
+    host: &str,
+    interval: Duration,
+    lease: Duration,
+) -> Result<Slot> {
+    let wait: Option<f64> = sqlx::query_scalar(include_str!("../../../sql/fetch/slot.sql"))
+        .bind(job_id)
+        .bind(host)
+        .bind(interval.as_secs_f64())
+        .bind(lease.as_secs_f64())
+        .fetch_one(pool)
+        .await?;
+    Ok(match wait {
+        None => Slot::Go,
+        Some(s) => Slot::Wait(Duration::from_secs_f64(s.max(0.001))),
+    })
+}
+
+/// Ends the lease: the host's next request may start `interval` from now.
+pub async fn release(pool: &PgPool, host: &str, interval: Duration) -> Result<()> {
+    sqlx::query(include_str!("../../../sql/fetch/release.sql"))
+        .bind(host)
+        .bind(interval.as_secs_f64())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
