@@ -33,7 +33,8 @@ $$;
 
 -- Arm (or push forward) a host's pack timer in one statement, safe under any number of
 -- concurrent callers: the timer fires `quiet` after the latest reset, but no later than
--- `max_wait` after the timer row was created (the first reset of the current window).
+-- `max_wait` after the timer row was created (the first reset of the current window), and
+-- a reset never moves it earlier (see debounce::next_fire).
 -- A timer brought to now by pack_now (args.now) is left where it is. Returns the timer's id.
 CREATE OR REPLACE FUNCTION skiplock.pack_arm(host text, quiet interval, max_wait interval) RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -47,11 +48,14 @@ BEGIN
     END IF;
     INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key)
     VALUES ('do-the-packing', jsonb_build_object('host', h), 'pack',
-            now() + least(pack_arm.quiet, pack_arm.max_wait), skiplock.pack_key(h))
+            clock_timestamp() + least(pack_arm.quiet, pack_arm.max_wait), skiplock.pack_key(h))
     ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
     DO UPDATE SET scheduled_at = CASE
             WHEN coalesce((j.args ->> 'now')::boolean, false) THEN j.scheduled_at
-            ELSE least(now() + pack_arm.quiet, j.created_at + pack_arm.max_wait)
+            -- Never earlier than it already is: resets committed out of order must not
+            -- pull the timer back. clock_timestamp(), not now(): the time this reset lands.
+            ELSE greatest(j.scheduled_at,
+                          least(clock_timestamp() + pack_arm.quiet, j.created_at + pack_arm.max_wait))
         END
     RETURNING j.id INTO timer_id;
     RETURN timer_id;

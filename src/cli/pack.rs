@@ -60,7 +60,9 @@ struct StatusRow {
 }
 
 fn opt<T: ToString>(v: &Option<T>) -> String {
-    v.as_ref().map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+    v.as_ref()
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "-".into())
 }
 
 /// Packs a host now (prints the do-the-packing job id), or shows the status.
@@ -79,7 +81,10 @@ pub async fn pack(url: Option<&str>, a: PackArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let pool = connect_migrated(url).await?;
-    let rows: Vec<StatusRow> = sqlx::query_as(STATUS).bind(a.host.as_deref()).fetch_all(&pool).await?;
+    let rows: Vec<StatusRow> = sqlx::query_as(STATUS)
+        .bind(a.host.as_deref())
+        .fetch_all(&pool)
+        .await?;
     if a.json {
         return print_json(&rows);
     }
@@ -103,11 +108,24 @@ pub async fn pack(url: Option<&str>, a: PackArgs) -> anyhow::Result<()> {
                 opt(&r.pages),
                 opt(&r.bytes),
                 opt(&r.pack_count),
-                r.timer_at.map(|t| ts(Some(t))).unwrap_or_else(|| "-".into()),
+                r.timer_at
+                    .map(|t| ts(Some(t)))
+                    .unwrap_or_else(|| "-".into()),
                 location,
             ]
         })
         .collect();
-    print_table(&["HOST", "PACKED_AT", "PAGES", "BYTES", "PACKS", "TIMER_AT", "ARTIFACT"], &table);
+    print_table(
+        &[
+            "HOST",
+            "PACKED_AT",
+            "PAGES",
+            "BYTES",
+            "PACKS",
+            "TIMER_AT",
+            "ARTIFACT",
+        ],
+        &table,
+    );
     Ok(())
 }

@@ -49,7 +49,10 @@ fn sqlite(e: rusqlite::Error) -> Error {
 /// Builds the artifact of `host` from the pages received on `rows` until the channel closes.
 /// Blocking: call it from `spawn_blocking`.
 pub fn build(host: &str, mut rows: mpsc::Receiver<PageRow>) -> Result<Built> {
-    let file = tempfile::Builder::new().prefix("skiplock-pack-").suffix(".sqlite.tmp").tempfile()?;
+    let file = tempfile::Builder::new()
+        .prefix("skiplock-pack-")
+        .suffix(".sqlite.tmp")
+        .tempfile()?;
     let path = file.into_temp_path();
     let mut pages = 0u64;
     {
@@ -57,9 +60,12 @@ pub fn build(host: &str, mut rows: mpsc::Receiver<PageRow>) -> Result<Built> {
         conn.execute_batch(SCHEMA).map_err(sqlite)?;
         let tx = conn.transaction().map_err(sqlite)?;
         {
-            let mut meta = tx.prepare("INSERT INTO meta (key, value) VALUES (?1, ?2)").map_err(sqlite)?;
+            let mut meta = tx
+                .prepare("INSERT INTO meta (key, value) VALUES (?1, ?2)")
+                .map_err(sqlite)?;
             meta.execute(params!["host", host]).map_err(sqlite)?;
-            meta.execute(params!["built_at", Utc::now().to_rfc3339()]).map_err(sqlite)?;
+            meta.execute(params!["built_at", Utc::now().to_rfc3339()])
+                .map_err(sqlite)?;
             let mut ins = tx.prepare(INSERT).map_err(sqlite)?;
             while let Some(p) = rows.blocking_recv() {
                 ins.execute(params![
@@ -73,7 +79,8 @@ pub fn build(host: &str, mut rows: mpsc::Receiver<PageRow>) -> Result<Built> {
                 .map_err(sqlite)?;
                 pages += 1;
             }
-            meta.execute(params!["pages", pages.to_string()]).map_err(sqlite)?;
+            meta.execute(params!["pages", pages.to_string()])
+                .map_err(sqlite)?;
         }
         tx.execute_batch(FINISH).map_err(sqlite)?;
         tx.commit().map_err(sqlite)?;
@@ -90,7 +97,10 @@ mod tests {
     fn page(url: &str, title: &str, body: &str) -> PageRow {
         PageRow {
             url: url.into(),
-            path: url.rsplit_once('/').map(|(_, p)| format!("/{p}")).unwrap_or_default(),
+            path: url
+                .rsplit_once('/')
+                .map(|(_, p)| format!("/{p}"))
+                .unwrap_or_default(),
             title: Some(title.into()),
             headings: Some("Intro".into()),
             body: Some(body.into()),
@@ -102,8 +112,18 @@ mod tests {
     fn the_artifact_has_pages_and_a_working_fts5_index() {
         let (tx, rx) = mpsc::channel(4);
         let h = std::thread::spawn(move || build("example.com", rx));
-        tx.blocking_send(page("http://example.com/a", "Apples", "red fruit grows on trees")).unwrap();
-        tx.blocking_send(page("http://example.com/b", "Bananas", "yellow fruit, curved")).unwrap();
+        tx.blocking_send(page(
+            "http://example.com/a",
+            "Apples",
+            "red fruit grows on trees",
+        ))
+        .unwrap();
+        tx.blocking_send(page(
+            "http://example.com/b",
+            "Bananas",
+            "yellow fruit, curved",
+        ))
+        .unwrap();
         drop(tx);
         let built = h.join().unwrap().unwrap();
         assert_eq!(built.pages, 2);
@@ -117,9 +137,19 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(urls, vec!["http://example.com/b".to_string()]);
-        let n: i64 = conn.query_row("SELECT count(*) FROM pages_fts WHERE pages_fts MATCH 'fruit'", [], |r| r.get(0)).unwrap();
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM pages_fts WHERE pages_fts MATCH 'fruit'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert_eq!(n, 2);
-        let host: String = conn.query_row("SELECT value FROM meta WHERE key = 'host'", [], |r| r.get(0)).unwrap();
+        let host: String = conn
+            .query_row("SELECT value FROM meta WHERE key = 'host'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
         assert_eq!(host, "example.com");
     }
 
@@ -130,7 +160,13 @@ mod tests {
         let built = build("empty.example", rx).unwrap();
         assert_eq!(built.pages, 0);
         let conn = Connection::open(&built.path).unwrap();
-        let n: i64 = conn.query_row("SELECT count(*) FROM pages_fts WHERE pages_fts MATCH 'x'", [], |r| r.get(0)).unwrap();
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM pages_fts WHERE pages_fts MATCH 'x'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert_eq!(n, 0);
     }
 }

@@ -10,12 +10,32 @@ fn plus(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     t + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::days(36500))
 }
 
+/// The pending timer a reset finds: when its window began (the row's `created_at`) and when
+/// it fires now (`scheduled_at`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timer {
+    /// First reset of the window.
+    pub window_start: DateTime<Utc>,
+    /// Current fire time.
+    pub fires_at: DateTime<Utc>,
+}
+
 /// When a host's pack timer should fire after a reset at `now`: `quiet` after the latest
-/// reset, but never later than `max_wait` after the first reset of the window
-/// (`window_start`, the timer row's creation; `None` when this reset creates the timer).
-pub fn next_fire(now: DateTime<Utc>, quiet: Duration, max_wait: Duration, window_start: Option<DateTime<Utc>>) -> DateTime<Utc> {
-    let start = window_start.unwrap_or(now);
-    plus(now, quiet).min(plus(start, max_wait))
+/// reset, but never later than `max_wait` after the first reset of the window, and never
+/// earlier than it already fires (resets may be applied out of order under concurrency).
+/// `timer` is `None` when this reset creates the timer.
+pub fn next_fire(
+    now: DateTime<Utc>,
+    quiet: Duration,
+    max_wait: Duration,
+    timer: Option<Timer>,
+) -> DateTime<Utc> {
+    match timer {
+        None => plus(now, quiet).min(plus(now, max_wait)),
+        Some(t) => plus(now, quiet)
+            .min(plus(t.window_start, max_wait))
+            .max(t.fires_at),
+    }
 }
 
 /// What the handler knows when a `do-the-packing` job starts.
@@ -44,7 +64,11 @@ pub fn skip_reason(s: &PackStart, max_wait: Duration) -> Option<&'static str> {
     }
     let pending_due = pending <= s.now;
     let window_over = s.now >= plus(s.window_start, max_wait);
-    if pending_due || !window_over { Some("timer pending") } else { None }
+    if pending_due || !window_over {
+        Some("timer pending")
+    } else {
+        None
+    }
 }
 
 /// How long a pack waits before trying again when another process is packing the same host:
@@ -69,22 +93,40 @@ mod tests {
         assert_eq!(next_fire(t(0), Q, MAX, None), t(60));
     }
 
+    fn timer(start: i64, fires: i64) -> Option<Timer> {
+        Some(Timer {
+            window_start: t(start),
+            fires_at: t(fires),
+        })
+    }
+
     #[test]
     fn each_reset_pushes_the_timer_forward() {
-        assert_eq!(next_fire(t(30), Q, MAX, Some(t(0))), t(90));
-        assert_eq!(next_fire(t(89), Q, MAX, Some(t(0))), t(149));
+        assert_eq!(next_fire(t(30), Q, MAX, timer(0, 60)), t(90));
+        assert_eq!(next_fire(t(89), Q, MAX, timer(0, 90)), t(149));
+    }
+
+    #[test]
+    fn a_late_applied_older_reset_never_pulls_the_timer_back() {
+        assert_eq!(next_fire(t(10), Q, MAX, timer(0, 90)), t(90));
     }
 
     #[test]
     fn the_maximum_wait_caps_a_host_that_never_goes_quiet() {
-        assert_eq!(next_fire(t(3590), Q, MAX, Some(t(0))), t(3600));
-        assert_eq!(next_fire(t(4000), Q, MAX, Some(t(0))), t(3600));
+        assert_eq!(next_fire(t(3590), Q, MAX, timer(0, 3600)), t(3600));
+        assert_eq!(next_fire(t(3570), Q, MAX, timer(0, 3600)), t(3600));
+        assert_eq!(next_fire(t(4000), Q, MAX, timer(0, 3600)), t(3600));
         // A max wait shorter than the quiet period wins from the first reset on.
         assert_eq!(next_fire(t(0), Q, Duration::from_secs(10), None), t(10));
     }
 
     fn start(now: i64, window: i64, pending: Option<i64>, forced: bool) -> PackStart {
-        PackStart { now: t(now), window_start: t(window), pending_at: pending.map(t), forced }
+        PackStart {
+            now: t(now),
+            window_start: t(window),
+            pending_at: pending.map(t),
+            forced,
+        }
     }
 
     #[test]
@@ -94,12 +136,18 @@ mod tests {
 
     #[test]
     fn a_later_pending_timer_skips() {
-        assert_eq!(skip_reason(&start(100, 0, Some(160), false), MAX), Some("timer pending"));
+        assert_eq!(
+            skip_reason(&start(100, 0, Some(160), false), MAX),
+            Some("timer pending")
+        );
     }
 
     #[test]
     fn a_due_pending_timer_skips_even_past_the_max_wait() {
-        assert_eq!(skip_reason(&start(5000, 0, Some(5000), false), MAX), Some("timer pending"));
+        assert_eq!(
+            skip_reason(&start(5000, 0, Some(5000), false), MAX),
+            Some("timer pending")
+        );
     }
 
     #[test]
@@ -115,7 +163,10 @@ mod tests {
     #[test]
     fn busy_snooze_is_bounded() {
         assert_eq!(busy_snooze(Duration::from_secs(60)), Duration::from_secs(5));
-        assert_eq!(busy_snooze(Duration::from_millis(1)), Duration::from_millis(500));
+        assert_eq!(
+            busy_snooze(Duration::from_millis(1)),
+            Duration::from_millis(500)
+        );
         assert_eq!(busy_snooze(Duration::from_secs(2)), Duration::from_secs(2));
     }
 }

@@ -82,7 +82,10 @@ impl PackSettings {
             upload_delay: env_duration("SKIPLOCK_PACK_UPLOAD_DELAY", d.upload_delay)?,
         };
         if s.max_wait.is_zero() {
-            return Err(Error::config("SKIPLOCK_PACK_MAX_WAIT", "must be more than 0s"));
+            return Err(Error::config(
+                "SKIPLOCK_PACK_MAX_WAIT",
+                "must be more than 0s",
+            ));
         }
         Ok(s)
     }
@@ -126,7 +129,9 @@ impl Handler for TimerReset {
             .bind(self.settings.max_wait.as_secs_f64())
             .fetch_one(&ctx.pool)
             .await?;
-        Ok(Outcome::CompleteWith(json!({"timer_job": id, "fires_at": at})))
+        Ok(Outcome::CompleteWith(
+            json!({"timer_job": id, "fires_at": at}),
+        ))
     }
 }
 
@@ -156,7 +161,11 @@ impl Handler for DoThePacking {
     async fn run(&self, ctx: JobContext, args: HostArgs) -> HandlerResult {
         check_host(&args.host)?;
         let host = args.host.as_str();
-        let p: Pending = sqlx::query_as(PENDING).bind(ctx.id).bind(host).fetch_one(&ctx.pool).await?;
+        let p: Pending = sqlx::query_as(PENDING)
+            .bind(ctx.id)
+            .bind(host)
+            .fetch_one(&ctx.pool)
+            .await?;
         let start = debounce::PackStart {
             now: p.now,
             window_start: p.window_start.unwrap_or(p.now),
@@ -175,11 +184,17 @@ impl Handler for DoThePacking {
         // (commit, rollback, a dropped future, or a dead process).
         let began = Instant::now();
         let mut tx = ctx.pool.begin().await?;
-        let locked: bool = sqlx::query_scalar(LOCK).bind(host).fetch_one(&mut *tx).await?;
+        let locked: bool = sqlx::query_scalar(LOCK)
+            .bind(host)
+            .fetch_one(&mut *tx)
+            .await?;
         if !locked {
             tx.rollback().await?;
             let wait = debounce::busy_snooze(self.settings.quiet);
-            tracing::info!(host, "another pack of this host is running; snoozing {wait:?}");
+            tracing::info!(
+                host,
+                "another pack of this host is running; snoozing {wait:?}"
+            );
             return Ok(Outcome::Snooze(wait));
         }
 
@@ -187,7 +202,9 @@ impl Handler for DoThePacking {
         let owned_host = host.to_string();
         let build = tokio::task::spawn_blocking(move || artifact::build(&owned_host, recv));
         {
-            let mut rows = sqlx::query_as::<_, artifact::PageRow>(PAGES).bind(host).fetch(&mut *tx);
+            let mut rows = sqlx::query_as::<_, artifact::PageRow>(PAGES)
+                .bind(host)
+                .fetch(&mut *tx);
             while let Some(row) = rows.try_next().await? {
                 if send.send(row).await.is_err() {
                     break; // the builder failed; its error is reported below
@@ -195,10 +212,16 @@ impl Handler for DoThePacking {
             }
         }
         drop(send);
-        let built = build.await.map_err(|e| JobError::retry(format!("artifact builder panicked: {e}")))??;
+        let built = build
+            .await
+            .map_err(|e| JobError::retry(format!("artifact builder panicked: {e}")))??;
 
         if !self.settings.upload_delay.is_zero() {
-            tracing::warn!(host, "SKIPLOCK_PACK_UPLOAD_DELAY: waiting {:?} before the upload", self.settings.upload_delay);
+            tracing::warn!(
+                host,
+                "SKIPLOCK_PACK_UPLOAD_DELAY: waiting {:?} before the upload",
+                self.settings.upload_delay
+            );
             tokio::time::sleep(self.settings.upload_delay).await;
         }
         let key = store::key_for(host);
@@ -237,7 +260,11 @@ pub fn register(builder: WorkerBuilder) -> Result<WorkerBuilder> {
 /// Registers the pack handlers with explicit settings (tests, embedding).
 pub fn register_with(mut builder: WorkerBuilder, settings: PackSettings) -> Result<WorkerBuilder> {
     let store = Store::open(&settings.store)?;
-    builder.registry_mut().register(TimerReset { settings: settings.clone() });
-    builder.registry_mut().register(DoThePacking { settings, store });
+    builder.registry_mut().register(TimerReset {
+        settings: settings.clone(),
+    });
+    builder
+        .registry_mut()
+        .register(DoThePacking { settings, store });
     Ok(builder)
 }

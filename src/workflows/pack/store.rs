@@ -48,25 +48,47 @@ impl Store {
         if let Some(rest) = spec.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
-                return Err(Error::config("SKIPLOCK_STORE", "s3:// URL has no bucket (write s3://bucket/prefix)"));
+                return Err(Error::config(
+                    "SKIPLOCK_STORE",
+                    "s3:// URL has no bucket (write s3://bucket/prefix)",
+                ));
             }
             let s3 = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .build()
                 .map_err(|e| Error::config("SKIPLOCK_STORE", e.to_string()))?;
             let prefix = prefix.trim_matches('/');
-            let inner: Arc<dyn ObjectStore> =
-                if prefix.is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix)) };
-            return Ok(Store { inner, spec: spec.to_string(), local_dir: None });
+            let inner: Arc<dyn ObjectStore> = if prefix.is_empty() {
+                Arc::new(s3)
+            } else {
+                Arc::new(PrefixStore::new(s3, prefix))
+            };
+            return Ok(Store {
+                inner,
+                spec: spec.to_string(),
+                local_dir: None,
+            });
         }
         if spec.is_empty() || spec.contains("://") {
-            return Err(Error::config("SKIPLOCK_STORE", format!("{spec:?} is neither a directory nor an s3:// URL")));
+            return Err(Error::config(
+                "SKIPLOCK_STORE",
+                format!("{spec:?} is neither a directory nor an s3:// URL"),
+            ));
         }
-        std::fs::create_dir_all(spec)
-            .map_err(|e| Error::config("SKIPLOCK_STORE", format!("cannot create directory {spec:?}: {e}")))?;
+        std::fs::create_dir_all(spec).map_err(|e| {
+            Error::config(
+                "SKIPLOCK_STORE",
+                format!("cannot create directory {spec:?}: {e}"),
+            )
+        })?;
         let dir = std::fs::canonicalize(spec)?;
-        let fs = LocalFileSystem::new_with_prefix(&dir).map_err(|e| Error::config("SKIPLOCK_STORE", e.to_string()))?;
-        Ok(Store { inner: Arc::new(fs), spec: spec.to_string(), local_dir: Some(dir) })
+        let fs = LocalFileSystem::new_with_prefix(&dir)
+            .map_err(|e| Error::config("SKIPLOCK_STORE", e.to_string()))?;
+        Ok(Store {
+            inner: Arc::new(fs),
+            spec: spec.to_string(),
+            local_dir: Some(dir),
+        })
     }
 
     /// Where an object lives, for people: a file path for a local store, else the URL.
@@ -82,7 +104,10 @@ impl Store {
     pub async fn upload(&self, key: &Path, file: &FsPath, size: u64) -> Result<()> {
         if size <= SINGLE_PUT_MAX {
             let bytes = tokio::fs::read(file).await?;
-            self.inner.put(key, PutPayload::from(bytes)).await.map_err(store_err)?;
+            self.inner
+                .put(key, PutPayload::from(bytes))
+                .await
+                .map_err(store_err)?;
             return Ok(());
         }
         let upload = self.inner.put_multipart(key).await.map_err(store_err)?;
@@ -126,7 +151,10 @@ mod tests {
     #[test]
     fn keys_keep_the_port() {
         assert_eq!(key_for("example.com").as_ref(), "packs/example.com.sqlite");
-        assert_eq!(key_for("127.0.0.1:8080").as_ref(), "packs/127.0.0.1:8080.sqlite");
+        assert_eq!(
+            key_for("127.0.0.1:8080").as_ref(),
+            "packs/127.0.0.1:8080.sqlite"
+        );
     }
 
     #[test]
@@ -148,7 +176,10 @@ mod tests {
         assert_eq!(&store.get(&key).await.unwrap()[..], b"second");
         assert_eq!(std::fs::read(store.location(&key)).unwrap(), b"second");
         // Only the object itself is left: the staging file was renamed over it.
-        let names: Vec<_> = std::fs::read_dir(dir.path().join("packs")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("packs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 1, "{names:?}");
     }
 }
