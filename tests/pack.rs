@@ -537,3 +537,72 @@ async fn uploads_to_an_s3_compatible_server() {
         .unwrap();
     assert_eq!(store, "s3://skiplock-test/crawl");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pack_arm_keeps_one_timer_caps_it_never_pulls_it_back_and_leaves_pack_now_alone() {
+    let db = TestDb::new().await;
+    type Row = (
+        i64,
+        chrono::DateTime<chrono::Utc>,
+        chrono::DateTime<chrono::Utc>,
+    );
+    async fn arm(pool: &PgPool, host: &str, quiet: i64, max_wait: i64) -> Row {
+        // created_at is read after the arm, in a statement of its own (it never changes).
+        let (id, at): (i64, chrono::DateTime<chrono::Utc>) = sqlx::query_as(
+            "SELECT timer_id, fires_at FROM skiplock.pack_arm_at($1, make_interval(secs => $2), make_interval(secs => $3))",
+        )
+        .bind(host)
+        .bind(quiet as f64)
+        .bind(max_wait as f64)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        let created = sqlx::query_scalar("SELECT created_at FROM skiplock.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        (id, created, at)
+    }
+    let h = "arm.test";
+    let (id, created, s1) = arm(&db.pool, h, 600, 3600).await;
+    assert!(s1 > created);
+    // A shorter quiet period applied later never pulls the timer back.
+    assert_eq!(arm(&db.pool, h, 1, 3600).await, (id, created, s1));
+    // The max wait caps the push: created_at + 900 s exactly.
+    let (id2, _, s3) = arm(&db.pool, h, 1200, 900).await;
+    assert_eq!(id2, id);
+    assert_eq!(s3, created + chrono::Duration::seconds(900));
+    // Pack now brings the same timer to now, and later resets leave it there.
+    assert_eq!(pack_now(&db.pool, h).await, id);
+    let (_, _, s4) = arm(&db.pool, h, 600, 3600).await;
+    assert!(
+        s4 < s3,
+        "pack now moved the timer to now and a reset did not push it away"
+    );
+
+    // Many concurrent arms of a fresh host: one timer.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for _ in 0..25 {
+                ids.push(arm(&pool, "many.test", 60, 3600).await.0);
+            }
+            ids
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.extend(t.await.unwrap());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE args->>'host' = 'many.test'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(n, 1);
+}

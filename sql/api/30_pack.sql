@@ -34,32 +34,39 @@ $$;
 -- Arm (or push forward) a host's pack timer in one statement, safe under any number of
 -- concurrent callers: the timer fires `quiet` after the latest reset, but no later than
 -- `max_wait` after the timer row was created (the first reset of the current window), and
--- a reset never moves it earlier (see debounce::next_fire).
--- A timer brought to now by pack_now (args.now) is left where it is. Returns the timer's id.
-CREATE OR REPLACE FUNCTION skiplock.pack_arm(host text, quiet interval, max_wait interval) RETURNS bigint
+-- a reset never moves it earlier (see debounce::next_fire). A timer brought to now by
+-- pack_now (args.now) is left where it is. Returns the timer's id and when it fires (taken
+-- from RETURNING: a query around the call could not see a row another session just made).
+CREATE OR REPLACE FUNCTION skiplock.pack_arm_at(host text, quiet interval, max_wait interval,
+                                                OUT timer_id bigint, OUT fires_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    h text := skiplock._pack_host(pack_arm.host);
-    timer_id bigint;
+    h text := skiplock._pack_host(pack_arm_at.host);
 BEGIN
-    IF pack_arm.quiet IS NULL OR pack_arm.quiet < interval '0' OR pack_arm.max_wait IS NULL OR pack_arm.max_wait < interval '0' THEN
+    IF pack_arm_at.quiet IS NULL OR pack_arm_at.quiet < interval '0'
+       OR pack_arm_at.max_wait IS NULL OR pack_arm_at.max_wait < interval '0' THEN
         RAISE EXCEPTION 'skiplock: quiet and max_wait must be durations of at least 0s' USING ERRCODE = '22023';
     END IF;
     INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key)
     VALUES ('do-the-packing', jsonb_build_object('host', h), 'pack',
-            clock_timestamp() + least(pack_arm.quiet, pack_arm.max_wait), skiplock.pack_key(h))
+            clock_timestamp() + least(pack_arm_at.quiet, pack_arm_at.max_wait), skiplock.pack_key(h))
     ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
     DO UPDATE SET scheduled_at = CASE
             WHEN coalesce((j.args ->> 'now')::boolean, false) THEN j.scheduled_at
             -- Never earlier than it already is: resets committed out of order must not
             -- pull the timer back. clock_timestamp(), not now(): the time this reset lands.
             ELSE greatest(j.scheduled_at,
-                          least(clock_timestamp() + pack_arm.quiet, j.created_at + pack_arm.max_wait))
+                          least(clock_timestamp() + pack_arm_at.quiet, j.created_at + pack_arm_at.max_wait))
         END
-    RETURNING j.id INTO timer_id;
-    RETURN timer_id;
+    RETURNING j.id, j.scheduled_at INTO timer_id, fires_at;
 END;
+$$;
+
+-- pack_arm_at, returning only the timer's id.
+CREATE OR REPLACE FUNCTION skiplock.pack_arm(host text, quiet interval, max_wait interval) RETURNS bigint
+LANGUAGE sql AS $$
+    SELECT a.timer_id FROM skiplock.pack_arm_at(host, quiet, max_wait) AS a
 $$;
 
 -- Pack a host at once: the host's pending timer (if any) is brought to now and marked
