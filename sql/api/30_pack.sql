@@ -1,1 +1,122 @@
--- pack SQL API (nothing yet).
+-- pack SQL API: the debounced pack timer of a host is its single available `do-the-packing`
+-- row (unique_key 'pack:<host>', queue 'pack'). Nothing is held in any process's memory.
+
+-- The unique key of a host's pack timer.
+CREATE OR REPLACE FUNCTION skiplock.pack_key(host text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT 'pack:' || host $$;
+
+-- Hosts are compared as the fetch workflow writes them: lower case, trimmed, never empty.
+CREATE OR REPLACE FUNCTION skiplock._pack_host(host text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    h text := lower(btrim(coalesce(host, '')));
+BEGIN
+    IF h = '' THEN
+        RAISE EXCEPTION 'skiplock: host must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF h ~ '[/\s]' THEN
+        RAISE EXCEPTION 'skiplock: % is not a host (write e.g. example.com or 127.0.0.1:8080)', quote_literal(host)
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN h;
+END;
+$$;
+
+-- Announce that a host's content changed: enqueues a `timer-reset` job (queue 'pack'),
+-- whose handler pushes the host's pack timer forward. Returns the timer-reset job's id.
+CREATE OR REPLACE FUNCTION skiplock.timer_reset(host text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN skiplock.enqueue('timer-reset', jsonb_build_object('host', skiplock._pack_host(timer_reset.host)), 'pack');
+END;
+$$;
+
+-- Arm (or push forward) a host's pack timer in one statement, safe under any number of
+-- concurrent callers: the timer fires `quiet` after the latest reset, but no later than
+-- `max_wait` after the timer row was created (the first reset of the current window), and
+-- a reset never moves it earlier (see debounce::next_fire). A timer brought to now by
+-- pack_now (args.now) is left where it is. Returns the timer's id and when it fires (taken
+-- from RETURNING: a query around the call could not see a row another session just made).
+CREATE OR REPLACE FUNCTION skiplock.pack_arm_at(host text, quiet interval, max_wait interval,
+                                                OUT timer_id bigint, OUT fires_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    h text := skiplock._pack_host(pack_arm_at.host);
+BEGIN
+    IF pack_arm_at.quiet IS NULL OR pack_arm_at.quiet < interval '0'
+       OR pack_arm_at.max_wait IS NULL OR pack_arm_at.max_wait < interval '0' THEN
+        RAISE EXCEPTION 'skiplock: quiet and max_wait must be durations of at least 0s' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key)
+    VALUES ('do-the-packing', jsonb_build_object('host', h), 'pack',
+            clock_timestamp() + least(pack_arm_at.quiet, pack_arm_at.max_wait), skiplock.pack_key(h))
+    ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+    DO UPDATE SET scheduled_at = CASE
+            WHEN coalesce((j.args ->> 'now')::boolean, false) THEN j.scheduled_at
+            -- Never earlier than it already is: resets committed out of order must not
+            -- pull the timer back. clock_timestamp(), not now(): the time this reset lands.
+            ELSE greatest(j.scheduled_at,
+                          least(clock_timestamp() + pack_arm_at.quiet, j.created_at + pack_arm_at.max_wait))
+        END
+    RETURNING j.id, j.scheduled_at INTO timer_id, fires_at;
+END;
+$$;
+
+-- pack_arm_at, returning only the timer's id.
+CREATE OR REPLACE FUNCTION skiplock.pack_arm(host text, quiet interval, max_wait interval) RETURNS bigint
+LANGUAGE sql AS $$
+    SELECT a.timer_id FROM skiplock.pack_arm_at(host, quiet, max_wait) AS a
+$$;
+
+-- Pack a host at once: the host's pending timer (if any) is brought to now and marked
+-- {"now": true} so it packs even if a reset arrives meanwhile; otherwise a new one is made.
+-- Returns the do-the-packing job's id.
+CREATE OR REPLACE FUNCTION skiplock.pack_now(host text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    h text := skiplock._pack_host(pack_now.host);
+    timer_id bigint;
+BEGIN
+    INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key)
+    VALUES ('do-the-packing', jsonb_build_object('host', h, 'now', true), 'pack', now(), skiplock.pack_key(h))
+    ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+    DO UPDATE SET scheduled_at = least(j.scheduled_at, now()),
+                  args = j.args || jsonb_build_object('now', true)
+    RETURNING j.id INTO timer_id;
+    -- The insert trigger wakes workers only for inserted rows; an updated timer needs this.
+    PERFORM pg_notify('skiplock_wake', 'pack');
+    RETURN timer_id;
+END;
+$$;
+
+-- Once a timer is claimed it is no longer the host's timer: drop its unique_key in the same
+-- UPDATE that claims it, so that a reset during the pack arms a new timer, and so that this
+-- row can later go back to 'available' (retry, snooze, rescue) next to that new timer
+-- without violating the unique index.
+CREATE OR REPLACE FUNCTION skiplock._pack_release_key() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.unique_key := NULL;
+    RETURN NEW;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS jobs_pack_release_key ON skiplock.jobs;
+CREATE TRIGGER jobs_pack_release_key BEFORE UPDATE OF state ON skiplock.jobs
+    FOR EACH ROW
+    WHEN (NEW.kind = 'do-the-packing' AND NEW.state = 'running' AND NEW.unique_key IS NOT NULL)
+    EXECUTE FUNCTION skiplock._pack_release_key();
+
+-- Per host: the last pack and the pending timer, for psql and `skiplock pack --status`.
+CREATE OR REPLACE VIEW skiplock.pack_status AS
+SELECT coalesce(p.host, t.host) AS host,
+       p.packed_at, p.pages, p.bytes, p.object_key, p.store, p.pack_count, p.job_id,
+       t.id AS timer_job_id, t.scheduled_at AS timer_at
+FROM skiplock.packs p
+FULL JOIN (
+    SELECT j.args ->> 'host' AS host, j.id, j.scheduled_at
+    FROM skiplock.jobs j
+    WHERE j.kind = 'do-the-packing' AND j.state = 'available' AND j.unique_key IS NOT NULL
+) t ON t.host = p.host;

@@ -1,27 +1,131 @@
-//! `skiplock timer-reset` and `skiplock pack` (not built yet).
+//! `skiplock timer-reset HOST`, `skiplock pack HOST` and `skiplock pack --status [HOST]`:
+//! thin wrappers over the SQL API (`skiplock.timer_reset`, `skiplock.pack_now`) and the
+//! `skiplock.pack_status` view, so psql users and the CLI get the same behaviour.
 
+use anyhow::bail;
+use chrono::{DateTime, Utc};
 use clap::Args;
+use serde::Serialize;
+
+use super::connect_migrated;
+use super::jobs::sql_api_error;
+use super::output::{print_json, print_table, ts};
+use crate::workflows::pack::STATUS;
 
 /// `skiplock timer-reset HOST`.
 #[derive(Debug, Args)]
 pub struct TimerResetArgs {
-    /// The host whose pack timer to push forward.
+    /// The host whose pack timer to push forward (e.g. example.com or 127.0.0.1:8080).
     pub host: String,
 }
 
-/// `skiplock pack HOST`.
+/// `skiplock pack HOST` or `skiplock pack --status [HOST]`.
 #[derive(Debug, Args)]
 pub struct PackArgs {
-    /// The host to pack now.
+    /// The host to pack now (with --status: the host to show; default all).
     pub host: Option<String>,
+    /// Show when hosts were last packed and their pending timers instead of packing.
+    #[arg(long)]
+    pub status: bool,
+    /// With --status: print JSON.
+    #[arg(long, requires = "status")]
+    pub json: bool,
 }
 
-/// Runs `skiplock timer-reset`.
-pub async fn timer_reset(_url: Option<&str>, _a: TimerResetArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`skiplock timer-reset` is not implemented yet")
+/// Enqueues a `timer-reset` and prints its job id.
+pub async fn timer_reset(url: Option<&str>, a: TimerResetArgs) -> anyhow::Result<()> {
+    let pool = connect_migrated(url).await?;
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.timer_reset($1)")
+        .bind(&a.host)
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| sql_api_error(e.into()))?;
+    println!("{id}");
+    Ok(())
 }
 
-/// Runs `skiplock pack`.
-pub async fn pack(_url: Option<&str>, _a: PackArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`skiplock pack` is not implemented yet")
+/// One row of `skiplock.pack_status`.
+#[derive(Debug, Serialize, sqlx::FromRow)]
+struct StatusRow {
+    host: Option<String>,
+    packed_at: Option<DateTime<Utc>>,
+    pages: Option<i64>,
+    bytes: Option<i64>,
+    object_key: Option<String>,
+    store: Option<String>,
+    pack_count: Option<i64>,
+    job_id: Option<i64>,
+    timer_job_id: Option<i64>,
+    timer_at: Option<DateTime<Utc>>,
+}
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Packs a host now (prints the do-the-packing job id), or shows the status.
+pub async fn pack(url: Option<&str>, a: PackArgs) -> anyhow::Result<()> {
+    if !a.status {
+        let Some(host) = a.host else {
+            bail!("give a HOST to pack (e.g. `skiplock pack example.com`), or --status");
+        };
+        let pool = connect_migrated(url).await?;
+        let id: i64 = sqlx::query_scalar("SELECT skiplock.pack_now($1)")
+            .bind(&host)
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| sql_api_error(e.into()))?;
+        println!("{id}");
+        return Ok(());
+    }
+    let pool = connect_migrated(url).await?;
+    let rows: Vec<StatusRow> = sqlx::query_as(STATUS)
+        .bind(a.host.as_deref())
+        .fetch_all(&pool)
+        .await?;
+    if a.json {
+        return print_json(&rows);
+    }
+    if rows.is_empty() {
+        match &a.host {
+            Some(h) => println!("{h}: never packed, no timer pending"),
+            None => println!("no host packed yet, no timer pending"),
+        }
+        return Ok(());
+    }
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let location = match (&r.store, &r.object_key) {
+                (Some(s), Some(k)) => format!("{}/{}", s.trim_end_matches('/'), k),
+                _ => "-".into(),
+            };
+            vec![
+                opt(&r.host),
+                ts(r.packed_at),
+                opt(&r.pages),
+                opt(&r.bytes),
+                opt(&r.pack_count),
+                r.timer_at
+                    .map(|t| ts(Some(t)))
+                    .unwrap_or_else(|| "-".into()),
+                location,
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "HOST",
+            "PACKED_AT",
+            "PAGES",
+            "BYTES",
+            "PACKS",
+            "TIMER_AT",
+            "ARTIFACT",
+        ],
+        &table,
+    );
+    Ok(())
 }

@@ -1,9 +1,270 @@
-//! Workflow `pack` (not built yet).
+//! Workflow `pack`: debounced packing of a host's pages into a SQLite + FTS5 artifact.
+//!
+//! The pack timer of a host is a row, not a timer in some process's memory: the host's single
+//! available `do-the-packing` job (queue `pack`, unique key `pack:<host>`). Each `timer-reset`
+//! pushes it forward in one statement (`skiplock.pack_arm`); when it comes due, a worker
+//! builds the artifact and uploads it, and the job completes only after the upload, so a
+//! crash mid-pack leaves the job to be rescued and retried. See `docs/pack.md`.
 
-use crate::error::Result;
-use crate::worker::WorkerBuilder;
+pub mod artifact;
+pub mod debounce;
+pub mod store;
 
-/// Registers this workflow's handlers, services and start-up hooks.
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::config::{env_duration, env_string};
+use crate::error::{Error, Result};
+use crate::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
+
+pub use store::Store;
+
+/// The queue both pack kinds live in.
+pub const QUEUE: &str = "pack";
+/// Kind of the "content of this host changed" message.
+pub const TIMER_RESET: &str = "timer-reset";
+/// Kind of the pack job (the timer while it waits).
+pub const DO_THE_PACKING: &str = "do-the-packing";
+
+const ARM: &str = include_str!("../../../sql/pack/arm.sql");
+const PENDING: &str = include_str!("../../../sql/pack/pending.sql");
+const LOCK: &str = include_str!("../../../sql/pack/lock.sql");
+const PAGES: &str = include_str!("../../../sql/pack/pages.sql");
+const RECORD: &str = include_str!("../../../sql/pack/record.sql");
+/// Pack status of all hosts or one (`$1`), used by `skiplock pack --status`.
+pub const STATUS: &str = include_str!("../../../sql/pack/status.sql");
+
+/// Default quiet period after the last reset before a host is packed.
+pub const DEFAULT_QUIET: Duration = Duration::from_secs(60);
+/// Default longest wait after the first reset of a window.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(3600);
+/// Default artifact store.
+pub const DEFAULT_STORE: &str = "./data/store";
+
+/// Settings of the pack workflow.
+#[derive(Debug, Clone)]
+pub struct PackSettings {
+    /// Quiet period (`SKIPLOCK_PACK_QUIET`, 60s).
+    pub quiet: Duration,
+    /// Maximum wait (`SKIPLOCK_PACK_MAX_WAIT`, 1h).
+    pub max_wait: Duration,
+    /// Store spec (`SKIPLOCK_STORE`, `./data/store`).
+    pub store: String,
+    /// Fault injection for tests and demos: sleep this long between building and uploading
+    /// (`SKIPLOCK_PACK_UPLOAD_DELAY`, 0s), so a worker can be killed mid-pack.
+    pub upload_delay: Duration,
+}
+
+impl Default for PackSettings {
+    fn default() -> Self {
+        PackSettings {
+            quiet: DEFAULT_QUIET,
+            max_wait: DEFAULT_MAX_WAIT,
+            store: DEFAULT_STORE.to_string(),
+            upload_delay: Duration::ZERO,
+        }
+    }
+}
+
+impl PackSettings {
+    /// Reads the settings from the environment.
+    pub fn from_env() -> Result<Self> {
+        let d = PackSettings::default();
+        let s = PackSettings {
+            quiet: env_duration("SKIPLOCK_PACK_QUIET", d.quiet)?,
+            max_wait: env_duration("SKIPLOCK_PACK_MAX_WAIT", d.max_wait)?,
+            store: env_string("SKIPLOCK_STORE", &d.store),
+            upload_delay: env_duration("SKIPLOCK_PACK_UPLOAD_DELAY", d.upload_delay)?,
+        };
+        if s.max_wait.is_zero() {
+            return Err(Error::config(
+                "SKIPLOCK_PACK_MAX_WAIT",
+                "must be more than 0s",
+            ));
+        }
+        Ok(s)
+    }
+}
+
+/// Args of both pack kinds.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HostArgs {
+    /// The host (lower case, with ":port" when not the default).
+    pub host: String,
+    /// Set by `skiplock.pack_now`: pack even if a timer is pending.
+    #[serde(default)]
+    pub now: bool,
+}
+
+fn check_host(host: &str) -> std::result::Result<(), JobError> {
+    if host.trim().is_empty() || host.contains('/') || host.chars().any(char::is_whitespace) {
+        return Err(JobError::discard(format!("invalid host {host:?}")));
+    }
+    Ok(())
+}
+
+/// Handles `timer-reset`: pushes the host's pack timer forward (creating it if needed).
+#[derive(Debug, Clone)]
+pub struct TimerReset {
+    settings: PackSettings,
+}
+
+impl Handler for TimerReset {
+    type Args = HostArgs;
+
+    fn kind(&self) -> &'static str {
+        TIMER_RESET
+    }
+
+    async fn run(&self, ctx: JobContext, args: HostArgs) -> HandlerResult {
+        check_host(&args.host)?;
+        let (id, at): (i64, DateTime<Utc>) = sqlx::query_as(ARM)
+            .bind(&args.host)
+            .bind(self.settings.quiet.as_secs_f64())
+            .bind(self.settings.max_wait.as_secs_f64())
+            .fetch_one(&ctx.pool)
+            .await?;
+        Ok(Outcome::CompleteWith(
+            json!({"timer_job": id, "fires_at": at}),
+        ))
+    }
+}
+
+/// Handles `do-the-packing`: skips if a newer timer is pending, else builds the artifact and
+/// uploads it while holding the host's advisory lock.
+#[derive(Debug, Clone)]
+pub struct DoThePacking {
+    settings: PackSettings,
+    store: Store,
+}
+
+#[derive(sqlx::FromRow)]
+struct Pending {
+    now: DateTime<Utc>,
+    window_start: Option<DateTime<Utc>>,
+    pending_id: Option<i64>,
+    pending_at: Option<DateTime<Utc>>,
+}
+
+impl Handler for DoThePacking {
+    type Args = HostArgs;
+
+    fn kind(&self) -> &'static str {
+        DO_THE_PACKING
+    }
+
+    async fn run(&self, ctx: JobContext, args: HostArgs) -> HandlerResult {
+        check_host(&args.host)?;
+        let host = args.host.as_str();
+        let p: Pending = sqlx::query_as(PENDING)
+            .bind(ctx.id)
+            .bind(host)
+            .fetch_one(&ctx.pool)
+            .await?;
+        let start = debounce::PackStart {
+            now: p.now,
+            window_start: p.window_start.unwrap_or(p.now),
+            pending_at: p.pending_at,
+            forced: args.now,
+        };
+        if let Some(reason) = debounce::skip_reason(&start, self.settings.max_wait) {
+            tracing::info!(host, pending_job = p.pending_id, "pack skipped: {reason}");
+            return Ok(Outcome::CompleteWith(
+                json!({"skipped": reason, "pending_job": p.pending_id, "pending_at": p.pending_at}),
+            ));
+        }
+
+        // Everything below runs on one connection, inside the transaction that holds the
+        // host's lock: one connection per pack, and the lock goes when the transaction does
+        // (commit, rollback, a dropped future, or a dead process).
+        let began = Instant::now();
+        let mut tx = ctx.pool.begin().await?;
+        let locked: bool = sqlx::query_scalar(LOCK)
+            .bind(host)
+            .fetch_one(&mut *tx)
+            .await?;
+        if !locked {
+            tx.rollback().await?;
+            let wait = debounce::busy_snooze(self.settings.quiet);
+            tracing::info!(
+                host,
+                "another pack of this host is running; snoozing {wait:?}"
+            );
+            return Ok(Outcome::Snooze(wait));
+        }
+
+        let (send, recv) = mpsc::channel::<artifact::PageRow>(256);
+        let owned_host = host.to_string();
+        let build = tokio::task::spawn_blocking(move || artifact::build(&owned_host, recv));
+        {
+            let mut rows = sqlx::query_as::<_, artifact::PageRow>(PAGES)
+                .bind(host)
+                .fetch(&mut *tx);
+            while let Some(row) = rows.try_next().await? {
+                if send.send(row).await.is_err() {
+                    break; // the builder failed; its error is reported below
+                }
+            }
+        }
+        drop(send);
+        let built = build
+            .await
+            .map_err(|e| JobError::retry(format!("artifact builder panicked: {e}")))??;
+
+        if !self.settings.upload_delay.is_zero() {
+            tracing::warn!(
+                host,
+                "SKIPLOCK_PACK_UPLOAD_DELAY: waiting {:?} before the upload",
+                self.settings.upload_delay
+            );
+            tokio::time::sleep(self.settings.upload_delay).await;
+        }
+        let key = store::key_for(host);
+        self.store.upload(&key, &built.path, built.bytes).await?;
+
+        let ms = began.elapsed().as_millis() as i64;
+        sqlx::query(RECORD)
+            .bind(host)
+            .bind(built.pages as i64)
+            .bind(built.bytes as i64)
+            .bind(key.as_ref())
+            .bind(&self.store.spec)
+            .bind(ctx.id)
+            .bind(ms)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let location = self.store.location(&key);
+        tracing::info!(host, pages = built.pages, bytes = built.bytes, %location, "packed");
+        Ok(Outcome::CompleteWith(json!({
+            "packed": built.pages,
+            "bytes": built.bytes,
+            "key": key.as_ref(),
+            "location": location,
+            "ms": ms,
+        })))
+    }
+}
+
+/// Registers the pack handlers with settings from the environment (a bad setting or store
+/// stops the worker at start-up).
 pub fn register(builder: WorkerBuilder) -> Result<WorkerBuilder> {
+    register_with(builder, PackSettings::from_env()?)
+}
+
+/// Registers the pack handlers with explicit settings (tests, embedding).
+pub fn register_with(mut builder: WorkerBuilder, settings: PackSettings) -> Result<WorkerBuilder> {
+    let store = Store::open(&settings.store)?;
+    builder.registry_mut().register(TimerReset {
+        settings: settings.clone(),
+    });
+    builder
+        .registry_mut()
+        .register(DoThePacking { settings, store });
     Ok(builder)
 }

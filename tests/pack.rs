@@ -1,0 +1,608 @@
+//! Debounced packing: the timer is a row; packs happen after quiet, within the max wait, once
+//! per window, never twice at once; the artifact is a SQLite + FTS5 file in the object store.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use skiplock::workflows::pack::{self, PackSettings};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use support::*;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn settings(store: &std::path::Path, quiet: u64, max_wait: u64, upload_delay: u64) -> PackSettings {
+    PackSettings {
+        quiet: Duration::from_secs(quiet),
+        max_wait: Duration::from_secs(max_wait),
+        store: store.to_str().unwrap().to_string(),
+        upload_delay: Duration::from_secs(upload_delay),
+    }
+}
+
+/// An in-process worker serving queue `pack` with `concurrency` slots and its own small pool.
+async fn pack_worker(db: &TestDb, s: PackSettings, concurrency: usize) -> RunningWorker {
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(LONG)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let mut qs = fast_settings();
+    qs.queues = Some(BTreeMap::from([("pack".to_string(), concurrency)]));
+    start_worker(&pool, qs, |b| {
+        pack::register_with(b, s).expect("register pack")
+    })
+}
+
+async fn insert_page(pool: &PgPool, host: &str, path: &str, title: &str, body: Option<&str>) {
+    sqlx::query(
+        "INSERT INTO skiplock.pages (url, host, path, title, headings, body, last_fetched, content_hash)
+         VALUES ($1, $2, $3, $4, 'Heading', $5, now(), md5(coalesce($5, '')))",
+    )
+    .bind(format!("http://{host}{path}"))
+    .bind(host)
+    .bind(path)
+    .bind(title)
+    .bind(body)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn timer_reset(pool: &PgPool, host: &str) -> i64 {
+    sqlx::query_scalar("SELECT skiplock.timer_reset($1)")
+        .bind(host)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn pack_now(pool: &PgPool, host: &str) -> i64 {
+    sqlx::query_scalar("SELECT skiplock.pack_now($1)")
+        .bind(host)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn pack_count(pool: &PgPool, host: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce((SELECT pack_count FROM skiplock.packs WHERE host = $1), 0)",
+    )
+    .bind(host)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// (state, attempt, result) of a job.
+async fn job(pool: &PgPool, id: i64) -> (String, i32, Option<Value>) {
+    sqlx::query_as("SELECT state::text, attempt, result FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn wait_state(pool: &PgPool, id: i64, state: &str) {
+    wait_for(&format!("job {id} {state}"), LONG, || async {
+        (job(pool, id).await.0 == state).then_some(())
+    })
+    .await
+}
+
+/// The pending (available, keyed) timer of a host: (id, scheduled_at).
+async fn timer(pool: &PgPool, host: &str) -> Option<(i64, chrono::DateTime<chrono::Utc>)> {
+    sqlx::query_as(
+        "SELECT id, scheduled_at FROM skiplock.jobs
+         WHERE kind = 'do-the-packing' AND state = 'available' AND unique_key = skiplock.pack_key($1)",
+    )
+    .bind(host)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+}
+
+/// URLs of the artifact at `path` matching an FTS5 query.
+fn fts(path: &std::path::Path, query: &str) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut st = conn
+        .prepare("SELECT url FROM pages_fts WHERE pages_fts MATCH ?1 ORDER BY url")
+        .unwrap();
+    st.query_map([query], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn artifact(store: &std::path::Path, host: &str) -> std::path::PathBuf {
+    store.join("packs").join(format!("{host}.sqlite"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hundred_resets_from_four_tasks_give_exactly_one_pack_after_the_quiet_period() {
+    let db = TestDb::new().await;
+    let store = tempfile::tempdir().unwrap();
+    let host = "site.test:8080";
+    insert_page(&db.pool, host, "/", "Home", Some("welcome home")).await;
+
+    // Two workers with four slots each handle the resets side by side.
+    let w1 = pack_worker(&db, settings(store.path(), 3, 3600, 0), 4).await;
+    let w2 = pack_worker(&db, settings(store.path(), 3, 3600, 0), 4).await;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                timer_reset(&pool, host).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    wait_all_finished(&db.pool, LONG).await;
+    w1.stop().await.unwrap();
+    w2.stop().await.unwrap();
+
+    let resets: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE kind = 'timer-reset' AND state = 'completed'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(resets, 100);
+    let packs: Vec<(i64, Value)> = sqlx::query_as(
+        "SELECT id, result FROM skiplock.jobs WHERE kind = 'do-the-packing' AND state = 'completed'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(packs.len(), 1, "exactly one pack job: {packs:?}");
+    assert_eq!(packs[0].1["packed"], 1, "{packs:?}");
+    let others: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE kind = 'do-the-packing'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(others, 1, "no other do-the-packing row was ever made");
+    // Every reset pushed the same timer.
+    let timers: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT (result->>'timer_job')::bigint FROM skiplock.jobs WHERE kind = 'timer-reset'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(timers, vec![packs[0].0]);
+    assert_eq!(pack_count(&db.pool, host).await, 1);
+    // The pack started no earlier than the quiet period after the last reset was handled
+    // (both times from the database clock).
+    let (quiet_respected, detail): (bool, String) = sqlx::query_as(
+        "SELECT p.attempted_at >= r.last + interval '3 seconds',
+                format('pack created %s scheduled %s attempted %s; last reset claimed %s, fires_at %s',
+                       p.created_at, p.scheduled_at, p.attempted_at, r.last, r.fires)
+         FROM skiplock.jobs p,
+              (SELECT max(attempted_at) AS last, max(result->>'fires_at') AS fires
+               FROM skiplock.jobs WHERE kind = 'timer-reset') r
+         WHERE p.id = $1",
+    )
+    .bind(packs[0].0)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        quiet_respected,
+        "the pack ran before the quiet period was over: {detail}"
+    );
+    assert!(artifact(store.path(), host).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_max_wait_bounds_a_host_that_is_reset_continuously() {
+    let db = TestDb::new().await;
+    let store = tempfile::tempdir().unwrap();
+    let host = "busy.test";
+    insert_page(&db.pool, host, "/", "Busy", Some("always changing")).await;
+    let w = pack_worker(&db, settings(store.path(), 2, 4, 0), 2).await;
+
+    // Reset every 200 ms, far more often than the 2 s quiet period: only the 4 s max wait
+    // can let a pack through.
+    let deadline = tokio::time::Instant::now() + LONG;
+    let mut resets = 0;
+    while pack_count(&db.pool, host).await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pack within {LONG:?} of continuous resets"
+        );
+        timer_reset(&db.pool, host).await;
+        resets += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    w.stop().await.unwrap();
+    assert!(resets > 1);
+    let (created, scheduled): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as(
+            "SELECT created_at, scheduled_at FROM skiplock.jobs
+         WHERE kind = 'do-the-packing' AND state = 'completed' ORDER BY id LIMIT 1",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        scheduled <= created + chrono::Duration::seconds(4),
+        "timer fired at {scheduled}, more than the max wait after its window began at {created}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_during_a_pack_gives_a_second_pack_with_the_new_content() {
+    let db = TestDb::new().await;
+    let store = tempfile::tempdir().unwrap();
+    let host = "during.test";
+    insert_page(&db.pool, host, "/a", "Apple", Some("an apple a day")).await;
+    // The upload waits 3 s, so the reset below lands while the first pack runs.
+    let w = pack_worker(&db, settings(store.path(), 1, 3600, 3), 4).await;
+    let first = pack_now(&db.pool, host).await;
+    wait_state(&db.pool, first, "running").await;
+    insert_page(&db.pool, host, "/z", "Zebra", Some("a striped zebra")).await;
+    timer_reset(&db.pool, host).await;
+
+    wait_for("two packs", LONG, || async {
+        (pack_count(&db.pool, host).await >= 2).then_some(())
+    })
+    .await;
+    wait_all_finished(&db.pool, LONG).await;
+    w.stop().await.unwrap();
+
+    let (state, _, result) = job(&db.pool, first).await;
+    assert_eq!(state, "completed");
+    assert_eq!(
+        result.unwrap()["packed"],
+        1,
+        "the first pack saw only the first page"
+    );
+    let second: Vec<(i64, Value)> = sqlx::query_as(
+        "SELECT id, result FROM skiplock.jobs WHERE kind = 'do-the-packing' AND id <> $1 AND result ? 'packed'",
+    )
+    .bind(first)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_eq!(second[0].1["packed"], 2);
+    assert_eq!(pack_count(&db.pool, host).await, 2);
+    assert_eq!(
+        fts(&artifact(store.path(), host), "zebra"),
+        vec![format!("http://{host}/z")]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pack_with_a_later_timer_pending_skips_and_pack_now_brings_the_timer_forward() {
+    let db = TestDb::new().await;
+    let store = tempfile::tempdir().unwrap();
+    let host = "pending.test";
+    insert_page(&db.pool, host, "/", "Pending", Some("waiting for quiet")).await;
+    let w = pack_worker(&db, settings(store.path(), 600, 3600, 0), 2).await;
+
+    timer_reset(&db.pool, host).await;
+    let (timer_id, _) = wait_for("a timer", LONG, || async { timer(&db.pool, host).await }).await;
+    // A stray do-the-packing (no unique key, due now) finds the live timer and skips.
+    let stray: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('do-the-packing', jsonb_build_object('host', $1::text), 'pack')",
+    )
+    .bind(host)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    wait_state(&db.pool, stray, "completed").await;
+    let result = job(&db.pool, stray).await.2.unwrap();
+    assert_eq!(result["skipped"], "timer pending", "{result}");
+    assert_eq!(result["pending_job"], timer_id);
+    assert_eq!(pack_count(&db.pool, host).await, 0);
+    assert_eq!(
+        timer(&db.pool, host).await.map(|t| t.0),
+        Some(timer_id),
+        "the timer is untouched"
+    );
+
+    // Pack now (through the CLI) reuses the timer rather than adding a second one.
+    let (code, out, err) = run_cmd(&db.url, &["pack", host]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim().parse::<i64>().unwrap(), timer_id);
+    wait_state(&db.pool, timer_id, "completed").await;
+    assert_eq!(job(&db.pool, timer_id).await.2.unwrap()["packed"], 1);
+    assert_eq!(pack_count(&db.pool, host).await, 1);
+    w.stop().await.unwrap();
+
+    let (code, out, err) = run_cmd(&db.url, &["pack", "--status", host]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(host) && out.contains(&format!("packs/{host}.sqlite")),
+        "{out}"
+    );
+    let (code, out, _) = run_cmd(&db.url, &["pack", "--status", "--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["pages"], 1, "{v}");
+    // The CLI's timer-reset goes through the SQL API; a bad host is one clear error.
+    let (code, out, _) = run_cmd(&db.url, &["timer-reset", host]);
+    assert_eq!(code, 0);
+    let id: i64 = out.trim().parse().unwrap();
+    assert_eq!(job(&db.pool, id).await.0, "available");
+    let (code, _, err) = run_cmd(&db.url, &["timer-reset", " "]);
+    assert_eq!(code, 1);
+    assert!(err.contains("host must not be empty"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_artifact_opens_with_sqlite_and_fts5_finds_a_word() {
+    let db = TestDb::new().await;
+    let store = tempfile::tempdir().unwrap();
+    let host = "127.0.0.1:8080";
+    insert_page(
+        &db.pool,
+        host,
+        "/cats",
+        "Cats",
+        Some("the cat sat on the mat"),
+    )
+    .await;
+    insert_page(
+        &db.pool,
+        host,
+        "/dogs",
+        "Dogs",
+        Some("dogs chase the postman"),
+    )
+    .await;
+    insert_page(&db.pool, host, "/blocked", "Blocked", None).await;
+    insert_page(
+        &db.pool,
+        "other.test",
+        "/cats",
+        "Other",
+        Some("another cat elsewhere"),
+    )
+    .await;
+    let w = pack_worker(&db, settings(store.path(), 1, 3600, 0), 2).await;
+    let id = pack_now(&db.pool, host).await;
+    wait_state(&db.pool, id, "completed").await;
+    w.stop().await.unwrap();
+
+    let path = artifact(store.path(), host);
+    assert_eq!(fts(&path, "postman"), vec![format!("http://{host}/dogs")]);
+    assert_eq!(fts(&path, "cat"), vec![format!("http://{host}/cats")]);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM pages", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2, "only pages with content, only this host");
+    let (pages, bytes, key): (i64, i64, String) =
+        sqlx::query_as("SELECT pages, bytes, object_key FROM skiplock.packs WHERE host = $1")
+            .bind(host)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((pages, key.as_str()), (2, "packs/127.0.0.1:8080.sqlite"));
+    assert_eq!(bytes as u64, std::fs::metadata(&path).unwrap().len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_pack_is_rescued_and_the_pack_retried() {
+    let db = TestDb::new().await;
+    let store = tempfile::tempdir().unwrap();
+    let host = "crash.test";
+    insert_page(&db.pool, host, "/", "Crash", Some("survives a kill")).await;
+    let dir = store.path().to_str().unwrap().to_string();
+    let env = |delay: &'static str| {
+        vec![
+            ("SKIPLOCK_STORE", dir.clone()),
+            ("SKIPLOCK_PACK_UPLOAD_DELAY", delay.to_string()),
+            ("SKIPLOCK_RESCUE_AFTER", "2s".to_string()),
+            ("SKIPLOCK_POLL_INTERVAL", "200ms".to_string()),
+            ("SKIPLOCK_BACKOFF_UNIT", "10ms".to_string()),
+            ("SKIPLOCK_QUEUES", "pack=2".to_string()),
+        ]
+    };
+    let spawn = |delay: &'static str| {
+        let e = env(delay);
+        let refs: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        spawn_worker_process(&db.url, &[], &refs)
+    };
+
+    let id = pack_now(&db.pool, host).await;
+    let mut first = spawn("60s");
+    wait_state(&db.pool, id, "running").await;
+    sigkill(&first);
+    first.wait().unwrap();
+    assert!(
+        !artifact(store.path(), host).exists(),
+        "nothing was uploaded before the kill"
+    );
+    assert_eq!(pack_count(&db.pool, host).await, 0);
+
+    let mut second = spawn("0s");
+    wait_state(&db.pool, id, "completed").await;
+    sigterm(&second);
+    second.wait().unwrap();
+    let (_, attempt, result) = job(&db.pool, id).await;
+    assert_eq!(attempt, 2, "the rescued job ran a second attempt");
+    assert_eq!(result.unwrap()["packed"], 1);
+    let errors: Value = sqlx::query_scalar("SELECT errors FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(errors.to_string().contains("rescued"), "{errors}");
+    assert_eq!(
+        fts(&artifact(store.path(), host), "survives"),
+        vec![format!("http://{host}/")]
+    );
+    assert_eq!(pack_count(&db.pool, host).await, 1);
+}
+
+fn find_in_path(bin: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(bin))
+                .find(|f| f.is_file())
+        })
+        .unwrap_or(None)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_to_an_s3_compatible_server() {
+    let Some(moto) = find_in_path("moto_server") else {
+        eprintln!(
+            "SKIPPED uploads_to_an_s3_compatible_server: moto_server not found (pip install 'moto[server]')"
+        );
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new(moto)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start moto_server");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    wait_for("moto_server to answer", LONG, || async {
+        http.put(format!("{endpoint}/skiplock-test"))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status().is_success())
+    })
+    .await;
+
+    let db = TestDb::new().await;
+    let host = "s3.test";
+    insert_page(&db.pool, host, "/", "Cloud", Some("objects in a bucket")).await;
+    let envs = [
+        ("SKIPLOCK_STORE", "s3://skiplock-test/crawl"),
+        ("AWS_ENDPOINT", endpoint.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_REGION", "us-east-1"),
+        ("SKIPLOCK_QUEUES", "pack=2"),
+        ("SKIPLOCK_POLL_INTERVAL", "200ms"),
+    ];
+    let mut worker = spawn_worker_process(&db.url, &[], &envs);
+    let id = pack_now(&db.pool, host).await;
+    wait_state(&db.pool, id, "completed").await;
+    sigterm(&worker);
+    worker.wait().unwrap();
+
+    use object_store::ObjectStoreExt;
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(&endpoint)
+        .with_allow_http(true)
+        .with_bucket_name("skiplock-test")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_region("us-east-1")
+        .build()
+        .unwrap();
+    let got = s3
+        .get(&object_store::path::Path::from(
+            "crawl/packs/s3.test.sqlite",
+        ))
+        .await;
+    let _ = server.kill();
+    let _ = server.wait();
+    let bytes = got
+        .expect("artifact object in the bucket")
+        .bytes()
+        .await
+        .unwrap();
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), &bytes).unwrap();
+    assert_eq!(fts(f.path(), "bucket"), vec![format!("http://{host}/")]);
+    let store: String = sqlx::query_scalar("SELECT store FROM skiplock.packs WHERE host = $1")
+        .bind(host)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(store, "s3://skiplock-test/crawl");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pack_arm_keeps_one_timer_caps_it_never_pulls_it_back_and_leaves_pack_now_alone() {
+    let db = TestDb::new().await;
+    type Row = (
+        i64,
+        chrono::DateTime<chrono::Utc>,
+        chrono::DateTime<chrono::Utc>,
+    );
+    async fn arm(pool: &PgPool, host: &str, quiet: i64, max_wait: i64) -> Row {
+        // created_at is read after the arm, in a statement of its own (it never changes).
+        let (id, at): (i64, chrono::DateTime<chrono::Utc>) = sqlx::query_as(
+            "SELECT timer_id, fires_at FROM skiplock.pack_arm_at($1, make_interval(secs => $2), make_interval(secs => $3))",
+        )
+        .bind(host)
+        .bind(quiet as f64)
+        .bind(max_wait as f64)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        let created = sqlx::query_scalar("SELECT created_at FROM skiplock.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        (id, created, at)
+    }
+    let h = "arm.test";
+    let (id, created, s1) = arm(&db.pool, h, 600, 3600).await;
+    assert!(s1 > created);
+    // A shorter quiet period applied later never pulls the timer back.
+    assert_eq!(arm(&db.pool, h, 1, 3600).await, (id, created, s1));
+    // The max wait caps the push: created_at + 900 s exactly.
+    let (id2, _, s3) = arm(&db.pool, h, 1200, 900).await;
+    assert_eq!(id2, id);
+    assert_eq!(s3, created + chrono::Duration::seconds(900));
+    // Pack now brings the same timer to now, and later resets leave it there.
+    assert_eq!(pack_now(&db.pool, h).await, id);
+    let (_, _, s4) = arm(&db.pool, h, 600, 3600).await;
+    assert!(
+        s4 < s3,
+        "pack now moved the timer to now and a reset did not push it away"
+    );
+
+    // Many concurrent arms of a fresh host: one timer.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for _ in 0..25 {
+                ids.push(arm(&pool, "many.test", 60, 3600).await.0);
+            }
+            ids
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.extend(t.await.unwrap());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE args->>'host' = 'many.test'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(n, 1);
+}
