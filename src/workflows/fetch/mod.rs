@@ -58,7 +58,7 @@ pub struct FetchSettings {
 }
 
 /// The default User-Agent: names skiplock so site owners know who calls.
-pub const DEFAULT_USER_AGENT: &str = "skiplock/0.1 (+https://github.com/skiplock/skiplock)";
+pub const DEFAULT_USER_AGENT: &str = "skiplock/0.1 (polite crawler; one request per host per interval)";
 
 impl FetchSettings {
     /// Reads the settings and the schedule file; a bad value or file is an error naming it.
