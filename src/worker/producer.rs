@@ -54,7 +54,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: 
                             .clone()
                             .try_acquire_owned()
                             .expect("free slot counted");
-                        spawn_job(&shared, job, permit, slot_freed.clone());
+                        spawn_job(&shared, job, permit, slot_freed.clone(), wake.clone());
                     }
                 }
                 Err(e) => {
@@ -85,6 +85,7 @@ fn spawn_job(
     job: Job,
     permit: OwnedSemaphorePermit,
     slot_freed: Arc<Notify>,
+    wake: Arc<Notify>,
 ) {
     let lost = CancellationToken::new();
     let ctx = JobContext {
@@ -145,6 +146,7 @@ fn spawn_job(
         if let Some(r) = sh.running.lock().unwrap().get_mut(&job.id) {
             r.executing = false;
         }
+        wake_when_due(&ack, sh.settings.poll_interval, wake);
         if sh.acks.send(ack).await.is_err() {
             tracing::error!(
                 job.id = job.id,
@@ -157,4 +159,22 @@ fn spawn_job(
     if let Some(r) = shared.running.lock().unwrap().get_mut(&id) {
         r.abort = Some(handle.abort_handle());
     }
+}
+
+/// A retry or snooze due before the next poll would wait up to a poll interval; instead,
+/// wake this queue's producer when it is due (plus a little for the ack to be written).
+/// Jobs scheduled by other processes still rely on NOTIFY (due now) or the poll.
+fn wake_when_due(ack: &crate::queue::ack::Ack, poll: Duration, wake: Arc<Notify>) {
+    if ack.state != crate::queue::JobState::Available || ack.give_back && ack.scheduled_at.is_none() {
+        return;
+    }
+    let Some(at) = ack.scheduled_at else { return };
+    let wait = (at - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(5);
+    if wait >= poll {
+        return;
+    }
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        wake.notify_one();
+    });
 }
