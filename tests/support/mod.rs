@@ -71,12 +71,13 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        // The pool's connections are driven by the test's runtime, which is blocked right
+        // here, so never await them: DROP … WITH (FORCE) from a fresh runtime on another
+        // thread terminates them server-side.
         let name = self.name.clone();
-        let pool = self.pool.clone();
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
-                pool.close().await;
                 if let Ok(admin) = PgPoolOptions::new().max_connections(1).connect(&admin_url()).await {
                     let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
                         "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
