@@ -80,24 +80,34 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
     // Right after start-up the guard holds: a run deletes nothing.
     let deleted = reaper.reap_once().await.unwrap();
     let up = reaper.uptime();
-    assert!(up < MAX_AGE, "test setup took {up:?}; cannot observe the young reaper");
+    assert!(
+        up < MAX_AGE,
+        "test setup took {up:?}; cannot observe the young reaper"
+    );
     assert_eq!(deleted, 0);
-    assert!(exists(&db.pool, stale).await, "a young reaper must not delete");
+    assert!(
+        exists(&db.pool, stale).await,
+        "a young reaper must not delete"
+    );
 
     let worker = start_worker(&db.pool, fast_settings(), |b| b.service(reaper.clone()));
     // While the reaper is younger than the maximum age the row stays, run after run.
-    wait_for("reaper runs in the worker", Duration::from_secs(30), || async {
-        (reaper.runs() >= 3).then_some(())
-    })
+    wait_for(
+        "reaper runs in the worker",
+        Duration::from_secs(30),
+        || async { (reaper.runs() >= 3).then_some(()) },
+    )
     .await;
     let still_there = exists(&db.pool, stale).await;
     if reaper.uptime() < MAX_AGE {
         assert!(still_there, "deleted while the reaper was younger than 3 s");
     }
 
-    wait_for("the stale row to be reaped", Duration::from_secs(60), || async {
-        (!exists(&db.pool, stale).await).then_some(())
-    })
+    wait_for(
+        "the stale row to be reaped",
+        Duration::from_secs(60),
+        || async { (!exists(&db.pool, stale).await).then_some(()) },
+    )
     .await;
     assert!(reaper.uptime() >= MAX_AGE);
     assert_eq!(reaper.deleted(), 1);
@@ -108,7 +118,10 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
         (reaper.runs() >= runs + 2).then_some(())
     })
     .await;
-    assert!(exists(&db.pool, future).await, "a future-scheduled job is never too old");
+    assert!(
+        exists(&db.pool, future).await,
+        "a future-scheduled job is never too old"
+    );
     assert_eq!(reaper.deleted(), 1);
     worker.stop().await.unwrap();
 }
@@ -135,21 +148,29 @@ async fn running_job_with_live_worker_is_kept_until_its_attempt_is_max_age_old()
     let db = TestDb::new().await;
     log_deletions(&db.pool).await;
     let reaper = three_second_reaper(&db.pool);
-    let worker = start_worker(&db.pool, fast_settings(), |b| b.register(Block).service(reaper.clone()));
+    let worker = start_worker(&db.pool, fast_settings(), |b| {
+        b.register(Block).service(reaper.clone())
+    });
     // Past the uptime guard first, so only the job's own age protects it.
-    wait_for("the reaper to be past its uptime guard", Duration::from_secs(30), || async {
-        (reaper.uptime() >= MAX_AGE).then_some(())
-    })
+    wait_for(
+        "the reaper to be past its uptime guard",
+        Duration::from_secs(30),
+        || async { (reaper.uptime() >= MAX_AGE).then_some(()) },
+    )
     .await;
-    let id = skiplock::queue::enqueue(&db.pool, &NewJob::new("block", json!({}))).await.unwrap();
+    let id = skiplock::queue::enqueue(&db.pool, &NewJob::new("block", json!({})))
+        .await
+        .unwrap();
     wait_for("the job to run", Duration::from_secs(30), || async {
         (count_state(&db.pool, "running").await == 1).then_some(())
     })
     .await;
 
-    wait_for("the running job to be reaped", Duration::from_secs(60), || async {
-        (!exists(&db.pool, id).await).then_some(())
-    })
+    wait_for(
+        "the running job to be reaped",
+        Duration::from_secs(60),
+        || async { (!exists(&db.pool, id).await).then_some(()) },
+    )
     .await;
     let (attempt_age, heartbeat_age): (f64, f64) = sqlx::query_as(
         "SELECT extract(epoch FROM attempt_age)::float8, extract(epoch FROM heartbeat_age)::float8 \
@@ -159,7 +180,10 @@ async fn running_job_with_live_worker_is_kept_until_its_attempt_is_max_age_old()
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert!(attempt_age > 3.0, "reaped when its attempt was only {attempt_age} s old");
+    assert!(
+        attempt_age > 3.0,
+        "reaped when its attempt was only {attempt_age} s old"
+    );
     // Its worker was alive: the heartbeat was fresh (the rescuer would act after 5 s).
     assert!(heartbeat_age < 5.0, "heartbeat was {heartbeat_age} s old");
     assert_eq!(reaper.deleted(), 1);
@@ -212,19 +236,25 @@ async fn retention_deletes_only_what_is_past_its_window() {
     .await
     .unwrap();
 
-    let deleted = run_retention(p, &RetentionSettings::default()).await.unwrap();
+    let deleted = run_retention(p, &RetentionSettings::default())
+        .await
+        .unwrap();
     assert_eq!(deleted, 3 + 1234);
     for id in [completed_old, cancelled_old, discarded_old] {
         assert!(!exists(p, id).await, "job {id} is past its window");
     }
     for id in [completed_new, cancelled_new, discarded_new, available] {
-        assert!(exists(p, id).await, "job {id} is within its window (or unfinished)");
+        assert!(
+            exists(p, id).await,
+            "job {id} is within its window (or unfinished)"
+        );
     }
-    let left: Vec<(String, i64)> =
-        sqlx::query_as("SELECT kind, count(*) FROM skiplock.jobs WHERE kind LIKE 'bulk%' GROUP BY kind")
-            .fetch_all(p)
-            .await
-            .unwrap();
+    let left: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT kind, count(*) FROM skiplock.jobs WHERE kind LIKE 'bulk%' GROUP BY kind",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
     assert_eq!(left, vec![("bulk-new".to_string(), 10)]);
     let runs: Vec<(String, i64)> = sqlx::query_as(
         "SELECT name, count(*) FROM skiplock.periodic_runs GROUP BY name ORDER BY name",
@@ -235,7 +265,12 @@ async fn retention_deletes_only_what_is_past_its_window() {
     assert_eq!(runs, vec![("x".to_string(), 1), ("y".to_string(), 1)]);
 
     // A second pass finds nothing more.
-    assert_eq!(run_retention(p, &RetentionSettings::default()).await.unwrap(), 0);
+    assert_eq!(
+        run_retention(p, &RetentionSettings::default())
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 /// Reads a child's stderr on a thread so the pipe never fills up.
@@ -249,10 +284,14 @@ fn drain_stderr(child: &mut Child) -> std::thread::JoinHandle<String> {
 }
 
 async fn wait_exit(child: &mut Child) {
-    wait_for("the worker process to exit", Duration::from_secs(60), || {
-        let done = child.try_wait().unwrap().is_some();
-        async move { done.then_some(()) }
-    })
+    wait_for(
+        "the worker process to exit",
+        Duration::from_secs(60),
+        || {
+            let done = child.try_wait().unwrap().is_some();
+            async move { done.then_some(()) }
+        },
+    )
     .await;
 }
 
@@ -261,20 +300,28 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("periodic.toml");
-    std::fs::write(&file, "[[job]]\nname = \"tick\"\nevery = \"1s\"\nkind = \"noop\"\nargs = { from = \"file\" }\n").unwrap();
+    std::fs::write(
+        &file,
+        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nkind = \"noop\"\nargs = { from = \"file\" }\n",
+    )
+    .unwrap();
     let envs = [
         ("SKIPLOCK_PERIODIC_FILE", file.to_str().unwrap()),
-        ("RUST_LOG", "info,sqlx::postgres::notice=warn,skiplock::maintenance::periodic=debug"),
+        (
+            "RUST_LOG",
+            "info,sqlx::postgres::notice=warn,skiplock::maintenance::periodic=debug",
+        ),
     ];
     let mut a = spawn_worker_process(&db.url, &[], &envs);
     let mut b = spawn_worker_process(&db.url, &[], &envs);
     let (ea, eb) = (drain_stderr(&mut a), drain_stderr(&mut b));
 
     wait_for("four periods enqueued", Duration::from_secs(60), || async {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
         (n >= 4).then_some(())
     })
     .await;
@@ -284,14 +331,17 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
     wait_exit(&mut b).await;
     let (ea, eb) = (ea.join().unwrap(), eb.join().unwrap());
 
-    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE kind = 'noop' AND args = '{\"from\": \"file\"}'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let runs: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let jobs: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE kind = 'noop' AND args = '{\"from\": \"file\"}'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     let linked: i64 = sqlx::query_scalar(
         "SELECT count(DISTINCT j.id) FROM skiplock.periodic_runs r JOIN skiplock.jobs j ON j.id = r.job_id \
          WHERE r.name = 'tick' AND j.kind = 'noop'",
@@ -328,15 +378,26 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
 
     let (code, out, err) = run_cmd(&db.url, &["periodic"]);
     assert_eq!(code, 0, "{err}");
-    let line = out.lines().find(|l| l.starts_with("tick")).unwrap_or_else(|| panic!("{out}"));
-    assert!(line.contains("every 1s") && line.contains("noop") && line.contains("job "), "{line}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("tick"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("every 1s") && line.contains("noop") && line.contains("job "),
+        "{line}"
+    );
 }
 
 #[tokio::test]
 async fn periodic_scheduler_in_code_skips_the_first_partial_period_and_never_repeats() {
     let db = TestDb::new().await;
     let jobs = PeriodicJobs::new().add(
-        PeriodicJob::every("code", Duration::from_secs(1), NewJob::new("nobody-handles", json!({"n": 1}))).unwrap(),
+        PeriodicJob::every(
+            "code",
+            Duration::from_secs(1),
+            NewJob::new("nobody-handles", json!({"n": 1})),
+        )
+        .unwrap(),
     );
     let s1 = Scheduler::new(jobs.clone(), "one").unwrap();
     let s2 = Scheduler::new(jobs, "two").unwrap();
@@ -353,7 +414,10 @@ async fn periodic_scheduler_in_code_skips_the_first_partial_period_and_never_rep
         if runs >= 3 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no periods after 60 s");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no periods after 60 s"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (runs, jobs, first): (i64, i64, bool) = sqlx::query_as(
@@ -394,9 +458,18 @@ async fn reap_cli_dry_run_lists_and_reap_waits_for_a_worker_up_long_enough() {
 
     let (code, out, err) = run_cmd(&db.url, &["reap", "--dry-run"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.lines().any(|l| l.starts_with(&format!("{stale} "))), "{out}");
-    assert!(!out.lines().any(|l| l.starts_with(&format!("{fresh} "))), "{out}");
-    assert!(out.contains("1 job(s) past the maximum age of 2days") && out.contains("no live worker"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with(&format!("{stale} "))),
+        "{out}"
+    );
+    assert!(
+        !out.lines().any(|l| l.starts_with(&format!("{fresh} "))),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 job(s) past the maximum age of 2days") && out.contains("no live worker"),
+        "{out}"
+    );
     assert!(exists(&db.pool, stale).await);
 
     // No worker has been up for 48 h: nothing is deleted.
@@ -416,7 +489,10 @@ async fn reap_cli_dry_run_lists_and_reap_waits_for_a_worker_up_long_enough() {
     let (code, out, err) = run_cmd(&db.url, &["reap"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("deleted 1 job"), "{out}");
-    assert!(err.contains("reaper deleted a job") && err.contains("cli"), "{err}");
+    assert!(
+        err.contains("reaper deleted a job") && err.contains("cli"),
+        "{err}"
+    );
     assert!(!exists(&db.pool, stale).await);
     assert!(exists(&db.pool, fresh).await);
 
@@ -445,21 +521,31 @@ async fn worker_process_reaps_with_a_warn_log_free_of_the_password() {
     let mut child = spawn_worker_process(
         url.as_str(),
         &["--log-format", "json"],
-        &[("SKIPLOCK_REAPER_MAX_AGE", "3s"), ("SKIPLOCK_REAPER_INTERVAL", "200ms")],
+        &[
+            ("SKIPLOCK_REAPER_MAX_AGE", "3s"),
+            ("SKIPLOCK_REAPER_INTERVAL", "200ms"),
+        ],
     );
     let err = drain_stderr(&mut child);
-    wait_for("the worker process to reap", Duration::from_secs(60), || async {
-        (!exists(&db.pool, stale).await).then_some(())
-    })
+    wait_for(
+        "the worker process to reap",
+        Duration::from_secs(60),
+        || async { (!exists(&db.pool, stale).await).then_some(()) },
+    )
     .await;
     sigterm(&child);
     wait_exit(&mut child).await;
     let err = err.join().unwrap();
-    assert!(!err.contains("s3cr3tpw"), "the password leaked into the logs:\n{err}");
+    assert!(
+        !err.contains("s3cr3tpw"),
+        "the password leaked into the logs:\n{err}"
+    );
     let warn: serde_json::Value = err
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["fields"]["message"] == "reaper deleted a job left unfinished past the maximum age")
+        .find(|v| {
+            v["fields"]["message"] == "reaper deleted a job left unfinished past the maximum age"
+        })
         .unwrap_or_else(|| panic!("no reaper line:\n{err}"));
     assert_eq!(warn["level"], "WARN", "{warn}");
     let f = &warn["fields"];
@@ -469,7 +555,9 @@ async fn worker_process_reaps_with_a_warn_log_free_of_the_password() {
     assert_eq!(f["job.state"], "available", "{warn}");
     assert_eq!(f["job.args"], r#"{"marker":"stale-args"}"#, "{warn}");
     for ts in ["job.created_at", "job.scheduled_at"] {
-        let t = f[ts].as_str().unwrap_or_else(|| panic!("{ts} missing in {warn}"));
+        let t = f[ts]
+            .as_str()
+            .unwrap_or_else(|| panic!("{ts} missing in {warn}"));
         assert!(chrono::DateTime::parse_from_rfc3339(t).is_ok(), "{ts}={t}");
     }
 }

@@ -70,14 +70,17 @@ struct DeclaredRow {
 pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> {
     let file_jobs = PeriodicJobs::from_env()?;
     let pool = connect_migrated(url).await?;
-    let rows: Vec<DeclaredRow> = sqlx::query_as(include_str!("../../sql/maintenance/list_periodic.sql"))
-        .fetch_all(&pool)
-        .await?;
+    let rows: Vec<DeclaredRow> =
+        sqlx::query_as(include_str!("../../sql/maintenance/list_periodic.sql"))
+            .fetch_all(&pool)
+            .await?;
     let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&pool).await?;
     let mut lines: Vec<PeriodicLine> = rows
         .into_iter()
         .map(|r| PeriodicLine {
-            next_run: Schedule::parse(&r.schedule).ok().and_then(|s| s.next_after(now)),
+            next_run: Schedule::parse(&r.schedule)
+                .ok()
+                .and_then(|s| s.next_after(now)),
             name: r.name,
             schedule: r.schedule,
             kind: r.kind,
@@ -107,7 +110,9 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
         return print_json(&lines);
     }
     if lines.is_empty() {
-        println!("no periodic jobs (declare them in code or in SKIPLOCK_PERIODIC_FILE; workers list them here)");
+        println!(
+            "no periodic jobs (declare them in code or in SKIPLOCK_PERIODIC_FILE; workers list them here)"
+        );
         return Ok(());
     }
     let table: Vec<Vec<String>> = lines
@@ -129,19 +134,33 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
                 l.queue.clone(),
                 last,
                 ts(l.next_run),
-                l.declared_by.clone().unwrap_or_else(|| "(file; no worker yet)".into()),
+                l.declared_by
+                    .clone()
+                    .unwrap_or_else(|| "(file; no worker yet)".into()),
             ]
         })
         .collect();
     print_table(
-        &["NAME", "SCHEDULE", "KIND", "QUEUE", "LAST RUN", "NEXT RUN", "DECLARED BY"],
+        &[
+            "NAME",
+            "SCHEDULE",
+            "KIND",
+            "QUEUE",
+            "LAST RUN",
+            "NEXT RUN",
+            "DECLARED BY",
+        ],
         &table,
     );
     Ok(())
 }
 
 /// Whether the fleet's uptime lets the reaper delete, and a sentence saying why (not).
-fn fleet_guard(now: DateTime<Utc>, oldest: Option<DateTime<Utc>>, s: &ReaperSettings) -> (bool, String) {
+fn fleet_guard(
+    now: DateTime<Utc>,
+    oldest: Option<DateTime<Utc>>,
+    s: &ReaperSettings,
+) -> (bool, String) {
     let max = humantime::format_duration(s.max_age);
     match oldest {
         None => (
@@ -152,11 +171,16 @@ fn fleet_guard(now: DateTime<Utc>, oldest: Option<DateTime<Utc>>, s: &ReaperSett
             let up = (now - started).to_std().unwrap_or_default();
             let up_s = humantime::format_duration(std::time::Duration::from_secs(up.as_secs()));
             if up >= s.max_age {
-                (true, format!("the oldest live worker has been up {up_s} (at least {max})"))
+                (
+                    true,
+                    format!("the oldest live worker has been up {up_s} (at least {max})"),
+                )
             } else {
                 (
                     false,
-                    format!("the uptime guard holds: the oldest live worker has been up {up_s} of {max}"),
+                    format!(
+                        "the uptime guard holds: the oldest live worker has been up {up_s} of {max}"
+                    ),
                 )
             }
         }
@@ -197,11 +221,27 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
             })
             .collect();
         print_table(
-            &["ID", "KIND", "QUEUE", "STATE", "SCHEDULED", "ATTEMPTED", "CREATED", "ARGS"],
+            &[
+                "ID",
+                "KIND",
+                "QUEUE",
+                "STATE",
+                "SCHEDULED",
+                "ATTEMPTED",
+                "CREATED",
+                "ARGS",
+            ],
             &rows,
         );
-        let verdict = if allowed { "`skiplock reap` would delete them now" } else { "`skiplock reap` would delete none yet" };
-        println!("{} job(s) past the maximum age of {max}; {verdict}: {why}", jobs.len());
+        let verdict = if allowed {
+            "`skiplock reap` would delete them now"
+        } else {
+            "`skiplock reap` would delete none yet"
+        };
+        println!(
+            "{} job(s) past the maximum age of {max}; {verdict}: {why}",
+            jobs.len()
+        );
         return Ok(());
     }
 

@@ -54,8 +54,10 @@ impl Schedule {
                 humantime::format_duration(d)
             )));
         }
-        if d.subsec_nanos() % 1_000_000 != 0 {
-            return Err(Error::Invalid("periodic interval must be whole milliseconds".into()));
+        if !d.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(Error::Invalid(
+                "periodic interval must be whole milliseconds".into(),
+            ));
         }
         Ok(Schedule::Every(d))
     }
@@ -83,7 +85,9 @@ impl Schedule {
         if let Some(e) = s.strip_prefix("cron ") {
             return Schedule::cron(e);
         }
-        Err(Error::Invalid(format!("invalid schedule {s:?} (write `every 15m` or `cron 0 0 3 * * *`)")))
+        Err(Error::Invalid(format!(
+            "invalid schedule {s:?} (write `every 15m` or `cron 0 0 3 * * *`)"
+        )))
     }
 
     /// Human- and machine-readable form, stored in `skiplock.periodic_jobs.schedule`.
@@ -158,7 +162,9 @@ impl PeriodicJob {
 
 fn checked_name(name: String) -> Result<String> {
     if name.trim().is_empty() || name.len() > 200 {
-        return Err(Error::Invalid("periodic job name must be 1 to 200 characters".into()));
+        return Err(Error::Invalid(
+            "periodic job name must be 1 to 200 characters".into(),
+        ));
     }
     Ok(name)
 }
@@ -239,7 +245,9 @@ impl PeriodicJobs {
             .map_err(|err| Error::Invalid(format!("periodic job {:?}: {err}", e.name)))?;
             let args = match e.args {
                 None => serde_json::json!({}),
-                Some(v) => serde_json::to_value(v).map_err(|err| Error::Invalid(err.to_string()))?,
+                Some(v) => {
+                    serde_json::to_value(v).map_err(|err| Error::Invalid(err.to_string()))?
+                }
             };
             let mut job = NewJob::new(e.kind, args)
                 .queue(e.queue.unwrap_or_else(|| "default".into()))
@@ -259,9 +267,11 @@ impl PeriodicJobs {
 
     /// Reads the file named by `path`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::config(FILE_SETTING, format!("cannot read {}: {e}", path.display())))?;
-        Self::from_toml(&text).map_err(|e| Error::config(FILE_SETTING, format!("{}: {e}", path.display())))
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::config(FILE_SETTING, format!("cannot read {}: {e}", path.display()))
+        })?;
+        Self::from_toml(&text)
+            .map_err(|e| Error::config(FILE_SETTING, format!("{}: {e}", path.display())))
     }
 
     /// The jobs of the file named by `SKIPLOCK_PERIODIC_FILE`, or none when it is not set.
@@ -318,7 +328,10 @@ impl Scheduler {
         let mut seen = BTreeSet::new();
         for j in &jobs.jobs {
             if !seen.insert(j.name.clone()) {
-                return Err(Error::Invalid(format!("periodic job {:?} is declared twice", j.name)));
+                return Err(Error::Invalid(format!(
+                    "periodic job {:?} is declared twice",
+                    j.name
+                )));
             }
         }
         Ok(Scheduler {
@@ -362,22 +375,23 @@ impl Scheduler {
             if self.state.lock().unwrap().settled.get(&j.name) == Some(&period) {
                 continue;
             }
-            let id: Option<i64> = sqlx::query_scalar(include_str!("../../sql/maintenance/enqueue_periodic.sql"))
-                .bind(&j.name)
-                .bind(period)
-                .bind(self.started_at)
-                .bind(&j.job.kind)
-                .bind(&j.job.args)
-                .bind(&j.job.queue)
-                .bind(j.job.priority)
-                .bind(j.job.max_attempts)
-                .bind(&j.job.unique_key)
-                .bind(match j.job.on_conflict {
-                    OnConflict::Keep => "keep",
-                    OnConflict::Replace => "replace",
-                })
-                .fetch_one(pool)
-                .await?;
+            let id: Option<i64> =
+                sqlx::query_scalar(include_str!("../../sql/maintenance/enqueue_periodic.sql"))
+                    .bind(&j.name)
+                    .bind(period)
+                    .bind(self.started_at)
+                    .bind(&j.job.kind)
+                    .bind(&j.job.args)
+                    .bind(&j.job.queue)
+                    .bind(j.job.priority)
+                    .bind(j.job.max_attempts)
+                    .bind(&j.job.unique_key)
+                    .bind(match j.job.on_conflict {
+                        OnConflict::Keep => "keep",
+                        OnConflict::Replace => "replace",
+                    })
+                    .fetch_one(pool)
+                    .await?;
             match id {
                 Some(id) => {
                     enqueued += 1;
@@ -387,7 +401,11 @@ impl Scheduler {
                     tracing::debug!(periodic = %j.name, period = %period.to_rfc3339(), "periodic period already enqueued (or not due for a first run)");
                 }
             }
-            self.state.lock().unwrap().settled.insert(j.name.clone(), period);
+            self.state
+                .lock()
+                .unwrap()
+                .settled
+                .insert(j.name.clone(), period);
         }
         Ok(enqueued)
     }
@@ -429,9 +447,18 @@ mod tests {
     #[test]
     fn intervals_align_to_the_epoch() {
         let s = Schedule::every(Duration::from_secs(15 * 60)).unwrap();
-        assert_eq!(s.period_start(at("2026-11-29T10:44:59.999Z")), Some(at("2026-11-29T10:30:00Z")));
-        assert_eq!(s.period_start(at("2026-11-29T10:45:00Z")), Some(at("2026-11-29T10:45:00Z")));
-        assert_eq!(s.next_after(at("2026-11-29T10:45:00Z")), Some(at("2026-11-29T11:00:00Z")));
+        assert_eq!(
+            s.period_start(at("2026-11-29T10:44:59.999Z")),
+            Some(at("2026-11-29T10:30:00Z"))
+        );
+        assert_eq!(
+            s.period_start(at("2026-11-29T10:45:00Z")),
+            Some(at("2026-11-29T10:45:00Z"))
+        );
+        assert_eq!(
+            s.next_after(at("2026-11-29T10:45:00Z")),
+            Some(at("2026-11-29T11:00:00Z"))
+        );
         // Two processes a few hundred ms apart inside one period agree on it.
         assert_eq!(
             s.period_start(at("2026-11-29T10:50:00.100Z")),
@@ -442,17 +469,37 @@ mod tests {
     #[test]
     fn cron_period_is_the_latest_tick_at_or_before_now() {
         let s = Schedule::cron("0 0 3 * * *").unwrap();
-        assert_eq!(s.period_start(at("2026-11-29T10:00:00Z")), Some(at("2026-11-29T03:00:00Z")));
-        assert_eq!(s.period_start(at("2026-11-29T03:00:00Z")), Some(at("2026-11-29T03:00:00Z")));
-        assert_eq!(s.period_start(at("2026-11-29T02:59:59Z")), Some(at("2026-11-28T03:00:00Z")));
-        assert_eq!(s.next_after(at("2026-11-29T03:00:00Z")), Some(at("2026-11-30T03:00:00Z")));
+        assert_eq!(
+            s.period_start(at("2026-11-29T10:00:00Z")),
+            Some(at("2026-11-29T03:00:00Z"))
+        );
+        assert_eq!(
+            s.period_start(at("2026-11-29T03:00:00Z")),
+            Some(at("2026-11-29T03:00:00Z"))
+        );
+        assert_eq!(
+            s.period_start(at("2026-11-29T02:59:59Z")),
+            Some(at("2026-11-28T03:00:00Z"))
+        );
+        assert_eq!(
+            s.next_after(at("2026-11-29T03:00:00Z")),
+            Some(at("2026-11-30T03:00:00Z"))
+        );
     }
 
     #[test]
     fn five_field_cron_gets_seconds() {
         let s = Schedule::cron("*/5 * * * *").unwrap();
-        assert_eq!(s.period_start(at("2026-11-29T10:07:30Z")), Some(at("2026-11-29T10:05:00Z")));
-        assert!(Schedule::cron("not cron").unwrap_err().to_string().contains("not cron"));
+        assert_eq!(
+            s.period_start(at("2026-11-29T10:07:30Z")),
+            Some(at("2026-11-29T10:05:00Z"))
+        );
+        assert!(
+            Schedule::cron("not cron")
+                .unwrap_err()
+                .to_string()
+                .contains("not cron")
+        );
     }
 
     #[test]
@@ -493,23 +540,52 @@ mod tests {
         assert_eq!(jobs.jobs()[1].job.args, serde_json::json!({}));
 
         let both = "[[job]]\nname='x'\nevery='1m'\ncron='* * * * *'\nkind='noop'\n";
-        assert!(PeriodicJobs::from_toml(both).unwrap_err().to_string().contains("exactly one"));
+        assert!(
+            PeriodicJobs::from_toml(both)
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
         let typo = "[[job]]\nname='x'\nevry='1m'\nkind='noop'\n";
-        assert!(PeriodicJobs::from_toml(typo).unwrap_err().to_string().contains("evry"));
+        assert!(
+            PeriodicJobs::from_toml(typo)
+                .unwrap_err()
+                .to_string()
+                .contains("evry")
+        );
         let bad = "[[job]]\nname='x'\nevery='soon'\nkind='noop'\n";
-        assert!(PeriodicJobs::from_toml(bad).unwrap_err().to_string().contains("soon"));
+        assert!(
+            PeriodicJobs::from_toml(bad)
+                .unwrap_err()
+                .to_string()
+                .contains("soon")
+        );
     }
 
     #[test]
     fn duplicate_names_are_rejected() {
-        let j = PeriodicJob::every("same", Duration::from_secs(5), NewJob::new("noop", serde_json::json!({}))).unwrap();
-        let e = Scheduler::new(PeriodicJobs::new().add(j.clone()).add(j), "t").err().unwrap();
+        let j = PeriodicJob::every(
+            "same",
+            Duration::from_secs(5),
+            NewJob::new("noop", serde_json::json!({})),
+        )
+        .unwrap();
+        let e = Scheduler::new(PeriodicJobs::new().add(j.clone()).add(j), "t")
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("twice"));
     }
 
     #[test]
     fn tick_follows_the_shortest_interval() {
-        let j = |d| PeriodicJob::every("x", Duration::from_secs(d), NewJob::new("noop", serde_json::json!({}))).unwrap();
+        let j = |d| {
+            PeriodicJob::every(
+                "x",
+                Duration::from_secs(d),
+                NewJob::new("noop", serde_json::json!({})),
+            )
+            .unwrap()
+        };
         assert_eq!(tick_for(&[j(2)]), Duration::from_millis(500));
         assert_eq!(tick_for(&[j(3600)]), Duration::from_secs(1));
         assert_eq!(tick_for(&[]), Duration::from_secs(1));

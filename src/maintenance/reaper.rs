@@ -62,10 +62,16 @@ impl ReaperSettings {
     /// Rejects values that parse but make no sense.
     pub fn validate(&self) -> Result<()> {
         if self.max_age < Duration::from_secs(1) {
-            return Err(Error::config("SKIPLOCK_REAPER_MAX_AGE", "must be at least 1s"));
+            return Err(Error::config(
+                "SKIPLOCK_REAPER_MAX_AGE",
+                "must be at least 1s",
+            ));
         }
         if self.interval < Duration::from_millis(10) {
-            return Err(Error::config("SKIPLOCK_REAPER_INTERVAL", "must be at least 10ms"));
+            return Err(Error::config(
+                "SKIPLOCK_REAPER_INTERVAL",
+                "must be at least 10ms",
+            ));
         }
         Ok(())
     }
@@ -201,7 +207,9 @@ impl Reaper {
         } else {
             let started = self.inner.started;
             reap(&self.pool, self.settings.max_age, move |db_now| {
-                db_now - chrono::Duration::from_std(started.elapsed()).unwrap_or(chrono::TimeDelta::MAX)
+                db_now
+                    - chrono::Duration::from_std(started.elapsed())
+                        .unwrap_or(chrono::TimeDelta::MAX)
             })
             .await?
         };
@@ -236,11 +244,12 @@ pub async fn reap(
     let mut total = 0u64;
     for _ in 0..MAX_BATCHES {
         let mut tx = pool.begin().await?;
-        let rows: Vec<CandidateRow> = sqlx::query_as(include_str!("../../sql/maintenance/reap_candidates.sql"))
-            .bind(max_age.as_secs_f64())
-            .bind(BATCH)
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows: Vec<CandidateRow> =
+            sqlx::query_as(include_str!("../../sql/maintenance/reap_candidates.sql"))
+                .bind(max_age.as_secs_f64())
+                .bind(BATCH)
+                .fetch_all(&mut *tx)
+                .await?;
         let fetched = rows.len();
         let doomed: Vec<ReapCandidate> = rows
             .into_iter()
@@ -290,12 +299,17 @@ fn log_reaped(j: &ReapCandidate, max_age: Duration) {
 
 /// The jobs that are past the maximum age right now, ignoring the uptime guard (what
 /// `skiplock reap --dry-run` lists), with the database's `now()`.
-pub async fn preview(pool: &PgPool, max_age: Duration, limit: i64) -> Result<(DateTime<Utc>, Vec<ReapCandidate>)> {
-    let rows: Vec<CandidateRow> = sqlx::query_as(include_str!("../../sql/maintenance/reap_preview.sql"))
-        .bind(max_age.as_secs_f64())
-        .bind(limit)
-        .fetch_all(pool)
-        .await?;
+pub async fn preview(
+    pool: &PgPool,
+    max_age: Duration,
+    limit: i64,
+) -> Result<(DateTime<Utc>, Vec<ReapCandidate>)> {
+    let rows: Vec<CandidateRow> =
+        sqlx::query_as(include_str!("../../sql/maintenance/reap_preview.sql"))
+            .bind(max_age.as_secs_f64())
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
     let now = match rows.first() {
         Some(r) => r.db_now,
         None => sqlx::query_scalar("SELECT now()").fetch_one(pool).await?,
@@ -310,11 +324,16 @@ pub async fn preview(pool: &PgPool, max_age: Duration, limit: i64) -> Result<(Da
 
 /// When the longest-running live worker started (heartbeat within `live_within`), and the
 /// database's `now()`: `skiplock reap` applies the uptime guard to the worker fleet.
-pub async fn oldest_live_worker(pool: &PgPool, live_within: Duration) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>)> {
-    Ok(sqlx::query_as(include_str!("../../sql/maintenance/oldest_live_worker.sql"))
-        .bind(live_within.as_secs_f64())
-        .fetch_one(pool)
-        .await?)
+pub async fn oldest_live_worker(
+    pool: &PgPool,
+    live_within: Duration,
+) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>)> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/maintenance/oldest_live_worker.sql"))
+            .bind(live_within.as_secs_f64())
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 #[cfg(test)]
@@ -324,7 +343,9 @@ mod tests {
     const MAX: Duration = Duration::from_secs(3600);
 
     fn t0() -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339("2026-11-01T12:00:00Z").unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339("2026-11-01T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
     }
     fn ago(secs: i64) -> DateTime<Utc> {
         t0() - chrono::Duration::seconds(secs)
@@ -354,7 +375,10 @@ mod tests {
         let mut j = job("running");
         j.scheduled_at = Some(ago(90_000));
         j.attempted_at = Some(ago(3599));
-        assert!(!is_too_old(&j, t0(), old_start(), MAX), "recent attempt, old schedule");
+        assert!(
+            !is_too_old(&j, t0(), old_start(), MAX),
+            "recent attempt, old schedule"
+        );
         j.attempted_at = Some(ago(3601));
         assert!(is_too_old(&j, t0(), old_start(), MAX));
     }
@@ -374,12 +398,18 @@ mod tests {
     fn missing_timestamp_falls_back_to_the_other() {
         let mut j = job("running");
         j.scheduled_at = Some(ago(3601));
-        assert!(is_too_old(&j, t0(), old_start(), MAX), "running without attempted_at: scheduled_at");
+        assert!(
+            is_too_old(&j, t0(), old_start(), MAX),
+            "running without attempted_at: scheduled_at"
+        );
         j.scheduled_at = Some(ago(10));
         assert!(!is_too_old(&j, t0(), old_start(), MAX));
         let mut a = job("available");
         a.attempted_at = Some(ago(3601));
-        assert!(is_too_old(&a, t0(), old_start(), MAX), "available without scheduled_at: attempted_at");
+        assert!(
+            is_too_old(&a, t0(), old_start(), MAX),
+            "available without scheduled_at: attempted_at"
+        );
     }
 
     #[test]
@@ -432,7 +462,12 @@ mod tests {
         // Up for exactly the maximum age: the guard is over.
         assert!(is_too_old(&j, t0(), ago(3600), MAX));
         // A start "in the future" (clock oddity) also counts as too young.
-        assert!(!is_too_old(&j, t0(), t0() + chrono::Duration::seconds(5), MAX));
+        assert!(!is_too_old(
+            &j,
+            t0(),
+            t0() + chrono::Duration::seconds(5),
+            MAX
+        ));
     }
 
     #[test]
@@ -442,11 +477,21 @@ mod tests {
             max_age: Duration::ZERO,
             ..ReaperSettings::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("SKIPLOCK_REAPER_MAX_AGE"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("SKIPLOCK_REAPER_MAX_AGE")
+        );
         let bad = ReaperSettings {
             interval: Duration::ZERO,
             ..ReaperSettings::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("SKIPLOCK_REAPER_INTERVAL"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("SKIPLOCK_REAPER_INTERVAL")
+        );
     }
 }

@@ -61,7 +61,10 @@ impl RetentionSettings {
     /// Rejects values that parse but make no sense.
     pub fn validate(&self) -> Result<()> {
         if self.interval < Duration::from_millis(10) {
-            return Err(Error::config("SKIPLOCK_REAPER_INTERVAL", "must be at least 10ms"));
+            return Err(Error::config(
+                "SKIPLOCK_REAPER_INTERVAL",
+                "must be at least 10ms",
+            ));
         }
         Ok(())
     }
@@ -117,10 +120,12 @@ pub async fn run_retention(pool: &PgPool, settings: &RetentionSettings) -> Resul
         }
         total += deleted_here;
     }
-    sqlx::query(include_str!("../../sql/maintenance/retention_periodic_runs.sql"))
-        .bind(settings.completed.as_secs_f64())
-        .execute(pool)
-        .await?;
+    sqlx::query(include_str!(
+        "../../sql/maintenance/retention_periodic_runs.sql"
+    ))
+    .bind(settings.completed.as_secs_f64())
+    .execute(pool)
+    .await?;
     Ok(total)
 }
 
