@@ -3,7 +3,10 @@
 //! and returns how many rows it touched; the [`supervise`] loop adds the staggered start, the
 //! jittered interval and error logging, and stops with the worker.
 
+pub mod periodic;
+pub mod reaper;
 pub mod rescuer;
+pub mod retention;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,8 +49,29 @@ pub async fn supervise(service: Arc<dyn Service>, pool: PgPool, stop: Cancellati
     }
 }
 
-/// Adds the configured maintenance services (reaper, retention, periodic jobs) to a worker.
-/// The rescuer is always part of the worker itself.
+/// Adds the configured maintenance services to a worker: the reaper and retention (settings
+/// from the environment) and the periodic-job scheduler for the jobs of
+/// `SKIPLOCK_PERIODIC_FILE`. The rescuer is always part of the worker itself.
 pub fn register_all(builder: crate::worker::WorkerBuilder) -> Result<crate::worker::WorkerBuilder> {
+    register_with(builder, periodic::PeriodicJobs::new())
+}
+
+/// Like [`register_all`], with periodic jobs declared in code added to those of the file.
+pub fn register_with(
+    builder: crate::worker::WorkerBuilder,
+    code_jobs: periodic::PeriodicJobs,
+) -> Result<crate::worker::WorkerBuilder> {
+    let pool = builder.pool().clone();
+    let reaper = reaper::Reaper::new(pool, reaper::ReaperSettings::from_env()?);
+    let retention = retention::Retention {
+        settings: retention::RetentionSettings::from_env()?,
+    };
+    let jobs = code_jobs.extend(periodic::PeriodicJobs::from_env()?);
+    let mut builder = builder.service(reaper).service(retention);
+    if !jobs.is_empty() {
+        let host = gethostname::gethostname().to_string_lossy().into_owned();
+        let scheduler = periodic::Scheduler::new(jobs, format!("{host}:{}", std::process::id()))?;
+        builder = builder.service(scheduler);
+    }
     Ok(builder)
 }

@@ -93,6 +93,10 @@ impl WorkerBuilder {
         self.services.push(Arc::new(s));
         self
     }
+    /// The pool the worker will use (for components built before the worker).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
     /// Adds a start-up hook.
     pub fn on_start(mut self, hook: StartHook) -> Self {
         self.hooks.push(hook);

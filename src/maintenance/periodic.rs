@@ -1,0 +1,593 @@
+//! Periodic jobs: a job enqueued on a schedule, a cron expression or a fixed interval,
+//! declared in code ([`PeriodicJobs`] builder) or in a TOML file (`SKIPLOCK_PERIODIC_FILE`).
+//!
+//! Every worker process runs the [`Scheduler`]; no leader is needed. Each period has a start
+//! (its fire time) that every process computes identically from the schedule: the latest cron
+//! tick, or the interval's multiple since the Unix epoch. Enqueueing goes through
+//! `skiplock.enqueue_periodic`, which inserts `(name, period_start)` into
+//! `skiplock.periodic_runs` (primary key) in the same transaction as the job, so a period's
+//! job is enqueued once however many processes try, and even after that job has run and left
+//! the `available` state (which the jobs table's unique index alone would not cover).
+//!
+//! Missed periods (all workers down) are not replayed one by one: the latest one is enqueued
+//! once when a worker comes back. A periodic job that has never run starts with its next fire
+//! time, so deploying one does not run it at once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde::Deserialize;
+use sqlx::PgPool;
+
+use super::Service;
+use crate::config::{env_opt, parse_duration};
+use crate::error::{Error, Result};
+use crate::queue::{NewJob, OnConflict};
+use crate::worker::handler::BoxFuture;
+
+/// The setting naming the TOML file of periodic jobs.
+pub const FILE_SETTING: &str = "SKIPLOCK_PERIODIC_FILE";
+/// The shortest interval allowed.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// When a periodic job fires.
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    /// Every `Duration`, at multiples of it since 1970-01-01T00:00:00Z (so every process
+    /// agrees on the period boundaries without talking to the others).
+    Every(Duration),
+    /// A cron expression (UTC), with seconds: `sec min hour day-of-month month day-of-week
+    /// [year]`; five-field expressions get `0` seconds prepended.
+    Cron(Box<cron::Schedule>),
+}
+
+impl Schedule {
+    /// A fixed interval of at least [`MIN_INTERVAL`], in whole milliseconds.
+    pub fn every(d: Duration) -> Result<Schedule> {
+        if d < MIN_INTERVAL {
+            return Err(Error::Invalid(format!(
+                "periodic interval {} is too short (at least 1s)",
+                humantime::format_duration(d)
+            )));
+        }
+        if !d.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(Error::Invalid(
+                "periodic interval must be whole milliseconds".into(),
+            ));
+        }
+        Ok(Schedule::Every(d))
+    }
+
+    /// Parses a cron expression (6 or 7 fields, or 5 without seconds, or `@daily` etc.).
+    pub fn cron(expr: &str) -> Result<Schedule> {
+        let e = expr.trim();
+        let full = if !e.starts_with('@') && e.split_whitespace().count() == 5 {
+            format!("0 {e}")
+        } else {
+            e.to_string()
+        };
+        cron::Schedule::from_str(&full)
+            .map(|s| Schedule::Cron(Box::new(s)))
+            .map_err(|err| Error::Invalid(format!("invalid cron expression {e:?}: {err}")))
+    }
+
+    /// Parses the form [`Schedule::describe`] writes: `every 15m` or `cron 0 0 3 * * *`.
+    pub fn parse(s: &str) -> Result<Schedule> {
+        let s = s.trim();
+        if let Some(d) = s.strip_prefix("every ") {
+            let d = parse_duration(d).map_err(Error::Invalid)?;
+            return Schedule::every(d);
+        }
+        if let Some(e) = s.strip_prefix("cron ") {
+            return Schedule::cron(e);
+        }
+        Err(Error::Invalid(format!(
+            "invalid schedule {s:?} (write `every 15m` or `cron 0 0 3 * * *`)"
+        )))
+    }
+
+    /// Human- and machine-readable form, stored in `skiplock.periodic_jobs.schedule`.
+    pub fn describe(&self) -> String {
+        match self {
+            Schedule::Every(d) => format!("every {}", humantime::format_duration(*d)),
+            Schedule::Cron(c) => format!("cron {}", c.source()),
+        }
+    }
+
+    /// The start of the period `now` is in: the latest fire time at or before `now`.
+    pub fn period_start(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            Schedule::Every(d) => {
+                let iv = d.as_millis() as i64;
+                let ms = now.timestamp_millis();
+                Utc.timestamp_millis_opt(ms - ms.rem_euclid(iv)).single()
+            }
+            Schedule::Cron(c) => {
+                // The cron crate's backwards iteration is strictly before its start; start
+                // one microsecond later so a fire time equal to `now` counts.
+                let probe = now + chrono::Duration::microseconds(1);
+                c.after(&probe).next_back()
+            }
+        }
+    }
+
+    /// The first fire time strictly after `now`.
+    pub fn next_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            Schedule::Every(d) => {
+                let start = self.period_start(now)?;
+                Some(start + chrono::Duration::from_std(*d).ok()?)
+            }
+            Schedule::Cron(c) => c.after(&now).next(),
+        }
+    }
+}
+
+/// One periodic job: a name (unique, the key of its periods), a schedule and the job to
+/// enqueue each period.
+#[derive(Debug, Clone)]
+pub struct PeriodicJob {
+    /// Unique name.
+    pub name: String,
+    /// When it fires.
+    pub schedule: Schedule,
+    /// What it enqueues (kind, args, queue, priority, max_attempts, unique_key; `run_at` is
+    /// ignored: the job is due when its period starts).
+    pub job: NewJob,
+}
+
+impl PeriodicJob {
+    /// A job enqueued every `interval`.
+    pub fn every(name: impl Into<String>, interval: Duration, job: NewJob) -> Result<Self> {
+        Ok(PeriodicJob {
+            name: checked_name(name.into())?,
+            schedule: Schedule::every(interval)?,
+            job,
+        })
+    }
+
+    /// A job enqueued on a cron expression (UTC).
+    pub fn cron(name: impl Into<String>, expr: &str, job: NewJob) -> Result<Self> {
+        Ok(PeriodicJob {
+            name: checked_name(name.into())?,
+            schedule: Schedule::cron(expr)?,
+            job,
+        })
+    }
+}
+
+fn checked_name(name: String) -> Result<String> {
+    if name.trim().is_empty() || name.len() > 200 {
+        return Err(Error::Invalid(
+            "periodic job name must be 1 to 200 characters".into(),
+        ));
+    }
+    Ok(name)
+}
+
+/// The periodic jobs of a worker, built in code and/or read from the config file.
+///
+/// ```
+/// use std::time::Duration;
+/// use skiplock::maintenance::periodic::{PeriodicJob, PeriodicJobs};
+/// use skiplock::queue::NewJob;
+/// let jobs = PeriodicJobs::new()
+///     .add(PeriodicJob::every("heartbeat-ping", Duration::from_secs(60), NewJob::new("noop", serde_json::json!({})))?)
+///     .add(PeriodicJob::cron("nightly", "0 3 * * *", NewJob::new("noop", serde_json::json!({})))?);
+/// assert_eq!(jobs.len(), 2);
+/// # Ok::<(), skiplock::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct PeriodicJobs {
+    jobs: Vec<PeriodicJob>,
+}
+
+impl PeriodicJobs {
+    /// No periodic jobs.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one (names are checked for duplicates when the scheduler is built).
+    #[allow(clippy::should_implement_trait)]
+    pub fn add(mut self, job: PeriodicJob) -> Self {
+        self.jobs.push(job);
+        self
+    }
+
+    /// Adds all of `other`.
+    pub fn extend(mut self, other: PeriodicJobs) -> Self {
+        self.jobs.extend(other.jobs);
+        self
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// The jobs.
+    pub fn jobs(&self) -> &[PeriodicJob] {
+        &self.jobs
+    }
+
+    /// Parses the TOML config format (see `docs/maintenance.md`):
+    ///
+    /// ```toml
+    /// [[job]]
+    /// name = "nightly-pack"
+    /// cron = "0 3 * * *"      # or: every = "15m"
+    /// kind = "pack"
+    /// args = { host = "example.com" }
+    /// queue = "default"       # optional, like priority, max_attempts, unique_key
+    /// ```
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let file: FileFormat = toml::from_str(text).map_err(|e| Error::Invalid(e.to_string()))?;
+        let mut out = PeriodicJobs::new();
+        for e in file.job {
+            let schedule = match (&e.every, &e.cron) {
+                (Some(d), None) => Schedule::every(parse_duration(d).map_err(Error::Invalid)?),
+                (None, Some(c)) => Schedule::cron(c),
+                _ => Err(Error::Invalid(format!(
+                    "periodic job {:?}: give exactly one of `every` and `cron`",
+                    e.name
+                ))),
+            }
+            .map_err(|err| Error::Invalid(format!("periodic job {:?}: {err}", e.name)))?;
+            let args = match e.args {
+                None => serde_json::json!({}),
+                Some(v) => {
+                    serde_json::to_value(v).map_err(|err| Error::Invalid(err.to_string()))?
+                }
+            };
+            let mut job = NewJob::new(e.kind, args)
+                .queue(e.queue.unwrap_or_else(|| "default".into()))
+                .priority(e.priority.unwrap_or(0))
+                .max_attempts(e.max_attempts.unwrap_or(25));
+            if let Some(k) = e.unique_key {
+                job = job.unique_key(k, OnConflict::Keep);
+            }
+            out = out.add(PeriodicJob {
+                name: checked_name(e.name)?,
+                schedule,
+                job,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads the file named by `path`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::config(FILE_SETTING, format!("cannot read {}: {e}", path.display()))
+        })?;
+        Self::from_toml(&text)
+            .map_err(|e| Error::config(FILE_SETTING, format!("{}: {e}", path.display())))
+    }
+
+    /// The jobs of the file named by `SKIPLOCK_PERIODIC_FILE`, or none when it is not set.
+    pub fn from_env() -> Result<Self> {
+        match env_opt(FILE_SETTING) {
+            None => Ok(PeriodicJobs::new()),
+            Some(p) => Self::from_file(Path::new(p.trim())),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileFormat {
+    #[serde(default)]
+    job: Vec<FileEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEntry {
+    name: String,
+    every: Option<String>,
+    cron: Option<String>,
+    kind: String,
+    args: Option<toml::Value>,
+    queue: Option<String>,
+    priority: Option<i16>,
+    max_attempts: Option<i32>,
+    unique_key: Option<String>,
+}
+
+/// Enqueues each periodic job once per period. Run by every worker process.
+#[derive(Clone)]
+pub struct Scheduler {
+    jobs: Arc<Vec<PeriodicJob>>,
+    tick: Duration,
+    started_at: DateTime<Utc>,
+    declared_by: String,
+    state: Arc<Mutex<SchedulerState>>,
+}
+
+#[derive(Default)]
+struct SchedulerState {
+    declared: bool,
+    /// The last period this process has settled per job (enqueued, or found taken).
+    settled: HashMap<String, DateTime<Utc>>,
+}
+
+impl Scheduler {
+    /// Builds a scheduler; fails on duplicate names. `declared_by` names this process in
+    /// `skiplock.periodic_jobs` (e.g. host and pid).
+    pub fn new(jobs: PeriodicJobs, declared_by: impl Into<String>) -> Result<Self> {
+        let mut seen = BTreeSet::new();
+        for j in &jobs.jobs {
+            if !seen.insert(j.name.clone()) {
+                return Err(Error::Invalid(format!(
+                    "periodic job {:?} is declared twice",
+                    j.name
+                )));
+            }
+        }
+        Ok(Scheduler {
+            tick: tick_for(&jobs.jobs),
+            jobs: Arc::new(jobs.jobs),
+            started_at: Utc::now(),
+            declared_by: declared_by.into(),
+            state: Arc::new(Mutex::new(SchedulerState::default())),
+        })
+    }
+
+    /// The jobs it schedules.
+    pub fn jobs(&self) -> &[PeriodicJob] {
+        &self.jobs
+    }
+
+    /// One tick: declares the jobs (first tick only), then enqueues every job whose current
+    /// period this process has not settled yet. Returns how many jobs it enqueued.
+    pub async fn tick_once(&self, pool: &PgPool) -> Result<u64> {
+        let declared = self.state.lock().unwrap().declared;
+        if !declared {
+            for j in self.jobs.iter() {
+                sqlx::query(include_str!("../../sql/maintenance/declare_periodic.sql"))
+                    .bind(&j.name)
+                    .bind(j.schedule.describe())
+                    .bind(&j.job.kind)
+                    .bind(&j.job.queue)
+                    .bind(&j.job.args)
+                    .bind(&self.declared_by)
+                    .execute(pool)
+                    .await?;
+            }
+            self.state.lock().unwrap().declared = true;
+        }
+        let now = Utc::now();
+        let mut enqueued = 0u64;
+        for j in self.jobs.iter() {
+            let Some(period) = j.schedule.period_start(now) else {
+                continue;
+            };
+            if self.state.lock().unwrap().settled.get(&j.name) == Some(&period) {
+                continue;
+            }
+            let id: Option<i64> =
+                sqlx::query_scalar(include_str!("../../sql/maintenance/enqueue_periodic.sql"))
+                    .bind(&j.name)
+                    .bind(period)
+                    .bind(self.started_at)
+                    .bind(&j.job.kind)
+                    .bind(&j.job.args)
+                    .bind(&j.job.queue)
+                    .bind(j.job.priority)
+                    .bind(j.job.max_attempts)
+                    .bind(&j.job.unique_key)
+                    .bind(match j.job.on_conflict {
+                        OnConflict::Keep => "keep",
+                        OnConflict::Replace => "replace",
+                    })
+                    .fetch_one(pool)
+                    .await?;
+            match id {
+                Some(id) => {
+                    enqueued += 1;
+                    tracing::info!(periodic = %j.name, period = %period.to_rfc3339(), job.id = id, job.kind = %j.job.kind, "enqueued periodic job");
+                }
+                None => {
+                    tracing::debug!(periodic = %j.name, period = %period.to_rfc3339(), "periodic period already enqueued (or not due for a first run)");
+                }
+            }
+            self.state
+                .lock()
+                .unwrap()
+                .settled
+                .insert(j.name.clone(), period);
+        }
+        Ok(enqueued)
+    }
+}
+
+/// How often to look: a quarter of the shortest interval, between 50 ms and 1 s.
+fn tick_for(jobs: &[PeriodicJob]) -> Duration {
+    jobs.iter()
+        .filter_map(|j| match j.schedule {
+            Schedule::Every(d) => Some(d / 4),
+            Schedule::Cron(_) => None,
+        })
+        .min()
+        .unwrap_or(Duration::from_secs(1))
+        .clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+impl Service for Scheduler {
+    fn name(&self) -> &'static str {
+        "periodic"
+    }
+    fn interval(&self) -> Duration {
+        self.tick
+    }
+    fn run_once(&self, pool: PgPool) -> BoxFuture<Result<u64>> {
+        let me = self.clone();
+        Box::pin(async move { me.tick_once(&pool).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn intervals_align_to_the_epoch() {
+        let s = Schedule::every(Duration::from_secs(15 * 60)).unwrap();
+        assert_eq!(
+            s.period_start(at("2026-11-29T10:44:59.999Z")),
+            Some(at("2026-11-29T10:30:00Z"))
+        );
+        assert_eq!(
+            s.period_start(at("2026-11-29T10:45:00Z")),
+            Some(at("2026-11-29T10:45:00Z"))
+        );
+        assert_eq!(
+            s.next_after(at("2026-11-29T10:45:00Z")),
+            Some(at("2026-11-29T11:00:00Z"))
+        );
+        // Two processes a few hundred ms apart inside one period agree on it.
+        assert_eq!(
+            s.period_start(at("2026-11-29T10:50:00.100Z")),
+            s.period_start(at("2026-11-29T10:59:59.900Z"))
+        );
+    }
+
+    #[test]
+    fn cron_period_is_the_latest_tick_at_or_before_now() {
+        let s = Schedule::cron("0 0 3 * * *").unwrap();
+        assert_eq!(
+            s.period_start(at("2026-11-29T10:00:00Z")),
+            Some(at("2026-11-29T03:00:00Z"))
+        );
+        assert_eq!(
+            s.period_start(at("2026-11-29T03:00:00Z")),
+            Some(at("2026-11-29T03:00:00Z"))
+        );
+        assert_eq!(
+            s.period_start(at("2026-11-29T02:59:59Z")),
+            Some(at("2026-11-28T03:00:00Z"))
+        );
+        assert_eq!(
+            s.next_after(at("2026-11-29T03:00:00Z")),
+            Some(at("2026-11-30T03:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn five_field_cron_gets_seconds() {
+        let s = Schedule::cron("*/5 * * * *").unwrap();
+        assert_eq!(
+            s.period_start(at("2026-11-29T10:07:30Z")),
+            Some(at("2026-11-29T10:05:00Z"))
+        );
+        assert!(
+            Schedule::cron("not cron")
+                .unwrap_err()
+                .to_string()
+                .contains("not cron")
+        );
+    }
+
+    #[test]
+    fn describe_round_trips() {
+        for text in ["every 15m", "cron 0 0 3 * * *", "every 1s"] {
+            let s = Schedule::parse(text).unwrap();
+            assert_eq!(s.describe(), text);
+        }
+        assert!(Schedule::parse("hourly").is_err());
+        assert!(Schedule::every(Duration::from_millis(500)).is_err());
+    }
+
+    #[test]
+    fn toml_config_parses_and_rejects_mistakes() {
+        let jobs = PeriodicJobs::from_toml(
+            r#"
+            [[job]]
+            name = "a"
+            every = "10s"
+            kind = "noop"
+            args = { x = 1, y = ["z"] }
+            queue = "maint"
+            priority = -1
+
+            [[job]]
+            name = "b"
+            cron = "0 3 * * *"
+            kind = "noop"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(jobs.len(), 2);
+        let a = &jobs.jobs()[0];
+        assert_eq!(a.job.args, serde_json::json!({"x": 1, "y": ["z"]}));
+        assert_eq!(a.job.queue, "maint");
+        assert_eq!(a.job.priority, -1);
+        assert_eq!(a.schedule.describe(), "every 10s");
+        assert_eq!(jobs.jobs()[1].job.args, serde_json::json!({}));
+
+        let both = "[[job]]\nname='x'\nevery='1m'\ncron='* * * * *'\nkind='noop'\n";
+        assert!(
+            PeriodicJobs::from_toml(both)
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
+        let typo = "[[job]]\nname='x'\nevry='1m'\nkind='noop'\n";
+        assert!(
+            PeriodicJobs::from_toml(typo)
+                .unwrap_err()
+                .to_string()
+                .contains("evry")
+        );
+        let bad = "[[job]]\nname='x'\nevery='soon'\nkind='noop'\n";
+        assert!(
+            PeriodicJobs::from_toml(bad)
+                .unwrap_err()
+                .to_string()
+                .contains("soon")
+        );
+    }
+
+    #[test]
+    fn duplicate_names_are_rejected() {
+        let j = PeriodicJob::every(
+            "same",
+            Duration::from_secs(5),
+            NewJob::new("noop", serde_json::json!({})),
+        )
+        .unwrap();
+        let e = Scheduler::new(PeriodicJobs::new().add(j.clone()).add(j), "t")
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("twice"));
+    }
+
+    #[test]
+    fn tick_follows_the_shortest_interval() {
+        let j = |d| {
+            PeriodicJob::every(
+                "x",
+                Duration::from_secs(d),
+                NewJob::new("noop", serde_json::json!({})),
+            )
+            .unwrap()
+        };
+        assert_eq!(tick_for(&[j(2)]), Duration::from_millis(500));
+        assert_eq!(tick_for(&[j(3600)]), Duration::from_secs(1));
+        assert_eq!(tick_for(&[]), Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,497 @@
+//! The reaper: deletes unfinished jobs (available or running) left behind far longer than any
+//! job should wait or run, so a stuck row cannot sit in the queue forever.
+//!
+//! It is a component of its own, built from the pool and its settings only, and run by the
+//! worker's maintenance supervisor like the rescuer. It remembers when it was built and,
+//! until this process has been up for the maximum age, deletes nothing: after an outage
+//! every row would otherwise look stale. Every deletion is logged at WARN with the whole
+//! job (id, kind, queue, state, args, timestamps), so nothing disappears without a trace.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use super::Service;
+use crate::config::env_duration;
+use crate::error::{Error, Result};
+use crate::queue::JobState;
+use crate::worker::handler::BoxFuture;
+
+/// Default maximum age of an unfinished job.
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(48 * 3600);
+/// Default time between reaper (and retention) runs.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
+/// Rows examined per transaction: small, so row locks are short.
+pub const BATCH: i64 = 500;
+/// Batches per run at most; the next run continues.
+pub const MAX_BATCHES: usize = 20;
+
+/// The reaper's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReaperSettings {
+    /// An unfinished job older than this is deleted (`SKIPLOCK_REAPER_MAX_AGE`, 48h).
+    pub max_age: Duration,
+    /// Time between runs (`SKIPLOCK_REAPER_INTERVAL`, 30s); retention runs on it too.
+    pub interval: Duration,
+}
+
+impl Default for ReaperSettings {
+    fn default() -> Self {
+        ReaperSettings {
+            max_age: DEFAULT_MAX_AGE,
+            interval: DEFAULT_INTERVAL,
+        }
+    }
+}
+
+impl ReaperSettings {
+    /// Reads and validates `SKIPLOCK_REAPER_MAX_AGE` and `SKIPLOCK_REAPER_INTERVAL`.
+    pub fn from_env() -> Result<Self> {
+        let d = ReaperSettings::default();
+        let s = ReaperSettings {
+            max_age: env_duration("SKIPLOCK_REAPER_MAX_AGE", d.max_age)?,
+            interval: env_duration("SKIPLOCK_REAPER_INTERVAL", d.interval)?,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Rejects values that parse but make no sense.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_age < Duration::from_secs(1) {
+            return Err(Error::config(
+                "SKIPLOCK_REAPER_MAX_AGE",
+                "must be at least 1s",
+            ));
+        }
+        if self.interval < Duration::from_millis(10) {
+            return Err(Error::config(
+                "SKIPLOCK_REAPER_INTERVAL",
+                "must be at least 10ms",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the reaper needs to know about a job to judge it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReapCandidate {
+    /// Row id.
+    pub id: i64,
+    /// Handler name.
+    pub kind: String,
+    /// Queue name.
+    pub queue: String,
+    /// Arguments (logged on deletion).
+    pub args: serde_json::Value,
+    /// State name.
+    pub state: String,
+    /// Attempts so far.
+    pub attempt: i32,
+    /// When it became (or becomes) due.
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// When it was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When the current or last attempt started.
+    pub attempted_at: Option<DateTime<Utc>>,
+    /// The worker of that attempt.
+    pub attempted_by: Option<String>,
+    /// Last heartbeat of a running attempt.
+    pub heartbeat_at: Option<DateTime<Utc>>,
+}
+
+#[derive(sqlx::FromRow)]
+struct CandidateRow {
+    db_now: DateTime<Utc>,
+    #[sqlx(flatten)]
+    job: ReapCandidate,
+}
+
+/// Whether the reaper may delete `job` at `now`, in a process whose reaper started at
+/// `started_at`. The one place the rule lives:
+///
+/// - nothing is too old until the process has been up for at least `max_age` (uptime guard);
+/// - finished jobs (completed, discarded, cancelled) are retention's business, never the reaper's;
+/// - a job scheduled in the future is never too old, however long ago it was created;
+/// - a running job is judged by `attempted_at`, any other by `scheduled_at` (when it became
+///   due); if that one is missing the other is used, and if neither is set, `created_at`;
+/// - too old means strictly older than `max_age`: exactly `max_age` old is kept.
+pub fn is_too_old(
+    job: &ReapCandidate,
+    now: DateTime<Utc>,
+    started_at: DateTime<Utc>,
+    max_age: Duration,
+) -> bool {
+    let Ok(max_age) = chrono::Duration::from_std(max_age) else {
+        return false;
+    };
+    if now.signed_duration_since(started_at) < max_age {
+        return false;
+    }
+    let state: Option<JobState> = job.state.parse().ok();
+    let running = match state {
+        Some(JobState::Running) => true,
+        Some(JobState::Available) => false,
+        _ => return false,
+    };
+    if job.scheduled_at.is_some_and(|s| s > now) {
+        return false;
+    }
+    let reference = if running {
+        job.attempted_at.or(job.scheduled_at)
+    } else {
+        job.scheduled_at.or(job.attempted_at)
+    }
+    .unwrap_or(job.created_at);
+    now.signed_duration_since(reference) > max_age
+}
+
+/// Deletes unfinished jobs past the maximum age. Cheap to clone: clones share the start
+/// instant and counters (tests and callers can watch the one the worker runs).
+#[derive(Clone)]
+pub struct Reaper {
+    pool: PgPool,
+    settings: ReaperSettings,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    started: Instant,
+    runs: AtomicU64,
+    deleted: AtomicU64,
+}
+
+impl Reaper {
+    /// Builds the reaper; its uptime starts now.
+    pub fn new(pool: PgPool, settings: ReaperSettings) -> Self {
+        Reaper {
+            pool,
+            settings,
+            inner: Arc::new(Inner {
+                started: Instant::now(),
+                runs: AtomicU64::new(0),
+                deleted: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> ReaperSettings {
+        self.settings
+    }
+
+    /// How long ago it was built (monotonic clock).
+    pub fn uptime(&self) -> Duration {
+        self.inner.started.elapsed()
+    }
+
+    /// Completed runs so far (a run the uptime guard stopped counts too).
+    pub fn runs(&self) -> u64 {
+        self.inner.runs.load(Ordering::SeqCst)
+    }
+
+    /// Jobs deleted so far.
+    pub fn deleted(&self) -> u64 {
+        self.inner.deleted.load(Ordering::SeqCst)
+    }
+
+    /// One run: deletes too-old jobs in batches of [`BATCH`] (at most [`MAX_BATCHES`]) and
+    /// returns how many. Does nothing, not even a query, while the uptime guard holds.
+    pub async fn reap_once(&self) -> Result<u64> {
+        let n = if self.uptime() < self.settings.max_age {
+            0
+        } else {
+            let started = self.inner.started;
+            reap(&self.pool, self.settings.max_age, move |db_now| {
+                db_now
+                    - chrono::Duration::from_std(started.elapsed())
+                        .unwrap_or(chrono::TimeDelta::MAX)
+            })
+            .await?
+        };
+        self.inner.deleted.fetch_add(n, Ordering::SeqCst);
+        self.inner.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(n)
+    }
+}
+
+impl Service for Reaper {
+    fn name(&self) -> &'static str {
+        "reaper"
+    }
+    fn interval(&self) -> Duration {
+        self.settings.interval
+    }
+    fn run_once(&self, _pool: PgPool) -> BoxFuture<Result<u64>> {
+        let me = self.clone();
+        Box::pin(async move { me.reap_once().await })
+    }
+}
+
+/// Deletes the jobs [`is_too_old`] condemns, batch by batch, each batch in a transaction that
+/// holds the candidates' row locks from the decision to the delete (so a job claimed in the
+/// meantime is never deleted as stale). `started_at` maps the database's `now()` to the
+/// start the uptime guard measures from. Logs each deletion at WARN.
+pub async fn reap(
+    pool: &PgPool,
+    max_age: Duration,
+    started_at: impl Fn(DateTime<Utc>) -> DateTime<Utc>,
+) -> Result<u64> {
+    let mut total = 0u64;
+    for _ in 0..MAX_BATCHES {
+        let mut tx = pool.begin().await?;
+        let rows: Vec<CandidateRow> =
+            sqlx::query_as(include_str!("../../sql/maintenance/reap_candidates.sql"))
+                .bind(max_age.as_secs_f64())
+                .bind(BATCH)
+                .fetch_all(&mut *tx)
+                .await?;
+        let fetched = rows.len();
+        let doomed: Vec<ReapCandidate> = rows
+            .into_iter()
+            .filter(|r| is_too_old(&r.job, r.db_now, started_at(r.db_now), max_age))
+            .map(|r| r.job)
+            .collect();
+        if doomed.is_empty() {
+            tx.commit().await?;
+            break;
+        }
+        let ids: Vec<i64> = doomed.iter().map(|j| j.id).collect();
+        let deleted = sqlx::query(include_str!("../../sql/maintenance/reap_delete.sql"))
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        for j in &doomed {
+            log_reaped(j, max_age);
+        }
+        total += deleted;
+        if (fetched as i64) < BATCH {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+fn log_reaped(j: &ReapCandidate, max_age: Duration) {
+    let t = |d: Option<DateTime<Utc>>| d.map(|d| d.to_rfc3339()).unwrap_or_else(|| "-".into());
+    tracing::warn!(
+        job.id = j.id,
+        job.kind = %j.kind,
+        job.queue = %j.queue,
+        job.state = %j.state,
+        job.attempt = j.attempt,
+        job.args = %j.args,
+        job.created_at = %j.created_at.to_rfc3339(),
+        job.scheduled_at = %t(j.scheduled_at),
+        job.attempted_at = %t(j.attempted_at),
+        job.attempted_by = j.attempted_by.as_deref().unwrap_or("-"),
+        job.heartbeat_at = %t(j.heartbeat_at),
+        max_age = %humantime::format_duration(max_age),
+        "reaper deleted a job left unfinished past the maximum age"
+    );
+}
+
+/// The jobs that are past the maximum age right now, ignoring the uptime guard (what
+/// `skiplock reap --dry-run` lists), with the database's `now()`.
+pub async fn preview(
+    pool: &PgPool,
+    max_age: Duration,
+    limit: i64,
+) -> Result<(DateTime<Utc>, Vec<ReapCandidate>)> {
+    let rows: Vec<CandidateRow> =
+        sqlx::query_as(include_str!("../../sql/maintenance/reap_preview.sql"))
+            .bind(max_age.as_secs_f64())
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+    let now = match rows.first() {
+        Some(r) => r.db_now,
+        None => sqlx::query_scalar("SELECT now()").fetch_one(pool).await?,
+    };
+    let jobs = rows
+        .into_iter()
+        .filter(|r| is_too_old(&r.job, r.db_now, DateTime::<Utc>::MIN_UTC, max_age))
+        .map(|r| r.job)
+        .collect();
+    Ok((now, jobs))
+}
+
+/// When the longest-running live worker started (heartbeat within `live_within`), and the
+/// database's `now()`: `skiplock reap` applies the uptime guard to the worker fleet.
+pub async fn oldest_live_worker(
+    pool: &PgPool,
+    live_within: Duration,
+) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>)> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/maintenance/oldest_live_worker.sql"))
+            .bind(live_within.as_secs_f64())
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: Duration = Duration::from_secs(3600);
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-01T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+    fn ago(secs: i64) -> DateTime<Utc> {
+        t0() - chrono::Duration::seconds(secs)
+    }
+    /// A reaper that has been up for a day (the guard does not hold).
+    fn old_start() -> DateTime<Utc> {
+        ago(86_400)
+    }
+    fn job(state: &str) -> ReapCandidate {
+        ReapCandidate {
+            id: 1,
+            kind: "k".into(),
+            queue: "default".into(),
+            args: serde_json::json!({}),
+            state: state.into(),
+            attempt: 0,
+            scheduled_at: None,
+            created_at: ago(100_000),
+            attempted_at: None,
+            attempted_by: None,
+            heartbeat_at: None,
+        }
+    }
+
+    #[test]
+    fn running_is_judged_by_attempted_at() {
+        let mut j = job("running");
+        j.scheduled_at = Some(ago(90_000));
+        j.attempted_at = Some(ago(3599));
+        assert!(
+            !is_too_old(&j, t0(), old_start(), MAX),
+            "recent attempt, old schedule"
+        );
+        j.attempted_at = Some(ago(3601));
+        assert!(is_too_old(&j, t0(), old_start(), MAX));
+    }
+
+    #[test]
+    fn available_is_judged_by_scheduled_at() {
+        let mut j = job("available");
+        j.scheduled_at = Some(ago(3599));
+        j.attempted_at = Some(ago(90_000)); // an old earlier attempt does not matter
+        assert!(!is_too_old(&j, t0(), old_start(), MAX));
+        j.scheduled_at = Some(ago(3601));
+        j.attempted_at = None;
+        assert!(is_too_old(&j, t0(), old_start(), MAX));
+    }
+
+    #[test]
+    fn missing_timestamp_falls_back_to_the_other() {
+        let mut j = job("running");
+        j.scheduled_at = Some(ago(3601));
+        assert!(
+            is_too_old(&j, t0(), old_start(), MAX),
+            "running without attempted_at: scheduled_at"
+        );
+        j.scheduled_at = Some(ago(10));
+        assert!(!is_too_old(&j, t0(), old_start(), MAX));
+        let mut a = job("available");
+        a.attempted_at = Some(ago(3601));
+        assert!(
+            is_too_old(&a, t0(), old_start(), MAX),
+            "available without scheduled_at: attempted_at"
+        );
+    }
+
+    #[test]
+    fn neither_timestamp_uses_created_at() {
+        for state in ["available", "running"] {
+            let mut j = job(state);
+            j.created_at = ago(3601);
+            assert!(is_too_old(&j, t0(), old_start(), MAX), "{state}");
+            j.created_at = ago(3599);
+            assert!(!is_too_old(&j, t0(), old_start(), MAX), "{state}");
+        }
+    }
+
+    #[test]
+    fn future_scheduled_is_never_too_old() {
+        for state in ["available", "running"] {
+            let mut j = job(state);
+            j.created_at = ago(10 * 86_400);
+            j.scheduled_at = Some(t0() + chrono::Duration::seconds(1));
+            assert!(!is_too_old(&j, t0(), old_start(), MAX), "{state}");
+        }
+    }
+
+    #[test]
+    fn finished_and_unknown_states_are_never_reaped() {
+        for state in ["completed", "discarded", "cancelled", "bogus"] {
+            let mut j = job(state);
+            j.scheduled_at = Some(ago(90_000));
+            j.attempted_at = Some(ago(90_000));
+            assert!(!is_too_old(&j, t0(), old_start(), MAX), "{state}");
+        }
+    }
+
+    #[test]
+    fn exact_boundary_is_kept_one_microsecond_more_is_not() {
+        let mut j = job("available");
+        j.scheduled_at = Some(ago(3600));
+        assert!(!is_too_old(&j, t0(), old_start(), MAX));
+        j.scheduled_at = Some(ago(3600) - chrono::Duration::microseconds(1));
+        assert!(is_too_old(&j, t0(), old_start(), MAX));
+    }
+
+    #[test]
+    fn uptime_guard_holds_until_the_process_is_max_age_old() {
+        let mut j = job("available");
+        j.scheduled_at = Some(ago(10 * 86_400));
+        // Up for one microsecond less than the maximum age: nothing is deleted.
+        let young = ago(3600) + chrono::Duration::microseconds(1);
+        assert!(!is_too_old(&j, t0(), young, MAX));
+        // Up for exactly the maximum age: the guard is over.
+        assert!(is_too_old(&j, t0(), ago(3600), MAX));
+        // A start "in the future" (clock oddity) also counts as too young.
+        assert!(!is_too_old(
+            &j,
+            t0(),
+            t0() + chrono::Duration::seconds(5),
+            MAX
+        ));
+    }
+
+    #[test]
+    fn settings_validate() {
+        assert!(ReaperSettings::default().validate().is_ok());
+        let bad = ReaperSettings {
+            max_age: Duration::ZERO,
+            ..ReaperSettings::default()
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("SKIPLOCK_REAPER_MAX_AGE")
+        );
+        let bad = ReaperSettings {
+            interval: Duration::ZERO,
+            ..ReaperSettings::default()
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("SKIPLOCK_REAPER_INTERVAL")
+        );
+    }
+}

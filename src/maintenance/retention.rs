@@ -1,0 +1,170 @@
+//! Retention: finished jobs are deleted once they are older than their window, judged by
+//! `finalized_at` alone (no uptime guard: a finished row's age does not depend on whether
+//! workers were running). Completed jobs go after `SKIPLOCK_RETAIN_COMPLETED`, cancelled and
+//! discarded ones after `SKIPLOCK_RETAIN_FAILED` (kept longer: someone may want to look at
+//! why they failed). Deletes run in small batches so the table is never locked for long and
+//! the claim path stays fast at any volume. Old period records of periodic jobs go too.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use super::Service;
+use crate::config::env_duration;
+use crate::error::{Error, Result};
+use crate::queue::JobState;
+use crate::worker::handler::BoxFuture;
+
+/// Default retention of completed jobs.
+pub const DEFAULT_RETAIN_COMPLETED: Duration = Duration::from_secs(24 * 3600);
+/// Default retention of cancelled and discarded jobs.
+pub const DEFAULT_RETAIN_FAILED: Duration = Duration::from_secs(7 * 86_400);
+/// Rows per DELETE statement.
+pub const BATCH: i64 = 500;
+/// Statements per state per run at most; the next run continues.
+pub const MAX_BATCHES: usize = 50;
+
+/// How long finished jobs are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionSettings {
+    /// Completed jobs (`SKIPLOCK_RETAIN_COMPLETED`, 24h).
+    pub completed: Duration,
+    /// Cancelled and discarded jobs (`SKIPLOCK_RETAIN_FAILED`, 7d).
+    pub failed: Duration,
+    /// Time between runs: the reaper's (`SKIPLOCK_REAPER_INTERVAL`, 30s).
+    pub interval: Duration,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        RetentionSettings {
+            completed: DEFAULT_RETAIN_COMPLETED,
+            failed: DEFAULT_RETAIN_FAILED,
+            interval: super::reaper::DEFAULT_INTERVAL,
+        }
+    }
+}
+
+impl RetentionSettings {
+    /// Reads `SKIPLOCK_RETAIN_COMPLETED`, `SKIPLOCK_RETAIN_FAILED` and the reaper interval.
+    pub fn from_env() -> Result<Self> {
+        let d = RetentionSettings::default();
+        let s = RetentionSettings {
+            completed: env_duration("SKIPLOCK_RETAIN_COMPLETED", d.completed)?,
+            failed: env_duration("SKIPLOCK_RETAIN_FAILED", d.failed)?,
+            interval: env_duration("SKIPLOCK_REAPER_INTERVAL", d.interval)?,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Rejects values that parse but make no sense.
+    pub fn validate(&self) -> Result<()> {
+        if self.interval < Duration::from_millis(10) {
+            return Err(Error::config(
+                "SKIPLOCK_REAPER_INTERVAL",
+                "must be at least 10ms",
+            ));
+        }
+        Ok(())
+    }
+
+    /// How long a job in `state` is kept after it finished; `None` for unfinished states,
+    /// which retention never touches.
+    pub fn window(&self, state: JobState) -> Option<Duration> {
+        match state {
+            JobState::Completed => Some(self.completed),
+            JobState::Cancelled | JobState::Discarded => Some(self.failed),
+            JobState::Available | JobState::Running => None,
+        }
+    }
+}
+
+/// Deletes finished jobs past their retention window.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    /// The windows.
+    pub settings: RetentionSettings,
+}
+
+/// One retention pass: every finished state, in batches of [`BATCH`]; returns the number of
+/// jobs deleted. Also forgets period records older than the completed window (keeping each
+/// periodic job's latest).
+pub async fn run_retention(pool: &PgPool, settings: &RetentionSettings) -> Result<u64> {
+    let mut total = 0u64;
+    for state in JobState::ALL {
+        let Some(window) = settings.window(state) else {
+            continue;
+        };
+        let mut deleted_here = 0u64;
+        for _ in 0..MAX_BATCHES {
+            let n = sqlx::query(include_str!("../../sql/maintenance/retention.sql"))
+                .bind(state.as_str())
+                .bind(window.as_secs_f64())
+                .bind(BATCH)
+                .execute(pool)
+                .await?
+                .rows_affected();
+            deleted_here += n;
+            if (n as i64) < BATCH {
+                break;
+            }
+        }
+        if deleted_here > 0 {
+            tracing::info!(
+                state = state.as_str(),
+                jobs = deleted_here,
+                window = %humantime::format_duration(window),
+                "retention deleted finished jobs"
+            );
+        }
+        total += deleted_here;
+    }
+    sqlx::query(include_str!(
+        "../../sql/maintenance/retention_periodic_runs.sql"
+    ))
+    .bind(settings.completed.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(total)
+}
+
+impl Service for Retention {
+    fn name(&self) -> &'static str {
+        "retention"
+    }
+    fn interval(&self) -> Duration {
+        self.settings.interval
+    }
+    fn run_once(&self, pool: PgPool) -> BoxFuture<Result<u64>> {
+        let s = self.settings;
+        Box::pin(async move { run_retention(&pool, &s).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_per_state() {
+        let s = RetentionSettings {
+            completed: Duration::from_secs(1),
+            failed: Duration::from_secs(2),
+            interval: Duration::from_secs(3),
+        };
+        assert_eq!(s.window(JobState::Completed), Some(Duration::from_secs(1)));
+        assert_eq!(s.window(JobState::Cancelled), Some(Duration::from_secs(2)));
+        assert_eq!(s.window(JobState::Discarded), Some(Duration::from_secs(2)));
+        assert_eq!(s.window(JobState::Available), None);
+        assert_eq!(s.window(JobState::Running), None);
+    }
+
+    #[test]
+    fn defaults_match_the_documentation() {
+        let d = RetentionSettings::default();
+        assert_eq!(d.completed, Duration::from_secs(86_400));
+        assert_eq!(d.failed, Duration::from_secs(7 * 86_400));
+        assert_eq!(d.interval, Duration::from_secs(30));
+    }
+}

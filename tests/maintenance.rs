@@ -1,0 +1,563 @@
+//! Reaper, retention and periodic jobs against a real Postgres.
+
+mod support;
+
+use std::io::Read;
+use std::process::Child;
+use std::time::Duration;
+
+use serde_json::json;
+use skiplock::maintenance::periodic::{PeriodicJob, PeriodicJobs, Scheduler};
+use skiplock::maintenance::reaper::{Reaper, ReaperSettings};
+use skiplock::maintenance::retention::{RetentionSettings, run_retention};
+use skiplock::queue::NewJob;
+use skiplock::worker::{Handler, HandlerResult, JobContext, JobError, Outcome};
+use sqlx::PgPool;
+use support::*;
+
+const MAX_AGE: Duration = Duration::from_secs(3);
+
+fn three_second_reaper(pool: &PgPool) -> Reaper {
+    Reaper::new(
+        pool.clone(),
+        ReaperSettings {
+            max_age: MAX_AGE,
+            interval: Duration::from_millis(100),
+        },
+    )
+}
+
+async fn insert(pool: &PgPool, sql_values: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO skiplock.jobs (kind, args, state, scheduled_at, created_at, attempted_at, finalized_at) \
+         VALUES {sql_values} RETURNING id"
+    )))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn exists(pool: &PgPool, id: i64) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM skiplock.jobs WHERE id = $1)")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Records, for every deleted job row, how old its attempt and heartbeat were at that moment.
+async fn log_deletions(pool: &PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE deleted_log (id bigint, attempt_age interval, heartbeat_age interval);
+         CREATE FUNCTION log_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO deleted_log VALUES (OLD.id, clock_timestamp() - OLD.attempted_at,
+                                             clock_timestamp() - OLD.heartbeat_at);
+             RETURN OLD;
+         END $$;
+         CREATE TRIGGER log_delete BEFORE DELETE ON skiplock.jobs FOR EACH ROW EXECUTE FUNCTION log_delete();",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
+    let db = TestDb::new().await;
+    let stale = insert(
+        &db.pool,
+        "('nobody-handles', '{}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
+    )
+    .await;
+    let future = insert(
+        &db.pool,
+        "('nobody-handles', '{}', 'available', now() + interval '1 day', now() - interval '5 days', NULL, NULL)",
+    )
+    .await;
+
+    let reaper = three_second_reaper(&db.pool);
+    // Right after start-up the guard holds: a run deletes nothing.
+    let deleted = reaper.reap_once().await.unwrap();
+    let up = reaper.uptime();
+    assert!(
+        up < MAX_AGE,
+        "test setup took {up:?}; cannot observe the young reaper"
+    );
+    assert_eq!(deleted, 0);
+    assert!(
+        exists(&db.pool, stale).await,
+        "a young reaper must not delete"
+    );
+
+    let worker = start_worker(&db.pool, fast_settings(), |b| b.service(reaper.clone()));
+    // While the reaper is younger than the maximum age the row stays, run after run.
+    wait_for(
+        "reaper runs in the worker",
+        Duration::from_secs(30),
+        || async { (reaper.runs() >= 3).then_some(()) },
+    )
+    .await;
+    let still_there = exists(&db.pool, stale).await;
+    if reaper.uptime() < MAX_AGE {
+        assert!(still_there, "deleted while the reaper was younger than 3 s");
+    }
+
+    wait_for(
+        "the stale row to be reaped",
+        Duration::from_secs(60),
+        || async { (!exists(&db.pool, stale).await).then_some(()) },
+    )
+    .await;
+    assert!(reaper.uptime() >= MAX_AGE);
+    assert_eq!(reaper.deleted(), 1);
+
+    // The future-scheduled row created days ago is judged again and again and stays.
+    let runs = reaper.runs();
+    wait_for("two more reaper runs", Duration::from_secs(30), || async {
+        (reaper.runs() >= runs + 2).then_some(())
+    })
+    .await;
+    assert!(
+        exists(&db.pool, future).await,
+        "a future-scheduled job is never too old"
+    );
+    assert_eq!(reaper.deleted(), 1);
+    worker.stop().await.unwrap();
+}
+
+/// Runs until the job is taken away (or the worker stops).
+struct Block;
+
+impl Handler for Block {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "block"
+    }
+    async fn run(&self, ctx: JobContext, _args: serde_json::Value) -> HandlerResult {
+        tokio::select! {
+            _ = ctx.lost() => Err(JobError::retry("taken away")),
+            _ = ctx.shutdown_requested() => Ok(Outcome::Snooze(Duration::ZERO)),
+            _ = tokio::time::sleep(Duration::from_secs(120)) => Ok(Outcome::Complete),
+        }
+    }
+}
+
+#[tokio::test]
+async fn running_job_with_live_worker_is_kept_until_its_attempt_is_max_age_old() {
+    let db = TestDb::new().await;
+    log_deletions(&db.pool).await;
+    let reaper = three_second_reaper(&db.pool);
+    let worker = start_worker(&db.pool, fast_settings(), |b| {
+        b.register(Block).service(reaper.clone())
+    });
+    // Past the uptime guard first, so only the job's own age protects it.
+    wait_for(
+        "the reaper to be past its uptime guard",
+        Duration::from_secs(30),
+        || async { (reaper.uptime() >= MAX_AGE).then_some(()) },
+    )
+    .await;
+    let id = skiplock::queue::enqueue(&db.pool, &NewJob::new("block", json!({})))
+        .await
+        .unwrap();
+    wait_for("the job to run", Duration::from_secs(30), || async {
+        (count_state(&db.pool, "running").await == 1).then_some(())
+    })
+    .await;
+
+    wait_for(
+        "the running job to be reaped",
+        Duration::from_secs(60),
+        || async { (!exists(&db.pool, id).await).then_some(()) },
+    )
+    .await;
+    let (attempt_age, heartbeat_age): (f64, f64) = sqlx::query_as(
+        "SELECT extract(epoch FROM attempt_age)::float8, extract(epoch FROM heartbeat_age)::float8 \
+         FROM deleted_log WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        attempt_age > 3.0,
+        "reaped when its attempt was only {attempt_age} s old"
+    );
+    // Its worker was alive: the heartbeat was fresh (the rescuer would act after 5 s).
+    assert!(heartbeat_age < 5.0, "heartbeat was {heartbeat_age} s old");
+    assert_eq!(reaper.deleted(), 1);
+    worker.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn retention_deletes_only_what_is_past_its_window() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let row = |state: &str, finalized_ago: &str| {
+        format!(
+            "('k', '{{}}', '{state}', now() - interval '30 days', now() - interval '30 days', now() - interval '30 days', now() - interval '{finalized_ago}')"
+        )
+    };
+    let completed_old = insert(p, &row("completed", "25 hours")).await;
+    let completed_new = insert(p, &row("completed", "23 hours")).await;
+    let cancelled_old = insert(p, &row("cancelled", "8 days")).await;
+    let cancelled_new = insert(p, &row("cancelled", "6 days")).await;
+    let discarded_old = insert(p, &row("discarded", "8 days")).await;
+    let discarded_new = insert(p, &row("discarded", "6 days")).await;
+    // Unfinished rows are the reaper's business, however old.
+    let available = insert(
+        p,
+        "('k', '{}', 'available', now() - interval '30 days', now() - interval '30 days', NULL, NULL)",
+    )
+    .await;
+    // More than one batch of old completed rows, plus new ones that must stay.
+    sqlx::query(
+        "INSERT INTO skiplock.jobs (kind, state, finalized_at) \
+         SELECT 'bulk', 'completed', now() - interval '2 days' FROM generate_series(1, 1234)",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO skiplock.jobs (kind, state, finalized_at) \
+         SELECT 'bulk-new', 'completed', now() - interval '1 hour' FROM generate_series(1, 10)",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    // Period records: each name keeps its latest; older ones past the window go.
+    sqlx::query(
+        "INSERT INTO skiplock.periodic_runs (name, period_start) VALUES \
+         ('x', now() - interval '3 days'), ('x', now() - interval '2 days'), ('x', now() - interval '1 hour'), \
+         ('y', now() - interval '3 days')",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+
+    let deleted = run_retention(p, &RetentionSettings::default())
+        .await
+        .unwrap();
+    assert_eq!(deleted, 3 + 1234);
+    for id in [completed_old, cancelled_old, discarded_old] {
+        assert!(!exists(p, id).await, "job {id} is past its window");
+    }
+    for id in [completed_new, cancelled_new, discarded_new, available] {
+        assert!(
+            exists(p, id).await,
+            "job {id} is within its window (or unfinished)"
+        );
+    }
+    let left: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT kind, count(*) FROM skiplock.jobs WHERE kind LIKE 'bulk%' GROUP BY kind",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(left, vec![("bulk-new".to_string(), 10)]);
+    let runs: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT name, count(*) FROM skiplock.periodic_runs GROUP BY name ORDER BY name",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(runs, vec![("x".to_string(), 1), ("y".to_string(), 1)]);
+
+    // A second pass finds nothing more.
+    assert_eq!(
+        run_retention(p, &RetentionSettings::default())
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+/// Reads a child's stderr on a thread so the pipe never fills up.
+fn drain_stderr(child: &mut Child) -> std::thread::JoinHandle<String> {
+    let mut err = child.stderr.take().expect("stderr piped");
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    })
+}
+
+async fn wait_exit(child: &mut Child) {
+    wait_for(
+        "the worker process to exit",
+        Duration::from_secs(60),
+        || {
+            let done = child.try_wait().unwrap().is_some();
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("periodic.toml");
+    std::fs::write(
+        &file,
+        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nkind = \"noop\"\nargs = { from = \"file\" }\n",
+    )
+    .unwrap();
+    let envs = [
+        ("SKIPLOCK_PERIODIC_FILE", file.to_str().unwrap()),
+        (
+            "RUST_LOG",
+            "info,sqlx::postgres::notice=warn,skiplock::maintenance::periodic=debug",
+        ),
+    ];
+    let mut a = spawn_worker_process(&db.url, &[], &envs);
+    let mut b = spawn_worker_process(&db.url, &[], &envs);
+    let (ea, eb) = (drain_stderr(&mut a), drain_stderr(&mut b));
+
+    wait_for("four periods enqueued", Duration::from_secs(60), || async {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        (n >= 4).then_some(())
+    })
+    .await;
+    sigterm(&a);
+    sigterm(&b);
+    wait_exit(&mut a).await;
+    wait_exit(&mut b).await;
+    let (ea, eb) = (ea.join().unwrap(), eb.join().unwrap());
+
+    let runs: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let jobs: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE kind = 'noop' AND args = '{\"from\": \"file\"}'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let linked: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT j.id) FROM skiplock.periodic_runs r JOIN skiplock.jobs j ON j.id = r.job_id \
+         WHERE r.name = 'tick' AND j.kind = 'noop'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(jobs, runs, "one job per period");
+    assert_eq!(linked, runs, "every period points at its own job");
+    // Periods are whole seconds, one apart: no period enqueued twice under two starts.
+    let (distinct_seconds, span): (i64, f64) = sqlx::query_as(
+        "SELECT count(DISTINCT date_trunc('second', period_start)), \
+                extract(epoch FROM max(period_start) - min(period_start))::float8 \
+         FROM skiplock.periodic_runs WHERE name = 'tick'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(distinct_seconds, runs);
+    assert!(span >= (runs - 1) as f64);
+
+    // Both processes tried each period; exactly one enqueue per period was logged.
+    let count = |s: &str, what: &str| s.matches(what).count() as i64;
+    let enq = count(&ea, "enqueued periodic job") + count(&eb, "enqueued periodic job");
+    let taken = count(&ea, "already enqueued") + count(&eb, "already enqueued");
+    assert_eq!(enq, runs, "stderr a:\n{ea}\nstderr b:\n{eb}");
+    assert!(taken >= 1, "the two processes never competed for a period");
+    for (name, s) in [("a", &ea), ("b", &eb)] {
+        assert!(
+            count(s, "enqueued periodic job") + count(s, "already enqueued") >= 1,
+            "process {name} never scheduled:\n{s}"
+        );
+    }
+
+    let (code, out, err) = run_cmd(&db.url, &["periodic"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("tick"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("every 1s") && line.contains("noop") && line.contains("job "),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn periodic_scheduler_in_code_skips_the_first_partial_period_and_never_repeats() {
+    let db = TestDb::new().await;
+    let jobs = PeriodicJobs::new().add(
+        PeriodicJob::every(
+            "code",
+            Duration::from_secs(1),
+            NewJob::new("nobody-handles", json!({"n": 1})),
+        )
+        .unwrap(),
+    );
+    let s1 = Scheduler::new(jobs.clone(), "one").unwrap();
+    let s2 = Scheduler::new(jobs, "two").unwrap();
+    // Ticking both, many times, over a few periods.
+    let mut enqueued = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        enqueued += s1.tick_once(&db.pool).await.unwrap();
+        enqueued += s2.tick_once(&db.pool).await.unwrap();
+        let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.periodic_runs")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        if runs >= 3 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no periods after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (runs, jobs, first): (i64, i64, bool) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM skiplock.periodic_runs), \
+                (SELECT count(*) FROM skiplock.jobs WHERE kind = 'nobody-handles'), \
+                (SELECT min(period_start) FROM skiplock.periodic_runs) >= (SELECT min(declared_at) FROM skiplock.periodic_jobs) - interval '1 second'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(jobs, runs);
+    assert_eq!(enqueued as i64, runs);
+    assert!(first, "the period in progress at start-up must not run");
+    // Replaying an old period (a lagging clock) enqueues nothing.
+    let replay: Option<i64> = sqlx::query_scalar(
+        "SELECT skiplock.enqueue_periodic('code', (SELECT min(period_start) FROM skiplock.periodic_runs) - interval '1 second', \
+                '-infinity', 'nobody-handles')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(replay, None);
+}
+
+#[tokio::test]
+async fn reap_cli_dry_run_lists_and_reap_waits_for_a_worker_up_long_enough() {
+    let db = TestDb::new().await;
+    let stale = insert(
+        &db.pool,
+        "('nobody-handles', '{\"marker\": \"cli\"}', 'available', now() - interval '3 days', now() - interval '3 days', NULL, NULL)",
+    )
+    .await;
+    let fresh = insert(
+        &db.pool,
+        "('nobody-handles', '{}', 'available', now() - interval '1 day', now() - interval '1 day', NULL, NULL)",
+    )
+    .await;
+
+    let (code, out, err) = run_cmd(&db.url, &["reap", "--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().any(|l| l.starts_with(&format!("{stale} "))),
+        "{out}"
+    );
+    assert!(
+        !out.lines().any(|l| l.starts_with(&format!("{fresh} "))),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 job(s) past the maximum age of 2days") && out.contains("no live worker"),
+        "{out}"
+    );
+    assert!(exists(&db.pool, stale).await);
+
+    // No worker has been up for 48 h: nothing is deleted.
+    let (code, out, err) = run_cmd(&db.url, &["reap"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("deleted nothing"), "{out}");
+    assert!(exists(&db.pool, stale).await);
+
+    // A live worker up for three days lifts the guard.
+    sqlx::query(
+        "INSERT INTO skiplock.workers (id, host, pid, started_at, heartbeat_at) \
+         VALUES ('old-timer', 'h', 1, now() - interval '3 days', now())",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let (code, out, err) = run_cmd(&db.url, &["reap"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("deleted 1 job"), "{out}");
+    assert!(
+        err.contains("reaper deleted a job") && err.contains("cli"),
+        "{err}"
+    );
+    assert!(!exists(&db.pool, stale).await);
+    assert!(exists(&db.pool, fresh).await);
+
+    let (code, _, err) = run_cmd(&db.url, &["reap", "--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    let bad = support::cmd(&db.url)
+        .args(["reap"])
+        .env("SKIPLOCK_REAPER_MAX_AGE", "soon")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("SKIPLOCK_REAPER_MAX_AGE"));
+}
+
+#[tokio::test]
+async fn worker_process_reaps_with_a_warn_log_free_of_the_password() {
+    let db = TestDb::new().await;
+    let stale = insert(
+        &db.pool,
+        "('nobody-handles', '{\"marker\": \"stale-args\"}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
+    )
+    .await;
+    // Trust auth ignores the password, so the URL still connects.
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_password(Some("s3cr3tpw")).unwrap();
+    let mut child = spawn_worker_process(
+        url.as_str(),
+        &["--log-format", "json"],
+        &[
+            ("SKIPLOCK_REAPER_MAX_AGE", "3s"),
+            ("SKIPLOCK_REAPER_INTERVAL", "200ms"),
+        ],
+    );
+    let err = drain_stderr(&mut child);
+    wait_for(
+        "the worker process to reap",
+        Duration::from_secs(60),
+        || async { (!exists(&db.pool, stale).await).then_some(()) },
+    )
+    .await;
+    sigterm(&child);
+    wait_exit(&mut child).await;
+    let err = err.join().unwrap();
+    assert!(
+        !err.contains("s3cr3tpw"),
+        "the password leaked into the logs:\n{err}"
+    );
+    let warn: serde_json::Value = err
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| {
+            v["fields"]["message"] == "reaper deleted a job left unfinished past the maximum age"
+        })
+        .unwrap_or_else(|| panic!("no reaper line:\n{err}"));
+    assert_eq!(warn["level"], "WARN", "{warn}");
+    let f = &warn["fields"];
+    assert_eq!(f["job.id"], json!(stale), "{warn}");
+    assert_eq!(f["job.kind"], "nobody-handles", "{warn}");
+    assert_eq!(f["job.queue"], "default", "{warn}");
+    assert_eq!(f["job.state"], "available", "{warn}");
+    assert_eq!(f["job.args"], r#"{"marker":"stale-args"}"#, "{warn}");
+    for ts in ["job.created_at", "job.scheduled_at"] {
+        let t = f[ts]
+            .as_str()
+            .unwrap_or_else(|| panic!("{ts} missing in {warn}"));
+        assert!(chrono::DateTime::parse_from_rfc3339(t).is_ok(), "{ts}={t}");
+    }
+}
