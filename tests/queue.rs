@@ -416,15 +416,25 @@ async fn migrate_is_idempotent_and_detects_missing_schema() {
 #[tokio::test]
 async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     let db = TestDb::new().await;
-    let first = enqueue(&db.pool, &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep))
+    let first = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep),
+    )
+    .await
+    .unwrap();
+    let other = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    let other = enqueue(&db.pool, &NewJob::new("noop", json!({}))).await.unwrap();
-    claim(&db.pool, "default", &kinds(&["noop"]), 2, "w").await.unwrap();
+    claim(&db.pool, "default", &kinds(&["noop"]), 2, "w")
+        .await
+        .unwrap();
     // While `first` runs, a new job takes the key.
-    let second = enqueue(&db.pool, &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep))
-        .await
-        .unwrap();
+    let second = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep),
+    )
+    .await
+    .unwrap();
     assert_ne!(first, second);
     // `first` fails and would go back to available: the batch must not fail.
     let acks = vec![
@@ -450,27 +460,45 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     assert_eq!(ack_many(&db.pool, &acks).await.unwrap().len(), 2);
     let f = admin::get_job(&db.pool, first).await.unwrap();
     assert_eq!(f.state, "cancelled");
-    assert!(f.errors[1]["error"].as_str().unwrap().contains("superseded"), "{}", f.errors);
+    assert!(
+        f.errors[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("superseded"),
+        "{}",
+        f.errors
+    );
     assert_eq!(state_of(&db, second).await, "available");
     assert_eq!(state_of(&db, other).await, "completed");
     // The rescuer path too.
-    claim(&db.pool, "default", &kinds(&["noop"]), 1, "w").await.unwrap();
-    enqueue(&db.pool, &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep))
+    claim(&db.pool, "default", &kinds(&["noop"]), 1, "w")
         .await
         .unwrap();
-    sqlx::query("UPDATE skiplock.jobs SET heartbeat_at = now() - interval '1 hour' WHERE state = 'running'")
-        .execute(&db.pool)
+    enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep),
+    )
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE skiplock.jobs SET heartbeat_at = now() - interval '1 hour' WHERE state = 'running'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let n = skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
         .await
         .unwrap();
-    let n = skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60)).await.unwrap();
     assert_eq!(n, 1);
     assert_eq!(count_state_k(&db, "available").await, 1);
 }
 
 async fn count_state_k(db: &TestDb, state: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE unique_key = 'k' AND state::text = $1")
-        .bind(state)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE unique_key = 'k' AND state::text = $1",
+    )
+    .bind(state)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
 }

@@ -165,11 +165,13 @@ fn spawn_job(
 /// wake this queue's producer when it is due (plus a little for the ack to be written).
 /// Jobs scheduled by other processes still rely on NOTIFY (due now) or the poll.
 fn wake_when_due(ack: &crate::queue::ack::Ack, poll: Duration, wake: Arc<Notify>) {
-    if ack.state != crate::queue::JobState::Available || ack.give_back && ack.scheduled_at.is_none() {
+    if ack.state != crate::queue::JobState::Available || ack.give_back && ack.scheduled_at.is_none()
+    {
         return;
     }
     let Some(at) = ack.scheduled_at else { return };
-    let wait = (at - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(5);
+    let wait =
+        (at - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(5);
     if wait >= poll {
         return;
     }

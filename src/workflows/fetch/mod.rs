@@ -58,7 +58,8 @@ pub struct FetchSettings {
 }
 
 /// The default User-Agent: names skiplock so site owners know who calls.
-pub const DEFAULT_USER_AGENT: &str = "skiplock/0.1 (polite crawler; one request per host per interval)";
+pub const DEFAULT_USER_AGENT: &str =
+    "skiplock/0.1 (polite crawler; one request per host per interval)";
 
 impl FetchSettings {
     /// Reads the settings and the schedule file; a bad value or file is an error naming it.
