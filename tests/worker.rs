@@ -93,11 +93,7 @@ async fn errors_retry_with_backoff_then_discard() {
     .await
     .unwrap();
     let w = start_with(&db.pool, builtin::register);
-    let row = wait_for("discarded", Duration::from_secs(60), || async {
-        let r = admin::get_job(&db.pool, id).await.unwrap();
-        (r.state == "discarded").then_some(r)
-    })
-    .await;
+    let row = wait_job(&db.pool, id, "discarded", |r| r.state == "discarded").await;
     w.stop().await.unwrap();
     assert_eq!(row.attempt, 3);
     let errs = row.errors.as_array().unwrap();
@@ -119,13 +115,9 @@ async fn a_retry_is_scheduled_by_the_backoff() {
         backoff_unit: Duration::from_secs(3600),
         ..fast_settings()
     };
-    let w = start_worker(&db.pool, settings, |mut b| {
-        builtin::register(b.registry_mut());
-        b
-    });
-    let row = wait_for("first failure", Duration::from_secs(60), || async {
-        let r = admin::get_job(&db.pool, id).await.unwrap();
-        (r.attempt == 1 && r.state == "available").then_some(r)
+    let w = start_builtin(&db.pool, settings);
+    let row = wait_job(&db.pool, id, "first failure", |r| {
+        r.attempt == 1 && r.state == "available"
     })
     .await;
     w.stop().await.unwrap();
@@ -164,11 +156,7 @@ async fn snooze_does_not_use_up_attempts() {
     let w = start_with(&db.pool, move |r| {
         r.register(SnoozeN(c, 3));
     });
-    let row = wait_for("completed", Duration::from_secs(60), || async {
-        let r = admin::get_job(&db.pool, id).await.unwrap();
-        (r.state == "completed").then_some(r)
-    })
-    .await;
+    let row = wait_job(&db.pool, id, "completed", |r| r.state == "completed").await;
     w.stop().await.unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 4);
     assert_eq!(row.attempt, 1, "three snoozes, one attempt");
@@ -328,10 +316,7 @@ async fn orphaned_running_jobs_are_rescued() {
         rescue_after: Duration::from_secs(2),
         ..fast_settings()
     };
-    let w = start_worker(&db.pool, settings, |mut b| {
-        builtin::register(b.registry_mut());
-        b
-    });
+    let w = start_builtin(&db.pool, settings);
     wait_all_finished(&db.pool, Duration::from_secs(60)).await;
     w.stop().await.unwrap();
     let o = admin::get_job(&db.pool, orphan).await.unwrap();
@@ -348,10 +333,7 @@ async fn a_killed_worker_process_loses_no_job() {
         .await
         .unwrap();
     let mut child = spawn_worker_process(&db.url, &[], &[("SKIPLOCK_RESCUE_AFTER", "2s")]);
-    wait_for("job running", Duration::from_secs(60), || async {
-        (admin::get_job(&db.pool, id).await.unwrap().state == "running").then_some(())
-    })
-    .await;
+    wait_job(&db.pool, id, "job running", |r| r.state == "running").await;
     sigkill(&child);
     let _ = child.wait();
     // Shorten the job so the rescuing worker finishes it quickly.
@@ -364,15 +346,8 @@ async fn a_killed_worker_process_loses_no_job() {
         rescue_after: Duration::from_secs(2),
         ..fast_settings()
     };
-    let w = start_worker(&db.pool, settings, |mut b| {
-        builtin::register(b.registry_mut());
-        b
-    });
-    let row = wait_for("completed", Duration::from_secs(60), || async {
-        let r = admin::get_job(&db.pool, id).await.unwrap();
-        (r.state == "completed").then_some(r)
-    })
-    .await;
+    let w = start_builtin(&db.pool, settings);
+    let row = wait_job(&db.pool, id, "completed", |r| r.state == "completed").await;
     w.stop().await.unwrap();
     assert_eq!(row.attempt, 2);
     assert!(row.errors[0]["error"].as_str().unwrap().contains("rescued"));
@@ -441,10 +416,7 @@ async fn sigterm_stops_a_worker_process_cleanly() {
         .await
         .unwrap();
     let mut child = spawn_worker_process(&db.url, &[], &[]);
-    wait_for("job running", Duration::from_secs(60), || async {
-        (admin::get_job(&db.pool, id).await.unwrap().state == "running").then_some(())
-    })
-    .await;
+    wait_job(&db.pool, id, "job running", |r| r.state == "running").await;
     sigterm(&child);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
@@ -459,10 +431,7 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
         poll_interval: Duration::from_secs(60),
         ..fast_settings()
     };
-    let w = start_worker(&db.pool, settings, |mut b| {
-        builtin::register(b.registry_mut());
-        b
-    });
+    let w = start_builtin(&db.pool, settings);
     // Wait until the worker is listening.
     let name = db.name.clone();
     wait_for("LISTEN", Duration::from_secs(60), || async {
@@ -479,11 +448,7 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    let row = wait_for("completed", Duration::from_secs(50), || async {
-        let r = admin::get_job(&db.pool, id).await.unwrap();
-        (r.state == "completed").then_some(r)
-    })
-    .await;
+    let row = wait_job(&db.pool, id, "completed", |r| r.state == "completed").await;
     w.stop().await.unwrap();
     let waited = row.attempted_at.unwrap() - row.created_at;
     // The only other way to start it is the 60 s poll; 30 s leaves room for a loaded machine.
@@ -522,10 +487,7 @@ async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
         ..fast_settings()
     };
     let w = start_worker(&db.pool, settings, |b| b.register(UntilLost));
-    wait_for("running", Duration::from_secs(60), || async {
-        (admin::get_job(&db.pool, id).await.unwrap().state == "running").then_some(())
-    })
-    .await;
+    wait_job(&db.pool, id, "running", |r| r.state == "running").await;
     admin::cancel(&db.pool, id).await.unwrap();
     // The heartbeat notices and the handler returns; its late error must not apply.
     wait_for(

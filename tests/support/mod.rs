@@ -247,3 +247,25 @@ fn unsafe_kill(pid: u32, sig: &str) {
         .arg(pid.to_string())
         .status();
 }
+
+/// Starts a worker with the built-in kinds (`noop`, `sleep`, `fail`) and `settings`.
+pub fn start_builtin(pool: &PgPool, settings: QueueSettings) -> RunningWorker {
+    start_worker(pool, settings, |mut b| {
+        skiplock::worker::builtin::register(b.registry_mut());
+        b
+    })
+}
+
+/// Waits until job `id` satisfies `pred`, and returns its row.
+pub async fn wait_job(
+    pool: &PgPool,
+    id: i64,
+    what: &str,
+    pred: impl Fn(&skiplock::queue::JobRow) -> bool,
+) -> skiplock::queue::JobRow {
+    wait_for(what, Duration::from_secs(60), || async {
+        let r = skiplock::queue::admin::get_job(pool, id).await.unwrap();
+        pred(&r).then_some(r)
+    })
+    .await
+}
