@@ -59,7 +59,11 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue(
     unique_key text DEFAULT NULL,
     on_conflict text DEFAULT 'keep'
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Runs with the owner's rights so a role holding only skiplock_enqueuer (sql/api/90_roles.sql)
+-- can insert without any table privilege; a fixed search_path, and every name qualified.
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     new_id bigint;
@@ -117,7 +121,10 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue_many(
     run_at timestamptz DEFAULT now(),
     priority smallint DEFAULT 0
 ) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Owner's rights, fixed search_path: see skiplock.enqueue.
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     bad integer;
