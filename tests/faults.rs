@@ -46,7 +46,10 @@ async fn a_postgres_restart_mid_run_loses_nothing_and_no_worker_exits() {
         .connect(&cluster.url("postgres"))
         .await
         .unwrap();
-    sqlx::query("CREATE DATABASE faults").execute(&admin).await.unwrap();
+    sqlx::query("CREATE DATABASE faults")
+        .execute(&admin)
+        .await
+        .unwrap();
     admin.close().await;
     let mut cfg = ChaosConfig::new(1000, bin());
     cfg.workers = 2;
@@ -167,7 +170,11 @@ impl Handler for SlowQuery {
         "slow_query"
     }
     async fn run(&self, ctx: JobContext, a: SlowArgs) -> HandlerResult {
-        let ms = if ctx.attempt == 1 { a.first_ms } else { a.then_ms };
+        let ms = if ctx.attempt == 1 {
+            a.first_ms
+        } else {
+            a.then_ms
+        };
         sqlx::query("SELECT pg_sleep($1::float8 / 1000)")
             .bind(ms as f64)
             .execute(&ctx.pool)
@@ -207,12 +214,11 @@ async fn a_slow_database_and_an_exhausted_pool_give_clear_errors_and_retries_not
         .expect("clean stop");
     assert_eq!(count_state(&db.pool, "completed").await, 16);
 
-    let errors: Vec<String> = sqlx::query_scalar(
-        "SELECT e->>'error' FROM skiplock.jobs, jsonb_array_elements(errors) e",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    let errors: Vec<String> =
+        sqlx::query_scalar("SELECT e->>'error' FROM skiplock.jobs, jsonb_array_elements(errors) e")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
     // Every first attempt failed, with the cause named: the timeout, or no free connection.
     assert!(errors.len() >= 16, "{errors:?}");
     assert!(

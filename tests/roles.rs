@@ -53,11 +53,9 @@ impl Drop for LoginRole {
                     .connect(&admin_url())
                     .await
                 {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP ROLE IF EXISTS {name}"
-                    )))
-                    .execute(&admin)
-                    .await;
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP ROLE IF EXISTS {name}")))
+                        .execute(&admin)
+                        .await;
                     admin.close().await;
                 }
             });
@@ -155,7 +153,9 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
         "update",
     );
     assert_denied(
-        sqlx::query("DELETE FROM skiplock.jobs").execute(&pool).await,
+        sqlx::query("DELETE FROM skiplock.jobs")
+            .execute(&pool)
+            .await,
         "delete",
     );
     assert_denied(
@@ -210,7 +210,10 @@ async fn migrate_is_idempotent_with_the_roles_and_revokes_public_execute() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert_eq!(public_exec, 0, "PUBLIC may still execute skiplock functions");
+    assert_eq!(
+        public_exec, 0,
+        "PUBLIC may still execute skiplock functions"
+    );
     let enq_exec: Vec<String> = sqlx::query_scalar(
         "SELECT p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'skiplock' AND has_function_privilege('skiplock_enqueuer', p.oid, 'EXECUTE')
@@ -268,7 +271,10 @@ async fn a_worker_role_runs_jobs_and_its_password_never_reaches_the_logs() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(count_state(&db.pool, "completed").await, 10);
     assert_eq!(count_state(&db.pool, "discarded").await, 1);
-    assert!(!err.contains(&role.password), "password in the worker's log");
+    assert!(
+        !err.contains(&role.password),
+        "password in the worker's log"
+    );
 
     // The same worker against a database that does not exist: a clear error, no password.
     let mut bad = url::Url::parse(&url).unwrap();
@@ -282,5 +288,8 @@ async fn a_worker_role_runs_jobs_and_its_password_never_reaches_the_logs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("cannot connect to the database"), "{err}");
-    assert!(!err.contains(&role.password), "password in the error: {err}");
+    assert!(
+        !err.contains(&role.password),
+        "password in the error: {err}"
+    );
 }

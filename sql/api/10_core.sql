@@ -73,6 +73,11 @@ BEGIN
         RAISE EXCEPTION 'skiplock: on_conflict must be ''keep'' or ''replace'', got %', quote_nullable(enqueue.on_conflict)
             USING ERRCODE = '22023';
     END IF;
+    -- A long key would fail later with an obscure "index row size exceeds btree maximum".
+    IF octet_length(enqueue.unique_key) > 1000 THEN
+        RAISE EXCEPTION 'skiplock: unique_key is % bytes long (at most 1000)', octet_length(enqueue.unique_key)
+            USING ERRCODE = '22023';
+    END IF;
 
     IF enqueue.unique_key IS NULL THEN
         INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts)

@@ -11,7 +11,10 @@ WITH ex0 AS (
     FROM skiplock_chaos.executions e
 ), ex AS (
     SELECT ex0.*,
-           EXISTS (SELECT 1 FROM skiplock_chaos.kills k WHERE k.pid = ex0.pid AND k.at >= ex0.at) AS killed,
+           -- A statement the process sent just before it died still runs after the kill
+           -- (the server reads it from the socket): allow a few seconds.
+           EXISTS (SELECT 1 FROM skiplock_chaos.kills k
+                   WHERE k.pid = ex0.pid AND ex0.at <= k.at + interval '5 seconds') AS killed,
            EXISTS (SELECT 1 FROM skiplock.jobs j, jsonb_array_elements(j.errors) AS x(err)
                    WHERE j.id = ex0.job_id AND (x.err->>'attempt')::int = ex0.attempt
                      AND x.err->>'error' NOT LIKE 'rescued:%') AS handler_failed

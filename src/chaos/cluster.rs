@@ -24,7 +24,11 @@ pub fn pg_bin_dir() -> Result<PathBuf> {
         return Ok(PathBuf::from(d));
     }
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .map_err(|e| Error::Other(format!("no Postgres server binaries in /usr/lib/postgresql ({e}); set SKIPLOCK_PG_BIN")))?
+        .map_err(|e| {
+            Error::Other(format!(
+                "no Postgres server binaries in /usr/lib/postgresql ({e}); set SKIPLOCK_PG_BIN"
+            ))
+        })?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let v = e.file_name().to_string_lossy().parse::<u32>().ok()?;
@@ -33,10 +37,9 @@ pub fn pg_bin_dir() -> Result<PathBuf> {
         })
         .collect();
     found.sort();
-    found
-        .pop()
-        .map(|(_, b)| b)
-        .ok_or_else(|| Error::Other("no initdb under /usr/lib/postgresql/*/bin; set SKIPLOCK_PG_BIN".into()))
+    found.pop().map(|(_, b)| b).ok_or_else(|| {
+        Error::Other("no initdb under /usr/lib/postgresql/*/bin; set SKIPLOCK_PG_BIN".into())
+    })
 }
 
 fn is_root() -> bool {
@@ -48,7 +51,9 @@ fn is_root() -> bool {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 impl PrivateCluster {
@@ -72,7 +77,16 @@ impl PrivateCluster {
         let data = c.data();
         run(c
             .pg("initdb")
-            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "-D"])
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "-D",
+            ])
             .arg(&data))?;
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60",

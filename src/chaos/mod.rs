@@ -239,7 +239,9 @@ pub async fn run(
             d.clone()
         }
         None => {
-            tmp_logs = tempfile::Builder::new().prefix("skiplock-chaos-").tempdir()?;
+            tmp_logs = tempfile::Builder::new()
+                .prefix("skiplock-chaos-")
+                .tempdir()?;
             tmp_logs.path().to_path_buf()
         }
     };
@@ -384,7 +386,15 @@ pub async fn judge(pool: &PgPool, report: &mut Report) -> Result<()> {
                 .fetch_all(pool)
                 .await?;
         for (job, attempt, pid, worker, at, errors) in rows {
-            tracing::warn!(job, attempt, pid, worker, at, errors, "chaos: unexplained execution");
+            tracing::warn!(
+                job,
+                attempt,
+                pid,
+                worker,
+                at,
+                errors,
+                "chaos: unexplained execution"
+            );
         }
     }
     report.unexplained_jobs = unexplained_jobs;
@@ -434,9 +444,33 @@ mod tests {
         };
         assert!(good.ok());
         assert!(good.summary_line().ends_with("OK"));
-        assert!(!Report { lost: 1, ..good.clone() }.ok());
-        assert!(!Report { unexplained: 1, ..good.clone() }.ok());
-        assert!(!Report { unexpected_exits: 1, ..good.clone() }.ok());
-        assert!(!Report { completed: 9, ..good }.ok());
+        assert!(
+            !Report {
+                lost: 1,
+                ..good.clone()
+            }
+            .ok()
+        );
+        assert!(
+            !Report {
+                unexplained: 1,
+                ..good.clone()
+            }
+            .ok()
+        );
+        assert!(
+            !Report {
+                unexpected_exits: 1,
+                ..good.clone()
+            }
+            .ok()
+        );
+        assert!(
+            !Report {
+                completed: 9,
+                ..good
+            }
+            .ok()
+        );
     }
 }
