@@ -152,6 +152,12 @@ async fn the_verdict_catches_lost_jobs_and_unexplained_duplicates() {
     let mut r = Report::default();
     chaos::judge(&db.pool, &mut r).await.unwrap();
     assert_eq!(r.unexplained_jobs, vec![ids[2]]);
+
+    // And the driver refuses a database that already holds jobs.
+    let e = chaos::run(&ChaosConfig::new(10, bin()), &db.url, None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("without jobs"), "{e}");
 }
 
 /// Holds a pooled connection in `pg_sleep`: longer than the statement timeout on the first

@@ -219,6 +219,15 @@ pub async fn run(
         .connect(url)
         .await?;
     crate::schema::migrate(&pool).await?;
+    // The run enqueues and judges every job in the table: never mix it with real work.
+    let existing: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
+        .fetch_one(&pool)
+        .await?;
+    if existing > 0 {
+        return Err(Error::Invalid(format!(
+            "chaos needs a database without jobs (found {existing}); use a fresh one"
+        )));
+    }
     install(&pool).await?;
     let mut n = 1u64;
     while n <= cfg.jobs {
