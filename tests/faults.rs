@@ -212,6 +212,9 @@ async fn a_slow_database_and_an_exhausted_pool_give_clear_errors_and_retries_not
         .unwrap();
     let mut settings = fast_settings();
     settings.queues = Some(BTreeMap::from([("default".to_string(), 8)]));
+    // Heartbeats wait for a connection too: keep a starved heartbeat from looking like a
+    // dead worker, so every error below is the handler's own.
+    settings.rescue_after = Duration::from_secs(60);
     let w = start_worker(&pool, settings, |b| b.register(SlowQuery));
     wait_all_finished(&db.pool, Duration::from_secs(60)).await;
     tokio::time::timeout(Duration::from_secs(30), w.stop())
