@@ -67,6 +67,7 @@ async fn a_postgres_restart_mid_run_loses_nothing_and_no_worker_exits() {
     assert_eq!(r.pg_restarts, 1);
     assert_eq!(r.unexpected_exits, 0, "a worker exited on the outage");
     assert!(r.outage_warnings > 0, "the workers did not log the outage");
+    assert!(r.listener_reconnects > 0, "no listener noticed the restart");
     assert_eq!((r.completed, r.lost), (1000, 0));
 }
 

@@ -100,6 +100,8 @@ pub struct Report {
     pub unexpected_exits: usize,
     /// Warning lines in the worker logs about failed statements, retries or reconnects.
     pub outage_warnings: usize,
+    /// Times a worker's NOTIFY listener noticed its connection was gone and reconnected.
+    pub listener_reconnects: usize,
     /// Wall time of the run.
     pub elapsed: Duration,
 }
@@ -117,7 +119,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         format!(
             "chaos: jobs={} completed={} executions={} kills={} restarts={} pg_restarts={} \
-             duplicates={} retried_after_error={} unexplained={} lost={} unexpected_exits={} outage_warnings={} \
+             duplicates={} retried_after_error={} unexplained={} lost={} unexpected_exits={} outage_warnings={} listener_reconnects={} \
              elapsed={:.1}s => {}{}",
             self.jobs,
             self.completed,
@@ -131,6 +133,7 @@ impl Report {
             self.lost,
             self.unexpected_exits,
             self.outage_warnings,
+            self.listener_reconnects,
             self.elapsed.as_secs_f64(),
             if self.ok() { "OK" } else { "FAILED" },
             if self.unexplained_jobs.is_empty() {
@@ -346,6 +349,12 @@ pub async fn run(
     for s in &slots {
         if let Ok(text) = std::fs::read_to_string(&s.log) {
             report.outage_warnings += text.lines().filter(|l| is_outage_warning(l)).count();
+            report.listener_reconnects += text
+                .lines()
+                .filter(|l| {
+                    l.contains("listener: connection lost") || l.contains("listener: error")
+                })
+                .count();
         }
     }
     report.elapsed = started.elapsed();
