@@ -164,8 +164,7 @@ impl BenchDb {
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&admin)
             .await?;
-        let mut u = url::Url::parse(server_url)
-            .map_err(|e| Error::config("DATABASE_URL", e.to_string()))?;
+        let mut u = url::Url::parse(server_url).map_err(|e| Error::config("DATABASE_URL", e.to_string()))?;
         u.set_path(&format!("/{name}"));
         Ok(BenchDb {
             admin,
@@ -190,9 +189,7 @@ async fn pool(url: &str, n: u32) -> Result<PgPool> {
 
 async fn reset(pool: &PgPool) -> Result<()> {
     sqlx::query("TRUNCATE skiplock.jobs").execute(pool).await?;
-    sqlx::query("VACUUM ANALYZE skiplock.jobs")
-        .execute(pool)
-        .await?;
+    sqlx::query("VACUUM ANALYZE skiplock.jobs").execute(pool).await?;
     Ok(())
 }
 
@@ -332,16 +329,12 @@ async fn latency(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
 /// jobs/s of the plain-SQL loop over `n` rows with `connections` connections.
 async fn ceiling(url: &str, o: &BenchOptions) -> Result<f64> {
     let p = pool(url, o.connections).await?;
-    sqlx::raw_sql(include_str!("../../sql/bench/ceiling_table.sql"))
-        .execute(&p)
-        .await?;
+    sqlx::raw_sql(include_str!("../../sql/bench/ceiling_table.sql")).execute(&p).await?;
     sqlx::query(include_str!("../../sql/bench/ceiling_fill.sql"))
         .bind(o.jobs as i64)
         .execute(&p)
         .await?;
-    sqlx::query("VACUUM ANALYZE public.ceiling_jobs")
-        .execute(&p)
-        .await?;
+    sqlx::query("VACUUM ANALYZE public.ceiling_jobs").execute(&p).await?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..o.connections {
@@ -365,9 +358,7 @@ async fn ceiling(url: &str, o: &BenchOptions) -> Result<f64> {
         total += t.await.map_err(|e| Error::Other(e.to_string()))??;
     }
     let rate = total as f64 / started.elapsed().as_secs_f64();
-    sqlx::query("DROP TABLE public.ceiling_jobs")
-        .execute(&p)
-        .await?;
+    sqlx::query("DROP TABLE public.ceiling_jobs").execute(&p).await?;
     p.close().await;
     Ok(rate)
 }
@@ -393,11 +384,7 @@ async fn postgres_facts(p: &PgPool) -> Result<BTreeMap<String, String>> {
 
 /// Runs every measurement on a fresh database on the server of `server_url`; `progress` is
 /// told what runs.
-pub async fn run(
-    server_url: &str,
-    o: &BenchOptions,
-    progress: impl Fn(&str),
-) -> Result<BenchReport> {
+pub async fn run(server_url: &str, o: &BenchOptions, progress: impl Fn(&str)) -> Result<BenchReport> {
     let db = BenchDb::create(server_url).await?;
     let r = run_in(&db.url, o, &progress).await;
     db.drop_db().await;
@@ -446,14 +433,9 @@ async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result
             .bind(o.scale_future as i64)
             .execute(&p)
             .await?;
-        sqlx::query("VACUUM ANALYZE skiplock.jobs")
-            .execute(&p)
-            .await?;
+        sqlx::query("VACUUM ANALYZE skiplock.jobs").execute(&p).await?;
         for run in 1..=o.runs {
-            progress(&format!(
-                "scale run {run}/{}: drain {} jobs",
-                o.runs, o.jobs
-            ));
+            progress(&format!("scale run {run}/{}: drain {} jobs", o.runs, o.jobs));
             fill_noop(&p, o.jobs).await?;
             scaled.push(drain(url, o, o.jobs).await?);
             // Keep the ballast at its size: this run's rows become ballast for the next.
@@ -461,9 +443,7 @@ async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result
                 .bind(o.jobs as i64)
                 .execute(&p)
                 .await?;
-            sqlx::query("VACUUM ANALYZE skiplock.jobs")
-                .execute(&p)
-                .await?;
+            sqlx::query("VACUUM ANALYZE skiplock.jobs").execute(&p).await?;
         }
     }
     p.close().await;

@@ -50,37 +50,17 @@ pub fn print_report(r: &BenchReport) {
     );
     println!(
         "postgres {} (shared_buffers {}, synchronous_commit {}, fsync {})",
-        r.postgres["server_version"],
-        r.postgres["shared_buffers"],
-        r.postgres["synchronous_commit"],
-        r.postgres["fsync"]
+        r.postgres["server_version"], r.postgres["shared_buffers"], r.postgres["synchronous_commit"], r.postgres["fsync"]
     );
     println!();
-    println!(
-        "1. enqueue, single calls              {}",
-        rate(&r.enqueue_single)
-    );
-    println!(
-        "   enqueue_many, batches of 1,000     {}",
-        rate(&r.enqueue_many)
-    );
+    println!("1. enqueue, single calls              {}", rate(&r.enqueue_single));
+    println!("   enqueue_many, batches of 1,000     {}", rate(&r.enqueue_many));
     println!("2. drain noop jobs                    {}", rate(&r.drain));
-    println!(
-        "3. latency enqueue→start p50          {}",
-        ms(&r.latency_p50_ms)
-    );
-    println!(
-        "   latency enqueue→start p99          {}",
-        ms(&r.latency_p99_ms)
-    );
+    println!("3. latency enqueue→start p50          {}", ms(&r.latency_p50_ms));
+    println!("   latency enqueue→start p99          {}", ms(&r.latency_p99_ms));
     match (&r.drain_scaled, r.scale_ratio) {
         (Some(d), Some(ratio)) => {
-            println!(
-                "4. drain with {} finished + {} future rows {}",
-                s["scale_finished"],
-                s["scale_future"],
-                rate(d)
-            );
+            println!("4. drain with {} finished + {} future rows {}", s["scale_finished"], s["scale_future"], rate(d));
             println!("   scale ratio (4)/(2)                {ratio:>9.2}");
         }
         _ => println!("4. scale run skipped"),
@@ -111,3 +91,4 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
