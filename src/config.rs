@@ -67,7 +67,11 @@ pub fn load_dotenv() -> Result<()> {
     match dotenvy::dotenv() {
         Ok(_) => Ok(()),
         Err(e) if e.not_found() => Ok(()),
-        Err(e) => Err(Error::config(".env", e.to_string())),
+        // One line: the parser quotes the offending line, newline included.
+        Err(e) => Err(Error::config(
+            ".env",
+            e.to_string().replace('\n', "\\n").replace('\r', "\\r"),
+        )),
     }
 }
 
@@ -75,9 +79,19 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// Like `var`, but a value that is not UTF-8 is an error instead of silently unset.
+fn checked_var(name: &str) -> Result<Option<String>> {
+    match std::env::var(name) {
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::config(name, "is not valid UTF-8")),
+    }
+}
+
 /// Reads a duration setting, or its default.
 pub fn env_duration(name: &str, default: Duration) -> Result<Duration> {
-    match var(name) {
+    match checked_var(name)? {
         None => Ok(default),
         Some(v) => parse_duration(&v).map_err(|m| Error::config(name, m)),
     }
@@ -85,7 +99,7 @@ pub fn env_duration(name: &str, default: Duration) -> Result<Duration> {
 
 /// Reads a boolean setting (`true/false/1/0/yes/no/on/off`), or its default.
 pub fn env_bool(name: &str, default: bool) -> Result<bool> {
-    match var(name) {
+    match checked_var(name)? {
         None => Ok(default),
         Some(v) => match v.trim().to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" | "on" => Ok(true),
@@ -100,7 +114,7 @@ pub fn env_bool(name: &str, default: bool) -> Result<bool> {
 
 /// Reads a positive whole-number setting, or its default.
 pub fn env_usize(name: &str, default: usize) -> Result<usize> {
-    match var(name) {
+    match checked_var(name)? {
         None => Ok(default),
         Some(v) => v
             .trim()
@@ -123,14 +137,13 @@ pub fn env_opt(name: &str) -> Option<String> {
 
 /// The database URL: `--database-url`, else `DATABASE_URL`. The only setting without a default.
 pub fn database_url(flag: Option<&str>) -> Result<String> {
-    flag.map(str::to_string)
-        .or_else(|| var("DATABASE_URL"))
-        .ok_or_else(|| {
-            Error::config(
-                "DATABASE_URL",
-                "not set; set it in the environment or .env, or pass --database-url",
-            )
-        })
+    let env = checked_var("DATABASE_URL")?;
+    flag.map(str::to_string).or(env).ok_or_else(|| {
+        Error::config(
+            "DATABASE_URL",
+            "not set; set it in the environment or .env, or pass --database-url",
+        )
+    })
 }
 
 /// Removes the password from a database URL so it can be logged or printed.
@@ -186,7 +199,7 @@ impl QueueSettings {
     /// Reads the queue settings from the environment, validating each.
     pub fn from_env() -> Result<Self> {
         let d = QueueSettings::default();
-        let queues = match var("SKIPLOCK_QUEUES") {
+        let queues = match checked_var("SKIPLOCK_QUEUES")? {
             None => None,
             Some(v) => Some(parse_queues(&v).map_err(|m| Error::config("SKIPLOCK_QUEUES", m))?),
         };

@@ -9,6 +9,7 @@
 //! handlers registered exactly as a user's would be), [`cli`] (the `skiplock` command).
 
 pub mod bench;
+pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod db;

@@ -88,7 +88,11 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue(
     unique_key text DEFAULT NULL,
     on_conflict text DEFAULT 'keep'
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Runs with the owner's rights so a role holding only skiplock_enqueuer (sql/api/90_roles.sql)
+-- can insert without any table privilege; a fixed search_path, and every name qualified.
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     new_id bigint;
@@ -96,6 +100,11 @@ BEGIN
     PERFORM skiplock._check_job(enqueue.kind, enqueue.args, enqueue.queue, enqueue.priority, enqueue.max_attempts);
     IF enqueue.on_conflict IS NULL OR enqueue.on_conflict NOT IN ('keep', 'replace') THEN
         RAISE EXCEPTION 'skiplock: on_conflict must be ''keep'' or ''replace'', got %', quote_nullable(enqueue.on_conflict)
+            USING ERRCODE = '22023';
+    END IF;
+    -- A long key would fail later with an obscure "index row size exceeds btree maximum".
+    IF octet_length(enqueue.unique_key) > 1000 THEN
+        RAISE EXCEPTION 'skiplock: unique_key is % bytes long (at most 1000)', octet_length(enqueue.unique_key)
             USING ERRCODE = '22023';
     END IF;
 
@@ -146,7 +155,10 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue_many(
     run_at timestamptz DEFAULT now(),
     priority smallint DEFAULT 0
 ) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Owner's rights, fixed search_path: see skiplock.enqueue.
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     bad integer;

@@ -76,8 +76,11 @@ fn run_at(a: &EnqueueArgs) -> anyhow::Result<Option<DateTime<Utc>>> {
     }
     if let Some(s) = &a.in_ {
         let d = parse_duration(s).map_err(|e| anyhow::anyhow!("invalid --in: {e}"))?;
+        let d = chrono::Duration::from_std(d).context("--in is too large")?;
         return Ok(Some(
-            Utc::now() + chrono::Duration::from_std(d).context("--in is too large")?,
+            Utc::now()
+                .checked_add_signed(d)
+                .context("--in is too large")?,
         ));
     }
     Ok(None)

@@ -2,6 +2,7 @@
 //! and `main` prints them on one line.
 
 pub mod bench;
+pub mod chaos;
 pub mod fetch;
 pub mod jobs;
 pub mod maintenance;
@@ -72,6 +73,12 @@ pub enum Command {
     Reap(maintenance::ReapArgs),
     /// Measure throughput and latency against a plain-SQL ceiling.
     Bench(bench::BenchArgs),
+    /// Fault injection: SIGKILLed workers and a Postgres restart (scripts/chaos).
+    #[command(hide = true)]
+    Chaos(chaos::ChaosArgs),
+    /// A worker with only the chaos_record kind (started by `skiplock chaos`).
+    #[command(hide = true)]
+    ChaosWorker,
 }
 
 /// Connects with the settings' pool size.
@@ -104,6 +111,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Periodic(a) => maintenance::periodic(url, a).await,
         Command::Reap(a) => maintenance::reap(url, a).await,
         Command::Bench(a) => bench::run_cli(url, a).await,
+        Command::Chaos(a) => chaos::run(url, a).await,
+        Command::ChaosWorker => chaos::worker(url).await,
     }
 }
 

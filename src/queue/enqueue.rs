@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What to do when an available job already holds the new job's `unique_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,8 +89,68 @@ impl NewJob {
     }
 }
 
+/// Where `v` holds a NUL character (`\u0000`), as a JSON path like `$.a[2]`: Postgres
+/// cannot store NUL in jsonb or text and would answer with an obscure escape-sequence error.
+pub fn find_nul(v: &Value) -> Option<String> {
+    fn walk(v: &Value, path: &mut String) -> bool {
+        match v {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(a) => a.iter().enumerate().any(|(i, x)| {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                let found = walk(x, path);
+                if !found {
+                    path.truncate(len);
+                }
+                found
+            }),
+            Value::Object(o) => o.iter().any(|(k, x)| {
+                let len = path.len();
+                path.push_str(&format!(".{k}"));
+                let found = k.contains('\0') || walk(x, path);
+                if !found {
+                    path.truncate(len);
+                }
+                found
+            }),
+            _ => false,
+        }
+    }
+    let mut path = String::from("$");
+    walk(v, &mut path).then_some(path)
+}
+
+/// Rejects NUL characters in a job's text fields and args with a message that says so.
+pub fn check_nul(kind: &str, queue: &str, unique_key: Option<&str>, args: &[&Value]) -> Result<()> {
+    for (name, value) in [
+        ("kind", Some(kind)),
+        ("queue", Some(queue)),
+        ("unique_key", unique_key),
+    ] {
+        if value.is_some_and(|v| v.contains('\0')) {
+            return Err(Error::Invalid(format!(
+                "job {name} contains a NUL character, which Postgres cannot store"
+            )));
+        }
+    }
+    for a in args {
+        if let Some(path) = find_nul(a) {
+            return Err(Error::Invalid(format!(
+                "job args contain a NUL character (\\u0000) at {path}, which Postgres cannot store in jsonb; encode binary data (e.g. base64)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Enqueues one job and returns its id (or the id of the available job holding its key).
 pub async fn enqueue<'e, E: PgExecutor<'e>>(exec: E, job: &NewJob) -> Result<i64> {
+    check_nul(
+        &job.kind,
+        &job.queue,
+        job.unique_key.as_deref(),
+        &[&job.args],
+    )?;
     let id: i64 = sqlx::query_scalar(include_str!("../../sql/queue/enqueue.sql"))
         .bind(&job.kind)
         .bind(&job.args)
@@ -114,6 +174,7 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
     run_at: Option<DateTime<Utc>>,
     priority: i16,
 ) -> Result<Vec<i64>> {
+    check_nul(kind, queue, None, &args.iter().collect::<Vec<_>>())?;
     let ids: Vec<i64> = sqlx::query_scalar(include_str!("../../sql/queue/enqueue_many.sql"))
         .bind(kind)
         .bind(args)
@@ -123,4 +184,31 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
         .fetch_one(exec)
         .await?;
     Ok(ids)
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nul_characters_are_found_with_their_path() {
+        assert_eq!(
+            find_nul(&json!({"a": [1, "x\u{0}"]})),
+            Some("$.a[1]".into())
+        );
+        assert_eq!(
+            find_nul(&json!({"a": {"b": "ok"}, "c": "\u{0}"})),
+            Some("$.c".into())
+        );
+        assert_eq!(
+            find_nul(&json!({"a": [1, "x"], "q": "'; DROP TABLE"})),
+            None
+        );
+        let e = check_nul("noop", "default", None, &[&json!({"s": "\u{0}"})]).unwrap_err();
+        assert!(e.to_string().contains("(\\u0000) at $.s"), "{e}");
+        assert!(check_nul("no\0op", "default", None, &[]).is_err());
+        assert!(check_nul("noop", "default", Some("k\0"), &[]).is_err());
+        assert!(check_nul("noop", "default", Some("k"), &[&json!({})]).is_ok());
+    }
 }

@@ -91,7 +91,9 @@ pub struct RetryPolicy {
 }
 
 fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::days(36500))
+    // Capped at 100 years: `now + d` panics past chrono's range (e.g. Snooze(Duration::MAX)).
+    let cap = chrono::Duration::days(36500);
+    now + chrono::Duration::from_std(d).unwrap_or(cap).min(cap)
 }
 
 /// Decides the next state of job `id` after attempt `attempt` of `max_attempts`.
@@ -169,6 +171,23 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_delay_is_capped_instead_of_overflowing() {
+        let now = Utc::now();
+        assert_eq!(
+            after(now, Duration::MAX),
+            now + chrono::Duration::days(36500)
+        );
+        assert_eq!(
+            after(now, Duration::from_secs(3600 * 24 * 365 * 1_000_000)),
+            now + chrono::Duration::days(36500)
+        );
+        assert_eq!(
+            after(now, Duration::from_secs(5)),
+            now + chrono::Duration::seconds(5)
+        );
+    }
     use chrono::TimeZone;
 
     const P: RetryPolicy = RetryPolicy {

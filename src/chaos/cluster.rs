@@ -1,0 +1,171 @@
+//! A private, throw-away Postgres cluster for fault tests that restart the server: the
+//! machine's shared cluster must never be restarted (other tests run against it). `initdb`
+//! into a temporary directory (as the `postgres` user when running as root, since Postgres
+//! refuses to run as root), `pg_ctl start` on a free port, `restart` on demand, and
+//! `stop -m immediate` plus removal on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::error::{Error, Result};
+
+/// A running private cluster; stopped and deleted when dropped.
+pub struct PrivateCluster {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+/// The directory holding `initdb` and `pg_ctl`: `SKIPLOCK_PG_BIN`, else the newest
+/// `/usr/lib/postgresql/*/bin`.
+pub fn pg_bin_dir() -> Result<PathBuf> {
+    if let Some(d) = crate::config::env_opt("SKIPLOCK_PG_BIN") {
+        return Ok(PathBuf::from(d));
+    }
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|e| {
+            Error::Other(format!(
+                "no Postgres server binaries in /usr/lib/postgresql ({e}); set SKIPLOCK_PG_BIN"
+            ))
+        })?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let v = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((v, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, b)| b).ok_or_else(|| {
+        Error::Other("no initdb under /usr/lib/postgresql/*/bin; set SKIPLOCK_PG_BIN".into())
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl PrivateCluster {
+    /// Creates and starts a cluster (trust authentication, user `postgres`, fsync off).
+    pub fn start() -> Result<PrivateCluster> {
+        let bin = pg_bin_dir()?;
+        let dir = tempfile::Builder::new().prefix("skiplock-pg-").tempdir()?;
+        let as_postgres = is_root();
+        if as_postgres {
+            run(Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(dir.path()))?;
+        }
+        let port = free_port()?;
+        let c = PrivateCluster {
+            dir,
+            bin,
+            port,
+            as_postgres,
+        };
+        let data = c.data();
+        run(c
+            .pg("initdb")
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "-D",
+            ])
+            .arg(&data))?;
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60",
+            c.port,
+            c.dir.path().display()
+        );
+        run(c
+            .pg("pg_ctl")
+            .args(["-w", "-t", "60", "-l"])
+            .arg(c.dir.path().join("server.log"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-o", &opts, "start"]))?;
+        Ok(c)
+    }
+
+    /// The URL of database `db` on this cluster.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Restarts the server (fast mode: open sessions are disconnected) and waits for it.
+    pub fn restart(&self) -> Result<()> {
+        run(self
+            .pg("pg_ctl")
+            .args(["-w", "-t", "60", "-m", "fast", "-l"])
+            .arg(self.dir.path().join("server.log"))
+            .arg("-D")
+            .arg(self.data())
+            .arg("restart"))
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn pg(&self, tool: &str) -> Command {
+        let exe = self.bin.join(tool);
+        let mut c = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        c.current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// The cluster's directory (data and server log).
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let _ = self
+            .pg("pg_ctl")
+            .args(["-w", "-t", "30", "-m", "immediate", "-D"])
+            .arg(self.data())
+            .arg("stop")
+            .output();
+    }
+}
+
+fn run(c: &mut Command) -> Result<()> {
+    let out = c.output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Other(format!(
+            "{:?} failed ({}): {}",
+            c.get_program(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}

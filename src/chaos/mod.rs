@@ -1,0 +1,494 @@
+//! Fault injection: a run of `chaos_record` jobs through several worker *processes* that are
+//! SIGKILLed at random moments and restarted, optionally with a Postgres restart half-way.
+//! Shared by `tests/faults.rs` (small) and `scripts/chaos` (20,000 jobs) so both prove the
+//! same thing with the same code. The verdict ([`Report::ok`]) is: nothing lost, and every
+//! job that ran more than once did so because the process running it was killed.
+//!
+//! The worker processes are `skiplock chaos-worker` (a hidden subcommand: the normal worker
+//! runtime with only the [`record::Record`] handler), so the faults hit the real binary.
+
+pub mod cluster;
+pub mod record;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::error::{Error, Result};
+
+/// What a chaos run does.
+#[derive(Debug, Clone)]
+pub struct ChaosConfig {
+    /// Jobs to enqueue.
+    pub jobs: u64,
+    /// Worker processes running at once.
+    pub workers: usize,
+    /// SIGKILLs to send, spread at random over the run's progress.
+    pub kills: usize,
+    /// Restart Postgres once, half-way (needs a [`cluster::PrivateCluster`]).
+    pub pg_restart: bool,
+    /// Concurrency of each worker process.
+    pub concurrency: usize,
+    /// Pool size of each worker process.
+    pub max_connections: u32,
+    /// Each job works for 0..=work_ms milliseconds after recording its execution.
+    pub work_ms: u64,
+    /// Rescue timeout of the workers: how soon a killed worker's jobs come back. Keep it
+    /// above the Postgres restart time, or live jobs get rescued during the outage.
+    pub rescue_after: Duration,
+    /// Give up (and report what is lost) after this long.
+    pub deadline: Duration,
+    /// The `skiplock` binary to run workers from.
+    pub worker_bin: PathBuf,
+    /// Where worker logs go (one file per worker slot); a temp dir if `None`.
+    pub log_dir: Option<PathBuf>,
+}
+
+impl ChaosConfig {
+    /// Defaults for `jobs` jobs run by `worker_bin`.
+    pub fn new(jobs: u64, worker_bin: impl Into<PathBuf>) -> Self {
+        ChaosConfig {
+            jobs,
+            workers: 3,
+            kills: 10,
+            pg_restart: false,
+            concurrency: 8,
+            max_connections: 4,
+            work_ms: 3,
+            rescue_after: Duration::from_secs(10),
+            deadline: Duration::from_secs(600),
+            worker_bin: worker_bin.into(),
+            log_dir: None,
+        }
+    }
+}
+
+/// The outcome of a chaos run.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Jobs enqueued.
+    pub jobs: i64,
+    /// Jobs `completed` at the end.
+    pub completed: i64,
+    /// Handler executions recorded.
+    pub executions: i64,
+    /// Jobs executed more than once.
+    pub duplicates: i64,
+    /// Extra executions after the handler itself reported an error for that attempt (e.g.
+    /// its insert committed but the connection died in the Postgres restart before the
+    /// answer came back): at-least-once working as intended.
+    pub retried_after_error: i64,
+    /// Extra executions not explained by a SIGKILL of the process that ran them.
+    pub unexplained: i64,
+    /// The jobs behind `unexplained`, for the post-mortem.
+    pub unexplained_jobs: Vec<i64>,
+    /// Jobs not completed, or completed without a recorded execution.
+    pub lost: i64,
+    /// SIGKILLs sent.
+    pub kills: usize,
+    /// Worker processes started again (after a kill or an unexpected exit).
+    pub restarts: usize,
+    /// Postgres restarts.
+    pub pg_restarts: usize,
+    /// Worker processes that exited without being killed (must be 0).
+    pub unexpected_exits: usize,
+    /// Warning lines in the worker logs about failed statements, retries or reconnects.
+    pub outage_warnings: usize,
+    /// Times a worker's NOTIFY listener noticed its connection was gone and reconnected.
+    pub listener_reconnects: usize,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+impl Report {
+    /// Nothing lost, no unexplained duplicate, no worker died on its own.
+    pub fn ok(&self) -> bool {
+        self.lost == 0
+            && self.unexplained == 0
+            && self.unexpected_exits == 0
+            && self.completed == self.jobs
+    }
+
+    /// The one-line summary `scripts/chaos` prints.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "chaos: jobs={} completed={} executions={} kills={} restarts={} pg_restarts={} \
+             duplicates={} retried_after_error={} unexplained={} lost={} unexpected_exits={} outage_warnings={} listener_reconnects={} \
+             elapsed={:.1}s => {}{}",
+            self.jobs,
+            self.completed,
+            self.executions,
+            self.kills,
+            self.restarts,
+            self.pg_restarts,
+            self.duplicates,
+            self.retried_after_error,
+            self.unexplained,
+            self.lost,
+            self.unexpected_exits,
+            self.outage_warnings,
+            self.listener_reconnects,
+            self.elapsed.as_secs_f64(),
+            if self.ok() { "OK" } else { "FAILED" },
+            if self.unexplained_jobs.is_empty() {
+                String::new()
+            } else {
+                format!(" (unexplained jobs: {:?})", self.unexplained_jobs)
+            }
+        )
+    }
+}
+
+/// Progress points (completed-job counts) at which to kill, random and sorted.
+pub fn kill_points(jobs: u64, kills: usize, rng: &mut impl Rng) -> Vec<u64> {
+    if jobs == 0 {
+        return Vec::new();
+    }
+    let lo = jobs / 20;
+    let hi = (jobs * 19 / 20).max(lo + 1);
+    let mut v: Vec<u64> = (0..kills).map(|_| rng.random_range(lo..hi)).collect();
+    v.sort_unstable();
+    v
+}
+
+/// Whether a worker log line reports a failure the worker survives (outage evidence).
+pub fn is_outage_warning(line: &str) -> bool {
+    line.contains("WARN")
+        && (line.contains("retrying")
+            || line.contains("reconnect")
+            || line.contains("failed")
+            || line.contains("connection"))
+}
+
+struct Slot {
+    child: Child,
+    log: PathBuf,
+}
+
+fn spawn(cfg: &ChaosConfig, url: &str, log: &PathBuf) -> Result<Child> {
+    let out = File::options().create(true).append(true).open(log)?;
+    let err = out.try_clone()?;
+    let child = Command::new(&cfg.worker_bin)
+        .arg("chaos-worker")
+        .env("DATABASE_URL", url)
+        .env("SKIPLOCK_QUEUES", format!("default={}", cfg.concurrency))
+        .env("SKIPLOCK_MAX_CONNECTIONS", cfg.max_connections.to_string())
+        .env(
+            "SKIPLOCK_RESCUE_AFTER",
+            format!("{}ms", cfg.rescue_after.as_millis()),
+        )
+        .env("SKIPLOCK_POLL_INTERVAL", "200ms")
+        .env("SKIPLOCK_BACKOFF_UNIT", "10ms")
+        .env("SKIPLOCK_BACKOFF_MAX", "2s")
+        .env("SKIPLOCK_SHUTDOWN_GRACE", "10s")
+        .env("RUST_LOG", "info,sqlx=warn")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()?;
+    Ok(child)
+}
+
+async fn progress(pool: &PgPool) -> Option<i64> {
+    sqlx::query_scalar(include_str!("../../sql/chaos/progress.sql"))
+        .fetch_one(pool)
+        .await
+        .ok()
+}
+
+/// Runs the chaos scenario against `url` (migrated here if needed). `restart_pg` restarts
+/// the database server (a private cluster only!) when `cfg.pg_restart` is set.
+pub async fn run(
+    cfg: &ChaosConfig,
+    url: &str,
+    restart_pg: Option<&(dyn Fn() -> Result<()> + Sync)>,
+) -> Result<Report> {
+    if cfg.pg_restart && restart_pg.is_none() {
+        return Err(Error::Invalid(
+            "a Postgres restart needs a private cluster".into(),
+        ));
+    }
+    let started = Instant::now();
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect(url)
+        .await?;
+    crate::schema::migrate(&pool).await?;
+    // The run enqueues and judges every job in the table: never mix it with real work.
+    let existing: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
+        .fetch_one(&pool)
+        .await?;
+    if existing > 0 {
+        return Err(Error::Invalid(format!(
+            "chaos needs a database without jobs (found {existing}); use a fresh one"
+        )));
+    }
+    install(&pool).await?;
+    let mut n = 1u64;
+    while n <= cfg.jobs {
+        let last = (n + 4999).min(cfg.jobs);
+        sqlx::query(include_str!("../../sql/chaos/fill.sql"))
+            .bind(n as i64)
+            .bind(last as i64)
+            .bind(cfg.work_ms as i64)
+            .execute(&pool)
+            .await?;
+        n = last + 1;
+    }
+
+    let tmp_logs;
+    let log_dir = match &cfg.log_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => {
+            tmp_logs = tempfile::Builder::new()
+                .prefix("skiplock-chaos-")
+                .tempdir()?;
+            tmp_logs.path().to_path_buf()
+        }
+    };
+    let mut slots = Vec::new();
+    for i in 0..cfg.workers {
+        let log = log_dir.join(format!("worker-{i}.log"));
+        let _ = std::fs::remove_file(&log);
+        slots.push(Slot {
+            child: spawn(cfg, url, &log)?,
+            log,
+        });
+    }
+
+    let mut rng = rand::rng();
+    let points = kill_points(cfg.jobs, cfg.kills, &mut rng);
+    let mut next_kill = 0;
+    let mut kills: Vec<(i32, DateTime<Utc>)> = Vec::new();
+    let mut report = Report::default();
+    let restart_at = (cfg.jobs / 2) as i64;
+    let mut done = 0i64;
+    let deadline = started + cfg.deadline;
+    loop {
+        // Workers that died on their own are a failure, but restart them to finish the run.
+        for (i, s) in slots.iter_mut().enumerate() {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                tracing::error!(slot = i, %status, "chaos: a worker exited without being killed");
+                report.unexpected_exits += 1;
+                s.child = spawn(cfg, url, &s.log)?;
+                report.restarts += 1;
+            }
+        }
+        if let Some(p) = progress(&pool).await {
+            done = p;
+        }
+        if done >= cfg.jobs as i64 || Instant::now() > deadline {
+            break;
+        }
+        if cfg.pg_restart && report.pg_restarts == 0 && done >= restart_at {
+            tracing::info!(completed = done, "chaos: restarting Postgres");
+            restart_pg.expect("checked above")()?;
+            report.pg_restarts += 1;
+            tracing::info!("chaos: Postgres is back");
+        }
+        while next_kill < points.len() && done as u64 >= points[next_kill] {
+            // A random moment within the next few milliseconds, a random worker.
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..20))).await;
+            let i = rng.random_range(0..slots.len());
+            let s = &mut slots[i];
+            let pid = s.child.id() as i32;
+            s.child.kill()?; // SIGKILL
+            let _ = s.child.wait();
+            kills.push((pid, Utc::now()));
+            report.kills += 1;
+            tracing::info!(slot = i, pid, completed = done, "chaos: SIGKILL");
+            s.child = spawn(cfg, url, &s.log)?;
+            report.restarts += 1;
+            next_kill += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Stop the workers gracefully, then record the kills and judge.
+    for s in &slots {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(s.child.id().to_string())
+            .status();
+    }
+    for s in &mut slots {
+        let stop_by = Instant::now() + Duration::from_secs(60);
+        loop {
+            match s.child.try_wait() {
+                Ok(Some(status)) => {
+                    if !status.success() {
+                        report.unexpected_exits += 1;
+                    }
+                    break;
+                }
+                Ok(None) if Instant::now() < stop_by => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                _ => {
+                    let _ = s.child.kill();
+                    let _ = s.child.wait();
+                    report.unexpected_exits += 1;
+                    break;
+                }
+            }
+        }
+    }
+    record_kills(&pool, &kills).await?;
+    judge(&pool, &mut report).await?;
+    for s in &slots {
+        if let Ok(text) = std::fs::read_to_string(&s.log) {
+            report.outage_warnings += text.lines().filter(|l| is_outage_warning(l)).count();
+            report.listener_reconnects += text
+                .lines()
+                .filter(|l| {
+                    l.contains("listener: connection lost") || l.contains("listener: error")
+                })
+                .count();
+        }
+    }
+    report.elapsed = started.elapsed();
+    pool.close().await;
+    Ok(report)
+}
+
+/// (Re)creates the side tables of a run (`skiplock_chaos.executions`, `.kills`).
+pub async fn install(pool: &PgPool) -> Result<()> {
+    sqlx::raw_sql(include_str!("../../sql/chaos/schema.sql"))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Records SIGKILLs (process id, time after the process was gone).
+pub async fn record_kills(pool: &PgPool, kills: &[(i32, DateTime<Utc>)]) -> Result<()> {
+    let (pids, ats): (Vec<i32>, Vec<DateTime<Utc>>) = kills.iter().copied().unzip();
+    sqlx::query(include_str!("../../sql/chaos/kill.sql"))
+        .bind(pids)
+        .bind(ats)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Fills the verdict fields of `report` from the jobs and side tables
+/// (`sql/chaos/verify.sql`), logging every unexplained execution.
+pub async fn judge(pool: &PgPool, report: &mut Report) -> Result<()> {
+    #[allow(clippy::type_complexity)]
+    let (jobs, completed, executions, duplicates, retried, unexplained, unexplained_jobs, lost): (
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        Vec<i64>,
+        i64,
+    ) = sqlx::query_as(include_str!("../../sql/chaos/verify.sql"))
+        .fetch_one(pool)
+        .await?;
+    if !unexplained_jobs.is_empty() {
+        let rows: Vec<(i64, i32, i32, String, String, String)> =
+            sqlx::query_as(include_str!("../../sql/chaos/explain.sql"))
+                .bind(&unexplained_jobs)
+                .fetch_all(pool)
+                .await?;
+        for (job, attempt, pid, worker, at, errors) in rows {
+            tracing::warn!(
+                job,
+                attempt,
+                pid,
+                worker,
+                at,
+                errors,
+                "chaos: unexplained execution"
+            );
+        }
+    }
+    report.unexplained_jobs = unexplained_jobs;
+    report.jobs = jobs;
+    report.completed = completed;
+    report.executions = executions;
+    report.duplicates = duplicates;
+    report.retried_after_error = retried;
+    report.unexplained = unexplained;
+    report.lost = lost;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kill_points_are_sorted_and_inside_the_run() {
+        let mut rng = rand::rng();
+        let p = kill_points(1000, 50, &mut rng);
+        assert_eq!(p.len(), 50);
+        assert!(p.windows(2).all(|w| w[0] <= w[1]));
+        assert!(p.iter().all(|&x| (50..950).contains(&x)));
+        assert!(kill_points(0, 5, &mut rng).is_empty());
+        assert_eq!(kill_points(3, 2, &mut rng).len(), 2);
+    }
+
+    #[test]
+    fn outage_warnings_are_recognised() {
+        assert!(is_outage_warning(
+            "2026 WARN skiplock::queue::notify: listener: connection lost; reconnecting"
+        ));
+        assert!(is_outage_warning("WARN claim failed; retrying in 100ms"));
+        assert!(!is_outage_warning("INFO worker started"));
+        assert!(!is_outage_warning("INFO listener: reconnecting"));
+    }
+
+    #[test]
+    fn a_report_is_ok_only_without_losses_or_unexplained_duplicates() {
+        let good = Report {
+            jobs: 10,
+            completed: 10,
+            executions: 12,
+            duplicates: 2,
+            ..Report::default()
+        };
+        assert!(good.ok());
+        assert!(good.summary_line().ends_with("OK"));
+        assert!(
+            !Report {
+                lost: 1,
+                ..good.clone()
+            }
+            .ok()
+        );
+        assert!(
+            !Report {
+                unexplained: 1,
+                ..good.clone()
+            }
+            .ok()
+        );
+        assert!(
+            !Report {
+                unexpected_exits: 1,
+                ..good.clone()
+            }
+            .ok()
+        );
+        assert!(
+            !Report {
+                completed: 9,
+                ..good
+            }
+            .ok()
+        );
+    }
+}

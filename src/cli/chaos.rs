@@ -1,0 +1,95 @@
+//! `skiplock chaos` (hidden): the large fault-injection run behind `scripts/chaos`, and
+//! `skiplock chaos-worker` (hidden), the worker processes it starts and kills. Hidden
+//! subcommands rather than an example binary so the integration tests (which only know the
+//! path of the `skiplock` binary) and the script run exactly the same code.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::chaos::{self, ChaosConfig, cluster::PrivateCluster, record::Record};
+use crate::config::{self, QueueSettings, parse_duration};
+use crate::worker::{Worker, shutdown};
+
+/// `skiplock chaos` flags.
+#[derive(Debug, Args)]
+pub struct ChaosArgs {
+    /// Jobs to run.
+    #[arg(long, default_value_t = 20_000)]
+    pub jobs: u64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 3)]
+    pub workers: usize,
+    /// SIGKILLs at random moments (each killed worker is restarted).
+    #[arg(long, default_value_t = 30)]
+    pub kills: usize,
+    /// Restart Postgres half-way. Runs on a private cluster started for the run (initdb in
+    /// a temp dir), never on DATABASE_URL's server.
+    #[arg(long)]
+    pub pg_restart: bool,
+    /// Concurrency of each worker.
+    #[arg(long, default_value_t = 10)]
+    pub concurrency: usize,
+    /// Pool size of each worker.
+    #[arg(long, default_value_t = 4)]
+    pub max_connections: u32,
+    /// Each job works for up to this many milliseconds.
+    #[arg(long, default_value_t = 3)]
+    pub work_ms: u64,
+    /// Rescue timeout of the workers.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub rescue_after: std::time::Duration,
+    /// Give up after this long.
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    pub deadline: std::time::Duration,
+    /// Keep the worker logs here.
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+}
+
+/// Runs the chaos scenario and prints the summary line; fails unless it is OK.
+pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
+    let mut cfg = ChaosConfig::new(a.jobs, std::env::current_exe()?);
+    cfg.workers = a.workers.max(1);
+    cfg.kills = a.kills;
+    cfg.pg_restart = a.pg_restart;
+    cfg.concurrency = a.concurrency.max(1);
+    cfg.max_connections = a.max_connections.max(2);
+    cfg.work_ms = a.work_ms;
+    cfg.rescue_after = a.rescue_after;
+    cfg.deadline = a.deadline;
+    cfg.log_dir = a.log_dir;
+    let report = if a.pg_restart {
+        let cluster = tokio::task::spawn_blocking(PrivateCluster::start).await??;
+        tracing::info!(dir = %cluster.path().display(), "private Postgres cluster started");
+        let admin = crate::db::connect(&cluster.url("postgres"), 1).await?;
+        sqlx::query("CREATE DATABASE skiplock_chaos")
+            .execute(&admin)
+            .await?;
+        admin.close().await;
+        let restart = || cluster.restart();
+        chaos::run(&cfg, &cluster.url("skiplock_chaos"), Some(&restart)).await?
+    } else {
+        let url = config::database_url(url)?;
+        chaos::run(&cfg, &url, None).await?
+    };
+    println!("{}", report.summary_line());
+    if !report.ok() {
+        anyhow::bail!(
+            "chaos run failed: lost={} unexplained duplicates={} unexpected worker exits={}",
+            report.lost,
+            report.unexplained,
+            report.unexpected_exits
+        );
+    }
+    Ok(())
+}
+
+/// A worker with only the `chaos_record` handler, settings from the environment.
+pub async fn worker(url: Option<&str>) -> anyhow::Result<()> {
+    let settings = QueueSettings::from_env()?;
+    let pool = super::connect(url, settings.max_connections).await?;
+    let worker = Worker::builder(pool, settings).register(Record).build();
+    worker.run(shutdown::signal()).await?;
+    Ok(())
+}

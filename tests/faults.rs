@@ -1,0 +1,245 @@
+//! The fault suite (issue 8), scaled for CI: worker processes SIGKILLed at random moments,
+//! a Postgres restart mid-run (on a private cluster, never the shared one), a slow database
+//! with an exhausted pool, and a check that the chaos verdict itself can fail. The large
+//! run is `scripts/chaos`, with the same driver (`skiplock::chaos`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::json;
+use skiplock::chaos::{self, ChaosConfig, Report, cluster::PrivateCluster};
+use skiplock::worker::{Handler, HandlerResult, JobContext, Outcome};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use support::*;
+
+#[tokio::test]
+async fn sigkilled_worker_processes_lose_nothing() {
+    let db = TestDb::new().await;
+    let mut cfg = ChaosConfig::new(1500, bin());
+    cfg.workers = 3;
+    cfg.kills = 6;
+    cfg.concurrency = 8;
+    cfg.max_connections = 3;
+    cfg.rescue_after = Duration::from_secs(3);
+    cfg.deadline = Duration::from_secs(180);
+    let r = chaos::run(&cfg, &db.url, None).await.expect("chaos run");
+    eprintln!("{}", r.summary_line());
+    assert!(r.ok(), "{}", r.summary_line());
+    assert_eq!((r.jobs, r.completed, r.lost), (1500, 1500, 0));
+    assert_eq!(r.kills, 6);
+    assert!(r.restarts >= 6);
+    assert!(r.executions >= 1500);
+}
+
+#[tokio::test]
+async fn a_postgres_restart_mid_run_loses_nothing_and_no_worker_exits() {
+    let cluster = tokio::task::spawn_blocking(PrivateCluster::start)
+        .await
+        .unwrap()
+        .expect("start a private Postgres cluster (initdb + pg_ctl)");
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&cluster.url("postgres"))
+        .await
+        .unwrap();
+    sqlx::query("CREATE DATABASE faults")
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let mut cfg = ChaosConfig::new(1000, bin());
+    cfg.workers = 2;
+    cfg.kills = 2;
+    cfg.concurrency = 8;
+    cfg.max_connections = 3;
+    cfg.pg_restart = true;
+    cfg.deadline = Duration::from_secs(180);
+    let restart = || cluster.restart();
+    let r = chaos::run(&cfg, &cluster.url("faults"), Some(&restart))
+        .await
+        .expect("chaos run");
+    eprintln!("{}", r.summary_line());
+    assert!(r.ok(), "{}", r.summary_line());
+    assert_eq!(r.pg_restarts, 1);
+    assert_eq!(r.unexpected_exits, 0, "a worker exited on the outage");
+    assert!(r.outage_warnings > 0, "the workers did not log the outage");
+    assert!(r.listener_reconnects > 0, "no listener noticed the restart");
+    assert_eq!((r.completed, r.lost), (1000, 0));
+}
+
+#[tokio::test]
+async fn the_verdict_catches_lost_jobs_and_unexplained_duplicates() {
+    let db = TestDb::new().await;
+    chaos::install(&db.pool).await.unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT unnest(skiplock.enqueue_many('chaos_record', ARRAY['{}'::jsonb, '{}', '{}', '{}']))",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    // Jobs 0-2 completed; job 3 never ran (lost).
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'completed', attempt = 2, finalized_at = now() WHERE id = ANY($1)",
+    )
+    .bind(&ids[..3])
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Job 0 ran once. Job 1 ran twice, first by pid 4242. Job 2 ran twice, first by pid 4343
+    // whose handler reported an error for that attempt.
+    for (job, attempt, pid) in [
+        (ids[0], 1, 1),
+        (ids[1], 1, 4242),
+        (ids[1], 2, 2),
+        (ids[2], 1, 4343),
+        (ids[2], 2, 2),
+    ] {
+        sqlx::query("INSERT INTO skiplock_chaos.executions (job_id, attempt, worker_id, pid) VALUES ($1, $2, 'w', $3)")
+            .bind(job)
+            .bind(attempt)
+            .bind(pid)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query(
+        "UPDATE skiplock.jobs SET errors = '[{\"attempt\": 1, \"error\": \"connection reset\"}]' WHERE id = $1",
+    )
+    .bind(ids[2])
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let mut r = Report::default();
+    chaos::judge(&db.pool, &mut r).await.unwrap();
+    assert_eq!((r.jobs, r.completed, r.lost), (4, 3, 1));
+    assert_eq!((r.duplicates, r.retried_after_error), (2, 1));
+    assert_eq!(r.unexplained, 1);
+    assert_eq!(r.unexplained_jobs, vec![ids[1]]);
+    assert!(!r.ok());
+
+    // A kill of pid 4242 after its execution explains job 1; completing job 3 (with an
+    // execution) leaves nothing lost.
+    chaos::record_kills(&db.pool, &[(4242, Utc::now())])
+        .await
+        .unwrap();
+    sqlx::query("UPDATE skiplock.jobs SET state = 'completed' WHERE id = $1")
+        .bind(ids[3])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO skiplock_chaos.executions (job_id, attempt, worker_id, pid) VALUES ($1, 1, 'w', 3)")
+        .bind(ids[3])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut r = Report::default();
+    chaos::judge(&db.pool, &mut r).await.unwrap();
+    assert_eq!((r.lost, r.unexplained), (0, 0));
+    assert!(r.ok(), "{}", r.summary_line());
+
+    // A rescue is not an explanation: job 2's error, reworded as a rescue, no longer is.
+    sqlx::query(
+        "UPDATE skiplock.jobs SET errors = '[{\"attempt\": 1, \"error\": \"rescued: worker w sent no heartbeat\"}]' WHERE id = $1",
+    )
+    .bind(ids[2])
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut r = Report::default();
+    chaos::judge(&db.pool, &mut r).await.unwrap();
+    assert_eq!(r.unexplained_jobs, vec![ids[2]]);
+
+    // And the driver refuses a database that already holds jobs.
+    let e = chaos::run(&ChaosConfig::new(10, bin()), &db.url, None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("without jobs"), "{e}");
+}
+
+/// Holds a pooled connection in `pg_sleep`: longer than the statement timeout on the first
+/// attempt, briefly afterwards.
+struct SlowQuery;
+
+#[derive(Deserialize)]
+struct SlowArgs {
+    first_ms: u64,
+    then_ms: u64,
+}
+
+impl Handler for SlowQuery {
+    type Args = SlowArgs;
+    fn kind(&self) -> &'static str {
+        "slow_query"
+    }
+    async fn run(&self, ctx: JobContext, a: SlowArgs) -> HandlerResult {
+        let ms = if ctx.attempt == 1 {
+            a.first_ms
+        } else {
+            a.then_ms
+        };
+        sqlx::query("SELECT pg_sleep($1::float8 / 1000)")
+            .bind(ms as f64)
+            .execute(&ctx.pool)
+            .await?;
+        Ok(Outcome::Complete)
+    }
+}
+
+#[tokio::test]
+async fn a_slow_database_and_an_exhausted_pool_give_clear_errors_and_retries_not_a_deadlock() {
+    let db = TestDb::new().await;
+    for _ in 0..16 {
+        skiplock::queue::enqueue(
+            &db.pool,
+            &skiplock::queue::NewJob::new("slow_query", json!({"first_ms": 2000, "then_ms": 50})),
+        )
+        .await
+        .unwrap();
+    }
+    // Two connections for eight concurrent handlers, the claims, acks and heartbeats; a
+    // statement_timeout below the first attempts' sleep; a short acquire timeout.
+    let opts: PgConnectOptions = db.url.parse().unwrap();
+    let opts = opts.options([("statement_timeout", "300")]);
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_with(opts)
+        .await
+        .unwrap();
+    let mut settings = fast_settings();
+    settings.queues = Some(BTreeMap::from([("default".to_string(), 8)]));
+    // Heartbeats wait for a connection too: keep a starved heartbeat from looking like a
+    // dead worker, so every error below is the handler's own.
+    settings.rescue_after = Duration::from_secs(60);
+    let w = start_worker(&pool, settings, |b| b.register(SlowQuery));
+    wait_all_finished(&db.pool, Duration::from_secs(60)).await;
+    tokio::time::timeout(Duration::from_secs(30), w.stop())
+        .await
+        .expect("the worker stops: no deadlock")
+        .expect("clean stop");
+    assert_eq!(count_state(&db.pool, "completed").await, 16);
+
+    let errors: Vec<String> =
+        sqlx::query_scalar("SELECT e->>'error' FROM skiplock.jobs, jsonb_array_elements(errors) e")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    // Every first attempt failed, with the cause named: the timeout, or no free connection.
+    assert!(errors.len() >= 16, "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("statement timeout")),
+        "{errors:?}"
+    );
+    for e in &errors {
+        assert!(
+            e.contains("statement timeout") || e.contains("pool timed out"),
+            "unclear error: {e}"
+        );
+    }
+    pool.close().await;
+}

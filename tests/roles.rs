@@ -1,0 +1,295 @@
+//! Least privilege (sql/api/90_roles.sql): a login user holding only `skiplock_enqueuer` can
+//! enqueue but not read, change or delete jobs; a user holding only `skiplock_worker` can run
+//! a worker; and the password in DATABASE_URL never shows up in a worker's logs.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use support::*;
+
+/// A LOGIN role on the test cluster (roles are cluster-wide: unique name, dropped at the end).
+struct LoginRole {
+    name: String,
+    password: String,
+}
+
+impl LoginRole {
+    async fn new(db: &TestDb, grant: &str) -> LoginRole {
+        let name = format!("skiplock_t_{:012x}", rand::random::<u64>() >> 16);
+        let password = format!("pw{:016x}secret", rand::random::<u64>());
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE {grant}"
+        )))
+        .execute(&db.pool)
+        .await
+        .expect("create login role");
+        LoginRole { name, password }
+    }
+
+    /// `db`'s URL, logging in as this role with its password.
+    fn url(&self, db: &TestDb) -> String {
+        let mut u = url::Url::parse(&db.url).unwrap();
+        u.set_username(&self.name).unwrap();
+        u.set_password(Some(&self.password)).unwrap();
+        u.to_string()
+    }
+}
+
+impl Drop for LoginRole {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok(admin) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&admin_url())
+                    .await
+                {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP ROLE IF EXISTS {name}")))
+                        .execute(&admin)
+                        .await;
+                    admin.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+fn assert_denied(r: Result<sqlx::postgres::PgQueryResult, sqlx::Error>, what: &str) {
+    let e = r.expect_err(what).to_string();
+    assert!(e.contains("permission denied"), "{what}: {e}");
+}
+
+#[tokio::test]
+async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
+    let db = TestDb::new().await;
+    // Someone else's job with a secret in its args.
+    let secret_id: i64 =
+        sqlx::query_scalar("SELECT skiplock.enqueue('noop', '{\"token\": \"s3cr3t\"}')")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let role = LoginRole::new(&db, "skiplock_enqueuer").await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&role.url(&db))
+        .await
+        .expect("the enqueuer logs in");
+
+    // The NOTIFY trigger still fires for a SECURITY DEFINER insert.
+    let mut listener = PgListener::connect_with(&db.pool).await.unwrap();
+    listener.listen("skiplock_wake").await.unwrap();
+
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('noop', $1, queue => 'mine')")
+        .bind(json!({"n": 1}))
+        .fetch_one(&pool)
+        .await
+        .expect("enqueue as the enqueuer");
+    assert!(id > secret_id);
+    let n = tokio::time::timeout(Duration::from_secs(30), listener.recv())
+        .await
+        .expect("a wake-up within 30 s")
+        .unwrap();
+    assert_eq!(n.payload(), "mine");
+
+    let ids: Vec<i64> =
+        sqlx::query_scalar("SELECT skiplock.enqueue_many('noop', ARRAY['{}'::jsonb, '{}'])")
+            .fetch_one(&pool)
+            .await
+            .expect("enqueue_many as the enqueuer");
+    assert_eq!(ids.len(), 2);
+    // unique keys work too (the function reads the table with the owner's rights).
+    let k1: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('noop', unique_key => 'k')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let k2: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('noop', unique_key => 'k')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(k1, k2);
+    // Bad input still gets the clear error, not a permission error.
+    let e = sqlx::query("SELECT skiplock.enqueue('')")
+        .execute(&pool)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kind must not be empty"), "{e}");
+
+    // The stats view is readable.
+    let total: i64 = sqlx::query_scalar("SELECT sum(count)::bigint FROM skiplock.queue_stats")
+        .fetch_one(&pool)
+        .await
+        .expect("read queue_stats");
+    assert_eq!(total, 5);
+
+    // Nothing else.
+    assert_denied(
+        sqlx::query("SELECT args FROM skiplock.jobs")
+            .execute(&pool)
+            .await,
+        "read args",
+    );
+    assert_denied(
+        sqlx::query("SELECT count(*) FROM skiplock.workers")
+            .execute(&pool)
+            .await,
+        "read workers",
+    );
+    assert_denied(
+        sqlx::query("UPDATE skiplock.jobs SET args = '{}' WHERE id = $1")
+            .bind(secret_id)
+            .execute(&pool)
+            .await,
+        "update",
+    );
+    assert_denied(
+        sqlx::query("DELETE FROM skiplock.jobs")
+            .execute(&pool)
+            .await,
+        "delete",
+    );
+    assert_denied(
+        sqlx::query("INSERT INTO skiplock.jobs (kind) VALUES ('noop')")
+            .execute(&pool)
+            .await,
+        "insert directly",
+    );
+    assert_denied(
+        sqlx::query("SELECT skiplock.cancel($1)")
+            .bind(secret_id)
+            .execute(&pool)
+            .await,
+        "cancel",
+    );
+    assert_denied(
+        sqlx::query("SELECT skiplock.retry($1)")
+            .bind(secret_id)
+            .execute(&pool)
+            .await,
+        "retry",
+    );
+    assert_denied(
+        sqlx::query("SELECT skiplock._check_job('x', '{}', 'q', 0::smallint, 1)")
+            .execute(&pool)
+            .await,
+        "internal helper",
+    );
+    pool.close().await;
+
+    // The secret is untouched and nothing was deleted.
+    let (args, n): (serde_json::Value, i64) = sqlx::query_as(
+        "SELECT (SELECT args FROM skiplock.jobs WHERE id = $1), (SELECT count(*) FROM skiplock.jobs)",
+    )
+    .bind(secret_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(args, json!({"token": "s3cr3t"}));
+    assert_eq!(n, 5);
+}
+
+#[tokio::test]
+async fn migrate_is_idempotent_with_the_roles_and_revokes_public_execute() {
+    let db = TestDb::new().await;
+    skiplock::schema::migrate(&db.pool).await.unwrap();
+    skiplock::schema::migrate(&db.pool).await.unwrap();
+    let public_exec: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'skiplock' AND has_function_privilege('public', p.oid, 'EXECUTE')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        public_exec, 0,
+        "PUBLIC may still execute skiplock functions"
+    );
+    let enq_exec: Vec<String> = sqlx::query_scalar(
+        "SELECT p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'skiplock' AND has_function_privilege('skiplock_enqueuer', p.oid, 'EXECUTE')
+         ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    for name in &enq_exec {
+        assert!(
+            [
+                "enqueue",
+                "enqueue_many",
+                "request_fetch",
+                "timer_reset",
+                "pack_now",
+                "submit_packet"
+            ]
+            .contains(&name.as_str()),
+            "the enqueuer may execute {name}"
+        );
+    }
+    assert!(enq_exec.contains(&"enqueue".to_string()));
+}
+
+#[tokio::test]
+async fn a_worker_role_runs_jobs_and_its_password_never_reaches_the_logs() {
+    let db = TestDb::new().await;
+    for i in 0..10 {
+        skiplock::queue::enqueue(
+            &db.pool,
+            &skiplock::queue::NewJob::new("noop", json!({ "i": i })),
+        )
+        .await
+        .unwrap();
+    }
+    skiplock::queue::enqueue(
+        &db.pool,
+        &skiplock::queue::NewJob::new("sleep", json!({"ms": "not a number"})),
+    )
+    .await
+    .unwrap();
+    let role = LoginRole::new(&db, "skiplock_worker").await;
+    let url = role.url(&db);
+    assert!(url.contains(&role.password));
+
+    // A worker logged in as the worker role, logging at debug level.
+    let out = cmd(&url)
+        .args(["worker", "--exit-when-idle", "--queues", "default=4"])
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(count_state(&db.pool, "completed").await, 10);
+    assert_eq!(count_state(&db.pool, "discarded").await, 1);
+    assert!(
+        !err.contains(&role.password),
+        "password in the worker's log"
+    );
+
+    // The same worker against a database that does not exist: a clear error, no password.
+    let mut bad = url::Url::parse(&url).unwrap();
+    bad.set_path("/skiplock_no_such_database");
+    let out = cmd(bad.as_str())
+        .args(["worker", "--queues", "default=1"])
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot connect to the database"), "{err}");
+    assert!(
+        !err.contains(&role.password),
+        "password in the error: {err}"
+    );
+}
