@@ -293,3 +293,39 @@ async fn a_worker_role_runs_jobs_and_its_password_never_reaches_the_logs() {
         "password in the error: {err}"
     );
 }
+
+#[tokio::test]
+async fn an_enqueuer_can_call_every_workflow_entry_point() {
+    let db = TestDb::new().await;
+    let role = LoginRole::new(&db, "skiplock_enqueuer").await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&role.url(&db))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let calls = [
+        "SELECT skiplock.request_fetch('http://example.com/a')".to_string(),
+        "SELECT skiplock.request_fetch('http://example.com/', force => true, full => true)"
+            .to_string(),
+        "SELECT skiplock.timer_reset('example.com')".to_string(),
+        "SELECT skiplock.pack_now('example.com')".to_string(),
+        format!(
+            "SELECT skiplock.submit_packet('{}', 'p')",
+            dir.path().display()
+        ),
+    ];
+    for sql in &calls {
+        let id: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_one(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert!(id > 0, "{sql}");
+    }
+    pool.close().await;
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(n >= 4, "{n}");
+}

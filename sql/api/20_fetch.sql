@@ -108,7 +108,10 @@ $$;
 -- A URL that already has a pending fetch job gets no second one.
 CREATE OR REPLACE FUNCTION skiplock.request_fetch(url text, force boolean DEFAULT false, full boolean DEFAULT false)
 RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql 
+-- Runs with the owner's rights so that the skiplock_enqueuer role needs no table privileges.
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     u text := skiplock._normalize_url(request_fetch.url);

@@ -25,7 +25,10 @@ $$;
 -- Announce that a host's content changed: enqueues a `timer-reset` job (queue 'pack'),
 -- whose handler pushes the host's pack timer forward. Returns the timer-reset job's id.
 CREATE OR REPLACE FUNCTION skiplock.timer_reset(host text) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql 
+-- Runs with the owner's rights so that the skiplock_enqueuer role needs no table privileges.
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
 BEGIN
     RETURN skiplock.enqueue('timer-reset', jsonb_build_object('host', skiplock._pack_host(timer_reset.host)), 'pack');
 END;
@@ -73,7 +76,10 @@ $$;
 -- {"now": true} so it packs even if a reset arrives meanwhile; otherwise a new one is made.
 -- Returns the do-the-packing job's id.
 CREATE OR REPLACE FUNCTION skiplock.pack_now(host text) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql 
+-- Runs with the owner's rights so that the skiplock_enqueuer role needs no table privileges.
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
 #variable_conflict use_column
 DECLARE
     h text := skiplock._pack_host(pack_now.host);

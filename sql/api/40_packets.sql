@@ -112,7 +112,10 @@ $$;
 
 -- Submits a packet: the packet (queued) and its process-packet job commit together.
 CREATE OR REPLACE FUNCTION skiplock.submit_packet(source text, name text DEFAULT NULL, actor text DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql AS $$
+RETURNS bigint LANGUAGE plpgsql 
+-- Runs with the owner's rights so that the skiplock_enqueuer role needs no table privileges.
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
 DECLARE
     new_id bigint;
 BEGIN
