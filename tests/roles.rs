@@ -41,26 +41,7 @@ impl LoginRole {
 
 impl Drop for LoginRole {
     fn drop(&mut self) {
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                if let Ok(admin) = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin_url())
-                    .await
-                {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP ROLE IF EXISTS {name}")))
-                        .execute(&admin)
-                        .await;
-                    admin.close().await;
-                }
-            });
-        })
-        .join();
+        admin_exec_blocking(format!("DROP ROLE IF EXISTS {}", self.name));
     }
 }
 

@@ -228,20 +228,10 @@ async fn panics_timeouts_bad_args_and_handler_cancels() {
     w.stop().await.unwrap();
     let rp = admin::get_job(&db.pool, p).await.unwrap();
     assert_eq!(rp.state, "discarded");
-    assert!(
-        rp.errors[0]["error"]
-            .as_str()
-            .unwrap()
-            .contains("handler exploded")
-    );
+    assert_error(rp.errors.clone(), 0, "handler exploded");
     let rs = admin::get_job(&db.pool, s).await.unwrap();
     assert_eq!(rs.state, "discarded");
-    assert!(
-        rs.errors[0]["error"]
-            .as_str()
-            .unwrap()
-            .contains("timed out")
-    );
+    assert_error(rs.errors.clone(), 0, "timed out");
     let rb = admin::get_job(&db.pool, bad).await.unwrap();
     assert_eq!(
         (rb.state.as_str(), rb.attempt),
@@ -321,7 +311,7 @@ async fn orphaned_running_jobs_are_rescued() {
     w.stop().await.unwrap();
     let o = admin::get_job(&db.pool, orphan).await.unwrap();
     assert_eq!((o.state.as_str(), o.attempt), ("completed", 2));
-    assert!(o.errors[0]["error"].as_str().unwrap().contains("rescued"));
+    assert_error(o.errors.clone(), 0, "rescued");
     let s = admin::get_job(&db.pool, spent).await.unwrap();
     assert_eq!(s.state, "discarded");
 }
@@ -350,7 +340,7 @@ async fn a_killed_worker_process_loses_no_job() {
     let row = wait_job(&db.pool, id, "completed", |r| r.state == "completed").await;
     w.stop().await.unwrap();
     assert_eq!(row.attempt, 2);
-    assert!(row.errors[0]["error"].as_str().unwrap().contains("rescued"));
+    assert_error(row.errors.clone(), 0, "rescued");
 }
 
 /// Ignores shutdown: only the grace period's end stops it.
@@ -507,4 +497,13 @@ async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
     let r = admin::get_job(&db.pool, id).await.unwrap();
     assert_eq!(r.state, "cancelled");
     assert_eq!(r.errors, json!([]));
+}
+
+/// Asserts that error `i` of a job's `errors` array contains `needle`.
+fn assert_error(errors: serde_json::Value, i: usize, needle: &str) {
+    let e = errors[i]["error"].as_str().unwrap_or_default();
+    assert!(
+        e.contains(needle),
+        "error {i} is {e:?}, expected it to contain {needle:?}"
+    );
 }

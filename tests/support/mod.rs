@@ -72,31 +72,34 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         // The pool's connections are driven by the test's runtime, which is blocked right
-        // here, so never await them: DROP … WITH (FORCE) from a fresh runtime on another
-        // thread terminates them server-side.
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                if let Ok(admin) = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin_url())
-                    .await
-                {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&admin)
-                    .await;
-                    admin.close().await;
-                }
-            });
-        })
-        .join();
+        // here, so never await them: DROP … WITH (FORCE) terminates them server-side.
+        admin_exec_blocking(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
     }
+}
+
+/// Runs one statement on the admin connection from a fresh runtime on another thread, for
+/// use in `Drop` (where the test's own runtime cannot be awaited). Errors are ignored.
+pub fn admin_exec_blocking(sql: String) {
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            if let Ok(admin) = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&admin_url())
+                .await
+            {
+                let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin).await;
+                admin.close().await;
+            }
+        });
+    })
+    .join();
 }
 
 /// Settings for in-process test workers: fast poll, short rescue and grace, small backoff.
