@@ -22,6 +22,10 @@ pub const DEFAULT_QUEUE_CONCURRENCY: usize = 10;
 pub const DEFAULT_BACKOFF_UNIT: Duration = Duration::from_secs(1);
 /// Default cap of the retry backoff.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(24 * 3600);
+/// Default minimum time between two claims of a busy queue (lets claims batch).
+pub const DEFAULT_FETCH_COOLDOWN: Duration = Duration::from_millis(2);
+/// Default time the first acknowledgement of a batch waits for company.
+pub const DEFAULT_ACK_DELAY: Duration = Duration::from_millis(2);
 /// Default size of the database connection pool of one process.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 
@@ -178,6 +182,12 @@ pub struct QueueSettings {
     pub backoff_max: Duration,
     /// Connections per process (`SKIPLOCK_MAX_CONNECTIONS`, 10).
     pub max_connections: u32,
+    /// Minimum time between two claims of a busy queue, so that a claim takes every slot
+    /// freed meanwhile instead of one statement per finished job (`SKIPLOCK_FETCH_COOLDOWN`, 2ms).
+    pub fetch_cooldown: Duration,
+    /// How long the first ack of a batch waits for more before the batch is written
+    /// (`SKIPLOCK_ACK_DELAY`, 2ms).
+    pub ack_delay: Duration,
 }
 
 impl Default for QueueSettings {
@@ -191,6 +201,8 @@ impl Default for QueueSettings {
             backoff_unit: DEFAULT_BACKOFF_UNIT,
             backoff_max: DEFAULT_BACKOFF_MAX,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            fetch_cooldown: DEFAULT_FETCH_COOLDOWN,
+            ack_delay: DEFAULT_ACK_DELAY,
         }
     }
 }
@@ -213,6 +225,8 @@ impl QueueSettings {
             backoff_max: env_duration("SKIPLOCK_BACKOFF_MAX", d.backoff_max)?,
             max_connections: env_usize("SKIPLOCK_MAX_CONNECTIONS", d.max_connections as usize)?
                 as u32,
+            fetch_cooldown: env_duration("SKIPLOCK_FETCH_COOLDOWN", d.fetch_cooldown)?,
+            ack_delay: env_duration("SKIPLOCK_ACK_DELAY", d.ack_delay)?,
         };
         s.validate()?;
         Ok(s)
@@ -237,6 +251,15 @@ impl QueueSettings {
                 "SKIPLOCK_JOB_TIMEOUT",
                 "must be more than 0s",
             ));
+        }
+        if self.fetch_cooldown > Duration::from_secs(1) {
+            return Err(Error::config(
+                "SKIPLOCK_FETCH_COOLDOWN",
+                "must be at most 1s",
+            ));
+        }
+        if self.ack_delay > Duration::from_secs(1) {
+            return Err(Error::config("SKIPLOCK_ACK_DELAY", "must be at most 1s"));
         }
         if self.max_connections < 2 {
             return Err(Error::config(

@@ -208,11 +208,14 @@ async fn fill_noop(pool: &PgPool, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// The worker's settings: the environment's (so `SKIPLOCK_FETCH_COOLDOWN` and friends can be
+/// tuned), with the benchmark's queue, concurrency and pool size.
 fn worker_settings(o: &BenchOptions) -> QueueSettings {
+    let env = QueueSettings::from_env().unwrap_or_default();
     QueueSettings {
         queues: Some(BTreeMap::from([("default".to_string(), o.concurrency)])),
         max_connections: o.connections,
-        ..QueueSettings::default()
+        ..env
     }
 }
 
@@ -479,6 +482,14 @@ async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result
         ("concurrency".to_string(), o.concurrency.to_string()),
         ("connections".to_string(), o.connections.to_string()),
         ("latency_jobs".to_string(), o.latency_jobs.to_string()),
+        (
+            "fetch_cooldown".to_string(),
+            humantime::format_duration(worker_settings(o).fetch_cooldown).to_string(),
+        ),
+        (
+            "ack_delay".to_string(),
+            humantime::format_duration(worker_settings(o).ack_delay).to_string(),
+        ),
         ("scale_finished".to_string(), o.scale_finished.to_string()),
         ("scale_future".to_string(), o.scale_future.to_string()),
     ]);

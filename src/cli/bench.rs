@@ -49,6 +49,10 @@ pub fn print_report(r: &BenchReport) {
         s["runs"], s["jobs"], s["concurrency"], s["connections"]
     );
     println!(
+        "worker: fetch cooldown {}, ack delay {}",
+        s["fetch_cooldown"], s["ack_delay"]
+    );
+    println!(
         "postgres {} (shared_buffers {}, synchronous_commit {}, fsync {})",
         r.postgres["server_version"],
         r.postgres["shared_buffers"],

@@ -12,8 +12,6 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::queue::ack::{Ack, ack_many};
 
-/// How long the first ack of a batch waits for company.
-pub const FLUSH_DELAY: Duration = Duration::from_millis(2);
 /// The most acks written in one statement.
 pub const MAX_BATCH: usize = 2000;
 /// Capacity of the ack channel (back-pressure on executors beyond it).
@@ -36,7 +34,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Ack>, stop: 
                 _ = stop.cancelled() => break,
             }
         }
-        let deadline = Instant::now() + FLUSH_DELAY;
+        let deadline = Instant::now() + shared.settings.ack_delay;
         while buf.len() < MAX_BATCH {
             tokio::select! {
                 a = rx.recv() => match a {

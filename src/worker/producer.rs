@@ -16,10 +16,6 @@ use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
 use crate::queue::claim::claim;
 
-/// Minimum time between two claims of a busy producer. Bounds the claim rate to a few
-/// hundred statements a second while each claim takes every slot freed meanwhile.
-pub const FETCH_COOLDOWN: Duration = Duration::from_millis(2);
-
 /// Runs the producer of `queue` with `limit` slots until `shared.stop_claiming`.
 pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: Arc<Notify>) {
     let slots = Arc::new(Semaphore::new(limit));
@@ -27,7 +23,8 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: 
     let stop = shared.stop_claiming.clone();
     let mut backlog = true; // try at once on start
     let mut error_delay = Duration::from_millis(100);
-    let mut last_claim = Instant::now() - FETCH_COOLDOWN;
+    let cooldown = shared.settings.fetch_cooldown;
+    let mut last_claim = Instant::now() - cooldown;
     loop {
         if stop.is_cancelled() {
             break;
@@ -35,12 +32,12 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: 
         let mut free = slots.available_permits();
         if free > 0 && backlog {
             let since = last_claim.elapsed();
-            if free < limit && since < FETCH_COOLDOWN {
+            if free < limit && since < cooldown {
                 // Busy: let a few more slots free up so the next claim is a batch rather
                 // than one statement per finished job.
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(FETCH_COOLDOWN - since) => {}
+                    _ = tokio::time::sleep(cooldown - since) => {}
                 }
                 free = slots.available_permits();
             }
