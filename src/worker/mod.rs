@@ -380,7 +380,7 @@ impl Worker {
         }
 
         // 3. Abort what is left and put it back without using up its attempt.
-        let leftovers: Vec<(i64, i32, i32)> = {
+        let leftovers: Vec<(i64, i32)> = {
             let running = shared.running.lock().unwrap();
             running
                 .iter()
@@ -389,11 +389,11 @@ impl Worker {
                     if let Some(a) = &r.abort {
                         a.abort();
                     }
-                    (*id, r.attempt, r.attempt)
+                    (*id, r.attempt)
                 })
                 .collect()
         };
-        for (id, attempt, max) in leftovers {
+        for (id, attempt) in leftovers {
             tracing::warn!(
                 job.id = id,
                 "grace period over; returning the job to the queue"
@@ -402,10 +402,11 @@ impl Worker {
                 unit: self.settings.backoff_unit,
                 max: self.settings.backoff_max,
             };
+            // A released job keeps its attempt whatever its limit, so the limit is moot here.
             let ack = decide(
                 id,
                 attempt,
-                max,
+                i32::MAX,
                 Attempt::Released,
                 chrono::Utc::now(),
                 policy,
