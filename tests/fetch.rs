@@ -202,10 +202,6 @@ async fn page_field(pool: &PgPool, url: &str, field: &str) -> Option<String> {
     .flatten()
 }
 
-async fn count(pool: &PgPool, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
-}
-
 #[tokio::test]
 async fn due_not_due_and_forced() {
     let db = TestDb::new().await;

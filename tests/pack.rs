@@ -89,10 +89,7 @@ async fn job(pool: &PgPool, id: i64) -> (String, i32, Option<Value>) {
 }
 
 async fn wait_state(pool: &PgPool, id: i64, state: &str) {
-    wait_for(&format!("job {id} {state}"), LONG, || async {
-        (job(pool, id).await.0 == state).then_some(())
-    })
-    .await
+    wait_job(pool, id, state, |r| r.state == state).await;
 }
 
 /// The pending (available, keyed) timer of a host: (id, scheduled_at).

@@ -37,10 +37,6 @@ async fn page(State(h): State<Arc<Hits>>, Path(i): Path<usize>) -> Html<String> 
     ))
 }
 
-async fn count(db: &TestDb, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql).fetch_one(&db.pool).await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everything() {
     let db = TestDb::new().await;
@@ -98,12 +94,12 @@ async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everythin
         Duration::from_secs(90),
         || async {
             let fetched = count(
-                &db,
+                &db.pool,
                 "SELECT count(*) FROM skiplock.pages WHERE last_fetched IS NOT NULL",
             )
             .await;
             let processing = count(
-                &db,
+                &db.pool,
                 "SELECT count(*) FROM skiplock.packets WHERE state = 'processing'",
             )
             .await;
@@ -119,7 +115,7 @@ async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everythin
     );
     assert_eq!(
         count(
-            &db,
+            &db.pool,
             "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'"
         )
         .await,
@@ -127,12 +123,12 @@ async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everythin
         "nothing is left running after a graceful stop"
     );
     let unfinished = count(
-        &db,
+        &db.pool,
         "SELECT count(*) FROM skiplock.pages WHERE last_fetched IS NULL",
     )
     .await
         + count(
-            &db,
+            &db.pool,
             "SELECT count(*) FROM skiplock.packets WHERE state <> 'ready_for_review'",
         )
         .await;
@@ -150,12 +146,12 @@ async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everythin
             let db = &db;
             async move {
                 let fetched = count(
-                    db,
+                    &db.pool,
                     "SELECT count(*) FROM skiplock.pages WHERE last_fetched IS NOT NULL",
                 )
                 .await;
                 let ready = count(
-                    db,
+                    &db.pool,
                     "SELECT count(*) FROM skiplock.packets WHERE state = 'ready_for_review'",
                 )
                 .await;
@@ -166,7 +162,7 @@ async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everythin
                         .await
                         .unwrap();
                 let open = count(
-                    db,
+                    &db.pool,
                     "SELECT count(*) FROM skiplock.jobs WHERE state IN ('available', 'running')",
                 )
                 .await;
@@ -186,7 +182,7 @@ async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everythin
     // (a fetch cut short by the stop may run again: at-least-once).
     assert_eq!(
         count(
-            &db,
+            &db.pool,
             "SELECT count(*) FROM skiplock.jobs WHERE state IN ('discarded', 'cancelled')"
         )
         .await,

@@ -97,23 +97,13 @@ BEGIN
 END;
 $$;
 
--- Once a timer is claimed it is no longer the host's timer: drop its unique_key in the same
--- UPDATE that claims it, so that a reset during the pack arms a new timer, and so that this
--- row can later go back to 'available' (retry, snooze, rescue) next to that new timer
--- without violating the unique index.
-CREATE OR REPLACE FUNCTION skiplock._pack_release_key() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    NEW.unique_key := NULL;
-    RETURN NEW;
-END;
-$$;
-
+-- A claimed timer stops being the host's timer by itself: the unique index covers only
+-- available rows, so a reset during a pack arms a new one. A failed pack going back to
+-- available next to that new timer is superseded by it (core trigger jobs_requeue_unique in
+-- sql/api/10_core.sql), and the new timer packs everything. An earlier pack-specific trigger
+-- that cleared the key on claim is dropped here.
 DROP TRIGGER IF EXISTS jobs_pack_release_key ON skiplock.jobs;
-CREATE TRIGGER jobs_pack_release_key BEFORE UPDATE OF state ON skiplock.jobs
-    FOR EACH ROW
-    WHEN (NEW.kind = 'do-the-packing' AND NEW.state = 'running' AND NEW.unique_key IS NOT NULL)
-    EXECUTE FUNCTION skiplock._pack_release_key();
+DROP FUNCTION IF EXISTS skiplock._pack_release_key();
 
 -- Per host: the last pack and the pending timer, for psql and `skiplock pack --status`.
 CREATE OR REPLACE VIEW skiplock.pack_status AS

@@ -1,5 +1,6 @@
--- Unfinished jobs that may be past the reaper's maximum age ($1 seconds), at most $2, locked
--- so no worker claims one while the reaper decides (claims use SKIP LOCKED, so they skip these).
+-- Unfinished jobs that may be past the reaper's maximum age ($1 seconds). The reaper appends
+-- `LIMIT $2 FOR UPDATE SKIP LOCKED` (locked so no worker claims one while it decides; claims
+-- use SKIP LOCKED and skip these); `skiplock reap --dry-run` appends `ORDER BY id LIMIT $2`.
 -- The same rule as `reaper::is_too_old` (which makes the final decision): a running job is
 -- judged by attempted_at, any other by scheduled_at, falling back to the other, then created_at;
 -- a job scheduled in the future is never too old.
@@ -13,5 +14,3 @@ WHERE ((state = 'available'
     OR (state = 'running'
         AND coalesce(attempted_at, scheduled_at, created_at) < now() - make_interval(secs => $1)))
   AND scheduled_at <= now()
-LIMIT $2
-FOR UPDATE SKIP LOCKED

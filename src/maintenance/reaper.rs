@@ -244,12 +244,14 @@ pub async fn reap(
     let mut total = 0u64;
     for _ in 0..MAX_BATCHES {
         let mut tx = pool.begin().await?;
-        let rows: Vec<CandidateRow> =
-            sqlx::query_as(include_str!("../../sql/maintenance/reap_candidates.sql"))
-                .bind(max_age.as_secs_f64())
-                .bind(BATCH)
-                .fetch_all(&mut *tx)
-                .await?;
+        let rows: Vec<CandidateRow> = sqlx::query_as(concat!(
+            include_str!("../../sql/maintenance/reap_candidates.sql"),
+            "LIMIT $2 FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(max_age.as_secs_f64())
+        .bind(BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
         let fetched = rows.len();
         let doomed: Vec<ReapCandidate> = rows
             .into_iter()
@@ -304,12 +306,14 @@ pub async fn preview(
     max_age: Duration,
     limit: i64,
 ) -> Result<(DateTime<Utc>, Vec<ReapCandidate>)> {
-    let rows: Vec<CandidateRow> =
-        sqlx::query_as(include_str!("../../sql/maintenance/reap_preview.sql"))
-            .bind(max_age.as_secs_f64())
-            .bind(limit)
-            .fetch_all(pool)
-            .await?;
+    let rows: Vec<CandidateRow> = sqlx::query_as(concat!(
+        include_str!("../../sql/maintenance/reap_candidates.sql"),
+        "ORDER BY id LIMIT $2"
+    ))
+    .bind(max_age.as_secs_f64())
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
     let now = match rows.first() {
         Some(r) => r.db_now,
         None => sqlx::query_scalar("SELECT now()").fetch_one(pool).await?,

@@ -167,6 +167,11 @@ where
     }
 }
 
+/// The single `bigint` a query returns (counts in assertions and waits).
+pub async fn count(pool: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
 /// Count of jobs in `state`.
 pub async fn count_state(pool: &PgPool, state: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE state::text = $1")
