@@ -225,6 +225,24 @@ BEGIN
 END;
 $$;
 
+-- A processing slot was freed: bring the earliest packet job waiting for one (snoozed
+-- with 'busy') forward to now, so waiting packets need not poll for a slot.
+CREATE OR REPLACE FUNCTION skiplock._packet_wake_one() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    next_job bigint;
+    q text;
+BEGIN
+    SELECT j.id, j.queue INTO next_job, q FROM skiplock.jobs j
+    WHERE j.kind = 'process-packet' AND j.state = 'available' AND j.scheduled_at > now()
+    ORDER BY j.scheduled_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF next_job IS NOT NULL THEN
+        UPDATE skiplock.jobs j SET scheduled_at = now() WHERE j.id = next_job;
+        PERFORM pg_notify('skiplock_wake', q);
+    END IF;
+END;
+$$;
+
 -- Worker: record the end of processing (fenced: only while the packet is still processing
 -- for this job). Returns the new state, or 'lost:<state>' if the packet was taken away.
 -- Wakes one packet job that is waiting for a free slot, so it need not sleep out its snooze.
@@ -234,7 +252,6 @@ RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     cur skiplock.packet_state;
     cur_job bigint;
-    next_job bigint;
 BEGIN
     SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_finish.id FOR UPDATE;
     IF NOT FOUND THEN
@@ -251,13 +268,7 @@ BEGIN
         result = _packet_finish.result,
         error = _packet_finish.error
     WHERE p.id = _packet_finish.id;
-    SELECT j.id INTO next_job FROM skiplock.jobs j
-    WHERE j.kind = 'process-packet' AND j.state = 'available' AND j.scheduled_at > now()
-    ORDER BY j.scheduled_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
-    IF next_job IS NOT NULL THEN
-        UPDATE skiplock.jobs j SET scheduled_at = now() WHERE j.id = next_job;
-        PERFORM pg_notify('skiplock_wake', (SELECT j.queue FROM skiplock.jobs j WHERE j.id = next_job));
-    END IF;
+    PERFORM skiplock._packet_wake_one();
     RETURN CASE WHEN _packet_finish.ok THEN 'ready_for_review' ELSE 'error' END;
 END;
 $$;
@@ -272,7 +283,11 @@ BEGIN
     PERFORM set_config('skiplock.packet_recovering', 'on', true);
     UPDATE skiplock.packets p SET state = 'queued'
     WHERE p.id = _packet_interrupt.id AND p.state = 'processing' AND p.job_id = _packet_interrupt.job_id;
-    RETURN FOUND;
+    IF FOUND THEN
+        PERFORM skiplock._packet_wake_one();
+        RETURN true;
+    END IF;
+    RETURN false;
 END;
 $$;
 

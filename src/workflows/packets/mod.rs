@@ -43,9 +43,11 @@ pub const JOB_MAX_ATTEMPTS: i32 = 5;
 pub const DEFAULT_CONCURRENCY: usize = 1;
 /// Default of `SKIPLOCK_PACKET_TIMEOUT`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
-/// How long a packet waits for a free processing slot before asking again (jittered ±50%);
-/// a packet finishing wakes one waiting job early, so this is only the fallback.
-pub const SLOT_WAIT: Duration = Duration::from_secs(2);
+/// How long a packet waits for a free processing slot before asking again (jittered ±50%).
+/// A packet finishing (or interrupted) wakes the earliest waiting job at once, so this is only
+/// the fallback (e.g. a slot freed by a worker that died), kept long so that a large backlog
+/// of queued packets does not poll the database every couple of seconds each.
+pub const SLOT_WAIT: Duration = Duration::from_secs(10);
 
 /// The pipeline's settings, read from the environment once at worker start-up.
 #[derive(Debug, Clone)]
