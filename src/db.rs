@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
 
 use crate::config::redact_url;
 use crate::error::{Error, Result};
@@ -18,6 +18,16 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
         )
     })?;
     let opts = opts.application_name("skiplock");
+    // One direct connection first: the pool retries a refused connection until its acquire
+    // timeout and then reports only "pool timed out"; this names the real cause at once.
+    let probe = opts.connect().await.map_err(|e| {
+        Error::Other(format!(
+            "cannot connect to the database at {}: {}",
+            redact_url(url),
+            scrub(&e.to_string(), url)
+        ))
+    })?;
+    let _ = probe.close().await;
     PgPoolOptions::new()
         .max_connections(max_connections)
         .min_connections(0)

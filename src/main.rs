@@ -20,6 +20,13 @@ fn init_tracing(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
+    // Like any Unix filter: a closed pipe (`skiplock jobs | head`) ends the process quietly
+    // instead of making println! panic. Rust ignores SIGPIPE by default; restore the default.
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; only resets a disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     if let Err(e) = skiplock::config::load_dotenv() {
         eprintln!("error: {e}");
         return ExitCode::from(1);

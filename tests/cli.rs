@@ -151,6 +151,7 @@ async fn database_problems_are_named_without_the_password() {
     assert_eq!(code, 1);
     let line = one_line(&err);
     assert!(line.contains("cannot connect to the database"), "{line}");
+    assert!(line.contains("refused"), "the real cause is named: {line}");
     assert!(!err.contains("hunter2secret"), "{err}");
     // Not migrated.
     let db = TestDb::empty().await;
@@ -182,4 +183,26 @@ async fn a_worker_process_drains_and_exits_when_idle() {
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(count_state(&db.pool, "completed").await, 20);
+}
+
+#[tokio::test]
+async fn a_closed_stdout_pipe_ends_the_command_quietly() {
+    let db = TestDb::new().await;
+    let args: Vec<_> = (0..2000).map(|i| serde_json::json!({"i": i})).collect();
+    skiplock::queue::enqueue_many(&db.pool, "noop", &args, "default", None, 0)
+        .await
+        .unwrap();
+    // Far more than a pipe buffer of output, read by nobody (like `skiplock jobs | head -1`).
+    let mut child = cmd(&db.url)
+        .args(["jobs", "--json", "--limit", "2000"])
+        .env("RUST_BACKTRACE", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(out.status.code(), Some(101), "no panic exit: {err}");
 }

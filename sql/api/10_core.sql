@@ -123,6 +123,11 @@ BEGIN
         ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
         DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at
         RETURNING id INTO new_id;
+        -- The insert trigger sees only inserted rows: a waiting job moved to now needs its own
+        -- wake-up (a second NOTIFY for an insert is folded into one by Postgres).
+        IF coalesce(enqueue.run_at, now()) <= now() THEN
+            PERFORM pg_notify('skiplock_wake', enqueue.queue);
+        END IF;
         RETURN new_id;
     END IF;
 

@@ -476,7 +476,7 @@ async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result
     let ceiling = Stat::of(&ceil);
     let drain_scaled = (!scaled.is_empty()).then(|| Stat::of(&scaled));
     let scale_ratio = drain_scaled.as_ref().map(|s| s.median / drain.median);
-    let settings = BTreeMap::from([
+    let mut settings = BTreeMap::from([
         ("runs".to_string(), o.runs.to_string()),
         ("jobs".to_string(), o.jobs.to_string()),
         ("concurrency".to_string(), o.concurrency.to_string()),
@@ -490,9 +490,11 @@ async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result
             "ack_delay".to_string(),
             humantime::format_duration(worker_settings(o).ack_delay).to_string(),
         ),
-        ("scale_finished".to_string(), o.scale_finished.to_string()),
-        ("scale_future".to_string(), o.scale_future.to_string()),
     ]);
+    if !o.skip_scale {
+        settings.insert("scale_finished".to_string(), o.scale_finished.to_string());
+        settings.insert("scale_future".to_string(), o.scale_future.to_string());
+    }
     Ok(BenchReport {
         settings,
         postgres,
