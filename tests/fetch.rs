@@ -766,3 +766,33 @@ async fn redirects_are_fetches_of_their_own_up_to_the_limit() {
     assert!(away.contains("another host; not followed"), "{away}");
     w.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn sql_and_worker_normalise_urls_alike() {
+    let db = TestDb::new().await;
+    for raw in [
+        "http://Example.COM",
+        "http://example.com:80/a/../b",
+        "https://example.com:443/a/./b/",
+        "http://example.com/a/b/..",
+        "http://example.com/./",
+        "http://example.com/../../x?q=1#frag",
+        "http://example.com:8080/a/b/../../c/./d.html?x=y",
+    ] {
+        let sql: String = sqlx::query_scalar("SELECT skiplock._normalize_url($1)")
+            .bind(raw)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        let rust = skiplock::workflows::fetch::normalize::normalize(raw).unwrap();
+        assert_eq!(sql, rust.as_str(), "{raw}");
+    }
+    // So the SQL function and the CLI find the same pending job.
+    let a: i64 = sqlx::query_scalar("SELECT skiplock.request_fetch('http://example.com/a/../b')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (code, out, err) = run_cmd(&db.url, &["fetch", "http://example.com/b"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), a.to_string());
+}

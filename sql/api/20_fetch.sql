@@ -3,7 +3,8 @@
 -- Installed (CREATE OR REPLACE) by `skiplock migrate`.
 
 -- Normalises an http(s) URL the way the handler does for ordinary URLs: lower-case scheme
--- and host, default port dropped, empty path -> '/', fragment dropped. Refuses anything
+-- and host, default port dropped, empty path -> '/', `.` and `..` segments resolved
+-- (RFC 3986 5.2.4), fragment dropped. Refuses anything
 -- that is not an absolute http/https URL with a host, with a message naming the problem.
 CREATE OR REPLACE FUNCTION skiplock._normalize_url(url text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
@@ -14,6 +15,9 @@ DECLARE
     host text;
     port text;
     path text;
+    segs text[];
+    kept text[] := ARRAY[]::text[];
+    seg text;
 BEGIN
     IF url IS NULL OR btrim(url) = '' THEN
         RAISE EXCEPTION 'skiplock: invalid URL: it is empty' USING ERRCODE = '22023';
@@ -54,6 +58,22 @@ BEGIN
         END IF;
     END IF;
     path := CASE WHEN m[4] = '' THEN '/' ELSE m[4] END;
+    IF path ~ '(^|/)\.\.?(/|$)' THEN
+        segs := string_to_array(substr(path, 2), '/');
+        FOR i IN 1 .. array_length(segs, 1) LOOP
+            seg := segs[i];
+            IF seg = '..' THEN
+                kept := kept[1:greatest(coalesce(array_length(kept, 1), 0) - 1, 0)];
+            ELSIF seg <> '.' THEN
+                kept := kept || seg;
+            END IF;
+            -- A final `.` or `..` leaves a directory: keep its trailing slash.
+            IF i = array_length(segs, 1) AND seg IN ('.', '..') THEN
+                kept := kept || ''::text;
+            END IF;
+        END LOOP;
+        path := '/' || array_to_string(kept, '/');
+    END IF;
     RETURN scheme || '://' || host || coalesce(':' || port, '') || path || coalesce(m[5], '');
 END;
 $$;
