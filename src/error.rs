@@ -7,10 +7,10 @@
 pub enum Error {
     /// A query failed or the database could not be reached.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     /// Applying the schema migrations failed.
     #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(sqlx::migrate::MigrateError),
     /// The database has no (or an older) skiplock schema.
     #[error("the database is not migrated ({0}); run `skiplock migrate` first")]
     NotMigrated(String),
@@ -30,10 +30,31 @@ pub enum Error {
     NotFound(String),
     /// An I/O error outside the database (files, processes, object storage).
     #[error("{0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// Anything else, with a message naming it.
     #[error("{0}")]
     Other(String),
+}
+
+// The wrapped errors are converted by hand, not with `#[from]`: their text is already part of
+// this error's message, and marking them as its source too would print it again in every
+// error chain (`error: database error: X: X: X`).
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        Error::Database(e)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        Error::Migrate(e)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
 }
 
 /// `Result` with skiplock's [`Error`].

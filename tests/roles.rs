@@ -98,6 +98,43 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
         .await
         .unwrap();
     assert_eq!(k1, k2);
+    // A waiting job of another kind cannot be taken over (or even found) through its key.
+    let victim: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('process-packet', '{\"packet_id\": 19}', 'packets', unique_key => 'packet:19')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    for mode in ["replace", "keep"] {
+        let e = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT skiplock.enqueue('evil', '{{\"pwned\": true}}', 'packets', 'infinity', \
+             0::smallint, 1, 'packet:19', '{mode}')"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("held by a waiting job of another kind"),
+            "{mode}: {e}"
+        );
+    }
+    let (args, kind): (serde_json::Value, String) =
+        sqlx::query_as("SELECT args, kind FROM skiplock.jobs WHERE id = $1")
+            .bind(victim)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (args, kind.as_str()),
+        (json!({"packet_id": 19}), "process-packet")
+    );
+    sqlx::query("DELETE FROM skiplock.jobs WHERE id = $1")
+        .bind(victim)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
     // Bad input still gets the clear error, not a permission error.
     let e = sqlx::query("SELECT skiplock.enqueue('')")
         .execute(&pool)
@@ -105,6 +142,15 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("kind must not be empty"), "{e}");
+
+    // The CLI works for the enqueuer too (it checks the migrations first).
+    let (code, out, err) = run_cmd(&role.url(&db), &["enqueue", "noop", "--queue", "cli"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim().parse::<i64>().is_ok(), "{out}");
+    sqlx::query("DELETE FROM skiplock.jobs WHERE queue = 'cli'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
 
     // The stats view is readable.
     let total: i64 = sqlx::query_scalar("SELECT sum(count)::bigint FROM skiplock.queue_stats")

@@ -75,6 +75,24 @@ BEGIN
 END;
 $$;
 
+-- A unique key is shared only by jobs of one kind and queue: a caller may not take over (or
+-- be handed) a waiting job of another kind through its key. Raises if an available job of
+-- another kind or queue holds `key`.
+CREATE OR REPLACE FUNCTION skiplock._check_key_holder(key text, kind text, queue text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    hk text;
+    hq text;
+BEGIN
+    SELECT j.kind, j.queue INTO hk, hq FROM skiplock.jobs j
+    WHERE j.unique_key = _check_key_holder.key AND j.state = 'available';
+    IF FOUND AND (hk <> _check_key_holder.kind OR hq <> _check_key_holder.queue) THEN
+        RAISE EXCEPTION 'skiplock: unique_key % is held by a waiting job of another kind or queue', quote_literal(_check_key_holder.key)
+            USING ERRCODE = '23505';
+    END IF;
+END;
+$$;
+
 -- Enqueue one job. With a unique_key already held by an available job, 'keep' returns that
 -- job's id untouched and 'replace' moves its args and scheduled_at to the new values (the
 -- debounce primitive). Safe under concurrent callers: no unique violation escapes.
@@ -117,12 +135,19 @@ BEGIN
     END IF;
 
     IF enqueue.on_conflict = 'replace' THEN
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
+        INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
         VALUES (enqueue.kind, enqueue.args, enqueue.queue, coalesce(enqueue.run_at, now()),
                 enqueue.priority, enqueue.max_attempts, enqueue.unique_key)
         ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
         DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at
+            WHERE j.kind = EXCLUDED.kind AND j.queue = EXCLUDED.queue
         RETURNING id INTO new_id;
+        IF new_id IS NULL THEN
+            -- The key's holder is of another kind or queue: refuse, naming why.
+            PERFORM skiplock._check_key_holder(enqueue.unique_key, enqueue.kind, enqueue.queue);
+            RAISE EXCEPTION 'skiplock: unique_key % is held by a waiting job of another kind or queue', quote_literal(enqueue.unique_key)
+                USING ERRCODE = '23505';
+        END IF;
         -- The insert trigger sees only inserted rows: a waiting job moved to now needs its own
         -- wake-up (a second NOTIFY for an insert is folded into one by Postgres).
         IF coalesce(enqueue.run_at, now()) <= now() THEN
@@ -146,6 +171,7 @@ BEGIN
         SELECT j.id INTO new_id FROM skiplock.jobs j
         WHERE j.unique_key = enqueue.unique_key AND j.state = 'available';
         IF new_id IS NOT NULL THEN
+            PERFORM skiplock._check_key_holder(enqueue.unique_key, enqueue.kind, enqueue.queue);
             RETURN new_id;
         END IF;
     END LOOP;

@@ -106,7 +106,7 @@ BEGIN
                    || jsonb_build_object('force', coalesce((j.args->>'force')::boolean, false) OR (a->>'force')::boolean)
                    || CASE WHEN j.args ? 'crawl' OR NOT a ? 'crawl' THEN '{}'::jsonb
                            ELSE jsonb_build_object('crawl', a->'crawl', 'full', true) END
-        WHERE j.unique_key = key AND j.state = 'available'
+        WHERE j.unique_key = key AND j.state = 'available' AND j.kind = 'fetch' AND j.queue = 'fetch'
         RETURNING j.id INTO jid;
         IF jid IS NOT NULL THEN
             RETURN jid;
@@ -119,6 +119,8 @@ BEGIN
         IF jid IS NOT NULL THEN
             RETURN jid;
         END IF;
+        -- Someone else's job holds the key: refuse rather than loop.
+        PERFORM skiplock._check_key_holder(key, 'fetch', 'fetch');
     END LOOP;
 END;
 $$;

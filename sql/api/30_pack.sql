@@ -62,7 +62,11 @@ BEGIN
             ELSE greatest(j.scheduled_at,
                           least(clock_timestamp() + pack_arm_at.quiet, j.created_at + pack_arm_at.max_wait))
         END
+        WHERE j.kind = 'do-the-packing' AND j.queue = 'pack'
     RETURNING j.id, j.scheduled_at INTO timer_id, fires_at;
+    IF timer_id IS NULL THEN
+        PERFORM skiplock._check_key_holder(skiplock.pack_key(h), 'do-the-packing', 'pack');
+    END IF;
 END;
 $$;
 
@@ -90,7 +94,11 @@ BEGIN
     ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
     DO UPDATE SET scheduled_at = least(j.scheduled_at, now()),
                   args = j.args || jsonb_build_object('now', true)
+        WHERE j.kind = 'do-the-packing' AND j.queue = 'pack'
     RETURNING j.id INTO timer_id;
+    IF timer_id IS NULL THEN
+        PERFORM skiplock._check_key_holder(skiplock.pack_key(h), 'do-the-packing', 'pack');
+    END IF;
     -- The insert trigger wakes workers only for inserted rows; an updated timer needs this.
     PERFORM pg_notify('skiplock_wake', 'pack');
     RETURN timer_id;

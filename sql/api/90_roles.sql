@@ -40,6 +40,10 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'skiplock_enqueuer') THEN
         EXECUTE 'GRANT USAGE ON SCHEMA skiplock TO skiplock_enqueuer';
         EXECUTE 'GRANT SELECT ON skiplock.queue_stats TO skiplock_enqueuer';
+        -- The CLI checks that every migration was applied before it enqueues.
+        IF mig IS NOT NULL THEN
+            EXECUTE format('GRANT SELECT ON %s TO skiplock_enqueuer', mig);
+        END IF;
         -- The enqueue-style functions that exist now (the workflow ones may not, yet), by
         -- name, with every overload.
         FOR f IN
