@@ -220,6 +220,23 @@ async fn sql_functions_reject_bad_input_with_sql_errors() {
         ),
         ("SELECT skiplock.enqueue(repeat('k', 10000))", "at most 200"),
         (
+            "SELECT skiplock.request_fetch('http://' || repeat(md5(g::text), 313) || '.com/') FROM generate_series(1, 1) g",
+            "at most 253",
+        ),
+        (
+            "SELECT skiplock.request_fetch('ftp://example.com/')",
+            "only http and https",
+        ),
+        ("SELECT skiplock.timer_reset('')", "host"),
+        (
+            "SELECT skiplock.submit_packet(repeat('/x', 3000))",
+            "at most 4096",
+        ),
+        (
+            "SELECT skiplock.submit_packet('')",
+            "needs a source directory",
+        ),
+        (
             "SELECT skiplock.enqueue('noop', unique_key => 'k', on_conflict => NULL)",
             "on_conflict",
         ),

@@ -162,9 +162,20 @@ async fn full_lifecycle_with_the_builtin_manifest() {
     let (code, _, err) = run_cmd(&db.url, &["packet", "take", &id.to_string()]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(state_of(&db.pool, id).await, PacketState::InReview);
+    // A second operator cannot take it again.
+    let (code, _, err) = run_cmd(&db.url, &["packet", "take", &id.to_string()]);
+    assert_eq!(code, 1, "taking twice is refused");
+    assert!(
+        err.contains(&format!(
+            "packet {id} cannot go from in_review to in_review"
+        )),
+        "{err}"
+    );
     let (code, _, err) = run_cmd(&db.url, &["packet", "complete", &id.to_string()]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(state_of(&db.pool, id).await, PacketState::Done);
+    let (code, _, err) = run_cmd(&db.url, &["packet", "complete", &id.to_string()]);
+    assert_eq!(code, 1, "completing twice is refused: {err}");
 
     // A stale duplicate job for a packet that is no longer queued does nothing.
     let dup: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('process-packet', jsonb_build_object('packet_id', $1::bigint), 'packets')")

@@ -47,6 +47,14 @@ BEGIN
         RAISE EXCEPTION 'skiplock: invalid URL "%": bad host or port "%"', url, m[3] USING ERRCODE = '22023';
     END IF;
     host := lower(hp[1]);
+    IF length(host) > 253 THEN
+        RAISE EXCEPTION 'skiplock: invalid URL: its host is % characters long (at most 253)', length(host)
+            USING ERRCODE = '22023';
+    END IF;
+    IF length(url) > 8000 THEN
+        RAISE EXCEPTION 'skiplock: invalid URL: it is % characters long (at most 8000)', length(url)
+            USING ERRCODE = '22023';
+    END IF;
     port := nullif(ltrim(hp[2], ':'), '');
     IF port IS NOT NULL THEN
         IF length(port) > 5 OR port::integer > 65535 THEN

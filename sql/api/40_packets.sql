@@ -122,6 +122,10 @@ BEGIN
     IF submit_packet.source IS NULL OR btrim(submit_packet.source) = '' THEN
         RAISE EXCEPTION 'skiplock: a packet needs a source directory' USING ERRCODE = '22023';
     END IF;
+    IF length(submit_packet.source) > 4096 OR length(submit_packet.name) > 1000 THEN
+        RAISE EXCEPTION 'skiplock: a packet source path may have at most 4096 characters and a name at most 1000'
+            USING ERRCODE = '22023';
+    END IF;
     PERFORM skiplock._packet_act(submit_packet.actor, 'submitted');
     INSERT INTO skiplock.packets (source, name) VALUES (submit_packet.source, nullif(btrim(submit_packet.name), ''))
     RETURNING id INTO new_id;
@@ -133,10 +137,19 @@ $$;
 -- Moves packet `id` to `target` as `actor`; the trigger refuses what the table does not allow.
 CREATE OR REPLACE FUNCTION skiplock._packet_move(id bigint, target skiplock.packet_state, actor text, note text)
 RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    cur skiplock.packet_state;
 BEGIN
-    PERFORM 1 FROM skiplock.packets p WHERE p.id = _packet_move.id FOR UPDATE;
+    SELECT p.state INTO cur FROM skiplock.packets p WHERE p.id = _packet_move.id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'skiplock: packet % does not exist', _packet_move.id USING ERRCODE = 'P0002';
+    END IF;
+    -- The trigger lets an UPDATE that leaves the state as it is through (other columns may
+    -- change); an operator action to the state the packet is already in is a refused move
+    -- (two operators must not both "take" one packet).
+    IF cur = _packet_move.target THEN
+        RAISE EXCEPTION 'skiplock: %', skiplock._packet_refusal(_packet_move.id, cur, _packet_move.target)
+            USING ERRCODE = '22023';
     END IF;
     PERFORM skiplock._packet_act(_packet_move.actor, _packet_move.note);
     UPDATE skiplock.packets p SET state = _packet_move.target WHERE p.id = _packet_move.id;

@@ -44,10 +44,10 @@ pub const DEFAULT_CONCURRENCY: usize = 1;
 /// Default of `SKIPLOCK_PACKET_TIMEOUT`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long a packet waits for a free processing slot before asking again (jittered ±50%).
-/// A packet finishing (or interrupted) wakes the earliest waiting job at once, so this is only
-/// the fallback (e.g. a slot freed by a worker that died), kept long so that a large backlog
-/// of queued packets does not poll the database every couple of seconds each.
-pub const SLOT_WAIT: Duration = Duration::from_secs(10);
+/// A packet finishing (or interrupted) wakes the earliest waiting job at once; this fallback
+/// covers the wake-ups that miss (a waiter whose "busy" snooze is not yet written, a slot
+/// freed by a worker that died). Each waiting packet asks about once per this interval.
+pub const SLOT_WAIT: Duration = Duration::from_secs(3);
 
 /// The pipeline's settings, read from the environment once at worker start-up.
 #[derive(Debug, Clone)]
