@@ -122,11 +122,32 @@ async fn the_verdict_catches_lost_jobs_and_unexplained_duplicates() {
     assert_eq!(r.unexplained_jobs, vec![ids[1]]);
     assert!(!r.ok());
 
-    // A kill of pid 4242 after its execution explains job 1; completing job 3 (with an
-    // execution) leaves nothing lost.
-    chaos::record_kills(&db.pool, &[(4242, Utc::now())])
-        .await
-        .unwrap();
+    // A kill of pid 4242 long after job 1 ran again explains nothing.
+    chaos::record_kills(
+        &db.pool,
+        &[(4242, Utc::now() + chrono::Duration::minutes(10))],
+    )
+    .await
+    .unwrap();
+    let mut r = Report::default();
+    chaos::judge(&db.pool, &mut r).await.unwrap();
+    assert_eq!(r.unexplained_jobs, vec![ids[1]]);
+
+    // A kill of pid 4242 after its execution and before the re-run explains job 1;
+    // completing job 3 (with an execution) leaves nothing lost.
+    let rerun_at: chrono::DateTime<Utc> = sqlx::query_scalar(
+        "SELECT at FROM skiplock_chaos.executions WHERE job_id = $1 AND attempt = 2",
+    )
+    .bind(ids[1])
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    chaos::record_kills(
+        &db.pool,
+        &[(4242, rerun_at - chrono::Duration::microseconds(1))],
+    )
+    .await
+    .unwrap();
     sqlx::query("UPDATE skiplock.jobs SET state = 'completed' WHERE id = $1")
         .bind(ids[3])
         .execute(&db.pool)
