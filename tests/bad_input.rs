@@ -1,4 +1,4 @@
-//! Bad input at every core entry point gets a clear answer (docs/bad-input.md): a one-line
+//! Bad input at every core entry point gets a clear answer (README.md, "Bad input and the answer it gets"): a one-line
 //! error and a non-zero exit from the CLI, a SQL error from the functions, a discarded job
 //! with the decode error recorded for job args. Never a panic or a silently dropped job.
 //! Extends the cases already in tests/cli.rs and tests/queue.rs.
