@@ -344,9 +344,13 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
 
     // Both processes up (a slow start of one must not leave the other alone for the periods
     // counted below), then four periods.
-    wait_for("both worker processes up", Duration::from_secs(60), || async {
-        (count(&db.pool, "SELECT count(*) FROM skiplock.workers").await == 2).then_some(())
-    })
+    wait_for(
+        "both worker processes up",
+        Duration::from_secs(60),
+        || async {
+            (count(&db.pool, "SELECT count(*) FROM skiplock.workers").await == 2).then_some(())
+        },
+    )
     .await;
     let before = count(
         &db.pool,

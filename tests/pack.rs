@@ -163,7 +163,11 @@ async fn hundred_resets_from_four_tasks_give_exactly_one_pack_after_the_quiet_pe
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert_eq!(timers.len(), 1, "every reset pushed the same timer: {timers:?}");
+    assert_eq!(
+        timers.len(),
+        1,
+        "every reset pushed the same timer: {timers:?}"
+    );
     let timer_id = timers[0];
     let (quiet_respected, detail): (bool, String) = sqlx::query_as(
         "SELECT t.scheduled_at >= r.last + interval '600 seconds' AND t.state = 'available',
@@ -256,7 +260,10 @@ async fn the_max_wait_bounds_a_host_that_is_reset_continuously() {
             && scheduled < created + chrono::Duration::seconds(600),
         "timer of a window begun at {created} fired at {scheduled}"
     );
-    assert!(attempted >= scheduled, "packed at {attempted}, before {scheduled}");
+    assert!(
+        attempted >= scheduled,
+        "packed at {attempted}, before {scheduled}"
+    );
     // Several resets reached this very timer (the burst came 8 s before it could fire), and
     // each of them left it at the capped time.
     let fires: Vec<Option<chrono::DateTime<chrono::Utc>>> = sqlx::query_scalar(
@@ -267,7 +274,11 @@ async fn the_max_wait_bounds_a_host_that_is_reset_continuously() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert!(fires.len() >= 2, "only {} reset(s) reached the timer", fires.len());
+    assert!(
+        fires.len() >= 2,
+        "only {} reset(s) reached the timer",
+        fires.len()
+    );
     assert!(
         fires.iter().all(|f| *f == Some(scheduled)),
         "a reset moved the timer past the max wait: {fires:?}"

@@ -317,7 +317,11 @@ async fn orphaned_running_jobs_are_rescued() {
     assert_eq!(rescued, 2, "the orphan and the spent job, not the live one");
     let o = admin::get_job(&db.pool, orphan).await.unwrap();
     assert_eq!((o.state.as_str(), o.attempt), ("available", 1));
-    assert_error(o.errors.clone(), 0, "rescued: worker ghost sent no heartbeat");
+    assert_error(
+        o.errors.clone(),
+        0,
+        "rescued: worker ghost sent no heartbeat",
+    );
     let s = admin::get_job(&db.pool, spent).await.unwrap();
     assert_eq!(s.state, "discarded");
     assert!(s.finalized_at.is_some());
@@ -603,7 +607,10 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
     .await
     .unwrap();
     assert_eq!(
-        claimed.iter().map(|j| (j.id, j.attempt)).collect::<Vec<_>>(),
+        claimed
+            .iter()
+            .map(|j| (j.id, j.attempt))
+            .collect::<Vec<_>>(),
         vec![(id, 2)]
     );
     sqlx::query("UPDATE skiplock.jobs SET heartbeat_at = now() + interval '1 hour' WHERE id = $1")
