@@ -123,22 +123,37 @@ async fn cli_hostile_oversized_and_out_of_range_input() {
 #[tokio::test]
 async fn settings_and_dotenv_errors_name_the_setting() {
     let db = TestDb::new().await;
+    // (setting, value, the answer README.md's table promises)
     for (name, value, want) in [
-        ("SKIPLOCK_MAX_CONNECTIONS", "-1", "SKIPLOCK_MAX_CONNECTIONS"),
+        (
+            "SKIPLOCK_MAX_CONNECTIONS",
+            "-1",
+            "\"-1\" is not a positive whole number",
+        ),
         (
             "SKIPLOCK_MAX_CONNECTIONS",
             "lots",
-            "SKIPLOCK_MAX_CONNECTIONS",
+            "\"lots\" is not a positive whole number",
         ),
-        ("SKIPLOCK_QUEUES", "=5", "SKIPLOCK_QUEUES"),
-        ("SKIPLOCK_QUEUES", "default=-3", "SKIPLOCK_QUEUES"),
-        ("SKIPLOCK_BACKOFF_UNIT", "forever", "SKIPLOCK_BACKOFF_UNIT"),
+        ("SKIPLOCK_MAX_CONNECTIONS", "1", "must be at least 2"),
+        ("SKIPLOCK_QUEUES", "=5", "queue entry \"=5\" has no name"),
+        (
+            "SKIPLOCK_QUEUES",
+            "default=-3",
+            "concurrency \"-3\" is not a positive whole number",
+        ),
+        (
+            "SKIPLOCK_BACKOFF_UNIT",
+            "forever",
+            "invalid duration \"forever\"",
+        ),
         (
             "SKIPLOCK_RESCUE_AFTER",
             "'; DROP TABLE x",
-            "SKIPLOCK_RESCUE_AFTER",
+            "invalid duration",
         ),
-        ("SKIPLOCK_JOB_TIMEOUT", "10", "SKIPLOCK_JOB_TIMEOUT"),
+        ("SKIPLOCK_JOB_TIMEOUT", "10", "invalid duration \"10\""),
+        ("SKIPLOCK_POLL_INTERVAL", "1ms", "must be at least 10ms"),
     ] {
         let out = cmd(&db.url)
             .args(["worker", "--exit-when-idle"])
@@ -147,9 +162,19 @@ async fn settings_and_dotenv_errors_name_the_setting() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        let line = error_line(out.status.code().unwrap_or(-1), &err);
-        assert!(line.contains(want), "{name}={value}: {line}");
+        let code = out.status.code().unwrap_or(-1);
+        let line = error_line(code, &err);
+        assert_eq!(code, 1, "{name}={value}: {err}");
+        assert!(
+            line.contains(&format!("invalid setting {name}: ")) && line.contains(want),
+            "{name}={value}: {line}"
+        );
     }
+    // Nothing ran: every bad setting stopped the worker before it registered.
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.workers").await,
+        0
+    );
     // A setting that is not UTF-8 is an error, not silently the default.
     let out = cmd(&db.url)
         .args(["worker", "--exit-when-idle"])
@@ -317,17 +342,103 @@ async fn library_enqueue_rejects_oversized_and_nul_args_clearly() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("max_attempts"), "{e}");
+    // Highly compressible (it would fit the index), yet over the documented 1000 bytes.
     let e = enqueue(
         &db.pool,
         &NewJob::new("noop", json!({})).unique_key("x".repeat(10_000), OnConflict::Keep),
     )
-    .await;
-    // Highly compressible: fits the index after compression, so it is accepted — or rejected
-    // by the length check; either way no panic and a clear message.
-    if let Err(e) = e {
-        assert!(e.to_string().contains("unique_key"), "{e}");
+    .await
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("unique_key is 10000 bytes long (at most 1000)"),
+        "{e}"
+    );
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.jobs").await,
+        0,
+        "a rejected enqueue left a row"
+    );
+}
+
+#[tokio::test]
+async fn cancel_and_retry_refusals_carry_their_sqlstates() {
+    let db = TestDb::new().await;
+    let finished: i64 = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, state, attempt, finalized_at) \
+         VALUES ('noop', 'completed', 1, now()) RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let running: i64 = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, state, attempt, attempted_at, heartbeat_at) \
+         VALUES ('noop', 'running', 1, now(), now()) RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    // (call, message, SQLSTATE): README.md's table of SQL answers.
+    let cases = [
+        (
+            format!("SELECT skiplock.cancel({finished})"),
+            format!("skiplock: job {finished} is already completed and cannot be cancelled"),
+            "55000",
+        ),
+        (
+            format!("SELECT skiplock.retry({running})"),
+            format!("skiplock: job {running} is running and cannot be retried"),
+            "55000",
+        ),
+        (
+            "SELECT skiplock.cancel(NULL)".to_string(),
+            "skiplock: job <NULL> does not exist".to_string(),
+            "P0002",
+        ),
+        (
+            "SELECT skiplock.cancel(424242)".to_string(),
+            "skiplock: job 424242 does not exist".to_string(),
+            "P0002",
+        ),
+        (
+            "SELECT skiplock.retry(-1)".to_string(),
+            "skiplock: job -1 does not exist".to_string(),
+            "P0002",
+        ),
+    ];
+    for (sql, message, code) in &cases {
+        let e = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&db.pool)
+            .await
+            .expect_err(sql);
+        let d = e.as_database_error().expect("a database error");
+        assert_eq!(d.message(), message.as_str(), "{sql}");
+        assert_eq!(d.code().as_deref(), Some(*code), "{sql}: {d}");
     }
-    assert_eq!(count_state(&db.pool, "running").await, 0);
+    // Both rows are as they were.
+    let states: Vec<String> =
+        sqlx::query_scalar("SELECT state::text FROM skiplock.jobs ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(states, ["completed", "running"]);
+    // The CLI gives the same answers on one line, exit 1.
+    for (args, want) in [
+        (
+            vec!["cancel".to_string(), finished.to_string()],
+            "already completed and cannot be cancelled",
+        ),
+        (
+            vec!["retry".to_string(), running.to_string()],
+            "is running and cannot be retried",
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, err) = run_cmd(&db.url, &args);
+        let line = error_line(code, &err);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(line.contains(want), "{args:?}: {line}");
+    }
 }
 
 #[tokio::test]

@@ -60,8 +60,10 @@ async fn enqueue_list_show_cancel_retry_stats() {
 #[tokio::test]
 async fn unique_keys_and_run_times_from_the_cli() {
     let db = TestDb::new().await;
-    let a = run_cmd(&db.url, &["enqueue", "noop", "--unique-key", "k"]).1;
-    let b = run_cmd(
+    let (code, a, err) = run_cmd(&db.url, &["enqueue", "noop", "--unique-key", "k"]);
+    assert_eq!(code, 0, "{err}");
+    let a: i64 = a.trim().parse().expect("prints the id");
+    let (code, b, err) = run_cmd(
         &db.url,
         &[
             "enqueue",
@@ -73,18 +75,39 @@ async fn unique_keys_and_run_times_from_the_cli() {
             "--in",
             "1h",
         ],
-    )
-    .1;
-    assert_eq!(a, b);
-    let (code, out, _) = run_cmd(&db.url, &["job", a.trim(), "--json"]);
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        b.trim().parse::<i64>().expect("prints the id"),
+        a,
+        "same job"
+    );
+    let (code, out, _) = run_cmd(&db.url, &["job", &a.to_string(), "--json"]);
     assert_eq!(code, 0);
     let row: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(row["args"]["v"], 2);
-    let (code, _, _) = run_cmd(
+    // --replace moved the run time an hour ahead (database clock).
+    let ahead: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM scheduled_at - created_at)::float8 FROM skiplock.jobs WHERE id = $1",
+    )
+    .bind(a)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(ahead >= 3600.0, "scheduled {ahead} s after creation");
+    let (code, out, err) = run_cmd(
         &db.url,
         &["enqueue", "noop", "--run-at", "2030-01-01T00:00:00Z"],
     );
-    assert_eq!(code, 0);
+    assert_eq!(code, 0, "{err}");
+    let id: i64 = out.trim().parse().expect("prints the id");
+    let at: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT scheduled_at FROM skiplock.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(at.to_rfc3339(), "2030-01-01T00:00:00+00:00");
 }
 
 #[tokio::test]

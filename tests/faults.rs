@@ -22,9 +22,12 @@ async fn sigkilled_worker_processes_lose_nothing() {
     let mut cfg = ChaosConfig::new(1500, bin());
     cfg.workers = 3;
     cfg.kills = 6;
-    cfg.concurrency = 8;
-    cfg.max_connections = 3;
-    cfg.rescue_after = Duration::from_secs(3);
+    // Enough connections that a heartbeat never waits behind the handlers for one, and a
+    // rescue window far longer than any stall of a loaded machine: only a killed process's
+    // jobs are ever rescued, so every duplicate must be explained by a kill.
+    cfg.concurrency = 4;
+    cfg.max_connections = 8;
+    cfg.rescue_after = Duration::from_secs(10);
     cfg.deadline = Duration::from_secs(180);
     let r = chaos::run(&cfg, &db.url, None).await.expect("chaos run");
     eprintln!("{}", r.summary_line());

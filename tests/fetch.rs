@@ -662,10 +662,11 @@ async fn a_long_line_for_one_host_leaves_the_workers_free() {
     for (p, _) in &pages {
         request(&db.pool, &busy.url(p), false, false).await;
     }
-    // Two worker slots only; the busy host needs at least 20 × 500ms for its line.
+    // Two worker slots only; the busy host needs at least 20 × 1 s for its line, far longer
+    // than any stall of this machine.
     let mut qs = fast_settings();
     qs.queues = Some([("fetch".to_string(), 2)].into());
-    let s = settings(Schedule::default(), 500);
+    let s = settings(Schedule::default(), 1000);
     let w = start_worker(&db.pool, qs, |b| fetch::register_with(b, s).unwrap());
     wait_for(
         "the busy host's first page",

@@ -45,13 +45,16 @@ async fn exists(pool: &PgPool, id: i64) -> bool {
         .unwrap()
 }
 
-/// Records, for every deleted job row, how old its attempt and heartbeat were at that moment.
+/// Records, for every deleted job row, when it went, its state then, and how old its attempt
+/// and heartbeat were at that moment.
 async fn log_deletions(pool: &PgPool) {
     sqlx::raw_sql(
-        "CREATE TABLE deleted_log (id bigint, attempt_age interval, heartbeat_age interval);
+        "CREATE TABLE deleted_log (id bigint, at timestamptz, state text,
+                                   attempt_age interval, heartbeat_age interval);
          CREATE FUNCTION log_delete() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
-             INSERT INTO deleted_log VALUES (OLD.id, clock_timestamp() - OLD.attempted_at,
+             INSERT INTO deleted_log VALUES (OLD.id, clock_timestamp(), OLD.state::text,
+                                             clock_timestamp() - OLD.attempted_at,
                                              clock_timestamp() - OLD.heartbeat_at);
              RETURN OLD;
          END $$;
@@ -65,6 +68,7 @@ async fn log_deletions(pool: &PgPool) {
 #[tokio::test]
 async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
     let db = TestDb::new().await;
+    log_deletions(&db.pool).await;
     let stale = insert(
         &db.pool,
         "('nobody-handles', '{}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
@@ -76,40 +80,56 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
     )
     .await;
 
-    let reaper = three_second_reaper(&db.pool);
-    // Right after start-up the guard holds: a run deletes nothing.
-    let deleted = reaper.reap_once().await.unwrap();
-    let up = reaper.uptime();
-    assert!(
-        up < MAX_AGE,
-        "test setup took {up:?}; cannot observe the young reaper"
+    // A reaper whose maximum age (an hour) is far beyond this test's length is young for the
+    // whole test: only its uptime guard stands between it and the two-day-old row.
+    let young = Reaper::new(
+        db.pool.clone(),
+        ReaperSettings {
+            max_age: Duration::from_secs(3600),
+            interval: Duration::from_millis(100),
+        },
     );
-    assert_eq!(deleted, 0);
+    assert_eq!(young.reap_once().await.unwrap(), 0);
     assert!(
         exists(&db.pool, stale).await,
         "a young reaper must not delete"
     );
-
-    let worker = start_worker(&db.pool, fast_settings(), |b| b.service(reaper.clone()));
-    // While the reaper is younger than the maximum age the row stays, run after run.
+    let worker = start_worker(&db.pool, fast_settings(), |b| b.service(young.clone()));
     wait_for(
         "reaper runs in the worker",
         Duration::from_secs(30),
-        || async { (reaper.runs() >= 3).then_some(()) },
+        || async { (young.runs() >= 4).then_some(()) },
     )
     .await;
-    let still_there = exists(&db.pool, stale).await;
-    if reaper.uptime() < MAX_AGE {
-        assert!(still_there, "deleted while the reaper was younger than 3 s");
-    }
+    worker.stop().await.unwrap();
+    assert!(exists(&db.pool, stale).await, "deleted by a young reaper");
+    assert_eq!(young.deleted(), 0);
 
+    // A reaper with a 3 s maximum age deletes the row once it has been up that long, and not
+    // before: its deletion comes at least 3 s after it was built (database clock).
+    let built_at: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let reaper = three_second_reaper(&db.pool);
+    let worker = start_worker(&db.pool, fast_settings(), |b| b.service(reaper.clone()));
     wait_for(
         "the stale row to be reaped",
         Duration::from_secs(60),
         || async { (!exists(&db.pool, stale).await).then_some(()) },
     )
     .await;
-    assert!(reaper.uptime() >= MAX_AGE);
+    let deleted_at: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT at FROM deleted_log WHERE id = $1")
+            .bind(stale)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        deleted_at - built_at >= chrono::Duration::from_std(MAX_AGE).unwrap(),
+        "deleted {} after the reaper was built, before its uptime reached {MAX_AGE:?}",
+        deleted_at - built_at
+    );
     assert_eq!(reaper.deleted(), 1);
 
     // The future-scheduled row created days ago is judged again and again and stays.
@@ -172,20 +192,26 @@ async fn running_job_with_live_worker_is_kept_until_its_attempt_is_max_age_old()
         || async { (!exists(&db.pool, id).await).then_some(()) },
     )
     .await;
-    let (attempt_age, heartbeat_age): (f64, f64) = sqlx::query_as(
-        "SELECT extract(epoch FROM attempt_age)::float8, extract(epoch FROM heartbeat_age)::float8 \
+    let (state, attempt_age, heartbeat_age): (String, f64, f64) = sqlx::query_as(
+        "SELECT state, extract(epoch FROM attempt_age)::float8, extract(epoch FROM heartbeat_age)::float8 \
          FROM deleted_log WHERE id = $1",
     )
     .bind(id)
     .fetch_one(&db.pool)
     .await
     .unwrap();
+    assert_eq!(state, "running", "the reaper deleted the job while it ran");
     assert!(
         attempt_age > 3.0,
         "reaped when its attempt was only {attempt_age} s old"
     );
-    // Its worker was alive: the heartbeat was fresh (the rescuer would act after 5 s).
-    assert!(heartbeat_age < 5.0, "heartbeat was {heartbeat_age} s old");
+    // Its worker was alive: its heartbeat was younger than the rescue window, so no rescuer
+    // would have touched it (the worker's own window is a minute, far beyond any stall).
+    let window = fast_settings().rescue_after.as_secs_f64();
+    assert!(
+        heartbeat_age < window,
+        "heartbeat was {heartbeat_age} s old (rescue window {window} s)"
+    );
     assert_eq!(reaper.deleted(), 1);
     worker.stop().await.unwrap();
 }
@@ -316,13 +342,28 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
     let mut b = spawn_worker_process(&db.url, &[], &envs);
     let (ea, eb) = (drain_stderr(&mut a), drain_stderr(&mut b));
 
+    // Both processes up (a slow start of one must not leave the other alone for the periods
+    // counted below), then four periods.
+    wait_for(
+        "both worker processes up",
+        Duration::from_secs(60),
+        || async {
+            (count(&db.pool, "SELECT count(*) FROM skiplock.workers").await == 2).then_some(())
+        },
+    )
+    .await;
+    let before = count(
+        &db.pool,
+        "SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'",
+    )
+    .await;
     wait_for("four periods enqueued", Duration::from_secs(60), || async {
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'")
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
-        (n >= 4).then_some(())
+        let n = count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'",
+        )
+        .await;
+        (n >= before + 4).then_some(())
     })
     .await;
     sigterm(&a);

@@ -52,8 +52,18 @@ async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everythin
 
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
-    let processor = tmp.path().join("slow-processor.sh");
-    std::fs::write(&processor, "#!/bin/sh\nsleep 1\necho '{\"frames\": 2}'\n").unwrap();
+    // The processor waits until the test opens its gate: the first worker's packet is
+    // certainly still processing when it is stopped.
+    let gate = tmp.path().join("gate");
+    let processor = tmp.path().join("gated-processor.sh");
+    std::fs::write(
+        &processor,
+        format!(
+            "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.05; done\necho '{{\"frames\": 2}}'\n",
+            gate.display()
+        ),
+    )
+    .unwrap();
     std::fs::set_permissions(&processor, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut packets = Vec::new();
     for p in 0..3 {
@@ -82,7 +92,6 @@ async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everythin
         ("SKIPLOCK_PACK_QUIET", "1s"),
         ("SKIPLOCK_STORE", store_s.as_str()),
         ("SKIPLOCK_PACKET_PROCESSOR", processor_s.as_str()),
-        ("SKIPLOCK_RESCUE_AFTER", "3s"),
         ("SKIPLOCK_SHUTDOWN_GRACE", "200ms"),
         ("SKIPLOCK_POLL_INTERVAL", "200ms"),
     ];
@@ -135,6 +144,7 @@ async fn sigterm_during_crawl_pack_and_packets_then_a_restart_finishes_everythin
     assert!(unfinished > 0, "the stop really interrupted work");
 
     // Second worker: everything finishes.
+    std::fs::write(&gate, "").unwrap();
     let mut second = spawn_worker_process(&db.url, &[], &envs);
     let expected_pages = (PAGES + 1) as i64;
     let h = host.clone();

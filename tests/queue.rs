@@ -410,7 +410,6 @@ async fn migrate_is_idempotent_and_detects_missing_schema() {
     skiplock::schema::migrate(&db.pool).await.unwrap();
     skiplock::schema::migrate(&db.pool).await.unwrap();
     skiplock::schema::ensure_migrated(&db.pool).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1)).await;
 }
 
 #[tokio::test]

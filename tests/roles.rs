@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
+use skiplock::workflows::packets;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use support::*;
 
@@ -342,17 +343,65 @@ async fn an_enqueuer_can_call_every_workflow_entry_point() {
             dir.path().display()
         ),
     ];
+    let mut ids = Vec::new();
     for sql in &calls {
         let id: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone()))
             .fetch_one(&pool)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        assert!(id > 0, "{sql}");
+        ids.push(id);
     }
     pool.close().await;
+    // Each call made what it promises (checked as the owner): a fetch job per URL, the
+    // host's timer-reset, its pack timer (brought to now), and a packet with its job.
+    let job = |id: i64| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, String, serde_json::Value)>(
+                "SELECT kind, queue, args FROM skiplock.jobs WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("job {id}: {e}"))
+        }
+    };
+    let (kind, _, args) = job(ids[0]).await;
+    assert_eq!(
+        (kind.as_str(), &args["url"]),
+        ("fetch", &json!("http://example.com/a"))
+    );
+    let (kind, _, args) = job(ids[1]).await;
+    assert_eq!(
+        (kind.as_str(), &args["url"]),
+        ("fetch", &json!("http://example.com/"))
+    );
+    assert_eq!(
+        (args["force"].clone(), args["full"].clone()),
+        (json!(true), json!(true))
+    );
+    let (kind, queue, args) = job(ids[2]).await;
+    assert_eq!((kind.as_str(), queue.as_str()), ("timer-reset", "pack"));
+    assert_eq!(args["host"], "example.com");
+    let (kind, queue, args) = job(ids[3]).await;
+    assert_eq!((kind.as_str(), queue.as_str()), ("do-the-packing", "pack"));
+    assert_eq!(
+        (args["host"].clone(), args["now"].clone()),
+        (json!("example.com"), json!(true))
+    );
+    let packet = packets::get(&db.pool, ids[4]).await.unwrap();
+    assert_eq!(packet.name.as_deref(), Some("p"));
+    let (kind, _, args) = job(packet.job_id.unwrap()).await;
+    assert_eq!(
+        (kind.as_str(), &args["packet_id"]),
+        ("process-packet", &json!(ids[4]))
+    );
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert!(n >= 4, "{n}");
+    assert_eq!(
+        n, 5,
+        "two fetches, a timer-reset, a pack timer, a packet's job"
+    );
 }

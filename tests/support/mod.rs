@@ -102,11 +102,14 @@ pub fn admin_exec_blocking(sql: String) {
     .join();
 }
 
-/// Settings for in-process test workers: fast poll, short rescue and grace, small backoff.
+/// Settings for in-process test workers: fast poll, short grace, small backoff. The rescue
+/// window is long (a minute) so that a stall of the loaded test machine never lets a worker's
+/// own rescuer take one of its live jobs; a test that needs a rescue sets its own window or
+/// calls [`rescue_now`] at the moment it chooses.
 pub fn fast_settings() -> QueueSettings {
     QueueSettings {
         poll_interval: Duration::from_millis(100),
-        rescue_after: Duration::from_secs(5),
+        rescue_after: Duration::from_secs(60),
         shutdown_grace: Duration::from_secs(5),
         backoff_unit: Duration::from_millis(10),
         max_connections: 4,
@@ -275,5 +278,29 @@ pub async fn wait_job(
         let r = skiplock::queue::admin::get_job(pool, id).await.unwrap();
         pred(&r).then_some(r)
     })
+    .await
+}
+
+/// Takes running job `id` back at a moment the test chooses: runs the rescuer with a zero
+/// window (every running job whose last heartbeat is in the past) until `id` is no longer
+/// running. Only for tests in which no other job is running that must be kept (the process
+/// that ran `id` was killed, or the test means to take it away from a live worker).
+pub async fn rescue_now(pool: &PgPool, id: i64) {
+    wait_for(
+        &format!("the rescuer to take job {id} back"),
+        Duration::from_secs(60),
+        || async {
+            skiplock::maintenance::rescuer::rescue(pool, Duration::ZERO)
+                .await
+                .expect("rescue");
+            let state: String =
+                sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+            (state != "running").then_some(())
+        },
+    )
     .await
 }
