@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::config::{env_bool, env_duration, env_opt, env_usize};
+use crate::dbtime::DbTime;
 use crate::error::{Error, Result};
 use crate::worker::{HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use processor::Processor;
@@ -138,8 +139,8 @@ type PacketRow = (
     Option<String>,
     Option<Value>,
     Option<i64>,
-    DateTime<Utc>,
-    DateTime<Utc>,
+    DbTime,
+    DbTime,
 );
 
 fn packet_from(r: PacketRow) -> Result<Packet> {
@@ -151,8 +152,8 @@ fn packet_from(r: PacketRow) -> Result<Packet> {
         error: r.4,
         result: r.5,
         job_id: r.6,
-        created_at: r.7,
-        updated_at: r.8,
+        created_at: r.7.0,
+        updated_at: r.8.0,
     })
 }
 
@@ -239,7 +240,7 @@ pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<PacketEvent>> {
         i64,
         Option<String>,
         String,
-        DateTime<Utc>,
+        DbTime,
         String,
         Option<String>,
     );
@@ -254,7 +255,7 @@ pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<PacketEvent>> {
                 packet_id: r.1,
                 from: r.2.map(|s| s.parse()).transpose().map_err(Error::Other)?,
                 to: r.3.parse().map_err(Error::Other)?,
-                at: r.4,
+                at: r.4.0,
                 actor: r.5,
                 note: r.6,
             })
@@ -369,6 +370,8 @@ pub struct ProcessPacket {
 enum Start {
     Started,
     Busy,
+    /// Another start holds the gate row this very moment (`busy:gate`).
+    Gate,
     Stale(String),
     Duplicate(String),
 }
@@ -377,6 +380,7 @@ fn parse_start(s: &str) -> Start {
     match s {
         "started" => Start::Started,
         "busy" => Start::Busy,
+        "busy:gate" => Start::Gate,
         other if other.starts_with("duplicate:") => {
             Start::Duplicate(other["duplicate:".len()..].to_string())
         }
@@ -386,6 +390,15 @@ fn parse_start(s: &str) -> Start {
 
 fn slot_wait() -> Duration {
     SLOT_WAIT.mul_f64(0.5 + rand::random::<f64>())
+}
+
+/// How long a packet waits when another start held the gate row (`skiplock.locks`
+/// 'packets.processing'): that start takes one short transaction, so it asks again soon
+/// (jittered 50–150 ms) instead of waiting on the lock inside the database.
+pub const GATE_WAIT: Duration = Duration::from_millis(100);
+
+fn gate_wait() -> Duration {
+    GATE_WAIT.mul_f64(0.5 + rand::random::<f64>())
 }
 
 impl ProcessPacket {
@@ -401,6 +414,7 @@ impl ProcessPacket {
         match parse_start(&started) {
             Start::Started => {}
             Start::Busy => return Ok(Outcome::Snooze(slot_wait())),
+            Start::Gate => return Ok(Outcome::Snooze(gate_wait())),
             Start::Stale(state) => {
                 tracing::info!(packet.id = id, job.id = ctx.id, %state, "packet is not queued for this job; nothing to do");
                 return Ok(Outcome::CompleteWith(
@@ -523,6 +537,7 @@ mod tests {
     fn start_results_parse() {
         assert_eq!(parse_start("started"), Start::Started);
         assert_eq!(parse_start("busy"), Start::Busy);
+        assert_eq!(parse_start("busy:gate"), Start::Gate);
         assert_eq!(parse_start("stale:done"), Start::Stale("done".into()));
         assert_eq!(parse_start("duplicate:12"), Start::Duplicate("12".into()));
     }
