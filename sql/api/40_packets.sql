@@ -249,7 +249,7 @@ BEGIN
     END IF;
     SELECT j.state INTO js FROM skiplock.jobs j WHERE j.id = cur_job;
     IF js IN ('available', 'running')
-       AND NOT (js = 'running' AND cur_job = _packet_requeue.job_id) THEN
+       AND NOT coalesce(js = 'running' AND cur_job = _packet_requeue.job_id, false) THEN
         RETURN false;
     END IF;
     PERFORM skiplock._packet_act('recovery', _packet_requeue.note);
