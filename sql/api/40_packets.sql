@@ -262,11 +262,12 @@ $$;
 -- `max_processing` packets in `processing` across every process. Starts are serialised by
 -- the row 'packets.processing' of skiplock.locks, locked BEFORE counting, so two workers can
 -- never both see room for one more. The row is taken with SKIP LOCKED, never waited for (no
--- other session can hold a start up); the gate is held only for this short transaction.
--- Returns 'started', 'busy' (no room: wait for a slot and try again), 'busy:gate' (another
--- start holds the gate right now: try again very soon), 'stale:<state>' when the packet is
--- no longer queued (a late job: do nothing), or 'duplicate:<job>' when another live job owns
--- the queued packet (do nothing).
+-- other session can hold a start up); the gate is held only for this short transaction, and
+-- a start that finds it held answers 'busy' like one that finds no room (the job snoozes and
+-- asks again; older workers understand the answer too).
+-- Returns 'started', 'busy' (no room, or the gate is held: wait and try again),
+-- 'stale:<state>' when the packet is no longer queued (a late job: do nothing), or
+-- 'duplicate:<job>' when another live job owns the queued packet (do nothing).
 -- A packet still `processing` for this very job was interrupted (its worker died, the job was
 -- rescued): it goes back to queued through recovery and starts again like any other.
 CREATE OR REPLACE FUNCTION skiplock._packet_start(id bigint, job_id bigint, max_processing integer, worker text)
@@ -285,7 +286,7 @@ BEGIN
             PERFORM 1 FROM skiplock.locks l WHERE l.name = 'packets.processing' FOR UPDATE SKIP LOCKED;
         END IF;
         IF NOT FOUND THEN
-            RETURN 'busy:gate';
+            RETURN 'busy';
         END IF;
     END IF;
     SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_start.id FOR UPDATE;
@@ -389,8 +390,17 @@ $$;
 -- job of a dead worker still counts as live: the rescuer returns it, and _packet_start
 -- resumes the packet. Each packet is recovered on its own (a subtransaction): one that
 -- fails is returned with its `error` and no job, and the others are recovered all the same.
--- Returns what it did.
-DROP FUNCTION IF EXISTS skiplock.recover_packets();
+-- Returns what it did. (Release 0.1.0's version had no `error` column: replaced once.)
+DO $drop$
+BEGIN
+    IF pg_catalog.to_regprocedure('skiplock.recover_packets()') IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+                       WHERE p.oid = pg_catalog.to_regprocedure('skiplock.recover_packets()')
+                         AND 'error' = ANY (p.proargnames)) THEN
+        DROP FUNCTION skiplock.recover_packets();
+    END IF;
+END;
+$drop$;
 CREATE OR REPLACE FUNCTION skiplock.recover_packets()
 RETURNS TABLE (packet_id bigint, was skiplock.packet_state, job_id bigint, error text)
 LANGUAGE plpgsql AS $$

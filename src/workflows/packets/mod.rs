@@ -370,8 +370,6 @@ pub struct ProcessPacket {
 enum Start {
     Started,
     Busy,
-    /// Another start holds the gate row this very moment (`busy:gate`).
-    Gate,
     Stale(String),
     Duplicate(String),
 }
@@ -380,7 +378,6 @@ fn parse_start(s: &str) -> Start {
     match s {
         "started" => Start::Started,
         "busy" => Start::Busy,
-        "busy:gate" => Start::Gate,
         other if other.starts_with("duplicate:") => {
             Start::Duplicate(other["duplicate:".len()..].to_string())
         }
@@ -390,15 +387,6 @@ fn parse_start(s: &str) -> Start {
 
 fn slot_wait() -> Duration {
     SLOT_WAIT.mul_f64(0.5 + rand::random::<f64>())
-}
-
-/// How long a packet waits when another start held the gate row (`skiplock.locks`
-/// 'packets.processing'): that start takes one short transaction, so it asks again soon
-/// (jittered 50–150 ms) instead of waiting on the lock inside the database.
-pub const GATE_WAIT: Duration = Duration::from_millis(100);
-
-fn gate_wait() -> Duration {
-    GATE_WAIT.mul_f64(0.5 + rand::random::<f64>())
 }
 
 impl ProcessPacket {
@@ -414,7 +402,6 @@ impl ProcessPacket {
         match parse_start(&started) {
             Start::Started => {}
             Start::Busy => return Ok(Outcome::Snooze(slot_wait())),
-            Start::Gate => return Ok(Outcome::Snooze(gate_wait())),
             Start::Stale(state) => {
                 tracing::info!(packet.id = id, job.id = ctx.id, %state, "packet is not queued for this job; nothing to do");
                 return Ok(Outcome::CompleteWith(
@@ -537,7 +524,6 @@ mod tests {
     fn start_results_parse() {
         assert_eq!(parse_start("started"), Start::Started);
         assert_eq!(parse_start("busy"), Start::Busy);
-        assert_eq!(parse_start("busy:gate"), Start::Gate);
         assert_eq!(parse_start("stale:done"), Start::Stale("done".into()));
         assert_eq!(parse_start("duplicate:12"), Start::Duplicate("12".into()));
     }
