@@ -648,6 +648,13 @@ async fn workflow_keys_are_reserved_so_no_caller_can_squat_or_steer_them() {
     );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("prefix 'pack:' is reserved"), "{err}");
+    // The workflows' internal enqueue is out of the enqueuer's reach.
+    refused(
+        &ap,
+        "SELECT skiplock._enqueue('fetch', '{}', 'fetch', now(), 0::smallint, 1, 'fetch:http://a.example/', 'replace')",
+        "permission denied",
+    )
+    .await;
     // Other keys are shared per kind and queue, as before.
     let k: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('report', unique_key => 'fetchy:1')")
         .fetch_one(&ap)
