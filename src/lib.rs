@@ -13,6 +13,7 @@ pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod dbtime;
 pub mod error;
 pub mod maintenance;
 pub mod queue;

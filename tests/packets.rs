@@ -452,31 +452,72 @@ async fn simultaneous_starts_never_exceed_the_limit() {
         .execute(&db.pool)
         .await
         .unwrap();
-        let starts = ids.iter().map(|id| {
+        // A start that finds the gate row held by another start answers 'busy' at once (it
+        // never waits in the database), like one that finds no room. Like the handler, the
+        // packets not yet started ask again, round after round: the number started never
+        // exceeds the limit, it reaches it, and then one more round starts nobody.
+        let start_round = |pending: Vec<i64>| {
             let pool = db.pool.clone();
-            let id = *id;
-            tokio::spawn(async move {
-                let job: i64 =
-                    sqlx::query_scalar("SELECT job_id FROM skiplock.packets WHERE id = $1")
-                        .bind(id)
-                        .fetch_one(&pool)
-                        .await
-                        .unwrap();
-                let r: String =
-                    sqlx::query_scalar("SELECT skiplock._packet_start($1, $2, $3, 'racer')")
+            async move {
+                let starts = pending.into_iter().map(|id| {
+                    let pool = pool.clone();
+                    tokio::spawn(async move {
+                        let job: i64 =
+                            sqlx::query_scalar("SELECT job_id FROM skiplock.packets WHERE id = $1")
+                                .bind(id)
+                                .fetch_one(&pool)
+                                .await
+                                .unwrap();
+                        let r: String = sqlx::query_scalar(
+                            "SELECT skiplock._packet_start($1, $2, $3, 'racer')",
+                        )
                         .bind(id)
                         .bind(job)
                         .bind(limit)
                         .fetch_one(&pool)
                         .await
                         .unwrap();
-                r
-            })
-        });
-        let results: Vec<String> = futures::future::join_all(starts)
-            .await
-            .into_iter()
-            .map(|r| r.unwrap())
+                        (id, r)
+                    })
+                });
+                futures::future::join_all(starts)
+                    .await
+                    .into_iter()
+                    .map(|r| r.unwrap())
+                    .collect::<Vec<(i64, String)>>()
+            }
+        };
+        let mut started_ids: Vec<i64> = Vec::new();
+        let mut rounds = 0;
+        while started_ids.len() < limit as usize {
+            rounds += 1;
+            assert!(
+                rounds < 1000,
+                "the limit was never reached: {started_ids:?}"
+            );
+            let pending = ids
+                .iter()
+                .copied()
+                .filter(|i| !started_ids.contains(i))
+                .collect();
+            let round = start_round(pending).await;
+            started_ids.extend(
+                round
+                    .iter()
+                    .filter(|(_, r)| r == "started")
+                    .map(|(id, _)| *id),
+            );
+            assert!(started_ids.len() <= limit as usize, "{round:?}");
+        }
+        let pending = ids
+            .iter()
+            .copied()
+            .filter(|i| !started_ids.contains(i))
+            .collect();
+        let results: Vec<String> = started_ids
+            .iter()
+            .map(|_| "started".to_string())
+            .chain(start_round(pending).await.into_iter().map(|(_, r)| r))
             .collect();
         let started = results.iter().filter(|r| *r == "started").count();
         let busy = results.iter().filter(|r| *r == "busy").count();

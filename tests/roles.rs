@@ -101,15 +101,15 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
     assert_eq!(k1, k2);
     // A waiting job of another kind cannot be taken over (or even found) through its key.
     let victim: i64 = sqlx::query_scalar(
-        "SELECT skiplock.enqueue('process-packet', '{\"packet_id\": 19}', 'packets', unique_key => 'packet:19')",
+        "SELECT skiplock.enqueue('report', '{\"day\": 19}', 'reports', unique_key => 'report:19')",
     )
     .fetch_one(&db.pool)
     .await
     .unwrap();
     for mode in ["replace", "keep"] {
         let e = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT skiplock.enqueue('evil', '{{\"pwned\": true}}', 'packets', 'infinity', \
-             0::smallint, 1, 'packet:19', '{mode}')"
+            "SELECT skiplock.enqueue('evil', '{{\"pwned\": true}}', 'reports', now() + interval '1 year', \
+             0::smallint, 1, 'report:19', '{mode}')"
         )))
         .execute(&pool)
         .await
@@ -126,10 +126,7 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    assert_eq!(
-        (args, kind.as_str()),
-        (json!({"packet_id": 19}), "process-packet")
-    );
+    assert_eq!((args, kind.as_str()), (json!({"day": 19}), "report"));
     sqlx::query("DELETE FROM skiplock.jobs WHERE id = $1")
         .bind(victim)
         .execute(&db.pool)

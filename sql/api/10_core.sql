@@ -75,6 +75,57 @@ BEGIN
 END;
 $$;
 
+-- Refuses a time skiplock cannot store (the range is skiplock._time_ok, migrations/0006):
+-- NULL passes (callers coalesce it to now()), 'infinity', '-infinity' and absurd years do not.
+-- The wording matches src/dbtime.rs.
+CREATE OR REPLACE FUNCTION skiplock._check_time(what text, t timestamptz)
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF NOT skiplock._time_ok(t) THEN
+        RAISE EXCEPTION 'skiplock: % must be a finite time from 1970-01-01 to 9999-12-31 (UTC), got %', what, t
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- The unique-key namespaces the built-in workflows own: `fetch:<url>` (fetch), `pack:<host>`
+-- (the pack timer), `packet:<id>` (packet processing). Only the workflows' own functions
+-- (request_fetch, timer_reset / pack_arm / pack_now, submit_packet / retry_packet / recovery)
+-- create or replace such keys, through skiplock._enqueue or their own upserts; a generic
+-- enqueue with one is refused, so no caller can squat a workflow's key or steer its job.
+-- Returns the reserved prefix `key` starts with, or NULL. Rust twin: queue::enqueue::RESERVED_KEY_PREFIXES.
+CREATE OR REPLACE FUNCTION skiplock._reserved_key_prefix(key text)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT p FROM unnest(ARRAY['fetch:', 'pack:', 'packet:']) AS p WHERE starts_with(key, p) LIMIT 1
+$$;
+
+-- A workflow found its reserved `key` held by a waiting job of another kind or queue (only a
+-- trusted role can have put it there since 0006, or an older release): that job is cancelled,
+-- with the reason in its errors, so the workflow's own job can take the key. Returns whether
+-- a job was cancelled (the caller then tries again).
+CREATE OR REPLACE FUNCTION skiplock._evict_key_squatter(key text, kind text, queue text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF skiplock._reserved_key_prefix(_evict_key_squatter.key) IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE skiplock.jobs j
+    SET state = 'cancelled', finalized_at = now(),
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempt, 'at', now(),
+            'error', format('cancelled: unique_key %s is reserved for %s jobs in queue %s',
+                            j.unique_key, _evict_key_squatter.kind, _evict_key_squatter.queue)))
+    WHERE j.unique_key = _evict_key_squatter.key AND j.state = 'available'
+      AND (j.kind <> _evict_key_squatter.kind OR j.queue <> _evict_key_squatter.queue);
+    IF FOUND THEN
+        RAISE WARNING 'skiplock: cancelled a % job squatting the reserved unique_key %',
+            _evict_key_squatter.kind, quote_literal(_evict_key_squatter.key);
+        RETURN true;
+    END IF;
+    RETURN false;
+END;
+$$;
+
 -- A unique key is shared only by jobs of one kind and queue: a caller may not take over (or
 -- be handed) a waiting job of another kind through its key. Raises if an available job of
 -- another kind or queue holds `key`.
@@ -93,9 +144,93 @@ BEGIN
 END;
 $$;
 
--- Enqueue one job. With a unique_key already held by an available job, 'keep' returns that
--- job's id untouched and 'replace' moves its args and scheduled_at to the new values (the
--- debounce primitive). Safe under concurrent callers: no unique violation escapes.
+-- Enqueue one job, any key allowed: the body of skiplock.enqueue, and what the workflows'
+-- own functions call for their reserved keys. Not executable by skiplock_enqueuer. With a
+-- unique_key already held by an available job, 'keep' returns that job's id untouched and
+-- 'replace' moves its args and scheduled_at to the new values (the debounce primitive).
+-- Safe under concurrent callers: no unique violation escapes.
+CREATE OR REPLACE FUNCTION skiplock._enqueue(
+    kind text,
+    args jsonb,
+    queue text,
+    run_at timestamptz,
+    priority smallint,
+    max_attempts integer,
+    unique_key text,
+    on_conflict text
+) RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    new_id bigint;
+BEGIN
+    PERFORM skiplock._check_job(_enqueue.kind, _enqueue.args, _enqueue.queue, _enqueue.priority, _enqueue.max_attempts);
+    PERFORM skiplock._check_time('run_at', _enqueue.run_at);
+    IF _enqueue.on_conflict IS NULL OR _enqueue.on_conflict NOT IN ('keep', 'replace') THEN
+        RAISE EXCEPTION 'skiplock: on_conflict must be ''keep'' or ''replace'', got %', quote_nullable(_enqueue.on_conflict)
+            USING ERRCODE = '22023';
+    END IF;
+    -- A long key would fail later with an obscure "index row size exceeds btree maximum".
+    IF octet_length(_enqueue.unique_key) > 1000 THEN
+        RAISE EXCEPTION 'skiplock: unique_key is % bytes long (at most 1000)', octet_length(_enqueue.unique_key)
+            USING ERRCODE = '22023';
+    END IF;
+
+    IF _enqueue.unique_key IS NULL THEN
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts)
+        VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
+                _enqueue.priority, _enqueue.max_attempts)
+        RETURNING id INTO new_id;
+        RETURN new_id;
+    END IF;
+
+    IF _enqueue.on_conflict = 'replace' THEN
+        INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
+        VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
+                _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key)
+        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at
+            WHERE j.kind = EXCLUDED.kind AND j.queue = EXCLUDED.queue
+        RETURNING id INTO new_id;
+        IF new_id IS NULL THEN
+            -- The key's holder is of another kind or queue: refuse, naming why.
+            PERFORM skiplock._check_key_holder(_enqueue.unique_key, _enqueue.kind, _enqueue.queue);
+            RAISE EXCEPTION 'skiplock: unique_key % is held by a waiting job of another kind or queue', quote_literal(_enqueue.unique_key)
+                USING ERRCODE = '23505';
+        END IF;
+        -- The insert trigger sees only inserted rows: a waiting job moved to now needs its own
+        -- wake-up (a second NOTIFY for an insert is folded into one by Postgres).
+        IF coalesce(_enqueue.run_at, now()) <= now() THEN
+            PERFORM pg_notify('skiplock_wake', _enqueue.queue);
+        END IF;
+        RETURN new_id;
+    END IF;
+
+    -- 'keep': insert unless an available job holds the key; if one does, return it. The job
+    -- may be claimed between the two statements, so loop until one of them answers.
+    LOOP
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
+        VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
+                _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key)
+        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        DO NOTHING
+        RETURNING id INTO new_id;
+        IF new_id IS NOT NULL THEN
+            RETURN new_id;
+        END IF;
+        SELECT j.id INTO new_id FROM skiplock.jobs j
+        WHERE j.unique_key = _enqueue.unique_key AND j.state = 'available';
+        IF new_id IS NOT NULL THEN
+            PERFORM skiplock._check_key_holder(_enqueue.unique_key, _enqueue.kind, _enqueue.queue);
+            RETURN new_id;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- Enqueue one job (the public entry point; see skiplock._enqueue for keys and conflicts).
+-- A unique_key in a built-in workflow's namespace (skiplock._reserved_key_prefix) is refused.
 CREATE OR REPLACE FUNCTION skiplock.enqueue(
     kind text,
     args jsonb DEFAULT '{}',
@@ -111,74 +246,32 @@ LANGUAGE plpgsql
 -- can insert without any table privilege; a fixed search_path, and every name qualified.
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
 DECLARE
-    new_id bigint;
+    reserved text := skiplock._reserved_key_prefix(enqueue.unique_key);
 BEGIN
-    PERFORM skiplock._check_job(enqueue.kind, enqueue.args, enqueue.queue, enqueue.priority, enqueue.max_attempts);
-    IF enqueue.on_conflict IS NULL OR enqueue.on_conflict NOT IN ('keep', 'replace') THEN
-        RAISE EXCEPTION 'skiplock: on_conflict must be ''keep'' or ''replace'', got %', quote_nullable(enqueue.on_conflict)
-            USING ERRCODE = '22023';
+    IF reserved IS NOT NULL THEN
+        RAISE EXCEPTION 'skiplock: unique_key prefix % is reserved for the built-in workflows (use their own functions: request_fetch, timer_reset, pack_now, submit_packet)',
+            quote_literal(reserved) USING ERRCODE = '22023';
     END IF;
-    -- A long key would fail later with an obscure "index row size exceeds btree maximum".
-    IF octet_length(enqueue.unique_key) > 1000 THEN
-        RAISE EXCEPTION 'skiplock: unique_key is % bytes long (at most 1000)', octet_length(enqueue.unique_key)
-            USING ERRCODE = '22023';
-    END IF;
-
-    IF enqueue.unique_key IS NULL THEN
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts)
-        VALUES (enqueue.kind, enqueue.args, enqueue.queue, coalesce(enqueue.run_at, now()),
-                enqueue.priority, enqueue.max_attempts)
-        RETURNING id INTO new_id;
-        RETURN new_id;
-    END IF;
-
-    IF enqueue.on_conflict = 'replace' THEN
-        INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
-        VALUES (enqueue.kind, enqueue.args, enqueue.queue, coalesce(enqueue.run_at, now()),
-                enqueue.priority, enqueue.max_attempts, enqueue.unique_key)
-        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
-        DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at
-            WHERE j.kind = EXCLUDED.kind AND j.queue = EXCLUDED.queue
-        RETURNING id INTO new_id;
-        IF new_id IS NULL THEN
-            -- The key's holder is of another kind or queue: refuse, naming why.
-            PERFORM skiplock._check_key_holder(enqueue.unique_key, enqueue.kind, enqueue.queue);
-            RAISE EXCEPTION 'skiplock: unique_key % is held by a waiting job of another kind or queue', quote_literal(enqueue.unique_key)
-                USING ERRCODE = '23505';
-        END IF;
-        -- The insert trigger sees only inserted rows: a waiting job moved to now needs its own
-        -- wake-up (a second NOTIFY for an insert is folded into one by Postgres).
-        IF coalesce(enqueue.run_at, now()) <= now() THEN
-            PERFORM pg_notify('skiplock_wake', enqueue.queue);
-        END IF;
-        RETURN new_id;
-    END IF;
-
-    -- 'keep': insert unless an available job holds the key; if one does, return it. The job
-    -- may be claimed between the two statements, so loop until one of them answers.
-    LOOP
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
-        VALUES (enqueue.kind, enqueue.args, enqueue.queue, coalesce(enqueue.run_at, now()),
-                enqueue.priority, enqueue.max_attempts, enqueue.unique_key)
-        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
-        DO NOTHING
-        RETURNING id INTO new_id;
-        IF new_id IS NOT NULL THEN
-            RETURN new_id;
-        END IF;
-        SELECT j.id INTO new_id FROM skiplock.jobs j
-        WHERE j.unique_key = enqueue.unique_key AND j.state = 'available';
-        IF new_id IS NOT NULL THEN
-            PERFORM skiplock._check_key_holder(enqueue.unique_key, enqueue.kind, enqueue.queue);
-            RETURN new_id;
-        END IF;
-    END LOOP;
+    RETURN skiplock._enqueue(enqueue.kind, enqueue.args, enqueue.queue, enqueue.run_at, enqueue.priority,
+                             enqueue.max_attempts, enqueue.unique_key, enqueue.on_conflict);
 END;
 $$;
 
+-- A limit from skiplock.settings (migrations/0006_hardening.sql seeds them; only the owner
+-- may change them). A deleted row falls back to the seeded default.
+CREATE OR REPLACE FUNCTION skiplock._limit(name text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT s.value FROM skiplock.settings s WHERE s.name = _limit.name),
+                    CASE _limit.name WHEN 'enqueue_many.max_rows' THEN 100000
+                                     WHEN 'enqueue_many.max_bytes' THEN 33554432 END)
+$$;
+
 -- Bulk insert: one statement, one NOTIFY per queue. Returns the ids in the order of args.
+-- At most `enqueue_many.max_rows` jobs (100,000) and `enqueue_many.max_bytes` of args
+-- (32 MiB as JSON text, all rows together) per call (skiplock.settings): one call cannot
+-- write an unbounded amount. The checks read each row's size once, in the same pass as the
+-- per-row check that was already there.
 CREATE OR REPLACE FUNCTION skiplock.enqueue_many(
     kind text,
     args jsonb[],
@@ -193,14 +286,28 @@ AS $$
 #variable_conflict use_column
 DECLARE
     bad integer;
+    total bigint;
     ids bigint[];
+    max_rows bigint := skiplock._limit('enqueue_many.max_rows');
+    max_bytes bigint := skiplock._limit('enqueue_many.max_bytes');
 BEGIN
     PERFORM skiplock._check_job(enqueue_many.kind, '{}'::jsonb, enqueue_many.queue, enqueue_many.priority, 1);
-    SELECT t.ord INTO bad FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord)
-    WHERE t.a IS NULL OR jsonb_typeof(t.a) <> 'object' OR octet_length(t.a::text) > 524288
-    LIMIT 1;
+    PERFORM skiplock._check_time('run_at', enqueue_many.run_at);
+    IF coalesce(cardinality(enqueue_many.args), 0) > max_rows THEN
+        RAISE EXCEPTION 'skiplock: enqueue_many got % jobs (at most % per call, setting enqueue_many.max_rows)',
+            cardinality(enqueue_many.args), max_rows USING ERRCODE = '22023';
+    END IF;
+    SELECT min(t.ord) FILTER (WHERE t.a IS NULL OR jsonb_typeof(t.a) <> 'object' OR t.n > 524288),
+           sum(t.n)
+    INTO bad, total
+    FROM (SELECT u.a, u.ord, octet_length(u.a::text) AS n
+          FROM unnest(enqueue_many.args) WITH ORDINALITY AS u(a, ord)) AS t;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'skiplock: args[%] must be a JSON object of at most 524288 bytes', bad USING ERRCODE = '22023';
+    END IF;
+    IF total > max_bytes THEN
+        RAISE EXCEPTION 'skiplock: enqueue_many got % bytes of args (at most % per call, setting enqueue_many.max_bytes)',
+            total, max_bytes USING ERRCODE = '22023';
     END IF;
     WITH ins AS (
         INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority)

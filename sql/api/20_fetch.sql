@@ -127,8 +127,9 @@ BEGIN
         IF jid IS NOT NULL THEN
             RETURN jid;
         END IF;
-        -- Someone else's job holds the key: refuse rather than loop.
-        PERFORM skiplock._check_key_holder(key, 'fetch', 'fetch');
+        -- A job of another kind or queue holds the reserved key (a squatter): it is
+        -- cancelled and this one goes in on the next turn (skiplock._evict_key_squatter).
+        PERFORM skiplock._evict_key_squatter(key, 'fetch', 'fetch');
     END LOOP;
 END;
 $$;
@@ -190,6 +191,11 @@ DECLARE
     s timestamptz;
     b timestamptz;
 BEGIN
+    IF _fetch_slot.every IS NULL OR _fetch_slot.every < interval '0' OR _fetch_slot.every > interval '365 days'
+       OR _fetch_slot.lease IS NULL OR _fetch_slot.lease < interval '0' OR _fetch_slot.lease > interval '365 days' THEN
+        RAISE EXCEPTION 'skiplock: the politeness interval and the request lease must be from 0s to 365d'
+            USING ERRCODE = '22023';
+    END IF;
     -- Reservations of jobs that went away (cancelled, deleted) are dropped after a day.
     DELETE FROM skiplock.fetch_slots f WHERE f.slot_at < now() - interval '1 day';
     SELECT f.slot_at INTO s FROM skiplock.fetch_slots f WHERE f.job_id = _fetch_slot.job_id;
@@ -219,6 +225,7 @@ $$;
 CREATE OR REPLACE FUNCTION skiplock._fetch_release(host text, every interval)
 RETURNS void
 LANGUAGE sql AS $$
-    UPDATE skiplock.hosts h SET busy_until = clock_timestamp() + _fetch_release.every
+    UPDATE skiplock.hosts h
+    SET busy_until = clock_timestamp() + least(greatest(_fetch_release.every, interval '0'), interval '365 days')
     WHERE h.host = _fetch_release.host;
 $$;

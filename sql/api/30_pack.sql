@@ -14,6 +14,9 @@ BEGIN
     IF h = '' THEN
         RAISE EXCEPTION 'skiplock: host must not be empty' USING ERRCODE = '22023';
     END IF;
+    IF length(h) > 300 THEN
+        RAISE EXCEPTION 'skiplock: a host is at most 300 characters long, got %', length(h) USING ERRCODE = '22023';
+    END IF;
     IF h ~ '[/\s]' THEN
         RAISE EXCEPTION 'skiplock: % is not a host (write e.g. example.com or 127.0.0.1:8080)', quote_literal(host)
             USING ERRCODE = '22023';
@@ -47,10 +50,14 @@ LANGUAGE plpgsql AS $$
 DECLARE
     h text := skiplock._pack_host(pack_arm_at.host);
 BEGIN
-    IF pack_arm_at.quiet IS NULL OR pack_arm_at.quiet < interval '0'
-       OR pack_arm_at.max_wait IS NULL OR pack_arm_at.max_wait < interval '0' THEN
-        RAISE EXCEPTION 'skiplock: quiet and max_wait must be durations of at least 0s' USING ERRCODE = '22023';
+    -- The fire time stays a time skiplock can store (skiplock._time_ok).
+    IF pack_arm_at.quiet IS NULL OR pack_arm_at.quiet < interval '0' OR pack_arm_at.quiet > interval '100 years'
+       OR pack_arm_at.max_wait IS NULL OR pack_arm_at.max_wait < interval '0' OR pack_arm_at.max_wait > interval '100 years' THEN
+        RAISE EXCEPTION 'skiplock: quiet and max_wait must be durations from 0s to 100 years' USING ERRCODE = '22023';
     END IF;
+    PERFORM skiplock._check_time('the pack timer', clock_timestamp() + least(pack_arm_at.quiet, pack_arm_at.max_wait));
+    -- The key is reserved for this workflow: a job of another kind holding it goes first.
+    PERFORM skiplock._evict_key_squatter(skiplock.pack_key(h), 'do-the-packing', 'pack');
     INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key)
     VALUES ('do-the-packing', jsonb_build_object('host', h), 'pack',
             clock_timestamp() + least(pack_arm_at.quiet, pack_arm_at.max_wait), skiplock.pack_key(h))
@@ -89,6 +96,7 @@ DECLARE
     h text := skiplock._pack_host(pack_now.host);
     timer_id bigint;
 BEGIN
+    PERFORM skiplock._evict_key_squatter(skiplock.pack_key(h), 'do-the-packing', 'pack');
     INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key)
     VALUES ('do-the-packing', jsonb_build_object('host', h, 'now', true), 'pack', now(), skiplock.pack_key(h))
     ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL

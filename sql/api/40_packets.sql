@@ -6,8 +6,12 @@
 -- trigger also records plain UPDATEs from psql (as the session user):
 --   skiplock.packet_actor  who (default: session_user)
 --   skiplock.packet_note   why (optional)
--- and `skiplock.packet_recovering = on` is set only by the recovery functions below: the
--- one transition the system makes behind everyone's back (processing -> queued) needs it.
+-- A submit always records session_user (the login that called it, whatever it claims).
+-- The one transition the system makes behind everyone's back (processing -> queued,
+-- "recovery") is made only by skiplock._packet_requeue, a SECURITY DEFINER function that
+-- checks recovery's conditions itself: the guard trigger lets that move through only when it
+-- runs as the table's owner, so no setting a caller can change unlocks it.
+-- The history (packet_events) is append-only for every role but its owner.
 
 -- The transition table, the SQL twin of transitions::mover() in Rust (a test checks that
 -- both agree on every pair): who may move a packet from `f` to `t`, or NULL if nobody may.
@@ -38,8 +42,7 @@ $$;
 CREATE OR REPLACE FUNCTION skiplock._packet_act(actor text, note text DEFAULT NULL)
 RETURNS void LANGUAGE sql AS $$
     SELECT set_config('skiplock.packet_actor', coalesce(actor, ''), true),
-           set_config('skiplock.packet_note', coalesce(note, ''), true),
-           set_config('skiplock.packet_recovering', 'off', true);
+           set_config('skiplock.packet_note', coalesce(note, ''), true);
 $$;
 
 -- BEFORE INSERT OR UPDATE: a packet is born queued, and `state` changes only along the table.
@@ -63,7 +66,11 @@ BEGIN
             RAISE EXCEPTION 'skiplock: %', skiplock._packet_refusal(OLD.id, OLD.state, NEW.state)
                 USING ERRCODE = '22023';
         END IF;
-        IF mover = 'recovery' AND coalesce(current_setting('skiplock.packet_recovering', true), '') <> 'on' THEN
+        -- Only skiplock._packet_requeue (SECURITY DEFINER: it runs as the table's owner) may
+        -- make recovery's move; a setting would not do, any session can change those.
+        IF mover = 'recovery' AND current_user IS DISTINCT FROM (
+            SELECT r.rolname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+            WHERE c.oid = TG_RELID) THEN
             RAISE EXCEPTION 'skiplock: packet % cannot go from % to % (only recovery does that, for a packet whose processing was interrupted)',
                 OLD.id, OLD.state, NEW.state USING ERRCODE = '22023';
         END IF;
@@ -73,9 +80,11 @@ BEGIN
 END;
 $$;
 
--- AFTER INSERT OR UPDATE: the history row (also for plain UPDATEs from psql).
+-- AFTER INSERT OR UPDATE: the history row (also for plain UPDATEs from psql). SECURITY
+-- DEFINER: the history is written only here, so no role but the owner needs (or has) any
+-- write privilege on packet_events.
 CREATE OR REPLACE FUNCTION skiplock._packet_history() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state THEN
         INSERT INTO skiplock.packet_events (packet_id, from_state, to_state, actor, note)
@@ -96,21 +105,49 @@ DROP TRIGGER IF EXISTS packets_history ON skiplock.packets;
 CREATE TRIGGER packets_history AFTER INSERT OR UPDATE ON skiplock.packets
     FOR EACH ROW EXECUTE FUNCTION skiplock._packet_history();
 
+-- The history is append-only: besides the privileges (sql/api/90_roles.sql grants the worker
+-- role only SELECT), this trigger refuses UPDATE, DELETE and TRUNCATE by any role that is
+-- not (a member of) the table's owner, whatever was granted to it. Deleting a packet still
+-- deletes its history (the cascade runs as the owner); only the owner may delete packets.
+CREATE OR REPLACE FUNCTION skiplock._packet_events_append_only() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pg_catalog.pg_has_role(current_user,
+            (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = TG_RELID), 'MEMBER') THEN
+        RAISE EXCEPTION 'skiplock: the packet history is append-only (% by % refused)', TG_OP, current_user
+            USING ERRCODE = '42501';
+    END IF;
+    RETURN CASE TG_OP WHEN 'UPDATE' THEN NEW WHEN 'DELETE' THEN OLD END;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS packet_events_append_only ON skiplock.packet_events;
+CREATE TRIGGER packet_events_append_only BEFORE UPDATE OR DELETE ON skiplock.packet_events
+    FOR EACH ROW EXECUTE FUNCTION skiplock._packet_events_append_only();
+DROP TRIGGER IF EXISTS packet_events_no_truncate ON skiplock.packet_events;
+CREATE TRIGGER packet_events_no_truncate BEFORE TRUNCATE ON skiplock.packet_events
+    FOR EACH STATEMENT EXECUTE FUNCTION skiplock._packet_events_append_only();
+
 -- Enqueues the packet's process-packet job (queue `packets`) and records it on the packet.
--- The unique key keeps at most one waiting job per packet.
+-- The unique key (reserved: skiplock._reserved_key_prefix) keeps at most one waiting job per
+-- packet; a job of another kind holding it is cancelled first, so another caller's job can
+-- never make a submit, a retry or recovery fail.
 CREATE OR REPLACE FUNCTION skiplock._packet_enqueue(id bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     job bigint;
 BEGIN
-    job := skiplock.enqueue('process-packet', jsonb_build_object('packet_id', _packet_enqueue.id),
-                            'packets', now(), 0::smallint, 5, 'packet:' || _packet_enqueue.id, 'keep');
+    PERFORM skiplock._evict_key_squatter('packet:' || _packet_enqueue.id, 'process-packet', 'packets');
+    job := skiplock._enqueue('process-packet', jsonb_build_object('packet_id', _packet_enqueue.id),
+                             'packets', now(), 0::smallint, 5, 'packet:' || _packet_enqueue.id, 'keep');
     UPDATE skiplock.packets p SET job_id = job WHERE p.id = _packet_enqueue.id;
     RETURN job;
 END;
 $$;
 
--- Submits a packet: the packet (queued) and its process-packet job commit together.
+-- Submits a packet: the packet (queued) and its process-packet job commit together. The
+-- history records the login that called it (session_user); an `actor` argument is kept only
+-- in the event's note (an enqueuer cannot sign as someone else).
 CREATE OR REPLACE FUNCTION skiplock.submit_packet(source text, name text DEFAULT NULL, actor text DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql 
 -- Runs with the owner's rights so that the skiplock_enqueuer role needs no table privileges.
@@ -126,7 +163,9 @@ BEGIN
         RAISE EXCEPTION 'skiplock: a packet source path may have at most 4096 characters and a name at most 1000'
             USING ERRCODE = '22023';
     END IF;
-    PERFORM skiplock._packet_act(submit_packet.actor, 'submitted');
+    PERFORM skiplock._packet_act(session_user,
+        CASE WHEN nullif(btrim(submit_packet.actor), '') IS NULL OR submit_packet.actor = session_user THEN 'submitted'
+             ELSE format('submitted (actor given: %s)', left(submit_packet.actor, 200)) END);
     INSERT INTO skiplock.packets (source, name) VALUES (submit_packet.source, nullif(btrim(submit_packet.name), ''))
     RETURNING id INTO new_id;
     PERFORM skiplock._packet_enqueue(new_id);
@@ -189,10 +228,44 @@ BEGIN
 END;
 $$;
 
+-- Recovery's move, processing -> queued, and the only way to make it (the guard trigger
+-- allows it only as the table's owner, which this SECURITY DEFINER function runs as). It
+-- checks recovery's conditions itself, so calling it directly cannot do more: the packet must
+-- be processing, and either its job is no longer live (not available or running: the worker
+-- died and the job is gone), or `job_id` is that job and it is running (rescued and claimed
+-- again, or its worker is shutting down). Returns whether the packet moved.
+CREATE OR REPLACE FUNCTION skiplock._packet_requeue(id bigint, job_id bigint, note text)
+RETURNS boolean LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    cur skiplock.packet_state;
+    cur_job bigint;
+    js skiplock.job_state;
+BEGIN
+    SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_requeue.id FOR UPDATE;
+    IF NOT FOUND OR cur <> 'processing' THEN
+        RETURN false;
+    END IF;
+    SELECT j.state INTO js FROM skiplock.jobs j WHERE j.id = cur_job;
+    IF js IN ('available', 'running')
+       AND NOT coalesce(js = 'running' AND cur_job = _packet_requeue.job_id, false) THEN
+        RETURN false;
+    END IF;
+    PERFORM skiplock._packet_act('recovery', _packet_requeue.note);
+    UPDATE skiplock.packets p SET state = 'queued' WHERE p.id = _packet_requeue.id;
+    RETURN true;
+END;
+$$;
+
 -- Worker: try to start processing packet `id` for job `job_id`, keeping at most
--- `max_processing` packets in `processing` across every process. Starts are serialised by a
--- transaction-scoped advisory lock taken BEFORE counting, so two workers can never both see
--- room for one more. Returns 'started', 'busy' (no room: wait and try again),
+-- `max_processing` packets in `processing` across every process. Starts are serialised by
+-- the row 'packets.processing' of skiplock.locks, locked BEFORE counting, so two workers can
+-- never both see room for one more. The row is taken with SKIP LOCKED, never waited for (no
+-- other session can hold a start up); the gate is held only for this short transaction, and
+-- a start that finds it held answers 'busy' like one that finds no room (the job snoozes and
+-- asks again; older workers understand the answer too).
+-- Returns 'started', 'busy' (no room, or the gate is held: wait and try again),
 -- 'stale:<state>' when the packet is no longer queued (a late job: do nothing), or
 -- 'duplicate:<job>' when another live job owns the queued packet (do nothing).
 -- A packet still `processing` for this very job was interrupted (its worker died, the job was
@@ -205,15 +278,24 @@ DECLARE
     cur_job bigint;
     n bigint;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('skiplock.packets.processing'));
+    PERFORM 1 FROM skiplock.locks l WHERE l.name = 'packets.processing' FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM skiplock.locks l WHERE l.name = 'packets.processing') THEN
+            -- The row was deleted: put it back (migration 0006 made it).
+            INSERT INTO skiplock.locks (name) VALUES ('packets.processing') ON CONFLICT DO NOTHING;
+            PERFORM 1 FROM skiplock.locks l WHERE l.name = 'packets.processing' FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF NOT FOUND THEN
+            RETURN 'busy';
+        END IF;
+    END IF;
     SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_start.id FOR UPDATE;
     IF NOT FOUND THEN
         RETURN 'stale:missing';
     END IF;
-    IF cur = 'processing' AND cur_job = _packet_start.job_id THEN
-        PERFORM skiplock._packet_act('recovery', format('job %s was interrupted while processing; processing again', cur_job));
-        PERFORM set_config('skiplock.packet_recovering', 'on', true);
-        UPDATE skiplock.packets p SET state = 'queued' WHERE p.id = _packet_start.id;
+    IF cur = 'processing' AND cur_job = _packet_start.job_id
+       AND skiplock._packet_requeue(_packet_start.id, _packet_start.job_id,
+               format('job %s was interrupted while processing; processing again', cur_job)) THEN
         cur := 'queued';
     END IF;
     IF cur <> 'queued' THEN
@@ -292,11 +374,9 @@ CREATE OR REPLACE FUNCTION skiplock._packet_interrupt(id bigint, job_id bigint, 
 RETURNS boolean LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
-    PERFORM skiplock._packet_act('recovery', _packet_interrupt.note);
-    PERFORM set_config('skiplock.packet_recovering', 'on', true);
-    UPDATE skiplock.packets p SET state = 'queued'
-    WHERE p.id = _packet_interrupt.id AND p.state = 'processing' AND p.job_id = _packet_interrupt.job_id;
-    IF FOUND THEN
+    IF EXISTS (SELECT 1 FROM skiplock.packets p
+               WHERE p.id = _packet_interrupt.id AND p.job_id = _packet_interrupt.job_id)
+       AND skiplock._packet_requeue(_packet_interrupt.id, _packet_interrupt.job_id, _packet_interrupt.note) THEN
         PERFORM skiplock._packet_wake_one();
         RETURN true;
     END IF;
@@ -308,9 +388,21 @@ $$;
 -- an available or running job) goes back to queued (recorded in the history when it was
 -- processing) and gets a new job. ready_for_review and later are never touched. A running
 -- job of a dead worker still counts as live: the rescuer returns it, and _packet_start
--- resumes the packet. Returns what it did.
+-- resumes the packet. Each packet is recovered on its own (a subtransaction): one that
+-- fails is returned with its `error` and no job, and the others are recovered all the same.
+-- Returns what it did. (Release 0.1.0's version had no `error` column: replaced once.)
+DO $drop$
+BEGIN
+    IF pg_catalog.to_regprocedure('skiplock.recover_packets()') IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+                       WHERE p.oid = pg_catalog.to_regprocedure('skiplock.recover_packets()')
+                         AND 'error' = ANY (p.proargnames)) THEN
+        DROP FUNCTION skiplock.recover_packets();
+    END IF;
+END;
+$drop$;
 CREATE OR REPLACE FUNCTION skiplock.recover_packets()
-RETURNS TABLE (packet_id bigint, was skiplock.packet_state, job_id bigint)
+RETURNS TABLE (packet_id bigint, was skiplock.packet_state, job_id bigint, error text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -324,15 +416,19 @@ BEGIN
         ORDER BY p.id
         FOR UPDATE SKIP LOCKED
     LOOP
-        IF r.state = 'processing' THEN
-            PERFORM skiplock._packet_act('recovery',
-                format('recovered at worker start-up: job %s is no longer live', coalesce(r.job_id::text, '-')));
-            PERFORM set_config('skiplock.packet_recovering', 'on', true);
-            UPDATE skiplock.packets p SET state = 'queued' WHERE p.id = r.id;
-        END IF;
         packet_id := r.id;
         was := r.state;
-        job_id := skiplock._packet_enqueue(r.id);
+        BEGIN
+            IF r.state = 'processing' THEN
+                PERFORM skiplock._packet_requeue(r.id, NULL,
+                    format('recovered at worker start-up: job %s is no longer live', coalesce(r.job_id::text, '-')));
+            END IF;
+            job_id := skiplock._packet_enqueue(r.id);
+            error := NULL;
+        EXCEPTION WHEN OTHERS THEN
+            job_id := NULL;
+            error := SQLERRM;
+        END;
         RETURN NEXT;
     END LOOP;
 END;

@@ -32,6 +32,8 @@ BEGIN
     IF enqueue_periodic.period_start IS NULL THEN
         RAISE EXCEPTION 'skiplock: period_start must not be NULL' USING ERRCODE = '22023';
     END IF;
+    -- Stored in periodic_runs. (first_after is only compared: '-infinity' means "any".)
+    PERFORM skiplock._check_time('period_start', enqueue_periodic.period_start);
     IF EXISTS (SELECT 1 FROM skiplock.periodic_runs r
                WHERE r.name = enqueue_periodic.name AND r.period_start > enqueue_periodic.period_start) THEN
         RETURN NULL;

@@ -1,20 +1,27 @@
--- Least privilege: two NOLOGIN roles to grant to login users (docs/roles.md).
+-- Ownership and least privilege: three NOLOGIN roles (docs/roles.md, docs/security.md).
+--   skiplock_owner     owns the schema and everything in it (tables, sequences, views, types,
+--                      functions): the SECURITY DEFINER functions run with its rights, not
+--                      with those of whoever ran `migrate` (often a superuser). Not a
+--                      superuser, no login; whoever migrates must be a member (or superuser).
 --   skiplock_enqueuer  may call the enqueue-style functions and read skiplock.queue_stats,
 --                      nothing else: no table privileges at all (the enqueue functions are
 --                      SECURITY DEFINER, see sql/api/10_core.sql).
 --   skiplock_worker    what `skiplock worker` needs: rows of the skiplock tables, their
---                      sequences, every skiplock function, the migrations table (read).
+--                      sequences, every skiplock function, the migrations table (read); but
+--                      the packet history only to read, packets never to delete, and the
+--                      limits in skiplock.settings only to read.
 -- Re-applied by every `skiplock migrate`, after every other sql/api file, so it is idempotent
 -- and also covers functions and tables that other files added.
 
--- Roles are cluster-wide: create them only if missing. Two databases migrating at once may
--- race on CREATE ROLE, and a migrating user without CREATEROLE cannot create them at all:
--- neither is an error (the grants below are skipped for a role that does not exist).
+-- Roles are cluster-wide: create them only if missing. Databases migrating at once (tests
+-- run in parallel on one server) race on CREATE ROLE, and a migrating user without
+-- CREATEROLE cannot create them at all: neither is an error (what needs a missing role is
+-- skipped with a notice).
 DO $roles$
 DECLARE
     r text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['skiplock_enqueuer', 'skiplock_worker'] LOOP
+    FOREACH r IN ARRAY ARRAY['skiplock_owner', 'skiplock_enqueuer', 'skiplock_worker'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', r);
@@ -27,6 +34,72 @@ BEGIN
     END LOOP;
 END;
 $roles$;
+
+-- Whoever migrates must be able to act as the owner: a user who can grant it (CREATEROLE)
+-- becomes a member (superusers already are). Concurrent grants race like CREATE ROLE.
+DO $member$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'skiplock_owner')
+       AND NOT pg_catalog.pg_has_role(current_user, 'skiplock_owner', 'MEMBER') THEN
+        BEGIN
+            EXECUTE format('GRANT skiplock_owner TO %I', current_user);
+        EXCEPTION
+            WHEN duplicate_object OR unique_violation THEN NULL;
+            WHEN insufficient_privilege OR invalid_grant_operation THEN
+                RAISE NOTICE 'skiplock: % is not a member of skiplock_owner and cannot become one; the schema stays owned by its current owner (see docs/roles.md)', current_user;
+        END;
+    END IF;
+END;
+$member$;
+
+-- Hand the schema and everything in it to skiplock_owner (a no-op once done: only objects
+-- owned by someone else are altered, e.g. after an upgrade or what this migrate created).
+DO $owner$
+DECLARE
+    own oid := (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = 'skiplock_owner');
+    ns oid := (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'skiplock');
+    o record;
+BEGIN
+    IF own IS NULL OR NOT pg_catalog.pg_has_role(current_user, own, 'MEMBER') THEN
+        RETURN;
+    END IF;
+    IF (SELECT nspowner FROM pg_catalog.pg_namespace WHERE oid = ns) <> own THEN
+        EXECUTE 'ALTER SCHEMA skiplock OWNER TO skiplock_owner';
+    END IF;
+    -- Tables (their indexes, identity sequences and row types follow), views, and sequences
+    -- that belong to no column.
+    FOR o IN
+        SELECT c.oid::regclass::text AS name,
+               CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+                              WHEN 'S' THEN 'SEQUENCE' WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END AS what
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = ns AND c.relowner <> own AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+          AND NOT (c.relkind = 'S' AND EXISTS (
+                SELECT 1 FROM pg_catalog.pg_depend d
+                WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype IN ('a', 'i')))
+    LOOP
+        EXECUTE format('ALTER %s %s OWNER TO skiplock_owner', o.what, o.name);
+    END LOOP;
+    -- Enums, domains, ranges and stand-alone composite types.
+    FOR o IN
+        SELECT t.oid::regtype::text AS name
+        FROM pg_catalog.pg_type t
+        WHERE t.typnamespace = ns AND t.typowner <> own
+          AND (t.typtype IN ('e', 'd', 'r')
+               OR (t.typtype = 'c' AND (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid) = 'c'))
+    LOOP
+        EXECUTE format('ALTER TYPE %s OWNER TO skiplock_owner', o.name);
+    END LOOP;
+    FOR o IN
+        SELECT p.oid::regprocedure::text AS name,
+               CASE p.prokind WHEN 'p' THEN 'PROCEDURE' WHEN 'a' THEN 'AGGREGATE' ELSE 'FUNCTION' END AS what
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = ns AND p.proowner <> own
+    LOOP
+        EXECUTE format('ALTER %s %s OWNER TO skiplock_owner', o.what, o.name);
+    END LOOP;
+END;
+$owner$;
 
 -- Functions are executable by PUBLIC by default: take that away from every skiplock
 -- function (CREATE OR REPLACE keeps the ACL, so this also holds across migrations).
@@ -63,6 +136,12 @@ BEGIN
         EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA skiplock TO skiplock_worker';
         EXECUTE 'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA skiplock TO skiplock_worker';
         EXECUTE 'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA skiplock TO skiplock_worker';
+        -- The packet history is append-only (its trigger writes it as the owner; a trigger
+        -- also refuses changes by anyone else); deleting a packet would delete its history;
+        -- the limits are the owner's to set.
+        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.packet_events FROM skiplock_worker';
+        EXECUTE 'REVOKE DELETE, TRUNCATE ON skiplock.packets FROM skiplock_worker';
+        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.settings FROM skiplock_worker';
         -- The worker checks at start that every migration was applied.
         IF mig IS NOT NULL THEN
             EXECUTE format('GRANT SELECT ON %s TO skiplock_worker', mig);

@@ -60,6 +60,7 @@ struct DeclaredRow {
     kind: String,
     queue: String,
     declared_by: String,
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     last_period: Option<DateTime<Utc>>,
     last_job_id: Option<i64>,
     last_job_state: Option<String>,
@@ -74,7 +75,10 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
         sqlx::query_as(include_str!("../../sql/maintenance/list_periodic.sql"))
             .fetch_all(&pool)
             .await?;
-    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&pool).await?;
+    let now: DateTime<Utc> = sqlx::query_scalar::<_, crate::dbtime::DbTime>("SELECT now()")
+        .fetch_one(&pool)
+        .await?
+        .0;
     let mut lines: Vec<PeriodicLine> = rows
         .into_iter()
         .map(|r| PeriodicLine {

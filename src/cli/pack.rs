@@ -48,6 +48,7 @@ pub async fn timer_reset(url: Option<&str>, a: TimerResetArgs) -> anyhow::Result
 #[derive(Debug, Serialize, sqlx::FromRow)]
 struct StatusRow {
     host: Option<String>,
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     packed_at: Option<DateTime<Utc>>,
     pages: Option<i64>,
     bytes: Option<i64>,
@@ -56,6 +57,7 @@ struct StatusRow {
     pack_count: Option<i64>,
     job_id: Option<i64>,
     timer_job_id: Option<i64>,
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     timer_at: Option<DateTime<Utc>>,
 }
 

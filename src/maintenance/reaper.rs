@@ -16,6 +16,7 @@ use sqlx::PgPool;
 
 use super::Service;
 use crate::config::env_duration;
+use crate::dbtime::{DbTime, DbTimeOpt};
 use crate::error::{Error, Result};
 use crate::queue::JobState;
 use crate::worker::handler::BoxFuture;
@@ -93,19 +94,24 @@ pub struct ReapCandidate {
     /// Attempts so far.
     pub attempt: i32,
     /// When it became (or becomes) due.
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub scheduled_at: Option<DateTime<Utc>>,
     /// When it was enqueued.
+    #[sqlx(try_from = "crate::dbtime::DbTime")]
     pub created_at: DateTime<Utc>,
     /// When the current or last attempt started.
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub attempted_at: Option<DateTime<Utc>>,
     /// The worker of that attempt.
     pub attempted_by: Option<String>,
     /// Last heartbeat of a running attempt.
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub heartbeat_at: Option<DateTime<Utc>>,
 }
 
 #[derive(sqlx::FromRow)]
 struct CandidateRow {
+    #[sqlx(try_from = "crate::dbtime::DbTime")]
     db_now: DateTime<Utc>,
     #[sqlx(flatten)]
     job: ReapCandidate,
@@ -316,7 +322,12 @@ pub async fn preview(
     .await?;
     let now = match rows.first() {
         Some(r) => r.db_now,
-        None => sqlx::query_scalar("SELECT now()").fetch_one(pool).await?,
+        None => {
+            sqlx::query_scalar::<_, DbTime>("SELECT now()")
+                .fetch_one(pool)
+                .await?
+                .0
+        }
     };
     let jobs = rows
         .into_iter()
@@ -332,12 +343,12 @@ pub async fn oldest_live_worker(
     pool: &PgPool,
     live_within: Duration,
 ) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>)> {
-    Ok(
+    let (now, oldest): (DbTime, DbTimeOpt) =
         sqlx::query_as(include_str!("../../sql/maintenance/oldest_live_worker.sql"))
             .bind(live_within.as_secs_f64())
             .fetch_one(pool)
-            .await?,
-    )
+            .await?;
+    Ok((now.0, oldest.0))
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@ pub struct QueueStat {
     /// How many jobs.
     pub count: i64,
     /// Oldest `scheduled_at` among them.
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub oldest_scheduled_at: Option<DateTime<Utc>>,
 }
 

@@ -143,6 +143,21 @@ pub fn check_nul(kind: &str, queue: &str, unique_key: Option<&str>, args: &[&Val
     Ok(())
 }
 
+/// Unique-key prefixes the built-in workflows own (`skiplock._reserved_key_prefix` in
+/// `sql/api/10_core.sql` is the rule the database enforces): a generic enqueue may not create
+/// or replace such a key, so no caller can squat or steer a workflow's job.
+pub const RESERVED_KEY_PREFIXES: &[&str] = &["fetch:", "pack:", "packet:"];
+
+/// Refuses a unique key in a workflow's reserved namespace, naming the prefix.
+pub fn check_key(key: Option<&str>) -> Result<()> {
+    match key.and_then(|k| RESERVED_KEY_PREFIXES.iter().find(|p| k.starts_with(*p))) {
+        Some(p) => Err(Error::Invalid(format!(
+            "unique_key prefix '{p}' is reserved for the built-in workflows (use their own functions, e.g. request_fetch, timer_reset, pack_now, submit_packet)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Enqueues one job and returns its id (or the id of the available job holding its key).
 pub async fn enqueue<'e, E: PgExecutor<'e>>(exec: E, job: &NewJob) -> Result<i64> {
     check_nul(
@@ -151,6 +166,10 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(exec: E, job: &NewJob) -> Result<i64
         job.unique_key.as_deref(),
         &[&job.args],
     )?;
+    check_key(job.unique_key.as_deref())?;
+    if let Some(t) = job.run_at {
+        crate::dbtime::check("run_at", t)?;
+    }
     let id: i64 = sqlx::query_scalar(include_str!("../../sql/queue/enqueue.sql"))
         .bind(&job.kind)
         .bind(&job.args)
@@ -175,6 +194,9 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
     priority: i16,
 ) -> Result<Vec<i64>> {
     check_nul(kind, queue, None, &args.iter().collect::<Vec<_>>())?;
+    if let Some(t) = run_at {
+        crate::dbtime::check("run_at", t)?;
+    }
     let ids: Vec<i64> = sqlx::query_scalar(include_str!("../../sql/queue/enqueue_many.sql"))
         .bind(kind)
         .bind(args)

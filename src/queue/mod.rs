@@ -104,10 +104,13 @@ pub struct Job {
     /// After this many attempts an error discards the job.
     pub max_attempts: i32,
     /// When the job became due.
+    #[sqlx(try_from = "crate::dbtime::DbTime")]
     pub scheduled_at: DateTime<Utc>,
     /// When it was enqueued.
+    #[sqlx(try_from = "crate::dbtime::DbTime")]
     pub created_at: DateTime<Utc>,
     /// When this attempt started.
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub attempted_at: Option<DateTime<Utc>>,
 }
 
@@ -131,16 +134,21 @@ pub struct JobRow {
     /// Attempt limit.
     pub max_attempts: i32,
     /// When due.
+    #[sqlx(try_from = "crate::dbtime::DbTime")]
     pub scheduled_at: DateTime<Utc>,
     /// When enqueued.
+    #[sqlx(try_from = "crate::dbtime::DbTime")]
     pub created_at: DateTime<Utc>,
     /// When the last attempt started.
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub attempted_at: Option<DateTime<Utc>>,
     /// Which worker ran the last attempt.
     pub attempted_by: Option<String>,
     /// Last heartbeat of a running attempt.
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub heartbeat_at: Option<DateTime<Utc>>,
     /// When it reached a finished state.
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub finalized_at: Option<DateTime<Utc>>,
     /// Dedup / debounce key.
     pub unique_key: Option<String>,

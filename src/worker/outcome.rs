@@ -91,9 +91,14 @@ pub struct RetryPolicy {
 }
 
 fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    // Capped at 100 years: `now + d` panics past chrono's range (e.g. Snooze(Duration::MAX)).
+    // Capped at 100 years: `now + d` panics past chrono's range (e.g. Snooze(Duration::MAX));
+    // and never outside the range the database stores (crate::dbtime), whatever `now` is.
     let cap = chrono::Duration::days(36500);
-    now + chrono::Duration::from_std(d).unwrap_or(cap).min(cap)
+    let d = chrono::Duration::from_std(d).unwrap_or(cap).min(cap);
+    crate::dbtime::clamp(
+        now.checked_add_signed(d)
+            .unwrap_or_else(crate::dbtime::latest),
+    )
 }
 
 /// Decides the next state of job `id` after attempt `attempt` of `max_attempts`.
@@ -187,6 +192,31 @@ mod tests {
             after(now, Duration::from_secs(5)),
             now + chrono::Duration::seconds(5)
         );
+    }
+
+    #[test]
+    fn snooze_and_backoff_never_leave_the_stored_range() {
+        // A clock near the end of year 9999 (or past it) still yields a time the database
+        // accepts (crate::dbtime), never an overflow or a CHECK violation in the ack.
+        let late = crate::dbtime::latest() - chrono::Duration::seconds(1);
+        assert_eq!(
+            after(late, Duration::from_secs(3600)),
+            crate::dbtime::latest()
+        );
+        assert_eq!(
+            after(DateTime::<Utc>::MAX_UTC, Duration::MAX),
+            crate::dbtime::latest()
+        );
+        let a = decide(
+            1,
+            1,
+            25,
+            Attempt::Returned(Err(JobError::retry("x"))),
+            late,
+            P,
+            0.5,
+        );
+        assert!(crate::dbtime::in_range(a.scheduled_at.unwrap()));
     }
     use chrono::TimeZone;
 

@@ -12,6 +12,7 @@ use crate::error::Result;
 #[derive(Debug, Clone, Default, sqlx::FromRow)]
 pub struct Known {
     /// When it is due (`None`: never scheduled).
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub next_fetch: Option<DateTime<Utc>>,
     /// Validator for the conditional GET.
     pub etag: Option<String>,
@@ -128,7 +129,7 @@ pub async fn touch(
     Ok(())
 }
 
-type RobotsRow = (Option<String>, Option<i32>, Option<DateTime<Utc>>);
+type RobotsRow = (Option<String>, Option<i32>, crate::dbtime::DbTimeOpt);
 
 /// Host `host`'s cached robots.txt.
 pub async fn load_robots(pool: &PgPool, host: &str) -> Result<Cached> {
@@ -136,11 +137,11 @@ pub async fn load_robots(pool: &PgPool, host: &str) -> Result<Cached> {
         .bind(host)
         .fetch_optional(pool)
         .await?;
-    let (txt, status, fetched_at) = row.unwrap_or_default();
+    let (txt, status, fetched_at) = row.unwrap_or((None, None, crate::dbtime::DbTimeOpt(None)));
     Ok(Cached {
         txt,
         status,
-        fetched_at,
+        fetched_at: fetched_at.0,
     })
 }
 

@@ -28,6 +28,7 @@ pub struct PageRow {
     /// Body text.
     pub body: Option<String>,
     /// When the page was last fetched.
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub last_fetched: Option<DateTime<Utc>>,
 }
 

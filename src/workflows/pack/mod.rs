@@ -34,6 +34,7 @@ pub const DO_THE_PACKING: &str = "do-the-packing";
 const ARM: &str = include_str!("../../../sql/pack/arm.sql");
 const PENDING: &str = include_str!("../../../sql/pack/pending.sql");
 const LOCK: &str = include_str!("../../../sql/pack/lock.sql");
+const LOCK_ROW: &str = include_str!("../../../sql/pack/lock_row.sql");
 const PAGES: &str = include_str!("../../../sql/pack/pages.sql");
 const RECORD: &str = include_str!("../../../sql/pack/record.sql");
 /// Pack status of all hosts or one (`$1`), used by `skiplock pack --status`.
@@ -102,7 +103,11 @@ pub struct HostArgs {
 }
 
 fn check_host(host: &str) -> std::result::Result<(), JobError> {
-    if host.trim().is_empty() || host.contains('/') || host.chars().any(char::is_whitespace) {
+    if host.trim().is_empty()
+        || host.len() > 300
+        || host.contains('/')
+        || host.chars().any(char::is_whitespace)
+    {
         return Err(JobError::discard(format!("invalid host {host:?}")));
     }
     Ok(())
@@ -123,20 +128,20 @@ impl Handler for TimerReset {
 
     async fn run(&self, ctx: JobContext, args: HostArgs) -> HandlerResult {
         check_host(&args.host)?;
-        let (id, at): (i64, DateTime<Utc>) = sqlx::query_as(ARM)
+        let (id, at): (i64, crate::dbtime::DbTime) = sqlx::query_as(ARM)
             .bind(&args.host)
             .bind(self.settings.quiet.as_secs_f64())
             .bind(self.settings.max_wait.as_secs_f64())
             .fetch_one(&ctx.pool)
             .await?;
         Ok(Outcome::CompleteWith(
-            json!({"timer_job": id, "fires_at": at}),
+            json!({"timer_job": id, "fires_at": at.0}),
         ))
     }
 }
 
 /// Handles `do-the-packing`: skips if a newer timer is pending, else builds the artifact and
-/// uploads it while holding the host's advisory lock.
+/// uploads it while holding the host's lock row (`skiplock.locks`).
 #[derive(Debug, Clone)]
 pub struct DoThePacking {
     settings: PackSettings,
@@ -145,9 +150,12 @@ pub struct DoThePacking {
 
 #[derive(sqlx::FromRow)]
 struct Pending {
+    #[sqlx(try_from = "crate::dbtime::DbTime")]
     now: DateTime<Utc>,
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     window_start: Option<DateTime<Utc>>,
     pending_id: Option<i64>,
+    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pending_at: Option<DateTime<Utc>>,
 }
 
@@ -180,15 +188,16 @@ impl Handler for DoThePacking {
         }
 
         // Everything below runs on one connection, inside the transaction that holds the
-        // host's lock: one connection per pack, and the lock goes when the transaction does
-        // (commit, rollback, a dropped future, or a dead process).
+        // host's lock row: one connection per pack, and the lock goes when the transaction
+        // does (commit, rollback, a dropped future, or a dead process).
         let began = Instant::now();
+        sqlx::query(LOCK_ROW).bind(host).execute(&ctx.pool).await?;
         let mut tx = ctx.pool.begin().await?;
-        let locked: bool = sqlx::query_scalar(LOCK)
+        let locked: Option<bool> = sqlx::query_scalar(LOCK)
             .bind(host)
-            .fetch_one(&mut *tx)
+            .fetch_optional(&mut *tx)
             .await?;
-        if !locked {
+        if locked.is_none() {
             tx.rollback().await?;
             let wait = debounce::busy_snooze(self.settings.quiet);
             tracing::info!(

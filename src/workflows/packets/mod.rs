@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::config::{env_bool, env_duration, env_opt, env_usize};
+use crate::dbtime::DbTime;
 use crate::error::{Error, Result};
 use crate::worker::{HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use processor::Processor;
@@ -138,8 +139,8 @@ type PacketRow = (
     Option<String>,
     Option<Value>,
     Option<i64>,
-    DateTime<Utc>,
-    DateTime<Utc>,
+    DbTime,
+    DbTime,
 );
 
 fn packet_from(r: PacketRow) -> Result<Packet> {
@@ -151,8 +152,8 @@ fn packet_from(r: PacketRow) -> Result<Packet> {
         error: r.4,
         result: r.5,
         job_id: r.6,
-        created_at: r.7,
-        updated_at: r.8,
+        created_at: r.7.0,
+        updated_at: r.8.0,
     })
 }
 
@@ -239,7 +240,7 @@ pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<PacketEvent>> {
         i64,
         Option<String>,
         String,
-        DateTime<Utc>,
+        DbTime,
         String,
         Option<String>,
     );
@@ -254,7 +255,7 @@ pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<PacketEvent>> {
                 packet_id: r.1,
                 from: r.2.map(|s| s.parse()).transpose().map_err(Error::Other)?,
                 to: r.3.parse().map_err(Error::Other)?,
-                at: r.4,
+                at: r.4.0,
                 actor: r.5,
                 note: r.6,
             })

@@ -25,15 +25,21 @@ pub struct Recovered {
     pub job_id: i64,
 }
 
-/// Requeues every queued/processing packet without a live job; returns what it did.
+/// Requeues every queued/processing packet without a live job; returns what it did. Each
+/// packet is recovered on its own: one that cannot be (its error is logged) never stops the
+/// others, nor the worker's start-up.
 pub async fn recover(pool: &PgPool) -> Result<Vec<Recovered>> {
-    let rows: Vec<(i64, String, i64)> =
+    let rows: Vec<(i64, String, Option<i64>, Option<String>)> =
         sqlx::query_as(include_str!("../../../sql/packets/recover.sql"))
             .fetch_all(pool)
             .await?;
     let mut out = Vec::with_capacity(rows.len());
-    for (packet_id, was, job_id) in rows {
-        let was: PacketState = was.parse().map_err(crate::Error::Other)?;
+    for (packet_id, was, job_id, error) in rows {
+        let (Ok(was), Some(job_id)) = (was.parse::<PacketState>(), job_id) else {
+            tracing::error!(packet.id = packet_id, was = %was, error = error.as_deref().unwrap_or("-"),
+                "could not recover a packet left without a live job; skipped (the others are recovered)");
+            continue;
+        };
         tracing::warn!(packet.id = packet_id, was = %was, job.id = job_id, "recovered a packet left without a live job");
         out.push(Recovered {
             packet_id,

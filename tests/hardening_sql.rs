@@ -1,0 +1,1053 @@
+//! Issue 11, the database side, each class written as the attack: non-finite times, locks
+//! another login can hold, squatted and steered workflow keys, a forged audit trail, an
+//! unbounded `enqueue_many`, and who owns the schema.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use skiplock::queue::{JobState, NewJob, OnConflict};
+use skiplock::workflows::pack::{self, PackSettings};
+use skiplock::workflows::packets::processor::Processor;
+use skiplock::workflows::packets::transitions::PacketState;
+use skiplock::workflows::packets::{self, PacketSettings};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use support::*;
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// A LOGIN role on the test cluster (cluster-wide: unique name, dropped at the end), member
+/// of `grant` if given.
+struct LoginRole {
+    name: String,
+}
+
+impl LoginRole {
+    async fn new(db: &TestDb, grant: Option<&str>) -> LoginRole {
+        let name = format!("skiplock_h_{:012x}", rand::random::<u64>() >> 16);
+        let in_role = grant.map(|g| format!(" IN ROLE {g}")).unwrap_or_default();
+        exec(&db.pool, &format!("CREATE ROLE {name} LOGIN{in_role}")).await;
+        LoginRole { name }
+    }
+
+    /// `db`'s URL, logging in as this role (trust auth on the test server).
+    fn url(&self, db_url: &str) -> String {
+        let mut u = url::Url::parse(db_url).unwrap();
+        u.set_username(&self.name).unwrap();
+        u.set_password(None).unwrap();
+        u.to_string()
+    }
+
+    async fn pool(&self, db: &TestDb) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&self.url(&db.url))
+            .await
+            .expect("log in as the test role")
+    }
+}
+
+impl Drop for LoginRole {
+    fn drop(&mut self) {
+        admin_exec_blocking(format!("DROP ROLE IF EXISTS {}", self.name));
+    }
+}
+
+async fn exec(pool: &PgPool, sql: &str) {
+    sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// Runs `sql` expecting an error that contains `needle`; returns the message.
+async fn refused(pool: &PgPool, sql: &str, needle: &str) -> String {
+    let e = sqlx::query(AssertSqlSafe(sql.to_string()))
+        .execute(pool)
+        .await
+        .expect_err(sql);
+    let msg = e.to_string();
+    assert!(
+        msg.contains(needle),
+        "{sql}: expected {needle:?}, got {msg}"
+    );
+    msg
+}
+
+fn sqlstate(e: &sqlx::Error) -> String {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.to_string())
+        .unwrap_or_default()
+}
+
+/// A folder with a few small files, for the packet processor.
+fn frames(dir: &Path, name: &str) -> PathBuf {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    for i in 0..3 {
+        std::fs::write(d.join(format!("frame{i}.tif")), format!("frame {i}")).unwrap();
+    }
+    d
+}
+
+fn packet_settings(concurrency: usize) -> PacketSettings {
+    PacketSettings {
+        concurrency,
+        processor: Processor::Manifest,
+        timeout: Duration::from_secs(30),
+        recovery: true,
+    }
+}
+
+fn pack_settings(store: &Path) -> PackSettings {
+    PackSettings {
+        quiet: Duration::from_secs(1),
+        max_wait: Duration::from_secs(60),
+        store: store.to_str().unwrap().to_string(),
+        upload_delay: Duration::ZERO,
+    }
+}
+
+async fn job_state(pool: &PgPool, id: i64) -> String {
+    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn wait_packet(pool: &PgPool, id: i64, want: PacketState) {
+    wait_for(&format!("packet {id} to be {want}"), LONG, || async {
+        (packets::get(pool, id).await.unwrap().state == want).then_some(())
+    })
+    .await
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Times
+// ---------------------------------------------------------------------------------------
+
+/// The exact attacks of the issue (`run_at => '-infinity'` on queue fetch, a pack timer at
+/// 'infinity') and every other entry point that takes a time: refused with a clear
+/// `skiplock:` error, SQLSTATE 22023, from SQL, Rust and the CLI.
+#[tokio::test]
+async fn non_finite_and_absurd_times_are_refused_at_every_entry_point() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let range = "must be a finite time from 1970-01-01 to 9999-12-31 (UTC)";
+    for (sql, what) in [
+        (
+            "SELECT skiplock.enqueue('noop', '{}', queue => 'fetch', run_at => '-infinity')",
+            "run_at",
+        ),
+        (
+            "SELECT skiplock.enqueue('timer-reset', '{\"host\": \"h\"}', 'pack', 'infinity')",
+            "run_at",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', run_at => '10000-01-01 00:00:00+00')",
+            "run_at",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', run_at => '1969-12-31 23:59:59+00')",
+            "run_at",
+        ),
+        (
+            "SELECT skiplock.enqueue_many('noop', ARRAY['{}'::jsonb], run_at => 'infinity')",
+            "run_at",
+        ),
+        (
+            "SELECT skiplock.enqueue_periodic('p', 'infinity', now(), 'noop')",
+            "period_start",
+        ),
+    ] {
+        let e = sqlx::query(AssertSqlSafe(sql))
+            .execute(p)
+            .await
+            .expect_err(sql);
+        assert_eq!(sqlstate(&e), "22023", "{sql}: {e}");
+        assert!(
+            e.to_string().contains(&format!("skiplock: {what} {range}")),
+            "{sql}: {e}"
+        );
+    }
+    // The pack timer cannot be pushed out of range through its durations either.
+    refused(
+        p,
+        "SELECT skiplock.pack_arm('h', interval '1000000 years', interval '1 hour')",
+        "quiet and max_wait must be durations from 0s to 100 years",
+    )
+    .await;
+    refused(
+        p,
+        "SELECT skiplock._fetch_slot(1, 'h', interval '100000 years', interval '1 minute')",
+        "politeness interval and the request lease",
+    )
+    .await;
+    // `replace` on a pack timer with 'infinity' (the steering attack) is refused too.
+    refused(
+        p,
+        "SELECT skiplock.enqueue('do-the-packing', '{\"host\": \"h\"}', 'pack', 'infinity', \
+         unique_key => 'pack:h', on_conflict => 'replace')",
+        "skiplock:",
+    )
+    .await;
+    assert_eq!(count(p, "SELECT count(*) FROM skiplock.jobs").await, 0);
+
+    // Rust: refused before the round trip, with the same words.
+    for t in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
+        let e = skiplock::queue::enqueue(p, &NewJob::new("noop", json!({})).run_at(t))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, skiplock::Error::Invalid(_)), "{e}");
+        assert!(e.to_string().contains(range), "{e}");
+        let e = skiplock::queue::enqueue_many(p, "noop", &[json!({})], "default", Some(t), 0)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains(range), "{e}");
+    }
+    // The CLI: one line, exit 1.
+    let (code, _, err) = run_cmd(
+        &db.url,
+        &["enqueue", "noop", "--run-at", "0001-01-01T00:00:00Z"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(range) && err.lines().count() == 1, "{err}");
+    assert_eq!(count(p, "SELECT count(*) FROM skiplock.jobs").await, 0);
+    // The edges themselves are accepted.
+    for t in [skiplock::dbtime::earliest(), skiplock::dbtime::latest()] {
+        skiplock::queue::enqueue(p, &NewJob::new("noop", json!({})).run_at(t))
+            .await
+            .unwrap();
+    }
+}
+
+/// Rust (src/dbtime.rs) and SQL (skiplock._time_ok) state the same range, to the microsecond.
+#[tokio::test]
+async fn the_rust_and_sql_time_ranges_agree_at_the_edges() {
+    let db = TestDb::new().await;
+    let us = chrono::Duration::microseconds(1);
+    let e = skiplock::dbtime::earliest();
+    let l = skiplock::dbtime::latest();
+    for t in [e - us, e, e + us, l - us, l, l + us] {
+        let sql: bool = sqlx::query_scalar("SELECT skiplock._time_ok($1)")
+            .bind(t)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(sql, skiplock::dbtime::in_range(t), "{t}");
+    }
+    for (lit, ok) in [("infinity", false), ("-infinity", false), ("epoch", true)] {
+        let sql: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT skiplock._time_ok('{lit}'::timestamptz)"
+        )))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(sql, ok, "{lit}");
+    }
+}
+
+/// Every timestamptz column of every skiplock table has a CHECK that calls skiplock._time_ok
+/// (so a column added later without one fails here), and a superuser's plain INSERT of a
+/// non-finite time is refused.
+#[tokio::test]
+async fn no_row_can_hold_a_time_outside_the_range_not_even_a_superusers() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let unguarded: Vec<String> = sqlx::query_scalar(
+        "SELECT c.table_name || '.' || c.column_name
+         FROM information_schema.columns c
+         JOIN information_schema.tables t USING (table_schema, table_name)
+         WHERE c.table_schema = 'skiplock' AND t.table_type = 'BASE TABLE'
+           AND c.data_type = 'timestamp with time zone'
+           AND NOT EXISTS (
+               SELECT 1 FROM pg_constraint k
+               WHERE k.conrelid = format('skiplock.%I', c.table_name)::regclass AND k.contype = 'c'
+                 AND pg_get_constraintdef(k.oid) LIKE format('%%_time_ok(%s)%%', c.column_name))
+         ORDER BY 1",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert!(
+        unguarded.is_empty(),
+        "columns without a range CHECK: {unguarded:?}"
+    );
+    let n: i64 = count(
+        p,
+        "SELECT count(*) FROM information_schema.columns
+         WHERE table_schema = 'skiplock' AND data_type = 'timestamp with time zone'",
+    )
+    .await;
+    assert!(n >= 20, "{n} timestamptz columns found");
+
+    for sql in [
+        "INSERT INTO skiplock.jobs (kind, queue, scheduled_at) VALUES ('noop', 'fetch', '-infinity')",
+        "INSERT INTO skiplock.jobs (kind, scheduled_at) VALUES ('timer-reset', 'infinity')",
+        "INSERT INTO skiplock.jobs (kind, finalized_at) VALUES ('noop', '0044-03-15 BC')",
+        "INSERT INTO skiplock.hosts (host, busy_until) VALUES ('h', '-infinity')",
+        "INSERT INTO skiplock.pages (url, host, path, next_fetch) VALUES ('http://h/', 'h', '/', 'infinity')",
+        "INSERT INTO skiplock.periodic_runs (name, period_start) VALUES ('p', 'infinity')",
+    ] {
+        refused(p, sql, "violates check constraint").await;
+    }
+    // hosts no longer default to '-infinity'.
+    exec(p, "INSERT INTO skiplock.hosts (host) VALUES ('h')").await;
+    let free: bool = sqlx::query_scalar(
+        "SELECT next_slot_at = 'epoch' AND busy_until = 'epoch' FROM skiplock.hosts WHERE host = 'h'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(free);
+}
+
+/// Nothing the database can hold panics a reader: with the CHECK dropped (as a superuser
+/// could), the issue's rows — a noop at '-infinity' in queue fetch, a pack timer at
+/// 'infinity' — are claimed, run, listed and shown. On the old code the producer of queue
+/// fetch panicked (`NaiveDateTime + TimeDelta overflowed`) and timer-reset failed forever.
+#[tokio::test]
+async fn a_reader_never_panics_on_an_infinite_time() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    exec(
+        p,
+        "ALTER TABLE skiplock.jobs DROP CONSTRAINT IF EXISTS jobs_scheduled_at_range",
+    )
+    .await;
+    let noop: i64 = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, queue, scheduled_at) VALUES ('noop', 'fetch', '-infinity') RETURNING id",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    exec(
+        p,
+        "INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, unique_key)
+         VALUES ('do-the-packing', '{\"host\": \"inf.test\"}', 'pack', 'infinity', 'pack:inf.test')",
+    )
+    .await;
+    let reset: i64 = sqlx::query_scalar("SELECT skiplock.timer_reset('inf.test')")
+        .fetch_one(p)
+        .await
+        .unwrap();
+
+    // Library readers first.
+    let listed = skiplock::queue::admin::list_jobs(
+        p,
+        &skiplock::queue::admin::JobFilter {
+            limit: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|j| j.scheduled_at == skiplock::dbtime::latest())
+    );
+    let row = skiplock::queue::admin::get_job(p, noop).await.unwrap();
+    assert_eq!(row.scheduled_at, skiplock::dbtime::earliest());
+    skiplock::queue::admin::stats(p).await.unwrap();
+
+    let store = tempfile::tempdir().unwrap();
+    let mut qs = fast_settings();
+    qs.queues = Some(BTreeMap::from([
+        ("fetch".to_string(), 2),
+        ("pack".to_string(), 2),
+    ]));
+    let worker = start_worker(p, qs, |mut b| {
+        skiplock::worker::builtin::register(b.registry_mut());
+        pack::register_with(b, pack_settings(store.path())).unwrap()
+    });
+    wait_job(p, noop, "the -infinity noop to complete", |j| {
+        j.state == "completed"
+    })
+    .await;
+    let r = wait_job(p, reset, "timer-reset to complete", |j| {
+        j.state == "completed"
+    })
+    .await;
+    assert_eq!(
+        r.result.unwrap()["fires_at"],
+        json!("9999-12-31T23:59:59.999999Z")
+    );
+    worker.stop().await.unwrap();
+
+    for args in [
+        vec!["stats"],
+        vec!["jobs"],
+        vec!["jobs", "--json"],
+        vec!["pack", "--status"],
+    ] {
+        let (code, out, err) = run_cmd(&db.url, &args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!out.is_empty(), "{args:?}");
+    }
+    let (code, out, err) = run_cmd(&db.url, &["job", &noop.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1970-01-01"), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. No blocking lock another login can hold
+// ---------------------------------------------------------------------------------------
+
+/// A login with no skiplock role holds the advisory locks the old packet and pack code
+/// waited on (and tries every lock it could take) for 30 s. Meanwhile noop jobs on another
+/// queue keep completing, heartbeats keep landing, packets are processed and a host is
+/// packed. On the old code the packet jobs blocked inside the database, used up the pool and
+/// starved every other queue (`pool timed out`), and the pack snoozed forever.
+#[tokio::test]
+async fn another_login_holding_every_lock_it_can_take_stalls_nothing() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let outsider = LoginRole::new(&db, None).await;
+    let mut them = PgConnection::connect(&outsider.url(&db.url)).await.unwrap();
+    let their_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut them)
+        .await
+        .unwrap();
+    for sql in [
+        "SELECT pg_advisory_lock(hashtext('skiplock.packets.processing'))",
+        "SELECT pg_advisory_lock(hashtext('skiplock.pack'), hashtext('stall.test'))",
+        "SELECT pg_advisory_lock(hashtext('skiplock.api'))",
+    ] {
+        sqlx::query(sql).execute(&mut them).await.unwrap();
+    }
+    // Everything else it might lock is out of its reach.
+    for sql in [
+        "LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE",
+        "SELECT * FROM skiplock.locks FOR UPDATE",
+        "SELECT * FROM skiplock.packets FOR UPDATE",
+        "SELECT * FROM skiplock.jobs FOR UPDATE",
+    ] {
+        let mut tx = them.begin().await.unwrap();
+        let e = sqlx::query(sql).execute(&mut *tx).await.expect_err(sql);
+        assert!(e.to_string().contains("permission denied"), "{sql}: {e}");
+        tx.rollback().await.unwrap();
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    exec(
+        p,
+        "INSERT INTO skiplock.pages (url, host, path, title, body, last_fetched)
+         VALUES ('http://stall.test/', 'stall.test', '/', 'T', 'packed despite the outsider', now())",
+    )
+    .await;
+    // The worker's own small pool: 4 connections, as in production.
+    let wpool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(LONG)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let mut qs = fast_settings();
+    qs.queues = Some(BTreeMap::from([
+        ("packets".to_string(), 6),
+        ("pack".to_string(), 2),
+        ("other".to_string(), 2),
+    ]));
+    let store_path = store.path().to_path_buf();
+    let worker = start_worker(&wpool, qs, move |mut b| {
+        skiplock::worker::builtin::register(b.registry_mut());
+        let b = packets::register_with(b, packet_settings(2));
+        pack::register_with(b, pack_settings(&store_path)).unwrap()
+    });
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let src = frames(dir.path(), &format!("p{i}"));
+        ids.push(
+            packets::submit(p, src.to_str().unwrap(), None, None)
+                .await
+                .unwrap(),
+        );
+    }
+    sqlx::query("SELECT skiplock.pack_now('stall.test')")
+        .execute(p)
+        .await
+        .unwrap();
+    let sleeper = skiplock::queue::enqueue(
+        p,
+        &NewJob::new("sleep", json!({"ms": 600_000})).queue("other"),
+    )
+    .await
+    .unwrap();
+    wait_job(p, sleeper, "the sleep job to start", |j| {
+        j.state == "running"
+    })
+    .await;
+
+    // 30 s of the outsider holding its locks: noop jobs on another queue keep completing,
+    // and the sleeping job's heartbeat keeps moving.
+    let held = Instant::now();
+    let mut beats = std::collections::BTreeSet::new();
+    let mut rounds = 0;
+    while held.elapsed() < Duration::from_secs(30) {
+        let id = skiplock::queue::enqueue(p, &NewJob::new("noop", json!({})).queue("other"))
+            .await
+            .unwrap();
+        wait_job(p, id, "a noop on queue other to complete", |j| {
+            j.state == "completed"
+        })
+        .await;
+        rounds += 1;
+        let hb: Option<DateTime<Utc>> =
+            sqlx::query_scalar("SELECT heartbeat_at FROM skiplock.jobs WHERE id = $1")
+                .bind(sleeper)
+                .fetch_one(p)
+                .await
+                .unwrap();
+        beats.extend(hb);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(rounds >= 10, "{rounds} noop rounds in 30 s");
+    assert!(
+        beats.len() >= 3,
+        "the running job's heartbeat moved only {} times in 30 s",
+        beats.len()
+    );
+    // Still holding: every packet is processed and the host is packed.
+    for id in &ids {
+        wait_packet(p, *id, PacketState::ReadyForReview).await;
+    }
+    wait_for("the host to be packed", LONG, || async {
+        let n: i64 = count(
+            p,
+            "SELECT count(*) FROM skiplock.packs WHERE host = 'stall.test'",
+        )
+        .await;
+        (n == 1).then_some(())
+    })
+    .await;
+    let sleeping = skiplock::queue::admin::get_job(p, sleeper).await.unwrap();
+    assert_eq!(
+        (sleeping.state.as_str(), sleeping.attempt),
+        ("running", 1),
+        "never rescued: {:?}",
+        sleeping.errors
+    );
+    // The outsider held its locks all along (it was never asked to let go).
+    let holding: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND granted",
+    )
+    .bind(their_pid)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(holding, 3);
+    them.close().await.unwrap();
+    worker.stop().await.unwrap();
+    wpool.close().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 3/4. Reserved workflow keys: no squatting, no steering
+// ---------------------------------------------------------------------------------------
+
+/// An enqueuer cannot create or replace a key in a workflow's namespace (`fetch:`, `pack:`,
+/// `packet:`), from SQL, Rust or the CLI; the attacks of the issue (rewriting a pending
+/// fetch to another URL at 'infinity', pushing a pack timer away, squatting `packet:N`)
+/// leave the workflows' jobs as they were.
+#[tokio::test]
+async fn workflow_keys_are_reserved_so_no_caller_can_squat_or_steer_them() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let fetch: i64 = sqlx::query_scalar("SELECT skiplock.request_fetch('http://a.example/')")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    let timer: i64 = sqlx::query_scalar(
+        "SELECT skiplock.pack_arm('b.example', interval '1 hour', interval '2 hours')",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    let before: Vec<(i64, serde_json::Value, DateTime<Utc>)> =
+        sqlx::query_as("SELECT id, args, scheduled_at FROM skiplock.jobs ORDER BY id")
+            .fetch_all(p)
+            .await
+            .unwrap();
+
+    let app = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let ap = app.pool(&db).await;
+    let next_packet: i64 = count(p, "SELECT coalesce(max(id), 0) + 1 FROM skiplock.packets").await;
+    for (kind, queue, key, prefix) in [
+        (
+            "fetch",
+            "fetch",
+            "fetch:http://a.example/".to_string(),
+            "fetch:",
+        ),
+        (
+            "do-the-packing",
+            "pack",
+            "pack:b.example".to_string(),
+            "pack:",
+        ),
+        (
+            "process-packet",
+            "packets",
+            format!("packet:{next_packet}"),
+            "packet:",
+        ),
+        ("evil", "default", "packet:999999".to_string(), "packet:"),
+    ] {
+        for mode in ["replace", "keep"] {
+            let sql = format!(
+                "SELECT skiplock.enqueue('{kind}', '{{\"url\": \"http://evil.example/\", \"host\": \"evil\"}}', \
+                 '{queue}', now() + interval '100 years', 0::smallint, 1, '{key}', '{mode}')"
+            );
+            let e = sqlx::query(AssertSqlSafe(sql.clone()))
+                .execute(&ap)
+                .await
+                .expect_err(&sql);
+            assert_eq!(sqlstate(&e), "22023", "{sql}: {e}");
+            assert!(
+                e.to_string()
+                    .contains(&format!("unique_key prefix '{prefix}' is reserved")),
+                "{sql}: {e}"
+            );
+        }
+    }
+    let after: Vec<(i64, serde_json::Value, DateTime<Utc>)> =
+        sqlx::query_as("SELECT id, args, scheduled_at FROM skiplock.jobs ORDER BY id")
+            .fetch_all(p)
+            .await
+            .unwrap();
+    assert_eq!(before, after, "the workflows' jobs are untouched");
+    assert!(after.iter().any(|r| r.0 == fetch) && after.iter().any(|r| r.0 == timer));
+
+    // Rust and the CLI say the same.
+    let e = skiplock::queue::enqueue(
+        p,
+        &NewJob::new("fetch", json!({})).unique_key("fetch:http://a.example/", OnConflict::Replace),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("prefix 'fetch:' is reserved"), "{e}");
+    let (code, _, err) = run_cmd(
+        &db.url,
+        &[
+            "enqueue",
+            "noop",
+            "--unique-key",
+            "pack:b.example",
+            "--replace",
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("prefix 'pack:' is reserved"), "{err}");
+    // The workflows' internal enqueue is out of the enqueuer's reach.
+    refused(
+        &ap,
+        "SELECT skiplock._enqueue('fetch', '{}', 'fetch', now(), 0::smallint, 1, 'fetch:http://a.example/', 'replace')",
+        "permission denied",
+    )
+    .await;
+    // Other keys are shared per kind and queue, as before.
+    let k: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('report', unique_key => 'fetchy:1')")
+        .fetch_one(&ap)
+        .await
+        .unwrap();
+    assert!(k > 0);
+    // And the workflows still use their keys from the enqueuer's entry points.
+    let again: i64 = sqlx::query_scalar("SELECT skiplock.request_fetch('http://a.example/', true)")
+        .fetch_one(&ap)
+        .await
+        .unwrap();
+    assert_eq!(again, fetch);
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.submit_packet('/somewhere')")
+        .fetch_one(&ap)
+        .await
+        .unwrap();
+    assert_eq!(id, next_packet);
+    ap.close().await;
+}
+
+/// A squatter on `packet:N` (left by an older release, or put there by a trusted role) and a
+/// packet whose recovery fails neither stop a worker's start-up nor block submissions: the
+/// squatter is cancelled with the reason, the poisoned packet is skipped (and logged), the
+/// others are recovered and processed. On the old code start-up recovery failed and the
+/// worker exited.
+#[tokio::test]
+async fn a_squatted_key_or_a_poisoned_packet_never_stops_start_up_or_submissions() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let src = frames(dir.path(), &format!("s{i}"));
+        ids.push(
+            packets::submit(p, src.to_str().unwrap(), None, None)
+                .await
+                .unwrap(),
+        );
+    }
+    // Their jobs are gone (as if a worker died and the jobs were cancelled): recovery's work.
+    exec(
+        p,
+        "UPDATE skiplock.jobs SET state = 'cancelled', finalized_at = now() WHERE kind = 'process-packet'",
+    )
+    .await;
+    // Squatters, written straight into the table (as a superuser or an older release could):
+    // on the first packet's key and on the key of the next packet to be submitted.
+    let next = ids[2] + 1;
+    for key in [format!("packet:{}", ids[0]), format!("packet:{next}")] {
+        exec(
+            p,
+            &format!(
+                "INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, unique_key)
+                 VALUES ('evil', '{{}}', 'elsewhere', now() + interval '50 years', '{key}')"
+            ),
+        )
+        .await;
+    }
+    // The second packet is poisoned: any change to its row fails.
+    exec(
+        p,
+        &format!(
+            "CREATE FUNCTION public.poison() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'poisoned packet %', NEW.id; END $$;
+             CREATE TRIGGER poison BEFORE UPDATE ON skiplock.packets
+                 FOR EACH ROW WHEN (NEW.id = {}) EXECUTE FUNCTION public.poison();",
+            ids[1]
+        ),
+    )
+    .await;
+
+    let worker = start_worker(p, fast_settings(), |b| {
+        packets::register_with(b, packet_settings(1))
+    });
+    wait_packet(p, ids[0], PacketState::ReadyForReview).await;
+    wait_packet(p, ids[2], PacketState::ReadyForReview).await;
+    assert!(!worker.handle.is_finished(), "the worker is still running");
+    assert_eq!(
+        packets::get(p, ids[1]).await.unwrap().state,
+        PacketState::Queued
+    );
+    let squatter_errors: serde_json::Value = sqlx::query_scalar(
+        "SELECT errors FROM skiplock.jobs WHERE kind = 'evil' AND unique_key = $1",
+    )
+    .bind(format!("packet:{}", ids[0]))
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(
+        squatter_errors
+            .to_string()
+            .contains("is reserved for process-packet jobs"),
+        "{squatter_errors}"
+    );
+    // A submission whose key is squatted goes through, and is processed.
+    let src = frames(dir.path(), "next");
+    let id = packets::submit(p, src.to_str().unwrap(), None, None)
+        .await
+        .unwrap();
+    assert_eq!(id, next);
+    wait_packet(p, id, PacketState::ReadyForReview).await;
+    worker.stop().await.unwrap();
+    exec(p, "DROP TRIGGER poison ON skiplock.packets").await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. Audit
+// ---------------------------------------------------------------------------------------
+
+/// The history cannot be forged: an enqueuer's submit is recorded as its login whatever
+/// `actor` it passes; a worker-role member cannot make recovery's move by setting the old
+/// GUC (nor through the recovery function when recovery's conditions do not hold); the
+/// history is append-only for every role but the owner, even one granted UPDATE/DELETE.
+#[tokio::test]
+async fn the_audit_trail_cannot_be_forged() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+
+    let app = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let ap = app.pool(&db).await;
+    let pid: i64 =
+        sqlx::query_scalar("SELECT skiplock.submit_packet('/frames/a', NULL, 'the-admin')")
+            .fetch_one(&ap)
+            .await
+            .unwrap();
+    let (actor, note): (String, Option<String>) = sqlx::query_as(
+        "SELECT actor, note FROM skiplock.packet_events WHERE packet_id = $1 ORDER BY id LIMIT 1",
+    )
+    .bind(pid)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(actor, app.name);
+    assert!(note.unwrap_or_default().contains("actor given: the-admin"));
+    ap.close().await;
+
+    // The packet is processing for a running job.
+    let job: i64 = sqlx::query_scalar("SELECT job_id FROM skiplock.packets WHERE id = $1")
+        .bind(pid)
+        .fetch_one(p)
+        .await
+        .unwrap();
+    exec(
+        p,
+        &format!("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = {job}"),
+    )
+    .await;
+    let started: String = sqlx::query_scalar("SELECT skiplock._packet_start($1, $2, 5, 'w')")
+        .bind(pid)
+        .bind(job)
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(started, "started");
+
+    let w = LoginRole::new(&db, Some("skiplock_worker")).await;
+    let wp = w.pool(&db).await;
+    let mut tx = wp.begin().await.unwrap();
+    sqlx::query("SELECT set_config('skiplock.packet_recovering', 'on', true), set_config('skiplock.packet_actor', 'recovery', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let e = sqlx::query("UPDATE skiplock.packets SET state = 'queued' WHERE id = $1")
+        .bind(pid)
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("only recovery does that"), "{e}");
+    tx.rollback().await.unwrap();
+    // The recovery function checks recovery's conditions itself: the job is live and is
+    // not the caller's, so nothing moves.
+    for other in ["NULL", "424242"] {
+        let moved: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT skiplock._packet_requeue({pid}, {other}, 'forged')"
+        )))
+        .fetch_one(&wp)
+        .await
+        .unwrap();
+        assert!(!moved);
+    }
+    assert_eq!(
+        packets::get(p, pid).await.unwrap().state,
+        PacketState::Processing
+    );
+    // The worker role cannot touch the history, nor delete a packet (which would delete it).
+    for sql in [
+        "UPDATE skiplock.packet_events SET actor = 'someone else'",
+        "DELETE FROM skiplock.packet_events",
+        "TRUNCATE skiplock.packet_events",
+        "INSERT INTO skiplock.packet_events (packet_id, to_state, actor) VALUES (1, 'done', 'x')",
+        "DELETE FROM skiplock.packets",
+    ] {
+        refused(&wp, sql, "permission denied").await;
+    }
+    wp.close().await;
+    // Even a role granted those privileges is stopped by the trigger.
+    let g = LoginRole::new(&db, None).await;
+    exec(
+        p,
+        &format!(
+            "GRANT USAGE ON SCHEMA skiplock TO {0};
+             GRANT SELECT, UPDATE, DELETE, TRUNCATE ON skiplock.packet_events TO {0}",
+            g.name
+        ),
+    )
+    .await;
+    let gp = g.pool(&db).await;
+    for sql in [
+        "UPDATE skiplock.packet_events SET actor = 'someone else'",
+        "DELETE FROM skiplock.packet_events",
+        "TRUNCATE skiplock.packet_events",
+    ] {
+        refused(&gp, sql, "the packet history is append-only").await;
+    }
+    gp.close().await;
+    let n = count(p, "SELECT count(*) FROM skiplock.packet_events").await;
+    assert_eq!(n, 2, "submit and start, nothing changed");
+}
+
+// ---------------------------------------------------------------------------------------
+// 10a. enqueue_many limits
+// ---------------------------------------------------------------------------------------
+
+/// One `enqueue_many` call is capped in rows (100,000 by default) and in bytes of args
+/// (32 MiB), set in skiplock.settings, which only the owner may change.
+#[tokio::test]
+async fn enqueue_many_caps_rows_and_bytes_per_call() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let defaults: Vec<(String, i64)> =
+        sqlx::query_as("SELECT name, value FROM skiplock.settings ORDER BY name")
+            .fetch_all(p)
+            .await
+            .unwrap();
+    assert_eq!(
+        defaults,
+        vec![
+            ("enqueue_many.max_bytes".to_string(), 33_554_432),
+            ("enqueue_many.max_rows".to_string(), 100_000)
+        ]
+    );
+    let e = refused(
+        p,
+        "SELECT skiplock.enqueue_many('noop', array_fill('{}'::jsonb, ARRAY[100001]))",
+        "skiplock: enqueue_many got 100001 jobs (at most 100000 per call, setting enqueue_many.max_rows)",
+    )
+    .await;
+    assert!(!e.contains('\n'));
+    // 100 rows of 400 kB: each under the 512 KiB row cap, 40 MB together.
+    refused(
+        p,
+        "SELECT skiplock.enqueue_many('noop', array_fill(jsonb_build_object('s', repeat('x', 400000)), ARRAY[100]))",
+        "bytes of args (at most 33554432 per call, setting enqueue_many.max_bytes)",
+    )
+    .await;
+    assert_eq!(count(p, "SELECT count(*) FROM skiplock.jobs").await, 0);
+    // The owner lowers them; the enqueuer can neither change nor get around them.
+    exec(
+        p,
+        "UPDATE skiplock.settings SET value = 3 WHERE name = 'enqueue_many.max_rows';
+         UPDATE skiplock.settings SET value = 100 WHERE name = 'enqueue_many.max_bytes'",
+    )
+    .await;
+    let app = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let ap = app.pool(&db).await;
+    refused(
+        &ap,
+        "SELECT skiplock.enqueue_many('noop', ARRAY['{}', '{}', '{}', '{}']::jsonb[])",
+        "at most 3 per call",
+    )
+    .await;
+    refused(
+        &ap,
+        "SELECT skiplock.enqueue_many('noop', ARRAY[jsonb_build_object('s', repeat('x', 200))])",
+        "at most 100 per call",
+    )
+    .await;
+    refused(
+        &ap,
+        "UPDATE skiplock.settings SET value = 1000000",
+        "permission denied",
+    )
+    .await;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT skiplock.enqueue_many('noop', ARRAY['{}', '{}', '{}']::jsonb[])",
+    )
+    .fetch_one(&ap)
+    .await
+    .unwrap();
+    assert_eq!(ids.len(), 3);
+    ap.close().await;
+    let w = LoginRole::new(&db, Some("skiplock_worker")).await;
+    let wp = w.pool(&db).await;
+    refused(
+        &wp,
+        "UPDATE skiplock.settings SET value = 1000000",
+        "permission denied",
+    )
+    .await;
+    wp.close().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 10b. Ownership
+// ---------------------------------------------------------------------------------------
+
+/// `migrate` hands the schema and everything in it to the NOLOGIN role skiplock_owner (not
+/// a superuser), so the SECURITY DEFINER functions never run as whoever migrated; several
+/// databases migrating at once (roles are cluster-wide) all succeed.
+#[tokio::test]
+async fn migrate_hands_the_schema_to_skiplock_owner_and_races_safely() {
+    let dbs = futures::future::join_all((0..6).map(|_| TestDb::new())).await;
+    for db in &dbs {
+        let p = &db.pool;
+        let (login, superuser): (bool, bool) = sqlx::query_as(
+            "SELECT rolcanlogin, rolsuper FROM pg_roles WHERE rolname = 'skiplock_owner'",
+        )
+        .fetch_one(p)
+        .await
+        .unwrap();
+        assert!(!login && !superuser);
+        let foreign: Vec<String> = sqlx::query_scalar(
+            "SELECT 'schema' FROM pg_namespace WHERE nspname = 'skiplock' AND nspowner::regrole::text <> 'skiplock_owner'
+             UNION ALL
+             SELECT c.oid::regclass::text FROM pg_class c
+             WHERE c.relnamespace = 'skiplock'::regnamespace AND c.relowner::regrole::text <> 'skiplock_owner'
+             UNION ALL
+             SELECT p.oid::regprocedure::text FROM pg_proc p
+             WHERE p.pronamespace = 'skiplock'::regnamespace AND p.proowner::regrole::text <> 'skiplock_owner'
+             UNION ALL
+             SELECT t.oid::regtype::text FROM pg_type t
+             WHERE t.typnamespace = 'skiplock'::regnamespace AND t.typowner::regrole::text <> 'skiplock_owner'",
+        )
+        .fetch_all(p)
+        .await
+        .unwrap();
+        assert!(
+            foreign.is_empty(),
+            "not owned by skiplock_owner: {foreign:?}"
+        );
+        let definers: i64 = count(
+            p,
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'skiplock'::regnamespace AND prosecdef",
+        )
+        .await;
+        assert!(definers >= 6, "{definers}");
+        // Migrating again changes nothing and still works.
+        skiplock::schema::migrate(p).await.unwrap();
+    }
+}
+
+/// docs/roles.md: a non-superuser login that is a member of skiplock_owner migrates a fresh
+/// database (given CREATE on it and on schema public), and the result is owned by
+/// skiplock_owner and works.
+#[tokio::test]
+async fn a_member_of_skiplock_owner_migrates_without_being_a_superuser() {
+    let deployer;
+    let db = {
+        // The roles exist once any database was migrated on the server.
+        let seed = TestDb::new().await;
+        deployer = LoginRole::new(&seed, Some("skiplock_owner")).await;
+        drop(seed);
+        TestDb::empty().await
+    };
+    exec(
+        &db.pool,
+        &format!(
+            "GRANT CREATE ON DATABASE {0} TO skiplock_owner; GRANT CREATE ON SCHEMA public TO {1}",
+            db.name, deployer.name
+        ),
+    )
+    .await;
+    let dp = deployer.pool(&db).await;
+    let superuser: bool =
+        sqlx::query_scalar("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            .fetch_one(&dp)
+            .await
+            .unwrap();
+    assert!(!superuser);
+    skiplock::schema::migrate(&dp)
+        .await
+        .expect("migrate as the deployer");
+    skiplock::schema::migrate(&dp).await.expect("and again");
+    let owner: String = sqlx::query_scalar(
+        "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'skiplock'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(owner, "skiplock_owner");
+    let id = skiplock::queue::enqueue(&dp, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(job_state(&db.pool, id).await, JobState::Available.as_str());
+    dp.close().await;
+}

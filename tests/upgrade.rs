@@ -1,0 +1,284 @@
+//! Upgrades: a database exactly as release 0.1.0 left it (its migrations, run with a runtime
+//! migrator, then its SQL API files in order: tests/fixtures/release-0.1.0/), filled with jobs
+//! in every state, a keyed waiting job, a packet, pages, and the rows later releases refuse
+//! (non-finite times, squatted and steered workflow keys), keeps working after today's
+//! `migrate`: the rows are repaired, and a worker finishes every job.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use skiplock::workflows::pack::{self, PackSettings};
+use skiplock::workflows::packets::processor::Processor;
+use skiplock::workflows::packets::transitions::PacketState;
+use skiplock::workflows::packets::{self, PacketSettings};
+use sqlx::{AssertSqlSafe, PgPool};
+use support::*;
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-0.1.0");
+const LONG: Duration = Duration::from_secs(120);
+
+/// Builds the schema exactly as release 0.1.0's `skiplock migrate` did.
+async fn migrate_as_release_0_1_0(pool: &PgPool) {
+    let m = sqlx::migrate::Migrator::new(Path::new(&format!("{FIXTURE}/migrations")))
+        .await
+        .expect("the fixture's migrations");
+    m.run(pool).await.expect("release 0.1.0 migrations");
+    let mut files: Vec<_> = std::fs::read_dir(format!("{FIXTURE}/api"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 6);
+    let mut tx = pool.begin().await.unwrap();
+    for f in files {
+        let sql = std::fs::read_to_string(&f).unwrap();
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&mut *tx)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
+    tx.commit().await.unwrap();
+}
+
+async fn exec(pool: &PgPool, sql: &str) {
+    sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn one<T>(pool: &PgPool, sql: &str) -> T
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+{
+    sqlx::query_scalar(AssertSqlSafe(sql.to_string()))
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+#[tokio::test]
+async fn a_release_0_1_0_database_keeps_working_after_migrate() {
+    let db = TestDb::empty().await;
+    let p = &db.pool;
+    migrate_as_release_0_1_0(p).await;
+    let dir = tempfile::tempdir().unwrap();
+    let frames = dir.path().join("frames");
+    std::fs::create_dir_all(&frames).unwrap();
+    std::fs::write(frames.join("f1.tif"), "frame").unwrap();
+    let store = tempfile::tempdir().unwrap();
+
+    // Jobs in every state, through the 0.1.0 API and plain SQL.
+    exec(
+        p,
+        "SELECT skiplock.enqueue('noop');
+         SELECT skiplock.enqueue('noop', queue => 'later', run_at => now() + interval '1 second');
+         SELECT skiplock.enqueue_many('noop', array_fill('{}'::jsonb, ARRAY[20]));
+         SELECT skiplock.enqueue('noop', '{\"v\": 1}', unique_key => 'report:2026', on_conflict => 'replace');
+         INSERT INTO skiplock.jobs (kind, state, attempt, attempted_at, attempted_by, heartbeat_at)
+             VALUES ('noop', 'running', 1, now() - interval '1 hour', 'dead-worker', now() - interval '1 hour');
+         INSERT INTO skiplock.jobs (kind, state, attempt, finalized_at) VALUES
+             ('noop', 'completed', 1, now()), ('fail', 'discarded', 25, now()), ('noop', 'cancelled', 0, now());",
+    )
+    .await;
+    let packet: i64 = one(
+        p,
+        &format!(
+            "SELECT skiplock.submit_packet('{}', 'upgrade', 'alice')",
+            frames.display()
+        ),
+    )
+    .await;
+    exec(
+        p,
+        "INSERT INTO skiplock.pages (url, host, path, title, body, last_fetched, next_fetch)
+             VALUES ('http://up.example/', 'up.example', '/', 'Up', 'packed after the upgrade', now(), 'infinity');
+         INSERT INTO skiplock.hosts (host) VALUES ('up.example');",
+    )
+    .await;
+    // What 0.1.0 let callers write and this release refuses (issue 11):
+    exec(
+        p,
+        // a job at -infinity in queue fetch (killed the producer), at infinity, and before 1970;
+        "SELECT skiplock.enqueue('noop', '{}', queue => 'fetch', run_at => '-infinity');
+         SELECT skiplock.enqueue('noop', '{\"parked\": true}', queue => 'parked', run_at => 'infinity');
+         SELECT skiplock.enqueue('noop', '{}', run_at => '1900-01-01');
+         -- a pending fetch steered to another URL at infinity through its key,
+         SELECT skiplock.request_fetch('http://a.example/');
+         SELECT skiplock.enqueue('fetch', '{\"url\": \"http://evil.example/\"}', 'fetch', 'infinity',
+                                 0::smallint, 25, 'fetch:http://a.example/', 'replace');
+         -- a pack timer pushed to infinity,
+         SELECT skiplock.pack_arm('up.example', interval '1 hour', interval '2 hours');
+         SELECT skiplock.enqueue('do-the-packing', '{\"host\": \"up.example\"}', 'pack', 'infinity',
+                                 0::smallint, 25, 'pack:up.example', 'replace');
+         -- a squatter on the next packet's key,
+         SELECT skiplock.enqueue('evil', '{}', 'elsewhere', now() + interval '1 year', 0::smallint, 1,
+                                 'packet:' || (SELECT max(id) + 1 FROM skiplock.packets), 'keep');
+         -- and bookkeeping rows at the end of time.
+         INSERT INTO skiplock.periodic_runs (name, period_start) VALUES ('nightly', 'infinity');",
+    )
+    .await;
+    let squatted_next = packet + 1;
+
+    // Today's migrate.
+    skiplock::schema::migrate(p)
+        .await
+        .expect("migrate after 0.1.0");
+    skiplock::schema::ensure_migrated(p).await.unwrap();
+    assert_eq!(
+        one::<i64>(
+            p,
+            "SELECT count(*) FROM _sqlx_migrations WHERE version = 6 AND success"
+        )
+        .await,
+        1
+    );
+    // Repaired: times clamped (or made due, for a workflow's own keyed job), squatters and
+    // steered jobs cancelled with the reason, bookkeeping at the end of time dropped.
+    assert_eq!(
+        one::<i64>(
+            p,
+            "SELECT count(*) FROM skiplock.jobs
+             WHERE NOT (skiplock._time_ok(scheduled_at) AND skiplock._time_ok(created_at))"
+        )
+        .await,
+        0
+    );
+    let parked: DateTime<Utc> = one(
+        p,
+        "SELECT scheduled_at FROM skiplock.jobs WHERE queue = 'parked'",
+    )
+    .await;
+    assert_eq!(parked, skiplock::dbtime::latest());
+    let early: DateTime<Utc> = one(
+        p,
+        "SELECT scheduled_at FROM skiplock.jobs WHERE queue = 'fetch' AND kind = 'noop'",
+    )
+    .await;
+    assert_eq!(early, skiplock::dbtime::earliest());
+    let cancelled: Vec<String> = sqlx::query_scalar(
+        "SELECT kind || ' ' || unique_key FROM skiplock.jobs
+         WHERE state = 'cancelled' AND errors::text LIKE '%reserved for a built-in workflow%' ORDER BY 1",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        cancelled,
+        vec![
+            format!("evil packet:{squatted_next}"),
+            "fetch fetch:http://a.example/".to_string()
+        ]
+    );
+    let timer_due: bool = one(
+        p,
+        "SELECT scheduled_at <= now() FROM skiplock.jobs
+         WHERE unique_key = 'pack:up.example' AND state = 'available'",
+    )
+    .await;
+    assert!(timer_due, "the pack timer steered to infinity is due again");
+    assert!(
+        one::<bool>(
+            p,
+            "SELECT next_slot_at = 'epoch' AND busy_until = 'epoch' FROM skiplock.hosts WHERE host = 'up.example'"
+        )
+        .await
+    );
+    assert_eq!(
+        one::<DateTime<Utc>>(p, "SELECT next_fetch FROM skiplock.pages").await,
+        skiplock::dbtime::latest()
+    );
+    assert_eq!(
+        one::<i64>(p, "SELECT count(*) FROM skiplock.periodic_runs").await,
+        0
+    );
+    assert_eq!(
+        one::<String>(
+            p,
+            "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'skiplock'"
+        )
+        .await,
+        "skiplock_owner"
+    );
+    // The history kept 0.1.0's rows; new ones are appended.
+    assert_eq!(
+        one::<String>(
+            p,
+            &format!("SELECT actor FROM skiplock.packet_events WHERE packet_id = {packet}")
+        )
+        .await,
+        "alice"
+    );
+
+    // A worker finishes every job that is due (the parked one stays, as it did).
+    let mut qs = fast_settings();
+    qs.queues = Some(BTreeMap::from([
+        ("default".to_string(), 4),
+        ("later".to_string(), 1),
+        ("fetch".to_string(), 1),
+        ("pack".to_string(), 1),
+        ("packets".to_string(), 1),
+    ]));
+    let store_path = store.path().to_str().unwrap().to_string();
+    let worker = start_worker(p, qs, move |mut b| {
+        skiplock::worker::builtin::register(b.registry_mut());
+        let b = packets::register_with(
+            b,
+            PacketSettings {
+                concurrency: 1,
+                processor: Processor::Manifest,
+                timeout: Duration::from_secs(30),
+                recovery: true,
+            },
+        );
+        pack::register_with(
+            b,
+            PackSettings {
+                quiet: Duration::from_secs(1),
+                max_wait: Duration::from_secs(60),
+                store: store_path,
+                upload_delay: Duration::ZERO,
+            },
+        )
+        .unwrap()
+    });
+    wait_for("every job but the parked one to finish", LONG, || async {
+        let n: i64 = count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs
+             WHERE state IN ('available', 'running') AND queue <> 'parked'",
+        )
+        .await;
+        (n == 0).then_some(())
+    })
+    .await;
+    wait_for("the packet to be processed", LONG, || async {
+        (packets::get(p, packet).await.unwrap().state == PacketState::ReadyForReview).then_some(())
+    })
+    .await;
+    assert_eq!(
+        one::<i64>(
+            p,
+            "SELECT count(*) FROM skiplock.packs WHERE host = 'up.example'"
+        )
+        .await,
+        1
+    );
+    // New work and new packets go through the new API (the squatted key is free again).
+    let next = packets::submit(p, frames.to_str().unwrap(), None, None)
+        .await
+        .unwrap();
+    assert_eq!(next, squatted_next);
+    wait_for("the new packet to be processed", LONG, || async {
+        (packets::get(p, next).await.unwrap().state == PacketState::ReadyForReview).then_some(())
+    })
+    .await;
+    worker.stop().await.unwrap();
+    assert_eq!(count_state(p, "discarded").await, 1);
+    // Migrating again is a no-op.
+    skiplock::schema::migrate(p).await.unwrap();
+}
