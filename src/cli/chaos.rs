@@ -88,7 +88,7 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
 /// A worker with only the `chaos_record` handler, settings from the environment.
 pub async fn worker(url: Option<&str>) -> anyhow::Result<()> {
     let settings = QueueSettings::from_env()?;
-    let pool = super::connect(url, settings.max_connections).await?;
+    let pool = crate::db::session::handler_pool(&config::database_url(url)?, &settings)?;
     let worker = Worker::builder(pool, settings).register(Record).build();
     worker.run(shutdown::signal()).await?;
     Ok(())
