@@ -342,7 +342,7 @@ impl QueueSettings {
                 "must be at most 24h (0s: none)",
             ));
         }
-        if self.max_queues > 10_000 {
+        if !(1..=10_000).contains(&self.max_queues) {
             return Err(Error::config(
                 "SKIPLOCK_MAX_QUEUES",
                 "must be between 1 and 10000",
@@ -384,6 +384,51 @@ mod tests {
         assert!(parse_queues("=3").is_err());
         assert!(parse_queues("a=x").unwrap_err().contains("\"x\""));
         assert!(parse_queues(" , ").is_err());
+    }
+
+    #[test]
+    fn worker_session_settings_are_range_checked() {
+        let ok = QueueSettings::default();
+        assert!(ok.validate().is_ok());
+        let err = |s: QueueSettings| s.validate().unwrap_err().to_string();
+        assert!(
+            err(QueueSettings {
+                runtime_connections: 1,
+                ..ok.clone()
+            })
+            .contains("SKIPLOCK_RUNTIME_CONNECTIONS: must be between 2 and 1000")
+        );
+        assert!(
+            err(QueueSettings {
+                statement_timeout: Duration::from_secs(30 * 86400),
+                ..ok.clone()
+            })
+            .contains("SKIPLOCK_STATEMENT_TIMEOUT: must be at most 24h")
+        );
+        assert!(
+            err(QueueSettings {
+                lock_timeout: Duration::from_secs(30 * 86400),
+                ..ok.clone()
+            })
+            .contains("SKIPLOCK_LOCK_TIMEOUT: must be at most 24h")
+        );
+        assert!(
+            err(QueueSettings {
+                max_queues: 20_000,
+                ..ok.clone()
+            })
+            .contains("SKIPLOCK_MAX_QUEUES: must be between 1 and 10000")
+        );
+        assert!(
+            QueueSettings {
+                statement_timeout: Duration::ZERO,
+                lock_timeout: Duration::ZERO,
+                ..ok
+            }
+            .validate()
+            .is_ok(),
+            "0s means no timeout"
+        );
     }
 
     #[test]

@@ -55,7 +55,9 @@ fn stop(cluster: &PrivateCluster) {
 }
 
 fn start(cluster: &PrivateCluster) {
-    cluster.start_server().expect("start the private cluster again");
+    cluster
+        .start_server()
+        .expect("start the private cluster again");
 }
 
 /// A `skiplock` process whose stderr lines are collected as they come.
@@ -204,12 +206,9 @@ async fn a_worker_started_while_postgres_is_down_waits_then_runs_a_job_enqueued_
         .connect(&url)
         .await
         .unwrap();
-    let id = skiplock::queue::enqueue(
-        &pool,
-        &skiplock::queue::NewJob::new("noop", json!({})),
-    )
-    .await
-    .unwrap();
+    let id = skiplock::queue::enqueue(&pool, &skiplock::queue::NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
     let row = wait_job(&pool, id, "the job enqueued after the start", |r| {
         r.state == "completed"
     })
@@ -217,8 +216,8 @@ async fn a_worker_started_while_postgres_is_down_waits_then_runs_a_job_enqueued_
     assert_eq!(row.attempt, 1);
     // No spinning: never more attempts than the capped backoff allows in the time spent.
     let attempts = w.count("waiting for the database") as u64;
-    let bound = Backoff::new(CONNECT_BACKOFF.0, CONNECT_BACKOFF.1)
-        .max_attempts_within(spawned.elapsed());
+    let bound =
+        Backoff::new(CONNECT_BACKOFF.0, CONNECT_BACKOFF.1).max_attempts_within(spawned.elapsed());
     assert!(attempts <= bound, "{attempts} attempts, at most {bound}");
     assert_eq!(w.count("database reachable; starting"), 1);
     assert_eq!(w.stop(), Some(0));
@@ -239,6 +238,9 @@ async fn long_jobs(pool: &PgPool, n: i64, ms: u64) -> Vec<i64> {
 async fn executions(pool: &PgPool) -> i64 {
     count(pool, "SELECT count(*) FROM skiplock_chaos.executions").await
 }
+
+/// A job's id, state, attempt, the pids that ran it, and whether it was rescued late enough.
+type JobRun = (i64, String, i32, Vec<i32>, Option<bool>);
 
 const RESCUE_AFTER: Duration = Duration::from_secs(6);
 
@@ -313,15 +315,18 @@ async fn a_worker_killed_during_an_outage_has_its_jobs_rescued_one_window_after_
     long_jobs(&pool, 20, 25_000).await;
     let a = chaos_worker("a", &url, 10);
     let b = chaos_worker("b", &url, 10);
-    wait_for("10 jobs running in each worker", Duration::from_secs(90), || async {
-        let per_pid: Vec<i64> = sqlx::query_scalar(
-            "SELECT count(*) FROM skiplock_chaos.executions GROUP BY pid",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        (per_pid == vec![10, 10]).then_some(())
-    })
+    wait_for(
+        "10 jobs running in each worker",
+        Duration::from_secs(90),
+        || async {
+            let per_pid: Vec<i64> =
+                sqlx::query_scalar("SELECT count(*) FROM skiplock_chaos.executions GROUP BY pid")
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+            (per_pid == vec![10, 10]).then_some(())
+        },
+    )
     .await;
     let (a_pid, b_pid) = (a.pid(), b.pid());
 
@@ -334,7 +339,7 @@ async fn a_worker_killed_during_an_outage_has_its_jobs_rescued_one_window_after_
     wait_all_finished(&pool, Duration::from_secs(240)).await;
     // Per job: its state, attempts, the pids that ran it, and whether it was rescued no
     // sooner than one window after the server came back (on the database's clock).
-    let rows: Vec<(i64, String, i32, Vec<i32>, Option<bool>)> = sqlx::query_as(
+    let rows: Vec<JobRun> = sqlx::query_as(
         "SELECT j.id, j.state::text, j.attempt,
                 (SELECT array_agg(e.pid ORDER BY e.attempt) FROM skiplock_chaos.executions e
                   WHERE e.job_id = j.id),
@@ -352,7 +357,11 @@ async fn a_worker_killed_during_an_outage_has_its_jobs_rescued_one_window_after_
         if pids[0] == a_pid {
             of_a += 1;
             assert_eq!((attempt, pids), (2, vec![a_pid, b_pid]), "job {id}");
-            assert_eq!(rescued_late, Some(true), "job {id} rescued within the window");
+            assert_eq!(
+                rescued_late,
+                Some(true),
+                "job {id} rescued within the window"
+            );
         } else {
             of_b += 1;
             assert_eq!((attempt, pids), (1, vec![b_pid]), "job {id} ran twice");
@@ -384,8 +393,12 @@ async fn a_read_only_server_is_refused_until_it_is_writable() {
         &["worker", "--queues", "default=2"],
         &[("SKIPLOCK_POLL_INTERVAL", "100ms")],
     );
-    w.wait_log("two refused attempts", "default_transaction_read_only is on", 2)
-        .await;
+    w.wait_log(
+        "two refused attempts",
+        "default_transaction_read_only is on",
+        2,
+    )
+    .await;
     assert_eq!(w.count("worker started"), 0);
     sqlx::query("ALTER DATABASE outage RESET default_transaction_read_only")
         .execute(&admin)
@@ -434,7 +447,9 @@ async fn a_read_only_server_is_refused_until_it_is_writable() {
         refused + 2,
     )
     .await;
-    let r = skiplock::queue::admin::get_job(&pool, second).await.unwrap();
+    let r = skiplock::queue::admin::get_job(&pool, second)
+        .await
+        .unwrap();
     assert_eq!(r.state, "available");
     sqlx::query("ALTER DATABASE outage RESET default_transaction_read_only")
         .execute(&admin)

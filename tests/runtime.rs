@@ -63,7 +63,12 @@ impl Logs {
 }
 
 /// Starts `worker` on this runtime; stop with the token.
-fn run(worker: Worker) -> (CancellationToken, tokio::task::JoinHandle<skiplock::Result<()>>) {
+fn run(
+    worker: Worker,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<skiplock::Result<()>>,
+) {
     let stop = CancellationToken::new();
     let s = stop.clone();
     let h = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
@@ -110,20 +115,29 @@ async fn a_job_that_keeps_crashing_its_producer_is_discarded_and_its_batch_mates
     stop.cancel();
     h.await.unwrap().unwrap();
 
-    let p = skiplock::queue::admin::get_job(&db.pool, poison).await.unwrap();
+    let p = skiplock::queue::admin::get_job(&db.pool, poison)
+        .await
+        .unwrap();
     assert_eq!((p.state.as_str(), p.attempt), ("discarded", 2));
     let errors = p.errors.as_array().unwrap();
     assert_eq!(errors.len(), 3, "{errors:?}");
-    assert!(errors.iter().all(|e| e["error"]
-        .as_str()
-        .unwrap()
-        .contains("the producer of queue default failed")));
+    assert!(errors.iter().all(|e| {
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("the producer of queue default failed")
+    }));
     for id in mates {
         let r = skiplock::queue::admin::get_job(&db.pool, id).await.unwrap();
         assert_eq!((r.state.as_str(), r.attempt), ("completed", 1), "job {id}");
     }
     assert_eq!(
-        logs.count(&["ERROR", "producer of queue default", "panicked", "restarting"]),
+        logs.count(&[
+            "ERROR",
+            "producer of queue default",
+            "panicked",
+            "restarting"
+        ]),
         3,
         "{:#?}",
         logs.lines()
@@ -184,7 +198,9 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
     // Graceful shutdown still returns everything.
     stop.cancel();
     h.await.unwrap().unwrap();
-    let r = skiplock::queue::admin::get_job(&db.pool, long).await.unwrap();
+    let r = skiplock::queue::admin::get_job(&db.pool, long)
+        .await
+        .unwrap();
     assert_eq!((r.state.as_str(), r.attempt), ("available", 0));
     assert_eq!(count_state(&db.pool, "running").await, 0);
     assert_eq!(count_state(&db.pool, "completed").await, 10);
@@ -237,9 +253,12 @@ async fn handlers_holding_every_connection_cannot_starve_claims_acks_or_heartbea
     let mut blocked = Vec::new();
     for _ in 0..2 {
         blocked.push(
-            enqueue(&db.pool, &NewJob::new("blocked", json!({})).queue("blocked"))
-                .await
-                .unwrap(),
+            enqueue(
+                &db.pool,
+                &NewJob::new("blocked", json!({})).queue("blocked"),
+            )
+            .await
+            .unwrap(),
         );
     }
     wait_for(
@@ -272,14 +291,18 @@ async fn handlers_holding_every_connection_cannot_starve_claims_acks_or_heartbea
             .await
             .unwrap();
     }
-    wait_for("20 noop jobs completed", Duration::from_secs(60), || async {
-        (count_state(&db.pool, "completed").await == 20).then_some(())
-    })
+    wait_for(
+        "20 noop jobs completed",
+        Duration::from_secs(60),
+        || async { (count_state(&db.pool, "completed").await == 20).then_some(()) },
+    )
     .await;
     // ... and the blocked jobs' heartbeats keep landing.
-    wait_for("a heartbeat of both blocked jobs", Duration::from_secs(60), || async {
-        (beats(db.pool.clone(), blocked.clone()).await > before).then_some(())
-    })
+    wait_for(
+        "a heartbeat of both blocked jobs",
+        Duration::from_secs(60),
+        || async { (beats(db.pool.clone(), blocked.clone()).await > before).then_some(()) },
+    )
     .await;
     sqlx::query("SELECT pg_advisory_unlock(4242)")
         .execute(&mut *holder)
@@ -324,7 +347,10 @@ async fn notify_payloads_create_no_producers() {
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("real"))
         .await
         .unwrap();
-    wait_job(&db.pool, id, "the real queue's job", |r| r.state == "completed").await;
+    wait_job(&db.pool, id, "the real queue's job", |r| {
+        r.state == "completed"
+    })
+    .await;
     w.stop().await.unwrap();
     let serving: Vec<String> = logs
         .lines()

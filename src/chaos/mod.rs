@@ -548,7 +548,10 @@ mod tests {
                 (750, ServerEvent::Restart)
             ]
         );
-        assert_eq!(server_events(1000, 1, None), vec![(500, ServerEvent::Restart)]);
+        assert_eq!(
+            server_events(1000, 1, None),
+            vec![(500, ServerEvent::Restart)]
+        );
         assert!(server_events(1000, 0, None).is_empty());
     }
 

@@ -174,7 +174,10 @@ impl Availability {
 
     /// Failures seen so far (for logs and tests).
     pub fn failures(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).failures
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failures
     }
 }
 
@@ -234,7 +237,9 @@ mod tests {
             assert!(unavailable_sqlstate(code), "{code}");
         }
         // Syntax, constraint, permission, bad password, missing database: permanent.
-        for code in ["42601", "23505", "42501", "28P01", "3D000", "22023", "P0001"] {
+        for code in [
+            "42601", "23505", "42501", "28P01", "3D000", "22023", "P0001",
+        ] {
             assert!(!unavailable_sqlstate(code), "{code}");
         }
         assert!(sqlx_unavailable(&sqlx::Error::PoolTimedOut));

@@ -187,14 +187,12 @@ pub async fn attempt_failed(
         other => other.to_string(),
     };
     let delay = backoff.next_delay();
-    if let Some(t) = timeout {
-        if elapsed + delay > t {
-            return Err(Error::Unavailable(format!(
-                "cannot connect to the database at {target}: {reason} (gave up after {attempt} attempts in {}; SKIPLOCK_CONNECT_TIMEOUT={})",
-                humantime::format_duration(Duration::from_millis(elapsed.as_millis() as u64)),
-                humantime::format_duration(t)
-            )));
-        }
+    if let Some(t) = timeout.filter(|t| elapsed + delay > *t) {
+        return Err(Error::Unavailable(format!(
+            "cannot connect to the database at {target}: {reason} (gave up after {attempt} attempts in {}; SKIPLOCK_CONNECT_TIMEOUT={})",
+            humantime::format_duration(Duration::from_millis(elapsed.as_millis() as u64)),
+            humantime::format_duration(t)
+        )));
     }
     tracing::warn!(
         attempt,
@@ -211,7 +209,9 @@ mod tests {
 
     #[test]
     fn descriptions_never_carry_the_password() {
-        let o: PgConnectOptions = "postgres://bob:s3cret@db.example:6543/jobs".parse().unwrap();
+        let o: PgConnectOptions = "postgres://bob:s3cret@db.example:6543/jobs"
+            .parse()
+            .unwrap();
         let d = describe(&o);
         assert_eq!(d, "postgres://bob@db.example:6543/jobs");
         assert!(!d.contains("s3cret"));

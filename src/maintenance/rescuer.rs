@@ -96,7 +96,9 @@ impl Service for Rescuer {
                 return Ok(0);
             }
             if gated.swap(false, Ordering::Relaxed) {
-                tracing::info!("rescuer: the database has been reachable for a whole rescue window; rescuing again");
+                tracing::info!(
+                    "rescuer: the database has been reachable for a whole rescue window; rescuing again"
+                );
             }
             match rescue(&pool, after).await {
                 Ok(n) => {

@@ -21,7 +21,10 @@ pub(crate) async fn run(
     queues: Option<Vec<String>>,
     idle: CancellationToken,
 ) -> Result<()> {
-    let every = shared.settings.poll_interval.min(Duration::from_millis(200));
+    let every = shared
+        .settings
+        .poll_interval
+        .min(Duration::from_millis(200));
     let mut backoff = Backoff::new(every, CHECK_BACKOFF_MAX);
     let mut wait = every;
     let mut idle_checks = 0;

@@ -164,9 +164,15 @@ impl WorkerBuilder {
         let id = format!("{host}:{pid}:{:08x}", rand::random::<u32>());
         let owns_runtime_pool = self.runtime_pool.is_none();
         let runtime_pool = self.runtime_pool.unwrap_or_else(|| {
-            let opts =
-                session::worker_options(&self.pool.connect_options(), self.settings.session_limits());
-            session::worker_pool(opts, self.settings.runtime_connections, RUNTIME_ACQUIRE_TIMEOUT)
+            let opts = session::worker_options(
+                &self.pool.connect_options(),
+                self.settings.session_limits(),
+            );
+            session::worker_pool(
+                opts,
+                self.settings.runtime_connections,
+                RUNTIME_ACQUIRE_TIMEOUT,
+            )
         });
         Worker {
             pool: self.pool,

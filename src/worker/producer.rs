@@ -42,7 +42,12 @@ pub(crate) struct Producer {
 }
 
 impl Producer {
-    pub fn new(queue: &str, limit: usize, wake: Arc<Notify>, retire_after: Option<Duration>) -> Self {
+    pub fn new(
+        queue: &str,
+        limit: usize,
+        wake: Arc<Notify>,
+        retire_after: Option<Duration>,
+    ) -> Self {
         Producer {
             queue: queue.to_string(),
             limit,
@@ -96,7 +101,15 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             }
             let want = if careful_left > 0 { 1 } else { free };
             last_claim = Instant::now();
-            match claim(&shared.pool, &p.queue, &shared.kinds, want, &shared.worker_id).await {
+            match claim(
+                &shared.pool,
+                &p.queue,
+                &shared.kinds,
+                want,
+                &shared.worker_id,
+            )
+            .await
+            {
                 Ok(jobs) => {
                     backoff.reset();
                     backlog = jobs.len() == want;
@@ -134,10 +147,10 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         if slots.available_permits() < limit {
             last_work = Instant::now();
         }
-        if let Some(after) = p.retire_after {
-            if last_work.elapsed() >= after {
-                return Exit::Retired;
-            }
+        if p.retire_after
+            .is_some_and(|after| last_work.elapsed() >= after)
+        {
+            return Exit::Retired;
         }
         tokio::select! {
             _ = stop.cancelled() => return Exit::Stopped,

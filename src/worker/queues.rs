@@ -103,10 +103,7 @@ impl Queues {
                 me.retire(&p);
             }
         });
-        self.tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(t);
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(t);
         true
     }
 
