@@ -395,3 +395,35 @@ async fn a_capped_worker_serves_every_queue_in_turn_and_retires_idle_producers()
     assert!(logs.count(&["serving queue"]) >= 5);
     assert!(logs.count(&["SKIPLOCK_MAX_QUEUES"]) >= 1);
 }
+
+#[tokio::test]
+async fn worker_sessions_carry_the_statement_and_lock_timeouts() {
+    let db = TestDb::new().await;
+    let settings = QueueSettings {
+        statement_timeout: Duration::from_secs(45),
+        lock_timeout: Duration::from_millis(1500),
+        ..QueueSettings::default()
+    };
+    // The handlers' pool of `skiplock worker` (the runtime's pool is built the same way
+    // from the handlers' connect options).
+    let pool = skiplock::db::session::handler_pool(&db.url, &settings).unwrap();
+    let (statement, lock): (String, String) = sqlx::query_as(
+        "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((statement.as_str(), lock.as_str()), ("45s", "1500ms"));
+    // A lock wait longer than that ends with a clear error instead of waiting forever.
+    let mut holder = db.pool.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(77)")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let e = sqlx::query("SELECT pg_advisory_lock(77)")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("lock timeout"), "{e}");
+    pool.close().await;
+}
