@@ -53,7 +53,6 @@ use crate::maintenance::{Service, rescuer::Rescuer, supervise as supervise_servi
 use crate::queue::ack::Ack;
 use crate::queue::heartbeat::{WorkerInfo, remove_worker};
 use crate::queue::notify::{Wake, listen};
-use outcome::{Attempt, RetryPolicy, decide};
 use supervisor::supervise;
 
 /// Acquire timeout of the runtime's pool: short, so a task notices an outage and backs off
@@ -382,65 +381,8 @@ impl Worker {
             let _ = t.await;
         }
 
-        // 2. Tell handlers, and give them the grace period.
-        shared.shutdown.cancel();
-        let grace = self.settings.shutdown_grace;
-        let deadline = tokio::time::Instant::now() + grace;
-        let executing = |sh: &Shared| {
-            sh.running
-                .lock()
-                .unwrap()
-                .values()
-                .filter(|r| r.executing)
-                .count()
-        };
-        let n = executing(&shared);
-        if n > 0 {
-            tracing::info!(
-                jobs = n,
-                "waiting up to {} for running jobs",
-                humantime::format_duration(grace)
-            );
-        }
-        while executing(&shared) > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-
-        // 3. Abort what is left and put it back without using up its attempt.
-        let leftovers: Vec<(i64, i32)> = {
-            let running = shared.running();
-            running
-                .iter()
-                .filter(|(_, r)| r.executing)
-                .map(|(id, r)| {
-                    if let Some(a) = &r.abort {
-                        a.abort();
-                    }
-                    (*id, r.attempt)
-                })
-                .collect()
-        };
-        for (id, attempt) in leftovers {
-            tracing::warn!(
-                job.id = id,
-                "grace period over; returning the job to the queue"
-            );
-            let policy = RetryPolicy {
-                unit: self.settings.backoff_unit,
-                max: self.settings.backoff_max,
-            };
-            // A released job keeps its attempt whatever its limit, so the limit is moot here.
-            let ack = decide(
-                id,
-                attempt,
-                i32::MAX,
-                Attempt::Released,
-                chrono::Utc::now(),
-                policy,
-                0.0,
-            );
-            let _ = shared.acks.send(ack).await;
-        }
+        // 2-3. Tell handlers, give them the grace period, put the rest back.
+        shutdown::finish_running(&shared).await;
 
         // 4. Write the remaining acks, then put back anything claimed but never started (a
         //    producer that failed and could not return its batch), then stop the heartbeat
