@@ -26,8 +26,20 @@ pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_FETCH_COOLDOWN: Duration = Duration::from_millis(2);
 /// Default time the first acknowledgement of a batch waits for company.
 pub const DEFAULT_ACK_DELAY: Duration = Duration::from_millis(2);
-/// Default size of the database connection pool of one process.
+/// Default size of the database connection pool of one process's handlers.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Default size of the runtime's own pool (claims, acks, heartbeats, NOTIFY listener,
+/// rescuer), kept apart from the handlers' so busy handlers never starve them.
+pub const DEFAULT_RUNTIME_CONNECTIONS: u32 = 4;
+/// Default `statement_timeout` of worker sessions.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default `lock_timeout` of worker sessions.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default cap on queues served at once by a worker that discovers its queues.
+pub const DEFAULT_MAX_QUEUES: usize = 100;
+/// Longest `statement_timeout` / `lock_timeout` accepted (Postgres takes milliseconds in
+/// an int).
+pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// Parses a duration written like `30s`, `5m`, `48h`, `7d`, `250ms` or `0s`.
 pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
@@ -98,6 +110,16 @@ pub fn env_duration(name: &str, default: Duration) -> Result<Duration> {
     match checked_var(name)? {
         None => Ok(default),
         Some(v) => parse_duration(&v).map_err(|m| Error::config(name, m)),
+    }
+}
+
+/// Reads an optional duration setting (unset or empty: `None`).
+pub fn env_opt_duration(name: &str) -> Result<Option<Duration>> {
+    match checked_var(name)? {
+        None => Ok(None),
+        Some(v) => parse_duration(&v)
+            .map(Some)
+            .map_err(|m| Error::config(name, m)),
     }
 }
 
@@ -188,6 +210,19 @@ pub struct QueueSettings {
     /// How long the first ack of a batch waits for more before the batch is written
     /// (`SKIPLOCK_ACK_DELAY`, 2ms).
     pub ack_delay: Duration,
+    /// How long a starting worker waits for the database (`SKIPLOCK_CONNECT_TIMEOUT`);
+    /// `None` (the default) waits as long as it takes.
+    pub connect_timeout: Option<Duration>,
+    /// Connections of the runtime's own pool (`SKIPLOCK_RUNTIME_CONNECTIONS`, 4), on top of
+    /// `max_connections` for handlers.
+    pub runtime_connections: u32,
+    /// `statement_timeout` of every worker session (`SKIPLOCK_STATEMENT_TIMEOUT`, 60s; 0s: none).
+    pub statement_timeout: Duration,
+    /// `lock_timeout` of every worker session (`SKIPLOCK_LOCK_TIMEOUT`, 10s; 0s: none).
+    pub lock_timeout: Duration,
+    /// Most queues a worker serving every queue runs producers for at once
+    /// (`SKIPLOCK_MAX_QUEUES`, 100).
+    pub max_queues: usize,
 }
 
 impl Default for QueueSettings {
@@ -203,6 +238,11 @@ impl Default for QueueSettings {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             fetch_cooldown: DEFAULT_FETCH_COOLDOWN,
             ack_delay: DEFAULT_ACK_DELAY,
+            connect_timeout: None,
+            runtime_connections: DEFAULT_RUNTIME_CONNECTIONS,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            max_queues: DEFAULT_MAX_QUEUES,
         }
     }
 }
@@ -227,9 +267,26 @@ impl QueueSettings {
                 as u32,
             fetch_cooldown: env_duration("SKIPLOCK_FETCH_COOLDOWN", d.fetch_cooldown)?,
             ack_delay: env_duration("SKIPLOCK_ACK_DELAY", d.ack_delay)?,
+            connect_timeout: env_opt_duration("SKIPLOCK_CONNECT_TIMEOUT")?,
+            runtime_connections: env_usize(
+                "SKIPLOCK_RUNTIME_CONNECTIONS",
+                d.runtime_connections as usize,
+            )?
+            .min(u32::MAX as usize) as u32,
+            statement_timeout: env_duration("SKIPLOCK_STATEMENT_TIMEOUT", d.statement_timeout)?,
+            lock_timeout: env_duration("SKIPLOCK_LOCK_TIMEOUT", d.lock_timeout)?,
+            max_queues: env_usize("SKIPLOCK_MAX_QUEUES", d.max_queues)?,
         };
         s.validate()?;
         Ok(s)
+    }
+
+    /// The session limits of this worker's connections.
+    pub fn session_limits(&self) -> crate::db::session::SessionLimits {
+        crate::db::session::SessionLimits {
+            statement_timeout: self.statement_timeout,
+            lock_timeout: self.lock_timeout,
+        }
     }
 
     /// Checks values that parse but make no sense.
@@ -265,6 +322,30 @@ impl QueueSettings {
             return Err(Error::config(
                 "SKIPLOCK_MAX_CONNECTIONS",
                 "must be at least 2",
+            ));
+        }
+        if !(2..=1000).contains(&self.runtime_connections) {
+            return Err(Error::config(
+                "SKIPLOCK_RUNTIME_CONNECTIONS",
+                "must be between 2 and 1000 (one is the NOTIFY listener's)",
+            ));
+        }
+        if self.statement_timeout > MAX_SESSION_TIMEOUT {
+            return Err(Error::config(
+                "SKIPLOCK_STATEMENT_TIMEOUT",
+                "must be at most 24h (0s: none)",
+            ));
+        }
+        if self.lock_timeout > MAX_SESSION_TIMEOUT {
+            return Err(Error::config(
+                "SKIPLOCK_LOCK_TIMEOUT",
+                "must be at most 24h (0s: none)",
+            ));
+        }
+        if !(1..=10_000).contains(&self.max_queues) {
+            return Err(Error::config(
+                "SKIPLOCK_MAX_QUEUES",
+                "must be between 1 and 10000",
             ));
         }
         Ok(())
@@ -303,6 +384,51 @@ mod tests {
         assert!(parse_queues("=3").is_err());
         assert!(parse_queues("a=x").unwrap_err().contains("\"x\""));
         assert!(parse_queues(" , ").is_err());
+    }
+
+    #[test]
+    fn worker_session_settings_are_range_checked() {
+        let ok = QueueSettings::default();
+        assert!(ok.validate().is_ok());
+        let err = |s: QueueSettings| s.validate().unwrap_err().to_string();
+        assert!(
+            err(QueueSettings {
+                runtime_connections: 1,
+                ..ok.clone()
+            })
+            .contains("SKIPLOCK_RUNTIME_CONNECTIONS: must be between 2 and 1000")
+        );
+        assert!(
+            err(QueueSettings {
+                statement_timeout: Duration::from_secs(30 * 86400),
+                ..ok.clone()
+            })
+            .contains("SKIPLOCK_STATEMENT_TIMEOUT: must be at most 24h")
+        );
+        assert!(
+            err(QueueSettings {
+                lock_timeout: Duration::from_secs(30 * 86400),
+                ..ok.clone()
+            })
+            .contains("SKIPLOCK_LOCK_TIMEOUT: must be at most 24h")
+        );
+        assert!(
+            err(QueueSettings {
+                max_queues: 20_000,
+                ..ok.clone()
+            })
+            .contains("SKIPLOCK_MAX_QUEUES: must be between 1 and 10000")
+        );
+        assert!(
+            QueueSettings {
+                statement_timeout: Duration::ZERO,
+                lock_timeout: Duration::ZERO,
+                ..ok
+            }
+            .validate()
+            .is_ok(),
+            "0s means no timeout"
+        );
     }
 
     #[test]

@@ -1,4 +1,9 @@
 //! Connecting to Postgres with errors that name the problem and never the password.
+//! One-shot commands use [`connect`] (fails fast, clear error); worker processes use
+//! [`session`] (lazy pools, session limits, read-only refusal, waiting out outages).
+
+pub mod outage;
+pub mod session;
 
 use std::time::Duration;
 
@@ -11,13 +16,7 @@ use crate::error::{Error, Result};
 /// Opens a pool of at most `max_connections` to `url`. Fails fast (10 s) with a message
 /// that names the (redacted) URL when the database cannot be reached.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
-    let opts: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
-        Error::config(
-            "DATABASE_URL",
-            format!("{}: {}", redact_url(url), scrub(&e.to_string(), url)),
-        )
-    })?;
-    let opts = opts.application_name("skiplock");
+    let opts = parse_url(url)?;
     // One direct connection first: the pool retries a refused connection until its acquire
     // timeout and then reports only "pool timed out"; this names the real cause at once.
     let probe = opts.connect().await.map_err(|e| {
@@ -41,6 +40,18 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
                 scrub(&e.to_string(), url)
             ))
         })
+}
+
+/// Parses a database URL (application name `skiplock`); a bad one is a `DATABASE_URL`
+/// setting error that never shows the password.
+pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
+    let opts: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
+        Error::config(
+            "DATABASE_URL",
+            format!("{}: {}", redact_url(url), scrub(&e.to_string(), url)),
+        )
+    })?;
+    Ok(opts.application_name("skiplock"))
 }
 
 /// Replaces the URL's password, wherever it appears in `text`, with `***`.

@@ -8,6 +8,10 @@ pub enum Error {
     /// A query failed or the database could not be reached.
     #[error("database error: {0}")]
     Database(sqlx::Error),
+    /// The database cannot serve us right now (down, starting, read-only after a failover);
+    /// the worker waits and retries, one-shot commands report it.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     /// Applying the schema migrations failed.
     #[error("migration failed: {0}")]
     Migrate(sqlx::migrate::MigrateError),

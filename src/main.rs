@@ -10,8 +10,10 @@ use tracing_subscriber::EnvFilter;
 fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
+    // Colours only on a terminal: logs redirected to files (scripts/chaos) stay plain text.
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => b.json().init(),

@@ -61,8 +61,7 @@ async fn a_postgres_restart_mid_run_loses_nothing_and_no_worker_exits() {
     cfg.max_connections = 3;
     cfg.pg_restart = true;
     cfg.deadline = Duration::from_secs(180);
-    let restart = || cluster.restart();
-    let r = chaos::run(&cfg, &cluster.url("faults"), Some(&restart))
+    let r = chaos::run(&cfg, &cluster.url("faults"), Some(&cluster))
         .await
         .expect("chaos run");
     eprintln!("{}", r.summary_line());

@@ -1,5 +1,6 @@
--- Distinct queues holding due jobs of the given kinds, by a loose index scan over the
--- partial claim index (fast even with many available rows).
+-- Distinct queues holding due jobs of the given kinds ($1), other than those already served
+-- ($2), at most $3 of them: a loose index scan over the partial claim index (fast even with
+-- many available rows). Queues come from the table, never from a NOTIFY payload.
 WITH RECURSIVE q AS (
     (SELECT queue FROM skiplock.jobs WHERE state = 'available' ORDER BY queue LIMIT 1)
     UNION ALL
@@ -10,6 +11,8 @@ WITH RECURSIVE q AS (
 )
 SELECT q.queue FROM q
 WHERE q.queue IS NOT NULL
+  AND q.queue <> ALL($2::text[])
   AND EXISTS (SELECT 1 FROM skiplock.jobs j
               WHERE j.state = 'available' AND j.queue = q.queue
                 AND j.scheduled_at <= now() AND j.kind = ANY($1::text[]))
+LIMIT $3

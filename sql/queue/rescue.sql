@@ -1,9 +1,14 @@
 -- Return running jobs whose heartbeat is older than $1 seconds to available, or discard them
 -- when they are out of attempts; $2 rows at most per statement.
+-- Nothing is rescued until the server itself has been up for a whole window: after a
+-- restart every heartbeat is stale only because nobody could write one (the workers write
+-- theirs as soon as they reconnect). The rescuer's process adds its own, wider guard
+-- (src/maintenance/rescuer.rs) for outages that were not restarts.
 WITH stale AS (
     SELECT id
     FROM skiplock.jobs
     WHERE state = 'running'
+      AND pg_postmaster_start_time() < now() - make_interval(secs => $1)
       AND coalesce(heartbeat_at, attempted_at, created_at) < now() - make_interval(secs => $1)
     ORDER BY heartbeat_at
     LIMIT $2

@@ -1,8 +1,8 @@
 //! A private, throw-away Postgres cluster for fault tests that restart the server: the
 //! machine's shared cluster must never be restarted (other tests run against it). `initdb`
 //! into a temporary directory (as the `postgres` user when running as root, since Postgres
-//! refuses to run as root), `pg_ctl start` on a free port, `restart` on demand, and
-//! `stop -m immediate` plus removal on drop.
+//! refuses to run as root), `pg_ctl start` on a free port, `restart`, `stop` and `start` on
+//! demand (outage tests), and `stop -m immediate` plus removal on drop.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -15,6 +15,7 @@ pub struct PrivateCluster {
     bin: PathBuf,
     port: u16,
     as_postgres: bool,
+    server_opts: String,
 }
 
 /// The directory holding `initdb` and `pg_ctl`: `SKIPLOCK_PG_BIN`, else the newest
@@ -68,11 +69,17 @@ impl PrivateCluster {
                 .arg(dir.path()))?;
         }
         let port = free_port()?;
+        let server_opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60",
+            port,
+            dir.path().display()
+        );
         let c = PrivateCluster {
             dir,
             bin,
             port,
             as_postgres,
+            server_opts,
         };
         let data = c.data();
         run(c
@@ -88,19 +95,35 @@ impl PrivateCluster {
                 "-D",
             ])
             .arg(&data))?;
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60",
-            c.port,
-            c.dir.path().display()
-        );
-        run(c
+        c.start_server()?;
+        Ok(c)
+    }
+
+    /// Starts the (stopped) server again on the same port and waits until it accepts
+    /// connections.
+    pub fn start_server(&self) -> Result<()> {
+        run(self
             .pg("pg_ctl")
             .args(["-w", "-t", "60", "-l"])
-            .arg(c.dir.path().join("server.log"))
+            .arg(self.dir.path().join("server.log"))
             .arg("-D")
-            .arg(&data)
-            .args(["-o", &opts, "start"]))?;
-        Ok(c)
+            .arg(self.data())
+            .args(["-o", &self.server_opts, "start"]))
+    }
+
+    /// Stops the server (fast mode: open sessions are disconnected, new ones refused) until
+    /// [`PrivateCluster::start_server`].
+    pub fn stop_server(&self) -> Result<()> {
+        run(self
+            .pg("pg_ctl")
+            .args(["-w", "-t", "60", "-m", "fast", "-D"])
+            .arg(self.data())
+            .arg("stop"))
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The URL of database `db` on this cluster.

@@ -1,5 +1,6 @@
 //! Fault injection: a run of `chaos_record` jobs through several worker *processes* that are
-//! SIGKILLed at random moments and restarted, optionally with a Postgres restart half-way.
+//! SIGKILLed at random moments and restarted, optionally with Postgres restarts and an
+//! outage (the server stopped for longer than the rescue window) along the way.
 //! Shared by `tests/faults.rs` (small) and `scripts/chaos` (20,000 jobs) so both prove the
 //! same thing with the same code. The verdict ([`Report::ok`]) is: nothing lost, and every
 //! job that ran more than once did so because the process running it was killed.
@@ -31,16 +32,21 @@ pub struct ChaosConfig {
     pub workers: usize,
     /// SIGKILLs to send, spread at random over the run's progress.
     pub kills: usize,
-    /// Restart Postgres once, half-way (needs a [`cluster::PrivateCluster`]).
+    /// Restart Postgres during the run (needs a [`PgServer`], e.g. a
+    /// [`cluster::PrivateCluster`]).
     pub pg_restart: bool,
+    /// How many restarts, spread evenly over the run's progress (when `pg_restart`).
+    pub pg_restart_count: usize,
+    /// Stop Postgres this long once, mid-run (needs a [`PgServer`]). Longer than
+    /// `rescue_after`, it shows that an outage reruns no live job.
+    pub outage: Option<Duration>,
     /// Concurrency of each worker process.
     pub concurrency: usize,
     /// Pool size of each worker process.
     pub max_connections: u32,
     /// Each job works for 0..=work_ms milliseconds after recording its execution.
     pub work_ms: u64,
-    /// Rescue timeout of the workers: how soon a killed worker's jobs come back. Keep it
-    /// above the Postgres restart time, or live jobs get rescued during the outage.
+    /// Rescue timeout of the workers: how soon a killed worker's jobs come back.
     pub rescue_after: Duration,
     /// Give up (and report what is lost) after this long.
     pub deadline: Duration,
@@ -58,6 +64,8 @@ impl ChaosConfig {
             workers: 3,
             kills: 10,
             pg_restart: false,
+            pg_restart_count: 1,
+            outage: None,
             concurrency: 8,
             max_connections: 4,
             work_ms: 3,
@@ -96,6 +104,8 @@ pub struct Report {
     pub restarts: usize,
     /// Postgres restarts.
     pub pg_restarts: usize,
+    /// Postgres outages (server stopped, then started again).
+    pub outages: usize,
     /// Worker processes that exited without being killed (must be 0).
     pub unexpected_exits: usize,
     /// Warning lines in the worker logs about failed statements, retries or reconnects.
@@ -118,7 +128,7 @@ impl Report {
     /// The one-line summary `scripts/chaos` prints.
     pub fn summary_line(&self) -> String {
         format!(
-            "chaos: jobs={} completed={} executions={} kills={} restarts={} pg_restarts={} \
+            "chaos: jobs={} completed={} executions={} kills={} restarts={} pg_restarts={} outages={} \
              duplicates={} retried_after_error={} unexplained={} lost={} unexpected_exits={} outage_warnings={} listener_reconnects={} \
              elapsed={:.1}s => {}{}",
             self.jobs,
@@ -127,6 +137,7 @@ impl Report {
             self.kills,
             self.restarts,
             self.pg_restarts,
+            self.outages,
             self.duplicates,
             self.retried_after_error,
             self.unexplained,
@@ -155,6 +166,56 @@ pub fn kill_points(jobs: u64, kills: usize, rng: &mut impl Rng) -> Vec<u64> {
     let mut v: Vec<u64> = (0..kills).map(|_| rng.random_range(lo..hi)).collect();
     v.sort_unstable();
     v
+}
+
+/// Something a chaos run does to the database server at a progress point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// `pg_ctl restart -m fast`.
+    Restart,
+    /// Stop the server for this long, then start it.
+    Outage(Duration),
+}
+
+/// The server events of a run, each with the completed-job count at which it happens:
+/// spread evenly over the run, the outage in the middle.
+pub fn server_events(
+    jobs: u64,
+    restarts: usize,
+    outage: Option<Duration>,
+) -> Vec<(u64, ServerEvent)> {
+    let mut events: Vec<ServerEvent> = vec![ServerEvent::Restart; restarts];
+    if let Some(d) = outage {
+        events.insert(restarts / 2, ServerEvent::Outage(d));
+    }
+    let n = events.len() as u64;
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| (jobs * (i as u64 + 1) / (n + 1), e))
+        .collect()
+}
+
+/// The database server a chaos run restarts or stops: a private cluster, never a shared one.
+pub trait PgServer {
+    /// Restarts the server and waits for it.
+    fn restart_server(&self) -> Result<()>;
+    /// Stops the server.
+    fn stop_server(&self) -> Result<()>;
+    /// Starts the stopped server and waits for it.
+    fn start_server(&self) -> Result<()>;
+}
+
+impl PgServer for cluster::PrivateCluster {
+    fn restart_server(&self) -> Result<()> {
+        self.restart()
+    }
+    fn stop_server(&self) -> Result<()> {
+        cluster::PrivateCluster::stop_server(self)
+    }
+    fn start_server(&self) -> Result<()> {
+        cluster::PrivateCluster::start_server(self)
+    }
 }
 
 /// Whether a worker log line reports a failure the worker survives (outage evidence).
@@ -203,16 +264,17 @@ async fn progress(pool: &PgPool) -> Option<i64> {
         .ok()
 }
 
-/// Runs the chaos scenario against `url` (migrated here if needed). `restart_pg` restarts
-/// the database server (a private cluster only!) when `cfg.pg_restart` is set.
+/// Runs the chaos scenario against `url` (migrated here if needed). `server` restarts and
+/// stops the database server (a private cluster only!) for `cfg.pg_restart` and
+/// `cfg.outage`.
 pub async fn run(
     cfg: &ChaosConfig,
     url: &str,
-    restart_pg: Option<&(dyn Fn() -> Result<()> + Sync)>,
+    server: Option<&(dyn PgServer + Sync)>,
 ) -> Result<Report> {
-    if cfg.pg_restart && restart_pg.is_none() {
+    if (cfg.pg_restart || cfg.outage.is_some()) && server.is_none() {
         return Err(Error::Invalid(
-            "a Postgres restart needs a private cluster".into(),
+            "a Postgres restart or outage needs a private cluster".into(),
         ));
     }
     let started = Instant::now();
@@ -272,7 +334,17 @@ pub async fn run(
     let mut next_kill = 0;
     let mut kills: Vec<(i32, DateTime<Utc>)> = Vec::new();
     let mut report = Report::default();
-    let restart_at = (cfg.jobs / 2) as i64;
+    let mut events = server_events(
+        cfg.jobs,
+        if cfg.pg_restart {
+            cfg.pg_restart_count
+        } else {
+            0
+        },
+        cfg.outage,
+    )
+    .into_iter()
+    .peekable();
     let mut done = 0i64;
     let deadline = started + cfg.deadline;
     loop {
@@ -291,10 +363,34 @@ pub async fn run(
         if done >= cfg.jobs as i64 || Instant::now() > deadline {
             break;
         }
-        if cfg.pg_restart && report.pg_restarts == 0 && done >= restart_at {
-            tracing::info!(completed = done, "chaos: restarting Postgres");
-            restart_pg.expect("checked above")()?;
-            report.pg_restarts += 1;
+        while let Some((_, event)) = events.next_if(|(at, _)| done as u64 >= *at) {
+            let server = server.expect("checked above");
+            match event {
+                ServerEvent::Restart => {
+                    tracing::info!(completed = done, "chaos: restarting Postgres");
+                    server.restart_server()?;
+                    report.pg_restarts += 1;
+                }
+                ServerEvent::Outage(d) => {
+                    tracing::info!(completed = done, "chaos: stopping Postgres for {d:?}");
+                    server.stop_server()?;
+                    // The workers must wait it out: none may exit meanwhile.
+                    let until = Instant::now() + d;
+                    while Instant::now() < until {
+                        for (i, s) in slots.iter_mut().enumerate() {
+                            if let Ok(Some(status)) = s.child.try_wait() {
+                                tracing::error!(slot = i, %status, "chaos: a worker exited during the outage");
+                                report.unexpected_exits += 1;
+                                s.child = spawn(cfg, url, &s.log)?;
+                                report.restarts += 1;
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    server.start_server()?;
+                    report.outages += 1;
+                }
+            }
             tracing::info!("chaos: Postgres is back");
         }
         while next_kill < points.len() && done as u64 >= points[next_kill] {
@@ -439,6 +535,24 @@ mod tests {
         assert!(p.iter().all(|&x| (50..950).contains(&x)));
         assert!(kill_points(0, 5, &mut rng).is_empty());
         assert_eq!(kill_points(3, 2, &mut rng).len(), 2);
+    }
+
+    #[test]
+    fn server_events_are_spread_with_the_outage_in_the_middle() {
+        let d = Duration::from_secs(25);
+        assert_eq!(
+            server_events(1000, 2, Some(d)),
+            vec![
+                (250, ServerEvent::Restart),
+                (500, ServerEvent::Outage(d)),
+                (750, ServerEvent::Restart)
+            ]
+        );
+        assert_eq!(
+            server_events(1000, 1, None),
+            vec![(500, ServerEvent::Restart)]
+        );
+        assert!(server_events(1000, 0, None).is_empty());
     }
 
     #[test]

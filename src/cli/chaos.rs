@@ -23,10 +23,18 @@ pub struct ChaosArgs {
     /// SIGKILLs at random moments (each killed worker is restarted).
     #[arg(long, default_value_t = 30)]
     pub kills: usize,
-    /// Restart Postgres half-way. Runs on a private cluster started for the run (initdb in
-    /// a temp dir), never on DATABASE_URL's server.
+    /// Restart Postgres during the run (and stop it once for --outage). Runs on a private
+    /// cluster started for the run (initdb in a temp dir), never on DATABASE_URL's server.
     #[arg(long)]
     pub pg_restart: bool,
+    /// How many Postgres restarts, spread over the run (with --pg-restart).
+    #[arg(long, default_value_t = 2)]
+    pub pg_restarts: usize,
+    /// With --pg-restart: stop Postgres this long once, mid-run (0s: no outage). Default:
+    /// two and a half rescue windows, so a live job rescued because of the outage would
+    /// show up as an unexplained duplicate.
+    #[arg(long, value_parser = parse_duration)]
+    pub outage: Option<std::time::Duration>,
     /// Concurrency of each worker.
     #[arg(long, default_value_t = 10)]
     pub concurrency: usize,
@@ -53,6 +61,14 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
     cfg.workers = a.workers.max(1);
     cfg.kills = a.kills;
     cfg.pg_restart = a.pg_restart;
+    cfg.pg_restart_count = a.pg_restarts;
+    if a.pg_restart {
+        cfg.outage = match a.outage {
+            Some(d) if d.is_zero() => None,
+            Some(d) => Some(d),
+            None => Some(a.rescue_after.mul_f64(2.5)),
+        };
+    }
     cfg.concurrency = a.concurrency.max(1);
     cfg.max_connections = a.max_connections.max(2);
     cfg.work_ms = a.work_ms;
@@ -67,8 +83,7 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
             .execute(&admin)
             .await?;
         admin.close().await;
-        let restart = || cluster.restart();
-        chaos::run(&cfg, &cluster.url("skiplock_chaos"), Some(&restart)).await?
+        chaos::run(&cfg, &cluster.url("skiplock_chaos"), Some(&cluster)).await?
     } else {
         let url = config::database_url(url)?;
         chaos::run(&cfg, &url, None).await?
@@ -88,7 +103,7 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
 /// A worker with only the `chaos_record` handler, settings from the environment.
 pub async fn worker(url: Option<&str>) -> anyhow::Result<()> {
     let settings = QueueSettings::from_env()?;
-    let pool = super::connect(url, settings.max_connections).await?;
+    let pool = crate::db::session::handler_pool(&config::database_url(url)?, &settings)?;
     let worker = Worker::builder(pool, settings).register(Record).build();
     worker.run(shutdown::signal()).await?;
     Ok(())

@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use crate::config::{QueueSettings, parse_queues};
+use crate::config::{self, QueueSettings, parse_queues};
 use crate::worker::{Worker, builtin, shutdown};
 
 /// `skiplock worker` flags.
@@ -25,7 +25,9 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
         settings.queues =
             Some(parse_queues(q).map_err(|e| anyhow::anyhow!("invalid --queues: {e}"))?);
     }
-    let pool = super::connect(url, settings.max_connections).await?;
+    // Built without contacting the database: the worker waits for it (with a capped
+    // backoff, forever unless SKIPLOCK_CONNECT_TIMEOUT), where one-shot commands fail fast.
+    let pool = crate::db::session::handler_pool(&config::database_url(url)?, &settings)?;
     let mut builder = Worker::builder(pool.clone(), settings).exit_when_idle(a.exit_when_idle);
     builtin::register(builder.registry_mut());
     builder = crate::workflows::register_all(builder)?;

@@ -2,12 +2,24 @@
 //! worker that died. They go back to `available` (or `discarded` when out of attempts), with
 //! the reason appended to `errors`. A live worker beats four times per timeout, so it is
 //! never rescued; if it was merely stalled, its late ack is fenced off.
+//!
+//! **Outages.** A heartbeat can also be stale because nobody could reach the database. So
+//! the rescuer rescues nothing until its process has been connected without a failure for
+//! a whole rescue window ([`crate::db::outage::Availability`]: any runtime statement that
+//! finds the database unavailable restarts that clock, as does the process's start), and
+//! the statement itself refuses while the server has been up for less than a window. Live
+//! workers write their heartbeats first when they reconnect, well inside that window; a
+//! worker that really died during the outage has its jobs rescued one window after the
+//! database came back.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
 
 use super::Service;
+use crate::db::outage::{Availability, may_rescue};
 use crate::error::Result;
 use crate::worker::handler::BoxFuture;
 
@@ -16,8 +28,21 @@ pub const BATCH: i64 = 1000;
 
 /// Returns orphaned running jobs to the queue.
 pub struct Rescuer {
-    /// Heartbeat age after which a job is an orphan.
-    pub rescue_after: Duration,
+    rescue_after: Duration,
+    availability: Arc<Availability>,
+    gated: Arc<AtomicBool>,
+}
+
+impl Rescuer {
+    /// A rescuer for jobs whose heartbeat is older than `rescue_after`, gated by this
+    /// process's view of the database's `availability`.
+    pub fn new(rescue_after: Duration, availability: Arc<Availability>) -> Self {
+        Rescuer {
+            rescue_after,
+            availability,
+            gated: Arc::new(AtomicBool::new(false)),
+        }
+    }
 }
 
 /// Rescues up to [`BATCH`] rows per statement until none are left; returns how many.
@@ -57,6 +82,34 @@ impl Service for Rescuer {
     }
     fn run_once(&self, pool: PgPool) -> BoxFuture<Result<u64>> {
         let after = self.rescue_after;
-        Box::pin(async move { rescue(&pool, after).await })
+        let availability = self.availability.clone();
+        let gated = self.gated.clone();
+        Box::pin(async move {
+            let up_for = availability.up_for();
+            if !may_rescue(up_for, after) {
+                if availability.failures() > 0 && !gated.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        "rescuer: the database was unavailable; rescuing nothing until it has been reachable for {} (live workers' heartbeats land first)",
+                        humantime::format_duration(after)
+                    );
+                }
+                return Ok(0);
+            }
+            if gated.swap(false, Ordering::Relaxed) {
+                tracing::info!(
+                    "rescuer: the database has been reachable for a whole rescue window; rescuing again"
+                );
+            }
+            match rescue(&pool, after).await {
+                Ok(n) => {
+                    availability.success();
+                    Ok(n)
+                }
+                Err(e) => {
+                    availability.observe(&e);
+                    Err(e)
+                }
+            }
+        })
     }
 }

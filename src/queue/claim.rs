@@ -27,14 +27,19 @@ pub async fn claim<'e, E: PgExecutor<'e>>(
     Ok(jobs)
 }
 
-/// Distinct queues that hold due jobs of `kinds` (for workers that serve every queue).
+/// Up to `limit` distinct queues, other than `served`, that hold due jobs of `kinds` (for
+/// workers that serve every queue).
 pub async fn discover_queues<'e, E: PgExecutor<'e>>(
     exec: E,
     kinds: &[String],
+    served: &[String],
+    limit: usize,
 ) -> Result<Vec<String>> {
     Ok(
         sqlx::query_scalar(include_str!("../../sql/queue/discover_queues.sql"))
             .bind(kinds)
+            .bind(served)
+            .bind(limit.min(i64::MAX as usize) as i64)
             .fetch_all(exec)
             .await?,
     )

@@ -1,6 +1,7 @@
 //! LISTEN/NOTIFY wake-ups. Inserting a due job sends `NOTIFY skiplock_wake, '<queue>'` (a
 //! statement trigger, once per statement and queue); a listener task turns that into a wake
-//! signal for the queue's producer. The fallback poll covers anything missed.
+//! signal for the queue's producer. The fallback poll covers anything missed. A payload is
+//! only a hint: the worker never starts serving a queue because a notification named it.
 
 use std::time::Duration;
 
@@ -8,39 +9,50 @@ use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::db::outage::Backoff;
+
 /// The channel job inserts notify.
 pub const WAKE_CHANNEL: &str = "skiplock_wake";
 
 /// What the listener tells the worker.
 #[derive(Debug, Clone)]
 pub enum Wake {
-    /// A job became due in this queue.
+    /// A notification arrived with this payload: a *hint* that a job became due in the queue
+    /// it names. Any login may send one, so the worker never trusts it to create anything.
     Queue(String),
-    /// The connection was lost and re-established: notifications may have been missed.
+    /// The connection was (re-)established: notifications may have been missed.
     All,
+    /// The connection was lost or could not be made (the database may be down).
+    Lost,
 }
 
+/// First and longest wait between two reconnection attempts.
+pub const RECONNECT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(5));
+
 /// Listens on [`WAKE_CHANNEL`] until `stop`, calling `on_wake` for every notification.
-/// Survives database restarts: it reconnects with backoff and reports [`Wake::All`].
+/// Survives database restarts: it reports [`Wake::Lost`], reconnects with a capped
+/// backoff and reports [`Wake::All`] once listening again.
 pub async fn listen(pool: PgPool, stop: CancellationToken, on_wake: impl Fn(Wake) + Send + Sync) {
-    let mut delay = Duration::from_millis(100);
+    let mut backoff = Backoff::new(RECONNECT_BACKOFF.0, RECONNECT_BACKOFF.1);
     'outer: while !stop.is_cancelled() {
-        let mut listener = match PgListener::connect_with(&pool).await {
+        let connected = async {
+            let mut l = PgListener::connect_with(&pool).await?;
+            l.listen(WAKE_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(l)
+        }
+        .await;
+        let mut listener = match connected {
             Ok(l) => l,
             Err(e) => {
+                on_wake(Wake::Lost);
+                let delay = backoff.next_delay();
                 tracing::warn!(error = %e, "listener: cannot connect; retrying in {delay:?}");
                 tokio::select! { _ = stop.cancelled() => break, _ = tokio::time::sleep(delay) => {} }
-                delay = (delay * 2).min(Duration::from_secs(5));
                 continue;
             }
         };
-        if let Err(e) = listener.listen(WAKE_CHANNEL).await {
-            tracing::warn!(error = %e, "listener: LISTEN failed; retrying in {delay:?}");
-            tokio::select! { _ = stop.cancelled() => break, _ = tokio::time::sleep(delay) => {} }
-            delay = (delay * 2).min(Duration::from_secs(5));
-            continue;
-        }
-        delay = Duration::from_millis(100);
+        backoff.reset();
         on_wake(Wake::All);
         loop {
             let next = tokio::select! {
@@ -50,10 +62,13 @@ pub async fn listen(pool: PgPool, stop: CancellationToken, on_wake: impl Fn(Wake
             match next {
                 Ok(Some(n)) => on_wake(Wake::Queue(n.payload().to_string())),
                 Ok(None) => {
+                    on_wake(Wake::Lost);
                     tracing::warn!("listener: connection lost; reconnecting");
                     continue 'outer;
                 }
                 Err(e) => {
+                    on_wake(Wake::Lost);
+                    let delay = backoff.next_delay();
                     tracing::warn!(error = %e, "listener: error; reconnecting in {delay:?}");
                     tokio::select! { _ = stop.cancelled() => break 'outer, _ = tokio::time::sleep(delay) => {} }
                     continue 'outer;

@@ -1,6 +1,8 @@
 //! Batches acknowledgements: collects outcomes for a few milliseconds (or up to a batch
 //! size) and writes them in one fenced statement. A failed write is retried with backoff;
-//! the channel's capacity gives back-pressure meanwhile. Drains on shutdown.
+//! the channel's capacity gives back-pressure meanwhile, and the acks stay pending through
+//! a database outage of any length (the heartbeat keeps their jobs alive). Drains on
+//! shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,20 +12,46 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use super::faults::{self, Point};
+use crate::db::outage::Backoff;
 use crate::queue::ack::{Ack, ack_many};
 
 /// The most acks written in one statement.
 pub const MAX_BATCH: usize = 2000;
 /// Capacity of the ack channel (back-pressure on executors beyond it).
 pub const CHANNEL_CAPACITY: usize = 20_000;
+/// First and longest wait between two failed writes (pending acks are kept meanwhile).
+pub const ACK_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(5));
 /// How long a draining completer keeps retrying a failed write before it gives up (the
 /// jobs stay `running` and the rescuer returns them).
 pub const DRAIN_RETRY_LIMIT: Duration = Duration::from_secs(30);
 
+/// What outlives one run of the completer: the channel and the acks not yet written.
+pub(crate) struct Completer {
+    rx: mpsc::Receiver<Ack>,
+    buf: Vec<Ack>,
+}
+
+impl Completer {
+    pub fn new(rx: mpsc::Receiver<Ack>) -> Self {
+        Completer {
+            rx,
+            buf: Vec::new(),
+        }
+    }
+}
+
 /// Runs until `stop`, then writes whatever is still queued and returns. The worker stops it
 /// only after every executor has finished or been aborted, so nothing is sent afterwards.
-pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Ack>, stop: CancellationToken) {
-    let mut buf: Vec<Ack> = Vec::new();
+/// If a run fails, the supervisor starts another on the same `state`: acks that were being
+/// written are still in its buffer.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    state: Arc<tokio::sync::Mutex<Completer>>,
+    stop: CancellationToken,
+) -> crate::error::Result<()> {
+    let mut guard = state.lock().await;
+    let Completer { rx, buf } = &mut *guard;
     loop {
         if buf.is_empty() {
             tokio::select! {
@@ -44,7 +72,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Ack>, stop: 
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
-        flush(&shared, &mut buf, stop.is_cancelled()).await;
+        flush(&shared, buf, &stop).await;
     }
     // Drain: everything still in the channel, in batches.
     loop {
@@ -57,17 +85,21 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Ack>, stop: 
         if buf.is_empty() {
             break;
         }
-        flush(&shared, &mut buf, true).await;
+        flush(&shared, buf, &stop).await;
     }
+    Ok(())
 }
 
-async fn flush(shared: &Shared, buf: &mut Vec<Ack>, draining: bool) {
+/// Writes `buf`, retrying until it succeeds; once `stop` is cancelled, for at most
+/// [`DRAIN_RETRY_LIMIT`] (so a worker stopping during an outage still exits).
+async fn flush(shared: &Shared, buf: &mut Vec<Ack>, stop: &CancellationToken) {
     if buf.is_empty() {
         return;
     }
-    let started = Instant::now();
-    let mut delay = Duration::from_millis(50);
+    let mut drain_started: Option<Instant> = None;
+    let mut backoff = Backoff::new(ACK_BACKOFF.0, ACK_BACKOFF.1);
     loop {
+        faults::hit(&shared.worker_id, Point::CompleterFlush);
         match ack_many(&shared.pool, buf).await {
             Ok(written) => {
                 if written.len() != buf.len() {
@@ -80,7 +112,7 @@ async fn flush(shared: &Shared, buf: &mut Vec<Ack>, draining: bool) {
                         );
                     }
                 }
-                let mut running = shared.running.lock().unwrap();
+                let mut running = shared.running();
                 for a in buf.iter() {
                     if running.get(&a.id).is_some_and(|r| r.attempt == a.attempt) {
                         running.remove(&a.id);
@@ -92,15 +124,19 @@ async fn flush(shared: &Shared, buf: &mut Vec<Ack>, draining: bool) {
                 return;
             }
             Err(e) => {
-                if draining && started.elapsed() > DRAIN_RETRY_LIMIT {
+                shared.db_failed(&e);
+                if stop.is_cancelled() {
+                    drain_started.get_or_insert_with(Instant::now);
+                }
+                if drain_started.is_some_and(|t| t.elapsed() > DRAIN_RETRY_LIMIT) {
                     tracing::error!(error = %e, jobs = buf.len(),
                         "could not write acks before exit; the rescuer will return these jobs");
                     buf.clear();
                     return;
                 }
+                let delay = backoff.next_delay();
                 tracing::warn!(error = %e, jobs = buf.len(), "writing acks failed; retrying in {delay:?}");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
             }
         }
     }

@@ -2,6 +2,11 @@
 //! in tests never rescues a live job) one statement refreshes every job this process holds,
 //! and the worker's own row in `skiplock.workers`. Jobs that come back missing were taken
 //! away; their handlers are told through [`super::JobContext::lost`].
+//!
+//! A failed beat (database down) is retried after a short, capped backoff rather than a
+//! whole interval, so when the database comes back this process's heartbeats are among the
+//! first statements to land: the rescuer waits a full window of connection before judging
+//! any heartbeat stale, and by then every live worker has beaten.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +14,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use super::faults::{self, Point};
+use crate::db::outage::Backoff;
 use crate::queue::heartbeat::{heartbeat_many, upsert_worker};
 
 /// The heartbeat interval for a rescue timeout.
@@ -16,22 +23,39 @@ pub fn interval_for(rescue_after: Duration) -> Duration {
     (rescue_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(15))
 }
 
+/// The backoff of a failing heartbeat: from 100 ms up to the interval (at most 5 s).
+pub fn retry_backoff(every: Duration) -> Backoff {
+    Backoff::new(
+        Duration::from_millis(100).min(every),
+        every.min(Duration::from_secs(5)),
+    )
+}
+
 /// Beats until `stop`.
-pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) -> crate::error::Result<()> {
     let every = interval_for(shared.settings.rescue_after);
+    let mut retry = retry_backoff(every);
+    let mut wait = every;
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+            _ = stop.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(wait) => {}
         }
-        beat(&shared).await;
+        faults::hit(&shared.worker_id, Point::Heartbeat);
+        if beat(&shared).await {
+            retry.reset();
+            wait = every;
+        } else {
+            wait = retry.next_delay();
+        }
     }
 }
 
-/// One heartbeat.
-pub(crate) async fn beat(shared: &Shared) {
+/// One heartbeat; whether every statement of it succeeded.
+pub(crate) async fn beat(shared: &Shared) -> bool {
+    let mut ok = true;
     let pairs: Vec<(i64, i32)> = {
-        let running = shared.running.lock().unwrap();
+        let running = shared.running();
         running.iter().map(|(id, r)| (*id, r.attempt)).collect()
     };
     if !pairs.is_empty() {
@@ -39,7 +63,7 @@ pub(crate) async fn beat(shared: &Shared) {
             Ok(alive) => {
                 if alive.len() != pairs.len() {
                     let alive: std::collections::HashSet<i64> = alive.into_iter().collect();
-                    let running = shared.running.lock().unwrap();
+                    let running = shared.running();
                     for (id, attempt) in pairs.iter().filter(|(id, _)| !alive.contains(id)) {
                         if let Some(r) = running
                             .get(id)
@@ -55,12 +79,24 @@ pub(crate) async fn beat(shared: &Shared) {
                     }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+            Err(e) => {
+                ok = false;
+                shared.db_failed(&e);
+                tracing::warn!(error = %e, "heartbeat failed; retrying soon");
+            }
         }
     }
-    if let Err(e) = upsert_worker(&shared.pool, &shared.info).await {
-        tracing::warn!(error = %e, "worker heartbeat failed");
+    if ok {
+        match upsert_worker(&shared.pool, &shared.info).await {
+            Ok(()) => shared.availability.success(),
+            Err(e) => {
+                ok = false;
+                shared.db_failed(&e);
+                tracing::warn!(error = %e, "worker heartbeat failed; retrying soon");
+            }
+        }
     }
+    ok
 }
 
 #[cfg(test)]
@@ -85,5 +121,15 @@ mod tests {
             interval_for(Duration::from_secs(3600)),
             Duration::from_secs(15)
         );
+    }
+
+    #[test]
+    fn a_failing_heartbeat_retries_well_within_its_interval() {
+        let mut b = retry_backoff(Duration::from_secs(15));
+        let d: Vec<u128> = (0..8).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(d, vec![100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        let mut b = retry_backoff(Duration::from_millis(50));
+        assert_eq!(b.next_delay(), Duration::from_millis(50));
+        assert_eq!(b.next_delay(), Duration::from_millis(50));
     }
 }

@@ -1,6 +1,12 @@
 //! The worker pool: wires producers (one per queue), executors, the batching completer, the
 //! heartbeat, the NOTIFY listener and the maintenance services, and shuts them down in order.
 //!
+//! Two pools: the handlers' (the one given to [`Worker::builder`], handed to handlers as
+//! [`JobContext::pool`]) and the runtime's own small one (claims, acks, heartbeats, the
+//! listener, the rescuer), so handlers holding every connection cannot starve the runtime.
+//! Every long-running task is supervised (restarted after a panic or an error) and rides out
+//! database outages with capped backoffs; see docs/reliability.md.
+//!
 //! ```no_run
 //! # async fn demo(pool: sqlx::PgPool) -> skiplock::Result<()> {
 //! use skiplock::worker::{Worker, builtin};
@@ -14,15 +20,21 @@
 pub mod builtin;
 pub mod completer;
 pub mod executor;
+pub mod faults;
 pub mod handler;
 pub mod heartbeat;
+mod idle;
+pub mod orphans;
 pub mod outcome;
 pub mod producer;
+mod queues;
 pub mod shutdown;
+mod startup;
+mod supervisor;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -33,13 +45,19 @@ use tokio_util::sync::CancellationToken;
 pub use handler::{BoxFuture, Handler, JobContext, Registry};
 pub use outcome::{HandlerResult, JobError, Outcome};
 
-use crate::config::{DEFAULT_QUEUE_CONCURRENCY, QueueSettings};
-use crate::error::Result;
-use crate::maintenance::{Service, rescuer::Rescuer, supervise};
+use crate::config::QueueSettings;
+use crate::db::outage::{Availability, is_read_only};
+use crate::db::session::{self, RECYCLE};
+use crate::error::{Error, Result};
+use crate::maintenance::{Service, rescuer::Rescuer, supervise as supervise_service};
 use crate::queue::ack::Ack;
-use crate::queue::heartbeat::{WorkerInfo, remove_worker, upsert_worker};
+use crate::queue::heartbeat::{WorkerInfo, remove_worker};
 use crate::queue::notify::{Wake, listen};
-use outcome::{Attempt, RetryPolicy, decide};
+use supervisor::supervise;
+
+/// Acquire timeout of the runtime's pool: short, so a task notices an outage and backs off
+/// instead of queueing behind the pool.
+pub const RUNTIME_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A job this process holds (claimed, not yet acknowledged).
 pub(crate) struct Running {
@@ -52,7 +70,10 @@ pub(crate) struct Running {
 
 /// State shared by the worker's tasks.
 pub(crate) struct Shared {
+    /// The runtime's own pool (claims, acks, heartbeats, listener, rescuer).
     pub pool: PgPool,
+    /// The handlers' pool ([`JobContext::pool`], start-up hooks, maintenance services).
+    pub handler_pool: PgPool,
     pub registry: Registry,
     pub kinds: Vec<String>,
     pub worker_id: Arc<str>,
@@ -63,14 +84,34 @@ pub(crate) struct Shared {
     pub acked: Notify,
     pub stop_claiming: CancellationToken,
     pub shutdown: CancellationToken,
+    /// This process's view of the database's availability (gates the rescuer).
+    pub availability: Arc<Availability>,
 }
 
-/// Something to run once at start-up, before claiming (e.g. packet recovery).
-pub type StartHook = Box<dyn FnOnce(PgPool) -> BoxFuture<Result<()>> + Send>;
+impl Shared {
+    /// The jobs this process holds (a panic elsewhere never makes this lock unusable).
+    pub fn running(&self) -> MutexGuard<'_, HashMap<i64, Running>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a failed runtime statement: an outage stops the availability clock; a
+    /// read-only server makes every open connection be replaced.
+    pub fn db_failed(&self, e: &Error) {
+        self.availability.observe(e);
+        if is_read_only(e) {
+            RECYCLE.recycle_all();
+        }
+    }
+}
+
+/// Something to run at start-up, before claiming (e.g. packet recovery). It may run again
+/// if the database became unavailable while it ran, so it must be idempotent.
+pub type StartHook = Box<dyn Fn(PgPool) -> BoxFuture<Result<()>> + Send + Sync>;
 
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
     pool: PgPool,
+    runtime_pool: Option<PgPool>,
     settings: QueueSettings,
     registry: Registry,
     services: Vec<Arc<dyn Service>>,
@@ -88,14 +129,22 @@ impl WorkerBuilder {
     pub fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
     }
-    /// Adds a maintenance service, run every interval while the worker runs.
+    /// Adds a maintenance service, run every interval while the worker runs (on the
+    /// handlers' pool).
     pub fn service(mut self, s: impl Service) -> Self {
         self.services.push(Arc::new(s));
         self
     }
-    /// The pool the worker will use (for components built before the worker).
+    /// The handlers' pool (for components built before the worker).
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+    /// Uses `pool` for the runtime's own statements instead of the pool the worker builds
+    /// by default (`settings.runtime_connections` connections to the handlers' database,
+    /// with the worker session limits).
+    pub fn runtime_pool(mut self, pool: PgPool) -> Self {
+        self.runtime_pool = Some(pool);
+        self
     }
     /// Adds a start-up hook.
     pub fn on_start(mut self, hook: StartHook) -> Self {
@@ -112,8 +161,22 @@ impl WorkerBuilder {
         let host = gethostname::gethostname().to_string_lossy().into_owned();
         let pid = std::process::id() as i32;
         let id = format!("{host}:{pid}:{:08x}", rand::random::<u32>());
+        let owns_runtime_pool = self.runtime_pool.is_none();
+        let runtime_pool = self.runtime_pool.unwrap_or_else(|| {
+            let opts = session::worker_options(
+                &self.pool.connect_options(),
+                self.settings.session_limits(),
+            );
+            session::worker_pool(
+                opts,
+                self.settings.runtime_connections,
+                RUNTIME_ACQUIRE_TIMEOUT,
+            )
+        });
         Worker {
             pool: self.pool,
+            runtime_pool,
+            owns_runtime_pool,
             settings: self.settings,
             registry: self.registry,
             services: self.services,
@@ -129,6 +192,8 @@ impl WorkerBuilder {
 /// A pool of job executors in this process.
 pub struct Worker {
     pool: PgPool,
+    runtime_pool: PgPool,
+    owns_runtime_pool: bool,
     settings: QueueSettings,
     registry: Registry,
     services: Vec<Arc<dyn Service>>,
@@ -139,61 +204,12 @@ pub struct Worker {
     pid: i32,
 }
 
-/// The producers of a worker, by queue; new queues get one on first sight when the worker
-/// serves every queue.
-struct Producers {
-    shared: Arc<Shared>,
-    map: Mutex<HashMap<String, Arc<Notify>>>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
-    /// Concurrency of queues discovered at run time; `None` when queues are explicit.
-    discover: Option<usize>,
-}
-
-impl Producers {
-    fn start(&self, queue: &str, limit: usize) {
-        let mut map = self.map.lock().unwrap();
-        if map.contains_key(queue) || self.shared.stop_claiming.is_cancelled() {
-            return;
-        }
-        let wake = Arc::new(Notify::new());
-        map.insert(queue.to_string(), wake.clone());
-        tracing::info!(queue, concurrency = limit, "serving queue");
-        let t = tokio::spawn(producer::run(
-            self.shared.clone(),
-            queue.to_string(),
-            limit,
-            wake,
-        ));
-        self.tasks.lock().unwrap().push(t);
-    }
-
-    fn wake(&self, w: Wake) {
-        match w {
-            Wake::Queue(q) => {
-                let known = self.map.lock().unwrap().get(&q).cloned();
-                match known {
-                    Some(n) => n.notify_one(),
-                    None => {
-                        if let Some(limit) = self.discover {
-                            self.start(&q, limit);
-                        }
-                    }
-                }
-            }
-            Wake::All => {
-                for n in self.map.lock().unwrap().values() {
-                    n.notify_one();
-                }
-            }
-        }
-    }
-}
-
 impl Worker {
     /// Starts building a worker on `pool` with `settings`.
     pub fn builder(pool: PgPool, settings: QueueSettings) -> WorkerBuilder {
         WorkerBuilder {
             pool,
+            runtime_pool: None,
             settings,
             registry: Registry::new(),
             services: Vec::new(),
@@ -210,8 +226,10 @@ impl Worker {
     /// Runs until `shutdown` resolves (or, with `exit_when_idle`, until idle), then shuts
     /// down gracefully: no new claims, running jobs get the grace period, the rest go back
     /// to `available` without using up their attempt.
+    ///
+    /// A database that is down at start is waited for (capped backoff, one log line per
+    /// attempt), forever unless `connect_timeout` is set; `shutdown` ends the wait.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-        crate::schema::ensure_migrated(&self.pool).await?;
         let kinds = self.registry.kinds();
         let info = WorkerInfo {
             id: self.id.clone(),
@@ -225,14 +243,21 @@ impl Worker {
                 .unwrap_or_default(),
             kinds: kinds.clone(),
         };
-        upsert_worker(&self.pool, &info).await?;
-        for hook in self.hooks {
-            hook(self.pool.clone()).await?;
+        let availability = Arc::new(Availability::new());
+        tokio::pin!(shutdown);
+        tokio::select! {
+            r = startup::start(&self.runtime_pool, &self.pool, &info, &self.hooks,
+                               self.settings.connect_timeout, &availability) => r?,
+            _ = &mut shutdown => {
+                tracing::info!("shutdown requested before the worker started");
+                return Ok(());
+            }
         }
 
         let (tx, rx) = mpsc::channel(completer::CHANNEL_CAPACITY);
         let shared = Arc::new(Shared {
-            pool: self.pool.clone(),
+            pool: self.runtime_pool.clone(),
+            handler_pool: self.pool.clone(),
             registry: self.registry,
             kinds: kinds.clone(),
             worker_id: Arc::from(self.id.as_str()),
@@ -243,189 +268,148 @@ impl Worker {
             acked: Notify::new(),
             stop_claiming: CancellationToken::new(),
             shutdown: CancellationToken::new(),
+            availability: availability.clone(),
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
 
         let completer_stop = CancellationToken::new();
-        let completer = tokio::spawn(completer::run(shared.clone(), rx, completer_stop.clone()));
+        let completer = {
+            let (sh, stop) = (shared.clone(), completer_stop.clone());
+            let state = Arc::new(tokio::sync::Mutex::new(completer::Completer::new(rx)));
+            tokio::spawn(async move {
+                supervise("completer", stop.clone(), |_| {
+                    completer::run(sh.clone(), state.clone(), stop.clone())
+                })
+                .await
+            })
+        };
         let hb_stop = CancellationToken::new();
-        let hb = tokio::spawn(heartbeat::run(shared.clone(), hb_stop.clone()));
+        let hb = {
+            let (sh, stop) = (shared.clone(), hb_stop.clone());
+            tokio::spawn(async move {
+                supervise("heartbeat", stop.clone(), |_| {
+                    heartbeat::run(sh.clone(), stop.clone())
+                })
+                .await
+            })
+        };
         let maint_stop = CancellationToken::new();
-        let mut services = self.services;
-        services.push(Arc::new(Rescuer {
-            rescue_after: self.settings.rescue_after,
-        }));
-        let maint: Vec<JoinHandle<()>> = services
+        let mut maint: Vec<JoinHandle<()>> = self
+            .services
             .into_iter()
-            .map(|s| tokio::spawn(supervise(s, self.pool.clone(), maint_stop.clone())))
+            .map(|s| tokio::spawn(supervise_service(s, self.pool.clone(), maint_stop.clone())))
             .collect();
+        let rescuer = Rescuer::new(self.settings.rescue_after, availability.clone());
+        maint.push(tokio::spawn(supervise_service(
+            Arc::new(rescuer),
+            self.runtime_pool.clone(),
+            maint_stop.clone(),
+        )));
 
-        let producers = Arc::new(Producers {
-            shared: shared.clone(),
-            map: Mutex::new(HashMap::new()),
-            tasks: Mutex::new(Vec::new()),
-            discover: if self.settings.queues.is_some() {
-                None
-            } else {
-                Some(DEFAULT_QUEUE_CONCURRENCY)
-            },
-        });
+        let discover = self.settings.queues.is_none();
+        let queues = queues::Queues::new(shared.clone(), discover);
         if let Some(q) = &self.settings.queues {
             for (name, limit) in q {
-                producers.start(name, *limit);
+                queues.start(name, *limit);
             }
         }
         let listener = {
-            let p = producers.clone();
-            tokio::spawn(listen(
-                self.pool.clone(),
-                shared.stop_claiming.clone(),
-                move |w| p.wake(w),
-            ))
-        };
-        let discovery = producers.discover.map(|_| {
-            let p = producers.clone();
-            let sh = shared.clone();
+            let (q, sh) = (queues.clone(), shared.clone());
             tokio::spawn(async move {
-                loop {
-                    match crate::queue::claim::discover_queues(&sh.pool, &sh.kinds).await {
-                        Ok(qs) => {
-                            for q in qs {
-                                p.start(&q, DEFAULT_QUEUE_CONCURRENCY);
+                supervise("listener", sh.stop_claiming.clone(), |_| {
+                    let (q, sh) = (q.clone(), sh.clone());
+                    async move {
+                        let on_wake = {
+                            let sh = sh.clone();
+                            move |w: Wake| {
+                                match &w {
+                                    Wake::Lost => sh.availability.failure(),
+                                    Wake::All => sh.availability.success(),
+                                    Wake::Queue(_) => {
+                                        faults::hit(&sh.worker_id, faults::Point::Listener)
+                                    }
+                                }
+                                q.wake(w)
                             }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "queue discovery failed"),
+                        };
+                        listen(sh.pool.clone(), sh.stop_claiming.clone(), on_wake).await;
+                        Ok(())
                     }
-                    tokio::select! {
-                        _ = sh.stop_claiming.cancelled() => return,
-                        _ = tokio::time::sleep(sh.settings.poll_interval) => {}
-                    }
-                }
+                })
+                .await
+            })
+        };
+        let discovery = discover.then(|| {
+            let (q, stop) = (queues.clone(), shared.stop_claiming.clone());
+            tokio::spawn(async move {
+                supervise("queue discovery", stop, |_| q.clone().discover_loop()).await
             })
         });
 
         let idle = CancellationToken::new();
-        if self.exit_when_idle {
-            let sh = shared.clone();
-            let idle = idle.clone();
+        let idle_check = self.exit_when_idle.then(|| {
+            let (sh, idle) = (shared.clone(), idle.clone());
             let queues: Option<Vec<String>> = self
                 .settings
                 .queues
                 .as_ref()
                 .map(|q| q.keys().cloned().collect());
             tokio::spawn(async move {
-                let every = sh.settings.poll_interval.min(Duration::from_millis(200));
-                let mut idle_checks = 0;
-                loop {
-                    tokio::time::sleep(every).await;
-                    if !sh.running.lock().unwrap().is_empty() {
-                        idle_checks = 0;
-                        continue;
-                    }
-                    match crate::queue::claim::has_claimable(&sh.pool, &sh.kinds, queues.as_deref())
-                        .await
-                    {
-                        Ok(false) if sh.running.lock().unwrap().is_empty() => {
-                            idle_checks += 1;
-                            if idle_checks >= 2 {
-                                idle.cancel();
-                                return;
-                            }
-                        }
-                        Ok(_) => idle_checks = 0,
-                        Err(e) => tracing::warn!(error = %e, "idle check failed"),
-                    }
-                }
-            });
-        }
+                supervise("idle check", sh.stop_claiming.clone(), |_| {
+                    idle::run(sh.clone(), queues.clone(), idle.clone())
+                })
+                .await
+            })
+        });
 
         tokio::select! {
-            _ = shutdown => tracing::info!("shutdown requested"),
+            _ = &mut shutdown => tracing::info!("shutdown requested"),
             _ = idle.cancelled() => tracing::info!("idle: nothing claimable and nothing running"),
         }
 
-        // 1. Stop claiming and wait for the producers (a claim in flight still spawns its jobs).
+        // 1. Stop claiming and wait for the producers (a claim in flight still spawns its
+        //    jobs); discovery and the listener first, as they may start producers.
         shared.stop_claiming.cancel();
-        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *producers.tasks.lock().unwrap());
-        for t in tasks {
-            let _ = t.await;
-        }
         if let Some(d) = discovery {
             let _ = d.await;
         }
         let _ = listener.await;
-
-        // 2. Tell handlers, and give them the grace period.
-        shared.shutdown.cancel();
-        let grace = self.settings.shutdown_grace;
-        let deadline = tokio::time::Instant::now() + grace;
-        let executing = |sh: &Shared| {
-            sh.running
-                .lock()
-                .unwrap()
-                .values()
-                .filter(|r| r.executing)
-                .count()
-        };
-        let n = executing(&shared);
-        if n > 0 {
-            tracing::info!(
-                jobs = n,
-                "waiting up to {} for running jobs",
-                humantime::format_duration(grace)
-            );
+        if let Some(i) = idle_check {
+            let _ = i.await;
         }
-        while executing(&shared) > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        for t in queues.take_tasks() {
+            let _ = t.await;
         }
 
-        // 3. Abort what is left and put it back without using up its attempt.
-        let leftovers: Vec<(i64, i32)> = {
-            let running = shared.running.lock().unwrap();
-            running
-                .iter()
-                .filter(|(_, r)| r.executing)
-                .map(|(id, r)| {
-                    if let Some(a) = &r.abort {
-                        a.abort();
-                    }
-                    (*id, r.attempt)
-                })
-                .collect()
-        };
-        for (id, attempt) in leftovers {
-            tracing::warn!(
-                job.id = id,
-                "grace period over; returning the job to the queue"
-            );
-            let policy = RetryPolicy {
-                unit: self.settings.backoff_unit,
-                max: self.settings.backoff_max,
-            };
-            // A released job keeps its attempt whatever its limit, so the limit is moot here.
-            let ack = decide(
-                id,
-                attempt,
-                i32::MAX,
-                Attempt::Released,
-                chrono::Utc::now(),
-                policy,
-                0.0,
-            );
-            let _ = shared.acks.send(ack).await;
-        }
+        // 2-3. Tell handlers, give them the grace period, put the rest back.
+        shutdown::finish_running(&shared).await;
 
-        // 4. Write the remaining acks, then stop the heartbeat and maintenance.
+        // 4. Write the remaining acks, then put back anything claimed but never started (a
+        //    producer that failed and could not return its batch), then stop the heartbeat
+        //    and maintenance.
         completer_stop.cancel();
         let _ = completer.await;
+        if let Err(e) = orphans::release(
+            &shared,
+            None,
+            false,
+            "released at shutdown: claimed but never started",
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "could not check for claimed jobs that never started");
+        }
         hb_stop.cancel();
         let _ = hb.await;
         maint_stop.cancel();
         for m in maint {
             let _ = m.await;
         }
-        if let Err(e) = remove_worker(&self.pool, &self.id).await {
+        if let Err(e) = remove_worker(&self.runtime_pool, &self.id).await {
             tracing::warn!(error = %e, "could not remove the worker row");
+        }
+        if self.owns_runtime_pool {
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.runtime_pool.close()).await;
         }
         tracing::info!(worker = %self.id, "worker stopped");
         Ok(())

@@ -1,33 +1,91 @@
 //! One producer per queue: claims as many due jobs as it has free slots, spawns an executor
 //! task for each, and waits for a reason to claim again (a NOTIFY, a freed slot while work
 //! is waiting, or the fallback poll). A full batch means more may be waiting, so the next
-//! freed slot triggers the next claim at once.
+//! freed slot triggers the next claim at once. A failed claim (database down) is retried
+//! with a capped backoff; the producer itself runs under supervision (`super::supervisor`),
+//! and a producer of a queue discovered at run time retires once the queue stays empty.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::faults::{self, Point};
 use super::handler::JobContext;
 use super::outcome::{Attempt, RetryPolicy, decide};
 use super::{Running, Shared, executor};
+use crate::db::outage::Backoff;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
 use crate::queue::claim::claim;
 
-/// Runs the producer of `queue` with `limit` slots until `shared.stop_claiming`.
-pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: Arc<Notify>) {
-    let slots = Arc::new(Semaphore::new(limit));
-    let slot_freed = Arc::new(Notify::new());
+/// First and longest wait between two failed claims.
+pub const CLAIM_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(5));
+/// A producer of a discovered queue retires after this many poll intervals without work.
+pub const RETIRE_AFTER_POLLS: u32 = 30;
+
+/// What outlives one run of a producer: its slots (running jobs hold permits), its wake-up
+/// signals, and whether it is claiming one job at a time.
+pub(crate) struct Producer {
+    pub queue: String,
+    pub limit: usize,
+    pub wake: Arc<Notify>,
+    pub slots: Arc<Semaphore>,
+    pub slot_freed: Arc<Notify>,
+    /// Claiming one job per statement (after a failure), so a failure can be blamed on it.
+    pub one_at_a_time: AtomicBool,
+    /// Retire after this long without work (queues discovered at run time only).
+    pub retire_after: Option<Duration>,
+}
+
+impl Producer {
+    pub fn new(
+        queue: &str,
+        limit: usize,
+        wake: Arc<Notify>,
+        retire_after: Option<Duration>,
+    ) -> Self {
+        Producer {
+            queue: queue.to_string(),
+            limit,
+            wake,
+            slots: Arc::new(Semaphore::new(limit)),
+            slot_freed: Arc::new(Notify::new()),
+            one_at_a_time: AtomicBool::new(false),
+            retire_after,
+        }
+    }
+}
+
+/// Why a producer run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// The worker stopped claiming.
+    Stopped,
+    /// The queue had no work for `retire_after`.
+    Retired,
+}
+
+/// Runs the producer until `shared.stop_claiming` (or retirement). `careful`: claim one job
+/// per statement for the first `limit` jobs (set after a failed run, so that if a row makes
+/// the producer fail again, it fails alone).
+pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) -> Exit {
     let stop = shared.stop_claiming.clone();
+    let limit = p.limit;
+    let slots = &p.slots;
+    let mut careful_left = if careful { limit } else { 0 };
+    p.one_at_a_time.store(careful_left > 0, Ordering::Relaxed);
     let mut backlog = true; // try at once on start
-    let mut error_delay = Duration::from_millis(100);
+    let mut backoff = Backoff::new(CLAIM_BACKOFF.0, CLAIM_BACKOFF.1);
     let cooldown = shared.settings.fetch_cooldown;
     let mut last_claim = Instant::now() - cooldown;
+    let mut last_work = Instant::now();
     loop {
         if stop.is_cancelled() {
-            break;
+            return Exit::Stopped;
         }
         let mut free = slots.available_permits();
         if free > 0 && backlog {
@@ -36,31 +94,49 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: 
                 // Busy: let a few more slots free up so the next claim is a batch rather
                 // than one statement per finished job.
                 tokio::select! {
-                    _ = stop.cancelled() => break,
+                    _ = stop.cancelled() => return Exit::Stopped,
                     _ = tokio::time::sleep(cooldown - since) => {}
                 }
                 free = slots.available_permits();
             }
+            let want = if careful_left > 0 { 1 } else { free };
             last_claim = Instant::now();
-            match claim(&shared.pool, &queue, &shared.kinds, free, &shared.worker_id).await {
+            match claim(
+                &shared.pool,
+                &p.queue,
+                &shared.kinds,
+                want,
+                &shared.worker_id,
+            )
+            .await
+            {
                 Ok(jobs) => {
-                    error_delay = Duration::from_millis(100);
-                    backlog = jobs.len() == free;
+                    backoff.reset();
+                    backlog = jobs.len() == want;
+                    if !jobs.is_empty() {
+                        faults::hit(&shared.worker_id, Point::ProducerClaimed);
+                        last_work = Instant::now();
+                        careful_left = careful_left.saturating_sub(jobs.len());
+                    }
                     for job in jobs {
                         let permit = slots
                             .clone()
                             .try_acquire_owned()
                             .expect("free slot counted");
-                        spawn_job(&shared, job, permit, slot_freed.clone(), wake.clone());
+                        spawn_job(&shared, job, permit, p.slot_freed.clone(), p.wake.clone());
+                    }
+                    if careful_left == 0 {
+                        p.one_at_a_time.store(false, Ordering::Relaxed);
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(queue = %queue, error = %e, "claim failed; retrying in {error_delay:?}");
+                    shared.db_failed(&e);
+                    let delay = backoff.next_delay();
+                    tracing::warn!(queue = %p.queue, error = %e, "claim failed; retrying in {delay:?}");
                     tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(error_delay) => {}
+                        _ = stop.cancelled() => return Exit::Stopped,
+                        _ = tokio::time::sleep(delay) => {}
                     }
-                    error_delay = (error_delay * 2).min(Duration::from_secs(5));
                     continue;
                 }
             }
@@ -68,10 +144,18 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String, limit: usize, wake: 
                 continue;
             }
         }
+        if slots.available_permits() < limit {
+            last_work = Instant::now();
+        }
+        if p.retire_after
+            .is_some_and(|after| last_work.elapsed() >= after)
+        {
+            return Exit::Retired;
+        }
         tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = wake.notified() => backlog = true,
-            _ = slot_freed.notified(), if backlog => {}
+            _ = stop.cancelled() => return Exit::Stopped,
+            _ = p.wake.notified() => backlog = true,
+            _ = p.slot_freed.notified(), if backlog => {}
             _ = tokio::time::sleep(shared.settings.poll_interval) => backlog = true,
         }
     }
@@ -91,12 +175,12 @@ fn spawn_job(
         queue: job.queue.clone(),
         attempt: job.attempt,
         max_attempts: job.max_attempts,
-        pool: shared.pool.clone(),
+        pool: shared.handler_pool.clone(),
         worker_id: shared.worker_id.clone(),
         shutdown: shared.shutdown.clone(),
         lost: lost.clone(),
     };
-    shared.running.lock().unwrap().insert(
+    shared.running().insert(
         job.id,
         Running {
             attempt: job.attempt,
@@ -140,7 +224,7 @@ fn spawn_job(
             policy,
             random_jitter(),
         );
-        if let Some(r) = sh.running.lock().unwrap().get_mut(&job.id) {
+        if let Some(r) = sh.running().get_mut(&job.id) {
             r.executing = false;
         }
         wake_when_due(&ack, sh.settings.poll_interval, wake);
@@ -153,7 +237,7 @@ fn spawn_job(
         drop(_permit);
         slot_freed.notify_one();
     });
-    if let Some(r) = shared.running.lock().unwrap().get_mut(&id) {
+    if let Some(r) = shared.running().get_mut(&id) {
         r.abort = Some(handle.abort_handle());
     }
 }

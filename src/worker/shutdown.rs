@@ -1,6 +1,67 @@
 //! Shutdown signals. SIGINT or SIGTERM starts a graceful shutdown: stop claiming, give
 //! running jobs the grace period, then put the rest back without using up their attempt.
 
+use std::time::Duration;
+
+use super::Shared;
+use super::outcome::{Attempt, RetryPolicy, decide};
+
+/// Tells handlers the worker is stopping, waits up to the grace period for them, then
+/// aborts the rest and queues their release (back to `available`, attempt kept).
+pub(crate) async fn finish_running(shared: &Shared) {
+    shared.shutdown.cancel();
+    let grace = shared.settings.shutdown_grace;
+    let deadline = tokio::time::Instant::now() + grace;
+    let executing = |sh: &Shared| sh.running().values().filter(|r| r.executing).count();
+    let n = executing(shared);
+    if n > 0 {
+        tracing::info!(
+            jobs = n,
+            "waiting up to {} for running jobs",
+            humantime::format_duration(grace)
+        );
+    }
+    while executing(shared) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Abort what is left and put it back without using up its attempt.
+    let leftovers: Vec<(i64, i32)> = {
+        let running = shared.running();
+        running
+            .iter()
+            .filter(|(_, r)| r.executing)
+            .map(|(id, r)| {
+                if let Some(a) = &r.abort {
+                    a.abort();
+                }
+                (*id, r.attempt)
+            })
+            .collect()
+    };
+    for (id, attempt) in leftovers {
+        tracing::warn!(
+            job.id = id,
+            "grace period over; returning the job to the queue"
+        );
+        let policy = RetryPolicy {
+            unit: shared.settings.backoff_unit,
+            max: shared.settings.backoff_max,
+        };
+        // A released job keeps its attempt whatever its limit, so the limit is moot here.
+        let ack = decide(
+            id,
+            attempt,
+            i32::MAX,
+            Attempt::Released,
+            chrono::Utc::now(),
+            policy,
+            0.0,
+        );
+        let _ = shared.acks.send(ack).await;
+    }
+}
+
 /// Resolves on the first SIGINT or SIGTERM.
 pub async fn signal() {
     #[cfg(unix)]

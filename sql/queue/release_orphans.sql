@@ -1,0 +1,18 @@
+-- Jobs worker $1 claimed (from queue $2, or any queue when NULL) but does not hold (ids not
+-- in $3): a producer failed between its claim and starting them, or the worker is stopping.
+-- They go back to `available` at once with reason $5 in `errors`. The attempt is given back
+-- unless $4: then the failure involved this job alone and may be its fault, so the attempt
+-- counts (and a job out of attempts is discarded), which keeps a poison row from looping.
+UPDATE skiplock.jobs j
+SET state = CASE WHEN $4 AND j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::skiplock.job_state,
+    finalized_at = CASE WHEN $4 AND j.attempt >= j.max_attempts THEN now() END,
+    attempt = CASE WHEN $4 THEN j.attempt ELSE j.attempt - 1 END,
+    scheduled_at = now(),
+    heartbeat_at = NULL,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'at', now(), 'error', $5::text))
+WHERE j.state = 'running'
+  AND j.attempted_by = $1
+  AND ($2::text IS NULL OR j.queue = $2)
+  AND j.id <> ALL($3::bigint[])
+RETURNING j.id, j.state::text AS state

@@ -1,0 +1,85 @@
+//! Jobs this worker claimed but no longer holds: a producer that failed between its claim
+//! and starting the batch leaves those rows `running` with nobody to heartbeat or ack
+//! them. The producer's next run (and the worker's shutdown) puts them back at once
+//! (`sql/queue/release_orphans.sql`) rather than leaving them to the rescuer a window later.
+
+use sqlx::PgExecutor;
+
+use super::Shared;
+use crate::error::Result;
+
+/// Puts back every job `worker` claimed from `queue` (any queue when `None`) that is still
+/// `running` and not in `held`; returns `(id, new state)` of each. `count_attempt`: see
+/// [`count_attempt_after`].
+pub async fn release_orphans<'e, E: PgExecutor<'e>>(
+    exec: E,
+    worker: &str,
+    queue: Option<&str>,
+    held: &[i64],
+    count_attempt: bool,
+    reason: &str,
+) -> Result<Vec<(i64, String)>> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/queue/release_orphans.sql"))
+            .bind(worker)
+            .bind(queue)
+            .bind(held)
+            .bind(count_attempt)
+            .bind(reason)
+            .fetch_all(exec)
+            .await?,
+    )
+}
+
+/// Whether jobs released after a producer failure use up their attempt: only when the
+/// producer was claiming one job at a time (after an earlier failure), so the failure
+/// involved that job alone and may be its fault. A batch's jobs get their attempt back:
+/// one bad row must not cost its batch-mates attempts.
+pub fn count_attempt_after(claiming_one_at_a_time: bool) -> bool {
+    claiming_one_at_a_time
+}
+
+/// The ids this process holds (claimed and not yet acknowledged).
+pub(crate) fn held(shared: &Shared) -> Vec<i64> {
+    shared
+        .running
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .copied()
+        .collect()
+}
+
+/// Releases `shared`'s orphans of `queue` (or of every queue), logging each.
+pub(crate) async fn release(
+    shared: &Shared,
+    queue: Option<&str>,
+    count_attempt: bool,
+    reason: &str,
+) -> Result<usize> {
+    let held = held(shared);
+    let rows = release_orphans(
+        &shared.pool,
+        &shared.worker_id,
+        queue,
+        &held,
+        count_attempt,
+        reason,
+    )
+    .await?;
+    for (id, state) in &rows {
+        tracing::warn!(job.id = id, new_state = %state, "returned a job this worker claimed but never started: {reason}");
+    }
+    Ok(rows.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_lone_claim_can_be_blamed_for_a_failure() {
+        assert!(count_attempt_after(true));
+        assert!(!count_attempt_after(false));
+    }
+}

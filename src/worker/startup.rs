@@ -1,0 +1,57 @@
+//! Start-up: wait for the database, check the schema, register the worker and run the
+//! start-up hooks, all retried with a capped backoff while the database is unavailable
+//! (one log line per attempt), forever unless `SKIPLOCK_CONNECT_TIMEOUT` bounds it. A
+//! permanent problem (wrong password, missing schema, a hook's own error) ends it at once.
+
+use sqlx::PgPool;
+use tokio::time::Instant;
+
+use super::StartHook;
+use crate::db::outage::{Availability, Backoff};
+use crate::db::session::{CONNECT_BACKOFF, attempt_failed, probe};
+use crate::error::Result;
+use crate::queue::heartbeat::{WorkerInfo, upsert_worker};
+
+/// Runs the start-up sequence; each hook runs once (a hook that failed because the
+/// database went away is run again).
+pub(crate) async fn start(
+    runtime: &PgPool,
+    handlers: &PgPool,
+    info: &WorkerInfo,
+    hooks: &[StartHook],
+    timeout: Option<std::time::Duration>,
+    availability: &Availability,
+) -> Result<()> {
+    let opts = runtime.connect_options();
+    let started = Instant::now();
+    let mut backoff = Backoff::new(CONNECT_BACKOFF.0, CONNECT_BACKOFF.1);
+    let mut attempt = 1u64;
+    let mut hooks_done = 0;
+    loop {
+        let step = async {
+            probe(&opts).await?;
+            crate::schema::ensure_migrated(runtime).await?;
+            upsert_worker(runtime, info).await?;
+            while hooks_done < hooks.len() {
+                hooks[hooks_done](handlers.clone()).await?;
+                hooks_done += 1;
+            }
+            Ok(())
+        }
+        .await;
+        match step {
+            Ok(()) => {
+                availability.success();
+                if attempt > 1 {
+                    tracing::info!(attempt, "database reachable; starting");
+                }
+                return Ok(());
+            }
+            Err(e) => {
+                availability.observe(&e);
+                attempt_failed(&opts, e, attempt, started.elapsed(), timeout, &mut backoff).await?;
+                attempt += 1;
+            }
+        }
+    }
+}

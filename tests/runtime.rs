@@ -1,0 +1,429 @@
+//! The worker runtime under attack or failure (issue 11, runtime part): supervised tasks
+//! that panic are restarted and never strand a claimed job; handlers holding every one of
+//! their connections cannot starve the runtime's claims, acks and heartbeats; NOTIFY
+//! payloads create no producers, queues come from the jobs table, under a cap.
+//!
+//! Tests that read the worker's log run it on the test's own (current-thread) runtime with
+//! a thread-local log collector.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use skiplock::config::QueueSettings;
+use skiplock::queue::{NewJob, enqueue};
+use skiplock::worker::faults::{self, Point};
+use skiplock::worker::{Handler, HandlerResult, JobContext, Outcome, Worker, builtin};
+use sqlx::postgres::PgPoolOptions;
+use support::*;
+use tokio_util::sync::CancellationToken;
+
+/// Log lines written on this thread while the guard lives.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn collect() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let l = logs.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_env_filter("info")
+            .with_ansi(false)
+            .with_writer(move || l.clone())
+            .finish();
+        let guard = tracing::subscriber::set_default(sub);
+        (logs, guard)
+    }
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+    fn count(&self, needles: &[&str]) -> usize {
+        self.lines()
+            .iter()
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .count()
+    }
+}
+
+/// Starts `worker` on this runtime; stop with the token.
+fn run(
+    worker: Worker,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<skiplock::Result<()>>,
+) {
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let h = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
+    (stop, h)
+}
+
+fn queues(spec: &[(&str, usize)]) -> Option<BTreeMap<String, usize>> {
+    Some(spec.iter().map(|(q, n)| (q.to_string(), *n)).collect())
+}
+
+#[tokio::test]
+async fn a_job_that_keeps_crashing_its_producer_is_discarded_and_its_batch_mates_lose_nothing() {
+    let (logs, _guard) = Logs::collect();
+    let db = TestDb::new().await;
+    let poison = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({"poison": true}))
+            .priority(-1)
+            .max_attempts(2),
+    )
+    .await
+    .unwrap();
+    let mut mates = Vec::new();
+    for _ in 0..5 {
+        mates.push(
+            enqueue(&db.pool, &NewJob::new("noop", json!({})))
+                .await
+                .unwrap(),
+        );
+    }
+    let settings = QueueSettings {
+        queues: queues(&[("default", 10)]),
+        ..fast_settings()
+    };
+    let mut b = Worker::builder(db.pool.clone(), settings);
+    builtin::register(b.registry_mut());
+    let worker = b.build();
+    // Three claims in a row fail: the first takes the whole batch (all six jobs, given
+    // back), the next two claim one job at a time and take the poison (first by priority),
+    // which uses up its two attempts.
+    faults::arm(worker.id(), Point::ProducerClaimed, 3);
+    let (stop, h) = run(worker);
+    wait_all_finished(&db.pool, Duration::from_secs(60)).await;
+    stop.cancel();
+    h.await.unwrap().unwrap();
+
+    let p = skiplock::queue::admin::get_job(&db.pool, poison)
+        .await
+        .unwrap();
+    assert_eq!((p.state.as_str(), p.attempt), ("discarded", 2));
+    let errors = p.errors.as_array().unwrap();
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(errors.iter().all(|e| {
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("the producer of queue default failed")
+    }));
+    for id in mates {
+        let r = skiplock::queue::admin::get_job(&db.pool, id).await.unwrap();
+        assert_eq!((r.state.as_str(), r.attempt), ("completed", 1), "job {id}");
+    }
+    assert_eq!(
+        logs.count(&[
+            "ERROR",
+            "producer of queue default",
+            "panicked",
+            "restarting"
+        ]),
+        3,
+        "{:#?}",
+        logs.lines()
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_nothing() {
+    let (logs, _guard) = Logs::collect();
+    let db = TestDb::new().await;
+    let settings = QueueSettings {
+        queues: queues(&[("default", 10)]),
+        rescue_after: Duration::from_secs(2),
+        ..fast_settings()
+    };
+    let mut b = Worker::builder(db.pool.clone(), settings);
+    builtin::register(b.registry_mut());
+    let worker = b.build();
+    let id = worker.id().to_string();
+    faults::arm(&id, Point::CompleterFlush, 1);
+    faults::arm(&id, Point::Heartbeat, 1);
+    faults::arm(&id, Point::Listener, 1);
+    let (stop, h) = run(worker);
+    // A long job keeps the heartbeat busy; short ones go through the completer and NOTIFY.
+    let long = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        enqueue(&db.pool, &NewJob::new("noop", json!({})))
+            .await
+            .unwrap();
+    }
+    wait_for("the short jobs", Duration::from_secs(60), || async {
+        (count_state(&db.pool, "completed").await == 10).then_some(())
+    })
+    .await;
+    for task in ["completer", "heartbeat", "listener"] {
+        wait_for(task, Duration::from_secs(60), || async {
+            (logs.count(&["ERROR", &format!("task=\"{task}\""), "panicked"]) == 1).then_some(())
+        })
+        .await;
+    }
+    // Heartbeats keep landing after the heartbeat task's restart.
+    let hb = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+            "SELECT heartbeat_at FROM skiplock.jobs WHERE id = $1",
+        )
+        .bind(long)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let before = hb(db.pool.clone()).await;
+    wait_for("a later heartbeat", Duration::from_secs(60), || async {
+        (hb(db.pool.clone()).await > before).then_some(())
+    })
+    .await;
+    // Graceful shutdown still returns everything.
+    stop.cancel();
+    h.await.unwrap().unwrap();
+    let r = skiplock::queue::admin::get_job(&db.pool, long)
+        .await
+        .unwrap();
+    assert_eq!((r.state.as_str(), r.attempt), ("available", 0));
+    assert_eq!(count_state(&db.pool, "running").await, 0);
+    assert_eq!(count_state(&db.pool, "completed").await, 10);
+}
+
+/// Waits on a lock the test holds, on the handlers' pool.
+struct Blocked;
+
+impl Handler for Blocked {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "blocked"
+    }
+    async fn run(&self, ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
+        sqlx::query("SELECT pg_advisory_lock_shared(4242)")
+            .execute(&ctx.pool)
+            .await?;
+        sqlx::query("SELECT pg_advisory_unlock_shared(4242)")
+            .execute(&ctx.pool)
+            .await?;
+        Ok(Outcome::Complete)
+    }
+}
+
+#[tokio::test]
+async fn handlers_holding_every_connection_cannot_starve_claims_acks_or_heartbeats() {
+    let db = TestDb::new().await;
+    // The test holds the lock the handlers wait for.
+    let mut holder = db.pool.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(4242)")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    // Two handler connections, both about to be stuck in a lock wait.
+    let handlers = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(600))
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let settings = QueueSettings {
+        queues: queues(&[("blocked", 2), ("default", 10)]),
+        rescue_after: Duration::from_secs(2),
+        ..fast_settings()
+    };
+    let w = start_worker(&handlers, settings, |mut b| {
+        builtin::register(b.registry_mut());
+        b.register(Blocked)
+    });
+    let mut blocked = Vec::new();
+    for _ in 0..2 {
+        blocked.push(
+            enqueue(
+                &db.pool,
+                &NewJob::new("blocked", json!({})).queue("blocked"),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    wait_for(
+        "both handler connections waiting for the lock",
+        Duration::from_secs(60),
+        || async {
+            let n = count(
+                &db.pool,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_lock_shared%'",
+            )
+            .await;
+            (n == 2).then_some(())
+        },
+    )
+    .await;
+    let beats = |pool: sqlx::PgPool, ids: Vec<i64>| async move {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+            "SELECT min(heartbeat_at) FROM skiplock.jobs WHERE id = ANY($1)",
+        )
+        .bind(ids)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let before = beats(db.pool.clone(), blocked.clone()).await;
+    // Jobs of another queue are claimed and acknowledged meanwhile...
+    for _ in 0..20 {
+        enqueue(&db.pool, &NewJob::new("noop", json!({})))
+            .await
+            .unwrap();
+    }
+    wait_for(
+        "20 noop jobs completed",
+        Duration::from_secs(60),
+        || async { (count_state(&db.pool, "completed").await == 20).then_some(()) },
+    )
+    .await;
+    // ... and the blocked jobs' heartbeats keep landing.
+    wait_for(
+        "a heartbeat of both blocked jobs",
+        Duration::from_secs(60),
+        || async { (beats(db.pool.clone(), blocked.clone()).await > before).then_some(()) },
+    )
+    .await;
+    sqlx::query("SELECT pg_advisory_unlock(4242)")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    drop(holder);
+    wait_all_finished(&db.pool, Duration::from_secs(60)).await;
+    w.stop().await.unwrap();
+    for id in blocked {
+        let r = skiplock::queue::admin::get_job(&db.pool, id).await.unwrap();
+        assert_eq!((r.state.as_str(), r.attempt), ("completed", 1));
+    }
+    handlers.close().await;
+}
+
+#[tokio::test]
+async fn notify_payloads_create_no_producers() {
+    let (logs, _guard) = Logs::collect();
+    let db = TestDb::new().await;
+    // Serving every queue; the poll is far away, so the job below can only be found through
+    // the hint its NOTIFY gives, which arrives after the 500 forged ones.
+    let settings = QueueSettings {
+        queues: None,
+        poll_interval: Duration::from_secs(120),
+        ..fast_settings()
+    };
+    let w = start_builtin(&db.pool, settings);
+    wait_for("the listener", Duration::from_secs(60), || async {
+        let n = count(
+            &db.pool,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND query LIKE 'LISTEN%'",
+        )
+        .await;
+        (n == 1).then_some(())
+    })
+    .await;
+    sqlx::query("SELECT pg_notify('skiplock_wake', 'x' || g) FROM generate_series(1, 500) g")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("real"))
+        .await
+        .unwrap();
+    wait_job(&db.pool, id, "the real queue's job", |r| {
+        r.state == "completed"
+    })
+    .await;
+    w.stop().await.unwrap();
+    let serving: Vec<String> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("serving queue"))
+        .collect();
+    assert_eq!(serving.len(), 1, "{serving:#?}");
+    assert!(serving[0].contains("queue=\"real\""), "{serving:#?}");
+}
+
+#[tokio::test]
+async fn a_capped_worker_serves_every_queue_in_turn_and_retires_idle_producers() {
+    let (logs, _guard) = Logs::collect();
+    let db = TestDb::new().await;
+    for q in ["q1", "q2", "q3", "q4", "q5"] {
+        for _ in 0..2 {
+            enqueue(&db.pool, &NewJob::new("noop", json!({})).queue(q))
+                .await
+                .unwrap();
+        }
+    }
+    let settings = QueueSettings {
+        queues: None,
+        max_queues: 2,
+        ..fast_settings()
+    };
+    let w = start_builtin(&db.pool, settings);
+    wait_all_finished(&db.pool, Duration::from_secs(120)).await;
+    w.stop().await.unwrap();
+    // Never more than two producers at once, and each queue was served.
+    let mut live = 0i32;
+    let mut most = 0;
+    for l in logs.lines() {
+        if l.contains("serving queue") {
+            live += 1;
+        } else if l.contains("its producer retired") {
+            live -= 1;
+        }
+        most = most.max(live);
+    }
+    assert!(most <= 2, "{most} producers at once: {:#?}", logs.lines());
+    assert!(logs.count(&["serving queue"]) >= 5);
+    assert!(logs.count(&["SKIPLOCK_MAX_QUEUES"]) >= 1);
+}
+
+#[tokio::test]
+async fn worker_sessions_carry_the_statement_and_lock_timeouts() {
+    let db = TestDb::new().await;
+    let settings = QueueSettings {
+        statement_timeout: Duration::from_secs(45),
+        lock_timeout: Duration::from_millis(1500),
+        ..QueueSettings::default()
+    };
+    // The handlers' pool of `skiplock worker` (the runtime's pool is built the same way
+    // from the handlers' connect options).
+    let pool = skiplock::db::session::handler_pool(&db.url, &settings).unwrap();
+    let (statement, lock): (String, String) = sqlx::query_as(
+        "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((statement.as_str(), lock.as_str()), ("45s", "1500ms"));
+    // A lock wait longer than that ends with a clear error instead of waiting forever.
+    let mut holder = db.pool.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(77)")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let e = sqlx::query("SELECT pg_advisory_lock(77)")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("lock timeout"), "{e}");
+    pool.close().await;
+}
