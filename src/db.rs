@@ -11,6 +11,8 @@ use crate::error::{Error, Result};
 /// Opens a pool of at most `max_connections` to `url`. Fails fast (10 s) with a message
 /// that names the (redacted) URL when the database cannot be reached.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
+    // From here on every log line and error of this process hides the URL's passwords.
+    crate::redact::register_url(url);
     let opts: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
         Error::config(
             "DATABASE_URL",
@@ -43,23 +45,8 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
         })
 }
 
-/// Replaces the URL's password, wherever it appears in `text`, with `***`.
+/// Replaces the URL's passwords (userinfo and query), and every password registered with
+/// [`crate::redact::register_url`], wherever they appear in `text`, with `***`.
 pub fn scrub(text: &str, url: &str) -> String {
-    match url::Url::parse(url)
-        .ok()
-        .and_then(|u| u.password().map(str::to_string))
-    {
-        Some(p) if !p.is_empty() => {
-            let decoded = url::form_urlencoded::parse(format!("x={p}").as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default();
-            let mut t = text.replace(&p, "***");
-            if !decoded.is_empty() {
-                t = t.replace(&decoded, "***");
-            }
-            t
-        }
-        _ => text.to_string(),
-    }
+    crate::redact::scrub(&crate::redact::scrub_with(text, url))
 }

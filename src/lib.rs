@@ -16,6 +16,7 @@ pub mod db;
 pub mod error;
 pub mod maintenance;
 pub mod queue;
+pub mod redact;
 pub mod schema;
 pub mod worker;
 pub mod workflows;

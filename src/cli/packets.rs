@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 
 use super::connect_migrated;
 use super::jobs::sql_api_error;
-use super::output::{print_json, print_table, truncate, ts};
+use super::output::{print_json, print_table, say, truncate, ts};
 use crate::workflows::packets::{self, WhoseMove, transitions::PacketState};
 
 /// `skiplock packet SUBCOMMAND`.
@@ -115,16 +115,17 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
             let id = packets::submit(&pool, &source, name.as_deref(), who.as_deref())
                 .await
                 .map_err(sql_api_error)?;
-            println!("{id}");
+            say!("{id}");
         }
         PacketCommand::List { state, limit, json } => {
+            super::check_flag("--limit", limit.into(), 1, super::MAX_LIMIT)?;
             let state: Option<PacketState> = state
                 .map(|s| {
                     s.parse()
                         .map_err(|e: String| anyhow::anyhow!("invalid --state: {e}"))
                 })
                 .transpose()?;
-            let rows = packets::list(&pool, state, limit.max(0)).await?;
+            let rows = packets::list(&pool, state, limit).await?;
             let w = packets::whose_move(&pool).await?;
             if json {
                 return print_json(&serde_json::json!({ "packets": rows, "whose_move": w }));
@@ -149,7 +150,7 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
                 &["ID", "STATE", "NAME", "SOURCE", "UPDATED", "ERROR"],
                 &table,
             );
-            println!("{}", whose_move_line(&w));
+            say!("{}", whose_move_line(&w));
         }
         PacketCommand::Show { id, json } => {
             let p = packets::get(&pool, id).await.map_err(sql_api_error)?;
@@ -157,25 +158,25 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
             if json {
                 return print_json(&serde_json::json!({ "packet": p, "history": history }));
             }
-            println!("id:       {}", p.id);
-            println!("name:     {}", p.name.as_deref().unwrap_or("-"));
-            println!("source:   {}", p.source);
-            println!("state:    {}", p.state);
-            println!(
+            say!("id:       {}", p.id);
+            say!("name:     {}", p.name.as_deref().unwrap_or("-"));
+            say!("source:   {}", p.source);
+            say!("state:    {}", p.state);
+            say!(
                 "job:      {}",
                 p.job_id
                     .map(|j| j.to_string())
                     .unwrap_or_else(|| "-".into())
             );
-            println!("created:  {}", ts(Some(p.created_at)));
-            println!("updated:  {}", ts(Some(p.updated_at)));
+            say!("created:  {}", ts(Some(p.created_at)));
+            say!("updated:  {}", ts(Some(p.updated_at)));
             if let Some(e) = &p.error {
-                println!("error:    {e}");
+                say!("error:    {e}");
             }
             if let Some(r) = &p.result {
-                println!("result:   {}", truncate(&r.to_string(), 2000));
+                say!("result:   {}", truncate(&r.to_string(), 2000));
             }
-            println!();
+            say!("");
             let rows: Vec<Vec<String>> = history
                 .iter()
                 .map(|e| {
@@ -196,19 +197,19 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
             packets::take(&pool, id, who.as_deref())
                 .await
                 .map_err(sql_api_error)?;
-            println!("packet {id}: in_review");
+            say!("packet {id}: in_review");
         }
         PacketCommand::Complete { id } => {
             packets::complete(&pool, id, who.as_deref())
                 .await
                 .map_err(sql_api_error)?;
-            println!("packet {id}: done");
+            say!("packet {id}: done");
         }
         PacketCommand::Retry { id, reason } => {
             let job = packets::retry(&pool, id, reason.as_deref(), who.as_deref())
                 .await
                 .map_err(sql_api_error)?;
-            println!("packet {id}: queued (job {job})");
+            say!("packet {id}: queued (job {job})");
         }
     }
     Ok(())
