@@ -108,10 +108,18 @@ pub fn load_dotenv() -> Result<()> {
         Ok(()) => Ok(()),
         Err(dotenvy::Error::LineParse(line, index)) => {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
+            // The line the broken entry starts on; the column when the problem is on that
+            // same line (an unclosed quote is only noticed at the end of the file).
             let at = match text.find(&line) {
                 Some(start) => {
-                    let (l, c) = line_col(&text, start + index.min(line.len()));
-                    format!("line {l}, column {c}")
+                    let (l, _) = line_col(&text, start);
+                    let first = line.find('\n').unwrap_or(line.len());
+                    if index < first {
+                        let (_, c) = line_col(&text, start + index);
+                        format!("line {l}, column {c}")
+                    } else {
+                        format!("line {l}")
+                    }
                 }
                 None => "a line".to_string(),
             };
