@@ -134,7 +134,9 @@ async fn numbers_out_of_range_get_one_clear_line_not_a_panic_or_a_hang() {
         c.spawn().unwrap()
     };
     let huge = "default=2305843009213693952";
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+    /// (flags, settings, what the error line says).
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         (
             vec!["--queues", huge],
             vec![],
