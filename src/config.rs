@@ -51,7 +51,14 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
         .map_err(|e| format!("invalid duration {t:?}: {e} (write e.g. 30s, 5m, 48h)"))
 }
 
-/// Parses `default=10,fetch=4` into queue → concurrency.
+/// The most jobs one queue may run at once in one process.
+pub const MAX_QUEUE_CONCURRENCY: usize = 10_000;
+/// The most queues one process may be given explicitly.
+pub const MAX_QUEUES: usize = 1000;
+/// The longest queue name (the SQL API's limit).
+pub const MAX_QUEUE_NAME: usize = 200;
+
+/// Parses `default=10,fetch=4` into queue → concurrency, with every count and name in range.
 pub fn parse_queues(s: &str) -> std::result::Result<BTreeMap<String, usize>, String> {
     let mut out = BTreeMap::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -65,29 +72,146 @@ pub fn parse_queues(s: &str) -> std::result::Result<BTreeMap<String, usize>, Str
         let n = if n.is_empty() {
             DEFAULT_QUEUE_CONCURRENCY
         } else {
-            n.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                format!("queue {name:?}: concurrency {n:?} is not a positive whole number")
-            })?
+            n.parse::<u128>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    format!("queue {name:?}: concurrency {n:?} is not a positive whole number")
+                })?
+                .min(usize::MAX as u128) as usize
         };
         out.insert(name.to_string(), n);
     }
     if out.is_empty() {
         return Err("no queues given (write e.g. default=10,fetch=4)".into());
     }
+    check_queues(&out)?;
     Ok(out)
 }
 
-/// Loads `.env` from the working directory if there is one. Variables already set in the
-/// environment win. A malformed `.env` is an error, not silently ignored.
+/// Checks queue names, their number and each concurrency against the limits above.
+pub fn check_queues(q: &BTreeMap<String, usize>) -> std::result::Result<(), String> {
+    if q.len() > MAX_QUEUES {
+        return Err(format!("{} queues given (at most {MAX_QUEUES})", q.len()));
+    }
+    for (name, n) in q {
+        if name.is_empty() || name.chars().count() > MAX_QUEUE_NAME {
+            return Err(format!(
+                "queue name must be 1 to {MAX_QUEUE_NAME} characters"
+            ));
+        }
+        if *n == 0 || *n > MAX_QUEUE_CONCURRENCY {
+            return Err(format!(
+                "queue {name:?}: concurrency {n} is out of range (1 to {MAX_QUEUE_CONCURRENCY})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Loads `.env` from the working directory (or the nearest parent that has one). Variables
+/// already set in the environment win. A malformed `.env` is an error naming the file, line
+/// and column, never the line's text: a `.env` holds passwords.
 pub fn load_dotenv() -> Result<()> {
-    match dotenvy::dotenv() {
-        Ok(_) => Ok(()),
+    let Some(path) = find_dotenv() else {
+        return Ok(());
+    };
+    match dotenvy::from_path(&path) {
+        Ok(()) => Ok(()),
+        Err(dotenvy::Error::LineParse(line, index)) => {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            // The line the broken entry starts on; the column when the problem is on that
+            // same line (an unclosed quote is only noticed at the end of the file).
+            let at = match text.find(&line) {
+                Some(start) => {
+                    let (l, _) = line_col(&text, start);
+                    let first = line.find('\n').unwrap_or(line.len());
+                    if index < first {
+                        let (_, c) = line_col(&text, start + index);
+                        format!("line {l}, column {c}")
+                    } else {
+                        format!("line {l}")
+                    }
+                }
+                None => "a line".to_string(),
+            };
+            Err(Error::config(
+                ".env",
+                format!(
+                    "{}: {at}: cannot parse it (write NAME=value, one per line, and close every quote)",
+                    path.display()
+                ),
+            ))
+        }
         Err(e) if e.not_found() => Ok(()),
-        // One line: the parser quotes the offending line, newline included.
-        Err(e) => Err(Error::config(
+        Err(dotenvy::Error::Io(e)) => Err(Error::config(
             ".env",
-            e.to_string().replace('\n', "\\n").replace('\r', "\\r"),
+            format!("{}: cannot read it: {}", path.display(), e.kind()),
         )),
+        Err(_) => Err(Error::config(
+            ".env",
+            format!("{}: cannot load it", path.display()),
+        )),
+    }
+}
+
+/// The `.env` dotenvy would load: in the working directory or its nearest ancestor.
+fn find_dotenv() -> Option<std::path::PathBuf> {
+    let cwd = std::env::current_dir().ok()?;
+    cwd.ancestors()
+        .map(|d| d.join(".env"))
+        .find(|p| p.is_file())
+}
+
+/// The 1-based line and column (in characters) of byte `offset` in `text`, for error
+/// messages that point into a file without quoting it.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.bytes().filter(|b| *b == b'\n').count() + 1;
+    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// `line L, column C` of byte `offset` in `text`.
+pub fn position(text: &str, offset: usize) -> String {
+    let (l, c) = line_col(text, offset);
+    format!("line {l}, column {c}")
+}
+
+/// A TOML error as `line L, column C: what is wrong`, without any of the file's text.
+///
+/// A config setting may point at any file the process can read (`/etc/shadow`, a file of
+/// secrets), so an error must not echo it: the parser's own rendering quotes the offending
+/// line, and its message quotes keys and values (`unknown field \`x\``, `invalid type:
+/// string "x"`). By serde's convention the part after "expected" is the program's own
+/// vocabulary (`expected one of \`default\`, \`allow\``) and is kept; before it, everything
+/// from the first quote on is dropped. `missing field \`name\`` names the program's field.
+pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim();
+    let what = if msg.starts_with("missing field") {
+        msg.to_string()
+    } else {
+        let (head, tail) = match msg.find("expected") {
+            Some(i) => msg.split_at(i),
+            None => (msg, ""),
+        };
+        let head = match head.find(['`', '"', '\'']) {
+            Some(q) => head[..q].trim_end().trim_end_matches(':').trim_end(),
+            None => head.trim_end().trim_end_matches(',').trim_end(),
+        };
+        match (head.is_empty(), tail.is_empty()) {
+            (true, _) => tail.to_string(),
+            (false, true) => head.to_string(),
+            (false, false) => format!("{head}, {tail}"),
+        }
+    };
+    match e.span() {
+        Some(span) => format!("{}: {what}", position(text, span.start)),
+        None => what,
     }
 }
 
@@ -105,11 +229,87 @@ fn checked_var(name: &str) -> Result<Option<String>> {
     }
 }
 
-/// Reads a duration setting, or its default.
+/// `d` the way settings are written (`250ms`, `30s`, `5m`, `48h`, `7d`), for messages.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+const MS: Duration = Duration::from_millis(1);
+const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+const HOUR: u64 = 3600;
+const DAY: u64 = 86_400;
+
+/// The longest duration any setting accepts unless [`duration_range`] says less.
+pub const MAX_DURATION: Duration = secs(3650 * DAY);
+
+/// The range `(min, max)` the duration setting `name` accepts. One table for every
+/// setting, so each is range-checked where it is read ([`env_duration`]) and where Rust
+/// callers build settings by hand (`validate`), and no value can overflow a timer, a
+/// timestamp or a SQL interval later. Settings not listed: 0s to [`MAX_DURATION`].
+pub fn duration_range(name: &str) -> (Duration, Duration) {
+    match name {
+        "SKIPLOCK_POLL_INTERVAL" => (Duration::from_millis(10), secs(HOUR)),
+        "SKIPLOCK_JOB_TIMEOUT" => (MS, secs(30 * DAY)),
+        "SKIPLOCK_RESCUE_AFTER" => (Duration::from_millis(200), secs(7 * DAY)),
+        "SKIPLOCK_SHUTDOWN_GRACE" => (Duration::ZERO, secs(DAY)),
+        "SKIPLOCK_BACKOFF_UNIT" => (Duration::ZERO, secs(DAY)),
+        "SKIPLOCK_BACKOFF_MAX" => (Duration::ZERO, secs(365 * DAY)),
+        "SKIPLOCK_FETCH_COOLDOWN" | "SKIPLOCK_ACK_DELAY" => (Duration::ZERO, secs(1)),
+        "SKIPLOCK_PACKET_TIMEOUT" => (MS, secs(7 * DAY)),
+        "SKIPLOCK_POLITENESS" => (Duration::ZERO, secs(DAY)),
+        "SKIPLOCK_FETCH_TIMEOUT" => (MS, secs(HOUR)),
+        "SKIPLOCK_PACK_QUIET" => (Duration::ZERO, secs(30 * DAY)),
+        "SKIPLOCK_PACK_MAX_WAIT" => (MS, secs(365 * DAY)),
+        "SKIPLOCK_PACK_UPLOAD_DELAY" => (Duration::ZERO, secs(HOUR)),
+        "SKIPLOCK_REAPER_MAX_AGE" => (secs(1), MAX_DURATION),
+        "SKIPLOCK_REAPER_INTERVAL" => (Duration::from_millis(10), secs(DAY)),
+        _ => (Duration::ZERO, MAX_DURATION),
+    }
+}
+
+/// Checks `d` against [`duration_range`] of `name`; the error names the setting and bound.
+pub fn check_duration(name: &str, d: Duration) -> Result<Duration> {
+    let (min, max) = duration_range(name);
+    if d < min {
+        return Err(Error::config(
+            name,
+            if min == MS {
+                "must be more than 0s".to_string()
+            } else {
+                format!("must be at least {}", format_duration(min))
+            },
+        ));
+    }
+    if d > max {
+        return Err(Error::config(
+            name,
+            format!("must be at most {}", format_duration(max)),
+        ));
+    }
+    Ok(d)
+}
+
+/// Reads a duration setting, or its default, and checks its range ([`duration_range`]).
 pub fn env_duration(name: &str, default: Duration) -> Result<Duration> {
     match checked_var(name)? {
-        None => Ok(default),
-        Some(v) => parse_duration(&v).map_err(|m| Error::config(name, m)),
+        None => check_duration(name, default),
+        Some(v) => check_duration(
+            name,
+            parse_duration(&v).map_err(|m| Error::config(name, m))?,
+        ),
     }
 }
 
@@ -138,16 +338,47 @@ pub fn env_bool(name: &str, default: bool) -> Result<bool> {
     }
 }
 
-/// Reads a positive whole-number setting, or its default.
+/// The largest value a whole-number setting accepts unless [`number_range`] says less.
+pub const MAX_NUMBER: usize = 1_000_000;
+
+/// The range `(min, max)` the whole-number setting `name` accepts; like [`duration_range`].
+pub fn number_range(name: &str) -> (usize, usize) {
+    match name {
+        "SKIPLOCK_MAX_CONNECTIONS" => (2, 1000),
+        "SKIPLOCK_PACKET_CONCURRENCY" => (1, 1000),
+        "SKIPLOCK_FETCH_MAX_BYTES" => (1, 1 << 30),
+        _ => (1, MAX_NUMBER),
+    }
+}
+
+/// Checks `n` against [`number_range`] of `name`.
+pub fn check_number(name: &str, n: usize) -> Result<usize> {
+    let (min, max) = number_range(name);
+    if n < min {
+        return Err(Error::config(name, format!("must be at least {min}")));
+    }
+    if n > max {
+        return Err(Error::config(name, format!("must be at most {max}")));
+    }
+    Ok(n)
+}
+
+/// Reads a positive whole-number setting, or its default, and checks its range
+/// ([`number_range`]).
 pub fn env_usize(name: &str, default: usize) -> Result<usize> {
     match checked_var(name)? {
-        None => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| Error::config(name, format!("{v:?} is not a positive whole number"))),
+        None => check_number(name, default),
+        Some(v) => {
+            let n = v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    Error::config(name, format!("{v:?} is not a positive whole number"))
+                })?;
+            check_number(name, n)
+        }
     }
 }
 
@@ -172,17 +403,10 @@ pub fn database_url(flag: Option<&str>) -> Result<String> {
     })
 }
 
-/// Removes the password from a database URL so it can be logged or printed.
+/// Removes the passwords (userinfo and `?password=`) from a database URL so it can be
+/// logged or printed; see [`crate::redact::redact_url`].
 pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) => {
-            if u.password().is_some() {
-                let _ = u.set_password(Some("***"));
-            }
-            u.to_string()
-        }
-        Err(_) => "<unparseable database URL>".to_string(),
-    }
+    crate::redact::redact_url(url)
 }
 
 /// Settings of the core queue runtime (the worker pool).
@@ -264,7 +488,8 @@ impl QueueSettings {
             backoff_unit: env_duration("SKIPLOCK_BACKOFF_UNIT", d.backoff_unit)?,
             backoff_max: env_duration("SKIPLOCK_BACKOFF_MAX", d.backoff_max)?,
             max_connections: env_usize("SKIPLOCK_MAX_CONNECTIONS", d.max_connections as usize)?
-                as u32,
+                .try_into()
+                .unwrap_or(u32::MAX),
             fetch_cooldown: env_duration("SKIPLOCK_FETCH_COOLDOWN", d.fetch_cooldown)?,
             ack_delay: env_duration("SKIPLOCK_ACK_DELAY", d.ack_delay)?,
             connect_timeout: env_opt_duration("SKIPLOCK_CONNECT_TIMEOUT")?,
@@ -289,40 +514,24 @@ impl QueueSettings {
         }
     }
 
-    /// Checks values that parse but make no sense.
+    /// Checks values that parse but make no sense, and every range ([`duration_range`],
+    /// [`number_range`], [`MAX_QUEUE_CONCURRENCY`]).
     pub fn validate(&self) -> Result<()> {
-        if self.poll_interval < Duration::from_millis(10) {
-            return Err(Error::config(
-                "SKIPLOCK_POLL_INTERVAL",
-                "must be at least 10ms",
-            ));
+        for (name, d) in [
+            ("SKIPLOCK_POLL_INTERVAL", self.poll_interval),
+            ("SKIPLOCK_JOB_TIMEOUT", self.job_timeout),
+            ("SKIPLOCK_RESCUE_AFTER", self.rescue_after),
+            ("SKIPLOCK_SHUTDOWN_GRACE", self.shutdown_grace),
+            ("SKIPLOCK_BACKOFF_UNIT", self.backoff_unit),
+            ("SKIPLOCK_BACKOFF_MAX", self.backoff_max),
+            ("SKIPLOCK_FETCH_COOLDOWN", self.fetch_cooldown),
+            ("SKIPLOCK_ACK_DELAY", self.ack_delay),
+        ] {
+            check_duration(name, d)?;
         }
-        if self.rescue_after < Duration::from_millis(200) {
-            return Err(Error::config(
-                "SKIPLOCK_RESCUE_AFTER",
-                "must be at least 200ms",
-            ));
-        }
-        if self.job_timeout.is_zero() {
-            return Err(Error::config(
-                "SKIPLOCK_JOB_TIMEOUT",
-                "must be more than 0s",
-            ));
-        }
-        if self.fetch_cooldown > Duration::from_secs(1) {
-            return Err(Error::config(
-                "SKIPLOCK_FETCH_COOLDOWN",
-                "must be at most 1s",
-            ));
-        }
-        if self.ack_delay > Duration::from_secs(1) {
-            return Err(Error::config("SKIPLOCK_ACK_DELAY", "must be at most 1s"));
-        }
-        if self.max_connections < 2 {
-            return Err(Error::config(
-                "SKIPLOCK_MAX_CONNECTIONS",
-                "must be at least 2",
-            ));
+        check_number("SKIPLOCK_MAX_CONNECTIONS", self.max_connections as usize)?;
+        if let Some(q) = &self.queues {
+            check_queues(q).map_err(|m| Error::config("SKIPLOCK_QUEUES", m))?;
         }
         if !(2..=1000).contains(&self.runtime_connections) {
             return Err(Error::config(
@@ -432,10 +641,118 @@ mod tests {
     }
 
     #[test]
+    fn toml_errors_point_at_the_place_without_quoting_the_file() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct F {
+            name: String,
+            n: Option<i16>,
+        }
+        let cases = [
+            (
+                "root:$6$hunter2hash:19000:0:99999:7:::\n",
+                "line 1, column 39: key with no value, expected `=`",
+            ),
+            (
+                "name = \"x\"\nhunter2 = 5\n",
+                "line 2, column 1: unknown field, expected `name` or `n`",
+            ),
+            (
+                "name = \"x\"\nn = \"hunter2\"\n",
+                "line 2, column 5: invalid type: string, expected i16",
+            ),
+            (
+                "name = \"x\"\nn = 99999\n",
+                "line 2, column 5: invalid value: integer, expected i16",
+            ),
+            (
+                "name = hunter2\n",
+                "line 1, column 8: string values must be quoted, expected literal string",
+            ),
+            ("n = 1\n", "line 1, column 1: missing field `name`"),
+            (
+                "name = 'a'\nname = 'b'\n",
+                "line 2, column 1: duplicate key",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = toml::from_str::<F>(text).unwrap_err();
+            assert_eq!(toml_error(text, &e), want, "{text:?}");
+        }
+        assert_eq!(line_col("ab\ncdé\nx", 7), (2, 4));
+        assert_eq!(line_col("", 5), (1, 1));
+    }
+
+    #[test]
+    fn every_setting_is_range_checked() {
+        assert_eq!(format_duration(Duration::from_secs(7 * 86_400)), "7d");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(format_duration(Duration::ZERO), "0ms");
+        let msg = |r: Result<Duration>| r.unwrap_err().to_string();
+        assert_eq!(
+            msg(check_duration(
+                "SKIPLOCK_POLL_INTERVAL",
+                Duration::from_millis(1)
+            )),
+            "invalid setting SKIPLOCK_POLL_INTERVAL: must be at least 10ms"
+        );
+        assert_eq!(
+            msg(check_duration(
+                "SKIPLOCK_POLL_INTERVAL",
+                Duration::from_secs(7200)
+            )),
+            "invalid setting SKIPLOCK_POLL_INTERVAL: must be at most 1h"
+        );
+        assert_eq!(
+            msg(check_duration("SKIPLOCK_JOB_TIMEOUT", Duration::ZERO)),
+            "invalid setting SKIPLOCK_JOB_TIMEOUT: must be more than 0s"
+        );
+        assert_eq!(
+            msg(check_duration("SKIPLOCK_SOMETHING_NEW", Duration::MAX)),
+            "invalid setting SKIPLOCK_SOMETHING_NEW: must be at most 3650d"
+        );
+        assert!(check_duration("SKIPLOCK_RETAIN_FAILED", Duration::from_secs(86_400)).is_ok());
+        assert_eq!(
+            check_number("SKIPLOCK_MAX_CONNECTIONS", 1_000_000)
+                .unwrap_err()
+                .to_string(),
+            "invalid setting SKIPLOCK_MAX_CONNECTIONS: must be at most 1000"
+        );
+        assert!(check_number("SKIPLOCK_PACKET_CONCURRENCY", 0).is_err());
+        // A count past u64 or usize, once a panic (and a worker that never went idle).
+        for q in [
+            "default=2305843009213693952",
+            "default=99999999999999999999999999999",
+        ] {
+            let e = parse_queues(q).unwrap_err();
+            assert!(
+                e.starts_with("queue \"default\": concurrency ")
+                    && e.ends_with(" is out of range (1 to 10000)"),
+                "{e}"
+            );
+        }
+        assert!(parse_queues(&format!("{}=1", "q".repeat(201))).is_err());
+        let many: Vec<String> = (0..1001).map(|i| format!("q{i}")).collect();
+        assert!(
+            parse_queues(&many.join(","))
+                .unwrap_err()
+                .contains("at most 1000")
+        );
+        let s = QueueSettings {
+            queues: Some([("default".to_string(), 20_000)].into()),
+            ..QueueSettings::default()
+        };
+        assert!(s.validate().is_err());
+    }
+
+    #[test]
     fn passwords_are_redacted() {
-        let r = redact_url("postgres://bob:s3cret@db:5432/x");
-        assert!(!r.contains("s3cret"));
-        assert!(r.contains("bob"));
+        assert_eq!(
+            redact_url("postgres://bob:s3cret@db:5432/x?password=s3cret"),
+            "postgres://bob:***@db:5432/x?password=***"
+        );
         assert_eq!(redact_url("postgres://db/x"), "postgres://db/x");
         assert!(!redact_url("post gres://:s3cret@").contains("s3cret"));
     }

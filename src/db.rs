@@ -45,6 +45,8 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
 /// Parses a database URL (application name `skiplock`); a bad one is a `DATABASE_URL`
 /// setting error that never shows the password.
 pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
+    // From here on every log line and error of this process hides the URL's passwords.
+    crate::redact::register_url(url);
     let opts: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
         Error::config(
             "DATABASE_URL",
@@ -54,23 +56,8 @@ pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
     Ok(opts.application_name("skiplock"))
 }
 
-/// Replaces the URL's password, wherever it appears in `text`, with `***`.
+/// Replaces the URL's passwords (userinfo and query), and every password registered with
+/// [`crate::redact::register_url`], wherever they appear in `text`, with `***`.
 pub fn scrub(text: &str, url: &str) -> String {
-    match url::Url::parse(url)
-        .ok()
-        .and_then(|u| u.password().map(str::to_string))
-    {
-        Some(p) if !p.is_empty() => {
-            let decoded = url::form_urlencoded::parse(format!("x={p}").as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default();
-            let mut t = text.replace(&p, "***");
-            if !decoded.is_empty() {
-                t = t.replace(&decoded, "***");
-            }
-            t
-        }
-        _ => text.to_string(),
-    }
+    crate::redact::scrub(&crate::redact::scrub_with(text, url))
 }

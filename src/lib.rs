@@ -17,6 +17,7 @@ pub mod dbtime;
 pub mod error;
 pub mod maintenance;
 pub mod queue;
+pub mod redact;
 pub mod schema;
 pub mod worker;
 pub mod workflows;

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use skiplock::cli::output::escape;
 use skiplock::cli::{self, Cli, LogFormat};
 use tracing_subscriber::EnvFilter;
 
@@ -11,10 +12,11 @@ fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
     // Colours only on a terminal: logs redirected to files (scripts/chaos) stay plain text.
+    // Every log line goes through the password scrubber (see skiplock::redact).
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(skiplock::redact::ScrubbedStderr);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Text => b.init(),
@@ -30,16 +32,18 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     if let Err(e) = skiplock::config::load_dotenv() {
-        eprintln!("error: {e}");
+        eprintln!("error: {}", escape(&e.to_string()));
         return ExitCode::from(1);
     }
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
     let url = cli
         .database_url
         .clone()
         .or_else(|| std::env::var("DATABASE_URL").ok())
         .unwrap_or_default();
+    // Before anything can log or fail: the URL's passwords are never printed from here on.
+    skiplock::redact::register_url(&url);
+    init_tracing(cli.log_format);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -50,9 +54,10 @@ fn main() -> ExitCode {
     match rt.block_on(cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line, the whole chain, never the database password.
+            // One line, the whole chain, never the database password, no raw control
+            // characters (an error may quote a job kind or key someone else wrote).
             let msg = skiplock::db::scrub(&format!("{e:#}"), &url);
-            eprintln!("error: {msg}");
+            eprintln!("error: {}", escape(&msg));
             ExitCode::from(1)
         }
     }

@@ -326,7 +326,9 @@ async fn schedule_rules_set_next_fetch_and_a_bad_file_stops_the_worker() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("SKIPLOCK_SCHEDULES") && err.contains("line 3") && err.contains("fortnightly"),
+        err.contains("SKIPLOCK_SCHEDULES")
+            && err.contains("line 3, column 11: unknown variant")
+            && !err.contains("fortnightly"),
         "{err}"
     );
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use skiplock::workflows::packets::processor::Processor;
+use skiplock::workflows::packets::roots::PacketRoots;
 use skiplock::workflows::packets::transitions::{Mover, PacketState, Refused, mover};
 use skiplock::workflows::packets::{self, PacketSettings};
 use sqlx::PgPool;
@@ -41,6 +42,7 @@ fn settings(processor: Processor, recovery: bool) -> PacketSettings {
         processor,
         timeout: Duration::from_secs(30),
         recovery,
+        roots: PacketRoots::new(&[packet_root()]),
     }
 }
 
@@ -596,9 +598,14 @@ async fn concurrency_one_holds_across_two_worker_processes() {
     let mut ids = Vec::new();
     for i in 0..4 {
         ids.push(
-            packets::submit(&db.pool, &format!("/frames/{i}"), None, None)
-                .await
-                .unwrap(),
+            packets::submit(
+                &db.pool,
+                path_str(&frames(dir.path(), &format!("f{i}"), 1)),
+                None,
+                None,
+            )
+            .await
+            .unwrap(),
         );
     }
 
@@ -703,7 +710,7 @@ async fn a_worker_killed_mid_processing_leaves_nothing_stuck() {
         ("SKIPLOCK_PACKET_PROCESSOR", path_str(&proc_)),
         ("SKIPLOCK_POLL_INTERVAL", "100ms"),
     ];
-    let id = packets::submit(&db.pool, "/frames/k", None, None)
+    let id = packets::submit(&db.pool, path_str(&frames(dir.path(), "k", 1)), None, None)
         .await
         .unwrap();
     let mut first = spawn_worker_process(&db.url, &[], &env);
@@ -762,7 +769,7 @@ async fn a_worker_stopped_mid_processing_puts_the_packet_back() {
         ("SKIPLOCK_PACKET_PROCESSOR", path_str(&proc_)),
         ("SKIPLOCK_POLL_INTERVAL", "100ms"),
     ];
-    let id = packets::submit(&db.pool, "/frames/t", None, None)
+    let id = packets::submit(&db.pool, path_str(&frames(dir.path(), "t", 1)), None, None)
         .await
         .unwrap();
     let mut first = spawn_worker_process(&db.url, &[], &env);
@@ -941,7 +948,7 @@ async fn processor_failure_goes_to_error_with_stderr_and_operators_retry() {
         dir.path(),
         "picky.sh",
         &format!(
-            "if [ -e {f} ]; then echo \"checked $1\"; exit 0; fi\necho 'some progress'\necho 'frame 3 is black' >&2\nexit 2",
+            "if [ -e {f} ]; then echo \"checked $2\"; exit 0; fi\necho 'some progress'\necho 'frame 3 is black' >&2\nexit 2",
             f = fixed.display()
         ),
     );
@@ -952,7 +959,8 @@ async fn processor_failure_goes_to_error_with_stderr_and_operators_retry() {
             true,
         ),
     );
-    let id = packets::submit(&db.pool, "/frames/x", Some("picky"), None)
+    let src = frames(dir.path(), "x", 1);
+    let id = packets::submit(&db.pool, path_str(&src), Some("picky"), None)
         .await
         .unwrap();
     wait_state(&db.pool, id, PacketState::Error).await;
@@ -990,7 +998,10 @@ async fn processor_failure_goes_to_error_with_stderr_and_operators_retry() {
     let p = packets::get(&db.pool, id).await.unwrap();
     assert_eq!(
         (p.error, p.result),
-        (None, Some(serde_json::json!("checked /frames/x")))
+        (
+            None,
+            Some(serde_json::json!(format!("checked {}", src.display())))
+        )
     );
 
     // Retry from in_review (edited frames).

@@ -162,6 +162,35 @@ impl PrivateCluster {
         c
     }
 
+    /// Makes TCP logins need a password (SCRAM-SHA-256) while the cluster's Unix socket
+    /// stays trusted for administration ([`PrivateCluster::socket_url`]), then reloads.
+    /// For tests of real password authentication: the shared server trusts 127.0.0.1, so a
+    /// wrong password is accepted there.
+    pub fn require_passwords(&self) -> Result<()> {
+        std::fs::write(
+            self.data().join("pg_hba.conf"),
+            "local all all trust\n\
+             host all all 127.0.0.1/32 scram-sha-256\n\
+             host all all ::1/128 scram-sha-256\n",
+        )?;
+        run(self.pg("pg_ctl").arg("-D").arg(self.data()).arg("reload"))
+    }
+
+    /// The URL of database `db` over the cluster's Unix socket (trusted; see
+    /// [`PrivateCluster::require_passwords`]).
+    pub fn socket_url(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres@localhost/{db}?host={}&port={}",
+            self.dir.path().display(),
+            self.port
+        )
+    }
+
+    /// The TCP port the cluster listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The cluster's directory (data and server log).
     pub fn path(&self) -> &Path {
         self.dir.path()

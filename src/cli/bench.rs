@@ -96,6 +96,13 @@ pub fn print_report(r: &BenchReport) {
 
 /// Runs `skiplock bench`.
 pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
+    use super::check_flag;
+    check_flag("--runs", a.runs as i128, 1, 100)?;
+    check_flag("--jobs", a.jobs as i128, 1000, 10_000_000)?;
+    check_flag("--concurrency", a.concurrency as i128, 1, 10_000)?;
+    check_flag("--connections", a.connections.into(), 2, 1000)?;
+    check_flag("--scale-finished", a.scale_finished as i128, 0, 100_000_000)?;
+    check_flag("--scale-future", a.scale_future as i128, 0, 100_000_000)?;
     let server = crate::config::database_url(url)?;
     let o = BenchOptions {
         runs: a.runs.max(1),

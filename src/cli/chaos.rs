@@ -57,6 +57,16 @@ pub struct ChaosArgs {
 
 /// Runs the chaos scenario and prints the summary line; fails unless it is OK.
 pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
+    use super::check_flag;
+    check_flag("--jobs", a.jobs.into(), 1, 10_000_000)?;
+    check_flag("--workers", a.workers as i128, 1, 64)?;
+    check_flag("--kills", a.kills as i128, 0, 100_000)?;
+    check_flag("--concurrency", a.concurrency as i128, 1, 10_000)?;
+    check_flag("--max-connections", a.max_connections.into(), 2, 1000)?;
+    check_flag("--work-ms", a.work_ms.into(), 0, 60_000)?;
+    let d = std::time::Duration::from_secs;
+    super::check_duration_flag("--rescue-after", a.rescue_after, d(1), d(86_400))?;
+    super::check_duration_flag("--deadline", a.deadline, d(1), d(7 * 86_400))?;
     let mut cfg = ChaosConfig::new(a.jobs, std::env::current_exe()?);
     cfg.workers = a.workers.max(1);
     cfg.kills = a.kills;

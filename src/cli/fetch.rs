@@ -6,6 +6,7 @@ use clap::Args;
 
 use super::connect_migrated;
 use super::jobs::sql_api_error;
+use super::output::say;
 use crate::workflows::fetch::normalize::{host_key, normalize};
 use crate::workflows::fetch::request_fetch;
 use crate::workflows::fetch::schedule::Schedule;
@@ -35,6 +36,6 @@ pub async fn run(url: Option<&str>, a: FetchArgs) -> anyhow::Result<()> {
     let id = request_fetch(&pool, page.as_str(), a.force, a.full)
         .await
         .map_err(sql_api_error)?;
-    println!("{id}");
+    say!("{id}");
     Ok(())
 }

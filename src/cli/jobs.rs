@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 
 use super::connect_migrated;
-use super::output::{print_json, print_table, truncate, ts};
+use super::output::{print_json, print_table, say, truncate, ts};
 use crate::config::parse_duration;
 use crate::queue::admin::{self, JobFilter};
 use crate::queue::{JobState, NewJob, OnConflict, enqueue as enqueue_job};
@@ -121,7 +121,7 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
         );
     }
     let id = enqueue_job(&pool, &job).await.map_err(sql_api_error)?;
-    println!("{id}");
+    say!("{id}");
     Ok(())
 }
 
@@ -154,9 +154,7 @@ pub async fn list(url: Option<&str>, a: JobsArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    if a.limit < 1 {
-        bail!("invalid --limit {}: must be at least 1", a.limit);
-    }
+    super::check_flag("--limit", a.limit.into(), 1, super::MAX_LIMIT)?;
     let pool = connect_migrated(url).await?;
     let rows = admin::list_jobs(
         &pool,
@@ -226,30 +224,30 @@ pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
     if a.json {
         return print_json(&j);
     }
-    println!("id:            {}", j.id);
-    println!("kind:          {}", j.kind);
-    println!("queue:         {}", j.queue);
-    println!("state:         {}", j.state);
-    println!("priority:      {}", j.priority);
-    println!("attempt:       {}/{}", j.attempt, j.max_attempts);
-    println!("args:          {}", j.args);
-    println!("scheduled_at:  {}", ts(Some(j.scheduled_at)));
-    println!("created_at:    {}", ts(Some(j.created_at)));
-    println!("attempted_at:  {}", ts(j.attempted_at));
-    println!(
+    say!("id:            {}", j.id);
+    say!("kind:          {}", j.kind);
+    say!("queue:         {}", j.queue);
+    say!("state:         {}", j.state);
+    say!("priority:      {}", j.priority);
+    say!("attempt:       {}/{}", j.attempt, j.max_attempts);
+    say!("args:          {}", j.args);
+    say!("scheduled_at:  {}", ts(Some(j.scheduled_at)));
+    say!("created_at:    {}", ts(Some(j.created_at)));
+    say!("attempted_at:  {}", ts(j.attempted_at));
+    say!(
         "attempted_by:  {}",
         j.attempted_by.as_deref().unwrap_or("-")
     );
-    println!("heartbeat_at:  {}", ts(j.heartbeat_at));
-    println!("finalized_at:  {}", ts(j.finalized_at));
-    println!("unique_key:    {}", j.unique_key.as_deref().unwrap_or("-"));
+    say!("heartbeat_at:  {}", ts(j.heartbeat_at));
+    say!("finalized_at:  {}", ts(j.finalized_at));
+    say!("unique_key:    {}", j.unique_key.as_deref().unwrap_or("-"));
     if let Some(r) = &j.result {
-        println!("result:        {r}");
+        say!("result:        {r}");
     }
     if let Some(errs) = j.errors.as_array().filter(|e| !e.is_empty()) {
-        println!("errors:");
+        say!("errors:");
         for e in errs {
-            println!(
+            say!(
                 "  attempt {} at {}: {}",
                 e.get("attempt").map(|v| v.to_string()).unwrap_or_default(),
                 e.get("at").and_then(|v| v.as_str()).unwrap_or(""),
@@ -271,7 +269,7 @@ pub struct IdArg {
 pub async fn cancel(url: Option<&str>, a: IdArg) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
     admin::cancel(&pool, a.id).await?;
-    println!("job {} cancelled", a.id);
+    say!("job {} cancelled", a.id);
     Ok(())
 }
 
@@ -279,7 +277,7 @@ pub async fn cancel(url: Option<&str>, a: IdArg) -> anyhow::Result<()> {
 pub async fn retry(url: Option<&str>, a: IdArg) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
     admin::retry(&pool, a.id).await?;
-    println!("job {} is available again", a.id);
+    say!("job {} is available again", a.id);
     Ok(())
 }
 
@@ -318,13 +316,13 @@ pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
         })
         .collect();
     print_table(&["QUEUE", "STATE", "COUNT", "OLDEST_SCHEDULED_AT"], &table);
-    println!("live workers: {workers}");
+    say!("live workers: {workers}");
     if !unhandled.is_empty() {
         let list: Vec<String> = unhandled
             .iter()
             .map(|u| format!("{} ({})", u.kind, u.count))
             .collect();
-        println!(
+        say!(
             "available jobs of kinds no live worker handles: {}",
             list.join(", ")
         );

@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::connect_migrated;
-use super::output::{print_json, print_table, truncate, ts};
+use super::output::{print_json, print_table, say, truncate, ts};
 use crate::config::{DEFAULT_RESCUE_AFTER, env_duration};
 use crate::maintenance::periodic::{PeriodicJobs, Schedule};
 use crate::maintenance::reaper::{self, ReapCandidate, ReaperSettings};
@@ -114,7 +114,7 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
         return print_json(&lines);
     }
     if lines.is_empty() {
-        println!(
+        say!(
             "no periodic jobs (declare them in code or in SKIPLOCK_PERIODIC_FILE; workers list them here)"
         );
         return Ok(());
@@ -193,6 +193,7 @@ fn fleet_guard(
 
 /// Runs `skiplock reap`.
 pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
+    super::check_flag("--limit", a.limit.into(), 1, super::MAX_LIMIT)?;
     let settings = ReaperSettings::from_env()?;
     let live_within = env_duration("SKIPLOCK_RESCUE_AFTER", DEFAULT_RESCUE_AFTER)?;
     let pool = connect_migrated(url).await?;
@@ -201,12 +202,12 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
     let max = humantime::format_duration(settings.max_age);
 
     if a.dry_run {
-        let (_, jobs) = reaper::preview(&pool, settings.max_age, a.limit.max(1)).await?;
+        let (_, jobs) = reaper::preview(&pool, settings.max_age, a.limit).await?;
         if a.json {
             return print_json(&jobs.iter().map(CandidateJson::from).collect::<Vec<_>>());
         }
         if jobs.is_empty() {
-            println!("no unfinished job is older than {max}");
+            say!("no unfinished job is older than {max}");
             return Ok(());
         }
         let rows: Vec<Vec<String>> = jobs
@@ -242,7 +243,7 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
         } else {
             "`skiplock reap` would delete none yet"
         };
-        println!(
+        say!(
             "{} job(s) past the maximum age of {max}; {verdict}: {why}",
             jobs.len()
         );
@@ -250,11 +251,11 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
     }
 
     let Some(started) = oldest.filter(|_| allowed) else {
-        println!("deleted nothing: {why}");
+        say!("deleted nothing: {why}");
         return Ok(());
     };
     let n = reaper::reap(&pool, settings.max_age, move |_| started).await?;
-    println!("deleted {n} job(s) unfinished past the maximum age of {max}");
+    say!("deleted {n} job(s) unfinished past the maximum age of {max}");
     Ok(())
 }
 

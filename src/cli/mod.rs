@@ -81,6 +81,35 @@ pub enum Command {
     ChaosWorker,
 }
 
+/// Refuses a numeric flag outside `min..=max` with one line naming the flag and the range
+/// (a huge count is a typo, and would only fail later, less clearly, or never end).
+pub fn check_flag(flag: &str, value: i128, min: i128, max: i128) -> anyhow::Result<()> {
+    if value < min || value > max {
+        anyhow::bail!("invalid {flag} {value}: must be {min} to {max}");
+    }
+    Ok(())
+}
+
+/// [`check_flag`] for a duration flag.
+pub fn check_duration_flag(
+    flag: &str,
+    value: std::time::Duration,
+    min: std::time::Duration,
+    max: std::time::Duration,
+) -> anyhow::Result<()> {
+    if value < min || value > max {
+        anyhow::bail!(
+            "invalid {flag}: must be {} to {}",
+            config::format_duration(min),
+            config::format_duration(max)
+        );
+    }
+    Ok(())
+}
+
+/// The most rows a listing command prints (`--limit`).
+pub const MAX_LIMIT: i128 = 100_000;
+
 /// Connects with the settings' pool size.
 pub async fn connect(cli_url: Option<&str>, max: u32) -> anyhow::Result<PgPool> {
     let url = config::database_url(cli_url)?;

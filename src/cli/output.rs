@@ -1,6 +1,57 @@
 //! Rendering for people (aligned tables) or programs (`--json`).
+//!
+//! Everything shown to people goes through [`escape`]: job kinds, queues, args, errors and
+//! packet sources are data anyone with an enqueuer role can write, and a raw control
+//! character in them would be a command to the operator's terminal (`\x1b[2J` clears it,
+//! others retitle the window or rewrite earlier lines). JSON output escapes them by itself.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use serde::Serialize;
+
+/// Whether `c` must not reach a terminal raw: C0 and C1 control characters, DEL, and the
+/// invisible bidirectional and zero-width formatting characters that make text display
+/// differently from what it is.
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+/// `s` with control and invisible formatting characters written as escapes (`\n`, `\t`,
+/// `\r`, `\x1b`, `\u{202e}`), so a value can never steer the terminal or break a line.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_unsafe) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if is_unsafe(c) && (c as u32) < 0x100 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if is_unsafe(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Prints one line for people on stdout, escaped (see [`escape`]).
+pub fn say_line(line: &str) {
+    println!("{}", escape(line));
+}
+
+/// `println!` for people: formats, then prints through [`say_line`].
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::cli::output::say_line(&format!($($arg)*)) };
+}
+pub(crate) use say;
 
 /// Prints `value` as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
@@ -8,10 +59,14 @@ pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints rows as an aligned table with a header.
+/// Prints rows as an aligned table with a header; every cell is escaped (see [`escape`]).
 pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| escape(c).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
+    for r in &rows {
         for (i, c) in r.iter().enumerate() {
             if i < widths.len() {
                 widths[i] = widths[i].max(c.chars().count());
@@ -31,7 +86,7 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     };
     line(header.iter().map(|h| h.to_string()).collect());
     for r in rows {
-        line(r.clone());
+        line(r);
     }
 }
 
@@ -50,4 +105,25 @@ pub fn truncate(s: &str, n: usize) -> String {
 pub fn ts(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
     t.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
         .unwrap_or_else(|| "-".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape("plain kind-1 ü ✓"), "plain kind-1 ü ✓");
+        assert_eq!(escape("\x1b[2J"), "\\x1b[2J");
+        assert_eq!(escape("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+        assert_eq!(escape("\x07\x7f\u{9b}"), "\\x07\\x7f\\x9b");
+        assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(escape("\u{0}"), "\\x00");
+    }
+
+    #[test]
+    fn truncation_counts_characters() {
+        assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(truncate("ab", 4), "ab");
+    }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::connect_migrated;
 use super::jobs::sql_api_error;
-use super::output::{print_json, print_table, ts};
+use super::output::{print_json, print_table, say, ts};
 use crate::workflows::pack::STATUS;
 
 /// `skiplock timer-reset HOST`.
@@ -40,7 +40,7 @@ pub async fn timer_reset(url: Option<&str>, a: TimerResetArgs) -> anyhow::Result
         .fetch_one(&pool)
         .await
         .map_err(|e| sql_api_error(e.into()))?;
-    println!("{id}");
+    say!("{id}");
     Ok(())
 }
 
@@ -79,7 +79,7 @@ pub async fn pack(url: Option<&str>, a: PackArgs) -> anyhow::Result<()> {
             .fetch_one(&pool)
             .await
             .map_err(|e| sql_api_error(e.into()))?;
-        println!("{id}");
+        say!("{id}");
         return Ok(());
     }
     let pool = connect_migrated(url).await?;
@@ -92,8 +92,8 @@ pub async fn pack(url: Option<&str>, a: PackArgs) -> anyhow::Result<()> {
     }
     if rows.is_empty() {
         match &a.host {
-            Some(h) => println!("{h}: never packed, no timer pending"),
-            None => println!("no host packed yet, no timer pending"),
+            Some(h) => say!("{h}: never packed, no timer pending"),
+            None => say!("no host packed yet, no timer pending"),
         }
         return Ok(());
     }

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::connect_migrated;
 use super::jobs::sql_api_error;
-use super::output::{print_json, print_table, truncate, ts};
+use super::output::{print_json, print_table, say, truncate, ts};
+use crate::workflows::packets::roots::{self, PacketRoots};
 use crate::workflows::packets::{self, WhoseMove, transitions::PacketState};
 
 /// `skiplock packet SUBCOMMAND`.
@@ -24,7 +24,8 @@ pub struct PacketArgs {
 pub enum PacketCommand {
     /// Submit a folder as a packet (queued; processing starts by itself). Prints its id.
     Submit {
-        /// The packet's folder (made absolute; workers must see the same path).
+        /// The packet's folder, inside SKIPLOCK_PACKET_ROOTS (resolved to its real path;
+        /// workers must see the same path).
         path: PathBuf,
         /// A label for people.
         #[arg(long)]
@@ -77,17 +78,30 @@ fn actor() -> Option<String> {
         .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
 }
 
-fn absolute(path: &Path) -> anyhow::Result<String> {
-    let p = match std::fs::canonicalize(path) {
-        Ok(p) => p,
-        Err(_) if path.is_absolute() => path.to_path_buf(),
-        Err(_) => std::env::current_dir()
-            .context("reading the current directory")?
-            .join(path),
-    };
-    p.to_str()
-        .map(str::to_string)
-        .ok_or_else(|| anyhow::anyhow!("the path {} is not valid UTF-8", p.display()))
+/// The folder to submit: `path` made absolute and resolved to its real path, which must
+/// be a folder inside `roots` (the same check the worker makes before reading it). Refused
+/// at once, in one line, so a bad path never becomes a packet.
+fn source_path(path: &Path, roots: &PacketRoots) -> anyhow::Result<String> {
+    let shown = path.display();
+    let real = std::fs::canonicalize(path)
+        .map_err(|e| anyhow::anyhow!("cannot use packet folder {shown}: {e}"))?;
+    let s = real
+        .to_str()
+        .ok_or_else(|| anyhow::anyhow!("the path {shown} is not valid UTF-8"))?;
+    if roots.root_of(&real).is_none() {
+        anyhow::bail!(
+            "packet folder {shown} is outside {} ({}); packets are read only from folders inside it",
+            roots::SETTING,
+            roots
+                .paths()
+                .iter()
+                .map(|r| r.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    roots.check(s).map_err(|m| anyhow::anyhow!(m))?;
+    Ok(s.to_string())
 }
 
 /// The "whose move is it?" line.
@@ -111,20 +125,21 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
     let who = actor();
     match a.command {
         PacketCommand::Submit { path, name } => {
-            let source = absolute(&path)?;
+            let source = source_path(&path, &PacketRoots::from_env()?)?;
             let id = packets::submit(&pool, &source, name.as_deref(), who.as_deref())
                 .await
                 .map_err(sql_api_error)?;
-            println!("{id}");
+            say!("{id}");
         }
         PacketCommand::List { state, limit, json } => {
+            super::check_flag("--limit", limit.into(), 1, super::MAX_LIMIT)?;
             let state: Option<PacketState> = state
                 .map(|s| {
                     s.parse()
                         .map_err(|e: String| anyhow::anyhow!("invalid --state: {e}"))
                 })
                 .transpose()?;
-            let rows = packets::list(&pool, state, limit.max(0)).await?;
+            let rows = packets::list(&pool, state, limit).await?;
             let w = packets::whose_move(&pool).await?;
             if json {
                 return print_json(&serde_json::json!({ "packets": rows, "whose_move": w }));
@@ -149,7 +164,7 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
                 &["ID", "STATE", "NAME", "SOURCE", "UPDATED", "ERROR"],
                 &table,
             );
-            println!("{}", whose_move_line(&w));
+            say!("{}", whose_move_line(&w));
         }
         PacketCommand::Show { id, json } => {
             let p = packets::get(&pool, id).await.map_err(sql_api_error)?;
@@ -157,25 +172,25 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
             if json {
                 return print_json(&serde_json::json!({ "packet": p, "history": history }));
             }
-            println!("id:       {}", p.id);
-            println!("name:     {}", p.name.as_deref().unwrap_or("-"));
-            println!("source:   {}", p.source);
-            println!("state:    {}", p.state);
-            println!(
+            say!("id:       {}", p.id);
+            say!("name:     {}", p.name.as_deref().unwrap_or("-"));
+            say!("source:   {}", p.source);
+            say!("state:    {}", p.state);
+            say!(
                 "job:      {}",
                 p.job_id
                     .map(|j| j.to_string())
                     .unwrap_or_else(|| "-".into())
             );
-            println!("created:  {}", ts(Some(p.created_at)));
-            println!("updated:  {}", ts(Some(p.updated_at)));
+            say!("created:  {}", ts(Some(p.created_at)));
+            say!("updated:  {}", ts(Some(p.updated_at)));
             if let Some(e) = &p.error {
-                println!("error:    {e}");
+                say!("error:    {e}");
             }
             if let Some(r) = &p.result {
-                println!("result:   {}", truncate(&r.to_string(), 2000));
+                say!("result:   {}", truncate(&r.to_string(), 2000));
             }
-            println!();
+            say!("");
             let rows: Vec<Vec<String>> = history
                 .iter()
                 .map(|e| {
@@ -196,19 +211,19 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
             packets::take(&pool, id, who.as_deref())
                 .await
                 .map_err(sql_api_error)?;
-            println!("packet {id}: in_review");
+            say!("packet {id}: in_review");
         }
         PacketCommand::Complete { id } => {
             packets::complete(&pool, id, who.as_deref())
                 .await
                 .map_err(sql_api_error)?;
-            println!("packet {id}: done");
+            say!("packet {id}: done");
         }
         PacketCommand::Retry { id, reason } => {
             let job = packets::retry(&pool, id, reason.as_deref(), who.as_deref())
                 .await
                 .map_err(sql_api_error)?;
-            println!("packet {id}: queued (job {job})");
+            say!("packet {id}: queued (job {job})");
         }
     }
     Ok(())
@@ -237,13 +252,32 @@ mod tests {
     }
 
     #[test]
-    fn relative_paths_become_absolute() {
-        let p = absolute(Path::new("no/such/dir")).unwrap();
-        assert!(Path::new(&p).is_absolute() && p.ends_with("no/such/dir"));
-        let d = tempfile::tempdir().unwrap();
+    fn submitted_paths_resolve_to_real_folders_inside_the_roots() {
+        let base = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(base.path()).unwrap().join("root");
+        std::fs::create_dir_all(root.join("reel1")).unwrap();
+        std::os::unix::fs::symlink(root.join("reel1"), root.join("alias")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("etc")).unwrap();
+        let roots = PacketRoots::new(&[&root]);
+        let want = root.join("reel1").to_str().unwrap().to_string();
+        assert_eq!(source_path(&root.join("reel1"), &roots).unwrap(), want);
+        assert_eq!(source_path(&root.join("alias"), &roots).unwrap(), want);
         assert_eq!(
-            absolute(d.path()).unwrap(),
-            std::fs::canonicalize(d.path()).unwrap().to_str().unwrap()
+            source_path(&root.join("reel1/../reel1"), &roots).unwrap(),
+            want
         );
+        for bad in [
+            root.join("etc"),
+            root.join("../"),
+            PathBuf::from("/etc"),
+            root.join("missing"),
+        ] {
+            let e = source_path(&bad, &roots).unwrap_err().to_string();
+            assert!(
+                e.contains("SKIPLOCK_PACKET_ROOTS") || e.contains("No such file"),
+                "{}: {e}",
+                bad.display()
+            );
+        }
     }
 }

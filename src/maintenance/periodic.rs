@@ -33,6 +33,8 @@ use crate::worker::handler::BoxFuture;
 pub const FILE_SETTING: &str = "SKIPLOCK_PERIODIC_FILE";
 /// The shortest interval allowed.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// The longest interval allowed (ten years; the period arithmetic stays far from overflow).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(3650 * 86_400);
 
 /// When a periodic job fires.
 #[derive(Debug, Clone)]
@@ -53,6 +55,11 @@ impl Schedule {
                 "periodic interval {} is too short (at least 1s)",
                 humantime::format_duration(d)
             )));
+        }
+        if d > MAX_INTERVAL {
+            return Err(Error::Invalid(
+                "periodic interval is too long (at most 3650d)".into(),
+            ));
         }
         if !d.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(Error::Invalid(
@@ -230,25 +237,54 @@ impl PeriodicJobs {
     /// args = { host = "example.com" }
     /// queue = "default"       # optional, like priority, max_attempts, unique_key
     /// ```
+    ///
+    /// Errors name the line and column and what is wrong, never the file's text (the
+    /// setting may point at any readable file; see [`crate::config::toml_error`]).
     pub fn from_toml(text: &str) -> Result<Self> {
-        let file: FileFormat = toml::from_str(text).map_err(|e| Error::Invalid(e.to_string()))?;
+        let file: FileFormat = toml::from_str(text)
+            .map_err(|e| Error::Invalid(crate::config::toml_error(text, &e)))?;
+        let at = |span: std::ops::Range<usize>, what: &str| {
+            Error::Invalid(format!(
+                "{}: {what}",
+                crate::config::position(text, span.start)
+            ))
+        };
         let mut out = PeriodicJobs::new();
+        let mut seen = BTreeSet::new();
         for e in file.job {
-            let schedule = match (&e.every, &e.cron) {
-                (Some(d), None) => Schedule::every(parse_duration(d).map_err(Error::Invalid)?),
-                (None, Some(c)) => Schedule::cron(c),
-                _ => Err(Error::Invalid(format!(
-                    "periodic job {:?}: give exactly one of `every` and `cron`",
-                    e.name
-                ))),
+            let name_span = e.name.span();
+            let name = checked_name(e.name.into_inner())
+                .map_err(|err| at(name_span.clone(), &err.to_string()))?;
+            if !seen.insert(name.clone()) {
+                return Err(at(name_span, "a second periodic job with this name"));
             }
-            .map_err(|err| Error::Invalid(format!("periodic job {:?}: {err}", e.name)))?;
+            let schedule = match (e.every, e.cron) {
+                (Some(d), None) => {
+                    let span = d.span();
+                    let d = parse_duration(d.get_ref()).map_err(|_| {
+                        at(span.clone(), "invalid duration (write e.g. 30s, 15m, 24h)")
+                    })?;
+                    Schedule::every(d).map_err(|err| at(span, &err.to_string()))?
+                }
+                (None, Some(c)) => {
+                    let span = c.span();
+                    Schedule::cron(c.get_ref()).map_err(|_| {
+                        at(span, "invalid cron expression (5 to 7 fields, e.g. \"0 3 * * *\", or @daily)")
+                    })?
+                }
+                _ => return Err(at(name_span, "give exactly one of `every` and `cron`")),
+            };
             let args = match e.args {
                 None => serde_json::json!({}),
                 Some(v) => {
-                    serde_json::to_value(v).map_err(|err| Error::Invalid(err.to_string()))?
+                    let span = v.span();
+                    serde_json::to_value(v.into_inner())
+                        .map_err(|_| at(span, "args cannot be turned into JSON"))?
                 }
             };
+            if e.max_attempts.is_some_and(|n| n < 1) {
+                return Err(at(name_span, "max_attempts must be at least 1"));
+            }
             let mut job = NewJob::new(e.kind, args)
                 .queue(e.queue.unwrap_or_else(|| "default".into()))
                 .priority(e.priority.unwrap_or(0))
@@ -257,7 +293,7 @@ impl PeriodicJobs {
                 job = job.unique_key(k, OnConflict::Keep);
             }
             out = out.add(PeriodicJob {
-                name: checked_name(e.name)?,
+                name,
                 schedule,
                 job,
             });
@@ -293,11 +329,11 @@ struct FileFormat {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileEntry {
-    name: String,
-    every: Option<String>,
-    cron: Option<String>,
+    name: toml::Spanned<String>,
+    every: Option<toml::Spanned<String>>,
+    cron: Option<toml::Spanned<String>>,
     kind: String,
-    args: Option<toml::Value>,
+    args: Option<toml::Spanned<toml::Value>>,
     queue: Option<String>,
     priority: Option<i16>,
     max_attempts: Option<i32>,
@@ -539,27 +575,46 @@ mod tests {
         assert_eq!(a.schedule.describe(), "every 10s");
         assert_eq!(jobs.jobs()[1].job.args, serde_json::json!({}));
 
+        let err = |text: &str| PeriodicJobs::from_toml(text).unwrap_err().to_string();
         let both = "[[job]]\nname='x'\nevery='1m'\ncron='* * * * *'\nkind='noop'\n";
-        assert!(
-            PeriodicJobs::from_toml(both)
-                .unwrap_err()
-                .to_string()
-                .contains("exactly one")
+        assert_eq!(
+            err(both),
+            "line 2, column 6: give exactly one of `every` and `cron`"
         );
         let typo = "[[job]]\nname='x'\nevry='1m'\nkind='noop'\n";
         assert!(
-            PeriodicJobs::from_toml(typo)
-                .unwrap_err()
-                .to_string()
-                .contains("evry")
+            err(typo).starts_with("line 3, column 1: unknown field, expected one of `name`"),
+            "{}",
+            err(typo)
         );
         let bad = "[[job]]\nname='x'\nevery='soon'\nkind='noop'\n";
-        assert!(
-            PeriodicJobs::from_toml(bad)
-                .unwrap_err()
-                .to_string()
-                .contains("soon")
+        assert_eq!(
+            err(bad),
+            "line 3, column 7: invalid duration (write e.g. 30s, 15m, 24h)"
         );
+        let cron = "[[job]]\nname='x'\ncron='hunter2 * *'\nkind='noop'\n";
+        assert!(err(cron).starts_with("line 3, column 6: invalid cron expression"));
+        let long = "[[job]]\nname='x'\nevery='99999999999d'\nkind='noop'\n";
+        assert!(err(long).starts_with("line 3, column 7: "), "{}", err(long));
+        let twice = "[[job]]\nname='x'\nevery='1m'\nkind='noop'\n[[job]]\nname='x'\nevery='1m'\nkind='noop'\n";
+        assert_eq!(
+            err(twice),
+            "line 6, column 6: a second periodic job with this name"
+        );
+        let zero = "[[job]]\nname='x'\nevery='1m'\nkind='noop'\nmax_attempts=0\n";
+        assert_eq!(
+            err(zero),
+            "line 2, column 6: max_attempts must be at least 1"
+        );
+        // A file of secrets (or /etc/shadow) is never quoted back.
+        for text in [
+            "root:$6$hunter2:19000:0:99999:7:::\n",
+            "[[job]]\nname='x'\nevery='hunter2'\nkind='noop'\n",
+            "[[job]]\nname='x'\nhunter2='1m'\nkind='noop'\n",
+            "[[job]]\nname='x'\nevery='1m'\nkind='noop'\npriority='hunter2'\n",
+        ] {
+            assert!(!err(text).contains("hunter2"), "{}", err(text));
+        }
     }
 
     #[test]

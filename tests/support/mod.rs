@@ -203,12 +203,19 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_skiplock")
 }
 
+/// The packet root of the tests (`SKIPLOCK_PACKET_ROOTS`): the real path of the system's
+/// temporary directory, where tests make their packet folders (`tempfile::tempdir()`).
+pub fn packet_root() -> std::path::PathBuf {
+    std::fs::canonicalize(std::env::temp_dir()).expect("the temporary directory")
+}
+
 /// A `skiplock` command against `url`, with a clean settings environment.
 pub fn cmd(url: &str) -> Command {
     let mut c = Command::new(bin());
     c.env("DATABASE_URL", url)
         .env("RUST_LOG", "info,sqlx::postgres::notice=warn")
         .env("SKIPLOCK_MAX_CONNECTIONS", "4")
+        .env("SKIPLOCK_PACKET_ROOTS", packet_root())
         .env_remove("SKIPLOCK_QUEUES")
         .current_dir(std::env::temp_dir());
     c

@@ -6,6 +6,7 @@
 //! extracted title, headings and text in `skiplock.pages`. Request one with
 //! `skiplock fetch URL` or `SELECT skiplock.request_fetch('https://…')`. See `docs/fetch.md`.
 
+pub mod address;
 pub mod extract;
 pub mod http;
 pub mod normalize;
@@ -349,14 +350,15 @@ impl Fetch<'_> {
         let host = url.host_str().unwrap_or_default();
         let port = url.port_or_known_default().unwrap_or(80);
         let bad = match normalize::literal_ip(url) {
-            Some(ip) => normalize::is_internal(ip).then_some(ip),
+            Some(ip) => address::is_internal(ip).then_some(ip),
             None => http::internal_address(host, port)
                 .await
                 .map_err(|e| JobError::retry(format!("resolving {host}: {e}")))?,
         };
         match bad {
             Some(ip) => Err(JobError::discard(format!(
-                "refusing to fetch {url}: {host} is at internal address {ip} (set SKIPLOCK_FETCH_ALLOW_PRIVATE=true to allow)"
+                "refusing to fetch {url}: {host} is at internal address {ip} ({}; set SKIPLOCK_FETCH_ALLOW_PRIVATE=true to allow)",
+                address::non_global_reason(ip).unwrap_or("not global")
             ))),
             None => Ok(()),
         }

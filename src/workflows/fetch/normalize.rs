@@ -72,35 +72,7 @@ pub fn literal_ip(u: &Url) -> Option<IpAddr> {
     }
 }
 
-/// Whether `ip` is loopback, private, link-local or otherwise not a public address: such
-/// addresses are refused unless `SKIPLOCK_FETCH_ALLOW_PRIVATE=true`, so a fetch request
-/// cannot reach internal services.
-pub fn is_internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            a.is_loopback()
-                || a.is_private()
-                || a.is_link_local()
-                || a.is_unspecified()
-                || a.is_broadcast()
-                || a.is_multicast()
-                || o[0] == 0
-                || (o[0] == 100 && (o[1] & 0xc0) == 64) // 100.64/10 carrier-grade NAT
-        }
-        IpAddr::V6(a) => {
-            if let Some(v4) = a.to_ipv4_mapped() {
-                return is_internal(IpAddr::V4(v4));
-            }
-            let s = a.segments();
-            a.is_loopback()
-                || a.is_unspecified()
-                || a.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00 // unique local fc00::/7
-                || (s[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
-        }
-    }
-}
+pub use super::address::is_internal;
 
 #[cfg(test)]
 mod tests {
@@ -159,31 +131,5 @@ mod tests {
         );
         assert!(resolve_link(&base, "mailto:x@y.z").is_none());
         assert!(resolve_link(&base, "javascript:void(0)").is_none());
-    }
-
-    #[test]
-    fn internal_addresses_are_recognised() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "0.0.0.0",
-            "100.64.0.1",
-            "::1",
-            "fe80::1",
-            "fd00::1",
-            "::ffff:127.0.0.1",
-        ] {
-            assert!(is_internal(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in [
-            "93.184.216.34",
-            "8.8.8.8",
-            "2606:2800:220:1:248:1893:25c8:1946",
-        ] {
-            assert!(!is_internal(ip.parse().unwrap()), "{ip}");
-        }
     }
 }

@@ -108,16 +108,10 @@ impl Default for Schedule {
     }
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())]
-        .bytes()
-        .filter(|b| *b == b'\n')
-        .count()
-        + 1
-}
-
+/// `line L, column C: msg` for a place in the file; messages never quote the file's text
+/// (the setting may name any readable file, see [`crate::config::toml_error`]).
 fn at(text: &str, span: std::ops::Range<usize>, msg: impl std::fmt::Display) -> String {
-    format!("line {}: {msg}", line_of(text, span.start))
+    format!("{}: {msg}", crate::config::position(text, span.start))
 }
 
 /// Checks an allow pattern: a host name, optionally `*.`-prefixed, optionally with `:port`.
@@ -131,9 +125,10 @@ fn check_pattern(p: &str) -> std::result::Result<(), String> {
         || name.contains(['*', '/', '@', ' ', '?', '#'])
         || port.is_some_and(|p| p.parse::<u16>().is_err())
     {
-        return Err(format!(
-            "invalid host pattern {p:?} (write e.g. \"example.com\", \"*.example.com\" or \"example.com:8080\")"
-        ));
+        return Err(
+            "invalid host pattern (write e.g. \"example.com\", \"*.example.com\" or \"example.com:8080\")"
+                .to_string(),
+        );
     }
     Ok(())
 }
@@ -141,10 +136,8 @@ fn check_pattern(p: &str) -> std::result::Result<(), String> {
 impl Schedule {
     /// Parses a schedule file's text; errors name the line and the problem.
     pub fn parse(text: &str) -> std::result::Result<Schedule, String> {
-        let raw: RawSchedule = toml::from_str(text).map_err(|e| match e.span() {
-            Some(span) => at(text, span, e.message().trim()),
-            None => e.message().trim().to_string(),
-        })?;
+        let raw: RawSchedule =
+            toml::from_str(text).map_err(|e| crate::config::toml_error(text, &e))?;
         let allow = match raw.allow {
             None => None,
             Some(list) => {
@@ -166,7 +159,7 @@ impl Schedule {
                 return Err(at(
                     text,
                     span,
-                    format!("host rules name one host; {key:?} is a pattern"),
+                    "host rules name one host, not a \"*.\" pattern",
                 ));
             }
             check_pattern(&key).map_err(|m| at(text, span, m))?;
@@ -175,11 +168,7 @@ impl Schedule {
                 let pspan = prefix.span();
                 let prefix = prefix.into_inner();
                 if !prefix.starts_with('/') {
-                    return Err(at(
-                        text,
-                        pspan,
-                        format!("path prefix {prefix:?} must start with \"/\""),
-                    ));
+                    return Err(at(text, pspan, "a path prefix must start with \"/\""));
                 }
                 paths.push((prefix, f));
             }
@@ -414,29 +403,49 @@ paths = { "/drafts/" = "bi-annually" }
     }
 
     #[test]
-    fn bad_files_name_the_line_and_the_problem() {
-        let e = Schedule::parse(
-            "default = \"daily\"\n\n[hosts.\"a.com\"]\ndefault = \"fortnightly\"\n",
-        )
-        .unwrap_err();
-        assert!(e.starts_with("line 4:"), "{e}");
-        assert!(e.contains("fortnightly"), "{e}");
-        let e = Schedule::parse("default = \"daily\"\nthis is not toml\n").unwrap_err();
-        assert!(e.starts_with("line 2:"), "{e}");
-        let e =
-            Schedule::parse("[hosts.\"a.com\"]\npaths = { \"news\" = \"daily\" }\n").unwrap_err();
-        assert!(
-            e.starts_with("line 2:") && e.contains("must start with"),
-            "{e}"
-        );
-        let e =
-            Schedule::parse("allow = [\n  \"ok.com\",\n  \"http://bad.com/\",\n]\n").unwrap_err();
-        assert!(
-            e.starts_with("line 3:") && e.contains("http://bad.com/"),
-            "{e}"
-        );
-        let e = Schedule::parse("defualt = \"daily\"\n").unwrap_err();
-        assert!(e.starts_with("line 1:") && e.contains("defualt"), "{e}");
+    fn bad_files_name_the_line_and_the_problem_but_never_quote_the_file() {
+        let cases = [
+            (
+                "default = \"daily\"\n\n[hosts.\"a.com\"]\ndefault = \"fortnightly\"\n",
+                "line 4, column 11: unknown variant, expected one of",
+                "fortnightly",
+            ),
+            (
+                "default = \"daily\"\nthis is not toml\n",
+                "line 2, column 6: key with no value, expected `=`",
+                "this",
+            ),
+            (
+                "[hosts.\"a.com\"]\npaths = { \"news\" = \"daily\" }\n",
+                "line 2, column 11: a path prefix must start with \"/\"",
+                "news",
+            ),
+            (
+                "allow = [\n  \"ok.com\",\n  \"http://bad.com/\",\n]\n",
+                "line 3, column 3: invalid host pattern (write e.g.",
+                "bad.com",
+            ),
+            (
+                "defualt = \"daily\"\n",
+                "line 1, column 1: unknown field, expected one of `default`",
+                "defualt",
+            ),
+            (
+                "[hosts.\"*.a.com\"]\n",
+                "line 1, column 8: host rules name one host, not a \"*.\" pattern",
+                "a.com",
+            ),
+            (
+                "s3cr3t-token-on-line-1\n",
+                "line 1, column 23: key with no value",
+                "s3cr3t",
+            ),
+        ];
+        for (text, want, secret) in cases {
+            let e = Schedule::parse(text).unwrap_err();
+            assert!(e.starts_with(want), "{text:?}: {e}");
+            assert!(!e.contains(secret), "{text:?} is quoted: {e}");
+        }
     }
 
     #[test]

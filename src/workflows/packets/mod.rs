@@ -17,6 +17,7 @@
 
 pub mod processor;
 pub mod recovery;
+pub mod roots;
 pub mod transitions;
 
 use std::time::Duration;
@@ -31,6 +32,7 @@ use crate::dbtime::DbTime;
 use crate::error::{Error, Result};
 use crate::worker::{HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use processor::Processor;
+use roots::PacketRoots;
 use transitions::{Mover, PacketState, Refused, mover};
 
 /// The job kind that processes a packet.
@@ -61,6 +63,8 @@ pub struct PacketSettings {
     pub timeout: Duration,
     /// Whether start-up recovery runs (`SKIPLOCK_PACKET_RECOVERY`).
     pub recovery: bool,
+    /// The only folders packets are read from (`SKIPLOCK_PACKET_ROOTS`, resolved at start).
+    pub roots: PacketRoots,
 }
 
 impl Default for PacketSettings {
@@ -70,6 +74,7 @@ impl Default for PacketSettings {
             processor: Processor::Manifest,
             timeout: DEFAULT_TIMEOUT,
             recovery: true,
+            roots: PacketRoots::new(&[roots::DEFAULT]),
         }
     }
 }
@@ -91,6 +96,7 @@ impl PacketSettings {
             processor,
             timeout,
             recovery: env_bool("SKIPLOCK_PACKET_RECOVERY", true)?,
+            roots: PacketRoots::from_env()?,
         })
     }
 }
@@ -417,10 +423,12 @@ impl ProcessPacket {
         }
         let packet = get(&ctx.pool, id).await?;
         tracing::info!(packet.id = id, source = %packet.source, "processing packet");
-        let run = self
-            .settings
-            .processor
-            .run(id, &packet.source, self.settings.timeout);
+        let run = self.settings.processor.run(
+            id,
+            &packet.source,
+            self.settings.timeout,
+            &self.settings.roots,
+        );
         let result = tokio::select! {
             r = run => r,
             _ = ctx.shutdown_requested() => {

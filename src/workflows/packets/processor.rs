@@ -4,14 +4,17 @@
 //! frames, empty folder, processor said no): the packet goes to `error` at once, and an
 //! operator decides whether to retry. Database trouble is handled by the caller.
 
+use std::fs::File;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::roots::{self, PacketRoots, fd_path, open_inside};
 
 /// Most of the processor's stdout kept as the result (the rest is read and dropped).
 pub const MAX_STDOUT: usize = 1 << 20;
@@ -26,11 +29,12 @@ pub struct ProcessorFailure(pub String);
 /// What processes a packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Processor {
-    /// An external command: `program args… SOURCE`, with `SKIPLOCK_PACKET_ID` set.
+    /// An external command: `program args… -- SOURCE`, with `SKIPLOCK_PACKET_ID` set.
     Command {
         /// The program.
         program: String,
-        /// Its leading arguments (the source path is appended).
+        /// Its leading arguments (`--` and the source path are appended; the `--` only when
+        /// the last of these is not already `--`).
         args: Vec<String>,
     },
     /// The built-in manifest: each file's name, size and SHA-256.
@@ -54,20 +58,30 @@ impl Processor {
         })
     }
 
-    /// Processes packet `id` at `source` within `timeout`.
+    /// Processes packet `id` at `source` within `timeout`, if `source` passes the
+    /// [`PacketRoots::check`] (else a failure naming `SKIPLOCK_PACKET_ROOTS`, and nothing
+    /// is read or started).
     pub async fn run(
         &self,
         id: i64,
         source: &str,
         timeout: Duration,
+        roots: &PacketRoots,
     ) -> Result<Value, ProcessorFailure> {
+        let checked = {
+            let (roots, source) = (roots.clone(), source.to_string());
+            tokio::task::spawn_blocking(move || roots.check(&source))
+                .await
+                .map_err(|e| ProcessorFailure(format!("checking the packet source failed: {e}")))?
+                .map_err(ProcessorFailure)?
+        };
         match self {
             Processor::Command { program, args } => {
                 run_command(program, args, id, source, timeout).await
             }
             Processor::Manifest => {
-                let dir = PathBuf::from(source);
-                let work = tokio::task::spawn_blocking(move || manifest(&dir));
+                let roots = roots.clone();
+                let work = tokio::task::spawn_blocking(move || manifest(&checked, &roots));
                 match tokio::time::timeout(timeout, work).await {
                     Ok(Ok(r)) => r,
                     Ok(Err(e)) => Err(ProcessorFailure(format!("manifest processor crashed: {e}"))),
@@ -167,8 +181,13 @@ async fn run_command(
     timeout: Duration,
 ) -> Result<Value, ProcessorFailure> {
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .arg(source)
+    cmd.args(args);
+    // The source can never be taken for an option: `--` ends them (the checked source is
+    // absolute anyway). A setting ending in `--` (`sh -c '…' --`) already has it.
+    if args.last().map(String::as_str) != Some("--") {
+        cmd.arg("--");
+    }
+    cmd.arg(source)
         .env("SKIPLOCK_PACKET_ID", id.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -261,37 +280,55 @@ async fn read_tail(mut r: impl AsyncRead + Unpin, keep: usize) -> Vec<u8> {
     kept
 }
 
-/// The built-in processor: every file under `dir` (recursively, sorted by path; symlinked
-/// directories are not followed) with its size and SHA-256. A missing or empty folder fails.
-pub fn manifest(dir: &Path) -> Result<Value, ProcessorFailure> {
+/// The built-in processor: every file under `dir` (recursively, sorted by path) with its
+/// size and SHA-256. Symbolic links to files are followed when they stay inside the roots;
+/// one leading outside fails the packet (naming the link, never its target) and nothing is
+/// recorded; links to folders are not followed. Every folder and file is opened first and
+/// then checked to be inside the roots by the kernel's record of the open descriptor
+/// ([`open_inside`]), so nothing outside them is listed, sized or hashed, even if the
+/// folder changes while it is read. A missing or empty folder fails.
+pub fn manifest(dir: &Path, roots: &PacketRoots) -> Result<Value, ProcessorFailure> {
     let shown = dir.display();
-    let meta = std::fs::metadata(dir).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            ProcessorFailure(format!("packet folder {shown} does not exist"))
+    let top = match open_inside(dir, roots) {
+        Ok(Some((f, real))) if real == dir => f,
+        Ok(_) => {
+            return Err(ProcessorFailure(format!(
+                "packet folder {shown} leads outside {} or is not its real path",
+                roots::SETTING
+            )));
         }
-        _ => ProcessorFailure(format!("cannot read packet folder {shown}: {e}")),
-    })?;
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ProcessorFailure(format!(
+                "packet folder {shown} does not exist"
+            )));
+        }
+        Err(e) => {
+            return Err(ProcessorFailure(format!(
+                "cannot read packet folder {shown}: {e}"
+            )));
+        }
+    };
+    let meta = top
+        .metadata()
+        .map_err(|e| ProcessorFailure(format!("cannot read packet folder {shown}: {e}")))?;
     if !meta.is_dir() {
         return Err(ProcessorFailure(format!(
             "packet source {shown} is not a folder"
         )));
     }
     let mut files = Vec::new();
-    collect(dir, dir, &mut files)?;
+    collect(&top, "", roots, &mut files)?;
     if files.is_empty() {
         return Err(ProcessorFailure(format!(
             "packet folder {shown} is empty: no files to process"
         )));
     }
-    files.sort();
-    let mut entries = Vec::with_capacity(files.len());
-    let mut total: u64 = 0;
-    for (name, path) in files {
-        let (size, sha) = hash_file(&path)
-            .map_err(|e| ProcessorFailure(format!("cannot read {}: {e}", path.display())))?;
-        total += size;
-        entries.push(json!({"name": name, "size": size, "sha256": sha}));
-    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    let total: u64 = files.iter().map(|f| f.1).sum();
+    let entries: Vec<Value> = files
+        .into_iter()
+        .map(|(name, size, sha)| json!({"name": name, "size": size, "sha256": sha}))
+        .collect();
     Ok(json!({
         "processor": "manifest",
         "file_count": entries.len(),
@@ -300,36 +337,63 @@ pub fn manifest(dir: &Path) -> Result<Value, ProcessorFailure> {
     }))
 }
 
+fn outside(rel: &str) -> ProcessorFailure {
+    ProcessorFailure(format!(
+        "packet folder contains {rel:?}, which leads outside {}; nothing was recorded",
+        roots::SETTING
+    ))
+}
+
+/// Lists the folder open as `dir` (its path relative to the packet is `prefix`), hashing
+/// each file: (relative name, size, SHA-256).
 fn collect(
-    root: &Path,
-    dir: &Path,
-    out: &mut Vec<(String, PathBuf)>,
+    dir: &File,
+    prefix: &str,
+    roots: &PacketRoots,
+    out: &mut Vec<(String, u64, String)>,
 ) -> Result<(), ProcessorFailure> {
-    let rd = std::fs::read_dir(dir)
-        .map_err(|e| ProcessorFailure(format!("cannot list {}: {e}", dir.display())))?;
+    let shown = if prefix.is_empty() { "." } else { prefix };
+    let rd = std::fs::read_dir(fd_path(dir))
+        .map_err(|e| ProcessorFailure(format!("cannot list {shown}: {e}")))?;
     for entry in rd {
-        let entry =
-            entry.map_err(|e| ProcessorFailure(format!("cannot list {}: {e}", dir.display())))?;
-        let path = entry.path();
+        let entry = entry.map_err(|e| ProcessorFailure(format!("cannot list {shown}: {e}")))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
         let ft = entry
             .file_type()
-            .map_err(|e| ProcessorFailure(format!("cannot stat {}: {e}", path.display())))?;
-        if ft.is_dir() {
-            collect(root, &path, out)?;
-        } else if ft.is_file() || (ft.is_symlink() && path.is_file()) {
-            let name = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .into_owned();
-            out.push((name, path));
+            .map_err(|e| ProcessorFailure(format!("cannot stat {rel}: {e}")))?;
+        if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
+            continue; // sockets, FIFOs, devices: not frames
+        }
+        let opened = match open_inside(&fd_path(dir).join(entry.file_name()), roots) {
+            Ok(Some((f, _))) => f,
+            Ok(None) => return Err(outside(&rel)),
+            // A link to nothing, or an entry gone meanwhile: nothing to record.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(ProcessorFailure(format!("cannot open {rel}: {e}"))),
+        };
+        let meta = opened
+            .metadata()
+            .map_err(|e| ProcessorFailure(format!("cannot stat {rel}: {e}")))?;
+        if meta.is_dir() {
+            if ft.is_dir() {
+                collect(&opened, &rel, roots, out)?;
+            }
+        } else if meta.is_file() {
+            let (size, sha) = hash_file(&opened)
+                .map_err(|e| ProcessorFailure(format!("cannot read {rel}: {e}")))?;
+            out.push((rel, size, sha));
         }
     }
     Ok(())
 }
 
-fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
-    let mut f = std::fs::File::open(path)?;
+fn hash_file(opened: &File) -> std::io::Result<(u64, String)> {
+    let mut f = File::open(fd_path(opened))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut size = 0u64;
@@ -346,6 +410,8 @@ fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]
@@ -392,73 +458,134 @@ mod tests {
         assert_eq!(parse_output(""), json!(""));
     }
 
+    /// A temporary root (canonical) and the roots made of it.
+    fn root() -> (tempfile::TempDir, PathBuf, PacketRoots) {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        let roots = PacketRoots::new(&[&real]);
+        (dir, real, roots)
+    }
+
     #[test]
     fn manifest_lists_files_with_size_and_sha256() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("b.tif"), b"abc").unwrap();
-        std::fs::create_dir(dir.path().join("sub")).unwrap();
-        std::fs::write(dir.path().join("sub/a.tif"), b"").unwrap();
-        let m = manifest(dir.path()).unwrap();
-        assert_eq!(m["file_count"], 2);
-        assert_eq!(m["total_bytes"], 3);
+        let (_d, dir, roots) = root();
+        std::fs::write(dir.join("b.tif"), b"abc").unwrap();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/a.tif"), b"").unwrap();
+        // A link to a file inside the roots is followed; one to a folder is not.
+        std::os::unix::fs::symlink(dir.join("b.tif"), dir.join("c.tif")).unwrap();
+        std::os::unix::fs::symlink(dir.join("sub"), dir.join("dirlink")).unwrap();
+        let m = manifest(&dir, &roots).unwrap();
+        assert_eq!(m["file_count"], 3);
+        assert_eq!(m["total_bytes"], 6);
         assert_eq!(m["files"][0]["name"], "b.tif");
         assert_eq!(
             m["files"][0]["sha256"],
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        assert_eq!(m["files"][1]["name"], "sub/a.tif");
-        assert_eq!(m["files"][1]["size"], 0);
+        assert_eq!(m["files"][1]["name"], "c.tif");
+        assert_eq!(m["files"][2]["name"], "sub/a.tif");
+        assert_eq!(m["files"][2]["size"], 0);
     }
 
     #[test]
     fn manifest_fails_a_missing_or_empty_folder_clearly() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = manifest(dir.path()).unwrap_err();
+        let (_d, dir, roots) = root();
+        let e = manifest(&dir, &roots).unwrap_err();
         assert!(e.0.contains("is empty"), "{e}");
-        let e = manifest(&dir.path().join("nope")).unwrap_err();
+        let e = manifest(&dir.join("nope"), &roots).unwrap_err();
         assert!(e.0.contains("does not exist"), "{e}");
-        std::fs::write(dir.path().join("f"), b"x").unwrap();
-        let e = manifest(&dir.path().join("f")).unwrap_err();
+        std::fs::write(dir.join("f"), b"x").unwrap();
+        let e = manifest(&dir.join("f"), &roots).unwrap_err();
         assert!(e.0.contains("not a folder"), "{e}");
+    }
+
+    #[test]
+    fn manifest_refuses_links_out_of_the_roots_and_records_nothing_of_them() {
+        let (_d, dir, roots) = root();
+        let (_o, outside, _) = root();
+        std::fs::write(outside.join("shadow"), b"root:secret").unwrap();
+        std::fs::create_dir(dir.join("p")).unwrap();
+        std::fs::write(dir.join("p/frame.tif"), b"x").unwrap();
+        std::os::unix::fs::symlink(outside.join("shadow"), dir.join("p/evil")).unwrap();
+        let e = manifest(&dir.join("p"), &roots).unwrap_err();
+        assert!(
+            e.0.contains("\"evil\"") && e.0.contains("SKIPLOCK_PACKET_ROOTS"),
+            "{e}"
+        );
+        assert!(
+            !e.0.contains("shadow") && !e.0.contains(&*outside.to_string_lossy()),
+            "{e}"
+        );
+        // A source outside the roots is not even opened.
+        let e = manifest(&outside, &roots).unwrap_err();
+        assert!(e.0.contains("SKIPLOCK_PACKET_ROOTS"), "{e}");
     }
 
     #[tokio::test]
     async fn command_gets_source_and_id_and_its_failures_carry_stderr() {
+        let (_d, dir, roots) = root();
+        let src = dir.to_str().unwrap();
         let p = Processor::from_setting(Some(
             r#"sh -c 'echo "{\"id\": $SKIPLOCK_PACKET_ID, \"src\": \"$1\"}"' --"#,
         ))
         .unwrap();
         let v = p
-            .run(9, "/some/dir", Duration::from_secs(30))
+            .run(9, src, Duration::from_secs(30), &roots)
             .await
             .unwrap();
-        assert_eq!(v, json!({"id": 9, "src": "/some/dir"}));
+        assert_eq!(v, json!({"id": 9, "src": src}));
+        // Without a trailing `--` in the setting, one is added before the source.
+        let p = Processor::from_setting(Some(r#"sh -c 'echo "$1|$2"' sh"#)).unwrap();
+        let v = p
+            .run(9, src, Duration::from_secs(30), &roots)
+            .await
+            .unwrap();
+        assert_eq!(v, json!(format!("--|{src}")));
         let p = Processor::from_setting(Some(
             "sh -c 'echo partial; echo bad frame 3 >&2; exit 3' --",
         ))
         .unwrap();
-        let e = p.run(1, "/x", Duration::from_secs(30)).await.unwrap_err();
+        let e = p
+            .run(1, src, Duration::from_secs(30), &roots)
+            .await
+            .unwrap_err();
         assert_eq!(e.0, "processor exited with status 3: bad frame 3");
         let p = Processor::from_setting(Some("/definitely/not/here")).unwrap();
         assert!(
-            p.run(1, "/x", Duration::from_secs(30))
+            p.run(1, src, Duration::from_secs(30), &roots)
                 .await
                 .unwrap_err()
                 .0
                 .contains("could not start")
         );
+        // A source outside the roots never reaches the processor.
+        let mark = dir.join("ran");
+        let line = format!("sh -c 'touch {}' --", mark.display());
+        let p = Processor::from_setting(Some(&line)).unwrap();
+        for bad in ["/etc", "-rf", "relative/dir"] {
+            let e = p
+                .run(1, bad, Duration::from_secs(30), &roots)
+                .await
+                .unwrap_err();
+            assert!(e.0.contains("SKIPLOCK_PACKET_ROOTS"), "{bad}: {e}");
+        }
+        assert!(!mark.exists());
     }
 
     #[tokio::test]
     async fn a_processor_past_its_timeout_is_killed_with_its_children() {
-        let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("pid");
+        let (_d, dir, roots) = root();
+        let pidfile = dir.join("pid");
         let line = format!(
             "sh -c 'sleep 60 & echo $! > {}; wait' --",
             pidfile.display()
         );
         let p = Processor::from_setting(Some(&line)).unwrap();
-        let e = p.run(1, "/x", Duration::from_secs(1)).await.unwrap_err();
+        let e = p
+            .run(1, dir.to_str().unwrap(), Duration::from_secs(1), &roots)
+            .await
+            .unwrap_err();
         assert!(e.0.contains("timed out after 1s"), "{e}");
         // The backgrounded grandchild went with the group (kill -0 fails once it is gone).
         let pid: i32 = std::fs::read_to_string(&pidfile)
