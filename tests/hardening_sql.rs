@@ -102,6 +102,7 @@ fn packet_settings(concurrency: usize) -> PacketSettings {
         processor: Processor::Manifest,
         timeout: Duration::from_secs(30),
         recovery: true,
+        roots: skiplock::workflows::packets::roots::PacketRoots::new(&[packet_root()]),
     }
 }
 

@@ -233,6 +233,7 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
                 processor: Processor::Manifest,
                 timeout: Duration::from_secs(30),
                 recovery: true,
+                roots: skiplock::workflows::packets::roots::PacketRoots::new(&[packet_root()]),
             },
         );
         pack::register_with(

@@ -186,11 +186,6 @@ impl PrivateCluster {
         )
     }
 
-    /// The TCP port the cluster listens on (127.0.0.1).
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// The cluster's directory (data and server log).
     pub fn path(&self) -> &Path {
         self.dir.path()
