@@ -454,6 +454,9 @@ async fn another_login_holding_every_lock_it_can_take_stalls_nothing() {
         .await
         .unwrap();
     let mut qs = fast_settings();
+    // Heartbeats every 5 s (a quarter of the window), so 30 s must show several; a 20 s window
+    // is still far longer than any stall of a loaded machine.
+    qs.rescue_after = Duration::from_secs(20);
     qs.queues = Some(BTreeMap::from([
         ("packets".to_string(), 6),
         ("pack".to_string(), 2),
