@@ -2,14 +2,16 @@
 // Graphile Worker as the peer in `skiplock bench` (issue 13): the same no-op drain, on the same
 // database server, in the same run.
 //
-//   node scripts/graphile/drain.js --url postgres://... --jobs 50000 [--concurrency 10]
-//        [--local-queue 500] [--no-wait]
+//   DATABASE_URL=postgres://... node scripts/graphile/drain.js --jobs 50000 [--concurrency 10]
+//        [--local-queue 500] [--no-wait] [--url postgres://...]
 //
+// (the URL from the environment keeps a password out of the process list)
 // 1. installs Graphile Worker's schema (`graphile_worker`) in the database of --url;
 // 2. empties its jobs table and pre-inserts --jobs no-op jobs with graphile's own
 //    `graphile_worker.add_jobs` in batches of 1,000, then VACUUM ANALYZE (not timed);
 // 3. closes its setup connections, prints {"ready":true} and waits for one line on stdin
-//    (so the caller can take its "before" readings with nothing of ours connected);
+//    (so the caller can take its "before" readings with nothing of ours connected; the line
+//    also names graphile-worker's version);
 //    --no-wait skips the wait;
 // 4. runs a worker with `concurrentJobs` --concurrency, `localQueue.size` --local-queue and
 //    `completeJobBatchDelay` 0 (batched fetch and batched completion) and a no-op task,
@@ -26,7 +28,7 @@ const { Pool } = require("pg");
 const { run, runMigrations, Logger } = require("graphile-worker");
 
 function parseArgs(argv) {
-  const o = { url: null, jobs: 50000, concurrency: 10, localQueue: 500, wait: true };
+  const o = { url: process.env.DATABASE_URL || null, jobs: 50000, concurrency: 10, localQueue: 500, wait: true };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const next = () => {
@@ -45,7 +47,7 @@ function parseArgs(argv) {
     else if (a === "--no-wait") o.wait = false;
     else throw new Error(`unknown argument ${a}`);
   }
-  if (!o.url) throw new Error("--url is required");
+  if (!o.url) throw new Error("no database: set DATABASE_URL or pass --url");
   return o;
 }
 
@@ -141,7 +143,7 @@ async function drain(o) {
 async function main() {
   const o = parseArgs(process.argv.slice(2));
   await prepare(o);
-  say({ ready: true, jobs: o.jobs });
+  say({ ready: true, jobs: o.jobs, graphile_worker: require("graphile-worker/package.json").version });
   if (o.wait) await waitForLine();
   say(await drain(o));
 }
