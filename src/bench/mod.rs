@@ -1,23 +1,35 @@
-//! `skiplock bench`: throughput and latency of the queue, measured against what plain SQL
-//! achieves on the same server in the same run (the ceiling). Each figure is the median of
-//! several runs, with min and max. The benchmark creates and drops its own database.
+//! `skiplock bench`: throughput, cost and latency of the queue, measured against baselines
+//! run in the same run on the same server: what plain SQL achieves (the ceiling) and Graphile
+//! Worker (the peer). Each figure is the median of several runs, with min and max; issue 13's
+//! targets are checked at the end ([`targets::TARGETS`]). The benchmark creates and drops its
+//! own database.
+//!
+//! Files: `drain.rs` (skiplock's drains), `peers.rs` (ceiling, Graphile), `enqueue.rs`
+//! (enqueue rates, latency), `meter.rs` (idle %, WAL and commits per job), `store.rs` (every
+//! SQL statement), `stats.rs` and `targets.rs` (pure).
+
+pub mod drain;
+pub mod enqueue;
+pub mod meter;
+pub mod peers;
+pub mod stats;
+mod store;
+pub mod targets;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 use serde::Serialize;
 use serde_json::json;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
-use tokio::sync::{Notify, mpsc};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::QueueSettings;
 use crate::error::{Error, Result};
-use crate::queue::{NewJob, enqueue, enqueue_many};
-use crate::worker::{HandlerResult, JobContext, Outcome, Worker, handler::Handler};
+use crate::queue::enqueue_many;
+pub use meter::Usage;
+pub use peers::Graphile;
+pub use stats::{Stat, percentile};
+pub use targets::{TARGETS, TargetResult};
 
 /// What to measure and how much.
 #[derive(Debug, Clone)]
@@ -26,16 +38,32 @@ pub struct BenchOptions {
     pub runs: usize,
     /// Jobs in each drain.
     pub jobs: usize,
-    /// Worker concurrency (slots of the one queue) during drains.
+    /// Worker concurrency (slots of the one queue) during drains, per process.
     pub concurrency: usize,
-    /// Connections of the worker's pool, and of the enqueue and ceiling loops.
+    /// Connections of the worker's pool (per process), and of the enqueue_many and ceiling loops.
     pub connections: u32,
+    /// Concurrent clients of the single-call enqueue run (issue 13's target is for 8).
+    pub enqueue_clients: usize,
     /// Finished rows of ballast in the scale run.
     pub scale_finished: usize,
     /// Future-scheduled rows of ballast in the scale run.
     pub scale_future: usize,
     /// Jobs in the latency run.
     pub latency_jobs: usize,
+    /// The `skiplock` binary for the multi-process drain (the CLI passes its own).
+    pub worker_bin: Option<PathBuf>,
+    /// The Graphile harness.
+    pub graphile: Graphile,
+    /// Skip the enqueue rates.
+    pub skip_enqueue: bool,
+    /// Skip the multi-process drain.
+    pub skip_processes: bool,
+    /// Skip the latency run.
+    pub skip_latency: bool,
+    /// Skip the plain-SQL ceiling.
+    pub skip_ceiling: bool,
+    /// Skip the Graphile Worker drain.
+    pub skip_graphile: bool,
     /// Skip the (slow) scale run.
     pub skip_scale: bool,
 }
@@ -47,107 +75,103 @@ impl Default for BenchOptions {
             jobs: 50_000,
             concurrency: 200,
             connections: 8,
+            enqueue_clients: 8,
             scale_finished: 1_000_000,
             scale_future: 100_000,
             latency_jobs: 200,
+            worker_bin: None,
+            graphile: Graphile {
+                node: "node".into(),
+                dir: PathBuf::from("scripts/graphile"),
+            },
+            skip_enqueue: false,
+            skip_processes: false,
+            skip_latency: false,
+            skip_ceiling: false,
+            skip_graphile: false,
             skip_scale: false,
         }
     }
 }
 
-/// Median, min and max of one figure.
+/// One drain's measurements.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainRun {
+    /// Throughput.
+    pub jobs_per_s: f64,
+    /// WAL and commits per job.
+    pub usage: Usage,
+    /// Machine idle %, where measured.
+    pub idle_pct: Option<f64>,
+}
+
+/// One drain's figures over the runs.
 #[derive(Debug, Clone, Serialize)]
-pub struct Stat {
-    /// Median.
-    pub median: f64,
-    /// Smallest.
-    pub min: f64,
-    /// Largest.
-    pub max: f64,
+pub struct DrainFigures {
+    /// jobs/s.
+    pub jobs_per_s: Stat,
+    /// WAL bytes per job (server-wide WAL over the drain's window).
+    pub wal_bytes_per_job: Stat,
+    /// Commits in the benchmark's database per 1,000 jobs (Postgres 15+).
+    pub commits_per_1000: Option<Stat>,
+    /// Machine idle % during the drain (Linux; not for the multi-process drain).
+    pub idle_pct: Option<Stat>,
 }
 
-impl Stat {
-    /// Summarises samples.
-    pub fn of(samples: &[f64]) -> Stat {
-        let mut s = samples.to_vec();
-        s.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-        let median = if s.is_empty() {
-            0.0
-        } else if s.len() % 2 == 1 {
-            s[s.len() / 2]
-        } else {
-            (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+impl DrainFigures {
+    fn of(runs: &[DrainRun]) -> Option<DrainFigures> {
+        let col = |f: &dyn Fn(&DrainRun) -> Option<f64>| -> Option<Stat> {
+            let v: Option<Vec<f64>> = runs.iter().map(f).collect();
+            v.and_then(|v| Stat::of_some(&v))
         };
-        Stat {
-            median,
-            min: s.first().copied().unwrap_or(0.0),
-            max: s.last().copied().unwrap_or(0.0),
-        }
+        Some(DrainFigures {
+            jobs_per_s: col(&|r| Some(r.jobs_per_s))?,
+            wal_bytes_per_job: col(&|r| Some(r.usage.wal_bytes_per_job))?,
+            commits_per_1000: col(&|r| r.usage.commits_per_1000),
+            idle_pct: col(&|r| r.idle_pct),
+        })
     }
 }
 
-/// The percentile `p` (0–100) of sorted samples, nearest rank.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// Everything one `skiplock bench` run measured.
+/// Everything one `skiplock bench` run measured. Parts skipped by a flag are None.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     /// Options used.
     pub settings: BTreeMap<String, String>,
     /// Postgres version and the settings that matter for throughput.
     pub postgres: BTreeMap<String, String>,
-    /// jobs/s of single `skiplock.enqueue` calls from `connections` connections.
-    pub enqueue_single: Stat,
+    /// jobs/s of single `skiplock.enqueue` calls from `enqueue_clients` clients.
+    pub enqueue_single: Option<Stat>,
     /// jobs/s of `skiplock.enqueue_many` in batches of 1,000.
-    pub enqueue_many: Stat,
-    /// jobs/s draining `jobs` noop jobs.
-    pub drain: Stat,
+    pub enqueue_many: Option<Stat>,
+    /// Draining `jobs` noop jobs with one worker in this process: the headline.
+    pub drain: DrainFigures,
+    /// The same with [`drain::PROCESSES`] `skiplock worker` processes on one queue.
+    pub drain_processes: Option<DrainFigures>,
     /// Enqueue-to-start latency, ms: p50.
-    pub latency_p50_ms: Stat,
+    pub latency_p50_ms: Option<Stat>,
     /// Enqueue-to-start latency, ms: p99.
-    pub latency_p99_ms: Stat,
-    /// jobs/s draining with the ballast in the table (absent with --skip-scale).
+    pub latency_p99_ms: Option<Stat>,
+    /// jobs/s draining with the ballast in the table.
     pub drain_scaled: Option<Stat>,
-    /// drain_scaled / drain.
+    /// drain_scaled / drain (medians).
     pub scale_ratio: Option<f64>,
-    /// jobs/s of the plain-SQL claim-and-complete loop.
-    pub ceiling: Stat,
-    /// drain / ceiling: the headline.
-    pub drain_to_ceiling: f64,
-}
-
-/// Counts completions so the drain knows when every handler has run.
-struct CountingNoop(Arc<AtomicUsize>, Arc<Notify>, usize);
-impl Handler for CountingNoop {
-    type Args = serde_json::Value;
-    fn kind(&self) -> &'static str {
-        "noop"
-    }
-    async fn run(&self, _ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
-        if self.0.fetch_add(1, Ordering::Relaxed) + 1 >= self.2 {
-            self.1.notify_one();
-        }
-        Ok(Outcome::Complete)
-    }
-}
-
-/// Reports each start to the latency run.
-struct StartSignal(mpsc::UnboundedSender<i64>);
-impl Handler for StartSignal {
-    type Args = serde_json::Value;
-    fn kind(&self) -> &'static str {
-        "noop"
-    }
-    async fn run(&self, ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
-        let _ = self.0.send(ctx.id);
-        Ok(Outcome::Complete)
-    }
+    /// The plain-SQL claim-and-complete loop.
+    pub ceiling: Option<DrainFigures>,
+    /// Graphile Worker, batched.
+    pub graphile: Option<DrainFigures>,
+    /// drain / ceiling, per run (same run, same server).
+    pub drain_to_ceiling: Option<Stat>,
+    /// drain / graphile, per run.
+    pub drain_to_graphile: Option<Stat>,
+    /// WAL per job, drain / graphile, per run.
+    pub wal_to_graphile: Option<Stat>,
+    /// multi-process drain / drain, per run.
+    pub processes_to_drain: Option<Stat>,
+    /// The medians the targets are checked on, by target key.
+    pub figures: BTreeMap<String, f64>,
+    /// Issue 13's targets, checked.
+    pub targets: Vec<TargetResult>,
 }
 
 /// A database of its own for the benchmark, dropped at the end.
@@ -161,9 +185,7 @@ impl BenchDb {
     async fn create(server_url: &str) -> Result<BenchDb> {
         let admin = crate::db::connect(server_url, 2).await?;
         let name = format!("skiplock_bench_{:08x}", rand::random::<u32>());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await?;
+        store::create_database(&admin, &name).await?;
         let mut u = url::Url::parse(server_url)
             .map_err(|e| Error::config("DATABASE_URL", e.to_string()))?;
         u.set_path(&format!("/{name}"));
@@ -175,206 +197,35 @@ impl BenchDb {
     }
 
     async fn drop_db(&self) {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        )))
-        .execute(&self.admin)
-        .await;
+        let _ = store::drop_database(&self.admin, &self.name).await;
     }
 }
 
-async fn pool(url: &str, n: u32) -> Result<PgPool> {
-    Ok(PgPoolOptions::new().max_connections(n).connect(url).await?)
+async fn reset(monitor: &PgPool) -> Result<()> {
+    store::truncate_jobs(monitor).await?;
+    store::vacuum_jobs(monitor).await
 }
 
-async fn reset(pool: &PgPool) -> Result<()> {
-    sqlx::query("TRUNCATE skiplock.jobs").execute(pool).await?;
-    sqlx::query("VACUUM ANALYZE skiplock.jobs")
-        .execute(pool)
-        .await?;
-    Ok(())
-}
-
-async fn fill_noop(pool: &PgPool, n: usize) -> Result<()> {
+async fn fill_noop(monitor: &PgPool, n: usize) -> Result<()> {
     let batch: Vec<serde_json::Value> = (0..1000).map(|_| json!({})).collect();
     let mut left = n;
     while left > 0 {
         let k = left.min(1000);
-        enqueue_many(pool, "noop", &batch[..k], "default", None, 0).await?;
+        enqueue_many(monitor, "noop", &batch[..k], "default", None, 0).await?;
         left -= k;
     }
-    sqlx::query("ANALYZE skiplock.jobs").execute(pool).await?;
-    Ok(())
+    store::analyze_jobs(monitor).await
 }
 
 /// The worker's settings: the environment's (so `SKIPLOCK_FETCH_COOLDOWN` and friends can be
 /// tuned), with the benchmark's queue, concurrency and pool size.
-fn worker_settings(o: &BenchOptions) -> QueueSettings {
+pub(crate) fn worker_settings(o: &BenchOptions) -> QueueSettings {
     let env = QueueSettings::from_env().unwrap_or_default();
     QueueSettings {
         queues: Some(BTreeMap::from([("default".to_string(), o.concurrency)])),
         max_connections: o.connections,
         ..env
     }
-}
-
-/// jobs/s of a drain of the `n` due noop jobs already in the table.
-async fn drain(url: &str, o: &BenchOptions, n: usize) -> Result<f64> {
-    let p = pool(url, o.connections).await?;
-    let done = Arc::new(AtomicUsize::new(0));
-    let all_ran = Arc::new(Notify::new());
-    let worker = Worker::builder(p.clone(), worker_settings(o))
-        .register(CountingNoop(done.clone(), all_ran.clone(), n))
-        .build();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let started = Instant::now();
-    let handle = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
-    all_ran.notified().await;
-    // Every handler ran; wait until every ack is written too.
-    loop {
-        let left: i64 = sqlx::query_scalar(
-            // Every handler ran, so only acks are outstanding: count running rows (a small
-            // partial index), not the available ones (the scale run has 100k future rows).
-            "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'",
-        )
-        .fetch_one(&p)
-        .await?;
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let secs = started.elapsed().as_secs_f64();
-    stop.cancel();
-    handle.await.map_err(|e| Error::Other(e.to_string()))??;
-    p.close().await;
-    Ok(n as f64 / secs)
-}
-
-async fn enqueue_single(url: &str, o: &BenchOptions) -> Result<f64> {
-    let p = pool(url, o.connections).await?;
-    let per_conn = 2_000usize;
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..o.connections {
-        let p = p.clone();
-        tasks.push(tokio::spawn(async move {
-            for i in 0..per_conn {
-                enqueue(&p, &NewJob::new("noop", json!({"i": i})).queue("bench")).await?;
-            }
-            Ok::<_, Error>(())
-        }));
-    }
-    for t in tasks {
-        t.await.map_err(|e| Error::Other(e.to_string()))??;
-    }
-    let rate = (per_conn * o.connections as usize) as f64 / started.elapsed().as_secs_f64();
-    p.close().await;
-    Ok(rate)
-}
-
-async fn enqueue_batched(url: &str, o: &BenchOptions) -> Result<f64> {
-    let p = pool(url, o.connections).await?;
-    let batches = (o.jobs / 1000).max(1);
-    let args: Vec<serde_json::Value> = (0..1000).map(|i| json!({"i": i})).collect();
-    let started = Instant::now();
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..o.connections {
-        let (p, args, next) = (p.clone(), args.clone(), next.clone());
-        tasks.push(tokio::spawn(async move {
-            while next.fetch_add(1, Ordering::Relaxed) < batches {
-                enqueue_many(&p, "noop", &args, "bench", None, 0).await?;
-            }
-            Ok::<_, Error>(())
-        }));
-    }
-    for t in tasks {
-        t.await.map_err(|e| Error::Other(e.to_string()))??;
-    }
-    let rate = (batches * 1000) as f64 / started.elapsed().as_secs_f64();
-    p.close().await;
-    Ok(rate)
-}
-
-/// (p50, p99) in ms of enqueue-to-start, one job at a time into an idle pool.
-async fn latency(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
-    let p = pool(url, o.connections).await?;
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let worker = Worker::builder(p.clone(), worker_settings(o))
-        .register(StartSignal(tx))
-        .build();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let handle = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
-    // Let the worker settle (LISTEN established, first empty claim done).
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut ids = Vec::new();
-    for _ in 0..o.latency_jobs {
-        let id = enqueue(&p, &NewJob::new("noop", json!({}))).await?;
-        ids.push(id);
-        // Wait for this one to start before the next (an idle pool each time).
-        tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .map_err(|_| Error::Other("latency run: a job did not start within 10 s".into()))?;
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    stop.cancel();
-    handle.await.map_err(|e| Error::Other(e.to_string()))??;
-    let mut ms: Vec<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM (attempted_at - created_at))::float8 * 1000 FROM skiplock.jobs WHERE id = ANY($1)",
-    )
-    .bind(&ids)
-    .fetch_all(&p)
-    .await?;
-    ms.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    p.close().await;
-    Ok((percentile(&ms, 50.0), percentile(&ms, 99.0)))
-}
-
-/// jobs/s of the plain-SQL loop over `n` rows with `connections` connections.
-async fn ceiling(url: &str, o: &BenchOptions) -> Result<f64> {
-    let p = pool(url, o.connections).await?;
-    sqlx::raw_sql(include_str!("../../sql/bench/ceiling_table.sql"))
-        .execute(&p)
-        .await?;
-    sqlx::query(include_str!("../../sql/bench/ceiling_fill.sql"))
-        .bind(o.jobs as i64)
-        .execute(&p)
-        .await?;
-    sqlx::query("VACUUM ANALYZE public.ceiling_jobs")
-        .execute(&p)
-        .await?;
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..o.connections {
-        let p = p.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut done = 0u64;
-            loop {
-                let r = sqlx::query(include_str!("../../sql/bench/ceiling_step.sql"))
-                    .execute(&p)
-                    .await?;
-                if r.rows_affected() == 0 {
-                    break;
-                }
-                done += r.rows_affected();
-            }
-            Ok::<_, Error>(done)
-        }));
-    }
-    let mut total = 0u64;
-    for t in tasks {
-        total += t.await.map_err(|e| Error::Other(e.to_string()))??;
-    }
-    let rate = total as f64 / started.elapsed().as_secs_f64();
-    sqlx::query("DROP TABLE public.ceiling_jobs")
-        .execute(&p)
-        .await?;
-    p.close().await;
-    Ok(rate)
 }
 
 async fn postgres_facts(p: &PgPool) -> Result<BTreeMap<String, String>> {
@@ -387,11 +238,7 @@ async fn postgres_facts(p: &PgPool) -> Result<BTreeMap<String, String>> {
         "wal_level",
         "max_connections",
     ] {
-        let v: String = sqlx::query_scalar("SELECT current_setting($1)")
-            .bind(name)
-            .fetch_one(p)
-            .await?;
-        m.insert(name.to_string(), v);
+        m.insert(name.to_string(), store::setting(p, name).await?);
     }
     Ok(m)
 }
@@ -403,85 +250,165 @@ pub async fn run(
     o: &BenchOptions,
     progress: impl Fn(&str),
 ) -> Result<BenchReport> {
+    if !o.skip_graphile {
+        o.graphile.check()?;
+    }
+    if !o.skip_processes && o.worker_bin.is_none() {
+        return Err(Error::Invalid(
+            "bench: the multi-process drain needs the skiplock binary (worker_bin)".into(),
+        ));
+    }
     let db = BenchDb::create(server_url).await?;
-    let r = run_in(&db.url, o, &progress).await;
+    let r = run_in(&db, o, &progress).await;
     db.drop_db().await;
     r
 }
 
-async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result<BenchReport> {
-    let p = pool(url, 2).await?;
-    crate::schema::migrate(&p).await?;
-    let postgres = postgres_facts(&p).await?;
-    let (mut single, mut many, mut drains, mut p50, mut p99, mut scaled, mut ceil) =
-        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+/// Per-run ratio a / b, when both were measured.
+fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> f64) -> Option<Stat> {
+    let v: Vec<f64> = a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect();
+    (a.len() == b.len()).then(|| Stat::of_some(&v)).flatten()
+}
+
+/// The medians the targets are checked on.
+fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let mut put = |k: &str, v: Option<f64>| {
+        if let Some(v) = v {
+            m.insert(k.to_string(), v);
+        }
+    };
+    put(
+        "drain_to_graphile",
+        r.drain_to_graphile.as_ref().map(|s| s.median),
+    );
+    put(
+        "drain_to_ceiling",
+        r.drain_to_ceiling.as_ref().map(|s| s.median),
+    );
+    put("idle_pct", r.drain.idle_pct.as_ref().map(|s| s.median));
+    put(
+        "wal_to_graphile",
+        r.wal_to_graphile.as_ref().map(|s| s.median),
+    );
+    put("enqueue_many", r.enqueue_many.as_ref().map(|s| s.median));
+    put(
+        "enqueue_single",
+        r.enqueue_single.as_ref().map(|s| s.median),
+    );
+    put(
+        "latency_p50_ms",
+        r.latency_p50_ms.as_ref().map(|s| s.median),
+    );
+    put(
+        "latency_p99_ms",
+        r.latency_p99_ms.as_ref().map(|s| s.median),
+    );
+    put("scale_ratio", r.scale_ratio);
+    m
+}
+
+async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Result<BenchReport> {
+    let url = db.url.as_str();
+    let monitor = store::monitor(url).await?;
+    crate::schema::migrate(&monitor).await?;
+    let postgres = postgres_facts(&monitor).await?;
+    let meter = meter::Meter {
+        admin: &db.admin,
+        monitor: &monitor,
+        db: &db.name,
+        flushes: store::server_version_num(&monitor).await? >= 150_000,
+    };
+    let (mut single, mut many, mut p50, mut p99, mut scaled) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
+    let mut graphile_version = None;
     for run in 1..=o.runs {
-        progress(&format!("run {run}/{}: enqueue", o.runs));
-        reset(&p).await?;
-        single.push(enqueue_single(url, o).await?);
-        reset(&p).await?;
-        many.push(enqueue_batched(url, o).await?);
+        let step = |what: &str| progress(&format!("run {run}/{}: {what}", o.runs));
+        if !o.skip_enqueue {
+            step("enqueue");
+            reset(&monitor).await?;
+            single.push(enqueue::single(url, o).await?);
+            reset(&monitor).await?;
+            many.push(enqueue::many(url, o).await?);
+        }
 
-        progress(&format!("run {run}/{}: drain {} jobs", o.runs, o.jobs));
-        reset(&p).await?;
-        fill_noop(&p, o.jobs).await?;
-        drains.push(drain(url, o, o.jobs).await?);
+        step(&format!("drain {} jobs, 1 process", o.jobs));
+        reset(&monitor).await?;
+        fill_noop(&monitor, o.jobs).await?;
+        drains.push(drain::in_process(url, o, o.jobs, &meter).await?);
 
-        progress(&format!("run {run}/{}: latency", o.runs));
-        reset(&p).await?;
-        let (a, b) = latency(url, o).await?;
-        p50.push(a);
-        p99.push(b);
+        if let (false, Some(bin)) = (o.skip_processes, &o.worker_bin) {
+            step(&format!(
+                "drain {} jobs, {} processes",
+                o.jobs,
+                drain::PROCESSES
+            ));
+            reset(&monitor).await?;
+            fill_noop(&monitor, o.jobs).await?;
+            procs.push(drain::processes(url, o, o.jobs, bin, &monitor, &meter).await?);
+        }
 
-        progress(&format!("run {run}/{}: ceiling", o.runs));
-        reset(&p).await?;
-        ceil.push(ceiling(url, o).await?);
+        if !o.skip_latency {
+            step("latency");
+            reset(&monitor).await?;
+            let (a, b) = enqueue::latency(url, o).await?;
+            p50.push(a);
+            p99.push(b);
+        }
+
+        if !o.skip_ceiling {
+            step("ceiling");
+            reset(&monitor).await?;
+            ceil.push(peers::ceiling(url, o, &monitor, &meter).await?);
+        }
+
+        if !o.skip_graphile {
+            step(&format!("graphile drain {} jobs", o.jobs));
+            reset(&monitor).await?;
+            let (r, v) = peers::graphile(url, o.jobs, &o.graphile, &meter).await?;
+            graph.push(r);
+            graphile_version = v;
+        }
     }
     if !o.skip_scale {
-        reset(&p).await?;
+        reset(&monitor).await?;
         progress(&format!(
             "scale: inserting {} finished and {} future rows",
             o.scale_finished, o.scale_future
         ));
-        sqlx::query(include_str!("../../sql/bench/scale_fill.sql"))
-            .bind(o.scale_finished as i64)
-            .execute(&p)
-            .await?;
-        sqlx::query(include_str!("../../sql/bench/scale_future.sql"))
-            .bind(o.scale_future as i64)
-            .execute(&p)
-            .await?;
-        sqlx::query("VACUUM ANALYZE skiplock.jobs")
-            .execute(&p)
-            .await?;
+        store::scale_fill(&monitor, o.scale_finished).await?;
+        store::scale_future(&monitor, o.scale_future).await?;
+        store::vacuum_jobs(&monitor).await?;
         for run in 1..=o.runs {
             progress(&format!(
                 "scale run {run}/{}: drain {} jobs",
                 o.runs, o.jobs
             ));
-            fill_noop(&p, o.jobs).await?;
-            scaled.push(drain(url, o, o.jobs).await?);
+            fill_noop(&monitor, o.jobs).await?;
+            scaled.push(drain::in_process(url, o, o.jobs, &meter).await?.jobs_per_s);
             // Keep the ballast at its size: this run's rows become ballast for the next.
-            sqlx::query("DELETE FROM skiplock.jobs WHERE id IN (SELECT id FROM skiplock.jobs WHERE state = 'completed' ORDER BY id DESC LIMIT $1)")
-                .bind(o.jobs as i64)
-                .execute(&p)
-                .await?;
-            sqlx::query("VACUUM ANALYZE skiplock.jobs")
-                .execute(&p)
-                .await?;
+            store::scale_trim(&monitor, o.jobs).await?;
+            store::vacuum_jobs(&monitor).await?;
         }
     }
-    p.close().await;
-    let drain = Stat::of(&drains);
-    let ceiling = Stat::of(&ceil);
-    let drain_scaled = (!scaled.is_empty()).then(|| Stat::of(&scaled));
-    let scale_ratio = drain_scaled.as_ref().map(|s| s.median / drain.median);
+    monitor.close().await;
+    let Some(drain) = DrainFigures::of(&drains) else {
+        return Err(Error::Other("bench: no drain ran".into()));
+    };
+    let drain_scaled = Stat::of_some(&scaled);
+    let scale_ratio = drain_scaled
+        .as_ref()
+        .map(|s| s.median / drain.jobs_per_s.median);
+    let throughput = |r: &DrainRun| r.jobs_per_s;
     let mut settings = BTreeMap::from([
         ("runs".to_string(), o.runs.to_string()),
         ("jobs".to_string(), o.jobs.to_string()),
         ("concurrency".to_string(), o.concurrency.to_string()),
         ("connections".to_string(), o.connections.to_string()),
+        ("enqueue_clients".to_string(), o.enqueue_clients.to_string()),
         ("latency_jobs".to_string(), o.latency_jobs.to_string()),
+        ("processes".to_string(), drain::PROCESSES.to_string()),
         (
             "fetch_cooldown".to_string(),
             humantime::format_duration(worker_settings(o).fetch_cooldown).to_string(),
@@ -495,40 +422,78 @@ async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result
         settings.insert("scale_finished".to_string(), o.scale_finished.to_string());
         settings.insert("scale_future".to_string(), o.scale_future.to_string());
     }
-    Ok(BenchReport {
+    if !o.skip_graphile {
+        let v = graphile_version.unwrap_or_else(|| "?".into());
+        settings.insert(
+            "graphile".to_string(),
+            format!(
+                "graphile-worker {v}, concurrency {}, localQueue.size {}, completeJobBatchDelay 0",
+                peers::GRAPHILE_CONCURRENCY,
+                peers::GRAPHILE_LOCAL_QUEUE
+            ),
+        );
+    }
+    let mut report = BenchReport {
         settings,
         postgres,
-        enqueue_single: Stat::of(&single),
-        enqueue_many: Stat::of(&many),
-        drain_to_ceiling: drain.median / ceiling.median,
+        enqueue_single: Stat::of_some(&single),
+        enqueue_many: Stat::of_some(&many),
+        drain_to_ceiling: ratios(&drains, &ceil, throughput),
+        drain_to_graphile: ratios(&drains, &graph, throughput),
+        wal_to_graphile: ratios(&drains, &graph, |r| r.usage.wal_bytes_per_job),
+        processes_to_drain: ratios(&procs, &drains, throughput),
         drain,
-        latency_p50_ms: Stat::of(&p50),
-        latency_p99_ms: Stat::of(&p99),
+        drain_processes: DrainFigures::of(&procs),
+        latency_p50_ms: Stat::of_some(&p50),
+        latency_p99_ms: Stat::of_some(&p99),
         drain_scaled,
         scale_ratio,
-        ceiling,
-    })
+        ceiling: DrainFigures::of(&ceil),
+        graphile: DrainFigures::of(&graph),
+        figures: BTreeMap::new(),
+        targets: Vec::new(),
+    };
+    report.figures = figures(&report);
+    report.targets = targets::evaluate(&report.figures);
+    Ok(report)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn median_min_max() {
-        let s = Stat::of(&[3.0, 1.0, 2.0]);
-        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
-        assert_eq!(Stat::of(&[1.0, 2.0, 3.0, 4.0]).median, 2.5);
-        assert_eq!(Stat::of(&[]).median, 0.0);
+    fn run(rate: f64, wal: f64) -> DrainRun {
+        DrainRun {
+            jobs_per_s: rate,
+            usage: Usage {
+                wal_bytes_per_job: wal,
+                commits_per_1000: None,
+            },
+            idle_pct: Some(10.0),
+        }
     }
 
     #[test]
-    fn percentiles_by_nearest_rank() {
-        let v: Vec<f64> = (1..=200).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50.0), 100.0);
-        assert_eq!(percentile(&v, 99.0), 198.0);
-        assert_eq!(percentile(&v, 100.0), 200.0);
-        assert_eq!(percentile(&[5.0], 99.0), 5.0);
-        assert_eq!(percentile(&[], 50.0), 0.0);
+    fn ratios_pair_runs_and_need_both_sides() {
+        let a = [run(100.0, 900.0), run(300.0, 900.0), run(200.0, 900.0)];
+        let b = [run(100.0, 600.0), run(100.0, 600.0), run(100.0, 600.0)];
+        let r = ratios(&a, &b, |r| r.jobs_per_s).unwrap();
+        assert_eq!((r.median, r.min, r.max), (2.0, 1.0, 3.0));
+        assert_eq!(
+            ratios(&a, &b, |r| r.usage.wal_bytes_per_job)
+                .unwrap()
+                .median,
+            1.5
+        );
+        assert!(ratios(&a, &[], |r| r.jobs_per_s).is_none());
+    }
+
+    #[test]
+    fn drain_figures_leave_out_what_was_not_measured() {
+        let f = DrainFigures::of(&[run(100.0, 900.0), run(200.0, 800.0)]).unwrap();
+        assert_eq!(f.jobs_per_s.median, 150.0);
+        assert!(f.commits_per_1000.is_none());
+        assert_eq!(f.idle_pct.unwrap().median, 10.0);
+        assert!(DrainFigures::of(&[]).is_none());
     }
 }

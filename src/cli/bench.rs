@@ -1,97 +1,265 @@
 //! `skiplock bench`: runs the benchmark and prints a table (or `--json`).
 
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
 use clap::Args;
 
-use crate::bench::{BenchOptions, BenchReport, Stat, run};
+use crate::bench::targets::{Cmp, Verdict};
+use crate::bench::{BenchOptions, BenchReport, DrainFigures, Graphile, Stat, drain, run};
 
 /// `skiplock bench` flags.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Print one JSON object.
+    /// Print one JSON object (every figure, the settings and the targets).
     #[arg(long)]
     pub json: bool,
     /// Runs per figure (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Jobs per drain.
+    /// Jobs per drain (at least 1,000; e.g. 2000 for a quick smoke run).
     #[arg(long, default_value_t = 50_000)]
     pub jobs: usize,
-    /// Worker concurrency during drains.
+    /// Worker concurrency during drains (per process).
     #[arg(long, default_value_t = 200)]
     pub concurrency: usize,
-    /// Connections of the worker pool, the enqueue loops and the ceiling loop.
+    /// Connections of the worker pool (per process), the enqueue_many loop and the ceiling loop.
     #[arg(long, default_value_t = 8)]
     pub connections: u32,
+    /// Concurrent clients of the single-call enqueue run.
+    #[arg(long, default_value_t = 8)]
+    pub enqueue_clients: usize,
+    /// Jobs of the latency run.
+    #[arg(long, default_value_t = 200)]
+    pub latency_jobs: usize,
     /// Finished rows of ballast for the scale run.
     #[arg(long, default_value_t = 1_000_000)]
     pub scale_finished: usize,
     /// Future-scheduled rows of ballast for the scale run.
     #[arg(long, default_value_t = 100_000)]
     pub scale_future: usize,
+    /// The folder of the Graphile Worker harness (drain.js with its node_modules).
+    #[arg(long, default_value = "scripts/graphile")]
+    pub graphile_dir: PathBuf,
+    /// The Node.js executable for the Graphile harness.
+    #[arg(long, default_value = "node")]
+    pub node: String,
+    /// Skip the enqueue rates.
+    #[arg(long)]
+    pub skip_enqueue: bool,
+    /// Skip the multi-process drain.
+    #[arg(long)]
+    pub skip_processes: bool,
+    /// Skip the latency run.
+    #[arg(long)]
+    pub skip_latency: bool,
+    /// Skip the plain-SQL ceiling.
+    #[arg(long)]
+    pub skip_ceiling: bool,
+    /// Skip the Graphile Worker drain.
+    #[arg(long)]
+    pub skip_graphile: bool,
     /// Skip the scale run.
     #[arg(long)]
     pub skip_scale: bool,
 }
 
-fn rate(s: &Stat) -> String {
-    format!("{:>9.0} jobs/s  ({:.0}–{:.0})", s.median, s.min, s.max)
+fn rate(s: Option<&Stat>) -> String {
+    match s {
+        Some(s) => format!("{:>9.0} jobs/s  ({:.0}–{:.0})", s.median, s.min, s.max),
+        None => format!("{:>9}", "skipped"),
+    }
 }
 
-fn ms(s: &Stat) -> String {
-    format!("{:>9.2} ms      ({:.2}–{:.2})", s.median, s.min, s.max)
+fn ms(s: Option<&Stat>) -> String {
+    match s {
+        Some(s) => format!("{:>9.2} ms      ({:.2}–{:.2})", s.median, s.min, s.max),
+        None => format!("{:>9}", "skipped"),
+    }
 }
 
-/// Prints the report as a table.
-pub fn print_report(r: &BenchReport) {
+fn ratio(s: Option<&Stat>) -> String {
+    match s {
+        Some(s) => format!("{:>9.2}         ({:.2}–{:.2})", s.median, s.min, s.max),
+        None => format!("{:>9}", "–"),
+    }
+}
+
+fn med(s: Option<&Stat>, decimals: usize) -> String {
+    s.map(|s| format!("{:.*}", decimals, s.median))
+        .unwrap_or_else(|| "–".into())
+}
+
+fn cost_row(out: &mut String, name: &str, f: Option<&DrainFigures>) {
+    let Some(f) = f else { return };
+    let _ = writeln!(
+        out,
+        "   {name:<28} {:>8} {:>12} {:>16}",
+        med(f.idle_pct.as_ref(), 1),
+        med(Some(&f.wal_bytes_per_job), 0),
+        med(f.commits_per_1000.as_ref(), 1),
+    );
+}
+
+fn value(v: f64, unit: &str) -> String {
+    match unit {
+        "jobs/s" => format!("{v:.0} {unit}"),
+        "×" => format!("{v:.2}{unit}"),
+        "%" => format!("{v:.1} {unit}"),
+        _ => format!("{v:.2} {unit}"),
+    }
+}
+
+/// The report as the table `scripts/bench` prints.
+pub fn render(r: &BenchReport) -> String {
     let s = &r.settings;
-    println!(
+    let get = |k: &str| s.get(k).map(String::as_str).unwrap_or("?");
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
         "skiplock bench: median of {} runs (min–max); {} jobs per drain, concurrency {}, {} connections",
-        s["runs"], s["jobs"], s["concurrency"], s["connections"]
+        get("runs"),
+        get("jobs"),
+        get("concurrency"),
+        get("connections")
     );
-    println!(
+    let _ = writeln!(
+        o,
         "worker: fetch cooldown {}, ack delay {}",
-        s["fetch_cooldown"], s["ack_delay"]
+        get("fetch_cooldown"),
+        get("ack_delay")
     );
-    println!(
+    if let Some(g) = s.get("graphile") {
+        let _ = writeln!(o, "peer: {g}");
+    }
+    let pg = |k: &str| r.postgres.get(k).map(String::as_str).unwrap_or("?");
+    let _ = writeln!(
+        o,
         "postgres {} (shared_buffers {}, synchronous_commit {}, fsync {})",
-        r.postgres["server_version"],
-        r.postgres["shared_buffers"],
-        r.postgres["synchronous_commit"],
-        r.postgres["fsync"]
+        pg("server_version"),
+        pg("shared_buffers"),
+        pg("synchronous_commit"),
+        pg("fsync")
     );
-    println!();
-    println!(
-        "1. enqueue, single calls              {}",
-        rate(&r.enqueue_single)
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "1. enqueue, single calls, {} clients   {}",
+        get("enqueue_clients"),
+        rate(r.enqueue_single.as_ref())
     );
-    println!(
+    let _ = writeln!(
+        o,
         "   enqueue_many, batches of 1,000     {}",
-        rate(&r.enqueue_many)
+        rate(r.enqueue_many.as_ref())
     );
-    println!("2. drain noop jobs                    {}", rate(&r.drain));
-    println!(
+    let _ = writeln!(
+        o,
+        "2. drain noop jobs, 1 process         {}",
+        rate(Some(&r.drain.jobs_per_s))
+    );
+    let _ = writeln!(
+        o,
+        "   {} `skiplock worker` processes      {}",
+        drain::PROCESSES,
+        rate(r.drain_processes.as_ref().map(|d| &d.jobs_per_s))
+    );
+    let _ = writeln!(
+        o,
         "3. latency enqueue→start p50          {}",
-        ms(&r.latency_p50_ms)
+        ms(r.latency_p50_ms.as_ref())
     );
-    println!(
+    let _ = writeln!(
+        o,
         "   latency enqueue→start p99          {}",
-        ms(&r.latency_p99_ms)
+        ms(r.latency_p99_ms.as_ref())
     );
     match (&r.drain_scaled, r.scale_ratio) {
         (Some(d), Some(ratio)) => {
-            println!(
+            let _ = writeln!(
+                o,
                 "4. drain with {} finished + {} future rows {}",
-                s["scale_finished"],
-                s["scale_future"],
-                rate(d)
+                get("scale_finished"),
+                get("scale_future"),
+                rate(Some(d))
             );
-            println!("   scale ratio (4)/(2)                {ratio:>9.2}");
+            let _ = writeln!(o, "   scale ratio (4)/(2)                {ratio:>9.2}");
         }
-        _ => println!("4. scale run skipped"),
+        _ => {
+            let _ = writeln!(o, "4. scale run skipped");
+        }
     }
-    println!("5. ceiling: plain SQL, 100 per txn    {}", rate(&r.ceiling));
-    println!();
-    println!("headline: drain / ceiling = {:.2}", r.drain_to_ceiling);
+    let _ = writeln!(
+        o,
+        "5. ceiling: plain SQL, 100 per txn    {}",
+        rate(r.ceiling.as_ref().map(|d| &d.jobs_per_s))
+    );
+    let _ = writeln!(
+        o,
+        "6. graphile worker, batched           {}",
+        rate(r.graphile.as_ref().map(|d| &d.jobs_per_s))
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "cost per drain (medians)          idle %   WAL B/job  commits/1k jobs"
+    );
+    cost_row(&mut o, "skiplock, 1 process", Some(&r.drain));
+    cost_row(
+        &mut o,
+        &format!("skiplock, {} processes", drain::PROCESSES),
+        r.drain_processes.as_ref(),
+    );
+    cost_row(&mut o, "ceiling", r.ceiling.as_ref());
+    cost_row(&mut o, "graphile", r.graphile.as_ref());
+    let _ = writeln!(o);
+    let _ = writeln!(o, "same-run ratios (median of the runs' ratios)");
+    let _ = writeln!(
+        o,
+        "   skiplock / graphile                {}",
+        ratio(r.drain_to_graphile.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "   skiplock / ceiling                 {}",
+        ratio(r.drain_to_ceiling.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "   WAL per job, skiplock / graphile   {}",
+        ratio(r.wal_to_graphile.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "   {} processes / 1 process            {}",
+        drain::PROCESSES,
+        ratio(r.processes_to_drain.as_ref())
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(o, "TARGETS (issue 13)");
+    for t in &r.targets {
+        let cmp = match t.target.cmp {
+            Cmp::AtLeast => "≥",
+            Cmp::AtMost => "≤",
+        };
+        let v = t
+            .value
+            .map(|v| value(v, t.target.unit))
+            .unwrap_or_else(|| "–".into());
+        let verdict = match t.verdict {
+            Verdict::Pass => "PASS",
+            Verdict::Miss => "MISS",
+            Verdict::NotMeasured => "not measured",
+        };
+        let _ = writeln!(
+            o,
+            "   {:<38} {:>15}   target {cmp} {:<14} {verdict}",
+            t.target.label,
+            v,
+            value(t.target.bound, t.target.unit)
+        );
+    }
+    o
 }
 
 /// Runs `skiplock bench`.
@@ -104,21 +272,106 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
     check_flag("--scale-finished", a.scale_finished as i128, 0, 100_000_000)?;
     check_flag("--scale-future", a.scale_future as i128, 0, 100_000_000)?;
     let server = crate::config::database_url(url)?;
+    let worker_bin = if a.skip_processes {
+        None
+    } else {
+        Some(std::env::current_exe()?)
+    };
     let o = BenchOptions {
         runs: a.runs.max(1),
         jobs: a.jobs.max(1000),
         concurrency: a.concurrency.max(1),
         connections: a.connections.max(2),
+        enqueue_clients: a.enqueue_clients.max(1),
+        latency_jobs: a.latency_jobs.max(1),
         scale_finished: a.scale_finished,
         scale_future: a.scale_future,
+        worker_bin,
+        graphile: Graphile {
+            node: a.node,
+            dir: a.graphile_dir,
+        },
+        skip_enqueue: a.skip_enqueue,
+        skip_processes: a.skip_processes,
+        skip_latency: a.skip_latency,
+        skip_ceiling: a.skip_ceiling,
+        skip_graphile: a.skip_graphile,
         skip_scale: a.skip_scale,
-        ..BenchOptions::default()
     };
     let report = run(&server, &o, |m| eprintln!("bench: {m}")).await?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        print_report(&report);
+        print!("{}", render(&report));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::bench::targets::evaluate;
+
+    fn stat(v: f64) -> Stat {
+        Stat::of(&[v])
+    }
+
+    #[test]
+    fn the_table_ends_with_every_target_and_its_verdict() {
+        let figures = BTreeMap::from([
+            ("drain_to_graphile".to_string(), 0.7),
+            ("idle_pct".to_string(), 5.0),
+        ]);
+        let r = BenchReport {
+            settings: BTreeMap::from([("runs".to_string(), "1".to_string())]),
+            postgres: BTreeMap::new(),
+            enqueue_single: None,
+            enqueue_many: Some(stat(150_000.0)),
+            drain: DrainFigures {
+                jobs_per_s: stat(20_000.0),
+                wal_bytes_per_job: stat(929.0),
+                commits_per_1000: Some(stat(13.6)),
+                idle_pct: Some(stat(5.0)),
+            },
+            drain_processes: None,
+            latency_p50_ms: None,
+            latency_p99_ms: None,
+            drain_scaled: None,
+            scale_ratio: None,
+            ceiling: None,
+            graphile: None,
+            drain_to_ceiling: None,
+            drain_to_graphile: Some(stat(0.7)),
+            wal_to_graphile: None,
+            processes_to_drain: None,
+            targets: evaluate(&figures),
+            figures,
+        };
+        let out = render(&r);
+        let block = out.split("TARGETS").nth(1).unwrap();
+        assert_eq!(
+            block.lines().filter(|l| !l.trim().is_empty()).count(),
+            1 + crate::bench::TARGETS.len()
+        );
+        assert!(block.contains("skiplock / graphile (batched)") && block.contains("0.70×"));
+        assert!(
+            block
+                .lines()
+                .any(|l| l.contains("graphile (batched)") && l.ends_with("MISS"))
+        );
+        assert!(
+            block
+                .lines()
+                .any(|l| l.contains("machine idle") && l.ends_with("PASS"))
+        );
+        assert!(
+            block
+                .lines()
+                .any(|l| l.contains("enqueue_many") && l.ends_with("not measured"))
+        );
+        assert!(out.contains("   skiplock, 1 process"));
+        assert!(out.contains("929"));
+    }
 }

@@ -1,0 +1,2 @@
+-- Empties the queue between measurements.
+TRUNCATE skiplock.jobs

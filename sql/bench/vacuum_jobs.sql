@@ -1,0 +1,2 @@
+-- Dead rows out and statistics fresh, so every measurement starts from the same table.
+VACUUM ANALYZE skiplock.jobs

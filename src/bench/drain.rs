@@ -1,0 +1,148 @@
+//! skiplock's drains: one worker in this process (the headline), and several
+//! `skiplock worker --exit-when-idle` processes on one queue.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::meter::{Meter, cpu_now, idle_pct};
+use super::{BenchOptions, DrainRun, store, worker_settings};
+use crate::error::{Error, Result};
+use crate::worker::{HandlerResult, JobContext, Outcome, Worker, handler::Handler};
+
+/// How many `skiplock worker` processes the multi-process drain starts.
+pub const PROCESSES: usize = 3;
+
+/// Counts completions so the drain knows when every handler has run.
+struct CountingNoop(Arc<AtomicUsize>, Arc<Notify>, usize);
+impl Handler for CountingNoop {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "noop"
+    }
+    async fn run(&self, _ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
+        if self.0.fetch_add(1, Ordering::Relaxed) + 1 >= self.2 {
+            self.1.notify_one();
+        }
+        Ok(Outcome::Complete)
+    }
+}
+
+/// Drains the `n` due noop jobs already in the table with one worker in this process: jobs/s
+/// from the worker's start until every ack is written, with the window's cost.
+pub(crate) async fn in_process(
+    url: &str,
+    o: &BenchOptions,
+    n: usize,
+    meter: &Meter<'_>,
+) -> Result<DrainRun> {
+    let mark = meter.begin().await?;
+    let p = store::pool(url, o.connections).await?;
+    let done = Arc::new(AtomicUsize::new(0));
+    let all_ran = Arc::new(Notify::new());
+    let worker = Worker::builder(p.clone(), worker_settings(o))
+        .register(CountingNoop(done.clone(), all_ran.clone(), n))
+        .build();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let cpu0 = cpu_now();
+    let started = Instant::now();
+    let handle = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
+    all_ran.notified().await;
+    // Every handler ran; wait until every ack is written too.
+    let mut polls = 0u64;
+    loop {
+        polls += 1;
+        if store::count_running(&p).await? == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let cpu1 = cpu_now();
+    stop.cancel();
+    handle.await.map_err(|e| Error::Other(e.to_string()))??;
+    p.close().await;
+    let usage = meter.end(mark, n, polls).await?;
+    Ok(DrainRun {
+        jobs_per_s: n as f64 / secs,
+        usage,
+        idle_pct: idle_pct(cpu0, cpu1),
+    })
+}
+
+/// Drains the `n` due noop jobs already in the table with [`PROCESSES`] processes of
+/// `worker_bin worker --exit-when-idle`, each with the in-process drain's concurrency and pool
+/// size. jobs/s from just before the first process starts to the last ack, both on the
+/// database's clock (so the processes' idle exit does not count); no idle figure, since the
+/// processes' exit is not the drain's end.
+pub(crate) async fn processes(
+    url: &str,
+    o: &BenchOptions,
+    n: usize,
+    worker_bin: &Path,
+    monitor: &PgPool,
+    meter: &Meter<'_>,
+) -> Result<DrainRun> {
+    let mark = meter.begin().await?;
+    let t0 = store::clock(monitor).await?;
+    let mut children = Vec::new();
+    for _ in 0..PROCESSES {
+        let child = tokio::process::Command::new(worker_bin)
+            .args(["worker", "--exit-when-idle", "--queues"])
+            .arg(format!("default={}", o.concurrency))
+            .env("DATABASE_URL", url)
+            .env("SKIPLOCK_MAX_CONNECTIONS", o.connections.to_string())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                Error::Other(format!(
+                    "bench: cannot start {} worker: {e}",
+                    worker_bin.display()
+                ))
+            })?;
+        children.push(child);
+    }
+    // Generous: a drain that takes longer is broken, not slow.
+    let limit = Duration::from_secs(600) + Duration::from_millis(n as u64 * 10);
+    let deadline = Instant::now() + limit;
+    for c in &mut children {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let status = tokio::time::timeout(left, c.wait()).await.map_err(|_| {
+            Error::Other(format!(
+                "bench: the {PROCESSES}-process drain did not finish within {}s",
+                limit.as_secs()
+            ))
+        })??;
+        if !status.success() {
+            return Err(Error::Other(format!(
+                "bench: a `skiplock worker` of the {PROCESSES}-process drain exited with {status}"
+            )));
+        }
+    }
+    // + 1: the clock reading above is a commit of the monitor inside the window.
+    let usage = meter.end(mark, n, 1).await?;
+    let (completed, last) = store::drain_end(monitor).await?;
+    let last = match last {
+        Some(t) if completed as usize == n => t,
+        _ => {
+            return Err(Error::Other(format!(
+                "bench: the {PROCESSES}-process drain completed {completed} of {n} jobs"
+            )));
+        }
+    };
+    Ok(DrainRun {
+        jobs_per_s: n as f64 / (last - t0).max(1e-6),
+        usage,
+        idle_pct: None,
+    })
+}

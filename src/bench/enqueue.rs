@@ -1,0 +1,130 @@
+//! Enqueue rates (single calls from concurrent clients, and `enqueue_many`) and the
+//! enqueue-to-start latency into an idle worker.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::stats::percentile;
+use super::{BenchOptions, store, worker_settings};
+use crate::error::{Error, Result};
+use crate::queue::{NewJob, enqueue, enqueue_many};
+use crate::worker::{HandlerResult, JobContext, Outcome, Worker, handler::Handler};
+
+/// Single calls per client at most (fewer with a small `--jobs`).
+const SINGLE_PER_CLIENT: usize = 2_000;
+
+/// Reports each start to the latency run.
+struct StartSignal(mpsc::UnboundedSender<i64>);
+impl Handler for StartSignal {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "noop"
+    }
+    async fn run(&self, ctx: JobContext, _a: serde_json::Value) -> HandlerResult {
+        let _ = self.0.send(ctx.id);
+        Ok(Outcome::Complete)
+    }
+}
+
+/// How many single calls each of `clients` clients makes for a run of `jobs` jobs.
+pub fn single_per_client(jobs: usize, clients: usize) -> usize {
+    (jobs / clients.max(1)).clamp(1, SINGLE_PER_CLIENT)
+}
+
+/// jobs/s of single `skiplock.enqueue` calls, `o.enqueue_clients` clients at once, each with
+/// its own connection.
+pub(crate) async fn single(url: &str, o: &BenchOptions) -> Result<f64> {
+    let clients = o.enqueue_clients.max(1);
+    let p = store::pool(url, clients as u32).await?;
+    let per_client = single_per_client(o.jobs, clients);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per_client {
+                enqueue(&p, &NewJob::new("noop", json!({"i": i})).queue("bench")).await?;
+            }
+            Ok::<_, Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| Error::Other(e.to_string()))??;
+    }
+    let rate = (per_client * clients) as f64 / started.elapsed().as_secs_f64();
+    p.close().await;
+    Ok(rate)
+}
+
+/// jobs/s of `skiplock.enqueue_many` in batches of 1,000 over `o.connections` connections.
+pub(crate) async fn many(url: &str, o: &BenchOptions) -> Result<f64> {
+    let p = store::pool(url, o.connections).await?;
+    let batches = (o.jobs / 1000).max(1);
+    let args: Vec<serde_json::Value> = (0..1000).map(|i| json!({"i": i})).collect();
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..o.connections {
+        let (p, args, next) = (p.clone(), args.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < batches {
+                enqueue_many(&p, "noop", &args, "bench", None, 0).await?;
+            }
+            Ok::<_, Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| Error::Other(e.to_string()))??;
+    }
+    let rate = (batches * 1000) as f64 / started.elapsed().as_secs_f64();
+    p.close().await;
+    Ok(rate)
+}
+
+/// (p50, p99) in ms of enqueue-to-start, one job at a time into an idle pool.
+pub(crate) async fn latency(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
+    let p = store::pool(url, o.connections).await?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let worker = Worker::builder(p.clone(), worker_settings(o))
+        .register(StartSignal(tx))
+        .build();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let handle = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
+    // Let the worker settle (LISTEN established, first empty claim done).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut ids = Vec::new();
+    for _ in 0..o.latency_jobs {
+        let id = enqueue(&p, &NewJob::new("noop", json!({}))).await?;
+        ids.push(id);
+        // Wait for this one to start before the next (an idle pool each time).
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .map_err(|_| Error::Other("latency run: a job did not start within 10 s".into()))?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.cancel();
+    handle.await.map_err(|e| Error::Other(e.to_string()))??;
+    let mut ms = store::latency_ms(&p, &ids).await?;
+    ms.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    p.close().await;
+    Ok((percentile(&ms, 50.0), percentile(&ms, 99.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_calls_scale_down_for_smoke_runs() {
+        assert_eq!(single_per_client(50_000, 8), 2_000);
+        assert_eq!(single_per_client(2_000, 8), 250);
+        assert_eq!(single_per_client(3, 8), 1);
+        assert_eq!(single_per_client(100, 0), 100);
+    }
+}

@@ -1,0 +1,242 @@
+//! Every SQL statement the benchmark runs, one function each, its text in
+//! `sql/bench/<function name>.sql`. Nothing else in `bench` builds or sends SQL (the queue's
+//! own statements are reached through `crate::queue`), so moving these into a store layer
+//! later is a move of this one file.
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::error::{Error, Result};
+
+/// application_name of the monitor connection, which [`other_clients`] does not count.
+pub(crate) const MONITOR_APP: &str = "skiplock-bench-monitor";
+
+/// A pool of `n` connections to `url`.
+pub(crate) async fn pool(url: &str, n: u32) -> Result<PgPool> {
+    Ok(PgPoolOptions::new().max_connections(n).connect(url).await?)
+}
+
+/// The benchmark's one long-lived connection to its database (setup, fills, stats flushes),
+/// named so that [`other_clients`] can leave it out, and never recycled by the pool.
+pub(crate) async fn monitor(url: &str) -> Result<PgPool> {
+    let opts: PgConnectOptions = url.parse()?;
+    Ok(PgPoolOptions::new()
+        .max_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_with(opts.application_name(MONITOR_APP))
+        .await?)
+}
+
+/// `{db}` of a database statement filled with a name the benchmark made; any other name is
+/// refused (the statement cannot take it as a parameter).
+fn with_db(sql: &str, db: &str) -> Result<String> {
+    let ok = db.starts_with("skiplock_bench_")
+        && db
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !ok {
+        return Err(Error::Invalid(format!(
+            "not a benchmark database name: {db:?}"
+        )));
+    }
+    Ok(sql.replace("{db}", db))
+}
+
+pub(crate) async fn create_database(admin: &PgPool, db: &str) -> Result<()> {
+    let sql = with_db(include_str!("../../sql/bench/create_database.sql"), db)?;
+    sqlx::query(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
+    Ok(())
+}
+
+pub(crate) async fn drop_database(admin: &PgPool, db: &str) -> Result<()> {
+    let sql = with_db(include_str!("../../sql/bench/drop_database.sql"), db)?;
+    sqlx::query(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
+    Ok(())
+}
+
+pub(crate) async fn truncate_jobs(p: &PgPool) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/truncate_jobs.sql"))
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn vacuum_jobs(p: &PgPool) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/vacuum_jobs.sql"))
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn analyze_jobs(p: &PgPool) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/analyze_jobs.sql"))
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn count_running(p: &PgPool) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/bench/count_running.sql"))
+            .fetch_one(p)
+            .await?,
+    )
+}
+
+pub(crate) async fn latency_ms(p: &PgPool, ids: &[i64]) -> Result<Vec<f64>> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/bench/latency_ms.sql"))
+            .bind(ids)
+            .fetch_all(p)
+            .await?,
+    )
+}
+
+pub(crate) async fn ceiling_table(p: &PgPool) -> Result<()> {
+    sqlx::raw_sql(include_str!("../../sql/bench/ceiling_table.sql"))
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn ceiling_fill(p: &PgPool, n: usize) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/ceiling_fill.sql"))
+        .bind(n as i64)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn ceiling_vacuum(p: &PgPool) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/ceiling_vacuum.sql"))
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+/// One claim-and-complete step of the ceiling loop; the rows it finished.
+pub(crate) async fn ceiling_step(p: &PgPool) -> Result<u64> {
+    Ok(
+        sqlx::query(include_str!("../../sql/bench/ceiling_step.sql"))
+            .execute(p)
+            .await?
+            .rows_affected(),
+    )
+}
+
+pub(crate) async fn ceiling_drop(p: &PgPool) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/ceiling_drop.sql"))
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn setting(p: &PgPool, name: &str) -> Result<String> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/bench/setting.sql"))
+            .bind(name)
+            .fetch_one(p)
+            .await?,
+    )
+}
+
+pub(crate) async fn server_version_num(p: &PgPool) -> Result<i32> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/bench/server_version_num.sql"))
+            .fetch_one(p)
+            .await?,
+    )
+}
+
+pub(crate) async fn scale_fill(p: &PgPool, n: usize) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/scale_fill.sql"))
+        .bind(n as i64)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn scale_future(p: &PgPool, n: usize) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/scale_future.sql"))
+        .bind(n as i64)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn scale_trim(p: &PgPool, n: usize) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/scale_trim.sql"))
+        .bind(n as i64)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn wal_position(p: &PgPool) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/bench/wal_position.sql"))
+            .fetch_one(p)
+            .await?,
+    )
+}
+
+pub(crate) async fn database_commits(p: &PgPool, db: &str) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/bench/database_commits.sql"))
+            .bind(db)
+            .fetch_optional(p)
+            .await?
+            .unwrap_or(0),
+    )
+}
+
+pub(crate) async fn other_clients(p: &PgPool, db: &str) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/bench/other_clients.sql"))
+            .bind(db)
+            .bind(MONITOR_APP)
+            .fetch_one(p)
+            .await?,
+    )
+}
+
+pub(crate) async fn flush_stats(p: &PgPool) -> Result<()> {
+    sqlx::query(include_str!("../../sql/bench/flush_stats.sql"))
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn clock(p: &PgPool) -> Result<f64> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/bench/clock.sql"))
+            .fetch_one(p)
+            .await?,
+    )
+}
+
+/// (completed jobs, epoch seconds of the last ack) after a multi-process drain.
+pub(crate) async fn drain_end(p: &PgPool) -> Result<(i64, Option<f64>)> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/bench/drain_end.sql"))
+            .fetch_one(p)
+            .await?,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_statements_take_only_benchmark_names() {
+        assert_eq!(
+            with_db("DROP DATABASE {db}", "skiplock_bench_0a1b2c3d").unwrap(),
+            "DROP DATABASE skiplock_bench_0a1b2c3d"
+        );
+        for bad in ["postgres", "skiplock_bench_x; DROP", "skiplock_bench_A", ""] {
+            assert!(with_db("DROP DATABASE {db}", bad).is_err(), "{bad}");
+        }
+    }
+}

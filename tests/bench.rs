@@ -1,0 +1,78 @@
+//! `skiplock bench` end to end at smoke size: every part it was asked for reports a figure,
+//! every part it skipped reports none, and the targets table is complete. Timings are not
+//! checked (they mean nothing on a loaded machine); what is checked is that each instrument
+//! measured something. The Graphile drain needs `npm ci` in scripts/graphile and is left to
+//! the smoke run of scripts/bench.
+
+mod support;
+
+use std::path::PathBuf;
+
+use skiplock::bench::targets::Verdict;
+use skiplock::bench::{BenchOptions, TARGETS, run};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_smoke_reports_every_figure_it_was_asked_for() {
+    let o = BenchOptions {
+        runs: 1,
+        jobs: 1000,
+        latency_jobs: 20,
+        scale_finished: 2000,
+        scale_future: 200,
+        worker_bin: Some(PathBuf::from(env!("CARGO_BIN_EXE_skiplock"))),
+        skip_graphile: true,
+        ..BenchOptions::default()
+    };
+    let r = run(&support::admin_url(), &o, |_| {}).await.expect("bench");
+
+    let version: i32 = r.postgres["server_version"]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("server_version");
+    for (name, d) in [
+        ("1 process", Some(&r.drain)),
+        ("3 processes", r.drain_processes.as_ref()),
+        ("ceiling", r.ceiling.as_ref()),
+    ] {
+        let d = d.unwrap_or_else(|| panic!("{name}: no figures"));
+        assert!(d.jobs_per_s.median > 0.0, "{name}: {d:?}");
+        assert!(d.wal_bytes_per_job.median > 0.0, "{name}: {d:?}");
+        // commits are counted from Postgres 15 on (forced stats flush)
+        match &d.commits_per_1000 {
+            Some(c) => assert!(version >= 15 && c.median > 0.0, "{name}: {d:?}"),
+            None => assert!(
+                version < 15,
+                "{name}: no commit count on Postgres {version}"
+            ),
+        }
+    }
+    assert!(r.drain.idle_pct.is_some(), "idle % of the drain (Linux)");
+    assert!(r.drain_processes.as_ref().unwrap().idle_pct.is_none());
+    assert!(r.graphile.is_none() && r.drain_to_graphile.is_none());
+    assert!(r.enqueue_single.as_ref().unwrap().median > 0.0);
+    assert!(r.enqueue_many.as_ref().unwrap().median > 0.0);
+    assert!(r.latency_p99_ms.as_ref().unwrap().median >= r.latency_p50_ms.as_ref().unwrap().median);
+    assert!(r.scale_ratio.unwrap() > 0.0);
+    assert!(r.drain_to_ceiling.as_ref().unwrap().median > 0.0);
+
+    assert_eq!(r.targets.len(), TARGETS.len());
+    for t in &r.targets {
+        let graphile = t.target.key.contains("graphile");
+        assert_eq!(
+            t.verdict == Verdict::NotMeasured,
+            graphile,
+            "{}: {:?}",
+            t.target.key,
+            t.verdict
+        );
+    }
+    let json = serde_json::to_value(&r).unwrap();
+    assert!(json["targets"].as_array().unwrap().len() == TARGETS.len());
+    assert!(
+        json["drain"]["wal_bytes_per_job"]["median"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+}
