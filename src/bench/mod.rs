@@ -74,7 +74,7 @@ impl Default for BenchOptions {
             runs: 3,
             jobs: 50_000,
             concurrency: 200,
-            connections: 8,
+            connections: 10,
             enqueue_clients: 8,
             scale_finished: 1_000_000,
             scale_future: 100_000,

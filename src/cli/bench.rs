@@ -24,7 +24,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 200)]
     pub concurrency: usize,
     /// Connections of the worker pool (per process), the enqueue_many loop and the ceiling loop.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 10)]
     pub connections: u32,
     /// Concurrent clients of the single-call enqueue run.
     #[arg(long, default_value_t = 8)]
