@@ -570,14 +570,15 @@ async fn replace_of_a_pending_retry_from_rust_takes_everything_given_and_starts_
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| (e["attempt"].as_i64().unwrap(), e["error"].as_str().unwrap().into()))
+        .map(|e| {
+            (
+                e["attempt"].as_i64().unwrap(),
+                e["error"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     assert_eq!(errors, vec![(1, "boom 1".into()), (2, "boom 2".into())]);
-    assert_eq!(
-        count_all(&db).await,
-        1,
-        "no second row for the key"
-    );
+    assert_eq!(count_all(&db).await, 1, "no second row for the key");
 }
 
 #[tokio::test]

@@ -542,7 +542,9 @@ async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
     // error of the handler's ("lost") was recorded; before it only rescues, if a stall caused
     // one (and the worker claimed the job again).
     let errors = r.errors.as_array().unwrap();
-    let last = errors.last().unwrap_or_else(|| panic!("no errors: {}", r.errors));
+    let last = errors
+        .last()
+        .unwrap_or_else(|| panic!("no errors: {}", r.errors));
     assert_eq!(last["error"], "cancelled while running", "{}", r.errors);
     assert_eq!(last["attempt"], json!(r.attempt), "{}", r.errors);
     for i in 0..errors.len() - 1 {

@@ -76,7 +76,10 @@ struct DeclaredRow {
 /// the built-in ones and any in this environment's `SKIPLOCK_PERIODIC_FILE` that no worker
 /// has declared yet.
 pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> {
-    let builtin = builtin_jobs(&ReaperSettings::from_env()?, &RetentionSettings::from_env()?)?;
+    let builtin = builtin_jobs(
+        &ReaperSettings::from_env()?,
+        &RetentionSettings::from_env()?,
+    )?;
     let file_jobs = PeriodicJobs::from_env()?;
     let pool = connect_migrated(url).await?;
     let rows: Vec<DeclaredRow> =
@@ -108,7 +111,12 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
         .jobs()
         .iter()
         .map(|j| (j, "(built in; no worker yet)"))
-        .chain(file_jobs.jobs().iter().map(|j| (j, "(file; no worker yet)")));
+        .chain(
+            file_jobs
+                .jobs()
+                .iter()
+                .map(|j| (j, "(file; no worker yet)")),
+        );
     for (j, source) in undeclared {
         if !lines.iter().any(|l| l.name == j.name) {
             lines.push(PeriodicLine {

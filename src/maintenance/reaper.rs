@@ -272,7 +272,11 @@ impl Handler for Reaper {
     async fn run(&self, ctx: JobContext, _args: IgnoredAny) -> HandlerResult {
         let run = self.reap_with(&ctx.pool, Some(ctx.id)).await?;
         if run.deleted > 0 {
-            tracing::info!(job.id = ctx.id, deleted = run.deleted, "reaper run deleted jobs");
+            tracing::info!(
+                job.id = ctx.id,
+                deleted = run.deleted,
+                "reaper run deleted jobs"
+            );
         }
         Ok(Outcome::CompleteWith(serde_json::to_value(run)?))
     }
