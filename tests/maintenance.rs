@@ -1,4 +1,5 @@
-//! Reaper, retention and periodic jobs against a real Postgres.
+//! Reaper, retention and periodic jobs against a real Postgres. The reaper and retention
+//! run as the periodic jobs `reap` and `retain`: their runs are rows with results.
 
 mod support;
 
@@ -9,22 +10,66 @@ use std::time::Duration;
 use serde_json::json;
 use skiplock::maintenance::periodic::{PeriodicJob, PeriodicJobs, Scheduler};
 use skiplock::maintenance::reaper::{Reaper, ReaperSettings};
-use skiplock::maintenance::retention::{RetentionSettings, run_retention};
+use skiplock::maintenance::retention::{Retention, RetentionSettings, run_retention};
+use skiplock::maintenance::{self, register_parts};
 use skiplock::queue::NewJob;
-use skiplock::worker::{Handler, HandlerResult, JobContext, JobError, Outcome};
+use skiplock::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use sqlx::PgPool;
 use support::*;
 
 const MAX_AGE: Duration = Duration::from_secs(3);
+/// The shortest period a periodic job may have.
+const EVERY: Duration = Duration::from_secs(1);
 
-fn three_second_reaper(pool: &PgPool) -> Reaper {
+fn reaper(pool: &PgPool, max_age: Duration) -> Reaper {
     Reaper::new(
         pool.clone(),
         ReaperSettings {
-            max_age: MAX_AGE,
-            interval: Duration::from_millis(100),
+            max_age,
+            interval: EVERY,
         },
     )
+}
+
+fn three_second_reaper(pool: &PgPool) -> Reaper {
+    reaper(pool, MAX_AGE)
+}
+
+/// A worker's maintenance: the `reap` job run by `reaper` (a clone: the test watches its
+/// counters) and the `retain` job, both every second.
+fn with_maintenance(b: WorkerBuilder, reaper: &Reaper) -> WorkerBuilder {
+    let retention = Retention {
+        settings: RetentionSettings {
+            interval: EVERY,
+            ..RetentionSettings::default()
+        },
+    };
+    register_parts(b, reaper.clone(), retention, PeriodicJobs::new()).unwrap()
+}
+
+/// The results of the completed `reap` jobs, oldest first.
+async fn reap_results(pool: &PgPool) -> Vec<serde_json::Value> {
+    sqlx::query_scalar(
+        "SELECT result FROM skiplock.jobs WHERE kind = 'reap' AND state = 'completed' ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Every reap result says the guard held exactly while the process was younger than the
+/// maximum age (whole seconds in both), and a guarded run deleted nothing.
+fn assert_guard_consistent(results: &[serde_json::Value]) {
+    for r in results {
+        let (up, max) = (
+            r["uptime_s"].as_u64().unwrap(),
+            r["max_age_s"].as_u64().unwrap(),
+        );
+        assert_eq!(r["guarded"], json!(up < max), "{r}");
+        if up < max {
+            assert_eq!(r["deleted"], 0, "{r}");
+        }
+    }
 }
 
 async fn insert(pool: &PgPool, sql_values: &str) -> i64 {
@@ -82,28 +127,32 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
 
     // A reaper whose maximum age (an hour) is far beyond this test's length is young for the
     // whole test: only its uptime guard stands between it and the two-day-old row.
-    let young = Reaper::new(
-        db.pool.clone(),
-        ReaperSettings {
-            max_age: Duration::from_secs(3600),
-            interval: Duration::from_millis(100),
-        },
-    );
+    let young = reaper(&db.pool, Duration::from_secs(3600));
     assert_eq!(young.reap_once().await.unwrap(), 0);
     assert!(
         exists(&db.pool, stale).await,
         "a young reaper must not delete"
     );
-    let worker = start_worker(&db.pool, fast_settings(), |b| b.service(young.clone()));
+    let worker = start_worker(&db.pool, fast_settings(), |b| with_maintenance(b, &young));
     wait_for(
-        "reaper runs in the worker",
-        Duration::from_secs(30),
-        || async { (young.runs() >= 4).then_some(()) },
+        "two reap jobs run by the worker",
+        Duration::from_secs(60),
+        || async { (young.runs() >= 3).then_some(()) },
     )
     .await;
     worker.stop().await.unwrap();
     assert!(exists(&db.pool, stale).await, "deleted by a young reaper");
     assert_eq!(young.deleted(), 0);
+    // Each run is a completed `reap` job whose result says the guard held.
+    let results = reap_results(&db.pool).await;
+    assert!(results.len() >= 2, "{results:?}");
+    for r in &results {
+        assert_eq!(
+            (&r["guarded"], &r["deleted"], &r["max_age_s"]),
+            (&json!(true), &json!(0), &json!(3600)),
+            "{r}"
+        );
+    }
 
     // A reaper with a 3 s maximum age deletes the row once it has been up that long, and not
     // before: its deletion comes at least 3 s after it was built (database clock).
@@ -112,7 +161,7 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
         .await
         .unwrap();
     let reaper = three_second_reaper(&db.pool);
-    let worker = start_worker(&db.pool, fast_settings(), |b| b.service(reaper.clone()));
+    let worker = start_worker(&db.pool, fast_settings(), |b| with_maintenance(b, &reaper));
     wait_for(
         "the stale row to be reaped",
         Duration::from_secs(60),
@@ -134,7 +183,7 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
 
     // The future-scheduled row created days ago is judged again and again and stays.
     let runs = reaper.runs();
-    wait_for("two more reaper runs", Duration::from_secs(30), || async {
+    wait_for("two more reaper runs", Duration::from_secs(60), || async {
         (reaper.runs() >= runs + 2).then_some(())
     })
     .await;
@@ -144,6 +193,14 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
     );
     assert_eq!(reaper.deleted(), 1);
     worker.stop().await.unwrap();
+
+    // The run that deleted the row is on record, with the uptime that allowed it.
+    let results = reap_results(&db.pool).await;
+    let deleting: Vec<_> = results.iter().filter(|r| r["deleted"] == 1).collect();
+    assert_eq!(deleting.len(), 1, "{results:?}");
+    assert_eq!(deleting[0]["guarded"], false);
+    assert!(deleting[0]["uptime_s"].as_u64().unwrap() >= MAX_AGE.as_secs());
+    assert_guard_consistent(&results);
 }
 
 /// Runs until the job is taken away (or the worker stops).
@@ -169,7 +226,7 @@ async fn running_job_with_live_worker_is_kept_until_its_attempt_is_max_age_old()
     log_deletions(&db.pool).await;
     let reaper = three_second_reaper(&db.pool);
     let worker = start_worker(&db.pool, fast_settings(), |b| {
-        b.register(Block).service(reaper.clone())
+        with_maintenance(b.register(Block), &reaper)
     });
     // Past the uptime guard first, so only the job's own age protects it.
     wait_for(
@@ -404,8 +461,13 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
     assert_eq!(distinct_seconds, runs);
     assert!(span >= (runs - 1) as f64);
 
-    // Both processes tried each period; exactly one enqueue per period was logged.
-    let count = |s: &str, what: &str| s.matches(what).count() as i64;
+    // Both processes tried each period; exactly one enqueue per period was logged (the
+    // built-in `reap` and `retain` jobs log the same lines: count tick's only).
+    let count = |s: &str, what: &str| {
+        s.lines()
+            .filter(|l| l.contains(what) && l.contains("periodic=tick"))
+            .count() as i64
+    };
     let enq = count(&ea, "enqueued periodic job") + count(&eb, "enqueued periodic job");
     let taken = count(&ea, "already enqueued") + count(&eb, "already enqueued");
     assert_eq!(enq, runs, "stderr a:\n{ea}\nstderr b:\n{eb}");
@@ -564,7 +626,7 @@ async fn worker_process_reaps_with_a_warn_log_free_of_the_password() {
         &["--log-format", "json"],
         &[
             ("SKIPLOCK_REAPER_MAX_AGE", "3s"),
-            ("SKIPLOCK_REAPER_INTERVAL", "200ms"),
+            ("SKIPLOCK_REAPER_INTERVAL", "1s"),
         ],
     );
     let err = drain_stderr(&mut child);
@@ -601,4 +663,203 @@ async fn worker_process_reaps_with_a_warn_log_free_of_the_password() {
             .unwrap_or_else(|| panic!("{ts} missing in {warn}"));
         assert!(chrono::DateTime::parse_from_rfc3339(t).is_ok(), "{ts}={t}");
     }
+    // The run that deleted it is a `reap` job row with its result.
+    let results = reap_results(&db.pool).await;
+    let deleting: Vec<_> = results.iter().filter(|r| r["deleted"] == 1).collect();
+    assert_eq!(deleting.len(), 1, "{results:?}");
+    assert_eq!(deleting[0]["guarded"], false);
+    assert_guard_consistent(&results);
+}
+
+#[tokio::test]
+async fn the_reap_job_never_deletes_its_own_row() {
+    let db = TestDb::new().await;
+    // A `reap` job that has been running for two days (say its worker hung), and an ordinary
+    // stale row: a reaper with a one-second maximum age condemns both.
+    let own = insert(
+        &db.pool,
+        "('reap', '{}', 'running', now() - interval '2 days', now() - interval '2 days', now() - interval '2 days', NULL)",
+    )
+    .await;
+    let stale = insert(
+        &db.pool,
+        "('nobody-handles', '{}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
+    )
+    .await;
+    let r = reaper(&db.pool, Duration::from_secs(1));
+    wait_for(
+        "the reaper to be up a second",
+        Duration::from_secs(30),
+        || async { (r.uptime() >= Duration::from_secs(1)).then_some(()) },
+    )
+    .await;
+    // Run as job `own`, it deletes the other row and spares its own.
+    let outcome = r
+        .run(
+            JobContext::detached(db.pool.clone(), own, "reap"),
+            serde::de::IgnoredAny,
+        )
+        .await
+        .unwrap();
+    let Outcome::CompleteWith(result) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(
+        (&result["deleted"], &result["guarded"]),
+        (&json!(1), &json!(false))
+    );
+    assert!(!exists(&db.pool, stale).await);
+    assert!(
+        exists(&db.pool, own).await,
+        "the reap job deleted its own row"
+    );
+    // Any other run deletes it (so the test above can fail).
+    assert_eq!(r.reap_once().await.unwrap(), 1);
+    assert!(!exists(&db.pool, own).await);
+}
+
+#[tokio::test]
+async fn reap_and_retain_run_once_per_period_across_two_worker_processes() {
+    let db = TestDb::new().await;
+    let stale = insert(
+        &db.pool,
+        "('nobody-handles', '{}', 'available', now() - interval '3 days', now() - interval '3 days', NULL, NULL)",
+    )
+    .await;
+    // Young for the whole test (an hour's maximum age): every run is guarded.
+    let envs = [
+        ("SKIPLOCK_REAPER_MAX_AGE", "1h"),
+        ("SKIPLOCK_REAPER_INTERVAL", "1s"),
+    ];
+    // One serves every queue, the other only `default`: it serves the maintenance queue too.
+    let mut a = spawn_worker_process(&db.url, &[], &envs);
+    let mut b = spawn_worker_process(&db.url, &["--queues", "default=2"], &envs);
+    let (ea, eb) = (drain_stderr(&mut a), drain_stderr(&mut b));
+    wait_for(
+        "both worker processes up",
+        Duration::from_secs(60),
+        || async {
+            (count(&db.pool, "SELECT count(*) FROM skiplock.workers").await == 2).then_some(())
+        },
+    )
+    .await;
+    let runs = "SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'reap'";
+    let done = "SELECT count(*) FILTER (WHERE kind = 'reap'), count(*) FILTER (WHERE kind = 'retain') \
+                FROM skiplock.jobs WHERE state = 'completed'";
+    let before = count(&db.pool, runs).await;
+    wait_for(
+        "four reap periods with both processes up, three reap runs and a retain run done",
+        Duration::from_secs(90),
+        || async {
+            let (reaped, retained): (i64, i64) =
+                sqlx::query_as(done).fetch_one(&db.pool).await.unwrap();
+            (count(&db.pool, runs).await >= before + 4 && reaped >= 3 && retained >= 1)
+                .then_some(())
+        },
+    )
+    .await;
+    let served: Vec<String> = sqlx::query_scalar(
+        "SELECT array_to_string(queues, ',') FROM skiplock.workers ORDER BY array_length(queues, 1) NULLS FIRST",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    sigterm(&a);
+    sigterm(&b);
+    wait_exit(&mut a).await;
+    wait_exit(&mut b).await;
+    let (ea, eb) = (ea.join().unwrap(), eb.join().unwrap());
+    assert_eq!(
+        served,
+        vec!["".to_string(), format!("default,{}", maintenance::QUEUE)],
+        "stderr a:\n{ea}\nstderr b:\n{eb}"
+    );
+
+    for kind in ["reap", "retain"] {
+        // One job per period, each period once, every period pointing at its own job.
+        let (periods, distinct, jobs, linked): (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM skiplock.periodic_runs WHERE name = $1),                     (SELECT count(DISTINCT period_start) FROM skiplock.periodic_runs WHERE name = $1),                     (SELECT count(*) FROM skiplock.jobs WHERE kind = $1),                     (SELECT count(DISTINCT j.id) FROM skiplock.periodic_runs r                      JOIN skiplock.jobs j ON j.id = r.job_id AND j.kind = $1 WHERE r.name = $1)",
+        )
+        .bind(kind)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert!(periods >= 3, "{kind}: {periods} periods");
+        assert_eq!(
+            (distinct, jobs, linked),
+            (periods, periods, periods),
+            "{kind}"
+        );
+        let queues: Vec<String> =
+            sqlx::query_scalar("SELECT DISTINCT queue FROM skiplock.jobs WHERE kind = $1")
+                .bind(kind)
+                .fetch_all(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(queues, vec![maintenance::QUEUE.to_string()], "{kind}");
+    }
+    // Every reaper run was guarded (both processes far younger than an hour), on record.
+    let results = reap_results(&db.pool).await;
+    assert!(results.len() >= 3, "{results:?}");
+    for r in &results {
+        assert_eq!(
+            (&r["guarded"], &r["deleted"], &r["max_age_s"]),
+            (&json!(true), &json!(0), &json!(3600)),
+            "{r}"
+        );
+        assert!(r["uptime_s"].as_u64().unwrap() < 3600, "{r}");
+    }
+    assert!(exists(&db.pool, stale).await, "deleted while young");
+    let retained: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT result FROM skiplock.jobs WHERE kind = 'retain' AND state = 'completed'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(!retained.is_empty());
+    for r in &retained {
+        assert_eq!(r["deleted"], 0, "{r}");
+    }
+
+    // `skiplock periodic` lists both, as declared by the workers.
+    let (code, out, err) = run_cmd(&db.url, &["periodic"]);
+    assert_eq!(code, 0, "{err}");
+    for kind in ["reap", "retain"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{kind} ")))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            line.contains("every 1s") && line.contains(maintenance::QUEUE) && line.contains("job "),
+            "{line}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn periodic_lists_the_builtin_jobs_before_any_worker_declared_them() {
+    let db = TestDb::new().await;
+    let (code, out, err) = run_cmd(&db.url, &["periodic"]);
+    assert_eq!(code, 0, "{err}");
+    for kind in ["reap", "retain"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{kind} ")))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            line.contains("every 30s") && line.contains("(built in; no worker yet)"),
+            "{line}"
+        );
+    }
+    let bad = support::cmd(&db.url)
+        .args(["periodic"])
+        .env("SKIPLOCK_REAPER_INTERVAL", "500ms")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("SKIPLOCK_REAPER_INTERVAL") && err.contains("at least 1s"),
+        "{err}"
+    );
 }

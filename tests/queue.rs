@@ -501,3 +501,262 @@ async fn count_state_k(db: &TestDb, state: &str) -> i64 {
     .await
     .unwrap()
 }
+
+/// Claims job `id` (the only due `noop` job) as `worker` and acks it with a retryable error:
+/// the job waits for its retry, `available` with one more error. Returns the attempt it ran.
+async fn fail_once(db: &TestDb, id: i64, worker: &str) -> i32 {
+    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 1, worker)
+        .await
+        .unwrap();
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+    let ack = Ack {
+        id,
+        attempt: jobs[0].attempt,
+        state: JobState::Available,
+        scheduled_at: Some(Utc::now()),
+        give_back: false,
+        error: Some(format!("boom {}", jobs[0].attempt)),
+        result: None,
+    };
+    assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap(), vec![id]);
+    jobs[0].attempt
+}
+
+#[tokio::test]
+async fn replace_of_a_pending_retry_from_rust_takes_everything_given_and_starts_at_attempt_0() {
+    let db = TestDb::new().await;
+    let id = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({"v": 1}))
+            .max_attempts(3)
+            .unique_key("k", OnConflict::Keep),
+    )
+    .await
+    .unwrap();
+    fail_once(&db, id, "w1").await;
+    fail_once(&db, id, "w2").await;
+    let before = admin::get_job(&db.pool, id).await.unwrap();
+    assert_eq!((before.state.as_str(), before.attempt), ("available", 2));
+
+    let later = Utc::now() + chrono::Duration::minutes(5);
+    let replaced = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({"v": 2}))
+            .run_at(later)
+            .priority(-5)
+            .max_attempts(7)
+            .unique_key("k", OnConflict::Replace),
+    )
+    .await
+    .unwrap();
+    assert_eq!(replaced, id, "replace keeps the row");
+    let r = admin::get_job(&db.pool, id).await.unwrap();
+    // Changed: what the caller gave, and the attempt count.
+    assert_eq!(r.args, json!({"v": 2}));
+    assert!((r.scheduled_at - later).num_milliseconds().abs() < 5);
+    assert_eq!(r.priority, -5);
+    assert_eq!(r.max_attempts, 7);
+    assert_eq!(r.attempt, 0, "a pending retry starts again at attempt 0");
+    // Kept: id, kind, queue, key, created_at and the earlier errors.
+    assert_eq!(
+        (r.kind.as_str(), r.queue.as_str(), r.state.as_str()),
+        ("noop", "default", "available")
+    );
+    assert_eq!(r.unique_key.as_deref(), Some("k"));
+    assert_eq!(r.created_at, before.created_at);
+    assert_eq!(r.errors, before.errors);
+    let errors: Vec<(i64, String)> = r
+        .errors
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["attempt"].as_i64().unwrap(),
+                e["error"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(errors, vec![(1, "boom 1".into()), (2, "boom 2".into())]);
+    assert_eq!(count_all(&db).await, 1, "no second row for the key");
+}
+
+#[tokio::test]
+async fn replace_of_a_pending_retry_from_sql_takes_priority_and_max_attempts() {
+    let db = TestDb::new().await;
+    let id: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('noop', '{\"v\": 1}', max_attempts => 25, unique_key => 'report')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    // 24 failed attempts of 25: under the old rule the new payload would get one try.
+    sqlx::query(
+        "UPDATE skiplock.jobs SET attempt = 24, errors = (SELECT jsonb_agg(jsonb_build_object( \
+             'attempt', n, 'at', now(), 'error', 'boom')) FROM generate_series(1, 24) n) \
+         WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let replaced: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('noop', '{\"v\": 2}', priority => -2::smallint, max_attempts => 10, \
+                                 unique_key => 'report', on_conflict => 'replace')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(replaced, id);
+    let (args, priority, attempt, max_attempts, errors): (serde_json::Value, i16, i32, i32, i64) =
+        sqlx::query_as(
+            "SELECT args, priority, attempt, max_attempts, jsonb_array_length(errors)::bigint \
+             FROM skiplock.jobs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (args, priority, attempt, max_attempts, errors),
+        (json!({"v": 2}), -2, 0, 10, 24)
+    );
+    // The next claim is attempt 1 of 10.
+    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w")
+        .await
+        .unwrap();
+    assert_eq!(
+        (jobs[0].id, jobs[0].attempt, jobs[0].max_attempts),
+        (id, 1, 10)
+    );
+}
+
+#[tokio::test]
+async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_stays_fenced() {
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for key in ["rescued", "cancelled"] {
+        let job = NewJob::new("noop", json!({"v": 1}))
+            .max_attempts(3)
+            .unique_key(key, OnConflict::Keep);
+        ids.push(enqueue(&db.pool, &job).await.unwrap());
+    }
+    let (rescued, cancelled) = (ids[0], ids[1]);
+    let claimed = claim(&db.pool, "default", &kinds(&["noop"]), 2, "stalled")
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    // One is cancelled while running, then retried; the other is rescued. The worker
+    // running them may still be alive and ack attempt 1 of either late.
+    admin::cancel(&db.pool, cancelled).await.unwrap();
+    support::rescue_now(&db.pool, rescued).await;
+    admin::retry(&db.pool, cancelled).await.unwrap();
+
+    for (id, key) in [(rescued, "rescued"), (cancelled, "cancelled")] {
+        let replaced = enqueue(
+            &db.pool,
+            &NewJob::new("noop", json!({"v": 2}))
+                .priority(-1)
+                .max_attempts(5)
+                .unique_key(key, OnConflict::Replace),
+        )
+        .await
+        .unwrap();
+        assert_eq!(replaced, id);
+        let r = admin::get_job(&db.pool, id).await.unwrap();
+        let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 1, "fresh")
+            .await
+            .unwrap();
+        assert_eq!(jobs[0].id, id, "{key}");
+        let late = Ack {
+            id,
+            attempt: 1,
+            state: JobState::Completed,
+            scheduled_at: None,
+            give_back: false,
+            error: None,
+            result: Some(json!({"payload": "old"})),
+        };
+        assert!(
+            ack_many(&db.pool, &[late]).await.unwrap().is_empty(),
+            "{key}: the late ack of the taken attempt must not land on the new one"
+        );
+        assert_eq!(
+            (r.args, r.priority, r.attempt, r.max_attempts),
+            (json!({"v": 2}), -1, 1, 6),
+            "{key}: attempt 1 may still be acked, so counting goes on (5 more tries)"
+        );
+        let r = admin::get_job(&db.pool, id).await.unwrap();
+        assert_eq!(
+            (r.state.as_str(), r.attempt, r.attempted_by.as_deref()),
+            ("running", 2, Some("fresh")),
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_fences_the_ack() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w1")
+        .await
+        .unwrap();
+    assert_eq!(jobs[0].attempt, 1);
+    assert!(
+        admin::get_job(&db.pool, id)
+            .await
+            .unwrap()
+            .heartbeat_at
+            .is_some()
+    );
+    let before: chrono::DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    admin::cancel(&db.pool, id).await.unwrap();
+    let r = admin::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(r.state, "cancelled");
+    assert_eq!(r.heartbeat_at, None, "the stale heartbeat is cleared");
+    let errors = r.errors.as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{}", r.errors);
+    assert_eq!(errors[0]["attempt"], 1);
+    assert_eq!(errors[0]["error"], "cancelled while running");
+    let at = chrono::DateTime::parse_from_rfc3339(errors[0]["at"].as_str().unwrap()).unwrap();
+    assert!(at >= before, "{at} is before the cancel");
+
+    // The worker's late ack changes nothing.
+    let late = Ack {
+        id,
+        attempt: 1,
+        state: JobState::Completed,
+        scheduled_at: None,
+        give_back: false,
+        error: None,
+        result: Some(json!({"late": true})),
+    };
+    assert!(ack_many(&db.pool, &[late]).await.unwrap().is_empty());
+    let after = admin::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(after.state, "cancelled");
+    assert_eq!(after.result, None);
+    assert_eq!(after.errors, r.errors);
+
+    // A job cancelled while waiting had no attempt to interrupt: no entry.
+    let waiting = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    admin::cancel(&db.pool, waiting).await.unwrap();
+    assert_eq!(
+        admin::get_job(&db.pool, waiting).await.unwrap().errors,
+        json!([])
+    );
+}
+
+async fn count_all(db: &TestDb) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}

@@ -537,8 +537,17 @@ async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
     w.stop().await.unwrap();
     let r = admin::get_job(&db.pool, id).await.unwrap();
     assert_eq!(r.state, "cancelled");
-    // No error of the handler's ("lost") was recorded; only rescues, if a stall caused one.
-    for i in 0..r.errors.as_array().unwrap().len() {
+    assert_eq!(r.heartbeat_at, None, "cancel clears the heartbeat");
+    // The interrupted attempt is on the row (the last entry: the cancel ended the job); no
+    // error of the handler's ("lost") was recorded; before it only rescues, if a stall caused
+    // one (and the worker claimed the job again).
+    let errors = r.errors.as_array().unwrap();
+    let last = errors
+        .last()
+        .unwrap_or_else(|| panic!("no errors: {}", r.errors));
+    assert_eq!(last["error"], "cancelled while running", "{}", r.errors);
+    assert_eq!(last["attempt"], json!(r.attempt), "{}", r.errors);
+    for i in 0..errors.len() - 1 {
         assert_error(r.errors.clone(), i, "rescued");
     }
 }

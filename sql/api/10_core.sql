@@ -144,10 +144,28 @@ BEGIN
 END;
 $$;
 
+-- Whether an attempt of a job was ever taken away from its worker (rescued: sql/queue/rescue.sql
+-- writes 'rescued: …'; or cancelled while running: skiplock.cancel). That worker may still be
+-- running it and send a late ack for that attempt number, fenced off only as long as no later
+-- claim gets the same number again: a replace then keeps counting attempts (skiplock._enqueue).
+CREATE OR REPLACE FUNCTION skiplock._attempt_taken_away(errors jsonb)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(errors) = 'array'
+                                                           THEN errors ELSE '[]' END) AS e(x)
+                   WHERE jsonb_typeof(e.x) = 'object'
+                     AND (starts_with(e.x->>'error', 'rescued:') OR e.x->>'error' = 'cancelled while running'))
+$$;
+
 -- Enqueue one job, any key allowed: the body of skiplock.enqueue, and what the workflows'
 -- own functions call for their reserved keys. Not executable by skiplock_enqueuer. With a
 -- unique_key already held by an available job, 'keep' returns that job's id untouched and
--- 'replace' moves its args and scheduled_at to the new values (the debounce primitive).
+-- 'replace' updates that job with what the caller gave (the debounce primitive): args,
+-- scheduled_at, priority and max_attempts, and the attempt count starts again at 0 (a job
+-- waiting for a retry gets the new max_attempts in full; earlier errors stay in `errors`).
+-- Kept: id, kind, queue, unique_key, created_at, errors. One exception keeps the ack fence
+-- sound: if an attempt was ever taken away from a worker (skiplock._attempt_taken_away), that
+-- worker's late ack carries an attempt number no later claim may reuse, so `attempt` is kept
+-- and max_attempts becomes attempt + the given max_attempts (the same full budget).
 -- Safe under concurrent callers: no unique violation escapes.
 CREATE OR REPLACE FUNCTION skiplock._enqueue(
     kind text,
@@ -190,7 +208,12 @@ BEGIN
         VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
                 _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key)
         ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
-        DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at
+        DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at,
+            priority = EXCLUDED.priority,
+            attempt = CASE WHEN skiplock._attempt_taken_away(j.errors) THEN j.attempt ELSE 0 END,
+            max_attempts = CASE WHEN skiplock._attempt_taken_away(j.errors)
+                                THEN least(j.attempt::bigint + EXCLUDED.max_attempts, 2147483647)::integer
+                                ELSE EXCLUDED.max_attempts END
             WHERE j.kind = EXCLUDED.kind AND j.queue = EXCLUDED.queue
         RETURNING id INTO new_id;
         IF new_id IS NULL THEN
@@ -321,7 +344,10 @@ BEGIN
 END;
 $$;
 
--- Cancel a job that has not finished. A running job's late acknowledgement is fenced off.
+-- Cancel a job that has not finished. A running job's late acknowledgement is fenced off
+-- (the row is no longer `running`); the interrupted attempt is recorded in `errors` as
+-- {attempt, at, error: 'cancelled while running'} (skiplock._attempt_taken_away reads it) and
+-- the stale `heartbeat_at` is cleared, so the row itself says an attempt was cut short.
 CREATE OR REPLACE FUNCTION skiplock.cancel(id bigint) RETURNS skiplock.job_state
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -334,7 +360,11 @@ BEGIN
     IF cur NOT IN ('available', 'running') THEN
         RAISE EXCEPTION 'skiplock: job % is already % and cannot be cancelled', cancel.id, cur USING ERRCODE = '55000';
     END IF;
-    UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now()
+    UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
+        errors = CASE WHEN cur = 'running'
+                      THEN j.errors || jsonb_build_array(jsonb_build_object(
+                               'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
+                      ELSE j.errors END
     WHERE j.id = cancel.id;
     RETURN 'cancelled';
 END;

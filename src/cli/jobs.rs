@@ -36,7 +36,8 @@ pub struct EnqueueArgs {
     /// Unique key: at most one available job holds it.
     #[arg(long)]
     pub unique_key: Option<String>,
-    /// With --unique-key: replace the waiting job's args and run time instead of keeping it.
+    /// With --unique-key: update the waiting job (args, run time, priority, max attempts; its
+    /// attempt count starts again) instead of keeping it.
     #[arg(long, requires = "unique_key")]
     pub replace: bool,
 }

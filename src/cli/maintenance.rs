@@ -1,5 +1,6 @@
-//! `skiplock periodic` (the periodic jobs workers declared, with their last and next run) and
-//! `skiplock reap [--dry-run]` (the reaper, run once by hand).
+//! `skiplock periodic` (the periodic jobs workers declared, with their last and next run,
+//! among them the built-in `reap` and `retain`) and `skiplock reap [--dry-run]` (the reaper,
+//! run once by hand, outside the `reap` job).
 //!
 //! `skiplock reap` without `--dry-run` deletes what the reaper would delete, with the same
 //! uptime guard applied to the worker fleet instead of this short-lived command: it deletes
@@ -14,8 +15,10 @@ use serde::Serialize;
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
 use crate::config::{DEFAULT_RESCUE_AFTER, env_duration};
+use crate::maintenance::builtin_jobs;
 use crate::maintenance::periodic::{PeriodicJobs, Schedule};
 use crate::maintenance::reaper::{self, ReapCandidate, ReaperSettings};
+use crate::maintenance::retention::RetentionSettings;
 
 /// `skiplock periodic`.
 #[derive(Debug, Args)]
@@ -51,6 +54,9 @@ struct PeriodicLine {
     last_job_state: Option<String>,
     next_run: Option<DateTime<Utc>>,
     declared_by: Option<String>,
+    /// What to show when no worker has declared it yet.
+    #[serde(skip)]
+    source: &'static str,
 }
 
 #[derive(sqlx::FromRow)]
@@ -67,8 +73,13 @@ struct DeclaredRow {
 }
 
 /// Runs `skiplock periodic`: the jobs declared by workers (`skiplock.periodic_jobs`), plus
-/// any in this environment's `SKIPLOCK_PERIODIC_FILE` that no worker has declared yet.
+/// the built-in ones and any in this environment's `SKIPLOCK_PERIODIC_FILE` that no worker
+/// has declared yet.
 pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> {
+    let builtin = builtin_jobs(
+        &ReaperSettings::from_env()?,
+        &RetentionSettings::from_env()?,
+    )?;
     let file_jobs = PeriodicJobs::from_env()?;
     let pool = connect_migrated(url).await?;
     let rows: Vec<DeclaredRow> =
@@ -93,9 +104,20 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
             last_job_id: r.last_job_id,
             last_job_state: r.last_job_state,
             declared_by: Some(r.declared_by),
+            source: "",
         })
         .collect();
-    for j in file_jobs.jobs() {
+    let undeclared = builtin
+        .jobs()
+        .iter()
+        .map(|j| (j, "(built in; no worker yet)"))
+        .chain(
+            file_jobs
+                .jobs()
+                .iter()
+                .map(|j| (j, "(file; no worker yet)")),
+        );
+    for (j, source) in undeclared {
         if !lines.iter().any(|l| l.name == j.name) {
             lines.push(PeriodicLine {
                 name: j.name.clone(),
@@ -107,6 +129,7 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
                 last_job_state: None,
                 next_run: j.schedule.next_after(now),
                 declared_by: None,
+                source,
             });
         }
     }
@@ -138,9 +161,7 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
                 l.queue.clone(),
                 last,
                 ts(l.next_run),
-                l.declared_by
-                    .clone()
-                    .unwrap_or_else(|| "(file; no worker yet)".into()),
+                l.declared_by.clone().unwrap_or_else(|| l.source.into()),
             ]
         })
         .collect();
@@ -254,7 +275,7 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
         say!("deleted nothing: {why}");
         return Ok(());
     };
-    let n = reaper::reap(&pool, settings.max_age, move |_| started).await?;
+    let n = reaper::reap(&pool, settings.max_age, None, move |_| started).await?;
     say!("deleted {n} job(s) unfinished past the maximum age of {max}");
     Ok(())
 }

@@ -1,25 +1,32 @@
 //! The reaper: deletes unfinished jobs (available or running) left behind far longer than any
 //! job should wait or run, so a stuck row cannot sit in the queue forever.
 //!
-//! It is a component of its own, built from the pool and its settings only, and run by the
-//! worker's maintenance supervisor like the rescuer. It remembers when it was built and,
-//! until this process has been up for the maximum age, deletes nothing: after an outage
-//! every row would otherwise look stale. Every deletion is logged at WARN with the whole
-//! job (id, kind, queue, state, args, timestamps), so nothing disappears without a trace.
+//! It runs as a periodic job of kind [`KIND`] (`reap`), declared by every worker that
+//! registers the maintenance jobs ([`super::register_all`]) and enqueued once per
+//! `SKIPLOCK_REAPER_INTERVAL` across all processes, so each run is a row an operator can read
+//! with psql: its `result` says what it did ([`ReapRun`]). The [`Reaper`] is the handler. It
+//! remembers when it was built (the process's start, in memory) and, until this process has
+//! been up for the maximum age, deletes nothing: after an outage every row would otherwise
+//! look stale. Every deletion is logged at WARN with the whole job (id, kind, queue, state,
+//! args, timestamps), so nothing disappears without a trace.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::IgnoredAny;
 use sqlx::PgPool;
 
-use super::Service;
 use crate::config::env_duration;
 use crate::dbtime::{DbTime, DbTimeOpt};
 use crate::error::{Error, Result};
 use crate::queue::JobState;
-use crate::worker::handler::BoxFuture;
+use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
+
+/// The kind of the reaper's periodic job.
+pub const KIND: &str = "reap";
 
 /// Default maximum age of an unfinished job.
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(48 * 3600);
@@ -35,7 +42,8 @@ pub const MAX_BATCHES: usize = 20;
 pub struct ReaperSettings {
     /// An unfinished job older than this is deleted (`SKIPLOCK_REAPER_MAX_AGE`, 48h).
     pub max_age: Duration,
-    /// Time between runs (`SKIPLOCK_REAPER_INTERVAL`, 30s); retention runs on it too.
+    /// Time between runs, the period of the `reap` job (`SKIPLOCK_REAPER_INTERVAL`, 30s, at
+    /// least 1s); the `retain` job runs on it too.
     pub interval: Duration,
 }
 
@@ -68,14 +76,29 @@ impl ReaperSettings {
                 "must be at least 1s",
             ));
         }
-        if self.interval < Duration::from_millis(10) {
-            return Err(Error::config(
-                "SKIPLOCK_REAPER_INTERVAL",
-                "must be at least 10ms",
-            ));
-        }
+        crate::config::check_duration("SKIPLOCK_REAPER_INTERVAL", self.interval)?;
         Ok(())
     }
+}
+
+/// What one run of the reaper did: the `result` of its `reap` job, e.g.
+/// `{"deleted": 3, "guarded": false, "uptime_s": 180000, "max_age_s": 172800}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReapRun {
+    /// Jobs deleted.
+    pub deleted: u64,
+    /// The uptime guard held: the process was younger than the maximum age, nothing was read.
+    pub guarded: bool,
+    /// How long the process running it had been up (whole seconds).
+    pub uptime_s: u64,
+    /// The maximum age it judged by (whole seconds).
+    pub max_age_s: u64,
+}
+
+/// Whether the uptime guard holds for a process up for `uptime`: until it has been up for the
+/// whole maximum age, the reaper deletes nothing (after an outage every row looks stale).
+pub fn guarded(uptime: Duration, max_age: Duration) -> bool {
+    uptime < max_age
 }
 
 /// What the reaper needs to know about a job to judge it.
@@ -156,8 +179,9 @@ pub fn is_too_old(
     now.signed_duration_since(reference) > max_age
 }
 
-/// Deletes unfinished jobs past the maximum age. Cheap to clone: clones share the start
-/// instant and counters (tests and callers can watch the one the worker runs).
+/// Deletes unfinished jobs past the maximum age; the handler of the `reap` job. Cheap to
+/// clone: clones share the start instant and counters (tests and callers can watch the one
+/// the worker runs).
 #[derive(Clone)]
 pub struct Reaper {
     pool: PgPool,
@@ -195,7 +219,7 @@ impl Reaper {
         self.inner.started.elapsed()
     }
 
-    /// Completed runs so far (a run the uptime guard stopped counts too).
+    /// Completed runs in this process so far (a run the uptime guard stopped counts too).
     pub fn runs(&self) -> u64 {
         self.inner.runs.load(Ordering::SeqCst)
     }
@@ -205,46 +229,69 @@ impl Reaper {
         self.inner.deleted.load(Ordering::SeqCst)
     }
 
-    /// One run: deletes too-old jobs in batches of [`BATCH`] (at most [`MAX_BATCHES`]) and
-    /// returns how many. Does nothing, not even a query, while the uptime guard holds.
+    /// One run on its own pool (outside a `reap` job); returns how many jobs it deleted.
     pub async fn reap_once(&self) -> Result<u64> {
-        let n = if self.uptime() < self.settings.max_age {
+        Ok(self.reap_with(&self.pool, None).await?.deleted)
+    }
+
+    /// One run: deletes too-old jobs in batches of [`BATCH`] (at most [`MAX_BATCHES`]), never
+    /// job `spare` (the `reap` job running it). Does nothing, not even a query, while the
+    /// uptime guard holds.
+    pub async fn reap_with(&self, pool: &PgPool, spare: Option<i64>) -> Result<ReapRun> {
+        let uptime = self.uptime();
+        let guarded = guarded(uptime, self.settings.max_age);
+        let deleted = if guarded {
             0
         } else {
             let started = self.inner.started;
-            reap(&self.pool, self.settings.max_age, move |db_now| {
+            reap(pool, self.settings.max_age, spare, move |db_now| {
                 db_now
                     - chrono::Duration::from_std(started.elapsed())
                         .unwrap_or(chrono::TimeDelta::MAX)
             })
             .await?
         };
-        self.inner.deleted.fetch_add(n, Ordering::SeqCst);
+        self.inner.deleted.fetch_add(deleted, Ordering::SeqCst);
         self.inner.runs.fetch_add(1, Ordering::SeqCst);
-        Ok(n)
+        Ok(ReapRun {
+            deleted,
+            guarded,
+            uptime_s: uptime.as_secs(),
+            max_age_s: self.settings.max_age.as_secs(),
+        })
     }
 }
 
-impl Service for Reaper {
-    fn name(&self) -> &'static str {
-        "reaper"
+/// The `reap` job: one run in the process that claimed it, judged by that process's uptime;
+/// completes with the [`ReapRun`] as its result. Args are ignored.
+impl Handler for Reaper {
+    type Args = IgnoredAny;
+    fn kind(&self) -> &'static str {
+        KIND
     }
-    fn interval(&self) -> Duration {
-        self.settings.interval
-    }
-    fn run_once(&self, _pool: PgPool) -> BoxFuture<Result<u64>> {
-        let me = self.clone();
-        Box::pin(async move { me.reap_once().await })
+    async fn run(&self, ctx: JobContext, _args: IgnoredAny) -> HandlerResult {
+        let run = self.reap_with(&ctx.pool, Some(ctx.id)).await?;
+        if run.deleted > 0 {
+            tracing::info!(
+                job.id = ctx.id,
+                deleted = run.deleted,
+                "reaper run deleted jobs"
+            );
+        }
+        Ok(Outcome::CompleteWith(serde_json::to_value(run)?))
     }
 }
 
 /// Deletes the jobs [`is_too_old`] condemns, batch by batch, each batch in a transaction that
 /// holds the candidates' row locks from the decision to the delete (so a job claimed in the
-/// meantime is never deleted as stale). `started_at` maps the database's `now()` to the
-/// start the uptime guard measures from. Logs each deletion at WARN.
+/// meantime is never deleted as stale). Job `spare` is never deleted (the `reap` job that
+/// runs this must not delete its own row mid-run, however small the maximum age).
+/// `started_at` maps the database's `now()` to the start the uptime guard measures from.
+/// Logs each deletion at WARN.
 pub async fn reap(
     pool: &PgPool,
     max_age: Duration,
+    spare: Option<i64>,
     started_at: impl Fn(DateTime<Utc>) -> DateTime<Utc>,
 ) -> Result<u64> {
     let mut total = 0u64;
@@ -261,6 +308,7 @@ pub async fn reap(
         let fetched = rows.len();
         let doomed: Vec<ReapCandidate> = rows
             .into_iter()
+            .filter(|r| Some(r.job.id) != spare)
             .filter(|r| is_too_old(&r.job, r.db_now, started_at(r.db_now), max_age))
             .map(|r| r.job)
             .collect();
@@ -486,6 +534,27 @@ mod tests {
     }
 
     #[test]
+    fn guard_holds_until_uptime_reaches_max_age() {
+        assert!(guarded(Duration::from_secs(3599), MAX));
+        assert!(!guarded(MAX, MAX));
+        assert!(!guarded(Duration::from_secs(3601), MAX));
+    }
+
+    #[test]
+    fn a_run_is_reported_as_the_jobs_result() {
+        let run = ReapRun {
+            deleted: 3,
+            guarded: false,
+            uptime_s: 180_000,
+            max_age_s: 172_800,
+        };
+        assert_eq!(
+            serde_json::to_value(run).unwrap(),
+            serde_json::json!({"deleted": 3, "guarded": false, "uptime_s": 180000, "max_age_s": 172800})
+        );
+    }
+
+    #[test]
     fn settings_validate() {
         assert!(ReaperSettings::default().validate().is_ok());
         let bad = ReaperSettings {
@@ -499,7 +568,7 @@ mod tests {
                 .contains("SKIPLOCK_REAPER_MAX_AGE")
         );
         let bad = ReaperSettings {
-            interval: Duration::ZERO,
+            interval: Duration::from_millis(999),
             ..ReaperSettings::default()
         };
         assert!(

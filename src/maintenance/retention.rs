@@ -4,16 +4,23 @@
 //! discarded ones after `SKIPLOCK_RETAIN_FAILED` (kept longer: someone may want to look at
 //! why they failed). Deletes run in small batches so the table is never locked for long and
 //! the claim path stays fast at any volume. Old period records of periodic jobs go too.
+//!
+//! It runs as a periodic job of its own kind, [`KIND`] (`retain`), next to the reaper's `reap`
+//! job and on the same interval: its result (`{"deleted": N, …}`) is a row of its own, and a
+//! failure of one never hides or stops the other (retention has no uptime guard to report).
 
 use std::time::Duration;
 
+use serde::de::IgnoredAny;
 use sqlx::PgPool;
 
-use super::Service;
 use crate::config::env_duration;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::queue::JobState;
-use crate::worker::handler::BoxFuture;
+use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
+
+/// The kind of retention's periodic job.
+pub const KIND: &str = "retain";
 
 /// Default retention of completed jobs.
 pub const DEFAULT_RETAIN_COMPLETED: Duration = Duration::from_secs(24 * 3600);
@@ -31,7 +38,8 @@ pub struct RetentionSettings {
     pub completed: Duration,
     /// Cancelled and discarded jobs (`SKIPLOCK_RETAIN_FAILED`, 7d).
     pub failed: Duration,
-    /// Time between runs: the reaper's (`SKIPLOCK_REAPER_INTERVAL`, 30s).
+    /// Time between runs, the period of the `retain` job: the reaper's
+    /// (`SKIPLOCK_REAPER_INTERVAL`, 30s, at least 1s).
     pub interval: Duration,
 }
 
@@ -60,12 +68,7 @@ impl RetentionSettings {
 
     /// Rejects values that parse but make no sense.
     pub fn validate(&self) -> Result<()> {
-        if self.interval < Duration::from_millis(10) {
-            return Err(Error::config(
-                "SKIPLOCK_REAPER_INTERVAL",
-                "must be at least 10ms",
-            ));
-        }
+        crate::config::check_duration("SKIPLOCK_REAPER_INTERVAL", self.interval)?;
         Ok(())
     }
 
@@ -80,7 +83,7 @@ impl RetentionSettings {
     }
 }
 
-/// Deletes finished jobs past their retention window.
+/// Deletes finished jobs past their retention window; the handler of the `retain` job.
 #[derive(Debug, Clone)]
 pub struct Retention {
     /// The windows.
@@ -129,16 +132,20 @@ pub async fn run_retention(pool: &PgPool, settings: &RetentionSettings) -> Resul
     Ok(total)
 }
 
-impl Service for Retention {
-    fn name(&self) -> &'static str {
-        "retention"
+/// The `retain` job: one retention pass; completes with
+/// `{"deleted": N, "completed_after_s": …, "failed_after_s": …}`. Args are ignored.
+impl Handler for Retention {
+    type Args = IgnoredAny;
+    fn kind(&self) -> &'static str {
+        KIND
     }
-    fn interval(&self) -> Duration {
-        self.settings.interval
-    }
-    fn run_once(&self, pool: PgPool) -> BoxFuture<Result<u64>> {
-        let s = self.settings;
-        Box::pin(async move { run_retention(&pool, &s).await })
+    async fn run(&self, ctx: JobContext, _args: IgnoredAny) -> HandlerResult {
+        let deleted = run_retention(&ctx.pool, &self.settings).await?;
+        Ok(Outcome::CompleteWith(serde_json::json!({
+            "deleted": deleted,
+            "completed_after_s": self.settings.completed.as_secs(),
+            "failed_after_s": self.settings.failed.as_secs(),
+        })))
     }
 }
 

@@ -13,7 +13,11 @@ pub enum OnConflict {
     /// Leave the existing job untouched and return its id.
     #[default]
     Keep,
-    /// Move the existing job's args and `scheduled_at` to the new values (debounce).
+    /// Update the existing job with the new args, `scheduled_at`, priority and max_attempts
+    /// (debounce); its attempt count starts again at 0 and its earlier errors stay. (If an
+    /// attempt was ever taken away from a worker, the count goes on and max_attempts is
+    /// raised by the same amount instead, so that worker's late ack stays fenced off; see
+    /// `skiplock._enqueue` and the README.)
     Replace,
 }
 

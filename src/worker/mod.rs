@@ -135,6 +135,15 @@ impl WorkerBuilder {
         self.services.push(Arc::new(s));
         self
     }
+    /// Adds `queue` with `limit` slots to an explicit queue list (`SKIPLOCK_QUEUES`,
+    /// `--queues`) that does not name it; a worker serving every queue finds it in the jobs
+    /// table anyway. For jobs every worker must be able to run, such as maintenance's.
+    pub fn also_serve(mut self, queue: &str, limit: usize) -> Self {
+        if let Some(q) = self.settings.queues.as_mut() {
+            q.entry(queue.to_string()).or_insert(limit);
+        }
+        self
+    }
     /// The handlers' pool (for components built before the worker).
     pub fn pool(&self) -> &PgPool {
         &self.pool
