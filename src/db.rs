@@ -61,3 +61,14 @@ pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
 pub fn scrub(text: &str, url: &str) -> String {
     crate::redact::scrub(&crate::redact::scrub_with(text, url))
 }
+
+/// A pool of at most `max_connections` to `url`, without the probe or the session limits
+/// of [`connect`] and [`session`] (the dev tools: the benchmark and chaos runs).
+pub async fn pool(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<PgPool> {
+    let opts = parse_url(url)?;
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .connect_with(opts)
+        .await?)
+}

@@ -89,7 +89,7 @@ async fn job(pool: &PgPool, id: i64) -> (String, i32, Option<Value>) {
 }
 
 async fn wait_state(pool: &PgPool, id: i64, state: &str) {
-    wait_job(pool, id, state, |r| r.state == state).await;
+    wait_job(pool, id, state, |r| r.state.as_str() == state).await;
 }
 
 /// The pending (available, keyed) timer of a host: (id, scheduled_at).
@@ -530,7 +530,7 @@ async fn a_failed_upload_is_retried_and_nothing_is_recorded_until_one_succeeds()
         r.errors.as_array().is_some_and(|e| e.len() >= 2)
     })
     .await;
-    assert_ne!(row.state, "completed");
+    assert_ne!(row.state.as_str(), "completed");
     assert_eq!(row.result, None);
     for e in row.errors.as_array().unwrap() {
         let msg = e["error"].as_str().unwrap_or_default();

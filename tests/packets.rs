@@ -426,7 +426,7 @@ async fn submit_commits_packet_and_job_together() {
     .unwrap();
     assert_eq!((packets_n, jobs_n), (0, 0));
     // The SQL API is re-applied by every `migrate`: doing it again must work.
-    skiplock::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
     let e = sqlx::query("SELECT skiplock.submit_packet('  ')")
         .execute(&db.pool)
         .await
@@ -471,7 +471,7 @@ async fn simultaneous_starts_never_exceed_the_limit() {
                                 .await
                                 .unwrap();
                         let r: String = sqlx::query_scalar(
-                            "SELECT skiplock._packet_start($1, $2, $3, 'racer')",
+                            "SELECT outcome::text FROM skiplock._packet_start($1, $2, $3, 'racer')",
                         )
                         .bind(id)
                         .bind(job)

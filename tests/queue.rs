@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use skiplock::queue::ack::{Ack, ack_many};
-use skiplock::queue::admin;
-use skiplock::queue::claim::claim;
-use skiplock::queue::{JobState, NewJob, OnConflict, enqueue, enqueue_many};
+use skiplock::queue::{JobState, NewJob, OnConflict};
+use skiplock::store::ack::{Ack, ack_many};
+use skiplock::store::claim::{ClaimParams, claim};
+use skiplock::store::jobs::{self, ManyJobs, enqueue, enqueue_many};
 use support::TestDb;
 
 fn kinds(k: &[&str]) -> Vec<String> {
@@ -32,9 +32,17 @@ async fn enqueue_claim_and_complete() {
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({"a": 1})))
         .await
         .unwrap();
-    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1")
-        .await
-        .unwrap();
+    let jobs = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 10,
+            worker: "w1",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].id, id);
     assert_eq!(jobs[0].attempt, 1);
@@ -42,10 +50,18 @@ async fn enqueue_claim_and_complete() {
     assert_eq!(state_of(&db, id).await, "running");
     // Nothing left to claim.
     assert!(
-        claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1")
-            .await
-            .unwrap()
-            .is_empty()
+        claim(
+            &db.pool,
+            ClaimParams {
+                queue: "default",
+                kinds: &kinds(&["noop"]),
+                limit: 10,
+                worker: "w1",
+            },
+        )
+        .await
+        .unwrap()
+        .is_empty()
     );
     let ack = Ack {
         id,
@@ -57,8 +73,8 @@ async fn enqueue_claim_and_complete() {
         result: Some(json!({"ok": true})),
     };
     assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap(), vec![id]);
-    let row = admin::get_job(&db.pool, id).await.unwrap();
-    assert_eq!(row.state, "completed");
+    let row = jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(row.state.as_str(), "completed");
     assert!(row.finalized_at.is_some());
     assert_eq!(row.result, Some(json!({"ok": true})));
     assert_eq!(row.attempted_by.as_deref(), Some("w1"));
@@ -85,13 +101,29 @@ async fn claim_respects_queue_kind_schedule_and_priority() {
     )
     .await
     .unwrap();
-    let first = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w")
-        .await
-        .unwrap();
+    let first = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(first[0].id, high, "smaller priority runs first");
-    let rest = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w")
-        .await
-        .unwrap();
+    let rest = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 10,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(rest.iter().map(|j| j.id).collect::<Vec<_>>(), vec![low]);
 }
 
@@ -101,18 +133,34 @@ async fn acks_are_fenced_by_attempt() {
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    claim(&db.pool, "default", &kinds(&["noop"]), 1, "w1")
-        .await
-        .unwrap();
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w1",
+        },
+    )
+    .await
+    .unwrap();
     // The job is rescued and claimed again (attempt 2) by another worker.
     sqlx::query("UPDATE skiplock.jobs SET state = 'available' WHERE id = $1")
         .bind(id)
         .execute(&db.pool)
         .await
         .unwrap();
-    let again = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w2")
-        .await
-        .unwrap();
+    let again = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w2",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(again[0].attempt, 2);
     let late = Ack {
         id,
@@ -150,9 +198,17 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
     let b = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    claim(&db.pool, "default", &kinds(&["noop"]), 2, "w")
-        .await
-        .unwrap();
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 2,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     let later = Utc::now() + chrono::Duration::seconds(30);
     let acks = vec![
         Ack {
@@ -177,12 +233,12 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
     let mut written = ack_many(&db.pool, &acks).await.unwrap();
     written.sort();
     assert_eq!(written, vec![a, b]);
-    let ra = admin::get_job(&db.pool, a).await.unwrap();
-    assert_eq!(ra.state, "available");
+    let ra = jobs::get_job(&db.pool, a).await.unwrap();
+    assert_eq!(ra.state.as_str(), "available");
     assert_eq!(ra.attempt, 1);
     assert_eq!(ra.errors[0]["error"], "boom");
     assert_eq!(ra.errors[0]["attempt"], 1);
-    let rb = admin::get_job(&db.pool, b).await.unwrap();
+    let rb = jobs::get_job(&db.pool, b).await.unwrap();
     assert_eq!(rb.attempt, 0, "snooze does not use up an attempt");
     assert_eq!(rb.errors, json!([]));
     assert!((rb.scheduled_at - later).num_milliseconds().abs() < 5);
@@ -205,7 +261,7 @@ async fn unique_key_keep_and_replace() {
     .unwrap();
     assert_eq!(first, kept);
     assert_eq!(
-        admin::get_job(&db.pool, first).await.unwrap().args,
+        jobs::get_job(&db.pool, first).await.unwrap().args,
         json!({"v": 1})
     );
     let later = Utc::now() + chrono::Duration::minutes(5);
@@ -218,7 +274,7 @@ async fn unique_key_keep_and_replace() {
     .await
     .unwrap();
     assert_eq!(first, replaced);
-    let row = admin::get_job(&db.pool, first).await.unwrap();
+    let row = jobs::get_job(&db.pool, first).await.unwrap();
     assert_eq!(row.args, json!({"v": 3}));
     assert!((row.scheduled_at - later).num_milliseconds().abs() < 5);
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
@@ -282,16 +338,36 @@ async fn unique_key_is_safe_under_concurrent_callers() {
 async fn enqueue_many_returns_ids_in_order() {
     let db = TestDb::new().await;
     let args: Vec<_> = (0..100).map(|i| json!({"n": i})).collect();
-    let ids = enqueue_many(&db.pool, "noop", &args, "bulk", None, 0)
-        .await
-        .unwrap();
+    let ids = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "noop",
+            args: &args,
+            queue: "bulk",
+            run_at: None,
+            priority: 0,
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(ids.len(), 100);
     for (i, id) in ids.iter().enumerate() {
-        let row = admin::get_job(&db.pool, *id).await.unwrap();
+        let row = jobs::get_job(&db.pool, *id).await.unwrap();
         assert_eq!(row.args["n"], i as i64);
         assert_eq!(row.queue, "bulk");
     }
-    let bad = enqueue_many(&db.pool, "noop", &[json!({}), json!([1])], "bulk", None, 0).await;
+    let bad_args = [json!({}), json!([1])];
+    let bad = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "noop",
+            args: &bad_args,
+            queue: "bulk",
+            run_at: None,
+            priority: 0,
+        },
+    )
+    .await;
     let msg = bad.unwrap_err().db_message().unwrap().to_string();
     assert!(msg.contains("args[2]"), "{msg}");
 }
@@ -337,7 +413,7 @@ async fn the_sql_api_rejects_bad_input_with_clear_errors() {
         .await
         .unwrap();
     assert_eq!(
-        admin::get_job(&db.pool, id).await.unwrap().kind,
+        jobs::get_job(&db.pool, id).await.unwrap().kind,
         "'; DROP TABLE skiplock.jobs; --"
     );
     // Priority overflow is a type error from Postgres, not a silent wrap.
@@ -356,11 +432,14 @@ async fn cancel_and_retry() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    admin::cancel(&db.pool, id).await.unwrap();
+    jobs::cancel_job(&db.pool, id).await.unwrap();
     assert_eq!(state_of(&db, id).await, "cancelled");
-    let e = admin::cancel(&db.pool, id).await.unwrap_err().to_string();
+    let e = jobs::cancel_job(&db.pool, id)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("already cancelled"), "{e}");
-    admin::retry(&db.pool, id).await.unwrap();
+    jobs::retry_job(&db.pool, id).await.unwrap();
     assert_eq!(state_of(&db, id).await, "available");
     // A discarded job out of attempts gets one more.
     sqlx::query(
@@ -371,8 +450,8 @@ async fn cancel_and_retry() {
     .execute(&db.pool)
     .await
     .unwrap();
-    admin::retry(&db.pool, id).await.unwrap();
-    let row = admin::get_job(&db.pool, id).await.unwrap();
+    jobs::retry_job(&db.pool, id).await.unwrap();
+    let row = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!((row.state.as_str(), row.max_attempts), ("available", 4));
     assert!(row.finalized_at.is_none());
 }
@@ -403,13 +482,15 @@ async fn queue_stats_view_works_from_plain_sql() {
 #[tokio::test]
 async fn migrate_is_idempotent_and_detects_missing_schema() {
     let db = TestDb::empty().await;
-    let e = skiplock::schema::ensure_migrated(&db.pool)
+    let e = skiplock::store::schema::ensure_ready(&db.pool)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("skiplock migrate"), "{e}");
-    skiplock::schema::migrate(&db.pool).await.unwrap();
-    skiplock::schema::migrate(&db.pool).await.unwrap();
-    skiplock::schema::ensure_migrated(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::ensure_ready(&db.pool)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -424,9 +505,17 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     let other = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    claim(&db.pool, "default", &kinds(&["noop"]), 2, "w")
-        .await
-        .unwrap();
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 2,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     // While `first` runs, a new job takes the key.
     let second = enqueue(
         &db.pool,
@@ -457,8 +546,8 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
         },
     ];
     assert_eq!(ack_many(&db.pool, &acks).await.unwrap().len(), 2);
-    let f = admin::get_job(&db.pool, first).await.unwrap();
-    assert_eq!(f.state, "cancelled");
+    let f = jobs::get_job(&db.pool, first).await.unwrap();
+    assert_eq!(f.state.as_str(), "cancelled");
     assert!(
         f.errors[1]["error"]
             .as_str()
@@ -470,9 +559,17 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     assert_eq!(state_of(&db, second).await, "available");
     assert_eq!(state_of(&db, other).await, "completed");
     // The rescuer path too.
-    claim(&db.pool, "default", &kinds(&["noop"]), 1, "w")
-        .await
-        .unwrap();
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     enqueue(
         &db.pool,
         &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep),

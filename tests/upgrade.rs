@@ -125,10 +125,10 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
     let squatted_next = packet + 1;
 
     // Today's migrate.
-    skiplock::schema::migrate(p)
+    skiplock::store::schema::migrate(p)
         .await
         .expect("migrate after 0.1.0");
-    skiplock::schema::ensure_migrated(p).await.unwrap();
+    skiplock::store::schema::ensure_ready(p).await.unwrap();
     assert_eq!(
         one::<i64>(
             p,
@@ -281,5 +281,5 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
     worker.stop().await.unwrap();
     assert_eq!(count_state(p, "discarded").await, 1);
     // Migrating again is a no-op.
-    skiplock::schema::migrate(p).await.unwrap();
+    skiplock::store::schema::migrate(p).await.unwrap();
 }

@@ -9,14 +9,15 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::json;
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::QueueSettings;
 use crate::error::{Error, Result};
-use crate::queue::{NewJob, enqueue, enqueue_many};
+use crate::queue::NewJob;
+use crate::store::bench as sql;
+use crate::store::jobs::{ManyJobs, enqueue, enqueue_many};
+use crate::store::{Pool, schema};
 use crate::worker::{HandlerResult, JobContext, Outcome, Worker, handler::Handler};
 
 /// What to measure and how much.
@@ -152,7 +153,7 @@ impl Handler for StartSignal {
 
 /// A database of its own for the benchmark, dropped at the end.
 struct BenchDb {
-    admin: PgPool,
+    admin: Pool,
     name: String,
     url: String,
 }
@@ -161,9 +162,7 @@ impl BenchDb {
     async fn create(server_url: &str) -> Result<BenchDb> {
         let admin = crate::db::connect(server_url, 2).await?;
         let name = format!("skiplock_bench_{:08x}", rand::random::<u32>());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await?;
+        sql::create_database(&admin, &name).await?;
         let mut u = url::Url::parse(server_url)
             .map_err(|e| Error::config("DATABASE_URL", e.to_string()))?;
         u.set_path(&format!("/{name}"));
@@ -175,36 +174,39 @@ impl BenchDb {
     }
 
     async fn drop_db(&self) {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        )))
-        .execute(&self.admin)
-        .await;
+        let _ = sql::drop_database(&self.admin, &self.name).await;
     }
 }
 
-async fn pool(url: &str, n: u32) -> Result<PgPool> {
-    Ok(PgPoolOptions::new().max_connections(n).connect(url).await?)
+async fn pool(url: &str, n: u32) -> Result<Pool> {
+    crate::db::pool(url, n, Duration::from_secs(30)).await
 }
 
-async fn reset(pool: &PgPool) -> Result<()> {
-    sqlx::query("TRUNCATE skiplock.jobs").execute(pool).await?;
-    sqlx::query("VACUUM ANALYZE skiplock.jobs")
-        .execute(pool)
-        .await?;
-    Ok(())
+async fn reset(pool: &Pool) -> Result<()> {
+    sql::truncate_jobs(pool).await?;
+    sql::vacuum_jobs(pool).await
 }
 
-async fn fill_noop(pool: &PgPool, n: usize) -> Result<()> {
+/// `args` noop jobs in queue `queue`, due now.
+fn noops<'a>(args: &'a [serde_json::Value], queue: &'a str) -> ManyJobs<'a> {
+    ManyJobs {
+        kind: "noop",
+        args,
+        queue,
+        run_at: None,
+        priority: 0,
+    }
+}
+
+async fn fill_noop(pool: &Pool, n: usize) -> Result<()> {
     let batch: Vec<serde_json::Value> = (0..1000).map(|_| json!({})).collect();
     let mut left = n;
     while left > 0 {
         let k = left.min(1000);
-        enqueue_many(pool, "noop", &batch[..k], "default", None, 0).await?;
+        enqueue_many(pool, noops(&batch[..k], crate::store::names::DEFAULT_QUEUE)).await?;
         left -= k;
     }
-    sqlx::query("ANALYZE skiplock.jobs").execute(pool).await?;
+    sql::analyze_jobs(pool).await?;
     Ok(())
 }
 
@@ -234,13 +236,8 @@ async fn drain(url: &str, o: &BenchOptions, n: usize) -> Result<f64> {
     all_ran.notified().await;
     // Every handler ran; wait until every ack is written too.
     loop {
-        let left: i64 = sqlx::query_scalar(
-            // Every handler ran, so only acks are outstanding: count running rows (a small
-            // partial index), not the available ones (the scale run has 100k future rows).
-            "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'",
-        )
-        .fetch_one(&p)
-        .await?;
+        // Every handler ran, so only acks are outstanding.
+        let left = sql::running_count(&p).await?;
         if left == 0 {
             break;
         }
@@ -286,7 +283,7 @@ async fn enqueue_batched(url: &str, o: &BenchOptions) -> Result<f64> {
         let (p, args, next) = (p.clone(), args.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < batches {
-                enqueue_many(&p, "noop", &args, "bench", None, 0).await?;
+                enqueue_many(&p, noops(&args, "bench")).await?;
             }
             Ok::<_, Error>(())
         }));
@@ -323,12 +320,7 @@ async fn latency(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
     }
     stop.cancel();
     handle.await.map_err(|e| Error::Other(e.to_string()))??;
-    let mut ms: Vec<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM (attempted_at - created_at))::float8 * 1000 FROM skiplock.jobs WHERE id = ANY($1)",
-    )
-    .bind(&ids)
-    .fetch_all(&p)
-    .await?;
+    let mut ms = sql::latency_ms(&p, &ids).await?;
     ms.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     p.close().await;
     Ok((percentile(&ms, 50.0), percentile(&ms, 99.0)))
@@ -337,16 +329,9 @@ async fn latency(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
 /// jobs/s of the plain-SQL loop over `n` rows with `connections` connections.
 async fn ceiling(url: &str, o: &BenchOptions) -> Result<f64> {
     let p = pool(url, o.connections).await?;
-    sqlx::raw_sql(include_str!("../../sql/bench/ceiling_table.sql"))
-        .execute(&p)
-        .await?;
-    sqlx::query(include_str!("../../sql/bench/ceiling_fill.sql"))
-        .bind(o.jobs as i64)
-        .execute(&p)
-        .await?;
-    sqlx::query("VACUUM ANALYZE public.ceiling_jobs")
-        .execute(&p)
-        .await?;
+    sql::ceiling_table(&p).await?;
+    sql::ceiling_fill(&p, o.jobs as i64).await?;
+    sql::vacuum_ceiling(&p).await?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..o.connections {
@@ -354,13 +339,11 @@ async fn ceiling(url: &str, o: &BenchOptions) -> Result<f64> {
         tasks.push(tokio::spawn(async move {
             let mut done = 0u64;
             loop {
-                let r = sqlx::query(include_str!("../../sql/bench/ceiling_step.sql"))
-                    .execute(&p)
-                    .await?;
-                if r.rows_affected() == 0 {
+                let n = sql::ceiling_step(&p).await?;
+                if n == 0 {
                     break;
                 }
-                done += r.rows_affected();
+                done += n;
             }
             Ok::<_, Error>(done)
         }));
@@ -370,14 +353,12 @@ async fn ceiling(url: &str, o: &BenchOptions) -> Result<f64> {
         total += t.await.map_err(|e| Error::Other(e.to_string()))??;
     }
     let rate = total as f64 / started.elapsed().as_secs_f64();
-    sqlx::query("DROP TABLE public.ceiling_jobs")
-        .execute(&p)
-        .await?;
+    sql::drop_ceiling(&p).await?;
     p.close().await;
     Ok(rate)
 }
 
-async fn postgres_facts(p: &PgPool) -> Result<BTreeMap<String, String>> {
+async fn postgres_facts(p: &Pool) -> Result<BTreeMap<String, String>> {
     let mut m = BTreeMap::new();
     for name in [
         "server_version",
@@ -387,10 +368,7 @@ async fn postgres_facts(p: &PgPool) -> Result<BTreeMap<String, String>> {
         "wal_level",
         "max_connections",
     ] {
-        let v: String = sqlx::query_scalar("SELECT current_setting($1)")
-            .bind(name)
-            .fetch_one(p)
-            .await?;
+        let v = sql::setting(p, name).await?;
         m.insert(name.to_string(), v);
     }
     Ok(m)
@@ -411,7 +389,7 @@ pub async fn run(
 
 async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result<BenchReport> {
     let p = pool(url, 2).await?;
-    crate::schema::migrate(&p).await?;
+    schema::migrate(&p).await?;
     let postgres = postgres_facts(&p).await?;
     let (mut single, mut many, mut drains, mut p50, mut p99, mut scaled, mut ceil) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
@@ -443,17 +421,9 @@ async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result
             "scale: inserting {} finished and {} future rows",
             o.scale_finished, o.scale_future
         ));
-        sqlx::query(include_str!("../../sql/bench/scale_fill.sql"))
-            .bind(o.scale_finished as i64)
-            .execute(&p)
-            .await?;
-        sqlx::query(include_str!("../../sql/bench/scale_future.sql"))
-            .bind(o.scale_future as i64)
-            .execute(&p)
-            .await?;
-        sqlx::query("VACUUM ANALYZE skiplock.jobs")
-            .execute(&p)
-            .await?;
+        sql::scale_fill(&p, o.scale_finished as i64).await?;
+        sql::scale_future(&p, o.scale_future as i64).await?;
+        sql::vacuum_jobs(&p).await?;
         for run in 1..=o.runs {
             progress(&format!(
                 "scale run {run}/{}: drain {} jobs",
@@ -462,13 +432,8 @@ async fn run_in(url: &str, o: &BenchOptions, progress: &impl Fn(&str)) -> Result
             fill_noop(&p, o.jobs).await?;
             scaled.push(drain(url, o, o.jobs).await?);
             // Keep the ballast at its size: this run's rows become ballast for the next.
-            sqlx::query("DELETE FROM skiplock.jobs WHERE id IN (SELECT id FROM skiplock.jobs WHERE state = 'completed' ORDER BY id DESC LIMIT $1)")
-                .bind(o.jobs as i64)
-                .execute(&p)
-                .await?;
-            sqlx::query("VACUUM ANALYZE skiplock.jobs")
-                .execute(&p)
-                .await?;
+            sql::trim_completed(&p, o.jobs as i64).await?;
+            sql::vacuum_jobs(&p).await?;
         }
     }
     p.close().await;

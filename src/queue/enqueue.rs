@@ -1,9 +1,9 @@
-//! Enqueueing from Rust, through the same SQL functions psql users call, so the rules
-//! (validation, unique keys, NOTIFY) live in one place.
+//! A job to enqueue ([`NewJob`]) and the checks made before the round trip. Enqueueing
+//! itself ([`crate::store::jobs::enqueue`]) goes through the same SQL functions psql users
+//! call, so the rules (validation, unique keys, NOTIFY) live in one place.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgExecutor;
 
 use crate::error::{Error, Result};
 
@@ -18,7 +18,8 @@ pub enum OnConflict {
 }
 
 impl OnConflict {
-    fn as_str(self) -> &'static str {
+    /// The SQL API's word for it (`on_conflict => 'keep' | 'replace'`).
+    pub fn as_str(self) -> &'static str {
         match self {
             OnConflict::Keep => "keep",
             OnConflict::Replace => "replace",
@@ -156,56 +157,6 @@ pub fn check_key(key: Option<&str>) -> Result<()> {
         ))),
         None => Ok(()),
     }
-}
-
-/// Enqueues one job and returns its id (or the id of the available job holding its key).
-pub async fn enqueue<'e, E: PgExecutor<'e>>(exec: E, job: &NewJob) -> Result<i64> {
-    check_nul(
-        &job.kind,
-        &job.queue,
-        job.unique_key.as_deref(),
-        &[&job.args],
-    )?;
-    check_key(job.unique_key.as_deref())?;
-    if let Some(t) = job.run_at {
-        crate::dbtime::check("run_at", t)?;
-    }
-    let id: i64 = sqlx::query_scalar(include_str!("../../sql/queue/enqueue.sql"))
-        .bind(&job.kind)
-        .bind(&job.args)
-        .bind(&job.queue)
-        .bind(job.run_at)
-        .bind(job.priority)
-        .bind(job.max_attempts)
-        .bind(&job.unique_key)
-        .bind(job.on_conflict.as_str())
-        .fetch_one(exec)
-        .await?;
-    Ok(id)
-}
-
-/// Enqueues many jobs of one kind in one statement; returns their ids in order.
-pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
-    exec: E,
-    kind: &str,
-    args: &[Value],
-    queue: &str,
-    run_at: Option<DateTime<Utc>>,
-    priority: i16,
-) -> Result<Vec<i64>> {
-    check_nul(kind, queue, None, &args.iter().collect::<Vec<_>>())?;
-    if let Some(t) = run_at {
-        crate::dbtime::check("run_at", t)?;
-    }
-    let ids: Vec<i64> = sqlx::query_scalar(include_str!("../../sql/queue/enqueue_many.sql"))
-        .bind(kind)
-        .bind(args)
-        .bind(queue)
-        .bind(run_at)
-        .bind(priority)
-        .fetch_one(exec)
-        .await?;
-    Ok(ids)
 }
 
 #[cfg(test)]

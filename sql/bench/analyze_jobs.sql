@@ -1,0 +1,2 @@
+-- Fresh statistics after a fill.
+ANALYZE skiplock.jobs

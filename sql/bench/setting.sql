@@ -1,0 +1,2 @@
+-- A server setting, for the report.
+SELECT current_setting($1)

@@ -1,0 +1,2 @@
+-- Empty the jobs table between benchmark runs.
+TRUNCATE skiplock.jobs

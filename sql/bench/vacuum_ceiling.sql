@@ -1,0 +1,2 @@
+-- Fresh statistics for the ceiling's table.
+VACUUM ANALYZE public.ceiling_jobs

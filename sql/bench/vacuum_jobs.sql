@@ -1,0 +1,2 @@
+-- Fresh statistics and no dead rows before a run (cannot run in a transaction).
+VACUUM ANALYZE skiplock.jobs
