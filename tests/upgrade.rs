@@ -283,3 +283,25 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
     // Migrating again is a no-op.
     skiplock::store::schema::migrate(p).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_release_0_1_0_database_is_refused_until_migrated() {
+    let db = TestDb::empty().await;
+    migrate_as_release_0_1_0(&db.pool).await;
+    let want = format!(
+        "error: schema is at API version 0, this binary needs {}: run `skiplock migrate`",
+        skiplock::store::schema::API_VERSION
+    );
+    let (code, out, err) = run_cmd(&db.url, &["stats"]);
+    assert_eq!((code, out.as_str(), err.trim()), (1, "", want.as_str()));
+    let e = skiplock::store::schema::ensure_ready(&db.pool)
+        .await
+        .unwrap_err();
+    assert_eq!(format!("error: {e}"), want);
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::ensure_ready(&db.pool)
+        .await
+        .unwrap();
+    let (code, _, err) = run_cmd(&db.url, &["stats"]);
+    assert_eq!(code, 0, "{err}");
+}
