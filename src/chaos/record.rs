@@ -10,7 +10,7 @@ use crate::store::chaos::Execution;
 use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
 
 /// The kind chaos runs enqueue.
-pub const KIND: &str = "chaos_record";
+pub const KIND: &str = crate::store::names::CHAOS_RECORD_KIND;
 
 /// Args of `chaos_record`.
 #[derive(Debug, Deserialize)]

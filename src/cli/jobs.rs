@@ -19,7 +19,7 @@ pub struct EnqueueArgs {
     #[arg(default_value = "{}")]
     pub args: String,
     /// Queue.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = crate::store::names::DEFAULT_QUEUE)]
     pub queue: String,
     /// Priority (smaller runs first).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]

@@ -287,7 +287,10 @@ impl PeriodicJobs {
                 return Err(at(name_span, "max_attempts must be at least 1"));
             }
             let mut job = NewJob::new(e.kind, args)
-                .queue(e.queue.unwrap_or_else(|| "default".into()))
+                .queue(
+                    e.queue
+                        .unwrap_or_else(|| crate::store::names::DEFAULT_QUEUE.into()),
+                )
                 .priority(e.priority.unwrap_or(0))
                 .max_attempts(e.max_attempts.unwrap_or(25));
             if let Some(k) = e.unique_key {

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::store::names::{DEFAULT_QUEUE, RESERVED_KEY_PREFIXES};
 
 /// What to do when an available job already holds the new job's `unique_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,7 +55,7 @@ impl NewJob {
         NewJob {
             kind: kind.into(),
             args,
-            queue: "default".into(),
+            queue: DEFAULT_QUEUE.into(),
             run_at: None,
             priority: 0,
             max_attempts: 25,
@@ -144,12 +145,10 @@ pub fn check_nul(kind: &str, queue: &str, unique_key: Option<&str>, args: &[&Val
     Ok(())
 }
 
-/// Unique-key prefixes the built-in workflows own (`skiplock._reserved_key_prefix` in
-/// `sql/api/10_core.sql` is the rule the database enforces): a generic enqueue may not create
-/// or replace such a key, so no caller can squat or steer a workflow's job.
-pub const RESERVED_KEY_PREFIXES: &[&str] = &["fetch:", "pack:", "packet:"];
-
-/// Refuses a unique key in a workflow's reserved namespace, naming the prefix.
+/// Refuses a unique key in a workflow's reserved namespace, naming the prefix, before the
+/// round trip (`skiplock._reserved_key_prefix` in `sql/api/10_core.sql` is the rule the
+/// database enforces, over the same [`RESERVED_KEY_PREFIXES`]): a generic enqueue may not
+/// create or replace such a key, so no caller can squat or steer a workflow's job.
 pub fn check_key(key: Option<&str>) -> Result<()> {
     match key.and_then(|k| RESERVED_KEY_PREFIXES.iter().find(|p| k.starts_with(*p))) {
         Some(p) => Err(Error::Invalid(format!(

@@ -34,6 +34,9 @@ pub const PACKET_KEY_PREFIX: &str = "packet:";
 /// The `skiplock.locks` row that serialises packet starts.
 pub const PACKET_PROCESSING_LOCK: &str = "packets.processing";
 
+/// Kind of the chaos runs' jobs (a dev tool: `skiplock chaos`).
+pub const CHAOS_RECORD_KIND: &str = "chaos_record";
+
 /// Unique-key prefixes the built-in workflows own (`skiplock._reserved_key_prefix` enforces
 /// them in the database): a generic enqueue may not create or replace such a key.
 pub const RESERVED_KEY_PREFIXES: &[&str] = &[FETCH_KEY_PREFIX, PACK_KEY_PREFIX, PACKET_KEY_PREFIX];
@@ -62,6 +65,10 @@ pub const ALL: &[(&str, &[&str])] = &[
         &["api/10_core.sql", "api/40_packets.sql"],
     ),
     (PACKET_PROCESSING_LOCK, &["api/40_packets.sql"]),
+    (
+        CHAOS_RECORD_KIND,
+        &["chaos/fill.sql", "chaos/progress.sql", "chaos/verify.sql"],
+    ),
 ];
 
 #[cfg(test)]

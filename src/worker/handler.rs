@@ -64,7 +64,7 @@ impl JobContext {
         JobContext {
             id,
             kind: kind.to_string(),
-            queue: "default".into(),
+            queue: crate::store::names::DEFAULT_QUEUE.into(),
             attempt: 1,
             max_attempts: 1,
             pool,
