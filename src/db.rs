@@ -13,6 +13,10 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 use crate::config::redact_url;
 use crate::error::{Error, Result};
 
+/// The default log filter of the binary: sqlx's notices (the SQL API's `RAISE WARNING`s, e.g.
+/// an evicted key squatter) only from WARN up.
+pub const DEFAULT_LOG_FILTER: &str = "info,sqlx::postgres::notice=warn";
+
 /// Opens a pool of at most `max_connections` to `url`. Fails fast (10 s) with a message
 /// that names the (redacted) URL when the database cannot be reached.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {

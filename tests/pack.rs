@@ -753,8 +753,9 @@ async fn pack_arm_keeps_one_timer_caps_it_never_pulls_it_back_and_leaves_pack_no
 #[tokio::test]
 async fn the_debounce_rule_is_the_sql_functions() {
     let db = TestDb::new().await;
-    // (now, window_start, fires_at, max_wait, expected fire time, what it shows)
-    let cases: &[(i64, Option<i64>, Option<i64>, i64, i64, &str)] = &[
+    /// (now, window_start, fires_at, max_wait, expected fire time, what it shows)
+    type Case = (i64, Option<i64>, Option<i64>, i64, i64, &'static str);
+    let cases: &[Case] = &[
         (
             0,
             None,

@@ -6,11 +6,12 @@
 //!
 //! - **One function per statement, named after it.** The statement lives in
 //!   `sql/<area>/<name>.sql` and the function that runs it shares the name, e.g.
-//!   [`claim::claim`] runs `sql/queue/claim.sql`, [`packets::packet_start`] runs
-//!   `sql/packets/packet_start.sql`. Names read entity, verb, then `_many` when the statement
-//!   takes arrays (`heartbeat_many`, `ack_many`). Areas: `queue` ([`jobs`], [`claim`],
-//!   [`ack`], [`heartbeat`], [`rescue`]), `maintenance`, `fetch`, `pack`, `packets`,
-//!   `schema`, and the dev tools' `bench` and `chaos`.
+//!   [`claim::claim`] runs `sql/queue/claim.sql`, [`packets::start`] runs
+//!   `sql/packets/start.sql`. A module is an entity or a service, so names within it read as
+//!   verbs (`packets::start`, `jobs::cancel_job`), with `_many` when the statement takes
+//!   arrays (`heartbeat_many`, `ack_many`). Areas: `queue` ([`jobs`], [`claim`], [`ack`],
+//!   [`heartbeat`], [`rescue`]), `maintenance`, `fetch`, `pack`, `packets`, `schema`, and the
+//!   dev tools' `bench` and `chaos` (their modules say so; nothing else calls them).
 //! - **Typed in, typed out.** More than about three parameters come as a struct; every row is
 //!   a named `FromRow` struct (no tuples); states are enums mapped to the database's enum
 //!   types ([`types`]); times are read through [`time::DbTime`] so no stored value can panic.

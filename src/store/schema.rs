@@ -26,7 +26,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "0000000000000000000000000000000000000000000000000000000000000000",
+    "cfadcbbaf91e7f39a928fd3fb0efde10fa79e0b0e97ead959e5032b599148dd8",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
