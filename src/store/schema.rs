@@ -45,6 +45,11 @@ pub const API_FILES: &[(&str, &str)] = &[
 /// The hash of the schema this binary installs: SHA-256 over the SQL API files (names and
 /// text, line endings normalised) and the migrations (versions and sqlx checksums), hex.
 pub fn api_hash() -> String {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(compute_api_hash).clone()
+}
+
+fn compute_api_hash() -> String {
     let mut h = Sha256::new();
     for (name, sql) in API_FILES {
         h.update(name.as_bytes());
@@ -167,6 +172,22 @@ async fn record<'e, E: Executor<'e>>(exec: E) -> Result<()> {
 /// with this binary's hash ([`Error::Schema`] otherwise). Workers and CLI commands call it
 /// before anything else.
 pub async fn ensure_ready(pool: &Pool) -> Result<()> {
+    // The usual case in one round trip (a worker's start-up is on the clock): the record of
+    // exactly this API. `migrate` writes it only after every migration of the same binary
+    // ran, and the hash covers the migrations, so it vouches for them too.
+    match sqlx::query_as::<_, SchemaInfo>(sql!("schema", "schema_info"))
+        .fetch_optional(pool)
+        .await
+    {
+        Ok(Some(i)) if i.api_version == API_VERSION as i32 && i.api_hash == api_hash() => {
+            return Ok(());
+        }
+        Ok(_) => {}
+        // No schema, or one from before versions were recorded: the full check says which.
+        Err(sqlx::Error::Database(d)) if matches!(d.code().as_deref(), Some("42P01" | "3F000")) => {
+        }
+        Err(e) => return Err(e.into()),
+    }
     let i: Installed = sqlx::query_as(sql!("schema", "installed"))
         .fetch_one(pool)
         .await?;
