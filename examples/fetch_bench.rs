@@ -73,7 +73,7 @@ async fn run(
         .max_connections(8)
         .connect(db_url)
         .await?;
-    skiplock::schema::migrate(&pool).await?;
+    skiplock::store::schema::migrate(&pool).await?;
 
     let mut bases = Vec::new();
     for _ in 0..hosts {

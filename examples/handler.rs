@@ -29,9 +29,9 @@ impl Handler for SendEmail {
 async fn main() -> skiplock::Result<()> {
     let url = skiplock::config::database_url(None)?;
     let pool = skiplock::db::connect(&url, 10).await?;
-    skiplock::schema::migrate(&pool).await?;
+    skiplock::store::schema::migrate(&pool).await?;
     let job = skiplock::queue::NewJob::new("send-email", serde_json::json!({"to": "a@b.c"}));
-    skiplock::queue::enqueue(&pool, &job).await?;
+    skiplock::store::jobs::enqueue(&pool, &job).await?;
     let settings = skiplock::config::QueueSettings::from_env()?;
     Worker::builder(pool, settings)
         .register(SendEmail)

@@ -13,6 +13,10 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 use crate::config::redact_url;
 use crate::error::{Error, Result};
 
+/// The default log filter of the binary: sqlx's notices (the SQL API's `RAISE WARNING`s, e.g.
+/// an evicted key squatter) only from WARN up.
+pub const DEFAULT_LOG_FILTER: &str = "info,sqlx::postgres::notice=warn";
+
 /// Opens a pool of at most `max_connections` to `url`. Fails fast (10 s) with a message
 /// that names the (redacted) URL when the database cannot be reached.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
@@ -60,4 +64,15 @@ pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
 /// [`crate::redact::register_url`], wherever they appear in `text`, with `***`.
 pub fn scrub(text: &str, url: &str) -> String {
     crate::redact::scrub(&crate::redact::scrub_with(text, url))
+}
+
+/// A pool of at most `max_connections` to `url`, without the probe or the session limits
+/// of [`connect`] and [`session`] (the dev tools: the benchmark and chaos runs).
+pub async fn pool(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<PgPool> {
+    let opts = parse_url(url)?;
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .connect_with(opts)
+        .await?)
 }

@@ -15,9 +15,25 @@ pub enum Error {
     /// Applying the schema migrations failed.
     #[error("migration failed: {0}")]
     Migrate(sqlx::migrate::MigrateError),
-    /// The database has no (or an older) skiplock schema.
+    /// The database has no skiplock schema (or one with migrations missing).
     #[error("the database is not migrated ({0}); run `skiplock migrate` first")]
     NotMigrated(String),
+    /// The database's SQL API is not the one this binary was built for (see
+    /// [`crate::store::schema`]): refused at start by every worker and CLI command, and by
+    /// `migrate` when the database is newer (no downgrades).
+    #[error("{0}")]
+    Schema(SchemaMismatch),
+    /// The SQL API refused the call (a `RAISE EXCEPTION 'skiplock: …'`): bad input, a refused
+    /// transition, a missing job. Permanent: retrying the same call fails the same way, unlike
+    /// [`Error::Database`] errors that mean the database is unavailable.
+    #[error("{}", .message.strip_prefix("skiplock: ").unwrap_or(.message))]
+    Refused {
+        /// The SQLSTATE the function raised (e.g. `22023` bad input, `P0002` no such row,
+        /// `23505` a unique key held by another kind).
+        sqlstate: String,
+        /// The server's message as psql shows it (`skiplock: …`); `Display` drops the prefix.
+        message: String,
+    },
     /// A setting (environment variable, .env entry, flag or config file) is invalid.
     #[error("invalid setting {name}: {message}")]
     Config {
@@ -43,8 +59,65 @@ pub enum Error {
 // The wrapped errors are converted by hand, not with `#[from]`: their text is already part of
 // this error's message, and marking them as its source too would print it again in every
 // error chain (`error: database error: X: X: X`).
+/// Why a database's skiplock schema does not match this binary (its SQL API version is
+/// [`crate::store::schema::API_VERSION`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaMismatch {
+    /// The database's API is older (version 0: none recorded, e.g. release 0.1.0):
+    /// `skiplock migrate` upgrades it.
+    Older {
+        /// The version recorded in the database.
+        db: u32,
+        /// This binary's version.
+        binary: u32,
+    },
+    /// The database was migrated by a newer skiplock: this binary neither runs against it nor
+    /// migrates it back.
+    Newer {
+        /// The version recorded in the database.
+        db: u32,
+        /// This binary's version.
+        binary: u32,
+    },
+    /// Same version, other SQL (a development build migrated it): migrate again.
+    Changed {
+        /// The version both claim.
+        version: u32,
+    },
+}
+
+impl std::fmt::Display for SchemaMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SchemaMismatch::Older { db, binary } => write!(
+                f,
+                "schema is at API version {db}, this binary needs {binary}: run `skiplock migrate`"
+            ),
+            SchemaMismatch::Newer { db, binary } => write!(
+                f,
+                "schema was migrated by a newer skiplock (API version {db}); this binary knows {binary}: use that skiplock or a newer one (no downgrades)"
+            ),
+            SchemaMismatch::Changed { version } => write!(
+                f,
+                "schema has another build's SQL API (both say API version {version}): run `skiplock migrate`"
+            ),
+        }
+    }
+}
+
+/// Every driver error goes through here: a refusal raised by the SQL API (its message starts
+/// with `skiplock: `) becomes [`Error::Refused`] with its SQLSTATE; anything else (the
+/// connection, a timeout, a constraint of a plain statement) stays [`Error::Database`].
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(d) = &e
+            && d.message().starts_with("skiplock: ")
+        {
+            return Error::Refused {
+                sqlstate: d.code().map(|c| c.into_owned()).unwrap_or_default(),
+                message: d.message().to_string(),
+            };
+        }
         Error::Database(e)
     }
 }
@@ -73,11 +146,20 @@ impl Error {
         }
     }
 
-    /// The message a Postgres `RAISE EXCEPTION` carried, if this is one: the SQL API's
-    /// errors are already written for people, so the CLI prints them as they are.
+    /// The message the server sent with an error, if this is one (for a refusal, as psql
+    /// shows it: `skiplock: …`).
     pub fn db_message(&self) -> Option<&str> {
         match self {
+            Error::Refused { message, .. } => Some(message),
             Error::Database(sqlx::Error::Database(e)) => Some(e.message()),
+            _ => None,
+        }
+    }
+
+    /// The SQLSTATE of a refusal by the SQL API, e.g. `22023` for bad input.
+    pub fn refused_sqlstate(&self) -> Option<&str> {
+        match self {
+            Error::Refused { sqlstate, .. } => Some(sqlstate),
             _ => None,
         }
     }

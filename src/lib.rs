@@ -4,9 +4,11 @@
 //! `SELECT … FOR UPDATE SKIP LOCKED`; a worker pool runs them; operators enqueue with the
 //! CLI or plain SQL (`SELECT skiplock.enqueue('noop')`) and inspect everything with `psql`.
 //!
-//! Layout: [`queue`] (the table and its statements), [`worker`] (the pool that runs jobs),
-//! [`maintenance`] (rescuer, reaper, retention, periodic jobs), [`workflows`] (built-in
-//! handlers registered exactly as a user's would be), [`cli`] (the `skiplock` command).
+//! Layout: [`store`] (every SQL statement, the versioned SQL API, typed rows and errors),
+//! [`queue`] (the job data model and the retry policy), [`worker`] (the pool that runs
+//! jobs), [`maintenance`] (rescuer, reaper, retention, periodic jobs), [`workflows`]
+//! (built-in handlers registered exactly as a user's would be), [`cli`] (the `skiplock`
+//! command).
 
 pub mod bench;
 pub mod chaos;
@@ -18,7 +20,7 @@ pub mod error;
 pub mod maintenance;
 pub mod queue;
 pub mod redact;
-pub mod schema;
+pub mod store;
 pub mod worker;
 pub mod workflows;
 

@@ -10,7 +10,7 @@ use tracing_subscriber::EnvFilter;
 
 fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
+        .unwrap_or_else(|_| EnvFilter::new(skiplock::db::DEFAULT_LOG_FILTER));
     // Colours only on a terminal: logs redirected to files (scripts/chaos) stay plain text.
     // Every log line goes through the password scrubber (see skiplock::redact).
     let b = tracing_subscriber::fmt()

@@ -12,7 +12,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
-use skiplock::queue::{NewJob, OnConflict, enqueue};
+use skiplock::queue::{NewJob, OnConflict};
+use skiplock::store::jobs::enqueue;
 use skiplock::worker::builtin;
 use support::*;
 

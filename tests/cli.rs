@@ -212,9 +212,18 @@ async fn a_worker_process_drains_and_exits_when_idle() {
 async fn a_closed_stdout_pipe_ends_the_command_quietly() {
     let db = TestDb::new().await;
     let args: Vec<_> = (0..2000).map(|i| serde_json::json!({"i": i})).collect();
-    skiplock::queue::enqueue_many(&db.pool, "noop", &args, "default", None, 0)
-        .await
-        .unwrap();
+    skiplock::store::jobs::enqueue_many(
+        &db.pool,
+        skiplock::store::jobs::ManyJobs {
+            kind: "noop",
+            args: &args,
+            queue: "default",
+            run_at: None,
+            priority: 0,
+        },
+    )
+    .await
+    .unwrap();
     // Far more than a pipe buffer of output, read by nobody (like `skiplock jobs | head -1`).
     let mut child = cmd(&db.url)
         .args(["jobs", "--json", "--limit", "2000"])

@@ -217,7 +217,7 @@ impl Handler for SlowQuery {
 async fn a_slow_database_and_an_exhausted_pool_give_clear_errors_and_retries_not_a_deadlock() {
     let db = TestDb::new().await;
     for _ in 0..16 {
-        skiplock::queue::enqueue(
+        skiplock::store::jobs::enqueue(
             &db.pool,
             &skiplock::queue::NewJob::new("slow_query", json!({"first_ms": 2000, "then_ms": 50})),
         )

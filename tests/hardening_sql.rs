@@ -203,14 +203,23 @@ async fn non_finite_and_absurd_times_are_refused_at_every_entry_point() {
 
     // Rust: refused before the round trip, with the same words.
     for t in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
-        let e = skiplock::queue::enqueue(p, &NewJob::new("noop", json!({})).run_at(t))
+        let e = skiplock::store::jobs::enqueue(p, &NewJob::new("noop", json!({})).run_at(t))
             .await
             .unwrap_err();
         assert!(matches!(e, skiplock::Error::Invalid(_)), "{e}");
         assert!(e.to_string().contains(range), "{e}");
-        let e = skiplock::queue::enqueue_many(p, "noop", &[json!({})], "default", Some(t), 0)
-            .await
-            .unwrap_err();
+        let e = skiplock::store::jobs::enqueue_many(
+            p,
+            skiplock::store::jobs::ManyJobs {
+                kind: "noop",
+                args: &[json!({})],
+                queue: "default",
+                run_at: Some(t),
+                priority: 0,
+            },
+        )
+        .await
+        .unwrap_err();
         assert!(e.to_string().contains(range), "{e}");
     }
     // The CLI: one line, exit 1.
@@ -223,7 +232,7 @@ async fn non_finite_and_absurd_times_are_refused_at_every_entry_point() {
     assert_eq!(count(p, "SELECT count(*) FROM skiplock.jobs").await, 0);
     // The edges themselves are accepted.
     for t in [skiplock::dbtime::earliest(), skiplock::dbtime::latest()] {
-        skiplock::queue::enqueue(p, &NewJob::new("noop", json!({})).run_at(t))
+        skiplock::store::jobs::enqueue(p, &NewJob::new("noop", json!({})).run_at(t))
             .await
             .unwrap();
     }
@@ -341,9 +350,9 @@ async fn a_reader_never_panics_on_an_infinite_time() {
         .unwrap();
 
     // Library readers first.
-    let listed = skiplock::queue::admin::list_jobs(
+    let listed = skiplock::store::jobs::list_jobs(
         p,
-        &skiplock::queue::admin::JobFilter {
+        &skiplock::store::jobs::JobFilter {
             limit: 10,
             ..Default::default()
         },
@@ -355,9 +364,9 @@ async fn a_reader_never_panics_on_an_infinite_time() {
             .iter()
             .any(|j| j.scheduled_at == skiplock::dbtime::latest())
     );
-    let row = skiplock::queue::admin::get_job(p, noop).await.unwrap();
+    let row = skiplock::store::jobs::get_job(p, noop).await.unwrap();
     assert_eq!(row.scheduled_at, skiplock::dbtime::earliest());
-    skiplock::queue::admin::stats(p).await.unwrap();
+    skiplock::store::jobs::queue_stats(p).await.unwrap();
 
     let store = tempfile::tempdir().unwrap();
     let mut qs = fast_settings();
@@ -370,11 +379,11 @@ async fn a_reader_never_panics_on_an_infinite_time() {
         pack::register_with(b, pack_settings(store.path())).unwrap()
     });
     wait_job(p, noop, "the -infinity noop to complete", |j| {
-        j.state == "completed"
+        j.state.as_str() == "completed"
     })
     .await;
     let r = wait_job(p, reset, "timer-reset to complete", |j| {
-        j.state == "completed"
+        j.state.as_str() == "completed"
     })
     .await;
     assert_eq!(
@@ -481,28 +490,32 @@ async fn another_login_holding_every_lock_it_can_take_stalls_nothing() {
         .execute(p)
         .await
         .unwrap();
-    let sleeper = skiplock::queue::enqueue(
+    let sleeper = skiplock::store::jobs::enqueue(
         p,
         &NewJob::new("sleep", json!({"ms": 600_000})).queue("other"),
     )
     .await
     .unwrap();
     wait_job(p, sleeper, "the sleep job to start", |j| {
-        j.state == "running"
+        j.state.as_str() == "running"
     })
     .await;
 
-    // 30 s of the outsider holding its locks: noop jobs on another queue keep completing,
-    // and the sleeping job's heartbeat keeps moving.
+    // At least 30 s of the outsider holding its locks: noop jobs on another queue keep
+    // completing, and the sleeping job's heartbeat keeps moving (a beat every 15 s; on a
+    // loaded machine the third may land after the 30 s, so the window grows up to 120 s
+    // until it has been seen).
     let held = Instant::now();
     let mut beats = std::collections::BTreeSet::new();
     let mut rounds = 0;
-    while held.elapsed() < Duration::from_secs(30) {
-        let id = skiplock::queue::enqueue(p, &NewJob::new("noop", json!({})).queue("other"))
+    while held.elapsed() < Duration::from_secs(30)
+        || ((beats.len() < 3 || rounds < 10) && held.elapsed() < Duration::from_secs(120))
+    {
+        let id = skiplock::store::jobs::enqueue(p, &NewJob::new("noop", json!({})).queue("other"))
             .await
             .unwrap();
         wait_job(p, id, "a noop on queue other to complete", |j| {
-            j.state == "completed"
+            j.state.as_str() == "completed"
         })
         .await;
         rounds += 1;
@@ -515,11 +528,12 @@ async fn another_login_holding_every_lock_it_can_take_stalls_nothing() {
         beats.extend(hb);
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert!(rounds >= 10, "{rounds} noop rounds in 30 s");
+    assert!(rounds >= 10, "{rounds} noop rounds in {:?}", held.elapsed());
     assert!(
         beats.len() >= 3,
-        "the running job's heartbeat moved only {} times in 30 s",
-        beats.len()
+        "the running job's heartbeat moved only {} times in {:?}",
+        beats.len(),
+        held.elapsed()
     );
     // Still holding: every packet is processed and the host is packed.
     for id in &ids {
@@ -534,7 +548,7 @@ async fn another_login_holding_every_lock_it_can_take_stalls_nothing() {
         (n == 1).then_some(())
     })
     .await;
-    let sleeping = skiplock::queue::admin::get_job(p, sleeper).await.unwrap();
+    let sleeping = skiplock::store::jobs::get_job(p, sleeper).await.unwrap();
     assert_eq!(
         (sleeping.state.as_str(), sleeping.attempt),
         ("running", 1),
@@ -633,7 +647,7 @@ async fn workflow_keys_are_reserved_so_no_caller_can_squat_or_steer_them() {
     assert!(after.iter().any(|r| r.0 == fetch) && after.iter().any(|r| r.0 == timer));
 
     // Rust and the CLI say the same.
-    let e = skiplock::queue::enqueue(
+    let e = skiplock::store::jobs::enqueue(
         p,
         &NewJob::new("fetch", json!({})).unique_key("fetch:http://a.example/", OnConflict::Replace),
     )
@@ -806,12 +820,13 @@ async fn the_audit_trail_cannot_be_forged() {
         &format!("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = {job}"),
     )
     .await;
-    let started: String = sqlx::query_scalar("SELECT skiplock._packet_start($1, $2, 5, 'w')")
-        .bind(pid)
-        .bind(job)
-        .fetch_one(p)
-        .await
-        .unwrap();
+    let started: String =
+        sqlx::query_scalar("SELECT outcome::text FROM skiplock._packet_start($1, $2, 5, 'w')")
+            .bind(pid)
+            .bind(job)
+            .fetch_one(p)
+            .await
+            .unwrap();
     assert_eq!(started, "started");
 
     let w = LoginRole::new(&db, Some("skiplock_worker")).await;
@@ -1006,7 +1021,7 @@ async fn migrate_hands_the_schema_to_skiplock_owner_and_races_safely() {
         .await;
         assert!(definers >= 6, "{definers}");
         // Migrating again changes nothing and still works.
-        skiplock::schema::migrate(p).await.unwrap();
+        skiplock::store::schema::migrate(p).await.unwrap();
     }
 }
 
@@ -1038,10 +1053,12 @@ async fn a_member_of_skiplock_owner_migrates_without_being_a_superuser() {
             .await
             .unwrap();
     assert!(!superuser);
-    skiplock::schema::migrate(&dp)
+    skiplock::store::schema::migrate(&dp)
         .await
         .expect("migrate as the deployer");
-    skiplock::schema::migrate(&dp).await.expect("and again");
+    skiplock::store::schema::migrate(&dp)
+        .await
+        .expect("and again");
     let owner: String = sqlx::query_scalar(
         "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'skiplock'",
     )
@@ -1049,7 +1066,7 @@ async fn a_member_of_skiplock_owner_migrates_without_being_a_superuser() {
     .await
     .unwrap();
     assert_eq!(owner, "skiplock_owner");
-    let id = skiplock::queue::enqueue(&dp, &NewJob::new("noop", json!({})))
+    let id = skiplock::store::jobs::enqueue(&dp, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
     assert_eq!(job_state(&db.pool, id).await, JobState::Available.as_str());

@@ -235,7 +235,7 @@ async fn running_job_with_live_worker_is_kept_until_its_attempt_is_max_age_old()
         || async { (reaper.uptime() >= MAX_AGE).then_some(()) },
     )
     .await;
-    let id = skiplock::queue::enqueue(&db.pool, &NewJob::new("block", json!({})))
+    let id = skiplock::store::jobs::enqueue(&db.pool, &NewJob::new("block", json!({})))
         .await
         .unwrap();
     wait_for("the job to run", Duration::from_secs(30), || async {

@@ -37,7 +37,9 @@ async fn cluster() -> (PrivateCluster, PgPool) {
         .connect(&cluster.url("outage"))
         .await
         .unwrap();
-    skiplock::schema::migrate(&pool).await.expect("migrate");
+    skiplock::store::schema::migrate(&pool)
+        .await
+        .expect("migrate");
     (cluster, pool)
 }
 
@@ -206,11 +208,12 @@ async fn a_worker_started_while_postgres_is_down_waits_then_runs_a_job_enqueued_
         .connect(&url)
         .await
         .unwrap();
-    let id = skiplock::queue::enqueue(&pool, &skiplock::queue::NewJob::new("noop", json!({})))
-        .await
-        .unwrap();
+    let id =
+        skiplock::store::jobs::enqueue(&pool, &skiplock::queue::NewJob::new("noop", json!({})))
+            .await
+            .unwrap();
     let row = wait_job(&pool, id, "the job enqueued after the start", |r| {
-        r.state == "completed"
+        r.state.as_str() == "completed"
     })
     .await;
     assert_eq!(row.attempt, 1);
@@ -378,9 +381,10 @@ async fn a_read_only_server_is_refused_until_it_is_writable() {
     let (cluster, pool) = cluster().await;
     let url = cluster.url("outage");
     let admin = admin_pool(&cluster).await;
-    let first = skiplock::queue::enqueue(&pool, &skiplock::queue::NewJob::new("noop", json!({})))
-        .await
-        .unwrap();
+    let first =
+        skiplock::store::jobs::enqueue(&pool, &skiplock::queue::NewJob::new("noop", json!({})))
+            .await
+            .unwrap();
     sqlx::query("ALTER DATABASE outage SET default_transaction_read_only = on")
         .execute(&admin)
         .await
@@ -405,7 +409,7 @@ async fn a_read_only_server_is_refused_until_it_is_writable() {
         .await
         .unwrap();
     wait_job(&pool, first, "completed once writable", |r| {
-        r.state == "completed"
+        r.state.as_str() == "completed"
     })
     .await;
 
@@ -447,16 +451,14 @@ async fn a_read_only_server_is_refused_until_it_is_writable() {
         refused + 2,
     )
     .await;
-    let r = skiplock::queue::admin::get_job(&pool, second)
-        .await
-        .unwrap();
-    assert_eq!(r.state, "available");
+    let r = skiplock::store::jobs::get_job(&pool, second).await.unwrap();
+    assert_eq!(r.state.as_str(), "available");
     sqlx::query("ALTER DATABASE outage RESET default_transaction_read_only")
         .execute(&admin)
         .await
         .unwrap();
     wait_job(&pool, second, "completed once writable again", |r| {
-        r.state == "completed"
+        r.state.as_str() == "completed"
     })
     .await;
     assert_eq!(w.stop(), Some(0));

@@ -89,7 +89,7 @@ async fn job(pool: &PgPool, id: i64) -> (String, i32, Option<Value>) {
 }
 
 async fn wait_state(pool: &PgPool, id: i64, state: &str) {
-    wait_job(pool, id, state, |r| r.state == state).await;
+    wait_job(pool, id, state, |r| r.state.as_str() == state).await;
 }
 
 /// The pending (available, keyed) timer of a host: (id, scheduled_at).
@@ -530,7 +530,7 @@ async fn a_failed_upload_is_retried_and_nothing_is_recorded_until_one_succeeds()
         r.errors.as_array().is_some_and(|e| e.len() >= 2)
     })
     .await;
-    assert_ne!(row.state, "completed");
+    assert_ne!(row.state.as_str(), "completed");
     assert_eq!(row.result, None);
     for e in row.errors.as_array().unwrap() {
         let msg = e["error"].as_str().unwrap_or_default();
@@ -745,4 +745,82 @@ async fn pack_arm_keeps_one_timer_caps_it_never_pulls_it_back_and_leaves_pack_no
             .await
             .unwrap();
     assert_eq!(n, 1);
+}
+
+/// The debounce rule lives in SQL alone (`skiplock._pack_next_fire`, used by
+/// `skiplock.pack_arm_at`): when a reset at `now` makes a host's timer fire, on a table of
+/// cases (seconds after a fixed time; quiet 60 s, max wait 3600 s unless given).
+#[tokio::test]
+async fn the_debounce_rule_is_the_sql_functions() {
+    let db = TestDb::new().await;
+    /// (now, window_start, fires_at, max_wait, expected fire time, what it shows)
+    type Case = (i64, Option<i64>, Option<i64>, i64, i64, &'static str);
+    let cases: &[Case] = &[
+        (
+            0,
+            None,
+            None,
+            3600,
+            60,
+            "a first reset fires after the quiet period",
+        ),
+        (
+            30,
+            Some(0),
+            Some(60),
+            3600,
+            90,
+            "each reset pushes the timer forward",
+        ),
+        (89, Some(0), Some(90), 3600, 149, "… and again"),
+        (
+            10,
+            Some(0),
+            Some(90),
+            3600,
+            90,
+            "a late-applied older reset never pulls it back",
+        ),
+        (
+            3590,
+            Some(0),
+            Some(3600),
+            3600,
+            3600,
+            "the max wait caps a host that never goes quiet",
+        ),
+        (
+            3570,
+            Some(0),
+            Some(3600),
+            3600,
+            3600,
+            "… just before the cap",
+        ),
+        (4000, Some(0), Some(3600), 3600, 3600, "… and after it"),
+        (
+            0,
+            None,
+            None,
+            10,
+            10,
+            "a max wait shorter than the quiet period wins at once",
+        ),
+    ];
+    for (now, window, fires, max_wait, want, what) in cases {
+        let got: f64 = sqlx::query_scalar(
+            "SELECT extract(epoch FROM skiplock._pack_next_fire(
+                 t0 + make_interval(secs => $1), interval '60 seconds', make_interval(secs => $4),
+                 t0 + make_interval(secs => $2), t0 + make_interval(secs => $3)) - t0)::float8
+             FROM (SELECT timestamptz '2026-01-01 00:00:00+00' AS t0) AS c",
+        )
+        .bind(*now as f64)
+        .bind(window.map(|w| w as f64))
+        .bind(fires.map(|f| f as f64))
+        .bind(*max_wait as f64)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(got, *want as f64, "{what}");
+    }
 }

@@ -426,12 +426,32 @@ async fn submit_commits_packet_and_job_together() {
     .unwrap();
     assert_eq!((packets_n, jobs_n), (0, 0));
     // The SQL API is re-applied by every `migrate`: doing it again must work.
-    skiplock::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
     let e = sqlx::query("SELECT skiplock.submit_packet('  ')")
         .execute(&db.pool)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("needs a source directory"), "{e}");
+}
+
+/// The job `skiplock.submit_packet` makes is the one the Rust side expects: the shared kind,
+/// queue and key prefix (store::names), and the attempts of `packets::JOB_MAX_ATTEMPTS`.
+#[tokio::test]
+async fn the_packet_job_uses_the_shared_names_and_attempts() {
+    let db = TestDb::new().await;
+    let id = packets::submit(&db.pool, "/frames/x", None, None)
+        .await
+        .unwrap();
+    let job = packets::get(&db.pool, id).await.unwrap().job_id.unwrap();
+    let row = skiplock::store::jobs::get_job(&db.pool, job).await.unwrap();
+    assert_eq!(
+        (row.kind.as_str(), row.queue.as_str(), row.max_attempts),
+        (packets::KIND, packets::QUEUE, packets::JOB_MAX_ATTEMPTS)
+    );
+    assert_eq!(
+        row.unique_key,
+        Some(format!("{}{id}", skiplock::store::names::PACKET_KEY_PREFIX))
+    );
 }
 
 /// Many simultaneous starts (as from many workers at once) never exceed the limit.
@@ -471,7 +491,7 @@ async fn simultaneous_starts_never_exceed_the_limit() {
                                 .await
                                 .unwrap();
                         let r: String = sqlx::query_scalar(
-                            "SELECT skiplock._packet_start($1, $2, $3, 'racer')",
+                            "SELECT outcome::text FROM skiplock._packet_start($1, $2, $3, 'racer')",
                         )
                         .bind(id)
                         .bind(job)

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use skiplock::queue::ack::{Ack, ack_many};
-use skiplock::queue::admin;
-use skiplock::queue::claim::claim;
-use skiplock::queue::{JobState, NewJob, OnConflict, enqueue, enqueue_many};
+use skiplock::queue::{JobState, NewJob, OnConflict};
+use skiplock::store::ack::{Ack, ack_many};
+use skiplock::store::claim::{ClaimParams, claim};
+use skiplock::store::jobs::{self, ManyJobs, enqueue, enqueue_many};
 use support::TestDb;
 
 fn kinds(k: &[&str]) -> Vec<String> {
@@ -32,9 +32,17 @@ async fn enqueue_claim_and_complete() {
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({"a": 1})))
         .await
         .unwrap();
-    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1")
-        .await
-        .unwrap();
+    let jobs = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 10,
+            worker: "w1",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].id, id);
     assert_eq!(jobs[0].attempt, 1);
@@ -42,10 +50,18 @@ async fn enqueue_claim_and_complete() {
     assert_eq!(state_of(&db, id).await, "running");
     // Nothing left to claim.
     assert!(
-        claim(&db.pool, "default", &kinds(&["noop"]), 10, "w1")
-            .await
-            .unwrap()
-            .is_empty()
+        claim(
+            &db.pool,
+            ClaimParams {
+                queue: "default",
+                kinds: &kinds(&["noop"]),
+                limit: 10,
+                worker: "w1",
+            },
+        )
+        .await
+        .unwrap()
+        .is_empty()
     );
     let ack = Ack {
         id,
@@ -57,8 +73,8 @@ async fn enqueue_claim_and_complete() {
         result: Some(json!({"ok": true})),
     };
     assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap(), vec![id]);
-    let row = admin::get_job(&db.pool, id).await.unwrap();
-    assert_eq!(row.state, "completed");
+    let row = jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(row.state.as_str(), "completed");
     assert!(row.finalized_at.is_some());
     assert_eq!(row.result, Some(json!({"ok": true})));
     assert_eq!(row.attempted_by.as_deref(), Some("w1"));
@@ -85,13 +101,29 @@ async fn claim_respects_queue_kind_schedule_and_priority() {
     )
     .await
     .unwrap();
-    let first = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w")
-        .await
-        .unwrap();
+    let first = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(first[0].id, high, "smaller priority runs first");
-    let rest = claim(&db.pool, "default", &kinds(&["noop"]), 10, "w")
-        .await
-        .unwrap();
+    let rest = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 10,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(rest.iter().map(|j| j.id).collect::<Vec<_>>(), vec![low]);
 }
 
@@ -101,18 +133,34 @@ async fn acks_are_fenced_by_attempt() {
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    claim(&db.pool, "default", &kinds(&["noop"]), 1, "w1")
-        .await
-        .unwrap();
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w1",
+        },
+    )
+    .await
+    .unwrap();
     // The job is rescued and claimed again (attempt 2) by another worker.
     sqlx::query("UPDATE skiplock.jobs SET state = 'available' WHERE id = $1")
         .bind(id)
         .execute(&db.pool)
         .await
         .unwrap();
-    let again = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w2")
-        .await
-        .unwrap();
+    let again = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w2",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(again[0].attempt, 2);
     let late = Ack {
         id,
@@ -150,9 +198,17 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
     let b = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    claim(&db.pool, "default", &kinds(&["noop"]), 2, "w")
-        .await
-        .unwrap();
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 2,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     let later = Utc::now() + chrono::Duration::seconds(30);
     let acks = vec![
         Ack {
@@ -177,12 +233,12 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
     let mut written = ack_many(&db.pool, &acks).await.unwrap();
     written.sort();
     assert_eq!(written, vec![a, b]);
-    let ra = admin::get_job(&db.pool, a).await.unwrap();
-    assert_eq!(ra.state, "available");
+    let ra = jobs::get_job(&db.pool, a).await.unwrap();
+    assert_eq!(ra.state.as_str(), "available");
     assert_eq!(ra.attempt, 1);
     assert_eq!(ra.errors[0]["error"], "boom");
     assert_eq!(ra.errors[0]["attempt"], 1);
-    let rb = admin::get_job(&db.pool, b).await.unwrap();
+    let rb = jobs::get_job(&db.pool, b).await.unwrap();
     assert_eq!(rb.attempt, 0, "snooze does not use up an attempt");
     assert_eq!(rb.errors, json!([]));
     assert!((rb.scheduled_at - later).num_milliseconds().abs() < 5);
@@ -205,7 +261,7 @@ async fn unique_key_keep_and_replace() {
     .unwrap();
     assert_eq!(first, kept);
     assert_eq!(
-        admin::get_job(&db.pool, first).await.unwrap().args,
+        jobs::get_job(&db.pool, first).await.unwrap().args,
         json!({"v": 1})
     );
     let later = Utc::now() + chrono::Duration::minutes(5);
@@ -218,7 +274,7 @@ async fn unique_key_keep_and_replace() {
     .await
     .unwrap();
     assert_eq!(first, replaced);
-    let row = admin::get_job(&db.pool, first).await.unwrap();
+    let row = jobs::get_job(&db.pool, first).await.unwrap();
     assert_eq!(row.args, json!({"v": 3}));
     assert!((row.scheduled_at - later).num_milliseconds().abs() < 5);
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
@@ -282,16 +338,36 @@ async fn unique_key_is_safe_under_concurrent_callers() {
 async fn enqueue_many_returns_ids_in_order() {
     let db = TestDb::new().await;
     let args: Vec<_> = (0..100).map(|i| json!({"n": i})).collect();
-    let ids = enqueue_many(&db.pool, "noop", &args, "bulk", None, 0)
-        .await
-        .unwrap();
+    let ids = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "noop",
+            args: &args,
+            queue: "bulk",
+            run_at: None,
+            priority: 0,
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(ids.len(), 100);
     for (i, id) in ids.iter().enumerate() {
-        let row = admin::get_job(&db.pool, *id).await.unwrap();
+        let row = jobs::get_job(&db.pool, *id).await.unwrap();
         assert_eq!(row.args["n"], i as i64);
         assert_eq!(row.queue, "bulk");
     }
-    let bad = enqueue_many(&db.pool, "noop", &[json!({}), json!([1])], "bulk", None, 0).await;
+    let bad_args = [json!({}), json!([1])];
+    let bad = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "noop",
+            args: &bad_args,
+            queue: "bulk",
+            run_at: None,
+            priority: 0,
+        },
+    )
+    .await;
     let msg = bad.unwrap_err().db_message().unwrap().to_string();
     assert!(msg.contains("args[2]"), "{msg}");
 }
@@ -337,7 +413,7 @@ async fn the_sql_api_rejects_bad_input_with_clear_errors() {
         .await
         .unwrap();
     assert_eq!(
-        admin::get_job(&db.pool, id).await.unwrap().kind,
+        jobs::get_job(&db.pool, id).await.unwrap().kind,
         "'; DROP TABLE skiplock.jobs; --"
     );
     // Priority overflow is a type error from Postgres, not a silent wrap.
@@ -356,11 +432,14 @@ async fn cancel_and_retry() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    admin::cancel(&db.pool, id).await.unwrap();
+    jobs::cancel_job(&db.pool, id).await.unwrap();
     assert_eq!(state_of(&db, id).await, "cancelled");
-    let e = admin::cancel(&db.pool, id).await.unwrap_err().to_string();
+    let e = jobs::cancel_job(&db.pool, id)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("already cancelled"), "{e}");
-    admin::retry(&db.pool, id).await.unwrap();
+    jobs::retry_job(&db.pool, id).await.unwrap();
     assert_eq!(state_of(&db, id).await, "available");
     // A discarded job out of attempts gets one more.
     sqlx::query(
@@ -371,8 +450,8 @@ async fn cancel_and_retry() {
     .execute(&db.pool)
     .await
     .unwrap();
-    admin::retry(&db.pool, id).await.unwrap();
-    let row = admin::get_job(&db.pool, id).await.unwrap();
+    jobs::retry_job(&db.pool, id).await.unwrap();
+    let row = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!((row.state.as_str(), row.max_attempts), ("available", 4));
     assert!(row.finalized_at.is_none());
 }
@@ -403,13 +482,15 @@ async fn queue_stats_view_works_from_plain_sql() {
 #[tokio::test]
 async fn migrate_is_idempotent_and_detects_missing_schema() {
     let db = TestDb::empty().await;
-    let e = skiplock::schema::ensure_migrated(&db.pool)
+    let e = skiplock::store::schema::ensure_ready(&db.pool)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("skiplock migrate"), "{e}");
-    skiplock::schema::migrate(&db.pool).await.unwrap();
-    skiplock::schema::migrate(&db.pool).await.unwrap();
-    skiplock::schema::ensure_migrated(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::ensure_ready(&db.pool)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -424,9 +505,17 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     let other = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    claim(&db.pool, "default", &kinds(&["noop"]), 2, "w")
-        .await
-        .unwrap();
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 2,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     // While `first` runs, a new job takes the key.
     let second = enqueue(
         &db.pool,
@@ -457,8 +546,8 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
         },
     ];
     assert_eq!(ack_many(&db.pool, &acks).await.unwrap().len(), 2);
-    let f = admin::get_job(&db.pool, first).await.unwrap();
-    assert_eq!(f.state, "cancelled");
+    let f = jobs::get_job(&db.pool, first).await.unwrap();
+    assert_eq!(f.state.as_str(), "cancelled");
     assert!(
         f.errors[1]["error"]
             .as_str()
@@ -470,9 +559,17 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     assert_eq!(state_of(&db, second).await, "available");
     assert_eq!(state_of(&db, other).await, "completed");
     // The rescuer path too.
-    claim(&db.pool, "default", &kinds(&["noop"]), 1, "w")
-        .await
-        .unwrap();
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     enqueue(
         &db.pool,
         &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep),
@@ -505,9 +602,17 @@ async fn count_state_k(db: &TestDb, state: &str) -> i64 {
 /// Claims job `id` (the only due `noop` job) as `worker` and acks it with a retryable error:
 /// the job waits for its retry, `available` with one more error. Returns the attempt it ran.
 async fn fail_once(db: &TestDb, id: i64, worker: &str) -> i32 {
-    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 1, worker)
-        .await
-        .unwrap();
+    let jobs = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: worker,
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
     let ack = Ack {
         id,
@@ -535,7 +640,7 @@ async fn replace_of_a_pending_retry_from_rust_takes_everything_given_and_starts_
     .unwrap();
     fail_once(&db, id, "w1").await;
     fail_once(&db, id, "w2").await;
-    let before = admin::get_job(&db.pool, id).await.unwrap();
+    let before = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!((before.state.as_str(), before.attempt), ("available", 2));
 
     let later = Utc::now() + chrono::Duration::minutes(5);
@@ -550,7 +655,7 @@ async fn replace_of_a_pending_retry_from_rust_takes_everything_given_and_starts_
     .await
     .unwrap();
     assert_eq!(replaced, id, "replace keeps the row");
-    let r = admin::get_job(&db.pool, id).await.unwrap();
+    let r = jobs::get_job(&db.pool, id).await.unwrap();
     // Changed: what the caller gave, and the attempt count.
     assert_eq!(r.args, json!({"v": 2}));
     assert!((r.scheduled_at - later).num_milliseconds().abs() < 5);
@@ -622,9 +727,17 @@ async fn replace_of_a_pending_retry_from_sql_takes_priority_and_max_attempts() {
         (json!({"v": 2}), -2, 0, 10, 24)
     );
     // The next claim is attempt 1 of 10.
-    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w")
-        .await
-        .unwrap();
+    let jobs = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (jobs[0].id, jobs[0].attempt, jobs[0].max_attempts),
         (id, 1, 10)
@@ -642,15 +755,23 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
         ids.push(enqueue(&db.pool, &job).await.unwrap());
     }
     let (rescued, cancelled) = (ids[0], ids[1]);
-    let claimed = claim(&db.pool, "default", &kinds(&["noop"]), 2, "stalled")
-        .await
-        .unwrap();
+    let claimed = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 2,
+            worker: "stalled",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(claimed.len(), 2);
     // One is cancelled while running, then retried; the other is rescued. The worker
     // running them may still be alive and ack attempt 1 of either late.
-    admin::cancel(&db.pool, cancelled).await.unwrap();
+    jobs::cancel_job(&db.pool, cancelled).await.unwrap();
     support::rescue_now(&db.pool, rescued).await;
-    admin::retry(&db.pool, cancelled).await.unwrap();
+    jobs::retry_job(&db.pool, cancelled).await.unwrap();
 
     for (id, key) in [(rescued, "rescued"), (cancelled, "cancelled")] {
         let replaced = enqueue(
@@ -663,10 +784,18 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
         .await
         .unwrap();
         assert_eq!(replaced, id);
-        let r = admin::get_job(&db.pool, id).await.unwrap();
-        let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 1, "fresh")
-            .await
-            .unwrap();
+        let r = jobs::get_job(&db.pool, id).await.unwrap();
+        let jobs = claim(
+            &db.pool,
+            ClaimParams {
+                queue: "default",
+                kinds: &kinds(&["noop"]),
+                limit: 1,
+                worker: "fresh",
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(jobs[0].id, id, "{key}");
         let late = Ack {
             id,
@@ -686,7 +815,7 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
             (json!({"v": 2}), -1, 1, 6),
             "{key}: attempt 1 may still be acked, so counting goes on (5 more tries)"
         );
-        let r = admin::get_job(&db.pool, id).await.unwrap();
+        let r = jobs::get_job(&db.pool, id).await.unwrap();
         assert_eq!(
             (r.state.as_str(), r.attempt, r.attempted_by.as_deref()),
             ("running", 2, Some("fresh")),
@@ -701,12 +830,20 @@ async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_f
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    let jobs = claim(&db.pool, "default", &kinds(&["noop"]), 1, "w1")
-        .await
-        .unwrap();
+    let jobs = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 1,
+            worker: "w1",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(jobs[0].attempt, 1);
     assert!(
-        admin::get_job(&db.pool, id)
+        jobs::get_job(&db.pool, id)
             .await
             .unwrap()
             .heartbeat_at
@@ -716,9 +853,9 @@ async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_f
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    admin::cancel(&db.pool, id).await.unwrap();
-    let r = admin::get_job(&db.pool, id).await.unwrap();
-    assert_eq!(r.state, "cancelled");
+    jobs::cancel_job(&db.pool, id).await.unwrap();
+    let r = jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(r.state.as_str(), "cancelled");
     assert_eq!(r.heartbeat_at, None, "the stale heartbeat is cleared");
     let errors = r.errors.as_array().unwrap();
     assert_eq!(errors.len(), 1, "{}", r.errors);
@@ -738,8 +875,8 @@ async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_f
         result: Some(json!({"late": true})),
     };
     assert!(ack_many(&db.pool, &[late]).await.unwrap().is_empty());
-    let after = admin::get_job(&db.pool, id).await.unwrap();
-    assert_eq!(after.state, "cancelled");
+    let after = jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(after.state.as_str(), "cancelled");
     assert_eq!(after.result, None);
     assert_eq!(after.errors, r.errors);
 
@@ -747,9 +884,9 @@ async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_f
     let waiting = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    admin::cancel(&db.pool, waiting).await.unwrap();
+    jobs::cancel_job(&db.pool, waiting).await.unwrap();
     assert_eq!(
-        admin::get_job(&db.pool, waiting).await.unwrap().errors,
+        jobs::get_job(&db.pool, waiting).await.unwrap().errors,
         json!([])
     );
 }

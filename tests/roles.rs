@@ -226,8 +226,8 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
 #[tokio::test]
 async fn migrate_is_idempotent_with_the_roles_and_revokes_public_execute() {
     let db = TestDb::new().await;
-    skiplock::schema::migrate(&db.pool).await.unwrap();
-    skiplock::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
     let public_exec: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'skiplock' AND has_function_privilege('public', p.oid, 'EXECUTE')",
@@ -268,14 +268,14 @@ async fn migrate_is_idempotent_with_the_roles_and_revokes_public_execute() {
 async fn a_worker_role_runs_jobs_and_its_password_never_reaches_the_logs() {
     let db = TestDb::new().await;
     for i in 0..10 {
-        skiplock::queue::enqueue(
+        skiplock::store::jobs::enqueue(
             &db.pool,
             &skiplock::queue::NewJob::new("noop", json!({ "i": i })),
         )
         .await
         .unwrap();
     }
-    skiplock::queue::enqueue(
+    skiplock::store::jobs::enqueue(
         &db.pool,
         &skiplock::queue::NewJob::new("sleep", json!({"ms": "not a number"})),
     )

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use skiplock::config::QueueSettings;
-use skiplock::queue::{NewJob, enqueue};
+use skiplock::queue::NewJob;
+use skiplock::store::jobs::enqueue;
 use skiplock::worker::faults::{self, Point};
 use skiplock::worker::{Handler, HandlerResult, JobContext, Outcome, Worker, builtin};
 use sqlx::postgres::PgPoolOptions;
@@ -115,7 +116,7 @@ async fn a_job_that_keeps_crashing_its_producer_is_discarded_and_its_batch_mates
     stop.cancel();
     h.await.unwrap().unwrap();
 
-    let p = skiplock::queue::admin::get_job(&db.pool, poison)
+    let p = skiplock::store::jobs::get_job(&db.pool, poison)
         .await
         .unwrap();
     assert_eq!((p.state.as_str(), p.attempt), ("discarded", 2));
@@ -128,7 +129,7 @@ async fn a_job_that_keeps_crashing_its_producer_is_discarded_and_its_batch_mates
             .contains("the producer of queue default failed")
     }));
     for id in mates {
-        let r = skiplock::queue::admin::get_job(&db.pool, id).await.unwrap();
+        let r = skiplock::store::jobs::get_job(&db.pool, id).await.unwrap();
         assert_eq!((r.state.as_str(), r.attempt), ("completed", 1), "job {id}");
     }
     assert_eq!(
@@ -161,6 +162,19 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
     faults::arm(&id, Point::Heartbeat, 1);
     faults::arm(&id, Point::Listener, 1);
     let (stop, h) = run(worker);
+    // The listener must be up before the jobs go in, or no NOTIFY reaches it (the fallback
+    // poll runs them all the same, and the listener never gets to panic).
+    wait_for("the worker to LISTEN", Duration::from_secs(60), || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE 'LISTEN %skiplock_wake%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (n > 0).then_some(())
+    })
+    .await;
     // A long job keeps the heartbeat busy; short ones go through the completer and NOTIFY.
     let long = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
         .await
@@ -198,7 +212,7 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
     // Graceful shutdown still returns everything.
     stop.cancel();
     h.await.unwrap().unwrap();
-    let r = skiplock::queue::admin::get_job(&db.pool, long)
+    let r = skiplock::store::jobs::get_job(&db.pool, long)
         .await
         .unwrap();
     assert_eq!((r.state.as_str(), r.attempt), ("available", 0));
@@ -312,7 +326,7 @@ async fn handlers_holding_every_connection_cannot_starve_claims_acks_or_heartbea
     wait_all_finished(&db.pool, Duration::from_secs(60)).await;
     w.stop().await.unwrap();
     for id in blocked {
-        let r = skiplock::queue::admin::get_job(&db.pool, id).await.unwrap();
+        let r = skiplock::store::jobs::get_job(&db.pool, id).await.unwrap();
         assert_eq!((r.state.as_str(), r.attempt), ("completed", 1));
     }
     handlers.close().await;
@@ -348,7 +362,7 @@ async fn notify_payloads_create_no_producers() {
         .await
         .unwrap();
     wait_job(&db.pool, id, "the real queue's job", |r| {
-        r.state == "completed"
+        r.state.as_str() == "completed"
     })
     .await;
     w.stop().await.unwrap();

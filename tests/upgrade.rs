@@ -125,10 +125,10 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
     let squatted_next = packet + 1;
 
     // Today's migrate.
-    skiplock::schema::migrate(p)
+    skiplock::store::schema::migrate(p)
         .await
         .expect("migrate after 0.1.0");
-    skiplock::schema::ensure_migrated(p).await.unwrap();
+    skiplock::store::schema::ensure_ready(p).await.unwrap();
     assert_eq!(
         one::<i64>(
             p,
@@ -281,5 +281,27 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
     worker.stop().await.unwrap();
     assert_eq!(count_state(p, "discarded").await, 1);
     // Migrating again is a no-op.
-    skiplock::schema::migrate(p).await.unwrap();
+    skiplock::store::schema::migrate(p).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_0_1_0_database_is_refused_until_migrated() {
+    let db = TestDb::empty().await;
+    migrate_as_release_0_1_0(&db.pool).await;
+    let want = format!(
+        "error: schema is at API version 0, this binary needs {}: run `skiplock migrate`",
+        skiplock::store::schema::API_VERSION
+    );
+    let (code, out, err) = run_cmd(&db.url, &["stats"]);
+    assert_eq!((code, out.as_str(), err.trim()), (1, "", want.as_str()));
+    let e = skiplock::store::schema::ensure_ready(&db.pool)
+        .await
+        .unwrap_err();
+    assert_eq!(format!("error: {e}"), want);
+    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::ensure_ready(&db.pool)
+        .await
+        .unwrap();
+    let (code, _, err) = run_cmd(&db.url, &["stats"]);
+    assert_eq!(code, 0, "{err}");
 }

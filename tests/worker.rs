@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use skiplock::config::QueueSettings;
-use skiplock::queue::{NewJob, admin, enqueue, enqueue_many};
+use skiplock::queue::NewJob;
+use skiplock::store::jobs::{self, ManyJobs, enqueue, enqueue_many};
 use skiplock::worker::handler::Handler;
 use skiplock::worker::{HandlerResult, JobContext, JobError, Outcome, builtin};
 use sqlx::postgres::PgPoolOptions;
@@ -45,9 +46,18 @@ async fn eight_workers_complete_5000_jobs_exactly_once() {
     let db = TestDb::new().await;
     executions_table(&db).await;
     let args: Vec<_> = (0..5000).map(|i| json!({"i": i})).collect();
-    enqueue_many(&db.pool, "record", &args, "default", None, 0)
-        .await
-        .unwrap();
+    enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "record",
+            args: &args,
+            queue: "default",
+            run_at: None,
+            priority: 0,
+        },
+    )
+    .await
+    .unwrap();
     let mut workers = Vec::new();
     for _ in 0..8 {
         let pool = PgPoolOptions::new()
@@ -93,7 +103,10 @@ async fn errors_retry_with_backoff_then_discard() {
     .await
     .unwrap();
     let w = start_with(&db.pool, builtin::register);
-    let row = wait_job(&db.pool, id, "discarded", |r| r.state == "discarded").await;
+    let row = wait_job(&db.pool, id, "discarded", |r| {
+        r.state.as_str() == "discarded"
+    })
+    .await;
     w.stop().await.unwrap();
     assert_eq!(row.attempt, 3);
     let errs = row.errors.as_array().unwrap();
@@ -117,7 +130,7 @@ async fn a_retry_is_scheduled_by_the_backoff() {
     };
     let w = start_builtin(&db.pool, settings);
     let row = wait_job(&db.pool, id, "first failure", |r| {
-        r.attempt == 1 && r.state == "available"
+        r.attempt == 1 && r.state.as_str() == "available"
     })
     .await;
     w.stop().await.unwrap();
@@ -156,7 +169,10 @@ async fn snooze_does_not_use_up_attempts() {
     let w = start_with(&db.pool, move |r| {
         r.register(SnoozeN(c, 3));
     });
-    let row = wait_job(&db.pool, id, "completed", |r| r.state == "completed").await;
+    let row = wait_job(&db.pool, id, "completed", |r| {
+        r.state.as_str() == "completed"
+    })
+    .await;
     w.stop().await.unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 4);
     assert_eq!(row.attempt, 1, "three snoozes, one attempt");
@@ -226,13 +242,13 @@ async fn panics_timeouts_bad_args_and_handler_cancels() {
     });
     wait_all_finished(&db.pool, Duration::from_secs(60)).await;
     w.stop().await.unwrap();
-    let rp = admin::get_job(&db.pool, p).await.unwrap();
-    assert_eq!(rp.state, "discarded");
+    let rp = jobs::get_job(&db.pool, p).await.unwrap();
+    assert_eq!(rp.state.as_str(), "discarded");
     assert_error(rp.errors.clone(), 0, "handler exploded");
-    let rs = admin::get_job(&db.pool, s).await.unwrap();
-    assert_eq!(rs.state, "discarded");
+    let rs = jobs::get_job(&db.pool, s).await.unwrap();
+    assert_eq!(rs.state.as_str(), "discarded");
     assert_error(rs.errors.clone(), 0, "timed out");
-    let rb = admin::get_job(&db.pool, bad).await.unwrap();
+    let rb = jobs::get_job(&db.pool, bad).await.unwrap();
     assert_eq!(
         (rb.state.as_str(), rb.attempt),
         ("discarded", 1),
@@ -246,10 +262,10 @@ async fn panics_timeouts_bad_args_and_handler_cancels() {
         "{}",
         rb.errors
     );
-    let rc = admin::get_job(&db.pool, c).await.unwrap();
-    assert_eq!(rc.state, "cancelled");
+    let rc = jobs::get_job(&db.pool, c).await.unwrap();
+    assert_eq!(rc.state.as_str(), "cancelled");
     assert_eq!(
-        admin::get_job(&db.pool, after).await.unwrap().state,
+        jobs::get_job(&db.pool, after).await.unwrap().state.as_str(),
         "completed",
         "the worker survived"
     );
@@ -274,12 +290,12 @@ async fn unknown_kinds_stay_available_and_idle_workers_exit() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        admin::get_job(&db.pool, known).await.unwrap().state,
+        jobs::get_job(&db.pool, known).await.unwrap().state.as_str(),
         "completed"
     );
-    let m = admin::get_job(&db.pool, mystery).await.unwrap();
+    let m = jobs::get_job(&db.pool, mystery).await.unwrap();
     assert_eq!((m.state.as_str(), m.attempt), ("available", 0));
-    let unhandled = admin::unhandled_kinds(&db.pool, 120.0).await.unwrap();
+    let unhandled = jobs::unhandled_kinds(&db.pool, 120.0).await.unwrap();
     assert_eq!(unhandled.len(), 1);
     assert_eq!(unhandled[0].kind, "mystery");
 }
@@ -315,18 +331,18 @@ async fn orphaned_running_jobs_are_rescued() {
         .await
         .unwrap();
     assert_eq!(rescued, 2, "the orphan and the spent job, not the live one");
-    let o = admin::get_job(&db.pool, orphan).await.unwrap();
+    let o = jobs::get_job(&db.pool, orphan).await.unwrap();
     assert_eq!((o.state.as_str(), o.attempt), ("available", 1));
     assert_error(
         o.errors.clone(),
         0,
         "rescued: worker ghost sent no heartbeat",
     );
-    let s = admin::get_job(&db.pool, spent).await.unwrap();
-    assert_eq!(s.state, "discarded");
+    let s = jobs::get_job(&db.pool, spent).await.unwrap();
+    assert_eq!(s.state.as_str(), "discarded");
     assert!(s.finalized_at.is_some());
     assert_error(s.errors.clone(), 0, "rescued");
-    let l = admin::get_job(&db.pool, live).await.unwrap();
+    let l = jobs::get_job(&db.pool, live).await.unwrap();
     assert_eq!((l.state.as_str(), l.errors), ("running", json!([])));
     assert_eq!(
         skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
@@ -338,7 +354,10 @@ async fn orphaned_running_jobs_are_rescued() {
 
     // A worker runs the rescued job again (its own rescuer's window is far away).
     let w = start_builtin(&db.pool, fast_settings());
-    let o = wait_job(&db.pool, orphan, "completed", |r| r.state == "completed").await;
+    let o = wait_job(&db.pool, orphan, "completed", |r| {
+        r.state.as_str() == "completed"
+    })
+    .await;
     w.stop().await.unwrap();
     assert_eq!(o.attempt, 2);
     assert_eq!(o.errors.as_array().unwrap().len(), 1, "{}", o.errors);
@@ -351,7 +370,10 @@ async fn a_killed_worker_process_loses_no_job() {
         .await
         .unwrap();
     let mut child = spawn_worker_process(&db.url, &[], &[("SKIPLOCK_RESCUE_AFTER", "2s")]);
-    wait_job(&db.pool, id, "job running", |r| r.state == "running").await;
+    wait_job(&db.pool, id, "job running", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
     sigkill(&child);
     let _ = child.wait();
     // Shorten the job so the rescuing worker finishes it quickly.
@@ -368,7 +390,10 @@ async fn a_killed_worker_process_loses_no_job() {
         ..fast_settings()
     };
     let w = start_builtin(&db.pool, settings);
-    let row = wait_job(&db.pool, id, "completed", |r| r.state == "completed").await;
+    let row = wait_job(&db.pool, id, "completed", |r| {
+        r.state.as_str() == "completed"
+    })
+    .await;
     w.stop().await.unwrap();
     let errors = row.errors.as_array().unwrap();
     assert!(!errors.is_empty(), "the job was rescued: {}", row.errors);
@@ -425,12 +450,12 @@ async fn graceful_shutdown_returns_unfinished_jobs_without_using_an_attempt() {
     .await;
     w.stop().await.unwrap();
     for id in [stubborn, sleeper] {
-        let r = admin::get_job(&db.pool, id).await.unwrap();
+        let r = jobs::get_job(&db.pool, id).await.unwrap();
         assert_eq!((r.state.as_str(), r.attempt), ("available", 0), "job {id}");
         assert_eq!(r.errors, json!([]));
     }
     assert_eq!(
-        admin::get_job(&db.pool, quick).await.unwrap().state,
+        jobs::get_job(&db.pool, quick).await.unwrap().state.as_str(),
         "completed"
     );
     let workers: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.workers")
@@ -447,11 +472,14 @@ async fn sigterm_stops_a_worker_process_cleanly() {
         .await
         .unwrap();
     let mut child = spawn_worker_process(&db.url, &[], &[]);
-    wait_job(&db.pool, id, "job running", |r| r.state == "running").await;
+    wait_job(&db.pool, id, "job running", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
     sigterm(&child);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
-    let r = admin::get_job(&db.pool, id).await.unwrap();
+    let r = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!((r.state.as_str(), r.attempt), ("available", 0));
 }
 
@@ -481,7 +509,10 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    let row = wait_job(&db.pool, id, "completed", |r| r.state == "completed").await;
+    let row = wait_job(&db.pool, id, "completed", |r| {
+        r.state.as_str() == "completed"
+    })
+    .await;
     w.stop().await.unwrap();
     assert_eq!(row.attempt, 1);
 }
@@ -518,8 +549,8 @@ async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
         ..fast_settings()
     };
     let w = start_worker(&db.pool, settings, |b| b.register(UntilLost));
-    wait_job(&db.pool, id, "running", |r| r.state == "running").await;
-    admin::cancel(&db.pool, id).await.unwrap();
+    wait_job(&db.pool, id, "running", |r| r.state.as_str() == "running").await;
+    jobs::cancel_job(&db.pool, id).await.unwrap();
     // The heartbeat notices and the handler returns; its late error must not apply.
     wait_for(
         "the handler to see it lost its job",
@@ -535,8 +566,8 @@ async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
     )
     .await;
     w.stop().await.unwrap();
-    let r = admin::get_job(&db.pool, id).await.unwrap();
-    assert_eq!(r.state, "cancelled");
+    let r = jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(r.state.as_str(), "cancelled");
     assert_eq!(r.heartbeat_at, None, "cancel clears the heartbeat");
     // The interrupted attempt is on the row (the last entry: the cancel ended the job); no
     // error of the handler's ("lost") was recorded; before it only rescues, if a stall caused
@@ -595,7 +626,7 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
             release: r,
         })
     });
-    let first = wait_job(&db.pool, id, "running", |r| r.state == "running").await;
+    let first = wait_job(&db.pool, id, "running", |r| r.state.as_str() == "running").await;
     assert_eq!(first.attempt, 1);
 
     // The worker is alive but (as if) too slow to beat in time: a rescuer takes the job
@@ -603,12 +634,14 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
     // the same transaction, so no rescuer of this test can take attempt 2 away.
     rescue_now(&db.pool, id).await;
     let mut tx = db.pool.begin().await.unwrap();
-    let claimed = skiplock::queue::claim::claim(
+    let claimed = skiplock::store::claim::claim(
         &mut *tx,
-        "default",
-        &["slow_but_alive".to_string()],
-        1,
-        "the-other-worker",
+        skiplock::store::claim::ClaimParams {
+            queue: "default",
+            kinds: &["slow_but_alive".to_string()],
+            limit: 1,
+            worker: "the-other-worker",
+        },
     )
     .await
     .unwrap();
@@ -633,7 +666,7 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
     // Its late success is sent; stopping the worker writes every pending ack.
     release.cancel();
     w.stop().await.unwrap();
-    let r = admin::get_job(&db.pool, id).await.unwrap();
+    let r = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!(
         (r.state.as_str(), r.attempt, r.attempted_by.as_deref()),
         ("running", 2, Some("the-other-worker")),
@@ -644,7 +677,7 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
     assert_error(r.errors.clone(), 0, "rescued");
 
     // The other worker's ack of attempt 2 applies.
-    let ack = skiplock::queue::ack::Ack {
+    let ack = skiplock::store::ack::Ack {
         id,
         attempt: 2,
         state: skiplock::queue::JobState::Completed,
@@ -654,13 +687,13 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
         result: Some(json!({"by": "the other worker"})),
     };
     assert_eq!(
-        skiplock::queue::ack::ack_many(&db.pool, &[ack])
+        skiplock::store::ack::ack_many(&db.pool, &[ack])
             .await
             .unwrap(),
         vec![id]
     );
-    let r = admin::get_job(&db.pool, id).await.unwrap();
-    assert_eq!(r.state, "completed");
+    let r = jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(r.state.as_str(), "completed");
     assert_eq!(r.result, Some(json!({"by": "the other worker"})));
 }
 

@@ -93,7 +93,8 @@ $$;
 -- (request_fetch, timer_reset / pack_arm / pack_now, submit_packet / retry_packet / recovery)
 -- create or replace such keys, through skiplock._enqueue or their own upserts; a generic
 -- enqueue with one is refused, so no caller can squat a workflow's key or steer its job.
--- Returns the reserved prefix `key` starts with, or NULL. Rust twin: queue::enqueue::RESERVED_KEY_PREFIXES.
+-- Returns the reserved prefix `key` starts with, or NULL. Rust twin:
+-- store::names::RESERVED_KEY_PREFIXES (a test checks both lists).
 CREATE OR REPLACE FUNCTION skiplock._reserved_key_prefix(key text)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT p FROM unnest(ARRAY['fetch:', 'pack:', 'packet:']) AS p WHERE starts_with(key, p) LIMIT 1

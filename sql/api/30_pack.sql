@@ -37,10 +37,20 @@ BEGIN
 END;
 $$;
 
+-- The debounce rule, in one place: when a host's pack timer fires after a reset at `now`.
+-- `quiet` after the latest reset, but never later than `max_wait` after the first reset of
+-- the window (`window_start`, the timer row's created_at), and never earlier than it already
+-- fires (`fires_at`: resets committed out of order must not pull the timer back). A reset
+-- that creates the timer passes NULL for both. tests/pack.rs checks it on a table of cases.
+CREATE OR REPLACE FUNCTION skiplock._pack_next_fire(now timestamptz, quiet interval, max_wait interval,
+                                                    window_start timestamptz, fires_at timestamptz)
+RETURNS timestamptz LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN window_start IS NULL THEN least(now + quiet, now + max_wait)
+                ELSE greatest(fires_at, least(now + quiet, window_start + max_wait)) END
+$$;
+
 -- Arm (or push forward) a host's pack timer in one statement, safe under any number of
--- concurrent callers: the timer fires `quiet` after the latest reset, but no later than
--- `max_wait` after the timer row was created (the first reset of the current window), and
--- a reset never moves it earlier (see debounce::next_fire). A timer brought to now by
+-- concurrent callers, by the rule of skiplock._pack_next_fire. A timer brought to now by
 -- pack_now (args.now) is left where it is. Returns the timer's id and when it fires (taken
 -- from RETURNING: a query around the call could not see a row another session just made).
 CREATE OR REPLACE FUNCTION skiplock.pack_arm_at(host text, quiet interval, max_wait interval,
@@ -60,14 +70,14 @@ BEGIN
     PERFORM skiplock._evict_key_squatter(skiplock.pack_key(h), 'do-the-packing', 'pack');
     INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key)
     VALUES ('do-the-packing', jsonb_build_object('host', h), 'pack',
-            clock_timestamp() + least(pack_arm_at.quiet, pack_arm_at.max_wait), skiplock.pack_key(h))
+            skiplock._pack_next_fire(clock_timestamp(), pack_arm_at.quiet, pack_arm_at.max_wait, NULL, NULL),
+            skiplock.pack_key(h))
     ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
     DO UPDATE SET scheduled_at = CASE
             WHEN coalesce((j.args ->> 'now')::boolean, false) THEN j.scheduled_at
-            -- Never earlier than it already is: resets committed out of order must not
-            -- pull the timer back. clock_timestamp(), not now(): the time this reset lands.
-            ELSE greatest(j.scheduled_at,
-                          least(clock_timestamp() + pack_arm_at.quiet, j.created_at + pack_arm_at.max_wait))
+            -- clock_timestamp(), not now(): the time this reset lands.
+            ELSE skiplock._pack_next_fire(clock_timestamp(), pack_arm_at.quiet, pack_arm_at.max_wait,
+                                          j.created_at, j.scheduled_at)
         END
         WHERE j.kind = 'do-the-packing' AND j.queue = 'pack'
     RETURNING j.id, j.scheduled_at INTO timer_id, fires_at;

@@ -265,13 +265,25 @@ $$;
 -- other session can hold a start up); the gate is held only for this short transaction, and
 -- a start that finds it held answers 'busy' like one that finds no room (the job snoozes and
 -- asks again; older workers understand the answer too).
--- Returns 'started', 'busy' (no room, or the gate is held: wait and try again),
--- 'stale:<state>' when the packet is no longer queued (a late job: do nothing), or
--- 'duplicate:<job>' when another live job owns the queued packet (do nothing).
+-- Returns a skiplock.packet_start_result (migrations/0007_store.sql): outcome 'started',
+-- 'busy' (no room, or the gate is held: wait and try again), 'stale' with the packet's
+-- `state` when it is no longer queued (NULL state: it is gone; a late job: do nothing), or
+-- 'duplicate' with the `owner_job` when another live job owns the queued packet (do nothing).
 -- A packet still `processing` for this very job was interrupted (its worker died, the job was
 -- rescued): it goes back to queued through recovery and starts again like any other.
+-- (Until API version 1 it returned the same as text, 'stale:<state>' and 'duplicate:<job>':
+-- that version is dropped once.)
+DO $drop$
+BEGIN
+    IF (SELECT p.prorettype FROM pg_catalog.pg_proc p
+        WHERE p.oid = pg_catalog.to_regprocedure('skiplock._packet_start(bigint, bigint, integer, text)'))
+       = 'text'::regtype THEN
+        DROP FUNCTION skiplock._packet_start(bigint, bigint, integer, text);
+    END IF;
+END;
+$drop$;
 CREATE OR REPLACE FUNCTION skiplock._packet_start(id bigint, job_id bigint, max_processing integer, worker text)
-RETURNS text LANGUAGE plpgsql AS $$
+RETURNS skiplock.packet_start_result LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     cur skiplock.packet_state;
@@ -286,12 +298,12 @@ BEGIN
             PERFORM 1 FROM skiplock.locks l WHERE l.name = 'packets.processing' FOR UPDATE SKIP LOCKED;
         END IF;
         IF NOT FOUND THEN
-            RETURN 'busy';
+            RETURN ('busy', NULL, NULL)::skiplock.packet_start_result;
         END IF;
     END IF;
     SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_start.id FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN 'stale:missing';
+        RETURN ('stale', NULL, NULL)::skiplock.packet_start_result;
     END IF;
     IF cur = 'processing' AND cur_job = _packet_start.job_id
        AND skiplock._packet_requeue(_packet_start.id, _packet_start.job_id,
@@ -299,24 +311,24 @@ BEGIN
         cur := 'queued';
     END IF;
     IF cur <> 'queued' THEN
-        RETURN 'stale:' || cur;
+        RETURN ('stale', cur, NULL)::skiplock.packet_start_result;
     END IF;
     -- Another live job owns the packet: this one is a duplicate.
     IF cur_job IS DISTINCT FROM _packet_start.job_id AND EXISTS (
         SELECT 1 FROM skiplock.jobs j WHERE j.id = cur_job AND j.state IN ('available', 'running')) THEN
-        RETURN 'duplicate:' || cur_job;
+        RETURN ('duplicate', cur, cur_job)::skiplock.packet_start_result;
     END IF;
     -- Only packets whose job is running count: one left in processing by a job that is gone
     -- (cancelled, discarded, rescued back to available) is not processing anything.
     SELECT count(*) INTO n FROM skiplock.packets p JOIN skiplock.jobs j ON j.id = p.job_id
     WHERE p.state = 'processing' AND j.state = 'running';
     IF n >= _packet_start.max_processing THEN
-        RETURN 'busy';
+        RETURN ('busy', NULL, NULL)::skiplock.packet_start_result;
     END IF;
     PERFORM skiplock._packet_act(_packet_start.worker, format('job %s', _packet_start.job_id));
     UPDATE skiplock.packets p SET state = 'processing', job_id = _packet_start.job_id, error = NULL, result = NULL
     WHERE p.id = _packet_start.id;
-    RETURN 'started';
+    RETURN ('started', 'processing', _packet_start.job_id)::skiplock.packet_start_result;
 END;
 $$;
 
@@ -339,10 +351,21 @@ END;
 $$;
 
 -- Worker: record the end of processing (fenced: only while the packet is still processing
--- for this job). Returns the new state, or 'lost:<state>' if the packet was taken away.
+-- for this job). Returns a skiplock.packet_finish_result: recorded with the new state, or not
+-- recorded with the state the packet was found in when it had been taken away (NULL: gone).
 -- Wakes one packet job that is waiting for a free slot, so it need not sleep out its snooze.
+-- (Until API version 1 it returned text, 'lost:<state>': that version is dropped once.)
+DO $drop$
+BEGIN
+    IF (SELECT p.prorettype FROM pg_catalog.pg_proc p
+        WHERE p.oid = pg_catalog.to_regprocedure('skiplock._packet_finish(bigint, bigint, boolean, jsonb, text, text)'))
+       = 'text'::regtype THEN
+        DROP FUNCTION skiplock._packet_finish(bigint, bigint, boolean, jsonb, text, text);
+    END IF;
+END;
+$drop$;
 CREATE OR REPLACE FUNCTION skiplock._packet_finish(id bigint, job_id bigint, ok boolean, result jsonb, error text, worker text)
-RETURNS text LANGUAGE plpgsql AS $$
+RETURNS skiplock.packet_finish_result LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     cur skiplock.packet_state;
@@ -350,10 +373,10 @@ DECLARE
 BEGIN
     SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_finish.id FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN 'lost:missing';
+        RETURN (false, NULL)::skiplock.packet_finish_result;
     END IF;
     IF cur <> 'processing' OR cur_job IS DISTINCT FROM _packet_finish.job_id THEN
-        RETURN 'lost:' || cur;
+        RETURN (false, cur)::skiplock.packet_finish_result;
     END IF;
     PERFORM skiplock._packet_act(_packet_finish.worker,
         CASE WHEN _packet_finish.ok THEN format('job %s', _packet_finish.job_id)
@@ -364,7 +387,8 @@ BEGIN
         error = _packet_finish.error
     WHERE p.id = _packet_finish.id;
     PERFORM skiplock._packet_wake_one();
-    RETURN CASE WHEN _packet_finish.ok THEN 'ready_for_review' ELSE 'error' END;
+    RETURN (true, CASE WHEN _packet_finish.ok THEN 'ready_for_review'::skiplock.packet_state
+                       ELSE 'error'::skiplock.packet_state END)::skiplock.packet_finish_result;
 END;
 $$;
 

@@ -113,10 +113,12 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'skiplock_enqueuer') THEN
         EXECUTE 'GRANT USAGE ON SCHEMA skiplock TO skiplock_enqueuer';
         EXECUTE 'GRANT SELECT ON skiplock.queue_stats TO skiplock_enqueuer';
-        -- The CLI checks that every migration was applied before it enqueues.
+        -- The CLI checks that every migration was applied, and the SQL API's version,
+        -- before it enqueues.
         IF mig IS NOT NULL THEN
             EXECUTE format('GRANT SELECT ON %s TO skiplock_enqueuer', mig);
         END IF;
+        EXECUTE 'GRANT SELECT ON skiplock.schema_info TO skiplock_enqueuer';
         -- The enqueue-style functions that exist now (the workflow ones may not, yet), by
         -- name, with every overload.
         FOR f IN
@@ -142,6 +144,8 @@ BEGIN
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.packet_events FROM skiplock_worker';
         EXECUTE 'REVOKE DELETE, TRUNCATE ON skiplock.packets FROM skiplock_worker';
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.settings FROM skiplock_worker';
+        -- Only `skiplock migrate` (the owner) records the SQL API's version.
+        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.schema_info FROM skiplock_worker';
         -- The worker checks at start that every migration was applied.
         IF mig IS NOT NULL THEN
             EXECUTE format('GRANT SELECT ON %s TO skiplock_worker', mig);

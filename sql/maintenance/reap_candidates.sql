@@ -4,7 +4,7 @@
 -- The same rule as `reaper::is_too_old` (which makes the final decision): a running job is
 -- judged by attempted_at, any other by scheduled_at, falling back to the other, then created_at;
 -- a job scheduled in the future is never too old.
-SELECT now() AS db_now, id, kind, queue, args, state::text AS state, attempt,
+SELECT now() AS db_now, id, kind, queue, args, state, attempt,
        scheduled_at, created_at, attempted_at, attempted_by, heartbeat_at
 FROM skiplock.jobs
 -- Written as one branch per state so the planner reads only the two partial indexes of

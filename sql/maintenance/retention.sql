@@ -3,7 +3,7 @@
 WITH doomed AS (
     SELECT id
     FROM skiplock.jobs
-    WHERE state = $1::skiplock.job_state
+    WHERE state = $1
       AND finalized_at < now() - make_interval(secs => $2)
     ORDER BY finalized_at
     LIMIT $3

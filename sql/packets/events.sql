@@ -1,5 +1,5 @@
 -- A packet's history, oldest first.
-SELECT id, packet_id, from_state::text AS from_state, to_state::text AS to_state, at, actor, note
+SELECT id, packet_id, from_state, to_state, at, actor, note
 FROM skiplock.packet_events
 WHERE packet_id = $1
 ORDER BY id

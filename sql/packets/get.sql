@@ -1,4 +1,4 @@
 -- One packet, for operators and the handler.
-SELECT id, source, name, state::text AS state, error, result, job_id, created_at, updated_at
+SELECT id, source, name, state, error, result, job_id, created_at, updated_at
 FROM skiplock.packets
 WHERE id = $1

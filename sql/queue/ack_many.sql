@@ -2,7 +2,7 @@
 -- the attempt that produced the outcome, so a late ack from a rescued job never overwrites a
 -- newer attempt. Returns the ids that were written.
 UPDATE skiplock.jobs j
-SET state = a.state::skiplock.job_state,
+SET state = a.state,
     finalized_at = CASE WHEN a.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
     scheduled_at = coalesce(a.scheduled_at, j.scheduled_at),
     attempt = CASE WHEN a.give_back THEN j.attempt - 1 ELSE j.attempt END,
@@ -11,7 +11,7 @@ SET state = a.state::skiplock.job_state,
                       'attempt', j.attempt, 'at', now(), 'error', a.error)) END,
     result = coalesce(a.result, j.result),
     heartbeat_at = NULL
-FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::timestamptz[], $5::boolean[],
+FROM unnest($1::bigint[], $2::integer[], $3::skiplock.job_state[], $4::timestamptz[], $5::boolean[],
             $6::text[], $7::jsonb[])
      AS a(id, attempt, state, scheduled_at, give_back, error, result)
 WHERE j.id = a.id

@@ -1,9 +1,9 @@
 -- Jobs for operators, newest first, filtered by optional state, kind and queue.
-SELECT id, kind, queue, args, state::text AS state, priority, attempt, max_attempts,
+SELECT id, kind, queue, args, state, priority, attempt, max_attempts,
        scheduled_at, created_at, attempted_at, attempted_by, heartbeat_at, finalized_at,
        unique_key, errors, result
 FROM skiplock.jobs
-WHERE ($1::text IS NULL OR state::text = $1)
+WHERE ($1::skiplock.job_state IS NULL OR state = $1)
   AND ($2::text IS NULL OR kind = $2)
   AND ($3::text IS NULL OR queue = $3)
 ORDER BY id DESC

@@ -15,4 +15,4 @@ WHERE j.state = 'running'
   AND j.attempted_by = $1
   AND ($2::text IS NULL OR j.queue = $2)
   AND j.id <> ALL($3::bigint[])
-RETURNING j.id, j.state::text AS state
+RETURNING j.id, j.state

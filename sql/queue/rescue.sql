@@ -24,4 +24,4 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'availab
         'error', format('rescued: worker %s sent no heartbeat since %s', j.attempted_by, j.heartbeat_at)))
 FROM stale
 WHERE j.id = stale.id
-RETURNING j.id, j.kind, j.state::text AS state
+RETURNING j.id, j.kind, j.state

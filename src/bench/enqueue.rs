@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::stats::percentile;
 use super::{BenchOptions, store, worker_settings};
 use crate::error::{Error, Result};
-use crate::queue::{NewJob, enqueue, enqueue_many};
+use crate::queue::NewJob;
+use crate::store::jobs::{ManyJobs, enqueue, enqueue_many};
 use crate::worker::{HandlerResult, JobContext, Outcome, Worker, handler::Handler};
 
 /// Single calls per client at most (fewer with a small `--jobs`).
@@ -73,7 +74,17 @@ pub(crate) async fn many(url: &str, o: &BenchOptions) -> Result<f64> {
         let (p, args, next) = (p.clone(), args.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < batches {
-                enqueue_many(&p, "noop", &args, "bench", None, 0).await?;
+                enqueue_many(
+                    &p,
+                    ManyJobs {
+                        kind: "noop",
+                        args: &args,
+                        queue: "bench",
+                        run_at: None,
+                        priority: 0,
+                    },
+                )
+                .await?;
             }
             Ok::<_, Error>(())
         }));

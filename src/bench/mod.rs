@@ -13,7 +13,7 @@ pub mod enqueue;
 pub mod meter;
 pub mod peers;
 pub mod stats;
-mod store;
+use crate::store::bench as store;
 pub mod targets;
 
 use std::collections::BTreeMap;
@@ -25,7 +25,7 @@ use sqlx::PgPool;
 
 use crate::config::QueueSettings;
 use crate::error::{Error, Result};
-use crate::queue::enqueue_many;
+use crate::store::jobs::{ManyJobs, enqueue_many};
 pub use meter::Usage;
 pub use peers::Graphile;
 pub use stats::{Stat, percentile};
@@ -211,7 +211,17 @@ async fn fill_noop(monitor: &PgPool, n: usize) -> Result<()> {
     let mut left = n;
     while left > 0 {
         let k = left.min(1000);
-        enqueue_many(monitor, "noop", &batch[..k], "default", None, 0).await?;
+        enqueue_many(
+            monitor,
+            ManyJobs {
+                kind: "noop",
+                args: &batch[..k],
+                queue: "default",
+                run_at: None,
+                priority: 0,
+            },
+        )
+        .await?;
         left -= k;
     }
     store::analyze_jobs(monitor).await
@@ -311,7 +321,7 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
 async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Result<BenchReport> {
     let url = db.url.as_str();
     let monitor = store::monitor(url).await?;
-    crate::schema::migrate(&monitor).await?;
+    crate::store::schema::migrate(&monitor).await?;
     let postgres = postgres_facts(&monitor).await?;
     let meter = meter::Meter {
         admin: &db.admin,

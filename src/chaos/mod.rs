@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use rand::Rng;
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 
 use crate::error::{Error, Result};
+use crate::store::chaos as sql;
+use crate::store::{Pool, schema};
 
 /// What a chaos run does.
 #[derive(Debug, Clone)]
@@ -257,11 +257,8 @@ fn spawn(cfg: &ChaosConfig, url: &str, log: &PathBuf) -> Result<Child> {
     Ok(child)
 }
 
-async fn progress(pool: &PgPool) -> Option<i64> {
-    sqlx::query_scalar(include_str!("../../sql/chaos/progress.sql"))
-        .fetch_one(pool)
-        .await
-        .ok()
+async fn progress(pool: &Pool) -> Option<i64> {
+    sql::progress(pool).await.ok()
 }
 
 /// Runs the chaos scenario against `url` (migrated here if needed). `server` restarts and
@@ -278,16 +275,10 @@ pub async fn run(
         ));
     }
     let started = Instant::now();
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(Duration::from_secs(30))
-        .connect(url)
-        .await?;
-    crate::schema::migrate(&pool).await?;
+    let pool = crate::db::pool(url, 2, Duration::from_secs(30)).await?;
+    schema::migrate(&pool).await?;
     // The run enqueues and judges every job in the table: never mix it with real work.
-    let existing: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
-        .fetch_one(&pool)
-        .await?;
+    let existing = sql::job_count(&pool).await?;
     if existing > 0 {
         return Err(Error::Invalid(format!(
             "chaos needs a database without jobs (found {existing}); use a fresh one"
@@ -297,12 +288,7 @@ pub async fn run(
     let mut n = 1u64;
     while n <= cfg.jobs {
         let last = (n + 4999).min(cfg.jobs);
-        sqlx::query(include_str!("../../sql/chaos/fill.sql"))
-            .bind(n as i64)
-            .bind(last as i64)
-            .bind(cfg.work_ms as i64)
-            .execute(&pool)
-            .await?;
+        sql::fill(&pool, n as i64, last as i64, cfg.work_ms as i64).await?;
         n = last + 1;
     }
 
@@ -459,66 +445,41 @@ pub async fn run(
 }
 
 /// (Re)creates the side tables of a run (`skiplock_chaos.executions`, `.kills`).
-pub async fn install(pool: &PgPool) -> Result<()> {
-    sqlx::raw_sql(include_str!("../../sql/chaos/schema.sql"))
-        .execute(pool)
-        .await?;
-    Ok(())
+pub async fn install(pool: &Pool) -> Result<()> {
+    sql::install(pool).await
 }
 
 /// Records SIGKILLs (process id, time after the process was gone).
-pub async fn record_kills(pool: &PgPool, kills: &[(i32, DateTime<Utc>)]) -> Result<()> {
+pub async fn record_kills(pool: &Pool, kills: &[(i32, DateTime<Utc>)]) -> Result<()> {
     let (pids, ats): (Vec<i32>, Vec<DateTime<Utc>>) = kills.iter().copied().unzip();
-    sqlx::query(include_str!("../../sql/chaos/kill.sql"))
-        .bind(pids)
-        .bind(ats)
-        .execute(pool)
-        .await?;
-    Ok(())
+    sql::kill(pool, &pids, &ats).await
 }
 
 /// Fills the verdict fields of `report` from the jobs and side tables
 /// (`sql/chaos/verify.sql`), logging every unexplained execution.
-pub async fn judge(pool: &PgPool, report: &mut Report) -> Result<()> {
-    #[allow(clippy::type_complexity)]
-    let (jobs, completed, executions, duplicates, retried, unexplained, unexplained_jobs, lost): (
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        Vec<i64>,
-        i64,
-    ) = sqlx::query_as(include_str!("../../sql/chaos/verify.sql"))
-        .fetch_one(pool)
-        .await?;
-    if !unexplained_jobs.is_empty() {
-        let rows: Vec<(i64, i32, i32, String, String, String)> =
-            sqlx::query_as(include_str!("../../sql/chaos/explain.sql"))
-                .bind(&unexplained_jobs)
-                .fetch_all(pool)
-                .await?;
-        for (job, attempt, pid, worker, at, errors) in rows {
+pub async fn judge(pool: &Pool, report: &mut Report) -> Result<()> {
+    let v = sql::verify(pool).await?;
+    if !v.unexplained_jobs.is_empty() {
+        for x in sql::explain(pool, &v.unexplained_jobs).await? {
             tracing::warn!(
-                job,
-                attempt,
-                pid,
-                worker,
-                at,
-                errors,
+                job = x.job_id,
+                attempt = x.attempt,
+                pid = x.pid,
+                worker = x.worker_id,
+                at = x.at,
+                errors = x.errors,
                 "chaos: unexplained execution"
             );
         }
     }
-    report.unexplained_jobs = unexplained_jobs;
-    report.jobs = jobs;
-    report.completed = completed;
-    report.executions = executions;
-    report.duplicates = duplicates;
-    report.retried_after_error = retried;
-    report.unexplained = unexplained;
-    report.lost = lost;
+    report.unexplained_jobs = v.unexplained_jobs;
+    report.jobs = v.jobs;
+    report.completed = v.completed;
+    report.executions = v.executions;
+    report.duplicates = v.duplicates;
+    report.retried_after_error = v.retried_after_error;
+    report.unexplained = v.unexplained;
+    report.lost = v.lost;
     Ok(())
 }
 

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::store::chaos::Execution;
 use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
 
 /// The kind chaos runs enqueue.
-pub const KIND: &str = "chaos_record";
+pub const KIND: &str = crate::store::names::CHAOS_RECORD_KIND;
 
 /// Args of `chaos_record`.
 #[derive(Debug, Deserialize)]
@@ -31,13 +32,13 @@ impl Handler for Record {
         KIND
     }
     async fn run(&self, ctx: JobContext, args: RecordArgs) -> HandlerResult {
-        sqlx::query(include_str!("../../sql/chaos/record.sql"))
-            .bind(ctx.id)
-            .bind(ctx.attempt)
-            .bind(&*ctx.worker_id)
-            .bind(std::process::id() as i32)
-            .execute(&ctx.pool)
-            .await?;
+        let x = Execution {
+            job_id: ctx.id,
+            attempt: ctx.attempt,
+            worker_id: &ctx.worker_id,
+            pid: std::process::id() as i32,
+        };
+        crate::store::chaos::record(&ctx.pool, x).await?;
         if args.ms > 0 {
             tokio::time::sleep(Duration::from_millis(args.ms)).await;
         }

@@ -89,9 +89,7 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
         let cluster = tokio::task::spawn_blocking(PrivateCluster::start).await??;
         tracing::info!(dir = %cluster.path().display(), "private Postgres cluster started");
         let admin = crate::db::connect(&cluster.url("postgres"), 1).await?;
-        sqlx::query("CREATE DATABASE skiplock_chaos")
-            .execute(&admin)
-            .await?;
+        crate::store::chaos::create_database(&admin, "skiplock_chaos").await?;
         admin.close().await;
         chaos::run(&cfg, &cluster.url("skiplock_chaos"), Some(&cluster)).await?
     } else {

@@ -5,7 +5,6 @@
 use clap::Args;
 
 use super::connect_migrated;
-use super::jobs::sql_api_error;
 use super::output::say;
 use crate::workflows::fetch::normalize::{host_key, normalize};
 use crate::workflows::fetch::request_fetch;
@@ -33,9 +32,7 @@ pub async fn run(url: Option<&str>, a: FetchArgs) -> anyhow::Result<()> {
         anyhow::bail!("host {host} is not allowed by the schedule file's allow list");
     }
     let pool = connect_migrated(url).await?;
-    let id = request_fetch(&pool, page.as_str(), a.force, a.full)
-        .await
-        .map_err(sql_api_error)?;
+    let id = request_fetch(&pool, page.as_str(), a.force, a.full).await?;
     say!("{id}");
     Ok(())
 }

@@ -7,8 +7,8 @@ use clap::Args;
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
 use crate::config::parse_duration;
-use crate::queue::admin::{self, JobFilter};
-use crate::queue::{JobState, NewJob, OnConflict, enqueue as enqueue_job};
+use crate::queue::{JobState, NewJob, OnConflict};
+use crate::store::jobs::{self, JobFilter};
 
 /// `skiplock enqueue`.
 #[derive(Debug, Args)]
@@ -19,7 +19,7 @@ pub struct EnqueueArgs {
     #[arg(default_value = "{}")]
     pub args: String,
     /// Queue.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = crate::store::names::DEFAULT_QUEUE)]
     pub queue: String,
     /// Priority (smaller runs first).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -87,14 +87,6 @@ fn run_at(a: &EnqueueArgs) -> anyhow::Result<Option<DateTime<Utc>>> {
     Ok(None)
 }
 
-/// Maps errors raised by the SQL API (`skiplock: …`) to their plain message.
-pub fn sql_api_error(e: crate::Error) -> anyhow::Error {
-    match e.db_message() {
-        Some(m) => anyhow::anyhow!("{}", m.trim_start_matches("skiplock: ")),
-        None => e.into(),
-    }
-}
-
 /// Enqueues and prints the id.
 pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
     let args = parse_args_json(&a.args)?;
@@ -121,7 +113,7 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
             },
         );
     }
-    let id = enqueue_job(&pool, &job).await.map_err(sql_api_error)?;
+    let id = jobs::enqueue(&pool, &job).await?;
     say!("{id}");
     Ok(())
 }
@@ -157,7 +149,7 @@ pub async fn list(url: Option<&str>, a: JobsArgs) -> anyhow::Result<()> {
     };
     super::check_flag("--limit", a.limit.into(), 1, super::MAX_LIMIT)?;
     let pool = connect_migrated(url).await?;
-    let rows = admin::list_jobs(
+    let rows = jobs::list_jobs(
         &pool,
         &JobFilter {
             state,
@@ -184,7 +176,7 @@ pub async fn list(url: Option<&str>, a: JobsArgs) -> anyhow::Result<()> {
                 j.id.to_string(),
                 j.kind.clone(),
                 j.queue.clone(),
-                j.state.clone(),
+                j.state.to_string(),
                 format!("{}/{}", j.attempt, j.max_attempts),
                 ts(Some(j.scheduled_at)),
                 truncate(&j.args.to_string(), 40),
@@ -221,7 +213,7 @@ pub struct JobArgs {
 /// Shows one job.
 pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
-    let j = admin::get_job(&pool, a.id).await?;
+    let j = jobs::get_job(&pool, a.id).await?;
     if a.json {
         return print_json(&j);
     }
@@ -269,7 +261,7 @@ pub struct IdArg {
 /// Cancels a job.
 pub async fn cancel(url: Option<&str>, a: IdArg) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
-    admin::cancel(&pool, a.id).await?;
+    jobs::cancel_job(&pool, a.id).await?;
     say!("job {} cancelled", a.id);
     Ok(())
 }
@@ -277,7 +269,7 @@ pub async fn cancel(url: Option<&str>, a: IdArg) -> anyhow::Result<()> {
 /// Retries a job.
 pub async fn retry(url: Option<&str>, a: IdArg) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
-    admin::retry(&pool, a.id).await?;
+    jobs::retry_job(&pool, a.id).await?;
     say!("job {} is available again", a.id);
     Ok(())
 }
@@ -293,13 +285,9 @@ pub struct StatsArgs {
 /// Prints counts per queue and state, and kinds nobody handles.
 pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
-    let rows = admin::stats(&pool).await?;
-    let unhandled = admin::unhandled_kinds(&pool, 120.0).await?;
-    let workers: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM skiplock.workers WHERE heartbeat_at > now() - interval '120 seconds'",
-    )
-    .fetch_one(&pool)
-    .await?;
+    let rows = jobs::queue_stats(&pool).await?;
+    let unhandled = jobs::unhandled_kinds(&pool, 120.0).await?;
+    let workers = jobs::live_workers(&pool, 120.0).await?;
     if a.json {
         return print_json(&serde_json::json!({
             "queues": rows, "unhandled_kinds": unhandled, "live_workers": workers
@@ -310,7 +298,7 @@ pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
         .map(|r| {
             vec![
                 r.queue.clone(),
-                r.state.clone(),
+                r.state.to_string(),
                 r.count.to_string(),
                 ts(r.oldest_scheduled_at),
             ]

@@ -19,6 +19,7 @@ use crate::maintenance::builtin_jobs;
 use crate::maintenance::periodic::{PeriodicJobs, Schedule};
 use crate::maintenance::reaper::{self, ReapCandidate, ReaperSettings};
 use crate::maintenance::retention::RetentionSettings;
+use crate::store;
 
 /// `skiplock periodic`.
 #[derive(Debug, Args)]
@@ -59,19 +60,6 @@ struct PeriodicLine {
     source: &'static str,
 }
 
-#[derive(sqlx::FromRow)]
-struct DeclaredRow {
-    name: String,
-    schedule: String,
-    kind: String,
-    queue: String,
-    declared_by: String,
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
-    last_period: Option<DateTime<Utc>>,
-    last_job_id: Option<i64>,
-    last_job_state: Option<String>,
-}
-
 /// Runs `skiplock periodic`: the jobs declared by workers (`skiplock.periodic_jobs`), plus
 /// the built-in ones and any in this environment's `SKIPLOCK_PERIODIC_FILE` that no worker
 /// has declared yet.
@@ -82,14 +70,8 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
     )?;
     let file_jobs = PeriodicJobs::from_env()?;
     let pool = connect_migrated(url).await?;
-    let rows: Vec<DeclaredRow> =
-        sqlx::query_as(include_str!("../../sql/maintenance/list_periodic.sql"))
-            .fetch_all(&pool)
-            .await?;
-    let now: DateTime<Utc> = sqlx::query_scalar::<_, crate::dbtime::DbTime>("SELECT now()")
-        .fetch_one(&pool)
-        .await?
-        .0;
+    let rows = store::maintenance::list_periodic(&pool).await?;
+    let now = store::maintenance::db_now(&pool).await?;
     let mut lines: Vec<PeriodicLine> = rows
         .into_iter()
         .map(|r| PeriodicLine {
@@ -102,7 +84,7 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
             queue: r.queue,
             last_period: r.last_period,
             last_job_id: r.last_job_id,
-            last_job_state: r.last_job_state,
+            last_job_state: r.last_job_state.map(|s| s.to_string()),
             declared_by: Some(r.declared_by),
             source: "",
         })
@@ -238,7 +220,7 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
                     j.id.to_string(),
                     j.kind.clone(),
                     j.queue.clone(),
-                    j.state.clone(),
+                    j.state.to_string(),
                     ts(j.scheduled_at),
                     ts(j.attempted_at),
                     ts(Some(j.created_at)),
@@ -298,7 +280,7 @@ impl<'a> From<&'a ReapCandidate> for CandidateJson<'a> {
             id: j.id,
             kind: &j.kind,
             queue: &j.queue,
-            state: &j.state,
+            state: j.state.as_str(),
             args: &j.args,
             scheduled_at: j.scheduled_at,
             attempted_at: j.attempted_at,

@@ -12,9 +12,9 @@ pub mod packets;
 pub mod worker;
 
 use clap::{Parser, Subcommand};
-use sqlx::PgPool;
 
 use crate::config;
+use crate::store::{Pool, schema};
 
 /// skiplock: a Postgres-as-queue job runner.
 #[derive(Debug, Parser)]
@@ -111,7 +111,7 @@ pub fn check_duration_flag(
 pub const MAX_LIMIT: i128 = 100_000;
 
 /// Connects with the settings' pool size.
-pub async fn connect(cli_url: Option<&str>, max: u32) -> anyhow::Result<PgPool> {
+pub async fn connect(cli_url: Option<&str>, max: u32) -> anyhow::Result<Pool> {
     let url = config::database_url(cli_url)?;
     Ok(crate::db::connect(&url, max).await?)
 }
@@ -122,7 +122,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => {
             let pool = connect(url, 2).await?;
-            crate::schema::migrate(&pool).await?;
+            schema::migrate(&pool).await?;
             println!("migrated");
             Ok(())
         }
@@ -145,9 +145,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Connects for a short command and checks the schema is there.
-pub async fn connect_migrated(url: Option<&str>) -> anyhow::Result<PgPool> {
+/// Connects for a short command and checks the schema is there, at this binary's SQL API
+/// version ([`schema::ensure_ready`]).
+pub async fn connect_migrated(url: Option<&str>) -> anyhow::Result<Pool> {
     let pool = connect(url, 2).await?;
-    crate::schema::ensure_migrated(&pool).await?;
+    schema::ensure_ready(&pool).await?;
     Ok(pool)
 }

@@ -3,14 +3,11 @@
 //! `skiplock.pack_status` view, so psql users and the CLI get the same behaviour.
 
 use anyhow::bail;
-use chrono::{DateTime, Utc};
 use clap::Args;
-use serde::Serialize;
 
 use super::connect_migrated;
-use super::jobs::sql_api_error;
 use super::output::{print_json, print_table, say, ts};
-use crate::workflows::pack::STATUS;
+use crate::store;
 
 /// `skiplock timer-reset HOST`.
 #[derive(Debug, Args)]
@@ -35,30 +32,9 @@ pub struct PackArgs {
 /// Enqueues a `timer-reset` and prints its job id.
 pub async fn timer_reset(url: Option<&str>, a: TimerResetArgs) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
-    let id: i64 = sqlx::query_scalar("SELECT skiplock.timer_reset($1)")
-        .bind(&a.host)
-        .fetch_one(&pool)
-        .await
-        .map_err(|e| sql_api_error(e.into()))?;
+    let id = store::pack::timer_reset(&pool, &a.host).await?;
     say!("{id}");
     Ok(())
-}
-
-/// One row of `skiplock.pack_status`.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-struct StatusRow {
-    host: Option<String>,
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
-    packed_at: Option<DateTime<Utc>>,
-    pages: Option<i64>,
-    bytes: Option<i64>,
-    object_key: Option<String>,
-    store: Option<String>,
-    pack_count: Option<i64>,
-    job_id: Option<i64>,
-    timer_job_id: Option<i64>,
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
-    timer_at: Option<DateTime<Utc>>,
 }
 
 fn opt<T: ToString>(v: &Option<T>) -> String {
@@ -74,19 +50,12 @@ pub async fn pack(url: Option<&str>, a: PackArgs) -> anyhow::Result<()> {
             bail!("give a HOST to pack (e.g. `skiplock pack example.com`), or --status");
         };
         let pool = connect_migrated(url).await?;
-        let id: i64 = sqlx::query_scalar("SELECT skiplock.pack_now($1)")
-            .bind(&host)
-            .fetch_one(&pool)
-            .await
-            .map_err(|e| sql_api_error(e.into()))?;
+        let id = store::pack::pack_now(&pool, &host).await?;
         say!("{id}");
         return Ok(());
     }
     let pool = connect_migrated(url).await?;
-    let rows: Vec<StatusRow> = sqlx::query_as(STATUS)
-        .bind(a.host.as_deref())
-        .fetch_all(&pool)
-        .await?;
+    let rows = store::pack::status(&pool, a.host.as_deref()).await?;
     if a.json {
         return print_json(&rows);
     }

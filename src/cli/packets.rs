@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 
 use super::connect_migrated;
-use super::jobs::sql_api_error;
 use super::output::{print_json, print_table, say, truncate, ts};
 use crate::workflows::packets::roots::{self, PacketRoots};
 use crate::workflows::packets::{self, WhoseMove, transitions::PacketState};
@@ -126,9 +125,7 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
     match a.command {
         PacketCommand::Submit { path, name } => {
             let source = source_path(&path, &PacketRoots::from_env()?)?;
-            let id = packets::submit(&pool, &source, name.as_deref(), who.as_deref())
-                .await
-                .map_err(sql_api_error)?;
+            let id = packets::submit(&pool, &source, name.as_deref(), who.as_deref()).await?;
             say!("{id}");
         }
         PacketCommand::List { state, limit, json } => {
@@ -167,7 +164,7 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
             say!("{}", whose_move_line(&w));
         }
         PacketCommand::Show { id, json } => {
-            let p = packets::get(&pool, id).await.map_err(sql_api_error)?;
+            let p = packets::get(&pool, id).await?;
             let history = packets::events(&pool, id).await?;
             if json {
                 return print_json(&serde_json::json!({ "packet": p, "history": history }));
@@ -208,21 +205,15 @@ pub async fn run(url: Option<&str>, a: PacketArgs) -> anyhow::Result<()> {
             print_table(&["AT", "FROM", "TO", "ACTOR", "NOTE"], &rows);
         }
         PacketCommand::Take { id } => {
-            packets::take(&pool, id, who.as_deref())
-                .await
-                .map_err(sql_api_error)?;
+            packets::take(&pool, id, who.as_deref()).await?;
             say!("packet {id}: in_review");
         }
         PacketCommand::Complete { id } => {
-            packets::complete(&pool, id, who.as_deref())
-                .await
-                .map_err(sql_api_error)?;
+            packets::complete(&pool, id, who.as_deref()).await?;
             say!("packet {id}: done");
         }
         PacketCommand::Retry { id, reason } => {
-            let job = packets::retry(&pool, id, reason.as_deref(), who.as_deref())
-                .await
-                .map_err(sql_api_error)?;
+            let job = packets::retry(&pool, id, reason.as_deref(), who.as_deref()).await?;
             say!("packet {id}: queued (job {job})");
         }
     }

@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::db::outage::Backoff;
 use crate::error::{Error, Result};
 use crate::queue::NewJob;
+use crate::store::Pool;
 use crate::worker::handler::BoxFuture;
 
 /// The queue of the built-in maintenance jobs (`reap`, `retain`). A name of skiplock's own, so
@@ -39,7 +39,7 @@ pub trait Service: Send + Sync + 'static {
     /// Time between runs.
     fn interval(&self) -> Duration;
     /// One run: bounded work, returns the number of rows touched.
-    fn run_once(&self, pool: PgPool) -> BoxFuture<Result<u64>>;
+    fn run_once(&self, pool: Pool) -> BoxFuture<Result<u64>>;
 }
 
 /// Runs `service` every interval until `stop`. The first run starts after a random part of
@@ -47,7 +47,7 @@ pub trait Service: Send + Sync + 'static {
 /// A failed run (the database down, say) is logged and retried after a growing wait,
 /// doubling from the interval up to [`failure_wait_cap`]; a panicking run is logged at
 /// ERROR and counts as a failure, it does not end the service.
-pub async fn supervise(service: Arc<dyn Service>, pool: PgPool, stop: CancellationToken) {
+pub async fn supervise(service: Arc<dyn Service>, pool: Pool, stop: CancellationToken) {
     let every = service.interval();
     let first = every
         .min(Duration::from_secs(1))

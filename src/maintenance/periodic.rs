@@ -21,12 +21,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Deserialize;
-use sqlx::PgPool;
 
 use super::Service;
 use crate::config::{env_opt, parse_duration};
 use crate::error::{Error, Result};
 use crate::queue::{NewJob, OnConflict};
+use crate::store::maintenance::{PeriodicDecl, PeriodicRun};
+use crate::store::{self, Pool};
 use crate::worker::handler::BoxFuture;
 
 /// The setting naming the TOML file of periodic jobs.
@@ -286,7 +287,10 @@ impl PeriodicJobs {
                 return Err(at(name_span, "max_attempts must be at least 1"));
             }
             let mut job = NewJob::new(e.kind, args)
-                .queue(e.queue.unwrap_or_else(|| "default".into()))
+                .queue(
+                    e.queue
+                        .unwrap_or_else(|| crate::store::names::DEFAULT_QUEUE.into()),
+                )
                 .priority(e.priority.unwrap_or(0))
                 .max_attempts(e.max_attempts.unwrap_or(25));
             if let Some(k) = e.unique_key {
@@ -386,19 +390,18 @@ impl Scheduler {
 
     /// One tick: declares the jobs (first tick only), then enqueues every job whose current
     /// period this process has not settled yet. Returns how many jobs it enqueued.
-    pub async fn tick_once(&self, pool: &PgPool) -> Result<u64> {
+    pub async fn tick_once(&self, pool: &Pool) -> Result<u64> {
         let declared = self.state.lock().unwrap().declared;
         if !declared {
             for j in self.jobs.iter() {
-                sqlx::query(include_str!("../../sql/maintenance/declare_periodic.sql"))
-                    .bind(&j.name)
-                    .bind(j.schedule.describe())
-                    .bind(&j.job.kind)
-                    .bind(&j.job.queue)
-                    .bind(&j.job.args)
-                    .bind(&self.declared_by)
-                    .execute(pool)
-                    .await?;
+                let schedule = j.schedule.describe();
+                let d = PeriodicDecl {
+                    name: &j.name,
+                    schedule: &schedule,
+                    job: &j.job,
+                    declared_by: &self.declared_by,
+                };
+                store::maintenance::declare_periodic(pool, d).await?;
             }
             self.state.lock().unwrap().declared = true;
         }
@@ -411,23 +414,13 @@ impl Scheduler {
             if self.state.lock().unwrap().settled.get(&j.name) == Some(&period) {
                 continue;
             }
-            let id: Option<i64> =
-                sqlx::query_scalar(include_str!("../../sql/maintenance/enqueue_periodic.sql"))
-                    .bind(&j.name)
-                    .bind(period)
-                    .bind(self.started_at)
-                    .bind(&j.job.kind)
-                    .bind(&j.job.args)
-                    .bind(&j.job.queue)
-                    .bind(j.job.priority)
-                    .bind(j.job.max_attempts)
-                    .bind(&j.job.unique_key)
-                    .bind(match j.job.on_conflict {
-                        OnConflict::Keep => "keep",
-                        OnConflict::Replace => "replace",
-                    })
-                    .fetch_one(pool)
-                    .await?;
+            let run = PeriodicRun {
+                name: &j.name,
+                period_start: period,
+                first_after: self.started_at,
+                job: &j.job,
+            };
+            let id = store::maintenance::enqueue_periodic(pool, run).await?;
             match id {
                 Some(id) => {
                     enqueued += 1;
@@ -466,7 +459,7 @@ impl Service for Scheduler {
     fn interval(&self) -> Duration {
         self.tick
     }
-    fn run_once(&self, pool: PgPool) -> BoxFuture<Result<u64>> {
+    fn run_once(&self, pool: Pool) -> BoxFuture<Result<u64>> {
         let me = self.clone();
         Box::pin(async move { me.tick_once(&pool).await })
     }

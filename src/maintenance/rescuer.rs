@@ -16,11 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::PgPool;
-
 use super::Service;
 use crate::db::outage::{Availability, may_rescue};
 use crate::error::Result;
+use crate::store::{self, Pool};
 use crate::worker::handler::BoxFuture;
 
 /// Rows handled per statement.
@@ -46,17 +45,12 @@ impl Rescuer {
 }
 
 /// Rescues up to [`BATCH`] rows per statement until none are left; returns how many.
-pub async fn rescue(pool: &PgPool, rescue_after: Duration) -> Result<u64> {
+pub async fn rescue(pool: &Pool, rescue_after: Duration) -> Result<u64> {
     let mut total = 0u64;
     loop {
-        let rows: Vec<(i64, String, String)> =
-            sqlx::query_as(include_str!("../../sql/queue/rescue.sql"))
-                .bind(rescue_after.as_secs_f64())
-                .bind(BATCH)
-                .fetch_all(pool)
-                .await?;
-        for (id, kind, state) in &rows {
-            tracing::warn!(job.id = id, job.kind = %kind, new_state = %state, "rescued a job whose worker stopped sending heartbeats");
+        let rows = store::rescue::rescue(pool, rescue_after, BATCH).await?;
+        for r in &rows {
+            tracing::warn!(job.id = r.id, job.kind = %r.kind, new_state = %r.state, "rescued a job whose worker stopped sending heartbeats");
         }
         total += rows.len() as u64;
         if (rows.len() as i64) < BATCH {
@@ -64,12 +58,8 @@ pub async fn rescue(pool: &PgPool, rescue_after: Duration) -> Result<u64> {
         }
     }
     // Forget worker rows that have been silent for much longer than the rescue timeout.
-    sqlx::query(
-        "DELETE FROM skiplock.workers WHERE heartbeat_at < now() - make_interval(secs => $1)",
-    )
-    .bind((rescue_after * 10).as_secs_f64().max(600.0))
-    .execute(pool)
-    .await?;
+    let silent_for = (rescue_after * 10).max(Duration::from_secs(600));
+    store::rescue::forget_workers(pool, silent_for).await?;
     Ok(total)
 }
 
@@ -80,7 +70,7 @@ impl Service for Rescuer {
     fn interval(&self) -> Duration {
         (self.rescue_after / 2).clamp(Duration::from_millis(100), Duration::from_secs(30))
     }
-    fn run_once(&self, pool: PgPool) -> BoxFuture<Result<u64>> {
+    fn run_once(&self, pool: Pool) -> BoxFuture<Result<u64>> {
         let after = self.rescue_after;
         let availability = self.availability.clone();
         let gated = self.gated.clone();

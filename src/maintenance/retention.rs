@@ -12,11 +12,11 @@
 use std::time::Duration;
 
 use serde::de::IgnoredAny;
-use sqlx::PgPool;
 
 use crate::config::env_duration;
 use crate::error::Result;
 use crate::queue::JobState;
+use crate::store::{self, Pool};
 use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
 
 /// The kind of retention's periodic job.
@@ -93,7 +93,7 @@ pub struct Retention {
 /// One retention pass: every finished state, in batches of [`BATCH`]; returns the number of
 /// jobs deleted. Also forgets period records older than the completed window (keeping each
 /// periodic job's latest).
-pub async fn run_retention(pool: &PgPool, settings: &RetentionSettings) -> Result<u64> {
+pub async fn run_retention(pool: &Pool, settings: &RetentionSettings) -> Result<u64> {
     let mut total = 0u64;
     for state in JobState::ALL {
         let Some(window) = settings.window(state) else {
@@ -101,13 +101,7 @@ pub async fn run_retention(pool: &PgPool, settings: &RetentionSettings) -> Resul
         };
         let mut deleted_here = 0u64;
         for _ in 0..MAX_BATCHES {
-            let n = sqlx::query(include_str!("../../sql/maintenance/retention.sql"))
-                .bind(state.as_str())
-                .bind(window.as_secs_f64())
-                .bind(BATCH)
-                .execute(pool)
-                .await?
-                .rows_affected();
+            let n = store::maintenance::retention(pool, state, window, BATCH).await?;
             deleted_here += n;
             if (n as i64) < BATCH {
                 break;
@@ -123,12 +117,7 @@ pub async fn run_retention(pool: &PgPool, settings: &RetentionSettings) -> Resul
         }
         total += deleted_here;
     }
-    sqlx::query(include_str!(
-        "../../sql/maintenance/retention_periodic_runs.sql"
-    ))
-    .bind(settings.completed.as_secs_f64())
-    .execute(pool)
-    .await?;
+    store::maintenance::retention_periodic_runs(pool, settings.completed).await?;
     Ok(total)
 }
 

@@ -1,11 +1,12 @@
-//! Enqueueing from Rust, through the same SQL functions psql users call, so the rules
-//! (validation, unique keys, NOTIFY) live in one place.
+//! A job to enqueue ([`NewJob`]) and the checks made before the round trip. Enqueueing
+//! itself ([`crate::store::jobs::enqueue`]) goes through the same SQL functions psql users
+//! call, so the rules (validation, unique keys, NOTIFY) live in one place.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgExecutor;
 
 use crate::error::{Error, Result};
+use crate::store::names::{DEFAULT_QUEUE, RESERVED_KEY_PREFIXES};
 
 /// What to do when an available job already holds the new job's `unique_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -22,7 +23,8 @@ pub enum OnConflict {
 }
 
 impl OnConflict {
-    fn as_str(self) -> &'static str {
+    /// The SQL API's word for it (`on_conflict => 'keep' | 'replace'`).
+    pub fn as_str(self) -> &'static str {
         match self {
             OnConflict::Keep => "keep",
             OnConflict::Replace => "replace",
@@ -57,7 +59,7 @@ impl NewJob {
         NewJob {
             kind: kind.into(),
             args,
-            queue: "default".into(),
+            queue: DEFAULT_QUEUE.into(),
             run_at: None,
             priority: 0,
             max_attempts: 25,
@@ -147,12 +149,10 @@ pub fn check_nul(kind: &str, queue: &str, unique_key: Option<&str>, args: &[&Val
     Ok(())
 }
 
-/// Unique-key prefixes the built-in workflows own (`skiplock._reserved_key_prefix` in
-/// `sql/api/10_core.sql` is the rule the database enforces): a generic enqueue may not create
-/// or replace such a key, so no caller can squat or steer a workflow's job.
-pub const RESERVED_KEY_PREFIXES: &[&str] = &["fetch:", "pack:", "packet:"];
-
-/// Refuses a unique key in a workflow's reserved namespace, naming the prefix.
+/// Refuses a unique key in a workflow's reserved namespace, naming the prefix, before the
+/// round trip (`skiplock._reserved_key_prefix` in `sql/api/10_core.sql` is the rule the
+/// database enforces, over the same [`RESERVED_KEY_PREFIXES`]): a generic enqueue may not
+/// create or replace such a key, so no caller can squat or steer a workflow's job.
 pub fn check_key(key: Option<&str>) -> Result<()> {
     match key.and_then(|k| RESERVED_KEY_PREFIXES.iter().find(|p| k.starts_with(*p))) {
         Some(p) => Err(Error::Invalid(format!(
@@ -160,56 +160,6 @@ pub fn check_key(key: Option<&str>) -> Result<()> {
         ))),
         None => Ok(()),
     }
-}
-
-/// Enqueues one job and returns its id (or the id of the available job holding its key).
-pub async fn enqueue<'e, E: PgExecutor<'e>>(exec: E, job: &NewJob) -> Result<i64> {
-    check_nul(
-        &job.kind,
-        &job.queue,
-        job.unique_key.as_deref(),
-        &[&job.args],
-    )?;
-    check_key(job.unique_key.as_deref())?;
-    if let Some(t) = job.run_at {
-        crate::dbtime::check("run_at", t)?;
-    }
-    let id: i64 = sqlx::query_scalar(include_str!("../../sql/queue/enqueue.sql"))
-        .bind(&job.kind)
-        .bind(&job.args)
-        .bind(&job.queue)
-        .bind(job.run_at)
-        .bind(job.priority)
-        .bind(job.max_attempts)
-        .bind(&job.unique_key)
-        .bind(job.on_conflict.as_str())
-        .fetch_one(exec)
-        .await?;
-    Ok(id)
-}
-
-/// Enqueues many jobs of one kind in one statement; returns their ids in order.
-pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
-    exec: E,
-    kind: &str,
-    args: &[Value],
-    queue: &str,
-    run_at: Option<DateTime<Utc>>,
-    priority: i16,
-) -> Result<Vec<i64>> {
-    check_nul(kind, queue, None, &args.iter().collect::<Vec<_>>())?;
-    if let Some(t) = run_at {
-        crate::dbtime::check("run_at", t)?;
-    }
-    let ids: Vec<i64> = sqlx::query_scalar(include_str!("../../sql/queue/enqueue_many.sql"))
-        .bind(kind)
-        .bind(args)
-        .bind(queue)
-        .bind(run_at)
-        .bind(priority)
-        .fetch_one(exec)
-        .await?;
-    Ok(ids)
 }
 
 #[cfg(test)]

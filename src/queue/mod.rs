@@ -1,16 +1,13 @@
-//! The queue itself: the data model of a job row and the statements that move it through
-//! its states (enqueue, claim, ack, heartbeat), plus the pure backoff rule.
+//! The queue's data model: a job's states, the job as a worker and as an operator sees it,
+//! a job to enqueue (with its validation), and the pure retry policy ([`backoff`]). The
+//! statements that move jobs through their states are in [`crate::store`] (enqueue:
+//! [`crate::store::jobs::enqueue`]).
 //!
 //! States: `available` → `running` → `completed` | `discarded` | `cancelled`, and back to
 //! `available` on a retryable error, a snooze, a rescue or a shutdown.
 
-pub mod ack;
-pub mod admin;
 pub mod backoff;
-pub mod claim;
 pub mod enqueue;
-pub mod heartbeat;
-pub mod notify;
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,7 +15,7 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-pub use enqueue::{NewJob, OnConflict, enqueue, enqueue_many};
+pub use enqueue::{NewJob, OnConflict};
 
 /// The five states of a job row (`skiplock.job_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -86,8 +83,8 @@ impl FromStr for JobState {
     }
 }
 
-/// A job as a worker sees it after claiming it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A job as a worker sees it after claiming it (read by [`crate::store::claim::claim`]).
+#[derive(Debug, Clone)]
 pub struct Job {
     /// Row id.
     pub id: i64,
@@ -104,18 +101,16 @@ pub struct Job {
     /// After this many attempts an error discards the job.
     pub max_attempts: i32,
     /// When the job became due.
-    #[sqlx(try_from = "crate::dbtime::DbTime")]
     pub scheduled_at: DateTime<Utc>,
     /// When it was enqueued.
-    #[sqlx(try_from = "crate::dbtime::DbTime")]
     pub created_at: DateTime<Utc>,
     /// When this attempt started.
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub attempted_at: Option<DateTime<Utc>>,
 }
 
-/// A whole job row, for operators (`skiplock job`, `skiplock jobs`).
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// A whole job row, for operators (`skiplock job`, `skiplock jobs`; read by
+/// [`crate::store::jobs::get_job`] and [`crate::store::jobs::list_jobs`]).
+#[derive(Debug, Clone, Serialize)]
 pub struct JobRow {
     /// Row id.
     pub id: i64,
@@ -125,8 +120,8 @@ pub struct JobRow {
     pub queue: String,
     /// Arguments.
     pub args: serde_json::Value,
-    /// State name.
-    pub state: String,
+    /// Its state.
+    pub state: JobState,
     /// Priority (smaller first).
     pub priority: i16,
     /// Attempts made so far.
@@ -134,21 +129,16 @@ pub struct JobRow {
     /// Attempt limit.
     pub max_attempts: i32,
     /// When due.
-    #[sqlx(try_from = "crate::dbtime::DbTime")]
     pub scheduled_at: DateTime<Utc>,
     /// When enqueued.
-    #[sqlx(try_from = "crate::dbtime::DbTime")]
     pub created_at: DateTime<Utc>,
     /// When the last attempt started.
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub attempted_at: Option<DateTime<Utc>>,
     /// Which worker ran the last attempt.
     pub attempted_by: Option<String>,
     /// Last heartbeat of a running attempt.
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub heartbeat_at: Option<DateTime<Utc>>,
     /// When it reached a finished state.
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
     pub finalized_at: Option<DateTime<Utc>>,
     /// Dedup / debounce key.
     pub unique_key: Option<String>,

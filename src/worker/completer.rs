@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::faults::{self, Point};
 use crate::db::outage::Backoff;
-use crate::queue::ack::{Ack, ack_many};
+use crate::store::ack::{Ack, ack_many};
 
 /// The most acks written in one statement.
 pub const MAX_BATCH: usize = 2000;

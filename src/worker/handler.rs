@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::{HandlerResult, JobError};
+use crate::store::Pool;
 
 /// Everything a running handler may need besides its args.
 #[derive(Clone, Debug)]
@@ -29,7 +29,7 @@ pub struct JobContext {
     /// Attempt limit.
     pub max_attempts: i32,
     /// Database pool, for handlers that write their own rows.
-    pub pool: PgPool,
+    pub pool: Pool,
     /// The worker running it.
     pub worker_id: Arc<str>,
     pub(crate) shutdown: CancellationToken,
@@ -60,11 +60,11 @@ impl JobContext {
     }
 
     /// A context for calling a handler outside a worker (tests, one-off runs).
-    pub fn detached(pool: PgPool, id: i64, kind: &str) -> Self {
+    pub fn detached(pool: Pool, id: i64, kind: &str) -> Self {
         JobContext {
             id,
             kind: kind.to_string(),
-            queue: "default".into(),
+            queue: crate::store::names::DEFAULT_QUEUE.into(),
             attempt: 1,
             max_attempts: 1,
             pool,

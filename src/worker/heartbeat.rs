@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::faults::{self, Point};
 use crate::db::outage::Backoff;
-use crate::queue::heartbeat::{heartbeat_many, upsert_worker};
+use crate::store::heartbeat::{HeldJob, heartbeat_many, worker_upsert};
 
 /// The heartbeat interval for a rescue timeout.
 pub fn interval_for(rescue_after: Duration) -> Duration {
@@ -54,9 +54,15 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) -> crate::
 /// One heartbeat; whether every statement of it succeeded.
 pub(crate) async fn beat(shared: &Shared) -> bool {
     let mut ok = true;
-    let pairs: Vec<(i64, i32)> = {
+    let pairs: Vec<HeldJob> = {
         let running = shared.running();
-        running.iter().map(|(id, r)| (*id, r.attempt)).collect()
+        running
+            .iter()
+            .map(|(id, r)| HeldJob {
+                id: *id,
+                attempt: r.attempt,
+            })
+            .collect()
     };
     if !pairs.is_empty() {
         match heartbeat_many(&shared.pool, &pairs).await {
@@ -64,7 +70,7 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
                 if alive.len() != pairs.len() {
                     let alive: std::collections::HashSet<i64> = alive.into_iter().collect();
                     let running = shared.running();
-                    for (id, attempt) in pairs.iter().filter(|(id, _)| !alive.contains(id)) {
+                    for HeldJob { id, attempt } in pairs.iter().filter(|j| !alive.contains(&j.id)) {
                         if let Some(r) = running
                             .get(id)
                             .filter(|r| r.attempt == *attempt && r.executing)
@@ -87,7 +93,7 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
         }
     }
     if ok {
-        match upsert_worker(&shared.pool, &shared.info).await {
+        match worker_upsert(&shared.pool, &shared.info).await {
             Ok(()) => shared.availability.success(),
             Err(e) => {
                 ok = false;

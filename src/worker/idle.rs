@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::db::outage::Backoff;
 use crate::error::Result;
-use crate::queue::claim::has_claimable;
+use crate::store::claim::has_claimable;
 
 /// Longest wait between two failed checks.
 pub const CHECK_BACKOFF_MAX: Duration = Duration::from_secs(5);

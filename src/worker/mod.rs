@@ -8,7 +8,7 @@
 //! database outages with capped backoffs; see docs/reliability.md.
 //!
 //! ```no_run
-//! # async fn demo(pool: sqlx::PgPool) -> skiplock::Result<()> {
+//! # async fn demo(pool: skiplock::store::Pool) -> skiplock::Result<()> {
 //! use skiplock::worker::{Worker, builtin};
 //! let worker = Worker::builder(pool, skiplock::config::QueueSettings::default())
 //!     .register(builtin::Noop)
@@ -24,6 +24,7 @@ pub mod faults;
 pub mod handler;
 pub mod heartbeat;
 mod idle;
+pub mod listener;
 pub mod orphans;
 pub mod outcome;
 pub mod producer;
@@ -37,7 +38,6 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use sqlx::PgPool;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -50,9 +50,10 @@ use crate::db::outage::{Availability, is_read_only};
 use crate::db::session::{self, RECYCLE};
 use crate::error::{Error, Result};
 use crate::maintenance::{Service, rescuer::Rescuer, supervise as supervise_service};
-use crate::queue::ack::Ack;
-use crate::queue::heartbeat::{WorkerInfo, remove_worker};
-use crate::queue::notify::{Wake, listen};
+use crate::store::Pool;
+use crate::store::ack::Ack;
+use crate::store::heartbeat::{WorkerInfo, worker_remove};
+use listener::{Wake, listen};
 use supervisor::supervise;
 
 /// Acquire timeout of the runtime's pool: short, so a task notices an outage and backs off
@@ -71,9 +72,9 @@ pub(crate) struct Running {
 /// State shared by the worker's tasks.
 pub(crate) struct Shared {
     /// The runtime's own pool (claims, acks, heartbeats, listener, rescuer).
-    pub pool: PgPool,
+    pub pool: Pool,
     /// The handlers' pool ([`JobContext::pool`], start-up hooks, maintenance services).
-    pub handler_pool: PgPool,
+    pub handler_pool: Pool,
     pub registry: Registry,
     pub kinds: Vec<String>,
     pub worker_id: Arc<str>,
@@ -106,12 +107,12 @@ impl Shared {
 
 /// Something to run at start-up, before claiming (e.g. packet recovery). It may run again
 /// if the database became unavailable while it ran, so it must be idempotent.
-pub type StartHook = Box<dyn Fn(PgPool) -> BoxFuture<Result<()>> + Send + Sync>;
+pub type StartHook = Box<dyn Fn(Pool) -> BoxFuture<Result<()>> + Send + Sync>;
 
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
-    pool: PgPool,
-    runtime_pool: Option<PgPool>,
+    pool: Pool,
+    runtime_pool: Option<Pool>,
     settings: QueueSettings,
     registry: Registry,
     services: Vec<Arc<dyn Service>>,
@@ -145,13 +146,13 @@ impl WorkerBuilder {
         self
     }
     /// The handlers' pool (for components built before the worker).
-    pub fn pool(&self) -> &PgPool {
+    pub fn pool(&self) -> &Pool {
         &self.pool
     }
     /// Uses `pool` for the runtime's own statements instead of the pool the worker builds
     /// by default (`settings.runtime_connections` connections to the handlers' database,
     /// with the worker session limits).
-    pub fn runtime_pool(mut self, pool: PgPool) -> Self {
+    pub fn runtime_pool(mut self, pool: Pool) -> Self {
         self.runtime_pool = Some(pool);
         self
     }
@@ -200,8 +201,8 @@ impl WorkerBuilder {
 
 /// A pool of job executors in this process.
 pub struct Worker {
-    pool: PgPool,
-    runtime_pool: PgPool,
+    pool: Pool,
+    runtime_pool: Pool,
     owns_runtime_pool: bool,
     settings: QueueSettings,
     registry: Registry,
@@ -215,7 +216,7 @@ pub struct Worker {
 
 impl Worker {
     /// Starts building a worker on `pool` with `settings`.
-    pub fn builder(pool: PgPool, settings: QueueSettings) -> WorkerBuilder {
+    pub fn builder(pool: Pool, settings: QueueSettings) -> WorkerBuilder {
         WorkerBuilder {
             pool,
             runtime_pool: None,
@@ -414,7 +415,7 @@ impl Worker {
         for m in maint {
             let _ = m.await;
         }
-        if let Err(e) = remove_worker(&self.runtime_pool, &self.id).await {
+        if let Err(e) = worker_remove(&self.runtime_pool, &self.id).await {
             tracing::warn!(error = %e, "could not remove the worker row");
         }
         if self.owns_runtime_pool {

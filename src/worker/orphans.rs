@@ -3,33 +3,9 @@
 //! them. The producer's next run (and the worker's shutdown) puts them back at once
 //! (`sql/queue/release_orphans.sql`) rather than leaving them to the rescuer a window later.
 
-use sqlx::PgExecutor;
-
 use super::Shared;
 use crate::error::Result;
-
-/// Puts back every job `worker` claimed from `queue` (any queue when `None`) that is still
-/// `running` and not in `held`; returns `(id, new state)` of each. `count_attempt`: see
-/// [`count_attempt_after`].
-pub async fn release_orphans<'e, E: PgExecutor<'e>>(
-    exec: E,
-    worker: &str,
-    queue: Option<&str>,
-    held: &[i64],
-    count_attempt: bool,
-    reason: &str,
-) -> Result<Vec<(i64, String)>> {
-    Ok(
-        sqlx::query_as(include_str!("../../sql/queue/release_orphans.sql"))
-            .bind(worker)
-            .bind(queue)
-            .bind(held)
-            .bind(count_attempt)
-            .bind(reason)
-            .fetch_all(exec)
-            .await?,
-    )
-}
+use crate::store::ack::{OrphanParams, release_orphans};
 
 /// Whether jobs released after a producer failure use up their attempt: only when the
 /// producer was claiming one job at a time (after an earlier failure), so the failure
@@ -58,17 +34,16 @@ pub(crate) async fn release(
     reason: &str,
 ) -> Result<usize> {
     let held = held(shared);
-    let rows = release_orphans(
-        &shared.pool,
-        &shared.worker_id,
+    let p = OrphanParams {
+        worker: &shared.worker_id,
         queue,
-        &held,
+        held: &held,
         count_attempt,
         reason,
-    )
-    .await?;
-    for (id, state) in &rows {
-        tracing::warn!(job.id = id, new_state = %state, "returned a job this worker claimed but never started: {reason}");
+    };
+    let rows = release_orphans(&shared.pool, p).await?;
+    for r in &rows {
+        tracing::warn!(job.id = r.id, new_state = %r.state, "returned a job this worker claimed but never started: {reason}");
     }
     Ok(rows.len())
 }

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::queue::JobState;
-use crate::queue::ack::Ack;
 use crate::queue::backoff::backoff;
+use crate::store::ack::Ack;
 
 /// A successful handler's verdict.
 #[derive(Debug, Clone, PartialEq)]

@@ -19,7 +19,7 @@ use super::{Running, Shared, executor};
 use crate::db::outage::Backoff;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
-use crate::queue::claim::claim;
+use crate::store::claim::{ClaimParams, claim};
 
 /// First and longest wait between two failed claims.
 pub const CLAIM_BACKOFF: (Duration, Duration) =
@@ -101,15 +101,13 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             }
             let want = if careful_left > 0 { 1 } else { free };
             last_claim = Instant::now();
-            match claim(
-                &shared.pool,
-                &p.queue,
-                &shared.kinds,
-                want,
-                &shared.worker_id,
-            )
-            .await
-            {
+            let params = ClaimParams {
+                queue: &p.queue,
+                kinds: &shared.kinds,
+                limit: want,
+                worker: &shared.worker_id,
+            };
+            match claim(&shared.pool, params).await {
                 Ok(jobs) => {
                     backoff.reset();
                     backlog = jobs.len() == want;
@@ -245,7 +243,7 @@ fn spawn_job(
 /// A retry or snooze due before the next poll would wait up to a poll interval; instead,
 /// wake this queue's producer when it is due (plus a little for the ack to be written).
 /// Jobs scheduled by other processes still rely on NOTIFY (due now) or the poll.
-fn wake_when_due(ack: &crate::queue::ack::Ack, poll: Duration, wake: Arc<Notify>) {
+fn wake_when_due(ack: &crate::store::ack::Ack, poll: Duration, wake: Arc<Notify>) {
     if ack.state != crate::queue::JobState::Available || ack.give_back && ack.scheduled_at.is_none()
     {
         return;

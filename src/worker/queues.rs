@@ -17,14 +17,14 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::Shared;
+use super::listener::Wake;
 use super::orphans::{self, count_attempt_after};
 use super::producer::{self, CLAIM_BACKOFF, Exit, Producer, RETIRE_AFTER_POLLS};
 use super::supervisor::supervise;
 use crate::config::DEFAULT_QUEUE_CONCURRENCY;
 use crate::db::outage::Backoff;
 use crate::error::Result;
-use crate::queue::claim::discover_queues;
-use crate::queue::notify::Wake;
+use crate::store::claim::discover_queues;
 
 /// Shortest time between two discoveries triggered by NOTIFY hints.
 pub const DISCOVERY_DEBOUNCE: Duration = Duration::from_millis(250);

@@ -3,20 +3,20 @@
 //! (one log line per attempt), forever unless `SKIPLOCK_CONNECT_TIMEOUT` bounds it. A
 //! permanent problem (wrong password, missing schema, a hook's own error) ends it at once.
 
-use sqlx::PgPool;
 use tokio::time::Instant;
 
 use super::StartHook;
 use crate::db::outage::{Availability, Backoff};
 use crate::db::session::{CONNECT_BACKOFF, attempt_failed, probe};
 use crate::error::Result;
-use crate::queue::heartbeat::{WorkerInfo, upsert_worker};
+use crate::store::heartbeat::{WorkerInfo, worker_upsert};
+use crate::store::{Pool, schema};
 
 /// Runs the start-up sequence; each hook runs once (a hook that failed because the
 /// database went away is run again).
 pub(crate) async fn start(
-    runtime: &PgPool,
-    handlers: &PgPool,
+    runtime: &Pool,
+    handlers: &Pool,
     info: &WorkerInfo,
     hooks: &[StartHook],
     timeout: Option<std::time::Duration>,
@@ -30,8 +30,8 @@ pub(crate) async fn start(
     loop {
         let step = async {
             probe(&opts).await?;
-            crate::schema::ensure_migrated(runtime).await?;
-            upsert_worker(runtime, info).await?;
+            schema::ensure_ready(runtime).await?;
+            worker_upsert(runtime, info).await?;
             while hooks_done < hooks.len() {
                 hooks[hooks_done](handlers.clone()).await?;
                 hooks_done += 1;

@@ -41,7 +41,9 @@ impl TestDb {
     /// Creates and migrates a fresh database.
     pub async fn new() -> TestDb {
         let db = TestDb::empty().await;
-        skiplock::schema::migrate(&db.pool).await.expect("migrate");
+        skiplock::store::schema::migrate(&db.pool)
+            .await
+            .expect("migrate");
         db
     }
 
@@ -282,7 +284,7 @@ pub async fn wait_job(
     pred: impl Fn(&skiplock::queue::JobRow) -> bool,
 ) -> skiplock::queue::JobRow {
     wait_for(what, Duration::from_secs(60), || async {
-        let r = skiplock::queue::admin::get_job(pool, id).await.unwrap();
+        let r = skiplock::store::jobs::get_job(pool, id).await.unwrap();
         pred(&r).then_some(r)
     })
     .await

@@ -10,7 +10,6 @@ pub mod address;
 pub mod extract;
 pub mod http;
 pub mod normalize;
-pub mod pages;
 pub mod polite;
 pub mod robots;
 pub mod schedule;
@@ -22,21 +21,23 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
 use url::Url;
 
 use crate::config::{env_bool, env_duration, env_string, env_usize};
 use crate::error::{Error, Result};
-use crate::queue::{NewJob, enqueue};
+use crate::queue::NewJob;
+use crate::store::fetch::PageStatus;
+use crate::store::{self, Pool, names};
 use crate::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use normalize::{host_key, normalize, target};
 use polite::Slot;
+use robots::Cached;
 use schedule::{Schedule, is_due, next_fetch};
 
 /// The job kind.
-pub const KIND: &str = "fetch";
+pub const KIND: &str = names::FETCH_KIND;
 /// The queue fetch jobs go to.
-pub const QUEUE: &str = "fetch";
+pub const QUEUE: &str = names::FETCH_QUEUE;
 
 /// Settings of the fetch workflow (see `.env-template`).
 #[derive(Debug, Clone)]
@@ -123,15 +124,8 @@ pub fn register_with(builder: WorkerBuilder, settings: FetchSettings) -> Result<
 }
 
 /// Requests a fetch through the SQL API (`skiplock.request_fetch`); returns the job id.
-pub async fn request_fetch(pool: &PgPool, url: &str, force: bool, full: bool) -> Result<i64> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../../sql/fetch/request.sql"))
-            .bind(url)
-            .bind(force)
-            .bind(full)
-            .fetch_one(pool)
-            .await?,
-    )
+pub async fn request_fetch(pool: &Pool, url: &str, force: bool, full: bool) -> Result<i64> {
+    store::fetch::request(pool, url, force, full).await
 }
 
 /// A fetch job's arguments.
@@ -202,7 +196,7 @@ impl Handler for FetchHandler {
 struct Fetch<'a> {
     s: &'a FetchSettings,
     client: &'a reqwest::Client,
-    pool: &'a PgPool,
+    pool: &'a Pool,
     job_id: i64,
 }
 
@@ -258,7 +252,7 @@ impl Fetch<'_> {
             )));
         }
         self.check_address(&url).await?;
-        let known = pages::load(self.pool, url.as_str())
+        let known = store::fetch::load_page(self.pool, url.as_str())
             .await?
             .unwrap_or_default();
         let now = Utc::now();
@@ -276,7 +270,7 @@ impl Fetch<'_> {
         let freq = self.s.schedule.frequency_for(&host, url.path());
 
         // robots.txt first: its request takes a slot of its own.
-        let mut robots = pages::load_robots(self.pool, &host).await?;
+        let mut robots = Cached::from(store::fetch::load_robots(self.pool, &host).await?);
         if robots.is_stale(now) {
             if let Some(snooze) = self.slot(&host).await? {
                 return Ok(snooze);
@@ -301,22 +295,21 @@ impl Fetch<'_> {
             let txt = (200..300)
                 .contains(&r.status)
                 .then(|| String::from_utf8_lossy(&r.body).into_owned());
-            pages::save_robots(self.pool, &host, txt.as_deref(), r.status as i32).await?;
-            robots = pages::load_robots(self.pool, &host).await?;
+            store::fetch::save_robots(self.pool, &host, txt.as_deref(), r.status as i32).await?;
+            robots = Cached::from(store::fetch::load_robots(self.pool, &host).await?);
         }
         if !robots::allowed(&robots, &self.s.user_agent, &url) {
             let note = "disallowed by robots.txt";
-            pages::record_status(
-                self.pool,
-                url.as_str(),
-                &host,
-                &path,
-                None,
+            let s = PageStatus {
+                url: url.as_str(),
+                host: &host,
+                path: &path,
+                status: None,
                 note,
-                next_fetch(now, freq),
-                None,
-            )
-            .await?;
+                next_fetch: next_fetch(now, freq),
+                fetched_at: None,
+            };
+            store::fetch::record_status(self.pool, s).await?;
             return Ok(Outcome::CompleteWith(
                 json!({"fetched": false, "skipped": note}),
             ));
@@ -367,7 +360,9 @@ impl Fetch<'_> {
     /// In a full crawl, requests `links` (each once per crawl).
     async fn walk(&self, args: &FetchArgs, links: &[String]) -> Result<i32> {
         match (args.full, args.crawl) {
-            (true, Some(crawl)) => pages::crawl_request(self.pool, crawl, links, args.force).await,
+            (true, Some(crawl)) => {
+                store::fetch::crawl_request(self.pool, crawl, links, args.force).await
+            }
             _ => Ok(0),
         }
     }
@@ -379,31 +374,31 @@ impl Fetch<'_> {
         url: &Url,
         host: &str,
         path: &str,
-        known: &pages::Known,
+        known: &store::fetch::Known,
         r: http::Response,
         fetched_at: DateTime<Utc>,
         next: DateTime<Utc>,
     ) -> HandlerResult {
         let status = r.status;
         let record = |note: String| async move {
-            pages::record_status(
-                self.pool,
-                url.as_str(),
+            let s = PageStatus {
+                url: url.as_str(),
                 host,
                 path,
-                Some(status as i32),
-                &note,
-                next,
-                Some(fetched_at),
-            )
-            .await
-            .map(|_| note)
+                status: Some(status as i32),
+                note: &note,
+                next_fetch: next,
+                fetched_at: Some(fetched_at),
+            };
+            store::fetch::record_status(self.pool, s)
+                .await
+                .map(|_| note)
         };
         if status >= 500 {
             return Err(JobError::retry(format!("{url}: HTTP {status}")));
         }
         if status == 304 {
-            pages::touch(self.pool, url.as_str(), fetched_at, next).await?;
+            store::fetch::touch_page(self.pool, url.as_str(), fetched_at, next).await?;
             let requested = self.walk(args, &known.links).await?;
             return Ok(Outcome::CompleteWith(
                 json!({"fetched": true, "status": 304, "changed": false, "requested": requested}),
@@ -429,12 +424,17 @@ impl Fetch<'_> {
                 Some(t) => {
                     match (args.full, args.crawl) {
                         (true, Some(c)) => {
-                            pages::crawl_request(self.pool, c, &[t.to_string()], args.force)
+                            store::fetch::crawl_request(self.pool, c, &[t.to_string()], args.force)
                                 .await?;
                         }
                         _ => {
-                            pages::request_hop(self.pool, t.as_str(), args.force, args.hops + 1)
-                                .await?;
+                            store::fetch::request_hop(
+                                self.pool,
+                                t.as_str(),
+                                args.force,
+                                args.hops + 1,
+                            )
+                            .await?;
                         }
                     }
                     record(format!("redirects to {t} (requested)")).await?
@@ -478,9 +478,9 @@ impl Fetch<'_> {
             .truncated
             .then(|| format!("body cut at {} bytes", self.s.max_bytes));
         let mut tx = self.pool.begin().await.map_err(Error::from)?;
-        let changed = pages::save(
+        let changed = store::fetch::save_page(
             &mut *tx,
-            &pages::Content {
+            &store::fetch::Content {
                 url: url.as_str(),
                 host,
                 path,
@@ -499,11 +499,9 @@ impl Fetch<'_> {
         )
         .await?;
         if changed {
-            enqueue(
-                &mut *tx,
-                &NewJob::new("timer-reset", json!({"host": host})).queue("pack"),
-            )
-            .await?;
+            let reset = NewJob::new(names::TIMER_RESET_KIND, json!({"host": host}))
+                .queue(names::PACK_QUEUE);
+            store::jobs::enqueue(&mut *tx, &reset).await?;
         }
         tx.commit().await.map_err(Error::from)?;
         let requested = self.walk(args, &links).await?;

@@ -10,9 +10,8 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
-
 use crate::error::Result;
+use crate::store::{self, Pool};
 
 /// What the host slot says.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,31 +25,25 @@ pub enum Slot {
 /// Asks for job `job_id`'s slot on `host`; `lease` bounds how long a crashed fetch can
 /// hold the host.
 pub async fn acquire(
-    pool: &PgPool,
+    pool: &Pool,
     job_id: i64,
     host: &str,
     interval: Duration,
     lease: Duration,
 ) -> Result<Slot> {
-    let wait: Option<f64> = sqlx::query_scalar(include_str!("../../../sql/fetch/slot.sql"))
-        .bind(job_id)
-        .bind(host)
-        .bind(interval.as_secs_f64())
-        .bind(lease.as_secs_f64())
-        .fetch_one(pool)
-        .await?;
-    Ok(match wait {
+    let r = store::fetch::SlotRequest {
+        job_id,
+        host,
+        interval,
+        lease,
+    };
+    Ok(match store::fetch::slot(pool, r).await? {
         None => Slot::Go,
-        Some(s) => Slot::Wait(Duration::from_secs_f64(s.max(0.001))),
+        Some(wait) => Slot::Wait(wait),
     })
 }
 
 /// Ends the lease: the host's next request may start `interval` from now.
-pub async fn release(pool: &PgPool, host: &str, interval: Duration) -> Result<()> {
-    sqlx::query(include_str!("../../../sql/fetch/release.sql"))
-        .bind(host)
-        .bind(interval.as_secs_f64())
-        .execute(pool)
-        .await?;
-    Ok(())
+pub async fn release(pool: &Pool, host: &str, interval: Duration) -> Result<()> {
+    store::fetch::release(pool, host, interval).await
 }

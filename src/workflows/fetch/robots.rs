@@ -18,6 +18,16 @@ pub struct Cached {
     pub fetched_at: Option<DateTime<Utc>>,
 }
 
+impl From<crate::store::fetch::RobotsRow> for Cached {
+    fn from(r: crate::store::fetch::RobotsRow) -> Self {
+        Cached {
+            txt: r.robots_txt,
+            status: r.robots_status,
+            fetched_at: r.robots_fetched_at,
+        }
+    }
+}
+
 impl Cached {
     /// Whether it must be fetched (again) before a page of the host is requested.
     pub fn is_stale(&self, now: DateTime<Utc>) -> bool {

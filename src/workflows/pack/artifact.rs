@@ -3,34 +3,18 @@
 //! streamed out of Postgres, so a host of any size needs little memory; meant to run in a
 //! blocking task.
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use rusqlite::{Connection, params};
 use tempfile::TempPath;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
+pub use crate::store::pack::PageRow;
 
 const SCHEMA: &str = include_str!("../../../sql/pack/artifact_schema.sql");
 const INSERT: &str = include_str!("../../../sql/pack/artifact_insert.sql");
 const FINISH: &str = include_str!("../../../sql/pack/artifact_finish.sql");
-
-/// One page as it goes into the artifact (the columns of `sql/pack/pages.sql`).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct PageRow {
-    /// Normalised URL.
-    pub url: String,
-    /// URL path.
-    pub path: String,
-    /// `<title>`.
-    pub title: Option<String>,
-    /// Headings text.
-    pub headings: Option<String>,
-    /// Body text.
-    pub body: Option<String>,
-    /// When the page was last fetched.
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
-    pub last_fetched: Option<DateTime<Utc>>,
-}
+const META: &str = include_str!("../../../sql/pack/artifact_meta.sql");
 
 /// A finished artifact in a temporary file (deleted when dropped).
 #[derive(Debug)]
@@ -61,9 +45,7 @@ pub fn build(host: &str, mut rows: mpsc::Receiver<PageRow>) -> Result<Built> {
         conn.execute_batch(SCHEMA).map_err(sqlite)?;
         let tx = conn.transaction().map_err(sqlite)?;
         {
-            let mut meta = tx
-                .prepare("INSERT INTO meta (key, value) VALUES (?1, ?2)")
-                .map_err(sqlite)?;
+            let mut meta = tx.prepare(META).map_err(sqlite)?;
             meta.execute(params!["host", host]).map_err(sqlite)?;
             meta.execute(params!["built_at", Utc::now().to_rfc3339()])
                 .map_err(sqlite)?;

@@ -1,6 +1,8 @@
-//! The debounce rules as plain functions, so they can be read and tested without a database.
-//! The SQL in `skiplock.pack_arm` applies [`next_fire`] in one concurrency-safe statement; the
-//! `do-the-packing` handler applies [`skip_reason`] before it packs.
+//! The pack handler's decisions as plain functions, tested without a database: whether a
+//! `do-the-packing` job packs or skips ([`skip_reason`]), and how long it waits for another
+//! pack of its host ([`busy_snooze`]). When a reset makes the timer fire is the SQL API's
+//! rule alone (`skiplock._pack_next_fire` in `sql/api/30_pack.sql`, checked in
+//! `tests/pack.rs`): plain-SQL callers get exactly what the worker gets.
 
 use std::time::Duration;
 
@@ -8,34 +10,6 @@ use chrono::{DateTime, Utc};
 
 fn plus(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     t + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::days(36500))
-}
-
-/// The pending timer a reset finds: when its window began (the row's `created_at`) and when
-/// it fires now (`scheduled_at`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Timer {
-    /// First reset of the window.
-    pub window_start: DateTime<Utc>,
-    /// Current fire time.
-    pub fires_at: DateTime<Utc>,
-}
-
-/// When a host's pack timer should fire after a reset at `now`: `quiet` after the latest
-/// reset, but never later than `max_wait` after the first reset of the window, and never
-/// earlier than it already fires (resets may be applied out of order under concurrency).
-/// `timer` is `None` when this reset creates the timer.
-pub fn next_fire(
-    now: DateTime<Utc>,
-    quiet: Duration,
-    max_wait: Duration,
-    timer: Option<Timer>,
-) -> DateTime<Utc> {
-    match timer {
-        None => plus(now, quiet).min(plus(now, max_wait)),
-        Some(t) => plus(now, quiet)
-            .min(plus(t.window_start, max_wait))
-            .max(t.fires_at),
-    }
 }
 
 /// What the handler knows when a `do-the-packing` job starts.
@@ -85,40 +59,7 @@ mod tests {
     fn t(s: i64) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + chrono::Duration::seconds(s)
     }
-    const Q: Duration = Duration::from_secs(60);
     const MAX: Duration = Duration::from_secs(3600);
-
-    #[test]
-    fn a_first_reset_fires_after_the_quiet_period() {
-        assert_eq!(next_fire(t(0), Q, MAX, None), t(60));
-    }
-
-    fn timer(start: i64, fires: i64) -> Option<Timer> {
-        Some(Timer {
-            window_start: t(start),
-            fires_at: t(fires),
-        })
-    }
-
-    #[test]
-    fn each_reset_pushes_the_timer_forward() {
-        assert_eq!(next_fire(t(30), Q, MAX, timer(0, 60)), t(90));
-        assert_eq!(next_fire(t(89), Q, MAX, timer(0, 90)), t(149));
-    }
-
-    #[test]
-    fn a_late_applied_older_reset_never_pulls_the_timer_back() {
-        assert_eq!(next_fire(t(10), Q, MAX, timer(0, 90)), t(90));
-    }
-
-    #[test]
-    fn the_maximum_wait_caps_a_host_that_never_goes_quiet() {
-        assert_eq!(next_fire(t(3590), Q, MAX, timer(0, 3600)), t(3600));
-        assert_eq!(next_fire(t(3570), Q, MAX, timer(0, 3600)), t(3600));
-        assert_eq!(next_fire(t(4000), Q, MAX, timer(0, 3600)), t(3600));
-        // A max wait shorter than the quiet period wins from the first reset on.
-        assert_eq!(next_fire(t(0), Q, Duration::from_secs(10), None), t(10));
-    }
 
     fn start(now: i64, window: i64, pending: Option<i64>, forced: bool) -> PackStart {
         PackStart {

@@ -12,7 +12,6 @@ pub mod store;
 
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use serde::Deserialize;
 use serde_json::json;
@@ -20,25 +19,18 @@ use tokio::sync::mpsc;
 
 use crate::config::{env_duration, env_string};
 use crate::error::{Error, Result};
+use crate::store::names;
+use crate::store::pack::{self as sql, PackRecord};
 use crate::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 
 pub use store::Store;
 
 /// The queue both pack kinds live in.
-pub const QUEUE: &str = "pack";
+pub const QUEUE: &str = names::PACK_QUEUE;
 /// Kind of the "content of this host changed" message.
-pub const TIMER_RESET: &str = "timer-reset";
+pub const TIMER_RESET: &str = names::TIMER_RESET_KIND;
 /// Kind of the pack job (the timer while it waits).
-pub const DO_THE_PACKING: &str = "do-the-packing";
-
-const ARM: &str = include_str!("../../../sql/pack/arm.sql");
-const PENDING: &str = include_str!("../../../sql/pack/pending.sql");
-const LOCK: &str = include_str!("../../../sql/pack/lock.sql");
-const LOCK_ROW: &str = include_str!("../../../sql/pack/lock_row.sql");
-const PAGES: &str = include_str!("../../../sql/pack/pages.sql");
-const RECORD: &str = include_str!("../../../sql/pack/record.sql");
-/// Pack status of all hosts or one (`$1`), used by `skiplock pack --status`.
-pub const STATUS: &str = include_str!("../../../sql/pack/status.sql");
+pub const DO_THE_PACKING: &str = names::DO_THE_PACKING_KIND;
 
 /// Default quiet period after the last reset before a host is packed.
 pub const DEFAULT_QUIET: Duration = Duration::from_secs(60);
@@ -128,14 +120,15 @@ impl Handler for TimerReset {
 
     async fn run(&self, ctx: JobContext, args: HostArgs) -> HandlerResult {
         check_host(&args.host)?;
-        let (id, at): (i64, crate::dbtime::DbTime) = sqlx::query_as(ARM)
-            .bind(&args.host)
-            .bind(self.settings.quiet.as_secs_f64())
-            .bind(self.settings.max_wait.as_secs_f64())
-            .fetch_one(&ctx.pool)
-            .await?;
+        let t = sql::arm(
+            &ctx.pool,
+            &args.host,
+            self.settings.quiet,
+            self.settings.max_wait,
+        )
+        .await?;
         Ok(Outcome::CompleteWith(
-            json!({"timer_job": id, "fires_at": at.0}),
+            json!({"timer_job": t.timer_id, "fires_at": t.fires_at}),
         ))
     }
 }
@@ -148,17 +141,6 @@ pub struct DoThePacking {
     store: Store,
 }
 
-#[derive(sqlx::FromRow)]
-struct Pending {
-    #[sqlx(try_from = "crate::dbtime::DbTime")]
-    now: DateTime<Utc>,
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
-    window_start: Option<DateTime<Utc>>,
-    pending_id: Option<i64>,
-    #[sqlx(try_from = "crate::dbtime::DbTimeOpt")]
-    pending_at: Option<DateTime<Utc>>,
-}
-
 impl Handler for DoThePacking {
     type Args = HostArgs;
 
@@ -169,11 +151,7 @@ impl Handler for DoThePacking {
     async fn run(&self, ctx: JobContext, args: HostArgs) -> HandlerResult {
         check_host(&args.host)?;
         let host = args.host.as_str();
-        let p: Pending = sqlx::query_as(PENDING)
-            .bind(ctx.id)
-            .bind(host)
-            .fetch_one(&ctx.pool)
-            .await?;
+        let p = sql::pending(&ctx.pool, ctx.id, host).await?;
         let start = debounce::PackStart {
             now: p.now,
             window_start: p.window_start.unwrap_or(p.now),
@@ -191,13 +169,9 @@ impl Handler for DoThePacking {
         // host's lock row: one connection per pack, and the lock goes when the transaction
         // does (commit, rollback, a dropped future, or a dead process).
         let began = Instant::now();
-        sqlx::query(LOCK_ROW).bind(host).execute(&ctx.pool).await?;
+        sql::lock_row(&ctx.pool, host).await?;
         let mut tx = ctx.pool.begin().await?;
-        let locked: Option<bool> = sqlx::query_scalar(LOCK)
-            .bind(host)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if locked.is_none() {
+        if !sql::lock(&mut *tx, host).await? {
             tx.rollback().await?;
             let wait = debounce::busy_snooze(self.settings.quiet);
             tracing::info!(
@@ -207,13 +181,11 @@ impl Handler for DoThePacking {
             return Ok(Outcome::Snooze(wait));
         }
 
-        let (send, recv) = mpsc::channel::<artifact::PageRow>(256);
+        let (send, recv) = mpsc::channel::<sql::PageRow>(256);
         let owned_host = host.to_string();
         let build = tokio::task::spawn_blocking(move || artifact::build(&owned_host, recv));
         {
-            let mut rows = sqlx::query_as::<_, artifact::PageRow>(PAGES)
-                .bind(host)
-                .fetch(&mut *tx);
+            let mut rows = sql::pages(&mut *tx, host);
             while let Some(row) = rows.try_next().await? {
                 if send.send(row).await.is_err() {
                     break; // the builder failed; its error is reported below
@@ -237,16 +209,16 @@ impl Handler for DoThePacking {
         self.store.upload(&key, &built.path, built.bytes).await?;
 
         let ms = began.elapsed().as_millis() as i64;
-        sqlx::query(RECORD)
-            .bind(host)
-            .bind(built.pages as i64)
-            .bind(built.bytes as i64)
-            .bind(key.as_ref())
-            .bind(&self.store.spec)
-            .bind(ctx.id)
-            .bind(ms)
-            .execute(&mut *tx)
-            .await?;
+        let record = PackRecord {
+            host,
+            pages: built.pages as i64,
+            bytes: built.bytes as i64,
+            object_key: key.as_ref(),
+            store: &self.store.spec,
+            job_id: ctx.id,
+            duration_ms: ms,
+        };
+        sql::record(&mut *tx, record).await?;
         tx.commit().await?;
         let location = self.store.location(&key);
         tracing::info!(host, pages = built.pages, bytes = built.bytes, %location, "packed");

@@ -22,23 +22,25 @@ pub mod transitions;
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sqlx::PgPool;
 
 use crate::config::{env_bool, env_duration, env_opt, env_usize};
-use crate::dbtime::DbTime;
 use crate::error::{Error, Result};
+use crate::store::packets::{FinishResult, PacketFinish, PacketMove, PacketStart, StartResult};
+use crate::store::types::PacketStartOutcome;
+use crate::store::{self, Pool, names};
 use crate::worker::{HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use processor::Processor;
 use roots::PacketRoots;
 use transitions::{Mover, PacketState, Refused, mover};
 
+pub use crate::store::packets::{Packet, PacketEvent, WhoseMove};
+
 /// The job kind that processes a packet.
-pub const KIND: &str = "process-packet";
+pub const KIND: &str = names::PACKET_KIND;
 /// The queue its jobs go to.
-pub const QUEUE: &str = "packets";
+pub const QUEUE: &str = names::PACKET_QUEUE;
 /// Attempts of a `process-packet` job (set in `skiplock._packet_enqueue`); only
 /// infrastructure errors use them up.
 pub const JOB_MAX_ATTEMPTS: i32 = 5;
@@ -114,177 +116,34 @@ pub fn register_with(mut builder: WorkerBuilder, settings: PacketSettings) -> Wo
     recovery::install(builder, recovery)
 }
 
-/// A packet row.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Packet {
-    /// Id.
-    pub id: i64,
-    /// The folder to process.
-    pub source: String,
-    /// An operator's label.
-    pub name: Option<String>,
-    /// Where it is in the lifecycle.
-    pub state: PacketState,
-    /// Why processing failed.
-    pub error: Option<String>,
-    /// What processing produced.
-    pub result: Option<Value>,
-    /// The job that last took charge of it.
-    pub job_id: Option<i64>,
-    /// Submitted at.
-    pub created_at: DateTime<Utc>,
-    /// Last change.
-    pub updated_at: DateTime<Utc>,
-}
-
-type PacketRow = (
-    i64,
-    String,
-    Option<String>,
-    String,
-    Option<String>,
-    Option<Value>,
-    Option<i64>,
-    DbTime,
-    DbTime,
-);
-
-fn packet_from(r: PacketRow) -> Result<Packet> {
-    Ok(Packet {
-        id: r.0,
-        source: r.1,
-        name: r.2,
-        state: r.3.parse().map_err(Error::Other)?,
-        error: r.4,
-        result: r.5,
-        job_id: r.6,
-        created_at: r.7.0,
-        updated_at: r.8.0,
-    })
-}
-
-/// One row of a packet's history.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PacketEvent {
-    /// Event id (history order).
-    pub id: i64,
-    /// The packet.
-    pub packet_id: i64,
-    /// Previous state; `None` for the submit.
-    pub from: Option<PacketState>,
-    /// New state.
-    pub to: PacketState,
-    /// When.
-    pub at: DateTime<Utc>,
-    /// Who: an operator, `worker:<id>`, or `recovery`.
-    pub actor: String,
-    /// Why (retry reason, processor error, job id).
-    pub note: Option<String>,
-}
-
-/// "Whose move is it?": packets waiting on the machine and on people.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
-pub struct WhoseMove {
-    /// queued + processing.
-    pub machine: i64,
-    /// ready_for_review + in_review + error.
-    pub people: i64,
-    /// Waiting for a worker.
-    pub queued: i64,
-    /// Being processed.
-    pub processing: i64,
-    /// Waiting for an operator.
-    pub ready_for_review: i64,
-    /// Being checked.
-    pub in_review: i64,
-    /// Failed; an operator decides.
-    pub error: i64,
-    /// Finished.
-    pub done: i64,
-}
-
 /// Submits a packet: the packet (`queued`) and its job commit together. Returns its id.
 pub async fn submit(
-    pool: &PgPool,
+    pool: &Pool,
     source: &str,
     name: Option<&str>,
     actor: Option<&str>,
 ) -> Result<i64> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../../sql/packets/submit.sql"))
-            .bind(source)
-            .bind(name)
-            .bind(actor)
-            .fetch_one(pool)
-            .await?,
-    )
+    store::packets::submit(pool, source, name, actor).await
 }
 
 /// One packet, or [`Error::NotFound`].
-pub async fn get(pool: &PgPool, id: i64) -> Result<Packet> {
-    let row: Option<PacketRow> = sqlx::query_as(include_str!("../../../sql/packets/get.sql"))
-        .bind(id)
-        .fetch_optional(pool)
-        .await?;
-    packet_from(row.ok_or_else(|| Error::NotFound(format!("packet {id}")))?)
+pub async fn get(pool: &Pool, id: i64) -> Result<Packet> {
+    store::packets::get(pool, id).await
 }
 
 /// Packets, newest first, optionally only in `state`; `limit` rows at most.
-pub async fn list(pool: &PgPool, state: Option<PacketState>, limit: i64) -> Result<Vec<Packet>> {
-    let rows: Vec<PacketRow> = sqlx::query_as(include_str!("../../../sql/packets/list.sql"))
-        .bind(state.map(PacketState::as_str))
-        .bind(limit)
-        .fetch_all(pool)
-        .await?;
-    rows.into_iter().map(packet_from).collect()
+pub async fn list(pool: &Pool, state: Option<PacketState>, limit: i64) -> Result<Vec<Packet>> {
+    store::packets::list(pool, state, limit).await
 }
 
 /// A packet's history, oldest first.
-pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<PacketEvent>> {
-    type Row = (
-        i64,
-        i64,
-        Option<String>,
-        String,
-        DbTime,
-        String,
-        Option<String>,
-    );
-    let rows: Vec<Row> = sqlx::query_as(include_str!("../../../sql/packets/events.sql"))
-        .bind(id)
-        .fetch_all(pool)
-        .await?;
-    rows.into_iter()
-        .map(|r| {
-            Ok(PacketEvent {
-                id: r.0,
-                packet_id: r.1,
-                from: r.2.map(|s| s.parse()).transpose().map_err(Error::Other)?,
-                to: r.3.parse().map_err(Error::Other)?,
-                at: r.4.0,
-                actor: r.5,
-                note: r.6,
-            })
-        })
-        .collect()
+pub async fn events(pool: &Pool, id: i64) -> Result<Vec<PacketEvent>> {
+    store::packets::events(pool, id).await
 }
 
 /// The "whose move" counts.
-pub async fn whose_move(pool: &PgPool) -> Result<WhoseMove> {
-    let r: (i64, i64, i64, i64, i64, i64, i64, i64) =
-        sqlx::query_as(include_str!("../../../sql/packets/whose_move.sql"))
-            .fetch_one(pool)
-            .await?;
-    Ok(WhoseMove {
-        machine: r.0,
-        people: r.1,
-        queued: r.2,
-        processing: r.3,
-        ready_for_review: r.4,
-        in_review: r.5,
-        error: r.6,
-        done: r.7,
-    })
+pub async fn whose_move(pool: &Pool) -> Result<WhoseMove> {
+    store::packets::whose_move(pool).await
 }
 
 /// Moves packet `id` to `to` as `actor`, after checking the transition table here first
@@ -292,70 +151,43 @@ pub async fn whose_move(pool: &PgPool) -> Result<WhoseMove> {
 /// table: `processing → queued` belongs to recovery. A refusal is [`Error::Invalid`] naming
 /// the packet, its current state and the requested one.
 pub async fn transition(
-    pool: &PgPool,
+    pool: &Pool,
     id: i64,
     to: PacketState,
     actor: &str,
     note: Option<&str>,
 ) -> Result<()> {
     let mut tx = pool.begin().await?;
-    let cur: Option<String> = sqlx::query_scalar(include_str!("../../../sql/packets/lock.sql"))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let from: PacketState = cur
-        .ok_or_else(|| Error::NotFound(format!("packet {id}")))?
-        .parse()
-        .map_err(Error::Other)?;
+    let from = store::packets::lock(&mut *tx, id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("packet {id}")))?;
     if !matches!(mover(from, to), Some(Mover::Worker | Mover::Operator)) {
         return Err(Error::Invalid(Refused { id, from, to }.to_string()));
     }
-    sqlx::query(include_str!("../../../sql/packets/move.sql"))
-        .bind(id)
-        .bind(to.as_str())
-        .bind(actor)
-        .bind(note)
-        .execute(&mut *tx)
-        .await?;
+    let m = PacketMove {
+        id,
+        to,
+        actor,
+        note,
+    };
+    store::packets::move_to(&mut *tx, m).await?;
     tx.commit().await?;
     Ok(())
 }
 
 /// Operator: take a packet that is ready for review (`ready_for_review → in_review`).
-pub async fn take(pool: &PgPool, id: i64, actor: Option<&str>) -> Result<()> {
-    sqlx::query(include_str!("../../../sql/packets/take.sql"))
-        .bind(id)
-        .bind(actor)
-        .execute(pool)
-        .await?;
-    Ok(())
+pub async fn take(pool: &Pool, id: i64, actor: Option<&str>) -> Result<()> {
+    store::packets::take(pool, id, actor).await
 }
 
 /// Operator: the review is done (`in_review → done`).
-pub async fn complete(pool: &PgPool, id: i64, actor: Option<&str>) -> Result<()> {
-    sqlx::query(include_str!("../../../sql/packets/complete.sql"))
-        .bind(id)
-        .bind(actor)
-        .execute(pool)
-        .await?;
-    Ok(())
+pub async fn complete(pool: &Pool, id: i64, actor: Option<&str>) -> Result<()> {
+    store::packets::complete(pool, id, actor).await
 }
 
 /// Operator: process again (`error | in_review → queued`) with a new job; returns the job.
-pub async fn retry(
-    pool: &PgPool,
-    id: i64,
-    reason: Option<&str>,
-    actor: Option<&str>,
-) -> Result<i64> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../../sql/packets/retry.sql"))
-            .bind(id)
-            .bind(reason)
-            .bind(actor)
-            .fetch_one(pool)
-            .await?,
-    )
+pub async fn retry(pool: &Pool, id: i64, reason: Option<&str>, actor: Option<&str>) -> Result<i64> {
+    store::packets::retry(pool, id, reason, actor).await
 }
 
 /// Args of a `process-packet` job.
@@ -371,23 +203,39 @@ pub struct ProcessPacket {
     pub settings: PacketSettings,
 }
 
-/// How the start step went (`skiplock._packet_start`).
+/// What the handler does after a start attempt: process, snooze, or complete doing nothing
+/// with this reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Start {
-    Started,
-    Busy,
-    Stale(String),
-    Duplicate(String),
+enum AfterStart {
+    Process,
+    Wait,
+    Skip(String),
 }
 
-fn parse_start(s: &str) -> Start {
-    match s {
-        "started" => Start::Started,
-        "busy" => Start::Busy,
-        other if other.starts_with("duplicate:") => {
-            Start::Duplicate(other["duplicate:".len()..].to_string())
-        }
-        other => Start::Stale(other.strip_prefix("stale:").unwrap_or(other).to_string()),
+/// The decision for `packet`'s start result `r`.
+fn after_start(packet: i64, r: &StartResult) -> AfterStart {
+    match r.outcome {
+        PacketStartOutcome::Started => AfterStart::Process,
+        PacketStartOutcome::Busy => AfterStart::Wait,
+        PacketStartOutcome::Stale => AfterStart::Skip(match r.state {
+            Some(state) => format!("packet {packet} is {state}, not queued"),
+            None => format!("packet {packet} is missing, not queued"),
+        }),
+        PacketStartOutcome::Duplicate => AfterStart::Skip(match r.owner_job {
+            Some(job) => format!("packet {packet} belongs to job {job}"),
+            None => format!("packet {packet} belongs to another job"),
+        }),
+    }
+}
+
+/// The job's result names the packet's new state, or `lost:<state>` when the packet had
+/// been taken away (the wording of earlier releases, kept for whoever reads job results).
+fn finish_word(r: &FinishResult) -> String {
+    let state = r.state.map_or("missing", PacketState::as_str);
+    if r.recorded {
+        state.to_string()
+    } else {
+        format!("lost:{state}")
     }
 }
 
@@ -398,27 +246,19 @@ fn slot_wait() -> Duration {
 impl ProcessPacket {
     async fn process(&self, ctx: &JobContext, id: i64) -> HandlerResult {
         let actor = format!("worker:{}", ctx.worker_id);
-        let started: String = sqlx::query_scalar(include_str!("../../../sql/packets/start.sql"))
-            .bind(id)
-            .bind(ctx.id)
-            .bind(self.settings.concurrency as i32)
-            .bind(&actor)
-            .fetch_one(&ctx.pool)
-            .await?;
-        match parse_start(&started) {
-            Start::Started => {}
-            Start::Busy => return Ok(Outcome::Snooze(slot_wait())),
-            Start::Stale(state) => {
-                tracing::info!(packet.id = id, job.id = ctx.id, %state, "packet is not queued for this job; nothing to do");
-                return Ok(Outcome::CompleteWith(
-                    json!({ "skipped": format!("packet {id} is {state}, not queued") }),
-                ));
-            }
-            Start::Duplicate(owner) => {
-                tracing::info!(packet.id = id, job.id = ctx.id, owner = %owner, "another job owns this packet; nothing to do");
-                return Ok(Outcome::CompleteWith(
-                    json!({ "skipped": format!("packet {id} belongs to job {owner}") }),
-                ));
+        let start = PacketStart {
+            id,
+            job_id: ctx.id,
+            max_processing: i32::try_from(self.settings.concurrency).unwrap_or(i32::MAX),
+            worker: &actor,
+        };
+        let started = store::packets::start(&ctx.pool, start).await?;
+        match after_start(id, &started) {
+            AfterStart::Process => {}
+            AfterStart::Wait => return Ok(Outcome::Snooze(slot_wait())),
+            AfterStart::Skip(why) => {
+                tracing::info!(packet.id = id, job.id = ctx.id, "{why}; nothing to do");
+                return Ok(Outcome::CompleteWith(json!({ "skipped": why })));
             }
         }
         let packet = get(&ctx.pool, id).await?;
@@ -434,11 +274,7 @@ impl ProcessPacket {
             _ = ctx.shutdown_requested() => {
                 // The processor is killed (dropped); the packet goes back to queued and the
                 // job to the queue, so the next worker processes it again.
-                sqlx::query(include_str!("../../../sql/packets/interrupt.sql"))
-                    .bind(id)
-                    .bind(ctx.id)
-                    .bind("worker shutting down; processing interrupted")
-                    .execute(&ctx.pool)
+                store::packets::interrupt(&ctx.pool, id, ctx.id, "worker shutting down; processing interrupted")
                     .await?;
                 return Ok(Outcome::Snooze(Duration::ZERO));
             }
@@ -450,11 +286,11 @@ impl ProcessPacket {
             Ok(v) => (true, Some(v), None),
             Err(e) => (false, None, Some(e.0)),
         };
-        let new_state = self
-            .finish(ctx, id, ok, value, error.as_deref(), &actor)
+        let finished = self
+            .finish(ctx, id, ok, value.as_ref(), error.as_deref(), &actor)
             .await?;
         Ok(Outcome::CompleteWith(
-            json!({ "packet_id": id, "state": new_state }),
+            json!({ "packet_id": id, "state": finish_word(&finished) }),
         ))
     }
 
@@ -463,28 +299,28 @@ impl ProcessPacket {
         ctx: &JobContext,
         id: i64,
         ok: bool,
-        result: Option<Value>,
+        result: Option<&Value>,
         error: Option<&str>,
         actor: &str,
-    ) -> Result<String> {
-        let s: String = sqlx::query_scalar(include_str!("../../../sql/packets/finish.sql"))
-            .bind(id)
-            .bind(ctx.id)
-            .bind(ok)
-            .bind(result)
-            .bind(error)
-            .bind(actor)
-            .fetch_one(&ctx.pool)
-            .await?;
-        if let Some(state) = s.strip_prefix("lost:") {
+    ) -> Result<FinishResult> {
+        let f = PacketFinish {
+            id,
+            job_id: ctx.id,
+            ok,
+            result,
+            error,
+            worker: actor,
+        };
+        let r = store::packets::finish(&ctx.pool, f).await?;
+        if !r.recorded {
             tracing::warn!(
                 packet.id = id,
                 job.id = ctx.id,
-                state,
+                state = r.state.map_or("missing", PacketState::as_str),
                 "packet was taken away while processing; result dropped"
             );
         }
-        Ok(s)
+        Ok(r)
     }
 }
 
@@ -528,12 +364,51 @@ impl crate::worker::Handler for ProcessPacket {
 mod tests {
     use super::*;
 
+    fn start(
+        outcome: PacketStartOutcome,
+        state: Option<PacketState>,
+        owner: Option<i64>,
+    ) -> StartResult {
+        StartResult {
+            outcome,
+            state,
+            owner_job: owner,
+        }
+    }
+
     #[test]
-    fn start_results_parse() {
-        assert_eq!(parse_start("started"), Start::Started);
-        assert_eq!(parse_start("busy"), Start::Busy);
-        assert_eq!(parse_start("stale:done"), Start::Stale("done".into()));
-        assert_eq!(parse_start("duplicate:12"), Start::Duplicate("12".into()));
+    fn start_results_decide_what_the_handler_does() {
+        use PacketStartOutcome::*;
+        let s = |o, st, ow| after_start(7, &start(o, st, ow));
+        assert_eq!(
+            s(Started, Some(PacketState::Processing), Some(1)),
+            AfterStart::Process
+        );
+        assert_eq!(s(Busy, None, None), AfterStart::Wait);
+        assert_eq!(
+            s(Stale, Some(PacketState::Done), None),
+            AfterStart::Skip("packet 7 is done, not queued".into())
+        );
+        assert_eq!(
+            s(Stale, None, None),
+            AfterStart::Skip("packet 7 is missing, not queued".into())
+        );
+        assert_eq!(
+            s(Duplicate, Some(PacketState::Queued), Some(12)),
+            AfterStart::Skip("packet 7 belongs to job 12".into())
+        );
+    }
+
+    #[test]
+    fn a_finish_reports_the_new_state_or_that_the_packet_was_lost() {
+        let f = |recorded, state| finish_word(&FinishResult { recorded, state });
+        assert_eq!(
+            f(true, Some(PacketState::ReadyForReview)),
+            "ready_for_review"
+        );
+        assert_eq!(f(true, Some(PacketState::Error)), "error");
+        assert_eq!(f(false, Some(PacketState::Done)), "lost:done");
+        assert_eq!(f(false, None), "lost:missing");
     }
 
     #[test]

@@ -8,10 +8,9 @@
 //! returns that job to the queue after `SKIPLOCK_RESCUE_AFTER`, and the handler, finding the
 //! packet still `processing` for that same job, puts it back through `queued` and runs it.
 
-use sqlx::PgPool;
-
 use super::transitions::PacketState;
 use crate::error::Result;
+use crate::store::{self, Pool};
 use crate::worker::{StartHook, WorkerBuilder};
 
 /// One packet recovery put back in the queue.
@@ -28,15 +27,13 @@ pub struct Recovered {
 /// Requeues every queued/processing packet without a live job; returns what it did. Each
 /// packet is recovered on its own: one that cannot be (its error is logged) never stops the
 /// others, nor the worker's start-up.
-pub async fn recover(pool: &PgPool) -> Result<Vec<Recovered>> {
-    let rows: Vec<(i64, String, Option<i64>, Option<String>)> =
-        sqlx::query_as(include_str!("../../../sql/packets/recover.sql"))
-            .fetch_all(pool)
-            .await?;
+pub async fn recover(pool: &Pool) -> Result<Vec<Recovered>> {
+    let rows = store::packets::recover(pool).await?;
     let mut out = Vec::with_capacity(rows.len());
-    for (packet_id, was, job_id, error) in rows {
-        let (Ok(was), Some(job_id)) = (was.parse::<PacketState>(), job_id) else {
-            tracing::error!(packet.id = packet_id, was = %was, error = error.as_deref().unwrap_or("-"),
+    for r in rows {
+        let (packet_id, was) = (r.packet_id, r.was);
+        let Some(job_id) = r.job_id else {
+            tracing::error!(packet.id = packet_id, was = %was, error = r.error.as_deref().unwrap_or("-"),
                 "could not recover a packet left without a live job; skipped (the others are recovered)");
             continue;
         };
@@ -52,7 +49,7 @@ pub async fn recover(pool: &PgPool) -> Result<Vec<Recovered>> {
 
 /// The start-up hook running [`recover`].
 pub fn hook() -> StartHook {
-    Box::new(|pool: PgPool| {
+    Box::new(|pool: Pool| {
         Box::pin(async move {
             let done = recover(&pool).await?;
             tracing::info!(packets = done.len(), "packet recovery done");

@@ -1,11 +1,12 @@
-//! Every SQL statement the benchmark runs, one function each, its text in
-//! `sql/bench/<function name>.sql`. Nothing else in `bench` builds or sends SQL (the queue's
-//! own statements are reached through `crate::queue`), so moving these into a store layer
-//! later is a move of this one file.
+//! **Dev-tool statements**: only `skiplock bench` runs these, one function each, its text in
+//! `sql/bench/<function name>.sql`. They create and drop the benchmark's own database, reset
+//! and vacuum the jobs table between runs, build the plain-SQL ceiling, read WAL positions and
+//! commit counters. Nothing in the worker or the CLI proper calls them.
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
+use super::sql;
 use crate::error::{Error, Result};
 
 /// application_name of the monitor connection, which [`other_clients`] does not count.
@@ -44,64 +45,58 @@ fn with_db(sql: &str, db: &str) -> Result<String> {
 }
 
 pub(crate) async fn create_database(admin: &PgPool, db: &str) -> Result<()> {
-    let sql = with_db(include_str!("../../sql/bench/create_database.sql"), db)?;
+    let sql = with_db(sql!("bench", "create_database"), db)?;
     sqlx::query(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
     Ok(())
 }
 
 pub(crate) async fn drop_database(admin: &PgPool, db: &str) -> Result<()> {
-    let sql = with_db(include_str!("../../sql/bench/drop_database.sql"), db)?;
+    let sql = with_db(sql!("bench", "drop_database"), db)?;
     sqlx::query(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
     Ok(())
 }
 
 pub(crate) async fn truncate_jobs(p: &PgPool) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/truncate_jobs.sql"))
+    sqlx::query(sql!("bench", "truncate_jobs"))
         .execute(p)
         .await?;
     Ok(())
 }
 
 pub(crate) async fn vacuum_jobs(p: &PgPool) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/vacuum_jobs.sql"))
-        .execute(p)
-        .await?;
+    sqlx::query(sql!("bench", "vacuum_jobs")).execute(p).await?;
     Ok(())
 }
 
 pub(crate) async fn analyze_jobs(p: &PgPool) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/analyze_jobs.sql"))
+    sqlx::query(sql!("bench", "analyze_jobs"))
         .execute(p)
         .await?;
     Ok(())
 }
 
 pub(crate) async fn count_running(p: &PgPool) -> Result<i64> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../sql/bench/count_running.sql"))
-            .fetch_one(p)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(sql!("bench", "count_running"))
+        .fetch_one(p)
+        .await?)
 }
 
 pub(crate) async fn latency_ms(p: &PgPool, ids: &[i64]) -> Result<Vec<f64>> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../sql/bench/latency_ms.sql"))
-            .bind(ids)
-            .fetch_all(p)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(sql!("bench", "latency_ms"))
+        .bind(ids)
+        .fetch_all(p)
+        .await?)
 }
 
 pub(crate) async fn ceiling_table(p: &PgPool) -> Result<()> {
-    sqlx::raw_sql(include_str!("../../sql/bench/ceiling_table.sql"))
+    sqlx::raw_sql(sql!("bench", "ceiling_table"))
         .execute(p)
         .await?;
     Ok(())
 }
 
 pub(crate) async fn ceiling_fill(p: &PgPool, n: usize) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/ceiling_fill.sql"))
+    sqlx::query(sql!("bench", "ceiling_fill"))
         .bind(n as i64)
         .execute(p)
         .await?;
@@ -109,7 +104,7 @@ pub(crate) async fn ceiling_fill(p: &PgPool, n: usize) -> Result<()> {
 }
 
 pub(crate) async fn ceiling_vacuum(p: &PgPool) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/ceiling_vacuum.sql"))
+    sqlx::query(sql!("bench", "ceiling_vacuum"))
         .execute(p)
         .await?;
     Ok(())
@@ -117,40 +112,34 @@ pub(crate) async fn ceiling_vacuum(p: &PgPool) -> Result<()> {
 
 /// One claim-and-complete step of the ceiling loop; the rows it finished.
 pub(crate) async fn ceiling_step(p: &PgPool) -> Result<u64> {
-    Ok(
-        sqlx::query(include_str!("../../sql/bench/ceiling_step.sql"))
-            .execute(p)
-            .await?
-            .rows_affected(),
-    )
+    Ok(sqlx::query(sql!("bench", "ceiling_step"))
+        .execute(p)
+        .await?
+        .rows_affected())
 }
 
 pub(crate) async fn ceiling_drop(p: &PgPool) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/ceiling_drop.sql"))
+    sqlx::query(sql!("bench", "ceiling_drop"))
         .execute(p)
         .await?;
     Ok(())
 }
 
 pub(crate) async fn setting(p: &PgPool, name: &str) -> Result<String> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../sql/bench/setting.sql"))
-            .bind(name)
-            .fetch_one(p)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(sql!("bench", "setting"))
+        .bind(name)
+        .fetch_one(p)
+        .await?)
 }
 
 pub(crate) async fn server_version_num(p: &PgPool) -> Result<i32> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../sql/bench/server_version_num.sql"))
-            .fetch_one(p)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(sql!("bench", "server_version_num"))
+        .fetch_one(p)
+        .await?)
 }
 
 pub(crate) async fn scale_fill(p: &PgPool, n: usize) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/scale_fill.sql"))
+    sqlx::query(sql!("bench", "scale_fill"))
         .bind(n as i64)
         .execute(p)
         .await?;
@@ -158,7 +147,7 @@ pub(crate) async fn scale_fill(p: &PgPool, n: usize) -> Result<()> {
 }
 
 pub(crate) async fn scale_future(p: &PgPool, n: usize) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/scale_future.sql"))
+    sqlx::query(sql!("bench", "scale_future"))
         .bind(n as i64)
         .execute(p)
         .await?;
@@ -166,7 +155,7 @@ pub(crate) async fn scale_future(p: &PgPool, n: usize) -> Result<()> {
 }
 
 pub(crate) async fn scale_trim(p: &PgPool, n: usize) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/scale_trim.sql"))
+    sqlx::query(sql!("bench", "scale_trim"))
         .bind(n as i64)
         .execute(p)
         .await?;
@@ -174,55 +163,43 @@ pub(crate) async fn scale_trim(p: &PgPool, n: usize) -> Result<()> {
 }
 
 pub(crate) async fn wal_position(p: &PgPool) -> Result<i64> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../sql/bench/wal_position.sql"))
-            .fetch_one(p)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(sql!("bench", "wal_position"))
+        .fetch_one(p)
+        .await?)
 }
 
 pub(crate) async fn database_commits(p: &PgPool, db: &str) -> Result<i64> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../sql/bench/database_commits.sql"))
-            .bind(db)
-            .fetch_optional(p)
-            .await?
-            .unwrap_or(0),
-    )
+    Ok(sqlx::query_scalar(sql!("bench", "database_commits"))
+        .bind(db)
+        .fetch_optional(p)
+        .await?
+        .unwrap_or(0))
 }
 
 pub(crate) async fn other_clients(p: &PgPool, db: &str) -> Result<i64> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../sql/bench/other_clients.sql"))
-            .bind(db)
-            .bind(MONITOR_APP)
-            .fetch_one(p)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(sql!("bench", "other_clients"))
+        .bind(db)
+        .bind(MONITOR_APP)
+        .fetch_one(p)
+        .await?)
 }
 
 pub(crate) async fn flush_stats(p: &PgPool) -> Result<()> {
-    sqlx::query(include_str!("../../sql/bench/flush_stats.sql"))
-        .execute(p)
-        .await?;
+    sqlx::query(sql!("bench", "flush_stats")).execute(p).await?;
     Ok(())
 }
 
 pub(crate) async fn clock(p: &PgPool) -> Result<f64> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../sql/bench/clock.sql"))
-            .fetch_one(p)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(sql!("bench", "clock"))
+        .fetch_one(p)
+        .await?)
 }
 
 /// (completed jobs, epoch seconds of the last ack) after a multi-process drain.
 pub(crate) async fn drain_end(p: &PgPool) -> Result<(i64, Option<f64>)> {
-    Ok(
-        sqlx::query_as(include_str!("../../sql/bench/drain_end.sql"))
-            .fetch_one(p)
-            .await?,
-    )
+    Ok(sqlx::query_as(sql!("bench", "drain_end"))
+        .fetch_one(p)
+        .await?)
 }
 
 #[cfg(test)]

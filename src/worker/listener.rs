@@ -5,14 +5,11 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::db::outage::Backoff;
-
-/// The channel job inserts notify.
-pub const WAKE_CHANNEL: &str = "skiplock_wake";
+use crate::store::Pool;
+use crate::store::notify::WakeListener;
 
 /// What the listener tells the worker.
 #[derive(Debug, Clone)]
@@ -30,19 +27,13 @@ pub enum Wake {
 pub const RECONNECT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(5));
 
-/// Listens on [`WAKE_CHANNEL`] until `stop`, calling `on_wake` for every notification.
+/// Listens on [`crate::store::names::WAKE_CHANNEL`] until `stop`, calling `on_wake` for every notification.
 /// Survives database restarts: it reports [`Wake::Lost`], reconnects with a capped
 /// backoff and reports [`Wake::All`] once listening again.
-pub async fn listen(pool: PgPool, stop: CancellationToken, on_wake: impl Fn(Wake) + Send + Sync) {
+pub async fn listen(pool: Pool, stop: CancellationToken, on_wake: impl Fn(Wake) + Send + Sync) {
     let mut backoff = Backoff::new(RECONNECT_BACKOFF.0, RECONNECT_BACKOFF.1);
     'outer: while !stop.is_cancelled() {
-        let connected = async {
-            let mut l = PgListener::connect_with(&pool).await?;
-            l.listen(WAKE_CHANNEL).await?;
-            Ok::<_, sqlx::Error>(l)
-        }
-        .await;
-        let mut listener = match connected {
+        let mut listener = match WakeListener::connect(&pool).await {
             Ok(l) => l,
             Err(e) => {
                 on_wake(Wake::Lost);
@@ -57,10 +48,10 @@ pub async fn listen(pool: PgPool, stop: CancellationToken, on_wake: impl Fn(Wake
         loop {
             let next = tokio::select! {
                 _ = stop.cancelled() => break 'outer,
-                n = listener.try_recv() => n,
+                n = listener.recv() => n,
             };
             match next {
-                Ok(Some(n)) => on_wake(Wake::Queue(n.payload().to_string())),
+                Ok(Some(queue)) => on_wake(Wake::Queue(queue)),
                 Ok(None) => {
                     on_wake(Wake::Lost);
                     tracing::warn!("listener: connection lost; reconnecting");

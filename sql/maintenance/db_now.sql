@@ -1,0 +1,2 @@
+-- The database's clock.
+SELECT now()

@@ -1,0 +1,2 @@
+-- Forget worker $1 (a clean exit).
+DELETE FROM skiplock.workers WHERE id = $1

@@ -1,0 +1,98 @@
+//! Writing outcomes: many acknowledgements in one fenced statement
+//! (`sql/queue/ack_many.sql`; the worker's completer batches them), and putting back jobs a
+//! worker claimed but never started (`sql/queue/release_orphans.sql`).
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::{Executor, sql};
+use crate::error::Result;
+use crate::queue::JobState;
+
+/// The new state of one job after an attempt, ready to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ack {
+    /// Job id.
+    pub id: i64,
+    /// The attempt this outcome belongs to (the fence).
+    pub attempt: i32,
+    /// New state.
+    pub state: JobState,
+    /// New `scheduled_at` (retries, snoozes); `None` keeps it.
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// Give the attempt back (snooze, shutdown): the attempt counter goes down by one.
+    pub give_back: bool,
+    /// Error to append to `errors`.
+    pub error: Option<String>,
+    /// Result to store.
+    pub result: Option<Value>,
+}
+
+/// Writes `acks` in one statement; returns the ids that were still running their attempt
+/// (the others were rescued, cancelled or retried meanwhile and are left alone).
+pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Vec<i64>> {
+    if acks.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Lock rows in id order, the same order as heartbeat_many, so the two never deadlock.
+    let mut acks: Vec<&Ack> = acks.iter().collect();
+    acks.sort_by_key(|a| a.id);
+    let ids: Vec<i64> = acks.iter().map(|a| a.id).collect();
+    let attempts: Vec<i32> = acks.iter().map(|a| a.attempt).collect();
+    let states: Vec<JobState> = acks.iter().map(|a| a.state).collect();
+    let sched: Vec<Option<DateTime<Utc>>> = acks.iter().map(|a| a.scheduled_at).collect();
+    let give_back: Vec<bool> = acks.iter().map(|a| a.give_back).collect();
+    let errors: Vec<Option<String>> = acks.iter().map(|a| a.error.clone()).collect();
+    let results: Vec<Option<Value>> = acks.iter().map(|a| a.result.clone()).collect();
+    Ok(sqlx::query_scalar(sql!("queue", "ack_many"))
+        .bind(ids)
+        .bind(attempts)
+        .bind(states)
+        .bind(sched)
+        .bind(give_back)
+        .bind(errors)
+        .bind(results)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// What [`release_orphans`] puts back.
+#[derive(Debug, Clone, Copy)]
+pub struct OrphanParams<'a> {
+    /// The worker that claimed them.
+    pub worker: &'a str,
+    /// Only jobs of this queue (`None`: every queue).
+    pub queue: Option<&'a str>,
+    /// The ids the worker still holds: never released.
+    pub held: &'a [i64],
+    /// Whether the released jobs use up their attempt (see
+    /// `worker::orphans::count_attempt_after`).
+    pub count_attempt: bool,
+    /// Why, appended to each job's `errors`.
+    pub reason: &'a str,
+}
+
+/// A job [`release_orphans`] put back.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ReleasedJob {
+    /// Job id.
+    pub id: i64,
+    /// `available`, or `discarded` when out of attempts.
+    pub state: JobState,
+}
+
+/// Puts back every job `p.worker` claimed (from `p.queue`) that is still `running` and not in
+/// `p.held`.
+pub async fn release_orphans<'e, E: Executor<'e>>(
+    exec: E,
+    p: OrphanParams<'_>,
+) -> Result<Vec<ReleasedJob>> {
+    Ok(sqlx::query_as(sql!("queue", "release_orphans"))
+        .bind(p.worker)
+        .bind(p.queue)
+        .bind(p.held)
+        .bind(p.count_attempt)
+        .bind(p.reason)
+        .fetch_all(exec)
+        .await?)
+}

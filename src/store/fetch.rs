@@ -1,0 +1,259 @@
+//! The fetch workflow's statements (`sql/fetch/`): the guestbook rows in `skiplock.pages`,
+//! the robots.txt cache and the politeness slot in `skiplock.hosts`, and the requests a fetch
+//! makes for other pages (crawl links, redirect targets).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Executor, sql};
+use crate::error::Result;
+
+/// Requests a fetch through the SQL API (`skiplock.request_fetch`); returns the job id.
+pub async fn request<'e, E: Executor<'e>>(
+    exec: E,
+    url: &str,
+    force: bool,
+    full: bool,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql!("fetch", "request"))
+        .bind(url)
+        .bind(force)
+        .bind(full)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// What a fetch needs to know about a page before deciding.
+#[derive(Debug, Clone, Default, sqlx::FromRow)]
+pub struct Known {
+    /// When it is due (`None`: never scheduled).
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub next_fetch: Option<DateTime<Utc>>,
+    /// Validator for the conditional GET.
+    pub etag: Option<String>,
+    /// Validator for the conditional GET.
+    pub last_modified: Option<String>,
+    /// Same-host links found at the last fetch.
+    pub links: Vec<String>,
+}
+
+/// Loads page `url`'s row, if any.
+pub async fn load_page<'e, E: Executor<'e>>(exec: E, url: &str) -> Result<Option<Known>> {
+    Ok(sqlx::query_as(sql!("fetch", "load_page"))
+        .bind(url)
+        .fetch_optional(exec)
+        .await?)
+}
+
+/// The content of a successful fetch.
+#[derive(Debug, Clone)]
+pub struct Content<'a> {
+    /// Normalised URL.
+    pub url: &'a str,
+    /// Host key.
+    pub host: &'a str,
+    /// Request target.
+    pub path: &'a str,
+    /// When it was fetched.
+    pub fetched_at: DateTime<Utc>,
+    /// When it is due again.
+    pub next_fetch: DateTime<Utc>,
+    /// HTTP status.
+    pub status: i32,
+    /// Validator.
+    pub etag: Option<&'a str>,
+    /// Validator.
+    pub last_modified: Option<&'a str>,
+    /// SHA-256 of the extracted content.
+    pub content_hash: &'a str,
+    /// Extracted title.
+    pub title: &'a str,
+    /// Extracted headings.
+    pub headings: &'a str,
+    /// Extracted visible text.
+    pub body: &'a str,
+    /// Same-host links.
+    pub links: &'a [String],
+    /// A remark (e.g. body truncated).
+    pub note: Option<&'a str>,
+}
+
+/// Stores a fetched page; returns whether its content changed (new pages count).
+pub async fn save_page<'e, E: Executor<'e>>(exec: E, c: &Content<'_>) -> Result<bool> {
+    Ok(sqlx::query_scalar(sql!("fetch", "save_page"))
+        .bind(c.url)
+        .bind(c.host)
+        .bind(c.path)
+        .bind(c.fetched_at)
+        .bind(c.next_fetch)
+        .bind(c.status)
+        .bind(c.etag)
+        .bind(c.last_modified)
+        .bind(c.content_hash)
+        .bind(c.title)
+        .bind(c.headings)
+        .bind(c.body)
+        .bind(c.links)
+        .bind(c.note)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// A request that stored no content (robots.txt, 4xx, redirect, not HTML).
+#[derive(Debug, Clone, Copy)]
+pub struct PageStatus<'a> {
+    /// Normalised URL.
+    pub url: &'a str,
+    /// Host key.
+    pub host: &'a str,
+    /// Request target.
+    pub path: &'a str,
+    /// HTTP status (`None`: no request was sent).
+    pub status: Option<i32>,
+    /// Why nothing was stored.
+    pub note: &'a str,
+    /// When it is due again.
+    pub next_fetch: DateTime<Utc>,
+    /// When it was fetched (`None` keeps the old value).
+    pub fetched_at: Option<DateTime<Utc>>,
+}
+
+/// Records a request that stored no content; the page's content is kept.
+pub async fn record_status<'e, E: Executor<'e>>(exec: E, s: PageStatus<'_>) -> Result<()> {
+    sqlx::query(sql!("fetch", "record_status"))
+        .bind(s.url)
+        .bind(s.host)
+        .bind(s.path)
+        .bind(s.status)
+        .bind(s.note)
+        .bind(s.next_fetch)
+        .bind(s.fetched_at)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// A 304: moves only `last_fetched` and `next_fetch`.
+pub async fn touch_page<'e, E: Executor<'e>>(
+    exec: E,
+    url: &str,
+    fetched_at: DateTime<Utc>,
+    next_fetch: DateTime<Utc>,
+) -> Result<()> {
+    sqlx::query(sql!("fetch", "touch_page"))
+        .bind(url)
+        .bind(fetched_at)
+        .bind(next_fetch)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// A host's cached robots.txt.
+#[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct RobotsRow {
+    /// The file, when the host served one (2xx).
+    pub robots_txt: Option<String>,
+    /// The HTTP status of the robots.txt request.
+    pub robots_status: Option<i32>,
+    /// When it was fetched.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub robots_fetched_at: Option<DateTime<Utc>>,
+}
+
+/// Host `host`'s cached robots.txt (all empty when the host is unknown).
+pub async fn load_robots<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<RobotsRow> {
+    let row: Option<RobotsRow> = sqlx::query_as(sql!("fetch", "load_robots"))
+        .bind(host)
+        .fetch_optional(exec)
+        .await?;
+    Ok(row.unwrap_or_default())
+}
+
+/// Caches host `host`'s robots.txt.
+pub async fn save_robots<'e, E: Executor<'e>>(
+    exec: E,
+    host: &str,
+    txt: Option<&str>,
+    status: i32,
+) -> Result<()> {
+    sqlx::query(sql!("fetch", "save_robots"))
+        .bind(host)
+        .bind(txt)
+        .bind(status)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// Requests the pages of crawl `crawl` it has not requested yet; returns how many.
+pub async fn crawl_request<'e, E: Executor<'e>>(
+    exec: E,
+    crawl: i64,
+    urls: &[String],
+    force: bool,
+) -> Result<i32> {
+    if urls.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query_scalar(sql!("fetch", "crawl_request"))
+        .bind(crawl)
+        .bind(urls)
+        .bind(force)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Requests a redirect target, `hops` redirects from the original request.
+pub async fn request_hop<'e, E: Executor<'e>>(
+    exec: E,
+    url: &str,
+    force: bool,
+    hops: i32,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql!("fetch", "request_hop"))
+        .bind(url)
+        .bind(force)
+        .bind(hops)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// A fetch's request for its host's politeness slot, for [`slot`].
+#[derive(Debug, Clone, Copy)]
+pub struct SlotRequest<'a> {
+    /// The fetch job.
+    pub job_id: i64,
+    /// Its host.
+    pub host: &'a str,
+    /// One request per host per this.
+    pub interval: Duration,
+    /// How long a crashed fetch can hold the host at most.
+    pub lease: Duration,
+}
+
+/// Job `r.job_id`'s slot on `r.host`: `None` to go now (the lease is taken: call
+/// [`release`] after), else how long to wait (the reservation is kept).
+pub async fn slot<'e, E: Executor<'e>>(exec: E, r: SlotRequest<'_>) -> Result<Option<Duration>> {
+    let wait: Option<f64> = sqlx::query_scalar(sql!("fetch", "slot"))
+        .bind(r.job_id)
+        .bind(r.host)
+        .bind(r.interval.as_secs_f64())
+        .bind(r.lease.as_secs_f64())
+        .fetch_one(exec)
+        .await?;
+    // At least a millisecond; a value no Duration holds (never expected) waits a day.
+    Ok(wait
+        .map(|s| Duration::try_from_secs_f64(s.max(0.001)).unwrap_or(Duration::from_secs(86_400))))
+}
+
+/// Ends the lease: the host's next request may start `interval` from now.
+pub async fn release<'e, E: Executor<'e>>(exec: E, host: &str, interval: Duration) -> Result<()> {
+    sqlx::query(sql!("fetch", "release"))
+        .bind(host)
+        .bind(interval.as_secs_f64())
+        .execute(exec)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! Job statements for callers and operators: enqueue (through the SQL API functions psql
+//! users call, so validation, unique keys and NOTIFY live in one place), list, get, cancel,
+//! retry, and the counts behind `skiplock stats`. Statements: `sql/queue/`.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use super::time::{DbTime, DbTimeOpt};
+use super::{Executor, sql};
+use crate::error::{Error, Result};
+use crate::queue::enqueue::{check_key, check_nul};
+use crate::queue::{JobRow, JobState, NewJob};
+
+/// Enqueues one job and returns its id (or the id of the available job holding its key).
+/// Refused before the round trip: NUL characters, a reserved key prefix, a time skiplock
+/// cannot store.
+pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<i64> {
+    check_nul(
+        &job.kind,
+        &job.queue,
+        job.unique_key.as_deref(),
+        &[&job.args],
+    )?;
+    check_key(job.unique_key.as_deref())?;
+    if let Some(t) = job.run_at {
+        crate::dbtime::check("run_at", t)?;
+    }
+    Ok(sqlx::query_scalar(sql!("queue", "enqueue"))
+        .bind(&job.kind)
+        .bind(&job.args)
+        .bind(&job.queue)
+        .bind(job.run_at)
+        .bind(job.priority)
+        .bind(job.max_attempts)
+        .bind(&job.unique_key)
+        .bind(job.on_conflict.as_str())
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Many jobs of one kind, for [`enqueue_many`].
+#[derive(Debug, Clone, Copy)]
+pub struct ManyJobs<'a> {
+    /// Handler name.
+    pub kind: &'a str,
+    /// One JSON object per job.
+    pub args: &'a [Value],
+    /// Queue name.
+    pub queue: &'a str,
+    /// When they become due (`None`: now).
+    pub run_at: Option<DateTime<Utc>>,
+    /// Smaller runs first.
+    pub priority: i16,
+}
+
+/// Enqueues many jobs of one kind in one statement; returns their ids in order.
+pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> Result<Vec<i64>> {
+    check_nul(
+        jobs.kind,
+        jobs.queue,
+        None,
+        &jobs.args.iter().collect::<Vec<_>>(),
+    )?;
+    if let Some(t) = jobs.run_at {
+        crate::dbtime::check("run_at", t)?;
+    }
+    Ok(sqlx::query_scalar(sql!("queue", "enqueue_many"))
+        .bind(jobs.kind)
+        .bind(jobs.args)
+        .bind(jobs.queue)
+        .bind(jobs.run_at)
+        .bind(jobs.priority)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Filters for [`list_jobs`].
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// At most this many (newest first).
+    pub limit: i64,
+}
+
+/// Lists jobs, newest first.
+pub async fn list_jobs<'e, E: Executor<'e>>(exec: E, f: &JobFilter) -> Result<Vec<JobRow>> {
+    Ok(sqlx::query_as(sql!("queue", "list_jobs"))
+        .bind(f.state)
+        .bind(&f.kind)
+        .bind(&f.queue)
+        .bind(f.limit.max(1))
+        .fetch_all(exec)
+        .await?)
+}
+
+/// One job by id, or [`Error::NotFound`].
+pub async fn get_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobRow> {
+    sqlx::query_as(sql!("queue", "get_job"))
+        .bind(id)
+        .fetch_optional(exec)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("job {id}")))
+}
+
+/// Cancels an available or running job (`skiplock.cancel`); returns its new state. A job
+/// that does not exist or is finished is an [`Error::Refused`] naming it.
+pub async fn cancel_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobState> {
+    Ok(sqlx::query_scalar(sql!("queue", "cancel_job"))
+        .bind(id)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Makes a finished or waiting job available now (`skiplock.retry`); returns its new state.
+pub async fn retry_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobState> {
+    Ok(sqlx::query_scalar(sql!("queue", "retry_job"))
+        .bind(id)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// One line of `skiplock.queue_stats`.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct QueueStat {
+    /// Queue name.
+    pub queue: String,
+    /// The state counted.
+    pub state: JobState,
+    /// How many jobs.
+    pub count: i64,
+    /// Oldest `scheduled_at` among them.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub oldest_scheduled_at: Option<DateTime<Utc>>,
+}
+
+/// Counts per queue and state.
+pub async fn queue_stats<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueStat>> {
+    Ok(sqlx::query_as(sql!("queue", "queue_stats"))
+        .fetch_all(exec)
+        .await?)
+}
+
+/// Available jobs of a kind that no live worker handles.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct UnhandledKind {
+    /// The kind.
+    pub kind: String,
+    /// How many available jobs have it.
+    pub count: i64,
+}
+
+/// Kinds waiting in `available` that no worker seen within `live_secs` can run.
+pub async fn unhandled_kinds<'e, E: Executor<'e>>(
+    exec: E,
+    live_secs: f64,
+) -> Result<Vec<UnhandledKind>> {
+    Ok(sqlx::query_as(sql!("queue", "unhandled_kinds"))
+        .bind(live_secs)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// How many workers sent a heartbeat within `live_secs`.
+pub async fn live_workers<'e, E: Executor<'e>>(exec: E, live_secs: f64) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql!("queue", "live_workers"))
+        .bind(live_secs)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// The columns of `sql/queue/get_job.sql` and `list_jobs.sql`; times through [`DbTime`] so
+/// none can panic.
+impl<'r> sqlx::FromRow<'r, PgRow> for JobRow {
+    fn from_row(r: &'r PgRow) -> std::result::Result<Self, sqlx::Error> {
+        Ok(JobRow {
+            id: r.try_get("id")?,
+            kind: r.try_get("kind")?,
+            queue: r.try_get("queue")?,
+            args: r.try_get("args")?,
+            state: r.try_get("state")?,
+            priority: r.try_get("priority")?,
+            attempt: r.try_get("attempt")?,
+            max_attempts: r.try_get("max_attempts")?,
+            scheduled_at: r.try_get::<DbTime, _>("scheduled_at")?.0,
+            created_at: r.try_get::<DbTime, _>("created_at")?.0,
+            attempted_at: r.try_get::<DbTimeOpt, _>("attempted_at")?.0,
+            attempted_by: r.try_get("attempted_by")?,
+            heartbeat_at: r.try_get::<DbTimeOpt, _>("heartbeat_at")?.0,
+            finalized_at: r.try_get::<DbTimeOpt, _>("finalized_at")?.0,
+            unique_key: r.try_get("unique_key")?,
+            errors: r.try_get("errors")?,
+            result: r.try_get("result")?,
+        })
+    }
+}

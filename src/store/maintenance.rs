@@ -1,0 +1,256 @@
+//! The maintenance services' statements (`sql/maintenance/`): the reaper's candidates and
+//! deletes, retention's deletes, the periodic jobs' declarations and once-per-period enqueue.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::time::{DbTime, DbTimeOpt};
+use super::{Executor, sql};
+use crate::error::Result;
+use crate::queue::{JobState, NewJob};
+
+/// The database's clock.
+pub async fn db_now<'e, E: Executor<'e>>(exec: E) -> Result<DateTime<Utc>> {
+    Ok(
+        sqlx::query_scalar::<_, DbTime>(sql!("maintenance", "db_now"))
+            .fetch_one(exec)
+            .await?
+            .0,
+    )
+}
+
+/// What the reaper needs to know about a job to judge it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReapCandidate {
+    /// Row id.
+    pub id: i64,
+    /// Handler name.
+    pub kind: String,
+    /// Queue name.
+    pub queue: String,
+    /// Arguments (logged on deletion).
+    pub args: Value,
+    /// Its state.
+    pub state: JobState,
+    /// Attempts so far.
+    pub attempt: i32,
+    /// When it became (or becomes) due.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// When it was enqueued.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub created_at: DateTime<Utc>,
+    /// When the current or last attempt started.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub attempted_at: Option<DateTime<Utc>>,
+    /// The worker of that attempt.
+    pub attempted_by: Option<String>,
+    /// Last heartbeat of a running attempt.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub heartbeat_at: Option<DateTime<Utc>>,
+}
+
+/// A candidate with the database's `now()` it was read at.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct CandidateRow {
+    /// The database's clock.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub db_now: DateTime<Utc>,
+    /// The job.
+    #[sqlx(flatten)]
+    pub job: ReapCandidate,
+}
+
+/// Up to `limit` unfinished jobs that may be older than `max_age`, locked (`FOR UPDATE SKIP
+/// LOCKED`) until the transaction ends so no worker claims one while the reaper decides.
+/// The same candidate query as [`reap_candidates_preview`] (`reap_candidates.sql`).
+pub async fn reap_candidates_locked<'e, E: Executor<'e>>(
+    exec: E,
+    max_age: Duration,
+    limit: i64,
+) -> Result<Vec<CandidateRow>> {
+    Ok(sqlx::query_as(concat!(
+        include_str!("../../sql/maintenance/reap_candidates.sql"),
+        "LIMIT $2 FOR UPDATE SKIP LOCKED"
+    ))
+    .bind(max_age.as_secs_f64())
+    .bind(limit)
+    .fetch_all(exec)
+    .await?)
+}
+
+/// Up to `limit` unfinished jobs that may be older than `max_age`, in id order, unlocked
+/// (`skiplock reap --dry-run`).
+pub async fn reap_candidates_preview<'e, E: Executor<'e>>(
+    exec: E,
+    max_age: Duration,
+    limit: i64,
+) -> Result<Vec<CandidateRow>> {
+    Ok(sqlx::query_as(concat!(
+        include_str!("../../sql/maintenance/reap_candidates.sql"),
+        "ORDER BY id LIMIT $2"
+    ))
+    .bind(max_age.as_secs_f64())
+    .bind(limit)
+    .fetch_all(exec)
+    .await?)
+}
+
+/// Deletes the jobs `ids` the reaper judged too old (still unfinished); returns how many.
+pub async fn reap_delete<'e, E: Executor<'e>>(exec: E, ids: &[i64]) -> Result<u64> {
+    Ok(sqlx::query(sql!("maintenance", "reap_delete"))
+        .bind(ids)
+        .execute(exec)
+        .await?
+        .rows_affected())
+}
+
+/// When the longest-running live worker started, and the database's `now()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OldestLiveWorker {
+    /// The database's clock.
+    pub db_now: DateTime<Utc>,
+    /// When the oldest live worker started (`None`: no live worker).
+    pub started_at: Option<DateTime<Utc>>,
+}
+
+/// When the longest-running worker with a heartbeat within `live_within` started.
+pub async fn oldest_live_worker<'e, E: Executor<'e>>(
+    exec: E,
+    live_within: Duration,
+) -> Result<OldestLiveWorker> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        db_now: DbTime,
+        started_at: DbTimeOpt,
+    }
+    let r: Row = sqlx::query_as(sql!("maintenance", "oldest_live_worker"))
+        .bind(live_within.as_secs_f64())
+        .fetch_one(exec)
+        .await?;
+    Ok(OldestLiveWorker {
+        db_now: r.db_now.0,
+        started_at: r.started_at.0,
+    })
+}
+
+/// Deletes at most `limit` jobs in `state` finished more than `older_than` ago, oldest first;
+/// returns how many.
+pub async fn retention<'e, E: Executor<'e>>(
+    exec: E,
+    state: JobState,
+    older_than: Duration,
+    limit: i64,
+) -> Result<u64> {
+    Ok(sqlx::query(sql!("maintenance", "retention"))
+        .bind(state)
+        .bind(older_than.as_secs_f64())
+        .bind(limit)
+        .execute(exec)
+        .await?
+        .rows_affected())
+}
+
+/// Forgets period records older than `older_than`, keeping each periodic job's latest.
+pub async fn retention_periodic_runs<'e, E: Executor<'e>>(
+    exec: E,
+    older_than: Duration,
+) -> Result<u64> {
+    Ok(sqlx::query(sql!("maintenance", "retention_periodic_runs"))
+        .bind(older_than.as_secs_f64())
+        .execute(exec)
+        .await?
+        .rows_affected())
+}
+
+/// A periodic job as a worker declares it, for [`declare_periodic`].
+#[derive(Debug, Clone, Copy)]
+pub struct PeriodicDecl<'a> {
+    /// Its unique name.
+    pub name: &'a str,
+    /// Its schedule as written (`every 5m`, a cron expression).
+    pub schedule: &'a str,
+    /// The job it enqueues.
+    pub job: &'a NewJob,
+    /// The declaring process.
+    pub declared_by: &'a str,
+}
+
+/// Records a periodic job as this worker declares it (for `skiplock periodic`).
+pub async fn declare_periodic<'e, E: Executor<'e>>(exec: E, d: PeriodicDecl<'_>) -> Result<()> {
+    sqlx::query(sql!("maintenance", "declare_periodic"))
+        .bind(d.name)
+        .bind(d.schedule)
+        .bind(&d.job.kind)
+        .bind(&d.job.queue)
+        .bind(&d.job.args)
+        .bind(d.declared_by)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// One period of a periodic job, for [`enqueue_periodic`].
+#[derive(Debug, Clone, Copy)]
+pub struct PeriodicRun<'a> {
+    /// The periodic job's name.
+    pub name: &'a str,
+    /// The period's start (its fire time).
+    pub period_start: DateTime<Utc>,
+    /// A job that never ran starts with its first period after this (the scheduler's start).
+    pub first_after: DateTime<Utc>,
+    /// The job to enqueue.
+    pub job: &'a NewJob,
+}
+
+/// Enqueues period `r.period_start` of `r.name` unless some process already did
+/// (`skiplock.enqueue_periodic`); returns the new job's id, or `None`.
+pub async fn enqueue_periodic<'e, E: Executor<'e>>(
+    exec: E,
+    r: PeriodicRun<'_>,
+) -> Result<Option<i64>> {
+    Ok(sqlx::query_scalar(sql!("maintenance", "enqueue_periodic"))
+        .bind(r.name)
+        .bind(r.period_start)
+        .bind(r.first_after)
+        .bind(&r.job.kind)
+        .bind(&r.job.args)
+        .bind(&r.job.queue)
+        .bind(r.job.priority)
+        .bind(r.job.max_attempts)
+        .bind(&r.job.unique_key)
+        .bind(r.job.on_conflict.as_str())
+        .fetch_one(exec)
+        .await?)
+}
+
+/// A periodic job as declared by a worker, with its latest run.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeclaredPeriodic {
+    /// Its name.
+    pub name: String,
+    /// Its schedule as written.
+    pub schedule: String,
+    /// The kind it enqueues.
+    pub kind: String,
+    /// The queue.
+    pub queue: String,
+    /// The process that declared it last.
+    pub declared_by: String,
+    /// The latest period enqueued.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub last_period: Option<DateTime<Utc>>,
+    /// That period's job.
+    pub last_job_id: Option<i64>,
+    /// That job's state (`None`: gone, or never run).
+    pub last_job_state: Option<JobState>,
+}
+
+/// Every periodic job workers declared, by name.
+pub async fn list_periodic<'e, E: Executor<'e>>(exec: E) -> Result<Vec<DeclaredPeriodic>> {
+    Ok(sqlx::query_as(sql!("maintenance", "list_periodic"))
+        .fetch_all(exec)
+        .await?)
+}

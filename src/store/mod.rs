@@ -1,0 +1,65 @@
+//! The store: every SQL statement skiplock runs, and nothing else. The worker, the
+//! maintenance services, the workflows, the CLI and the dev tools call these functions; no
+//! other module uses `sqlx` (apart from [`crate::db`], which connects and classifies outages).
+//!
+//! Rules a newcomer can rely on:
+//!
+//! - **One function per statement, named after it.** The statement lives in
+//!   `sql/<area>/<name>.sql` and the function that runs it shares the name, e.g.
+//!   [`claim::claim`] runs `sql/queue/claim.sql`, [`packets::start`] runs
+//!   `sql/packets/start.sql`. A module is an entity or a service, so names within it read as
+//!   verbs (`packets::start`, `jobs::cancel_job`), with `_many` when the statement takes
+//!   arrays (`heartbeat_many`, `ack_many`). Areas: `queue` ([`jobs`], [`claim`], [`ack`],
+//!   [`heartbeat`], [`rescue`]), `maintenance`, `fetch`, `pack`, `packets`, `schema`, and the
+//!   dev tools' `bench` and `chaos` (their modules say so; nothing else calls them).
+//! - **Typed in, typed out.** More than about three parameters come as a struct; every row is
+//!   a named `FromRow` struct (no tuples); states are enums mapped to the database's enum
+//!   types ([`types`]); times are read through [`time::DbTime`] so no stored value can panic.
+//! - **No string protocols.** SQL functions answer with enum types or composites, never a
+//!   string Rust would parse.
+//! - **Typed errors.** A refusal raised by the SQL API is [`crate::Error::Refused`] with its
+//!   SQLSTATE; connection trouble stays [`crate::Error::Database`] (see
+//!   [`crate::db::outage`] for which of those mean "retry later").
+//! - **Shared names.** Kinds, queues, key prefixes and channels the SQL API also spells are
+//!   the constants of [`names`]; a test checks the SQL files use exactly those.
+//! - **A versioned SQL API.** [`schema`] installs it and records its version; every process
+//!   checks that version at start ([`schema::ensure_ready`]).
+
+pub mod ack;
+pub mod bench;
+pub mod chaos;
+pub mod claim;
+pub mod fetch;
+pub mod heartbeat;
+pub mod jobs;
+pub mod maintenance;
+pub mod names;
+pub mod notify;
+pub mod pack;
+pub mod packets;
+pub mod rescue;
+pub mod schema;
+pub mod time;
+pub mod types;
+
+/// A pool of connections to the skiplock database (what handlers and services are given).
+pub type Pool = sqlx::PgPool;
+/// A transaction on the skiplock database.
+pub type Transaction<'c> = sqlx::Transaction<'c, sqlx::Postgres>;
+/// Anything a statement can run on: `&Pool`, `&mut *tx`, `&mut Connection`.
+pub use sqlx::PgExecutor as Executor;
+
+/// The text of statement `sql/<area>/<name>.sql`, embedded at build time.
+macro_rules! sql {
+    ($area:literal, $name:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/sql/",
+            $area,
+            "/",
+            $name,
+            ".sql"
+        ))
+    };
+}
+pub(crate) use sql;

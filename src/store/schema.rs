@@ -1,0 +1,283 @@
+//! Installing and checking the schema, and the version of the SQL API.
+//!
+//! `skiplock migrate` ([`migrate`]) runs the sqlx migrations (tables, append-only:
+//! `migrations/`), then re-applies the SQL API (`sql/api/*.sql`: functions, views, triggers,
+//! `CREATE OR REPLACE`, so those files are the single source of truth) and records in
+//! `skiplock.schema_info` which API it installed: [`API_VERSION`] and a hash of the API
+//! files and migrations ([`api_hash`]). Every worker and CLI command that needs the schema
+//! checks that record first ([`ensure_ready`]) and refuses, in one line, to run against an
+//! older API ("run `skiplock migrate`") or a newer one; `migrate` refuses to downgrade.
+//!
+//! **Changing the SQL API** (any file in `sql/api/` or `migrations/`): append a line to
+//! [`API_VERSIONS`] with the next version number and the new hash, in the same commit. The
+//! unit test `the_recorded_hash_is_the_hash_of_the_api_files` fails until you do, and prints
+//! the hash to record. A version is frozen once a release carries it; until then (the last
+//! line, during development of the next release) its hash is updated in place instead, and a
+//! development database migrated with the earlier hash is refused as "another build" until
+//! `skiplock migrate` runs again.
+
+use sha2::{Digest, Sha256};
+
+use super::{Executor, Pool, sql};
+use crate::error::{Error, Result, SchemaMismatch};
+
+/// The embedded table migrations (`migrations/`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Every version of the SQL API and the hash of its files, oldest first; append only. A
+/// database migrated before versions were recorded (release 0.1.0 and its successors up to
+/// version 1) counts as version 0.
+pub const API_VERSIONS: &[(u32, &str)] = &[(
+    1,
+    "a66ccff2eaadfd1f25f945b6d923a38a8af23b1000521237c802bbdfbd8f0e61",
+)];
+
+/// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
+pub const API_VERSION: u32 = API_VERSIONS[API_VERSIONS.len() - 1].0;
+
+/// The SQL API files, applied in this order after the migrations.
+pub const API_FILES: &[(&str, &str)] = &[
+    ("sql/api/10_core.sql", sql!("api", "10_core")),
+    ("sql/api/20_fetch.sql", sql!("api", "20_fetch")),
+    ("sql/api/30_pack.sql", sql!("api", "30_pack")),
+    ("sql/api/40_packets.sql", sql!("api", "40_packets")),
+    ("sql/api/50_maintenance.sql", sql!("api", "50_maintenance")),
+    ("sql/api/90_roles.sql", sql!("api", "90_roles")),
+];
+
+/// The hash of the schema this binary installs: SHA-256 over the SQL API files (names and
+/// text, line endings normalised) and the migrations (versions and sqlx checksums), hex.
+pub fn api_hash() -> String {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(compute_api_hash).clone()
+}
+
+fn compute_api_hash() -> String {
+    let mut h = Sha256::new();
+    for (name, sql) in API_FILES {
+        h.update(name.as_bytes());
+        h.update([0]);
+        h.update(sql.replace("\r\n", "\n").as_bytes());
+        h.update([0]);
+    }
+    for m in MIGRATOR.iter() {
+        h.update(m.version.to_be_bytes());
+        h.update(&m.checksum);
+    }
+    hex::encode(h.finalize())
+}
+
+/// What `skiplock.schema_info` records.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SchemaInfo {
+    /// The SQL API version installed.
+    pub api_version: i32,
+    /// Its [`api_hash`].
+    pub api_hash: String,
+    /// The skiplock release that installed it.
+    pub migrated_by: String,
+}
+
+/// What the database holds of skiplock's schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+struct Installed {
+    /// `skiplock.jobs` and the migrations table exist.
+    schema: bool,
+    /// `skiplock.schema_info` exists (migration 7).
+    versioned: bool,
+}
+
+/// The recorded API, if the database has the table and the row.
+async fn recorded(pool: &Pool) -> Result<Option<SchemaInfo>> {
+    let i: Installed = sqlx::query_as(sql!("schema", "installed"))
+        .fetch_one(pool)
+        .await?;
+    if !i.versioned {
+        return Ok(None);
+    }
+    Ok(sqlx::query_as(sql!("schema", "schema_info"))
+        .fetch_optional(pool)
+        .await?)
+}
+
+/// The version a record says, 0 when there is none.
+fn version_of(info: &Option<SchemaInfo>) -> u32 {
+    info.as_ref()
+        .map(|i| u32::try_from(i.api_version).unwrap_or(0))
+        .unwrap_or(0)
+}
+
+/// Whether this binary may run against a database whose record is `info` (the decision
+/// alone: [`ensure_ready`] adds the migrations check).
+pub fn check_version(info: Option<&SchemaInfo>, binary: u32, hash: &str) -> Result<()> {
+    let db = info.map_or(0, |i| u32::try_from(i.api_version).unwrap_or(0));
+    if db > binary {
+        return Err(Error::Schema(SchemaMismatch::Newer { db, binary }));
+    }
+    if db < binary {
+        return Err(Error::Schema(SchemaMismatch::Older { db, binary }));
+    }
+    if info.is_some_and(|i| i.api_hash != hash) {
+        return Err(Error::Schema(SchemaMismatch::Changed { version: db }));
+    }
+    Ok(())
+}
+
+/// Applies the migrations and (re)installs the SQL API, under an advisory lock so several
+/// processes may migrate at once, then records [`API_VERSION`]. Refuses (before changing
+/// anything) a database migrated by a newer skiplock.
+pub async fn migrate(pool: &Pool) -> Result<()> {
+    refuse_downgrade(&recorded(pool).await?)?;
+    MIGRATOR.run(pool).await?;
+    let mut tx = pool.begin().await?;
+    sqlx::query(sql!("schema", "api_lock"))
+        .execute(&mut *tx)
+        .await?;
+    // Another process may have migrated meanwhile: look again under the lock.
+    let info: Option<SchemaInfo> = sqlx::query_as(sql!("schema", "schema_info"))
+        .fetch_optional(&mut *tx)
+        .await?;
+    refuse_downgrade(&info)?;
+    for (name, sql) in API_FILES {
+        sqlx::raw_sql(*sql)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Error::Other(format!("installing {name}: {e}")))?;
+    }
+    record(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+fn refuse_downgrade(info: &Option<SchemaInfo>) -> Result<()> {
+    let db = version_of(info);
+    if db > API_VERSION {
+        return Err(Error::Schema(SchemaMismatch::Newer {
+            db,
+            binary: API_VERSION,
+        }));
+    }
+    Ok(())
+}
+
+async fn record<'e, E: Executor<'e>>(exec: E) -> Result<()> {
+    sqlx::query(sql!("schema", "record_api"))
+        .bind(API_VERSION as i32)
+        .bind(api_hash())
+        .bind(env!("CARGO_PKG_VERSION"))
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// Fails unless the database holds exactly the schema this binary needs: every embedded
+/// migration applied ([`Error::NotMigrated`] otherwise) and the SQL API at [`API_VERSION`]
+/// with this binary's hash ([`Error::Schema`] otherwise). Workers and CLI commands call it
+/// before anything else.
+pub async fn ensure_ready(pool: &Pool) -> Result<()> {
+    // The usual case in one round trip (a worker's start-up is on the clock): the record of
+    // exactly this API. `migrate` writes it only after every migration of the same binary
+    // ran, and the hash covers the migrations, so it vouches for them too.
+    match sqlx::query_as::<_, SchemaInfo>(sql!("schema", "schema_info"))
+        .fetch_optional(pool)
+        .await
+    {
+        Ok(Some(i)) if i.api_version == API_VERSION as i32 && i.api_hash == api_hash() => {
+            return Ok(());
+        }
+        Ok(_) => {}
+        // No schema, or one from before versions were recorded: the full check says which.
+        Err(sqlx::Error::Database(d)) if matches!(d.code().as_deref(), Some("42P01" | "3F000")) => {
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let i: Installed = sqlx::query_as(sql!("schema", "installed"))
+        .fetch_one(pool)
+        .await?;
+    if !i.schema {
+        return Err(Error::NotMigrated("no skiplock schema".into()));
+    }
+    let info = recorded(pool).await?;
+    // A newer database first: its migrations may be ones this binary has never heard of.
+    refuse_downgrade(&info)?;
+    let applied: Vec<i64> = sqlx::query_scalar(sql!("schema", "applied_migrations"))
+        .fetch_all(pool)
+        .await?;
+    if MIGRATOR.iter().any(|m| !applied.contains(&m.version)) {
+        return Err(Error::Schema(SchemaMismatch::Older {
+            db: version_of(&info),
+            binary: API_VERSION,
+        }));
+    }
+    check_version(info.as_ref(), API_VERSION, &api_hash())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recorded_hash_is_the_hash_of_the_api_files() {
+        let actual = api_hash();
+        let (version, recorded) = API_VERSIONS[API_VERSIONS.len() - 1];
+        assert_eq!(
+            recorded,
+            actual,
+            "sql/api/ or migrations/ changed: append ({}, \"{actual}\") to API_VERSIONS in \
+             src/store/schema.rs (the next API version), in the same commit",
+            version + 1
+        );
+    }
+
+    #[test]
+    fn versions_only_go_up_and_every_hash_is_new() {
+        for (i, (v, h)) in API_VERSIONS.iter().enumerate() {
+            assert_eq!(*v as usize, i + 1, "versions are 1, 2, 3, … in order");
+            assert_eq!(h.len(), 64, "a SHA-256 in hex");
+            assert!(
+                API_VERSIONS[..i].iter().all(|(_, old)| old != h),
+                "version {v} repeats an older hash: a changed API needs a new hash"
+            );
+        }
+    }
+
+    fn info(v: i32, hash: &str) -> SchemaInfo {
+        SchemaInfo {
+            api_version: v,
+            api_hash: hash.into(),
+            migrated_by: "test".into(),
+        }
+    }
+
+    #[test]
+    fn older_newer_and_other_builds_are_refused_with_one_clear_line() {
+        assert!(check_version(Some(&info(3, "h")), 3, "h").is_ok());
+        let e = check_version(None, 3, "h").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "schema is at API version 0, this binary needs 3: run `skiplock migrate`"
+        );
+        let e = check_version(Some(&info(2, "h")), 3, "h")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "schema is at API version 2, this binary needs 3: run `skiplock migrate`"
+        );
+        let e = check_version(Some(&info(4, "h")), 3, "h")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "schema was migrated by a newer skiplock (API version 4); this binary knows 3"
+            ),
+            "{e}"
+        );
+        let e = check_version(Some(&info(3, "other")), 3, "h")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("run `skiplock migrate`"), "{e}");
+        // A negative version (someone wrote the row by hand) is no version.
+        assert!(check_version(Some(&info(-1, "h")), 3, "h").is_err());
+    }
+}

@@ -1,0 +1,112 @@
+//! The database's enum types as Rust enums: [`JobState`] is `skiplock.job_state`,
+//! [`PacketState`] is `skiplock.packet_state`, [`PacketStartOutcome`] is
+//! `skiplock.packet_start_outcome`. Rows and parameters use the enums directly, so a state is
+//! never a string in between.
+//!
+//! Hand-written rather than derived: the derive compares type names, and Postgres names a
+//! type `job_state` or `skiplock.job_state` depending on the session's `search_path`. These
+//! accept either (and `text`, for a column cast with `::text`), and decode through the
+//! enum's `FromStr`, so an unknown label is a decode error naming it, never a panic.
+
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo, PgValueRef};
+use sqlx::{Decode, Encode, Postgres, Type, TypeInfo};
+
+pub use crate::queue::JobState;
+pub use crate::workflows::packets::transitions::PacketState;
+
+/// Whether a column of type `ty` can hold the enum named `name` (`schema.type`).
+fn compatible(ty: &PgTypeInfo, name: &str) -> bool {
+    let short = name.rsplit('.').next().unwrap_or(name);
+    let n = ty.name();
+    n == name || n == short || n == "TEXT" || n == "VARCHAR"
+}
+
+macro_rules! pg_enum {
+    ($ty:ty, $name:literal, $array:literal) => {
+        impl Type<Postgres> for $ty {
+            fn type_info() -> PgTypeInfo {
+                PgTypeInfo::with_name($name)
+            }
+            fn compatible(ty: &PgTypeInfo) -> bool {
+                compatible(ty, $name)
+            }
+        }
+
+        impl PgHasArrayType for $ty {
+            fn array_type_info() -> PgTypeInfo {
+                PgTypeInfo::with_name($array)
+            }
+        }
+
+        impl<'r> Decode<'r, Postgres> for $ty {
+            fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+                // An enum travels as its label in both the text and the binary format.
+                let s = <&str as Decode<Postgres>>::decode(value)?;
+                Ok(s.parse::<$ty>()?)
+            }
+        }
+
+        impl Encode<'_, Postgres> for $ty {
+            fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+                <&str as Encode<Postgres>>::encode_by_ref(&self.as_str(), buf)
+            }
+        }
+    };
+}
+
+pg_enum!(JobState, "skiplock.job_state", "skiplock._job_state");
+pg_enum!(
+    PacketState,
+    "skiplock.packet_state",
+    "skiplock._packet_state"
+);
+pg_enum!(
+    PacketStartOutcome,
+    "skiplock.packet_start_outcome",
+    "skiplock._packet_start_outcome"
+);
+
+/// How `skiplock._packet_start` answered (`skiplock.packet_start_outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PacketStartOutcome {
+    /// The packet is now `processing` for this job.
+    Started,
+    /// No free processing slot (or the gate was held): snooze and ask again.
+    Busy,
+    /// The packet is no longer `queued` (or is gone): a late job, nothing to do.
+    Stale,
+    /// Another live job owns the queued packet: nothing to do.
+    Duplicate,
+}
+
+impl PacketStartOutcome {
+    /// Every outcome, in the order of the SQL enum.
+    pub const ALL: [PacketStartOutcome; 4] = [
+        PacketStartOutcome::Started,
+        PacketStartOutcome::Busy,
+        PacketStartOutcome::Stale,
+        PacketStartOutcome::Duplicate,
+    ];
+
+    /// The SQL label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PacketStartOutcome::Started => "started",
+            PacketStartOutcome::Busy => "busy",
+            PacketStartOutcome::Stale => "stale",
+            PacketStartOutcome::Duplicate => "duplicate",
+        }
+    }
+}
+
+impl std::str::FromStr for PacketStartOutcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        PacketStartOutcome::ALL
+            .into_iter()
+            .find(|o| o.as_str() == s)
+            .ok_or_else(|| format!("unknown packet start outcome {s:?}"))
+    }
+}
