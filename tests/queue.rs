@@ -608,7 +608,7 @@ async fn fail_once(db: &TestDb, id: i64, worker: &str) -> i32 {
             queue: "default",
             kinds: &kinds(&["noop"]),
             limit: 1,
-            worker: worker,
+            worker,
         },
     )
     .await
