@@ -276,6 +276,7 @@ pub fn duration_range(name: &str) -> (Duration, Duration) {
         "SKIPLOCK_PACK_UPLOAD_DELAY" => (Duration::ZERO, secs(HOUR)),
         "SKIPLOCK_REAPER_MAX_AGE" => (secs(1), MAX_DURATION),
         "SKIPLOCK_REAPER_INTERVAL" => (Duration::from_millis(10), secs(DAY)),
+        "SKIPLOCK_WEB_STATEMENT_TIMEOUT" => (Duration::ZERO, MAX_SESSION_TIMEOUT),
         _ => (Duration::ZERO, MAX_DURATION),
     }
 }
@@ -347,6 +348,7 @@ pub fn number_range(name: &str) -> (usize, usize) {
         "SKIPLOCK_MAX_CONNECTIONS" => (2, 1000),
         "SKIPLOCK_PACKET_CONCURRENCY" => (1, 1000),
         "SKIPLOCK_FETCH_MAX_BYTES" => (1, 1 << 30),
+        "SKIPLOCK_WEB_CONNECTIONS" => (1, 100),
         _ => (1, MAX_NUMBER),
     }
 }

@@ -19,6 +19,8 @@ pub mod maintenance;
 pub mod queue;
 pub mod redact;
 pub mod schema;
+pub mod store;
+pub mod web;
 pub mod worker;
 pub mod workflows;
 
