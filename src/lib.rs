@@ -16,6 +16,7 @@ pub mod db;
 pub mod dbtime;
 pub mod error;
 pub mod maintenance;
+pub mod progress;
 pub mod queue;
 pub mod redact;
 pub mod schema;
