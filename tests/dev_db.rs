@@ -72,7 +72,10 @@ impl FakeMachine {
             .env("PATH", self.dir.path().join("bin"))
             .env("DATABASE_URL", url)
             .env("SKIPLOCK_DEV_DB_PG_LIB", self.dir.path().join("pglib"))
-            .env("SKIPLOCK_DEV_DB_OS_RELEASE", self.dir.path().join("os-release"))
+            .env(
+                "SKIPLOCK_DEV_DB_OS_RELEASE",
+                self.dir.path().join("os-release"),
+            )
             .env("SKIPLOCK_DEV_DB_DRY_RUN", "1");
         for (k, v) in extra {
             c.env(k, v);
@@ -100,7 +103,9 @@ fn a_fresh_debian_machine_run_as_root_gets_postgres_installed() {
         assert!(err.contains("installing it with apt-get"), "{err}");
         assert!(err.contains("would run: apt-get update"), "{err}");
         assert!(
-            err.contains("would run: env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql"),
+            err.contains(
+                "would run: env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql"
+            ),
             "{err}"
         );
         assert!(
@@ -145,7 +150,9 @@ fn without_root_another_os_a_remote_server_or_the_opt_out_nothing_is_installed()
 #[test]
 fn tools_of_an_installed_server_are_found_and_nothing_is_installed() {
     // Not on PATH, only under the server's own bin directory (the newest version wins).
-    let m = FakeMachine::new(0, "debian").with_server("13").with_server("15");
+    let m = FakeMachine::new(0, "debian")
+        .with_server("13")
+        .with_server("15");
     let (code, err) = m.run(LOCAL, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("install"), "{err}");

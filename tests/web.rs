@@ -106,9 +106,7 @@ fn browser_binaries() -> Result<(PathBuf, PathBuf), String> {
         .or_else(|| which(&["chromium", "chromium-browser", "google-chrome"]))
         .ok_or("no chromium on this machine (apt-get install chromium chromium-driver)")?;
     let driver = which(&["chromedriver"])
-        .or_else(|| {
-            Some(PathBuf::from("/usr/lib/chromium/chromedriver")).filter(|p| p.is_file())
-        })
+        .or_else(|| Some(PathBuf::from("/usr/lib/chromium/chromedriver")).filter(|p| p.is_file()))
         .ok_or("no chromedriver on this machine (apt-get install chromium-driver)")?;
     Ok((chrome, driver))
 }
@@ -422,17 +420,31 @@ async fn a_failed_job_is_found_by_filter_its_error_shown_and_retry_makes_it_avai
     let op = Operator::new(&db).await;
     let ids = enqueue(&db, "report", "reports", 5).await;
     finish(&db, &ids[..2], "completed", None).await;
-    finish(&db, &ids[2..3], "discarded", Some("printer on fire (code 42)")).await;
+    finish(
+        &db,
+        &ids[2..3],
+        "discarded",
+        Some("printer on fire (code 42)"),
+    )
+    .await;
     finish(&db, &ids[3..4], "discarded", Some("paper jam")).await;
     let failed = ids[2];
     let console = Console::start(&op.url, "127.0.0.1:0", None);
 
     b.c().goto(&console.url("/jobs")).await.unwrap();
-    b.el("#f-state").await.select_by_value("discarded").await.unwrap();
+    b.el("#f-state")
+        .await
+        .select_by_value("discarded")
+        .await
+        .unwrap();
     b.el("#f-q").await.send_keys("ON FIRE").await.unwrap();
     b.el("#f-apply").await.click().await.unwrap();
     b.text_contains("#jobs", "printer on fire").await;
-    let rows = b.c().find_all(Locator::Css("#jobs tbody tr[data-id]")).await.unwrap();
+    let rows = b
+        .c()
+        .find_all(Locator::Css("#jobs tbody tr[data-id]"))
+        .await
+        .unwrap();
     assert_eq!(rows.len(), 1, "only the matching job");
     assert_eq!(
         rows[0].attr("data-id").await.unwrap().as_deref(),
@@ -443,13 +455,18 @@ async fn a_failed_job_is_found_by_filter_its_error_shown_and_retry_makes_it_avai
         .click()
         .await
         .unwrap();
-    b.text_contains("#errors", "printer on fire (code 42)").await;
+    b.text_contains("#errors", "printer on fire (code 42)")
+        .await;
     assert_eq!(b.text("#job-state").await, "discarded");
     b.el("#retry").await.click().await.unwrap();
     b.text_contains("#flash", "available again").await;
     assert_eq!(b.text("#job-state").await, "available");
     assert_eq!(state_of(&db, failed).await, "available");
-    assert_eq!(state_of(&db, ids[3]).await, "discarded", "the other one is untouched");
+    assert_eq!(
+        state_of(&db, ids[3]).await,
+        "discarded",
+        "the other one is untouched"
+    );
     b.close().await;
 }
 
@@ -467,15 +484,25 @@ async fn a_packet_is_taken_and_completed_from_the_board_and_its_history_shows_bo
     b.text_contains("#col-ready_for_review", "reel-7").await;
     b.el(&format!("#take-{id}")).await.click().await.unwrap();
     b.text_contains("#col-in_review", "reel-7").await;
-    b.el(&format!("#complete-{id}")).await.click().await.unwrap();
+    b.el(&format!("#complete-{id}"))
+        .await
+        .click()
+        .await
+        .unwrap();
     b.text_contains("#done", "reel-7").await;
 
-    b.c().goto(&console.url(&format!("/packets/{id}"))).await.unwrap();
+    b.c()
+        .goto(&console.url(&format!("/packets/{id}")))
+        .await
+        .unwrap();
     assert_eq!(b.text("#packet-state").await, "done");
     let history = b.text("#history").await;
     assert!(history.contains("ready_for_review in_review"), "{history}");
     assert!(history.contains("in_review done"), "{history}");
-    assert!(history.contains(&op.name), "the operator's login signs both moves: {history}");
+    assert!(
+        history.contains(&op.name),
+        "the operator's login signs both moves: {history}"
+    );
 
     let moves: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT coalesce(from_state::text, '-'), to_state::text, actor FROM skiplock.packet_events \
@@ -489,7 +516,11 @@ async fn a_packet_is_taken_and_completed_from_the_board_and_its_history_shows_bo
     assert_eq!(
         tail,
         vec![
-            ("ready_for_review".into(), "in_review".into(), op.name.clone()),
+            (
+                "ready_for_review".into(),
+                "in_review".into(),
+                op.name.clone()
+            ),
             ("in_review".into(), "done".into(), op.name.clone()),
         ]
     );
@@ -507,7 +538,11 @@ async fn a_console_with_a_token_lets_a_browser_in_only_after_logging_in() {
     let console = Console::start(&op.url, "0.0.0.0:0", Some(TOKEN));
 
     b.c().goto(&console.url("/jobs?queue=gamma")).await.unwrap();
-    b.el("#token").await.send_keys("wrong-token-wrong-token").await.unwrap();
+    b.el("#token")
+        .await
+        .send_keys("wrong-token-wrong-token")
+        .await
+        .unwrap();
     b.el("#login").await.click().await.unwrap();
     b.text_contains("#flash", "not the console's token").await;
     b.el("#token").await.send_keys(TOKEN).await.unwrap();
@@ -521,7 +556,10 @@ async fn a_console_with_a_token_lets_a_browser_in_only_after_logging_in() {
         .expect("the login cookie");
     assert_eq!(session.http_only(), Some(true));
     assert_eq!(format!("{:?}", session.same_site()), "Some(Strict)");
-    assert!(!session.value().contains(TOKEN), "the cookie is not the token");
+    assert!(
+        !session.value().contains(TOKEN),
+        "the cookie is not the token"
+    );
     b.close().await;
 }
 
@@ -550,7 +588,10 @@ async fn a_request_without_the_token_to_a_non_loopback_console_is_refused() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
-    assert!(err.contains("SKIPLOCK_WEB_TOKEN") && !err.contains("hunter2"), "{err}");
+    assert!(
+        err.contains("SKIPLOCK_WEB_TOKEN") && !err.contains("hunter2"),
+        "{err}"
+    );
 
     let db = TestDb::new().await;
     let op = Operator::new(&db).await;
@@ -558,11 +599,20 @@ async fn a_request_without_the_token_to_a_non_loopback_console_is_refused() {
     finish(&db, &ids, "discarded", Some("x")).await;
     let console = Console::start(&op.url, "0.0.0.0:0", Some(TOKEN));
     let h = http();
-    for path in ["/", "/jobs", &format!("/jobs/{}", ids[0]), "/packets", "/crawl"] {
+    for path in [
+        "/",
+        "/jobs",
+        &format!("/jobs/{}", ids[0]),
+        "/packets",
+        "/crawl",
+    ] {
         let r = h.get(console.url(path)).send().await.unwrap();
         assert_eq!(r.status(), 401, "{path}");
         let body = r.text().await.unwrap();
-        assert!(body.contains("id=\"token\"") && !body.contains("id=\"jobs\""), "{path}");
+        assert!(
+            body.contains("id=\"token\"") && !body.contains("id=\"jobs\""),
+            "{path}"
+        );
     }
     // A POST without the token changes nothing, even with a valid CSRF pair.
     let login = h.get(console.url("/login")).send().await.unwrap();
@@ -590,7 +640,12 @@ async fn a_request_without_the_token_to_a_non_loopback_console_is_refused() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    let r = h.get(console.url("/jobs")).bearer_auth(TOKEN).send().await.unwrap();
+    let r = h
+        .get(console.url("/jobs"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     // Logging in with the form sets the cookie; then every page opens.
     let r = h
@@ -600,8 +655,17 @@ async fn a_request_without_the_token_to_a_non_loopback_console_is_refused() {
         .await
         .unwrap();
     assert_eq!(r.status(), 303);
-    let set = r.headers().get("set-cookie").unwrap().to_str().unwrap().to_string();
-    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+    let set = r
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
     assert_eq!(r.headers().get("location").unwrap(), "/jobs");
     assert_eq!(h.get(console.url("/")).send().await.unwrap().status(), 200);
 }
@@ -628,10 +692,15 @@ async fn a_post_without_the_csrf_token_is_refused() {
     let cases: Vec<(&str, reqwest::RequestBuilder)> = vec![
         ("no token", h.post(&retry).form(&[("x", "1")])),
         ("empty token", h.post(&retry).form(&[("csrf", "")])),
-        ("another token", h.post(&retry).form(&[("csrf", "ab".repeat(32))])),
+        (
+            "another token",
+            h.post(&retry).form(&[("csrf", "ab".repeat(32))]),
+        ),
         (
             "the token without its cookie",
-            reqwest::Client::new().post(&retry).form(&[("csrf", csrf.as_str())]),
+            reqwest::Client::new()
+                .post(&retry)
+                .form(&[("csrf", csrf.as_str())]),
         ),
         (
             "from another site",
@@ -646,11 +715,20 @@ async fn a_post_without_the_csrf_token_is_refused() {
         assert_eq!(state_of(&db, id).await, "discarded", "{what}");
     }
     // Other methods are not served; GET changes nothing.
-    let r = h.delete(console.url(&format!("/jobs/{id}"))).send().await.unwrap();
+    let r = h
+        .delete(console.url(&format!("/jobs/{id}")))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 405);
     assert_eq!(h.get(&retry).send().await.unwrap().status(), 405);
     // With the token from the page, the same POST works.
-    let r = h.post(&retry).form(&[("csrf", csrf.as_str())]).send().await.unwrap();
+    let r = h
+        .post(&retry)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 303);
     assert_eq!(state_of(&db, id).await, "available");
 }
@@ -742,12 +820,13 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
         vec![("reason", "frames 3-5 blurred".into())],
     )
     .await;
-    let states: Vec<String> =
-        sqlx::query_scalar("SELECT state::text FROM skiplock.packets WHERE id = ANY($1) ORDER BY id")
-            .bind([packet_a, packet_b])
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let states: Vec<String> = sqlx::query_scalar(
+        "SELECT state::text FROM skiplock.packets WHERE id = ANY($1) ORDER BY id",
+    )
+    .bind([packet_a, packet_b])
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(states, ["done", "queued"]);
     let note: String = sqlx::query_scalar(
         "SELECT note FROM skiplock.packet_events WHERE packet_id = $1 ORDER BY id DESC LIMIT 1",
@@ -757,7 +836,11 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
     .await
     .unwrap();
     assert_eq!(note, "retry: frames 3-5 blurred");
-    post("/crawl/pack-now".into(), vec![("host", "example.test".into())]).await;
+    post(
+        "/crawl/pack-now".into(),
+        vec![("host", "example.test".into())],
+    )
+    .await;
     let timer: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM skiplock.jobs WHERE kind = 'do-the-packing' AND args->>'host' = 'example.test' \
          AND state = 'available' AND scheduled_at <= now()",
@@ -775,7 +858,12 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
         .await
         .unwrap();
     assert_eq!(r.status(), 409);
-    assert!(r.text().await.unwrap().contains("cannot go from done to in_review"));
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .contains("cannot go from done to in_review")
+    );
 
     // The same login, by itself: reads, but writes nothing except through the functions.
     let pool = PgPoolOptions::new()
@@ -833,11 +921,12 @@ async fn bulk_retry_and_cancel_follow_the_per_job_rules() {
     .await
     .unwrap();
     finish(&db, &keyed, "discarded", Some("timeout")).await;
-    let waiting: i64 =
-        sqlx::query_scalar("SELECT skiplock.enqueue('report', '{}', 'bulk', unique_key => 'day-1')")
-            .fetch_one(p)
-            .await
-            .unwrap();
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('report', '{}', 'bulk', unique_key => 'day-1')",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
     let retried: i64 = sqlx::query_scalar(
         "SELECT skiplock.retry_jobs('discarded', 'report', 'bulk', 'timeout', max_rows => 2)",
     )
@@ -850,7 +939,10 @@ async fn bulk_retry_and_cancel_follow_the_per_job_rules() {
             .fetch_one(p)
             .await
             .unwrap();
-    assert_eq!(retried, 1, "the third; the keyed one waits behind job {waiting}");
+    assert_eq!(
+        retried, 1,
+        "the third; the keyed one waits behind job {waiting}"
+    );
     assert_eq!(state_of(&db, keyed[0]).await, "discarded");
     assert_eq!(state_of(&db, ids[3]).await, "completed");
     // LIKE wildcards are matched literally.
@@ -863,14 +955,33 @@ async fn bulk_retry_and_cancel_follow_the_per_job_rules() {
         .fetch_one(p)
         .await
         .unwrap();
-    assert_eq!(cancelled, 5, "the 3 retried, the one never finished, the waiting keyed one");
+    assert_eq!(
+        cancelled, 5,
+        "the 3 retried, the one never finished, the waiting keyed one"
+    );
     for (sql, want) in [
-        ("SELECT skiplock.retry_jobs('running')", "retry_jobs takes jobs in state completed, discarded, cancelled, not running"),
-        ("SELECT skiplock.cancel_jobs('completed')", "cancel_jobs takes jobs in state available, running, not completed"),
-        ("SELECT skiplock.cancel_jobs(max_rows => 0)", "max_rows must be 1 to 100000, got 0"),
-        ("SELECT skiplock.retry_jobs(max_rows => NULL)", "max_rows must be 1 to 100000, got NULL"),
+        (
+            "SELECT skiplock.retry_jobs('running')",
+            "retry_jobs takes jobs in state completed, discarded, cancelled, not running",
+        ),
+        (
+            "SELECT skiplock.cancel_jobs('completed')",
+            "cancel_jobs takes jobs in state available, running, not completed",
+        ),
+        (
+            "SELECT skiplock.cancel_jobs(max_rows => 0)",
+            "max_rows must be 1 to 100000, got 0",
+        ),
+        (
+            "SELECT skiplock.retry_jobs(max_rows => NULL)",
+            "max_rows must be 1 to 100000, got NULL",
+        ),
     ] {
-        let e = sqlx::query(sql).execute(p).await.expect_err(sql).to_string();
+        let e = sqlx::query(sql)
+            .execute(p)
+            .await
+            .expect_err(sql)
+            .to_string();
         assert!(e.contains(want), "{sql}: {e}");
     }
 }
@@ -894,7 +1005,13 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
         let at = body.find(&format!("id=\"{id}\""))?;
         let before = &body[..at];
         let start = before.rfind("href=\"")? + 6;
-        Some(before[start..].split('"').next()?.replace("&amp;", "&").replace("&#38;", "&"))
+        Some(
+            before[start..]
+                .split('"')
+                .next()?
+                .replace("&amp;", "&")
+                .replace("&#38;", "&"),
+        )
     };
     let mut seen = Vec::new();
     let mut url = console.url("/jobs?kind=page");
@@ -902,7 +1019,10 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
     loop {
         let body = h.get(&url).send().await.unwrap().text().await.unwrap();
         let page = ids_on(&body);
-        assert!(page.windows(2).all(|w| w[0] > w[1]), "newest first: {page:?}");
+        assert!(
+            page.windows(2).all(|w| w[0] > w[1]),
+            "newest first: {page:?}"
+        );
         seen.extend(page);
         pages += 1;
         match link(&body, "older") {
@@ -914,23 +1034,54 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
         }
         // Back one page shows the page before it.
         if pages == 2 {
-            let back = link(&body, "newer").unwrap_or_else(|| panic!("no newer link: {}", &body[body.find("class=\"pager\"").unwrap()..][..400]));
-            let b = h.get(console.url(&back)).send().await.unwrap().text().await.unwrap();
+            let back = link(&body, "newer").unwrap_or_else(|| {
+                panic!(
+                    "no newer link: {}",
+                    &body[body.find("class=\"pager\"").unwrap()..][..400]
+                )
+            });
+            let b = h
+                .get(console.url(&back))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
             assert_eq!(ids_on(&b).len(), 50);
             assert_eq!(ids_on(&b)[0], *ids.last().unwrap());
         }
     }
     let mut want = ids.clone();
     want.reverse();
-    assert_eq!(seen, want, "every matching job once, in order, in {pages} pages");
+    assert_eq!(
+        seen, want,
+        "every matching job once, in order, in {pages} pages"
+    );
     assert_eq!(pages, 3);
     // Bad input is a clear 400, never a crash.
-    for bad in ["/jobs?state=done", "/jobs?before=abc", "/jobs?kind=%00", "/jobs/abc", "/packets/-1"] {
+    for bad in [
+        "/jobs?state=done",
+        "/jobs?before=abc",
+        "/jobs?kind=%00",
+        "/jobs/abc",
+        "/packets/-1",
+    ] {
         let r = h.get(console.url(bad)).send().await.unwrap();
         assert_eq!(r.status(), 400, "{bad}");
     }
-    assert_eq!(h.get(console.url("/jobs/999999")).send().await.unwrap().status(), 404);
-    assert_eq!(h.get(console.url("/nope")).send().await.unwrap().status(), 404);
+    assert_eq!(
+        h.get(console.url("/jobs/999999"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        h.get(console.url("/nope")).send().await.unwrap().status(),
+        404
+    );
 }
 
 /// Every asset the pages use is served from the binary.
@@ -939,13 +1090,25 @@ async fn the_assets_are_embedded() {
     let db = TestDb::new().await;
     let op = Operator::new(&db).await;
     let console = Console::start(&op.url, "127.0.0.1:0", None);
-    let body = http().get(console.url("/")).send().await.unwrap().text().await.unwrap();
+    let body = http()
+        .get(console.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for attr in ["href=\"/assets/", "src=\"/assets/"] {
         let at = body.find(attr).unwrap() + attr.len() - "/assets/".len();
         let path = body[at..].split('"').next().unwrap();
         let r = http().get(console.url(path)).send().await.unwrap();
         assert_eq!(r.status(), 200, "{path}");
-        assert!(r.headers()["cache-control"].to_str().unwrap().contains("immutable"));
+        assert!(
+            r.headers()["cache-control"]
+                .to_str()
+                .unwrap()
+                .contains("immutable")
+        );
         assert!(!r.text().await.unwrap().is_empty());
     }
     assert!(

@@ -21,11 +21,9 @@ pub struct WebArgs {
 pub fn token_setting() -> anyhow::Result<Option<String>> {
     match std::env::var(auth::TOKEN_SETTING) {
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => Err(crate::Error::config(
-            auth::TOKEN_SETTING,
-            "is not valid UTF-8",
-        )
-        .into()),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(crate::Error::config(auth::TOKEN_SETTING, "is not valid UTF-8").into())
+        }
         Ok(t) if t.is_empty() => Ok(None),
         Ok(t) => {
             auth::check_token(&t).map_err(|m| crate::Error::config(auth::TOKEN_SETTING, m))?;
@@ -45,8 +43,7 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
     // The address first: a refused --listen must not wait on the database.
     let addr = web::resolve_listen(&a.listen, token.is_some()).await?;
     let db_url = config::database_url(url)?;
-    let pool =
-        crate::db::console::connect(&db_url, connections as u32, statement_timeout).await?;
+    let pool = crate::db::console::connect(&db_url, connections as u32, statement_timeout).await?;
     crate::schema::ensure_migrated(&pool).await?;
     let db_user = crate::store::web::session_user(&pool).await?;
     let listener = tokio::net::TcpListener::bind(addr)

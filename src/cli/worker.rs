@@ -29,7 +29,10 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     // Built without contacting the database: the worker waits for it (with a capped
     // backoff, forever unless SKIPLOCK_CONNECT_TIMEOUT), where one-shot commands fail fast.
     let pool = crate::db::session::handler_pool(&config::database_url(url)?, &settings)?;
-    let served: Option<Vec<String>> = settings.queues.as_ref().map(|q| q.keys().cloned().collect());
+    let served: Option<Vec<String>> = settings
+        .queues
+        .as_ref()
+        .map(|q| q.keys().cloned().collect());
     let mut builder = Worker::builder(pool.clone(), settings).exit_when_idle(a.exit_when_idle);
     builtin::register(builder.registry_mut());
     builder = crate::workflows::register_all(builder)?;

@@ -1,7 +1,8 @@
 //! The operator console's connections (`skiplock web`): a small pool whose sessions carry a
 //! statement and lock timeout (a page never waits forever on a lock or a slow search) and
 //! `plan_cache_mode = force_custom_plan`, so the job list's optional filters are planned with
-//! their values each time (a generic plan would keep `$1 IS NULL OR …` and lose the indexes).
+//! their values each time (a generic plan would keep `$1 IS NULL OR …` and lose the indexes),
+//! and no JIT (its compile time is most of a short page's query).
 
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result
             ),
             ("lock_timeout", LOCK_TIMEOUT.as_millis().to_string()),
             ("plan_cache_mode", "force_custom_plan".to_string()),
+            // Pages are short reads: compiling a plan (50 ms and more) costs more than it saves.
+            ("jit", "off".to_string()),
         ]);
     let fail = |e: sqlx::Error| {
         Error::Other(format!(

@@ -28,6 +28,32 @@ fn refusal(e: sqlx::Error) -> Error {
     Error::Database(e)
 }
 
+/// A job state bound as `skiplock.job_state` itself, not as text: a text parameter cast in
+/// SQL (`$1::skiplock.job_state`) goes through `enum_in`, which is only STABLE, so even a
+/// custom plan cannot fold it into a constant, and `state = 'available'` would not match the
+/// partial index of available rows (a full scan instead of a few index pages).
+#[derive(Debug, Clone, Copy)]
+struct StateParam(JobState);
+
+impl sqlx::Type<sqlx::Postgres> for StateParam {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        sqlx::postgres::PgTypeInfo::with_name("skiplock.job_state")
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Postgres> for StateParam {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <&str as sqlx::Encode<sqlx::Postgres>>::encode_by_ref(&self.0.as_str(), buf)
+    }
+}
+
+fn state_param(f: &JobFilter) -> Option<StateParam> {
+    f.state.map(StateParam)
+}
+
 /// One queue's line on the overview.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct QueueCounts {
@@ -51,9 +77,11 @@ pub struct QueueCounts {
 
 /// Per queue: jobs by state and the oldest waiting job's age.
 pub async fn queue_counts(pool: &PgPool) -> Result<Vec<QueueCounts>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/queue_counts.sql"))
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/queue_counts.sql"))
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// Jobs finished in one minute.
@@ -102,10 +130,12 @@ pub struct LiveWorker {
 
 /// Workers whose heartbeat is newer than `live_secs`.
 pub async fn live_workers(pool: &PgPool, live_secs: f64) -> Result<Vec<LiveWorker>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/live_workers.sql"))
-        .bind(live_secs)
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/live_workers.sql"))
+            .bind(live_secs)
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// The job list's filter (each `None`: any). `search` is a plain substring looked for in
@@ -172,7 +202,7 @@ pub async fn jobs_page(
     page: Page,
     limit: i64,
 ) -> Result<Vec<JobLine>> {
-    let state = f.state.map(JobState::as_str);
+    let state = state_param(f);
     match page {
         Page::First | Page::Older(_) => {
             let before = match page {
@@ -215,7 +245,7 @@ pub struct FilterChoice {
     pub what: String,
 }
 
-/// Kinds and queues for the filter form (unfinished jobs and the last 10,000).
+/// Kinds and queues for the filter form (running jobs and the newest 10,000).
 pub async fn filter_choices(pool: &PgPool) -> Result<Vec<FilterChoice>> {
     Ok(
         sqlx::query_as(include_str!("../../sql/web/kinds_and_queues.sql"))
@@ -255,7 +285,7 @@ pub async fn cancel_job(pool: &PgPool, id: i64) -> Result<()> {
 /// Retry the filtered finished jobs, at most `max_rows` (`skiplock.retry_jobs`); how many.
 pub async fn retry_jobs(pool: &PgPool, f: &JobFilter, max_rows: i32) -> Result<i64> {
     sqlx::query_scalar(include_str!("../../sql/web/retry_jobs.sql"))
-        .bind(f.state.map(JobState::as_str))
+        .bind(state_param(f))
         .bind(&f.kind)
         .bind(&f.queue)
         .bind(&f.search)
@@ -268,7 +298,7 @@ pub async fn retry_jobs(pool: &PgPool, f: &JobFilter, max_rows: i32) -> Result<i
 /// Cancel the filtered unfinished jobs, at most `max_rows` (`skiplock.cancel_jobs`); how many.
 pub async fn cancel_jobs(pool: &PgPool, f: &JobFilter, max_rows: i32) -> Result<i64> {
     sqlx::query_scalar(include_str!("../../sql/web/cancel_jobs.sql"))
-        .bind(f.state.map(JobState::as_str))
+        .bind(state_param(f))
         .bind(&f.kind)
         .bind(&f.queue)
         .bind(&f.search)
@@ -303,18 +333,22 @@ pub struct PacketLine {
 
 /// Packets not done, at most `per_state` of each state, oldest first.
 pub async fn open_packets(pool: &PgPool, per_state: i64) -> Result<Vec<PacketLine>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/packets_open.sql"))
-        .bind(per_state)
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packets_open.sql"))
+            .bind(per_state)
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// The `limit` packets finished last.
 pub async fn done_packets(pool: &PgPool, limit: i64) -> Result<Vec<PacketLine>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/packets_done.sql"))
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packets_done.sql"))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// One packet, or `None`.
@@ -334,10 +368,12 @@ pub struct PacketResult {
 
 /// A packet's result (`None`: no such packet).
 pub async fn packet_result(pool: &PgPool, id: i64) -> Result<Option<PacketResult>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/packet_result.sql"))
-        .bind(id)
-        .fetch_optional(pool)
-        .await?)
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packet_result.sql"))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?,
+    )
 }
 
 /// One move in a packet's history.
@@ -362,10 +398,12 @@ pub struct PacketEventLine {
 
 /// The history of the packets `ids`, oldest first per packet.
 pub async fn packet_events(pool: &PgPool, ids: &[i64]) -> Result<Vec<PacketEventLine>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/packet_events.sql"))
-        .bind(ids)
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packet_events.sql"))
+            .bind(ids)
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// Packets per state ("whose move is it?").
@@ -391,9 +429,11 @@ pub struct PacketCounts {
 
 /// The "whose move" counts.
 pub async fn packet_counts(pool: &PgPool) -> Result<PacketCounts> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/packet_counts.sql"))
-        .fetch_one(pool)
-        .await?)
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packet_counts.sql"))
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 /// Take a packet for review (`skiplock.take_packet`); a refused move is [`Error::Invalid`].
@@ -545,7 +585,9 @@ pub async fn pack_now(pool: &PgPool, host: &str) -> Result<i64> {
 
 /// The console's database login.
 pub async fn session_user(pool: &PgPool) -> Result<String> {
-    Ok(sqlx::query_scalar(include_str!("../../sql/web/session_user.sql"))
-        .fetch_one(pool)
-        .await?)
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/web/session_user.sql"))
+            .fetch_one(pool)
+            .await?,
+    )
 }

@@ -46,12 +46,12 @@ pub fn check_token(token: &str) -> Result<(), String> {
         ));
     }
     if n > MAX_TOKEN_LEN {
-        return Err(format!(
-            "is {n} characters long (at most {MAX_TOKEN_LEN})"
-        ));
+        return Err(format!("is {n} characters long (at most {MAX_TOKEN_LEN})"));
     }
     if !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("must be visible ASCII characters only (no spaces or control characters)".into());
+        return Err(
+            "must be visible ASCII characters only (no spaces or control characters)".into(),
+        );
     }
     Ok(())
 }
@@ -251,9 +251,17 @@ mod tests {
         for ok in ["127.0.0.1:8080", "[::1]:8080", "127.0.0.2:1"] {
             assert!(listen_decision(ok, &[addr(ok)], false).is_ok(), "{ok}");
         }
-        for open in ["0.0.0.0:8080", "[::]:8080", "192.168.1.5:80", "10.0.0.1:8080"] {
+        for open in [
+            "0.0.0.0:8080",
+            "[::]:8080",
+            "192.168.1.5:80",
+            "10.0.0.1:8080",
+        ] {
             let e = listen_decision(open, &[addr(open)], false).unwrap_err();
-            assert!(e.contains("SKIPLOCK_WEB_TOKEN") && e.contains("not a loopback"), "{e}");
+            assert!(
+                e.contains("SKIPLOCK_WEB_TOKEN") && e.contains("not a loopback"),
+                "{e}"
+            );
             assert!(listen_decision(open, &[addr(open)], true).is_ok());
         }
         // A name resolving to loopback and something else is not loopback.
@@ -292,12 +300,21 @@ mod tests {
             HeaderValue::from_str(&format!("other=1; {SESSION_COOKIE}={session}")).unwrap(),
         );
         assert!(a.authorized(&h));
-        h.insert(COOKIE, HeaderValue::from_static("skiplock_session=0123456789abcdef"));
+        h.insert(
+            COOKIE,
+            HeaderValue::from_static("skiplock_session=0123456789abcdef"),
+        );
         assert!(!a.authorized(&h), "the raw token is not a session cookie");
         let mut b = HeaderMap::new();
-        b.insert(AUTHORIZATION, HeaderValue::from_static("Bearer 0123456789abcdef"));
+        b.insert(
+            AUTHORIZATION,
+            HeaderValue::from_static("Bearer 0123456789abcdef"),
+        );
         assert!(a.authorized(&b));
-        b.insert(AUTHORIZATION, HeaderValue::from_static("Bearer wrong-wrong-wrong"));
+        b.insert(
+            AUTHORIZATION,
+            HeaderValue::from_static("Bearer wrong-wrong-wrong"),
+        );
         assert!(!a.authorized(&b));
         // Another token's cookie does not open this console.
         let other = Auth::new(Some("fedcba9876543210"));
@@ -316,7 +333,10 @@ mod tests {
         assert!(!a.csrf_ok(Some(&new_nonce()), Some(&t)));
         assert!(!a.csrf_ok(Some(&n), Some("")));
         assert!(!a.csrf_ok(Some("short"), Some(&a.csrf_token("short"))));
-        assert!(!Auth::new(None).csrf_ok(Some(&n), Some(&t)), "another process's key");
+        assert!(
+            !Auth::new(None).csrf_ok(Some(&n), Some(&t)),
+            "another process's key"
+        );
         // With a token the key survives a restart.
         let k1 = Auth::new(Some("0123456789abcdef"));
         let k2 = Auth::new(Some("0123456789abcdef"));
@@ -340,8 +360,17 @@ mod tests {
         s.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
         assert!(!cross_site(&s));
 
-        assert_eq!(safe_next(Some("/jobs?state=discarded")), "/jobs?state=discarded");
-        for bad in ["//evil.example/", "https://evil.example/", "/\\evil", "jobs", "/\nx"] {
+        assert_eq!(
+            safe_next(Some("/jobs?state=discarded")),
+            "/jobs?state=discarded"
+        );
+        for bad in [
+            "//evil.example/",
+            "https://evil.example/",
+            "/\\evil",
+            "jobs",
+            "/\nx",
+        ] {
             assert_eq!(safe_next(Some(bad)), "/", "{bad:?}");
         }
         assert_eq!(safe_next(None), "/");
@@ -349,7 +378,10 @@ mod tests {
             cookie(
                 &{
                     let mut h = HeaderMap::new();
-                    h.insert(COOKIE, HeaderValue::from_static("a=1; skiplock_csrf=abc ;b=2"));
+                    h.insert(
+                        COOKIE,
+                        HeaderValue::from_static("a=1; skiplock_csrf=abc ;b=2"),
+                    );
                     h
                 },
                 CSRF_COOKIE

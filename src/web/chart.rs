@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 pub const WIDTH: f64 = 1200.0;
 /// See [`WIDTH`].
 pub const HEIGHT: f64 = 220.0;
-const LEFT: f64 = 52.0;
+const LEFT: f64 = 84.0;
 const RIGHT: f64 = 8.0;
 const TOP: f64 = 10.0;
 const BOTTOM: f64 = 24.0;
@@ -67,10 +67,11 @@ pub fn throughput_svg(bars: &[Bar]) -> String {
     let base = TOP + plot_h;
     let _ = write!(
         s,
-        r#"<line class="axis" x1="{LEFT}" y1="{base}" x2="{x2}" y2="{base}"/><line class="grid" x1="{LEFT}" y1="{TOP}" x2="{x2}" y2="{TOP}"/><text class="label" x="{lx}" y="{ty}" text-anchor="end">{top}/min</text><text class="label" x="{lx}" y="{base}" text-anchor="end">0</text>"#,
+        r#"<line class="axis" x1="{LEFT}" y1="{base}" x2="{x2}" y2="{base}"/><line class="grid" x1="{LEFT}" y1="{TOP}" x2="{x2}" y2="{TOP}"/><text class="label" x="{lx}" y="{ty}" text-anchor="end">{top_text}/min</text><text class="label" x="{lx}" y="{base}" text-anchor="end">0</text>"#,
         x2 = WIDTH - RIGHT,
         lx = LEFT - 6.0,
         ty = TOP + 4.0,
+        top_text = crate::web::format::count(top),
     );
     for (i, b) in bars.iter().enumerate() {
         let x = LEFT + slot * i as f64 + (slot - bar_w) / 2.0;
@@ -152,7 +153,10 @@ mod tests {
         assert_eq!(svg.matches("<g>").count(), 60);
         assert!(svg.contains("<title>10:59: 80 completed, 20 failed</title>"));
         assert!(svg.contains(">100/min<"), "{svg}");
-        assert!(svg.contains("80 completed, 20 failed\""), "aria label: {svg}");
+        assert!(
+            svg.contains("80 completed, 20 failed\""),
+            "aria label: {svg}"
+        );
         // The full bar reaches the top of the plot: completed 80% and failed 20% of it.
         let plot_h = HEIGHT - TOP - BOTTOM;
         assert!(svg.contains(&format!("height=\"{:.1}\"", plot_h * 0.8)));

@@ -114,7 +114,10 @@ pub async fn page(
                 size: p.bytes.map(format::bytes).unwrap_or_else(|| "-".into()),
                 pages: p.pages.map(format::count).unwrap_or_else(|| "-".into()),
                 packed_at: format::time(p.packed_at),
-                pack_count: p.pack_count.map(format::count).unwrap_or_else(|| "0".into()),
+                pack_count: p
+                    .pack_count
+                    .map(format::count)
+                    .unwrap_or_else(|| "0".into()),
                 timer_at: format::time(p.timer_at),
                 host: p.host,
             })
@@ -196,7 +199,10 @@ pub async fn host(
             .map(|p| PageView {
                 id: p.id,
                 url: p.url,
-                status: p.http_status.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                status: p
+                    .http_status
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 title: p.title.unwrap_or_default(),
                 last_fetched: format::time(p.last_fetched),
                 next_fetch: format::time(p.next_fetch),
@@ -223,9 +229,12 @@ pub async fn pack_now(
 ) -> Result<Response, PageError> {
     let host = form.host.unwrap_or_default();
     if host.contains('\0') {
-        return Err(PageError::refused(StatusCode::BAD_REQUEST, "the host contains a NUL character")
-            .back("/crawl")
-            .framed(&st, &nonce));
+        return Err(PageError::refused(
+            StatusCode::BAD_REQUEST,
+            "the host contains a NUL character",
+        )
+        .back("/crawl")
+        .framed(&st, &nonce));
     }
     store::pack_now(&st.pool, &host)
         .await

@@ -3,10 +3,10 @@
 //! bulk Retry / Cancel of the filtered set (`skiplock.retry_jobs` / `cancel_jobs`).
 
 use askama::Template;
+use axum::Extension;
 use axum::extract::{Form, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::Extension;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -82,7 +82,10 @@ pub fn parse_page(before: Option<&str>, after: Option<&str>) -> Result<Page, Str
             .filter(|n| *n > 0)
             .ok_or_else(|| format!("{what} must be a job id (a positive whole number)"))
     };
-    match (before.filter(|s| !s.is_empty()), after.filter(|s| !s.is_empty())) {
+    match (
+        before.filter(|s| !s.is_empty()),
+        after.filter(|s| !s.is_empty()),
+    ) {
         (Some(_), Some(_)) => Err("give either before or after, not both".into()),
         (Some(b), None) => Ok(Page::Older(id("before", b)?)),
         (None, Some(a)) => Ok(Page::Newer(id("after", a)?)),
@@ -231,7 +234,10 @@ pub async fn list(
         _ => None,
     };
     let mut layout = Layout::new(&st, &nonce, "Jobs", "jobs");
-    let n = qs.n.as_deref().and_then(|n| n.parse::<i64>().ok()).unwrap_or(0);
+    let n =
+        qs.n.as_deref()
+            .and_then(|n| n.parse::<i64>().ok())
+            .unwrap_or(0);
     layout.flash_ok = match qs.done.as_deref() {
         Some("bulk-retry") => Some(format!(
             "Retried {} jobs (at most {} per press; press again for more).",
@@ -255,7 +261,10 @@ pub async fn list(
     }
     html(&JobsPage {
         layout,
-        states: JobState::ALL.iter().map(|s| s.as_str().to_string()).collect(),
+        states: JobState::ALL
+            .iter()
+            .map(|s| s.as_str().to_string())
+            .collect(),
         filter_state: f.state.map(|s| s.as_str().to_string()).unwrap_or_default(),
         filter_kind: f.kind.clone().unwrap_or_default(),
         filter_queue: f.queue.clone().unwrap_or_default(),
@@ -311,7 +320,11 @@ pub fn error_views(errors: &Value) -> Vec<ErrorView> {
             .map(|e| match e {
                 Value::Object(o) => ErrorView {
                     attempt: text(o.get("attempt")),
-                    at: match o.get("at").and_then(Value::as_str).map(chrono::DateTime::parse_from_rfc3339) {
+                    at: match o
+                        .get("at")
+                        .and_then(Value::as_str)
+                        .map(chrono::DateTime::parse_from_rfc3339)
+                    {
                         Some(Ok(t)) => format::time(Some(t.with_timezone(&chrono::Utc))),
                         _ => text(o.get("at")),
                     },
@@ -377,7 +390,11 @@ pub async fn show(
     let j = store::job(&st.pool, id)
         .await
         .map_err(|e| PageError::from(e).framed(&st, &nonce))?
-        .ok_or_else(|| PageError::not_found(format!("job {id}")).back("/jobs").framed(&st, &nonce))?;
+        .ok_or_else(|| {
+            PageError::not_found(format!("job {id}"))
+                .back("/jobs")
+                .framed(&st, &nonce)
+        })?;
     let mut layout = Layout::new(&st, &nonce, format!("Job {id}"), "jobs");
     layout.flash_ok = match dq.done.as_deref() {
         Some("retried") => Some(format!("Job {id} is available again.")),
@@ -403,7 +420,11 @@ pub async fn show(
         heartbeat_at: format::time(j.heartbeat_at),
         finalized_at: format::time(j.finalized_at),
         args: format::json(&j.args),
-        result: j.result.as_ref().map(format::json).unwrap_or_else(|| "-".into()),
+        result: j
+            .result
+            .as_ref()
+            .map(format::json)
+            .unwrap_or_else(|| "-".into()),
         errors: error_views(&j.errors),
         state: j.state,
     })
@@ -424,9 +445,11 @@ pub async fn retry(
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
     let id = job_id(&st, &nonce, &id)?;
-    store::retry_job(&st.pool, id)
-        .await
-        .map_err(|e| PageError::from(e).back(format!("/jobs/{id}")).framed(&st, &nonce))?;
+    store::retry_job(&st.pool, id).await.map_err(|e| {
+        PageError::from(e)
+            .back(format!("/jobs/{id}"))
+            .framed(&st, &nonce)
+    })?;
     Ok(see_other(&format!("/jobs/{id}?done=retried")))
 }
 
@@ -437,9 +460,11 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
     let id = job_id(&st, &nonce, &id)?;
-    store::cancel_job(&st.pool, id)
-        .await
-        .map_err(|e| PageError::from(e).back(format!("/jobs/{id}")).framed(&st, &nonce))?;
+    store::cancel_job(&st.pool, id).await.map_err(|e| {
+        PageError::from(e)
+            .back(format!("/jobs/{id}"))
+            .framed(&st, &nonce)
+    })?;
     Ok(see_other(&format!("/jobs/{id}?done=cancelled")))
 }
 
@@ -483,10 +508,24 @@ pub async fn bulk(
     let back = list_url(&f, &[]);
     let framed = |e: crate::Error| PageError::from(e).back(back.clone()).framed(&st, &nonce);
     let (code, n) = match form.action.as_deref() {
-        Some("retry") => ("bulk-retry", store::retry_jobs(&st.pool, &f, BULK_MAX).await.map_err(framed)?),
-        Some("cancel") => ("bulk-cancel", store::cancel_jobs(&st.pool, &f, BULK_MAX).await.map_err(framed)?),
+        Some("retry") => (
+            "bulk-retry",
+            store::retry_jobs(&st.pool, &f, BULK_MAX)
+                .await
+                .map_err(framed)?,
+        ),
+        Some("cancel") => (
+            "bulk-cancel",
+            store::cancel_jobs(&st.pool, &f, BULK_MAX)
+                .await
+                .map_err(framed)?,
+        ),
         _ => {
-            return Err(bad_request(&st, &nonce, "the bulk action must be retry or cancel".into()));
+            return Err(bad_request(
+                &st,
+                &nonce,
+                "the bulk action must be retry or cancel".into(),
+            ));
         }
     };
     Ok(see_other(&list_url(
@@ -502,14 +541,29 @@ mod tests {
 
     #[test]
     fn a_filter_is_what_the_query_string_says_and_bad_input_is_named() {
-        assert_eq!(parse_filter(None, Some(""), Some(""), Some("")).unwrap(), JobFilter::default());
+        assert_eq!(
+            parse_filter(None, Some(""), Some(""), Some("")).unwrap(),
+            JobFilter::default()
+        );
         let f = parse_filter(Some("discarded"), Some("fail"), Some("q 1"), Some("50%")).unwrap();
         assert_eq!(f.state, Some(JobState::Discarded));
         assert_eq!(f.kind.as_deref(), Some("fail"));
         assert_eq!(f.search.as_deref(), Some("50%"));
-        assert!(parse_filter(Some("done"), None, None, None).unwrap_err().contains("\"done\""));
-        assert!(parse_filter(None, Some("a\0b"), None, None).unwrap_err().contains("NUL"));
-        assert!(parse_filter(None, None, Some(&"q".repeat(201)), None).unwrap_err().contains("200"));
+        assert!(
+            parse_filter(Some("done"), None, None, None)
+                .unwrap_err()
+                .contains("\"done\"")
+        );
+        assert!(
+            parse_filter(None, Some("a\0b"), None, None)
+                .unwrap_err()
+                .contains("NUL")
+        );
+        assert!(
+            parse_filter(None, None, Some(&"q".repeat(201)), None)
+                .unwrap_err()
+                .contains("200")
+        );
         assert!(parse_filter(None, None, None, Some(&"s".repeat(1001))).is_err());
         assert!(parse_filter(None, Some(&"k".repeat(200)), None, None).is_ok());
     }
@@ -523,7 +577,13 @@ mod tests {
         assert!(parse_page(Some("-1"), None).is_err());
         assert!(parse_page(Some("x"), None).is_err());
         assert!(parse_page(Some("99999999999999999999"), None).is_err());
-        let f = parse_filter(Some("failed".replace("failed", "discarded").as_str()), Some("a&b"), None, Some("x y")).unwrap();
+        let f = parse_filter(
+            Some("failed".replace("failed", "discarded").as_str()),
+            Some("a&b"),
+            None,
+            Some("x y"),
+        )
+        .unwrap();
         assert_eq!(
             list_url(&f, &[("before", "10".into())]),
             "/jobs?state=discarded&kind=a%26b&q=x+y&before=10"
@@ -540,7 +600,10 @@ mod tests {
         ]));
         assert_eq!(e.len(), 3);
         assert_eq!((e[0].attempt.as_str(), e[0].error.as_str()), ("1", "boom"));
-        assert_eq!((e[1].attempt.as_str(), e[1].error.as_str()), ("-", "{\"nested\":true}"));
+        assert_eq!(
+            (e[1].attempt.as_str(), e[1].error.as_str()),
+            ("-", "{\"nested\":true}")
+        );
         assert_eq!(e[2].error, "\"plain\"");
         assert!(error_views(&json!(null)).is_empty());
         assert_eq!(error_views(&json!({"x": 1})).len(), 1);

@@ -47,7 +47,12 @@ pub struct Layout {
 
 impl Layout {
     /// The frame for page `title` under nav entry `nav`.
-    pub fn new(st: &AppState, nonce: &CsrfNonce, title: impl Into<String>, nav: &'static str) -> Layout {
+    pub fn new(
+        st: &AppState,
+        nonce: &CsrfNonce,
+        title: impl Into<String>,
+        nav: &'static str,
+    ) -> Layout {
         Layout {
             title: title.into(),
             nav,

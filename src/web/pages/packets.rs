@@ -173,7 +173,12 @@ pub async fn board(
         column(Processing, "processing", counts.processing, &mut cards),
     ];
     let people = vec![
-        column(ReadyForReview, "ready for review", counts.ready_for_review, &mut cards),
+        column(
+            ReadyForReview,
+            "ready for review",
+            counts.ready_for_review,
+            &mut cards,
+        ),
         column(InReview, "in review", counts.in_review, &mut cards),
         column(Error, "error", counts.error, &mut cards),
     ];
@@ -182,7 +187,10 @@ pub async fn board(
         counts,
         machine,
         people,
-        done: done.into_iter().map(|p| view(p, &mut HashMap::new())).collect(),
+        done: done
+            .into_iter()
+            .map(|p| view(p, &mut HashMap::new()))
+            .collect(),
     })
 }
 
@@ -198,9 +206,12 @@ struct PacketPage {
 
 fn packet_id(st: &AppState, nonce: &CsrfNonce, raw: &str) -> Result<i64, PageError> {
     raw.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-        PageError::refused(StatusCode::BAD_REQUEST, format!("{raw:?} is not a packet id"))
-            .back("/packets")
-            .framed(st, nonce)
+        PageError::refused(
+            StatusCode::BAD_REQUEST,
+            format!("{raw:?} is not a packet id"),
+        )
+        .back("/packets")
+        .framed(st, nonce)
     })
 }
 
@@ -267,7 +278,9 @@ async fn act(
     let back = back_to(id, &form);
     let framed = |e: crate::Error| PageError::from(e).back(back.clone()).framed(&st, &nonce);
     match what {
-        "take" => store::take_packet(&st.pool, id, None).await.map_err(framed)?,
+        "take" => store::take_packet(&st.pool, id, None)
+            .await
+            .map_err(framed)?,
         "complete" => store::complete_packet(&st.pool, id, None)
             .await
             .map_err(framed)?,
