@@ -116,9 +116,12 @@ fn a_fresh_debian_machine_run_as_root_gets_postgres_installed() {
     }
 }
 
+/// (uid, os-release ID, DATABASE_URL, extra environment, the expected message).
+type Case<'a> = (u32, &'a str, &'a str, &'a [(&'a str, &'a str)], &'a str);
+
 #[test]
 fn without_root_another_os_a_remote_server_or_the_opt_out_nothing_is_installed() {
-    let cases: [(u32, &str, &str, &[(&str, &str)], &str); 4] = [
+    let cases: [Case; 4] = [
         (1000, "debian", LOCAL, &[], "installing it needs root"),
         (0, "fedora", LOCAL, &[], "only on Debian or Ubuntu"),
         (

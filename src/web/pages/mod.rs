@@ -77,7 +77,7 @@ pub struct PageError {
     heading: &'static str,
     message: String,
     back: String,
-    layout: Option<Layout>,
+    layout: Option<Box<Layout>>,
 }
 
 #[derive(Template)]
@@ -120,7 +120,7 @@ impl PageError {
 
     /// Renders inside the console's frame (nav, login name).
     pub fn framed(mut self, st: &AppState, nonce: &CsrfNonce) -> PageError {
-        self.layout = Some(Layout::new(st, nonce, self.heading, ""));
+        self.layout = Some(Box::new(Layout::new(st, nonce, self.heading, "")));
         self
     }
 }
@@ -146,7 +146,7 @@ impl From<Error> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
-        let layout = self.layout.unwrap_or_else(|| Layout {
+        let layout = self.layout.map(|b| *b).unwrap_or_else(|| Layout {
             title: self.heading.to_string(),
             nav: "",
             csrf: String::new(),
