@@ -865,6 +865,40 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
             .contains("cannot go from done to in_review")
     );
 
+    // Exactly these functions, and no table privilege but SELECT.
+    let callable: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT p.proname::text FROM pg_proc p
+         WHERE p.pronamespace = 'skiplock'::regnamespace
+           AND has_function_privilege('skiplock_operator', p.oid, 'EXECUTE') ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        callable,
+        [
+            "_job_matches",
+            "_like_pattern",
+            "cancel",
+            "cancel_jobs",
+            "complete_packet",
+            "pack_now",
+            "retry",
+            "retry_jobs",
+            "retry_packet",
+            "take_packet"
+        ]
+    );
+    let writable: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class c
+         WHERE c.relnamespace = 'skiplock'::regnamespace AND c.relkind IN ('r', 'v')
+           AND has_table_privilege('skiplock_operator', c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(writable, 0);
+
     // The same login, by itself: reads, but writes nothing except through the functions.
     let pool = PgPoolOptions::new()
         .max_connections(1)
