@@ -458,6 +458,21 @@ async fn a_failed_job_is_found_by_filter_its_error_shown_and_retry_makes_it_avai
     b.text_contains("#errors", "printer on fire (code 42)")
         .await;
     assert_eq!(b.text("#job-state").await, "discarded");
+    // The same POST from this page's own script but without the form's CSRF token (the
+    // browser sends its cookies): refused, and nothing changes.
+    let status = b
+        .c()
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             fetch(location.pathname + '/retry', {method: 'POST', credentials: 'same-origin',
+                   headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: 'x=1'})
+               .then(r => done(r.status), e => done(String(e)));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, json!(403));
+    assert_eq!(state_of(&db, failed).await, "discarded");
     b.el("#retry").await.click().await.unwrap();
     b.text_contains("#flash", "available again").await;
     assert_eq!(b.text("#job-state").await, "available");
@@ -538,6 +553,9 @@ async fn a_console_with_a_token_lets_a_browser_in_only_after_logging_in() {
     let console = Console::start(&op.url, "0.0.0.0:0", Some(TOKEN));
 
     b.c().goto(&console.url("/jobs?queue=gamma")).await.unwrap();
+    // Refused without the token: the login form instead of the page.
+    b.el("#token").await;
+    assert!(b.c().find(Locator::Css("#jobs")).await.is_err());
     b.el("#token")
         .await
         .send_keys("wrong-token-wrong-token")
