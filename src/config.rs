@@ -277,6 +277,7 @@ pub fn duration_range(name: &str) -> (Duration, Duration) {
         "SKIPLOCK_REAPER_MAX_AGE" => (secs(1), MAX_DURATION),
         // The period of the `reap` and `retain` periodic jobs (periodic intervals are at least 1s).
         "SKIPLOCK_REAPER_INTERVAL" => (secs(1), secs(DAY)),
+        "SKIPLOCK_WEB_STATEMENT_TIMEOUT" => (Duration::ZERO, MAX_SESSION_TIMEOUT),
         _ => (Duration::ZERO, MAX_DURATION),
     }
 }
@@ -348,6 +349,7 @@ pub fn number_range(name: &str) -> (usize, usize) {
         "SKIPLOCK_MAX_CONNECTIONS" => (2, 1000),
         "SKIPLOCK_PACKET_CONCURRENCY" => (1, 1000),
         "SKIPLOCK_FETCH_MAX_BYTES" => (1, 1 << 30),
+        "SKIPLOCK_WEB_CONNECTIONS" => (1, 100),
         _ => (1, MAX_NUMBER),
     }
 }

@@ -2,6 +2,7 @@
 //! One-shot commands use [`connect`] (fails fast, clear error); worker processes use
 //! [`session`] (lazy pools, session limits, read-only refusal, waiting out outages).
 
+pub mod console;
 pub mod outage;
 pub mod session;
 

@@ -18,9 +18,11 @@ pub mod db;
 pub mod dbtime;
 pub mod error;
 pub mod maintenance;
+pub mod progress;
 pub mod queue;
 pub mod redact;
 pub mod store;
+pub mod web;
 pub mod worker;
 pub mod workflows;
 

@@ -349,8 +349,11 @@ $$;
 -- (the row is no longer `running`); the interrupted attempt is recorded in `errors` as
 -- {attempt, at, error: 'cancelled while running'} (skiplock._attempt_taken_away reads it) and
 -- the stale `heartbeat_at` is cleared, so the row itself says an attempt was cut short.
+-- SECURITY DEFINER (fixed search_path, every name qualified), like retry and the bulk
+-- functions below: the operator role (skiplock_operator, the console's login) may cancel and
+-- retry through these functions without any write privilege on skiplock.jobs.
 CREATE OR REPLACE FUNCTION skiplock.cancel(id bigint) RETURNS skiplock.job_state
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     cur skiplock.job_state;
 BEGIN
@@ -374,7 +377,7 @@ $$;
 -- Make a finished (discarded, cancelled or completed) or waiting job available now. A job out
 -- of attempts gets one more.
 CREATE OR REPLACE FUNCTION skiplock.retry(id bigint) RETURNS skiplock.job_state
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     cur skiplock.job_state;
     q text;
@@ -398,6 +401,127 @@ BEGIN
     WHERE j.id = retry.id;
     PERFORM pg_notify('skiplock_wake', q);
     RETURN 'available';
+END;
+$$;
+
+-- '%<s>%' with LIKE's wildcards in `s` escaped (LIKE's default escape is the backslash).
+CREATE OR REPLACE FUNCTION skiplock._like_pattern(s text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT '%' || replace(replace(replace(s, '\', '\\'), '%', '\%'), '_', '\_') || '%'
+$$;
+
+-- Whether job `j` matches an operator's filter (NULL: any): state, kind, queue, and `search`,
+-- a plain substring (no wildcards: %, _ and \ are matched literally) looked for, ignoring
+-- case, in the job's args or errors. Shared by the bulk functions below and the console's
+-- job list (sql/web/jobs_*.sql), so "the filtered set" means the same in both.
+CREATE OR REPLACE FUNCTION skiplock._job_matches(j skiplock.jobs, state skiplock.job_state, kind text,
+                                                 queue text, search text)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT (_job_matches.state IS NULL OR j.state = _job_matches.state)
+       AND (_job_matches.kind IS NULL OR j.kind = _job_matches.kind)
+       AND (_job_matches.queue IS NULL OR j.queue = _job_matches.queue)
+       AND (_job_matches.search IS NULL OR _job_matches.search = ''
+            OR j.args::text ILIKE skiplock._like_pattern(_job_matches.search)
+            OR j.errors::text ILIKE skiplock._like_pattern(_job_matches.search))
+$$;
+
+-- Refuses a bulk call's bad arguments in one line (SQLSTATE 22023).
+CREATE OR REPLACE FUNCTION skiplock._check_bulk(what text, state skiplock.job_state, allowed skiplock.job_state[],
+                                               max_rows integer)
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF state IS NOT NULL AND NOT state = ANY (allowed) THEN
+        RAISE EXCEPTION 'skiplock: % takes jobs in state %, not %', what, array_to_string(allowed, ', '), state
+            USING ERRCODE = '22023';
+    END IF;
+    IF max_rows IS NULL OR max_rows < 1 OR max_rows > 100000 THEN
+        RAISE EXCEPTION 'skiplock: % max_rows must be 1 to 100000, got %', what, coalesce(max_rows::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- Bulk retry: the finished jobs (completed, discarded, cancelled; one state or all of them)
+-- of a kind, a queue and a search (each NULL: any), oldest first, at most `max_rows` per call
+-- (call again for more); each as skiplock.retry does it (available now, one more attempt if
+-- it was out of them). A job whose unique_key an available job holds is left as it is (as
+-- skiplock.retry refuses it), and of several with one key only the newest is retried. Rows
+-- another transaction holds are skipped. Returns how many jobs were retried.
+CREATE OR REPLACE FUNCTION skiplock.retry_jobs(state skiplock.job_state DEFAULT NULL, kind text DEFAULT NULL,
+                                               queue text DEFAULT NULL, search text DEFAULT NULL,
+                                               max_rows integer DEFAULT 10000)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+    woken_queues bigint;
+BEGIN
+    PERFORM skiplock._check_bulk('retry_jobs', retry_jobs.state,
+                                 ARRAY['completed', 'discarded', 'cancelled']::skiplock.job_state[], retry_jobs.max_rows);
+    WITH locked AS (
+        SELECT j.id, j.unique_key
+        FROM skiplock.jobs j
+        WHERE j.state IN ('completed', 'discarded', 'cancelled')
+          AND skiplock._job_matches(j, retry_jobs.state, retry_jobs.kind, retry_jobs.queue, retry_jobs.search)
+        ORDER BY j.id
+        LIMIT retry_jobs.max_rows
+        FOR UPDATE SKIP LOCKED
+    ), pick AS (
+        SELECT l.id FROM (
+            SELECT l.id, l.unique_key,
+                   row_number() OVER (PARTITION BY l.unique_key ORDER BY l.id DESC) AS rn
+            FROM locked l) l
+        WHERE l.unique_key IS NULL
+           OR (l.rn = 1 AND NOT EXISTS (SELECT 1 FROM skiplock.jobs o
+                                        WHERE o.unique_key = l.unique_key AND o.state = 'available'))
+    ), moved AS (
+        UPDATE skiplock.jobs j
+        SET state = 'available', scheduled_at = now(), finalized_at = NULL,
+            max_attempts = greatest(j.max_attempts, j.attempt + 1)
+        FROM pick
+        WHERE j.id = pick.id
+        RETURNING j.queue
+    ), woken AS (
+        SELECT pg_notify('skiplock_wake', q.queue) FROM (SELECT DISTINCT m.queue FROM moved m) q
+    )
+    SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken) INTO n, woken_queues;
+    RETURN n;
+END;
+$$;
+
+-- Bulk cancel: the unfinished jobs (available, running; one state or both) of a kind, a queue
+-- and a search (each NULL: any), oldest first, at most `max_rows` per call; each as
+-- skiplock.cancel does it (a running job's late acknowledgement is fenced off). Rows another
+-- transaction holds (being claimed or acknowledged right now) are skipped. Returns how many
+-- jobs were cancelled.
+CREATE OR REPLACE FUNCTION skiplock.cancel_jobs(state skiplock.job_state DEFAULT NULL, kind text DEFAULT NULL,
+                                                queue text DEFAULT NULL, search text DEFAULT NULL,
+                                                max_rows integer DEFAULT 10000)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+BEGIN
+    PERFORM skiplock._check_bulk('cancel_jobs', cancel_jobs.state,
+                                 ARRAY['available', 'running']::skiplock.job_state[], cancel_jobs.max_rows);
+    WITH locked AS (
+        SELECT j.id
+        FROM skiplock.jobs j
+        WHERE j.state IN ('available', 'running')
+          AND skiplock._job_matches(j, cancel_jobs.state, cancel_jobs.kind, cancel_jobs.queue, cancel_jobs.search)
+        ORDER BY j.id
+        LIMIT cancel_jobs.max_rows
+        FOR UPDATE SKIP LOCKED
+    ), moved AS (
+        -- As skiplock.cancel: a running job's interrupted attempt is recorded, its heartbeat cleared.
+        UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
+            errors = CASE WHEN j.state = 'running'
+                          THEN j.errors || jsonb_build_array(jsonb_build_object(
+                                   'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
+                          ELSE j.errors END
+        FROM locked WHERE j.id = locked.id
+        RETURNING j.id
+    )
+    SELECT count(*) INTO n FROM moved;
+    RETURN n;
 END;
 $$;
 

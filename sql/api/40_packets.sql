@@ -195,22 +195,32 @@ BEGIN
 END;
 $$;
 
+-- The three operator actions run with the owner's rights (SECURITY DEFINER, fixed
+-- search_path, every name qualified), so the operator role (skiplock_operator, the console's
+-- login) moves packets without any write privilege on the tables. They still make only the
+-- operator's moves of the table (none of them can make recovery's processing -> queued, which
+-- the guard trigger would otherwise allow as the owner), and the history records the calling
+-- login (session_user) unless an actor is given.
+
 -- Operator: take a packet that is ready for review.
 CREATE OR REPLACE FUNCTION skiplock.take_packet(id bigint, actor text DEFAULT NULL)
-RETURNS void LANGUAGE sql AS $$
+RETURNS void LANGUAGE sql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT skiplock._packet_move(take_packet.id, 'in_review', take_packet.actor, 'taken for review');
 $$;
 
 -- Operator: the review is done.
 CREATE OR REPLACE FUNCTION skiplock.complete_packet(id bigint, actor text DEFAULT NULL)
-RETURNS void LANGUAGE sql AS $$
+RETURNS void LANGUAGE sql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT skiplock._packet_move(complete_packet.id, 'done', complete_packet.actor, 'completed');
 $$;
 
 -- Operator: process again (from error, or from in_review after a reshoot / edited frames).
 -- Returns the new process-packet job.
 CREATE OR REPLACE FUNCTION skiplock.retry_packet(id bigint, reason text DEFAULT NULL, actor text DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql AS $$
+RETURNS bigint LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     cur skiplock.packet_state;
 BEGIN

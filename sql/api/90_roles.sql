@@ -10,6 +10,10 @@
 --                      sequences, every skiplock function, the migrations table (read); but
 --                      the packet history only to read, packets never to delete, and the
 --                      limits in skiplock.settings only to read.
+--   skiplock_operator  what the console (`skiplock web`) needs: read every skiplock table and
+--                      view; retry and cancel jobs (one or in bulk), move packets (take,
+--                      complete, retry) and pack a host now, only through those functions
+--                      (SECURITY DEFINER): no INSERT, UPDATE or DELETE on any table.
 -- Re-applied by every `skiplock migrate`, after every other sql/api file, so it is idempotent
 -- and also covers functions and tables that other files added.
 
@@ -21,7 +25,7 @@ DO $roles$
 DECLARE
     r text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['skiplock_owner', 'skiplock_enqueuer', 'skiplock_worker'] LOOP
+    FOREACH r IN ARRAY ARRAY['skiplock_owner', 'skiplock_enqueuer', 'skiplock_worker', 'skiplock_operator'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', r);
@@ -150,6 +154,31 @@ BEGIN
         IF mig IS NOT NULL THEN
             EXECUTE format('GRANT SELECT ON %s TO skiplock_worker', mig);
         END IF;
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'skiplock_operator') THEN
+        EXECUTE 'GRANT USAGE ON SCHEMA skiplock TO skiplock_operator';
+        -- Read everything (tables and views); write nothing directly. Re-applied by every
+        -- migrate, so a table added later is readable too.
+        EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA skiplock TO skiplock_operator';
+        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA skiplock FROM skiplock_operator';
+        -- The console checks at start that every migration was applied.
+        IF mig IS NOT NULL THEN
+            EXECUTE format('GRANT SELECT ON %s TO skiplock_operator', mig);
+        END IF;
+        -- The console's buttons (every one SECURITY DEFINER) and the filter helpers its job
+        -- list shares with the bulk functions; by name, with every overload.
+        FOR f IN
+            SELECT p.oid::regprocedure::text
+            FROM pg_catalog.pg_proc p
+            JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = 'skiplock'
+              AND p.proname IN ('cancel', 'retry', 'cancel_jobs', 'retry_jobs', 'take_packet',
+                                'complete_packet', 'retry_packet', 'pack_now',
+                                '_job_matches', '_like_pattern')
+        LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO skiplock_operator', f);
+        END LOOP;
     END IF;
 END;
 $grants$;

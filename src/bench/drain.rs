@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
+use crate::store::Pool as PgPool;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::store::Pool as PgPool;
 use serde::Serialize;
-use sqlx::PgPool;
 
 use super::store;
 use crate::error::{Error, Result};

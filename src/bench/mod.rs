@@ -19,9 +19,9 @@ pub mod targets;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::store::Pool as PgPool;
 use serde::Serialize;
 use serde_json::json;
-use sqlx::PgPool;
 
 use crate::config::QueueSettings;
 use crate::error::{Error, Result};

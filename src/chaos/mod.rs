@@ -54,6 +54,8 @@ pub struct ChaosConfig {
     pub worker_bin: PathBuf,
     /// Where worker logs go (one file per worker slot); a temp dir if `None`.
     pub log_dir: Option<PathBuf>,
+    /// Shows the recorded jobs as they come in (`skiplock chaos` on a terminal).
+    pub progress: crate::progress::Progress,
 }
 
 impl ChaosConfig {
@@ -73,6 +75,7 @@ impl ChaosConfig {
             deadline: Duration::from_secs(600),
             worker_bin: worker_bin.into(),
             log_dir: None,
+            progress: crate::progress::Progress::hidden(),
         }
     }
 }
@@ -345,6 +348,7 @@ pub async fn run(
         }
         if let Some(p) = progress(&pool).await {
             done = p;
+            cfg.progress.set(done.max(0) as u64);
         }
         if done >= cfg.jobs as i64 || Instant::now() > deadline {
             break;

@@ -298,7 +298,16 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
         skip_graphile: a.skip_graphile,
         skip_scale: a.skip_scale,
     };
-    let report = run(&server, &o, |m| eprintln!("bench: {m}")).await?;
+    // On a terminal a spinner shows the running step and the time; each step also leaves a
+    // line (plain stderr lines elsewhere, as before).
+    let progress = crate::progress::Progress::spinner("bench");
+    let report = run(&server, &o, |m| {
+        progress.line(&format!("bench: {m}"));
+        progress.message(m.to_string());
+    })
+    .await;
+    progress.clear();
+    let report = report?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

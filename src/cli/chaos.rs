@@ -85,6 +85,7 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
     cfg.rescue_after = a.rescue_after;
     cfg.deadline = a.deadline;
     cfg.log_dir = a.log_dir;
+    cfg.progress = crate::progress::Progress::bar(a.jobs, "chaos: jobs recorded");
     let report = if a.pg_restart {
         let cluster = tokio::task::spawn_blocking(PrivateCluster::start).await??;
         tracing::info!(dir = %cluster.path().display(), "private Postgres cluster started");
@@ -96,6 +97,7 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
         let url = config::database_url(url)?;
         chaos::run(&cfg, &url, None).await?
     };
+    cfg.progress.finish();
     println!("{}", report.summary_line());
     if !report.ok() {
         anyhow::bail!(

@@ -257,7 +257,11 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
         say!("deleted nothing: {why}");
         return Ok(());
     };
-    let n = reaper::reap(&pool, settings.max_age, None, move |_| started).await?;
+    let progress = crate::progress::Progress::spinner("reap");
+    progress.message(format!("deleting jobs unfinished past {max}, in batches"));
+    let n = reaper::reap(&pool, settings.max_age, None, move |_| started).await;
+    progress.clear();
+    let n = n?;
     say!("deleted {n} job(s) unfinished past the maximum age of {max}");
     Ok(())
 }

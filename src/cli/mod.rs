@@ -9,6 +9,7 @@ pub mod maintenance;
 pub mod output;
 pub mod pack;
 pub mod packets;
+pub mod web;
 pub mod worker;
 
 use clap::{Parser, Subcommand};
@@ -71,6 +72,8 @@ pub enum Command {
     Periodic(maintenance::PeriodicArgs),
     /// Delete unfinished jobs left behind past the maximum age (see --dry-run).
     Reap(maintenance::ReapArgs),
+    /// The operator console in the browser (default http://127.0.0.1:8080/).
+    Web(web::WebArgs),
     /// Measure throughput and latency against a plain-SQL ceiling.
     Bench(bench::BenchArgs),
     /// Fault injection: SIGKILLed workers and a Postgres restart (scripts/chaos).
@@ -139,6 +142,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Packet(a) => packets::run(url, a).await,
         Command::Periodic(a) => maintenance::periodic(url, a).await,
         Command::Reap(a) => maintenance::reap(url, a).await,
+        Command::Web(a) => web::run(url, a).await,
         Command::Bench(a) => bench::run_cli(url, a).await,
         Command::Chaos(a) => chaos::run(url, a).await,
         Command::ChaosWorker => chaos::worker(url).await,

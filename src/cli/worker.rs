@@ -4,6 +4,7 @@
 use clap::Args;
 
 use crate::config::{self, QueueSettings, parse_queues};
+use crate::progress::{DrainCount, Progress};
 use crate::worker::{Worker, builtin, shutdown};
 
 /// `skiplock worker` flags.
@@ -28,11 +29,60 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     // Built without contacting the database: the worker waits for it (with a capped
     // backoff, forever unless SKIPLOCK_CONNECT_TIMEOUT), where one-shot commands fail fast.
     let pool = crate::db::session::handler_pool(&config::database_url(url)?, &settings)?;
+    let served: Option<Vec<String>> = settings
+        .queues
+        .as_ref()
+        .map(|q| q.keys().cloned().collect());
     let mut builder = Worker::builder(pool.clone(), settings).exit_when_idle(a.exit_when_idle);
     builtin::register(builder.registry_mut());
     builder = crate::workflows::register_all(builder)?;
     builder = crate::maintenance::register_all(builder)?;
     let worker = builder.build();
-    worker.run(shutdown::signal()).await?;
+    let meter = a
+        .exit_when_idle
+        .then(|| drain_progress(pool.clone(), served.clone()))
+        .flatten();
+    let result = worker.run(shutdown::signal()).await;
+    if let Some((progress, task)) = meter {
+        task.abort();
+        progress.finish();
+    }
+    result?;
     Ok(())
+}
+
+/// A drain's bar (`--exit-when-idle` on a terminal): jobs done out of the jobs that were
+/// available or running in the served queues (all queues when none are named), sampled from
+/// `skiplock.queue_stats` twice a second by a task of its own.
+fn drain_progress(
+    pool: crate::store::Pool,
+    queues: Option<Vec<String>>,
+) -> Option<(Progress, tokio::task::JoinHandle<()>)> {
+    let progress = Progress::bar(0, "drain");
+    if !progress.is_drawn() {
+        return None;
+    }
+    let p = progress.clone();
+    let task = tokio::spawn(async move {
+        let mut count = DrainCount::default();
+        loop {
+            if let Ok(stats) = crate::store::jobs::queue_stats(&pool).await {
+                let remaining: i64 = stats
+                    .iter()
+                    .filter(|s| {
+                        matches!(
+                            s.state,
+                            crate::queue::JobState::Available | crate::queue::JobState::Running
+                        )
+                    })
+                    .filter(|s| queues.as_ref().is_none_or(|q| q.contains(&s.queue)))
+                    .map(|s| s.count)
+                    .sum();
+                let (done, total) = count.sample(remaining.max(0) as u64);
+                p.set_of(done, total);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    });
+    Some((progress, task))
 }

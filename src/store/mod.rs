@@ -41,6 +41,7 @@ pub mod rescue;
 pub mod schema;
 pub mod time;
 pub mod types;
+pub mod web;
 
 /// A pool of connections to the skiplock database (what handlers and services are given).
 pub type Pool = sqlx::PgPool;

@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "a66ccff2eaadfd1f25f945b6d923a38a8af23b1000521237c802bbdfbd8f0e61",
+    "8d526bbb2c14f484a3b8296210216f22e136e5169c18d5e8c31078ac0b9ea8c8",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

@@ -1,0 +1,593 @@
+//! The operator console's statements (`sql/web/*.sql`): what its pages read and what its
+//! buttons call. Reads go to the tables and views; every change goes through a SQL API
+//! function (`skiplock.retry`, `cancel`, `retry_jobs`, `cancel_jobs`, `take_packet`,
+//! `complete_packet`, `retry_packet`, `pack_now`), so the console needs no write privilege
+//! on any table (the `skiplock_operator` role, `sql/api/90_roles.sql`) and every rule the
+//! CLI and SQL obey holds here too.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+pub use sqlx::PgPool;
+
+use crate::error::{Error, Result};
+use crate::queue::{JobRow, JobState};
+
+/// A SQL API refusal (`RAISE EXCEPTION 'skiplock: …'`) or a missing privilege becomes
+/// [`Error::Invalid`] with the database's own words (written for people); anything else
+/// stays a database error.
+fn refusal(e: sqlx::Error) -> Error {
+    if let sqlx::Error::Database(d) = &e {
+        let m = d.message();
+        if let Some(rest) = m.strip_prefix("skiplock: ") {
+            return Error::Invalid(rest.to_string());
+        }
+        if d.code().as_deref() == Some("42501") {
+            return Error::Invalid(m.to_string());
+        }
+    }
+    Error::Database(e)
+}
+
+/// A job state bound as `skiplock.job_state` itself, not as text: a text parameter cast in
+/// SQL (`$1::skiplock.job_state`) goes through `enum_in`, which is only STABLE, so even a
+/// custom plan cannot fold it into a constant, and `state = 'available'` would not match the
+/// partial index of available rows (a full scan instead of a few index pages).
+#[derive(Debug, Clone, Copy)]
+struct StateParam(JobState);
+
+impl sqlx::Type<sqlx::Postgres> for StateParam {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        sqlx::postgres::PgTypeInfo::with_name("skiplock.job_state")
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Postgres> for StateParam {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <&str as sqlx::Encode<sqlx::Postgres>>::encode_by_ref(&self.0.as_str(), buf)
+    }
+}
+
+fn state_param(f: &JobFilter) -> Option<StateParam> {
+    f.state.map(StateParam)
+}
+
+/// One queue's line on the overview.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct QueueCounts {
+    /// Queue name.
+    pub queue: String,
+    /// Available and due.
+    pub available: i64,
+    /// Available, due later (scheduled, snoozed or retrying after a backoff).
+    pub scheduled: i64,
+    /// Running.
+    pub running: i64,
+    /// Completed.
+    pub completed: i64,
+    /// Discarded (failed for good).
+    pub discarded: i64,
+    /// Cancelled.
+    pub cancelled: i64,
+    /// Age of the oldest due available job, in seconds (none waiting: `None`).
+    pub oldest_wait_secs: Option<f64>,
+}
+
+/// Per queue: jobs by state and the oldest waiting job's age.
+pub async fn queue_counts(pool: &PgPool) -> Result<Vec<QueueCounts>> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/queue_counts.sql"))
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// Jobs finished in one minute.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct MinuteCount {
+    /// The minute's start.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub minute: DateTime<Utc>,
+    /// Completed in it.
+    pub completed: i64,
+    /// Discarded in it.
+    pub failed: i64,
+}
+
+/// Completed and discarded jobs per minute, the last 60 minutes, oldest first.
+pub async fn throughput(pool: &PgPool) -> Result<Vec<MinuteCount>> {
+    Ok(sqlx::query_as(include_str!("../../sql/web/throughput.sql"))
+        .fetch_all(pool)
+        .await?)
+}
+
+/// A worker process with a recent heartbeat.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LiveWorker {
+    /// Worker id (`host:pid:random`).
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: i32,
+    /// Queues it serves (empty: every queue it finds).
+    pub queues: Vec<String>,
+    /// Kinds it has handlers for.
+    pub kinds: Vec<String>,
+    /// Process start.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub started_at: DateTime<Utc>,
+    /// Last heartbeat.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub heartbeat_at: DateTime<Utc>,
+    /// Seconds since start (database clock).
+    pub uptime_secs: f64,
+    /// Seconds since the last heartbeat (database clock).
+    pub heartbeat_age_secs: f64,
+}
+
+/// Workers whose heartbeat is newer than `live_secs`.
+pub async fn live_workers(pool: &PgPool, live_secs: f64) -> Result<Vec<LiveWorker>> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/live_workers.sql"))
+            .bind(live_secs)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// The job list's filter (each `None`: any). `search` is a plain substring looked for in
+/// args and errors, ignoring case (`skiplock._job_matches`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only jobs whose args or errors contain this.
+    pub search: Option<String>,
+}
+
+/// A job on the list (args and last error cut short).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobLine {
+    /// Id.
+    pub id: i64,
+    /// Kind.
+    pub kind: String,
+    /// Queue.
+    pub queue: String,
+    /// State name.
+    pub state: String,
+    /// Priority.
+    pub priority: i16,
+    /// Attempts made.
+    pub attempt: i32,
+    /// Attempt limit.
+    pub max_attempts: i32,
+    /// When due.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub scheduled_at: DateTime<Utc>,
+    /// When enqueued.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub created_at: DateTime<Utc>,
+    /// When finished.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub finalized_at: Option<DateTime<Utc>>,
+    /// The args as JSON text, at most 160 characters.
+    pub args_preview: String,
+    /// The last error, at most 160 characters.
+    pub last_error: Option<String>,
+}
+
+/// Which page of the keyset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Page {
+    /// The newest matches.
+    First,
+    /// Matches with an id below this one (the next, older page).
+    Older(i64),
+    /// Matches with an id above this one (the previous, newer page).
+    Newer(i64),
+}
+
+/// One page of the filtered jobs, newest first, at most `limit` rows.
+pub async fn jobs_page(
+    pool: &PgPool,
+    f: &JobFilter,
+    page: Page,
+    limit: i64,
+) -> Result<Vec<JobLine>> {
+    let state = state_param(f);
+    match page {
+        Page::First | Page::Older(_) => {
+            let before = match page {
+                Page::Older(id) => Some(id),
+                _ => None,
+            };
+            Ok(sqlx::query_as(include_str!("../../sql/web/jobs_older.sql"))
+                .bind(state)
+                .bind(&f.kind)
+                .bind(&f.queue)
+                .bind(&f.search)
+                .bind(before)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?)
+        }
+        Page::Newer(after) => {
+            let mut rows: Vec<JobLine> =
+                sqlx::query_as(include_str!("../../sql/web/jobs_newer.sql"))
+                    .bind(state)
+                    .bind(&f.kind)
+                    .bind(&f.queue)
+                    .bind(&f.search)
+                    .bind(after)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?;
+            rows.reverse();
+            Ok(rows)
+        }
+    }
+}
+
+/// A name the filter form offers.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FilterChoice {
+    /// The kind or queue name.
+    pub name: String,
+    /// `kind` or `queue`.
+    pub what: String,
+}
+
+/// Kinds and queues for the filter form (running jobs and the newest 10,000).
+pub async fn filter_choices(pool: &PgPool) -> Result<Vec<FilterChoice>> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/kinds_and_queues.sql"))
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// One job with every column, or `None`.
+pub async fn job(pool: &PgPool, id: i64) -> Result<Option<JobRow>> {
+    Ok(sqlx::query_as(include_str!("../../sql/web/job.sql"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?)
+}
+
+/// Retry one job (`skiplock.retry`); a refusal is [`Error::Invalid`].
+pub async fn retry_job(pool: &PgPool, id: i64) -> Result<()> {
+    sqlx::query(include_str!("../../sql/web/retry_job.sql"))
+        .bind(id)
+        .execute(pool)
+        .await
+        .map_err(refusal)?;
+    Ok(())
+}
+
+/// Cancel one job (`skiplock.cancel`); a refusal is [`Error::Invalid`].
+pub async fn cancel_job(pool: &PgPool, id: i64) -> Result<()> {
+    sqlx::query(include_str!("../../sql/web/cancel_job.sql"))
+        .bind(id)
+        .execute(pool)
+        .await
+        .map_err(refusal)?;
+    Ok(())
+}
+
+/// Retry the filtered finished jobs, at most `max_rows` (`skiplock.retry_jobs`); how many.
+pub async fn retry_jobs(pool: &PgPool, f: &JobFilter, max_rows: i32) -> Result<i64> {
+    sqlx::query_scalar(include_str!("../../sql/web/retry_jobs.sql"))
+        .bind(state_param(f))
+        .bind(&f.kind)
+        .bind(&f.queue)
+        .bind(&f.search)
+        .bind(max_rows)
+        .fetch_one(pool)
+        .await
+        .map_err(refusal)
+}
+
+/// Cancel the filtered unfinished jobs, at most `max_rows` (`skiplock.cancel_jobs`); how many.
+pub async fn cancel_jobs(pool: &PgPool, f: &JobFilter, max_rows: i32) -> Result<i64> {
+    sqlx::query_scalar(include_str!("../../sql/web/cancel_jobs.sql"))
+        .bind(state_param(f))
+        .bind(&f.kind)
+        .bind(&f.queue)
+        .bind(&f.search)
+        .bind(max_rows)
+        .fetch_one(pool)
+        .await
+        .map_err(refusal)
+}
+
+/// A packet on the board.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PacketLine {
+    /// Id.
+    pub id: i64,
+    /// Its folder.
+    pub source: String,
+    /// A label.
+    pub name: Option<String>,
+    /// State name.
+    pub state: String,
+    /// Why processing failed.
+    pub error: Option<String>,
+    /// Its last process-packet job.
+    pub job_id: Option<i64>,
+    /// Submitted.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Packets not done, at most `per_state` of each state, oldest first.
+pub async fn open_packets(pool: &PgPool, per_state: i64) -> Result<Vec<PacketLine>> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packets_open.sql"))
+            .bind(per_state)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// The `limit` packets finished last.
+pub async fn done_packets(pool: &PgPool, limit: i64) -> Result<Vec<PacketLine>> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packets_done.sql"))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// One packet, or `None`.
+pub async fn packet(pool: &PgPool, id: i64) -> Result<Option<PacketLine>> {
+    Ok(sqlx::query_as(include_str!("../../sql/web/packet.sql"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?)
+}
+
+/// What processing produced for a packet.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PacketResult {
+    /// The processor's output (JSON), if any.
+    pub result: Option<Value>,
+}
+
+/// A packet's result (`None`: no such packet).
+pub async fn packet_result(pool: &PgPool, id: i64) -> Result<Option<PacketResult>> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packet_result.sql"))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?,
+    )
+}
+
+/// One move in a packet's history.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PacketEventLine {
+    /// Event id.
+    pub id: i64,
+    /// The packet.
+    pub packet_id: i64,
+    /// Previous state (`None`: the submit).
+    pub from_state: Option<String>,
+    /// New state.
+    pub to_state: String,
+    /// When.
+    #[sqlx(try_from = "crate::store::time::DbTime")]
+    pub at: DateTime<Utc>,
+    /// Who.
+    pub actor: String,
+    /// Why.
+    pub note: Option<String>,
+}
+
+/// The history of the packets `ids`, oldest first per packet.
+pub async fn packet_events(pool: &PgPool, ids: &[i64]) -> Result<Vec<PacketEventLine>> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packet_events.sql"))
+            .bind(ids)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// Packets per state ("whose move is it?").
+#[derive(Debug, Clone, Default, sqlx::FromRow)]
+pub struct PacketCounts {
+    /// queued + processing.
+    pub machine: i64,
+    /// ready_for_review + in_review + error.
+    pub people: i64,
+    /// Waiting for a worker.
+    pub queued: i64,
+    /// Being processed.
+    pub processing: i64,
+    /// Waiting for an operator.
+    pub ready_for_review: i64,
+    /// Being checked.
+    pub in_review: i64,
+    /// Failed.
+    pub error: i64,
+    /// Finished.
+    pub done: i64,
+}
+
+/// The "whose move" counts.
+pub async fn packet_counts(pool: &PgPool) -> Result<PacketCounts> {
+    Ok(
+        sqlx::query_as(include_str!("../../sql/web/packet_counts.sql"))
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// Take a packet for review (`skiplock.take_packet`); a refused move is [`Error::Invalid`].
+pub async fn take_packet(pool: &PgPool, id: i64, actor: Option<&str>) -> Result<()> {
+    sqlx::query(include_str!("../../sql/web/take_packet.sql"))
+        .bind(id)
+        .bind(actor)
+        .execute(pool)
+        .await
+        .map_err(refusal)?;
+    Ok(())
+}
+
+/// Finish a packet's review (`skiplock.complete_packet`).
+pub async fn complete_packet(pool: &PgPool, id: i64, actor: Option<&str>) -> Result<()> {
+    sqlx::query(include_str!("../../sql/web/complete_packet.sql"))
+        .bind(id)
+        .bind(actor)
+        .execute(pool)
+        .await
+        .map_err(refusal)?;
+    Ok(())
+}
+
+/// Process a packet again, with a reason (`skiplock.retry_packet`); returns the new job.
+pub async fn retry_packet(
+    pool: &PgPool,
+    id: i64,
+    reason: Option<&str>,
+    actor: Option<&str>,
+) -> Result<i64> {
+    sqlx::query_scalar(include_str!("../../sql/web/retry_packet.sql"))
+        .bind(id)
+        .bind(reason)
+        .bind(actor)
+        .fetch_one(pool)
+        .await
+        .map_err(refusal)
+}
+
+/// A host on the crawl page.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HostLine {
+    /// Host (`name` or `name:port`).
+    pub host: String,
+    /// Pages known.
+    pub pages: i64,
+    /// Pages fetched at least once.
+    pub fetched: i64,
+    /// Latest fetch.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub last_fetched: Option<DateTime<Utc>>,
+    /// Earliest next fetch.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub next_fetch: Option<DateTime<Utc>>,
+    /// The slot the next fetch that asks gets (politeness).
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub next_slot_at: Option<DateTime<Utc>>,
+    /// No request before this.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub busy_until: Option<DateTime<Utc>>,
+}
+
+/// Hosts with their counts and politeness slot, at most `limit`.
+pub async fn hosts(pool: &PgPool, limit: i64) -> Result<Vec<HostLine>> {
+    Ok(sqlx::query_as(include_str!("../../sql/web/hosts.sql"))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+/// A page of a host.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PageLine {
+    /// Id.
+    pub id: i64,
+    /// Normalised URL.
+    pub url: String,
+    /// Last status code.
+    pub http_status: Option<i32>,
+    /// Title.
+    pub title: Option<String>,
+    /// Last fetch.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub last_fetched: Option<DateTime<Utc>>,
+    /// Next fetch due.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub next_fetch: Option<DateTime<Utc>>,
+    /// Why the last request stored no content.
+    pub note: Option<String>,
+}
+
+/// Pages of `host` with an id above `after`, at most `limit`, in id order.
+pub async fn host_pages(
+    pool: &PgPool,
+    host: &str,
+    after: Option<i64>,
+    limit: i64,
+) -> Result<Vec<PageLine>> {
+    Ok(sqlx::query_as(include_str!("../../sql/web/host_pages.sql"))
+        .bind(host)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+/// A host's last pack and pending timer.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PackLine {
+    /// Host.
+    pub host: String,
+    /// Last pack's upload end.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub packed_at: Option<DateTime<Utc>>,
+    /// Pages in the artifact.
+    pub pages: Option<i64>,
+    /// Artifact size.
+    pub bytes: Option<i64>,
+    /// Artifact key in the store.
+    pub object_key: Option<String>,
+    /// The store.
+    pub store: Option<String>,
+    /// Packs so far.
+    pub pack_count: Option<i64>,
+    /// The pending do-the-packing job.
+    pub timer_job_id: Option<i64>,
+    /// When it fires.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub timer_at: Option<DateTime<Utc>>,
+}
+
+/// Packs and pending timers, at most `limit` hosts.
+pub async fn packs(pool: &PgPool, limit: i64) -> Result<Vec<PackLine>> {
+    Ok(sqlx::query_as(include_str!("../../sql/web/packs.sql"))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+/// Pack a host now (`skiplock.pack_now`); returns the do-the-packing job.
+pub async fn pack_now(pool: &PgPool, host: &str) -> Result<i64> {
+    sqlx::query_scalar(include_str!("../../sql/web/pack_now.sql"))
+        .bind(host)
+        .fetch_one(pool)
+        .await
+        .map_err(refusal)
+}
+
+/// The console's database login.
+pub async fn session_user(pool: &PgPool) -> Result<String> {
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/web/session_user.sql"))
+            .fetch_one(pool)
+            .await?,
+    )
+}

@@ -1,0 +1,111 @@
+//! The operator console, `skiplock web`: server-rendered pages over the queue, the packet
+//! pipeline and the crawl, with the few buttons operators press every day.
+//!
+//! - [`pages`]: one module per page (overview, jobs, packets, crawl, login); askama
+//!   templates in `src/web/templates/`, compiled into the binary.
+//! - [`auth`]: loopback by default, the token, the login cookie, CSRF on every POST.
+//! - [`assets`], [`chart`], [`format`]: the embedded stylesheet and script, the SVG
+//!   throughput chart, how times and sizes read.
+//! - Statements: [`crate::store::web`]. Reads only; every button calls a SQL API function,
+//!   so the console's login needs only the `skiplock_operator` role.
+//!
+//! Pages read without JavaScript; the one small script only refreshes the overview and
+//! crawl pages and asks before destructive buttons.
+
+pub mod assets;
+pub mod auth;
+pub mod chart;
+pub mod format;
+mod guard;
+pub mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+
+use crate::error::{Error, Result};
+use crate::store::web::PgPool;
+
+/// Default `--listen`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default of `SKIPLOCK_WEB_STATEMENT_TIMEOUT`: the longest a page's query may run (a text
+/// search over millions of rows is cut off with a clear error instead of hanging).
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of `SKIPLOCK_WEB_CONNECTIONS`.
+pub const DEFAULT_CONNECTIONS: usize = 4;
+/// A worker counts as live while its heartbeat is newer than this (as `skiplock stats`).
+pub const LIVE_WORKER_SECS: f64 = 120.0;
+/// Jobs per page.
+pub const PAGE_SIZE: i64 = 50;
+/// Jobs one bulk press changes at most (`max_rows` of retry_jobs / cancel_jobs).
+pub const BULK_MAX: i32 = 10_000;
+/// Packets per column of the board.
+pub const BOARD_PER_STATE: i64 = 50;
+/// Seconds between automatic refreshes of the overview and crawl pages.
+pub const REFRESH_SECS: u32 = 5;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The console's database pool (a `skiplock_operator` login).
+    pub pool: PgPool,
+    /// Token and CSRF secrets.
+    pub auth: Arc<auth::Auth>,
+    /// The database login, shown in the header.
+    pub db_user: Arc<str>,
+}
+
+/// Builds the console's router (every page, the assets, the login, the guard).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(pages::overview::page))
+        .route("/jobs", get(pages::jobs::list))
+        .route("/jobs/bulk", post(pages::jobs::bulk))
+        .route("/jobs/{id}", get(pages::jobs::show))
+        .route("/jobs/{id}/retry", post(pages::jobs::retry))
+        .route("/jobs/{id}/cancel", post(pages::jobs::cancel))
+        .route("/packets", get(pages::packets::board))
+        .route("/packets/{id}", get(pages::packets::show))
+        .route("/packets/{id}/take", post(pages::packets::take))
+        .route("/packets/{id}/complete", post(pages::packets::complete))
+        .route("/packets/{id}/retry", post(pages::packets::retry))
+        .route("/crawl", get(pages::crawl::page))
+        .route("/crawl/host", get(pages::crawl::host))
+        .route("/crawl/pack-now", post(pages::crawl::pack_now))
+        .route("/login", get(pages::login::form).post(pages::login::submit))
+        .route("/logout", post(pages::login::logout))
+        .route("/assets/{file}", get(assets::serve))
+        .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::guard,
+        ))
+        .with_state(state)
+}
+
+/// Resolves `listen` and checks it against the token rule ([`auth::listen_decision`]);
+/// returns the address to bind.
+pub async fn resolve_listen(listen: &str, token_set: bool) -> Result<SocketAddr> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(listen)
+        .await
+        .map_err(|e| Error::Invalid(format!("invalid --listen {listen}: {e}")))?
+        .collect();
+    auth::listen_decision(listen, &addrs, token_set).map_err(Error::Invalid)?;
+    Ok(addrs[0])
+}
+
+/// Serves the console on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(Error::Io)
+}

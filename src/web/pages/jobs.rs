@@ -1,0 +1,611 @@
+//! Jobs: the filtered list (state, kind, queue, text in args or errors) with keyset paging
+//! by id, one job's page (args, result, every error, timestamps) with Retry and Cancel, and
+//! bulk Retry / Cancel of the filtered set (`skiplock.retry_jobs` / `cancel_jobs`).
+
+use askama::Template;
+use axum::Extension;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Layout, PageError, html, q, see_other};
+use crate::queue::JobState;
+use crate::store::web::{self as store, JobFilter, Page};
+use crate::web::guard::CsrfNonce;
+use crate::web::{AppState, BULK_MAX, PAGE_SIZE, format};
+
+/// Longest kind or queue name (as the SQL API allows).
+const MAX_NAME: usize = 200;
+/// Longest search text.
+const MAX_SEARCH: usize = 1000;
+
+/// The list's query string.
+#[derive(Debug, Default, Deserialize)]
+pub struct JobsQuery {
+    /// Job state.
+    pub state: Option<String>,
+    /// Job kind (exact).
+    pub kind: Option<String>,
+    /// Queue (exact).
+    pub queue: Option<String>,
+    /// Text in args or errors.
+    pub q: Option<String>,
+    /// Older than this id.
+    pub before: Option<String>,
+    /// Newer than this id.
+    pub after: Option<String>,
+    /// What was just done (a message code).
+    pub done: Option<String>,
+    /// How many it touched.
+    pub n: Option<String>,
+}
+
+fn text_field(what: &str, v: Option<&str>, max: usize) -> Result<Option<String>, String> {
+    match v {
+        None | Some("") => Ok(None),
+        Some(s) if s.contains('\0') => Err(format!("{what} contains a NUL character")),
+        Some(s) if s.chars().count() > max => {
+            Err(format!("{what} is longer than {max} characters"))
+        }
+        Some(s) => Ok(Some(s.to_string())),
+    }
+}
+
+/// The filter a query string asks for; empty fields mean "any". Refuses, in one line, an
+/// unknown state, a NUL character (Postgres text cannot hold it) and absurd lengths.
+pub fn parse_filter(
+    state: Option<&str>,
+    kind: Option<&str>,
+    queue: Option<&str>,
+    search: Option<&str>,
+) -> Result<JobFilter, String> {
+    let state = match state.map(str::trim) {
+        None | Some("") => None,
+        Some(s) => Some(s.parse::<JobState>()?),
+    };
+    Ok(JobFilter {
+        state,
+        kind: text_field("kind", kind, MAX_NAME)?,
+        queue: text_field("queue", queue, MAX_NAME)?,
+        search: text_field("search text", search, MAX_SEARCH)?,
+    })
+}
+
+/// The page a query string asks for: `before` (older), `after` (newer) or the first.
+pub fn parse_page(before: Option<&str>, after: Option<&str>) -> Result<Page, String> {
+    let id = |what: &str, v: &str| {
+        v.trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("{what} must be a job id (a positive whole number)"))
+    };
+    match (
+        before.filter(|s| !s.is_empty()),
+        after.filter(|s| !s.is_empty()),
+    ) {
+        (Some(_), Some(_)) => Err("give either before or after, not both".into()),
+        (Some(b), None) => Ok(Page::Older(id("before", b)?)),
+        (None, Some(a)) => Ok(Page::Newer(id("after", a)?)),
+        (None, None) => Ok(Page::First),
+    }
+}
+
+/// `/jobs?…` for `f`, plus `extra` (`before=…`, `done=…`).
+pub fn list_url(f: &JobFilter, extra: &[(&str, String)]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(s) = f.state {
+        parts.push(format!("state={}", s.as_str()));
+    }
+    for (k, v) in [("kind", &f.kind), ("queue", &f.queue), ("q", &f.search)] {
+        if let Some(v) = v {
+            parts.push(format!("{k}={}", q(v)));
+        }
+    }
+    for (k, v) in extra {
+        parts.push(format!("{k}={}", q(v)));
+    }
+    if parts.is_empty() {
+        "/jobs".to_string()
+    } else {
+        format!("/jobs?{}", parts.join("&"))
+    }
+}
+
+/// The filter in words, for the bulk form.
+fn describe(f: &JobFilter) -> String {
+    let mut p = Vec::new();
+    if let Some(s) = f.state {
+        p.push(format!("state {s}"));
+    }
+    if let Some(k) = &f.kind {
+        p.push(format!("kind {k}"));
+    }
+    if let Some(qq) = &f.queue {
+        p.push(format!("queue {qq}"));
+    }
+    if let Some(s) = &f.search {
+        p.push(format!("text \"{s}\""));
+    }
+    if p.is_empty() {
+        "no filter (every job)".into()
+    } else {
+        p.join(", ")
+    }
+}
+
+/// A list row.
+pub struct JobView {
+    /// Id.
+    pub id: i64,
+    /// State.
+    pub state: String,
+    /// Kind.
+    pub kind: String,
+    /// Queue.
+    pub queue: String,
+    /// Attempts.
+    pub attempt: i32,
+    /// Attempt limit.
+    pub max_attempts: i32,
+    /// Due.
+    pub scheduled_at: String,
+    /// Finished.
+    pub finalized_at: String,
+    /// Args (cut short).
+    pub args: String,
+    /// Last error (cut short).
+    pub last_error: String,
+}
+
+#[derive(Template)]
+#[template(path = "jobs.html", config = "src/web/askama.toml")]
+struct JobsPage {
+    layout: Layout,
+    states: Vec<String>,
+    filter_state: String,
+    filter_kind: String,
+    filter_queue: String,
+    filter_q: String,
+    filter_text: String,
+    kinds: Vec<String>,
+    queue_names: Vec<String>,
+    jobs: Vec<JobView>,
+    newer_url: Option<String>,
+    older_url: Option<String>,
+    page_size: i64,
+    bulk_max: String,
+    bulk_retry: bool,
+    bulk_cancel: bool,
+}
+
+fn bad_request(st: &AppState, nonce: &CsrfNonce, m: String) -> PageError {
+    PageError::refused(StatusCode::BAD_REQUEST, m)
+        .back("/jobs")
+        .framed(st, nonce)
+}
+
+/// `GET /jobs`.
+pub async fn list(
+    State(st): State<AppState>,
+    Extension(nonce): Extension<CsrfNonce>,
+    Query(qs): Query<JobsQuery>,
+) -> Result<Response, PageError> {
+    let f = parse_filter(
+        qs.state.as_deref(),
+        qs.kind.as_deref(),
+        qs.queue.as_deref(),
+        qs.q.as_deref(),
+    )
+    .map_err(|m| bad_request(&st, &nonce, m))?;
+    let page = parse_page(qs.before.as_deref(), qs.after.as_deref())
+        .map_err(|m| bad_request(&st, &nonce, m))?;
+    let framed = |e: crate::Error| PageError::from(e).framed(&st, &nonce);
+    let (mut rows, choices) = tokio::try_join!(
+        store::jobs_page(&st.pool, &f, page, PAGE_SIZE + 1),
+        store::filter_choices(&st.pool),
+    )
+    .map_err(framed)?;
+    let more = rows.len() as i64 > PAGE_SIZE;
+    let (has_newer, has_older) = match page {
+        Page::First => (false, more),
+        Page::Older(_) => (true, more),
+        Page::Newer(_) => (more, true),
+    };
+    if more {
+        match page {
+            // Newest first; the extra row of a "newer" page is the newest, at the front.
+            Page::Newer(_) => {
+                rows.remove(0);
+            }
+            _ => rows.truncate(PAGE_SIZE as usize),
+        }
+    }
+    let newer_url = match (has_newer, rows.first()) {
+        (true, Some(r)) => Some(list_url(&f, &[("after", r.id.to_string())])),
+        // A "newer" page that came back empty: start again from the newest.
+        (true, None) => Some(list_url(&f, &[])),
+        _ => None,
+    };
+    let older_url = match (has_older, rows.last()) {
+        (true, Some(r)) => Some(list_url(&f, &[("before", r.id.to_string())])),
+        _ => None,
+    };
+    let mut layout = Layout::new(&st, &nonce, "Jobs", "jobs");
+    let n =
+        qs.n.as_deref()
+            .and_then(|n| n.parse::<i64>().ok())
+            .unwrap_or(0);
+    layout.flash_ok = match qs.done.as_deref() {
+        Some("bulk-retry") => Some(format!(
+            "Retried {} jobs (at most {} per press; press again for more).",
+            format::count(n),
+            format::count(BULK_MAX.into())
+        )),
+        Some("bulk-cancel") => Some(format!(
+            "Cancelled {} jobs (at most {} per press; press again for more).",
+            format::count(n),
+            format::count(BULK_MAX.into())
+        )),
+        _ => None,
+    };
+    let (mut kinds, mut queue_names) = (Vec::new(), Vec::new());
+    for c in choices {
+        if c.what == "kind" {
+            kinds.push(c.name);
+        } else {
+            queue_names.push(c.name);
+        }
+    }
+    html(&JobsPage {
+        layout,
+        states: JobState::ALL
+            .iter()
+            .map(|s| s.as_str().to_string())
+            .collect(),
+        filter_state: f.state.map(|s| s.as_str().to_string()).unwrap_or_default(),
+        filter_kind: f.kind.clone().unwrap_or_default(),
+        filter_queue: f.queue.clone().unwrap_or_default(),
+        filter_q: f.search.clone().unwrap_or_default(),
+        filter_text: describe(&f),
+        kinds,
+        queue_names,
+        jobs: rows
+            .into_iter()
+            .map(|r| JobView {
+                id: r.id,
+                state: r.state,
+                kind: r.kind,
+                queue: r.queue,
+                attempt: r.attempt,
+                max_attempts: r.max_attempts,
+                scheduled_at: format::time(Some(r.scheduled_at)),
+                finalized_at: format::time(r.finalized_at),
+                args: r.args_preview,
+                last_error: r.last_error.unwrap_or_default(),
+            })
+            .collect(),
+        newer_url,
+        older_url,
+        page_size: PAGE_SIZE,
+        bulk_max: format::count(BULK_MAX.into()),
+        bulk_retry: f.state.is_none_or(JobState::is_finished),
+        bulk_cancel: f.state.is_none_or(|s| !s.is_finished()),
+    })
+}
+
+/// One entry of a job's `errors`.
+pub struct ErrorView {
+    /// The attempt it belongs to.
+    pub attempt: String,
+    /// When.
+    pub at: String,
+    /// The message.
+    pub error: String,
+}
+
+/// A job's `errors` column as rows; anything that is not the usual
+/// `[{attempt, at, error}]` (a plain SQL write can put anything there) is shown as JSON.
+pub fn error_views(errors: &Value) -> Vec<ErrorView> {
+    let text = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => "-".to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    match errors {
+        Value::Array(items) => items
+            .iter()
+            .map(|e| match e {
+                Value::Object(o) => ErrorView {
+                    attempt: text(o.get("attempt")),
+                    at: match o
+                        .get("at")
+                        .and_then(Value::as_str)
+                        .map(chrono::DateTime::parse_from_rfc3339)
+                    {
+                        Some(Ok(t)) => format::time(Some(t.with_timezone(&chrono::Utc))),
+                        _ => text(o.get("at")),
+                    },
+                    error: text(o.get("error")),
+                },
+                other => ErrorView {
+                    attempt: "-".into(),
+                    at: "-".into(),
+                    error: other.to_string(),
+                },
+            })
+            .collect(),
+        Value::Null => Vec::new(),
+        other => vec![ErrorView {
+            attempt: "-".into(),
+            at: "-".into(),
+            error: other.to_string(),
+        }],
+    }
+}
+
+#[derive(Template)]
+#[template(path = "job.html", config = "src/web/askama.toml")]
+struct JobPage {
+    layout: Layout,
+    id: i64,
+    state: String,
+    kind: String,
+    queue: String,
+    queue_q: String,
+    attempt: i32,
+    max_attempts: i32,
+    priority: i16,
+    unique_key: String,
+    attempted_by: String,
+    created_at: String,
+    scheduled_at: String,
+    attempted_at: String,
+    heartbeat_at: String,
+    finalized_at: String,
+    args: String,
+    result: String,
+    errors: Vec<ErrorView>,
+    can_retry: bool,
+    can_cancel: bool,
+}
+
+/// What was done, for the job page's message.
+#[derive(Debug, Default, Deserialize)]
+pub struct DoneQuery {
+    /// `retried` or `cancelled`.
+    pub done: Option<String>,
+}
+
+/// `GET /jobs/{id}`.
+pub async fn show(
+    State(st): State<AppState>,
+    Extension(nonce): Extension<CsrfNonce>,
+    Path(id): Path<String>,
+    Query(dq): Query<DoneQuery>,
+) -> Result<Response, PageError> {
+    let id = job_id(&st, &nonce, &id)?;
+    let j = store::job(&st.pool, id)
+        .await
+        .map_err(|e| PageError::from(e).framed(&st, &nonce))?
+        .ok_or_else(|| {
+            PageError::not_found(format!("job {id}"))
+                .back("/jobs")
+                .framed(&st, &nonce)
+        })?;
+    let mut layout = Layout::new(&st, &nonce, format!("Job {id}"), "jobs");
+    layout.flash_ok = match dq.done.as_deref() {
+        Some("retried") => Some(format!("Job {id} is available again.")),
+        Some("cancelled") => Some(format!("Job {id} is cancelled.")),
+        _ => None,
+    };
+    html(&JobPage {
+        layout,
+        id,
+        can_retry: j.state != crate::queue::JobState::Running,
+        can_cancel: matches!(j.state.as_str(), "available" | "running"),
+        queue_q: q(&j.queue),
+        kind: j.kind,
+        queue: j.queue,
+        attempt: j.attempt,
+        max_attempts: j.max_attempts,
+        priority: j.priority,
+        unique_key: j.unique_key.unwrap_or_else(|| "-".into()),
+        attempted_by: j.attempted_by.unwrap_or_else(|| "-".into()),
+        created_at: format::time(Some(j.created_at)),
+        scheduled_at: format::time(Some(j.scheduled_at)),
+        attempted_at: format::time(j.attempted_at),
+        heartbeat_at: format::time(j.heartbeat_at),
+        finalized_at: format::time(j.finalized_at),
+        args: format::json(&j.args),
+        result: j
+            .result
+            .as_ref()
+            .map(format::json)
+            .unwrap_or_else(|| "-".into()),
+        errors: error_views(&j.errors),
+        state: j.state.to_string(),
+    })
+}
+
+fn job_id(st: &AppState, nonce: &CsrfNonce, raw: &str) -> Result<i64, PageError> {
+    raw.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+        PageError::refused(StatusCode::BAD_REQUEST, format!("{raw:?} is not a job id"))
+            .back("/jobs")
+            .framed(st, nonce)
+    })
+}
+
+/// `POST /jobs/{id}/retry`.
+pub async fn retry(
+    State(st): State<AppState>,
+    Extension(nonce): Extension<CsrfNonce>,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let id = job_id(&st, &nonce, &id)?;
+    store::retry_job(&st.pool, id).await.map_err(|e| {
+        PageError::from(e)
+            .back(format!("/jobs/{id}"))
+            .framed(&st, &nonce)
+    })?;
+    Ok(see_other(&format!("/jobs/{id}?done=retried")))
+}
+
+/// `POST /jobs/{id}/cancel`.
+pub async fn cancel(
+    State(st): State<AppState>,
+    Extension(nonce): Extension<CsrfNonce>,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let id = job_id(&st, &nonce, &id)?;
+    store::cancel_job(&st.pool, id).await.map_err(|e| {
+        PageError::from(e)
+            .back(format!("/jobs/{id}"))
+            .framed(&st, &nonce)
+    })?;
+    Ok(see_other(&format!("/jobs/{id}?done=cancelled")))
+}
+
+/// The bulk form.
+#[derive(Debug, Deserialize)]
+pub struct BulkForm {
+    /// `retry` or `cancel`.
+    pub action: Option<String>,
+    /// The confirmation checkbox.
+    pub confirm: Option<String>,
+    /// Filter: state.
+    pub state: Option<String>,
+    /// Filter: kind.
+    pub kind: Option<String>,
+    /// Filter: queue.
+    pub queue: Option<String>,
+    /// Filter: text.
+    pub q: Option<String>,
+}
+
+/// `POST /jobs/bulk`.
+pub async fn bulk(
+    State(st): State<AppState>,
+    Extension(nonce): Extension<CsrfNonce>,
+    Form(form): Form<BulkForm>,
+) -> Result<Response, PageError> {
+    let f = parse_filter(
+        form.state.as_deref(),
+        form.kind.as_deref(),
+        form.queue.as_deref(),
+        form.q.as_deref(),
+    )
+    .map_err(|m| bad_request(&st, &nonce, m))?;
+    if form.confirm.as_deref() != Some("yes") {
+        return Err(bad_request(
+            &st,
+            &nonce,
+            "tick \"I mean every matching job\" to run a bulk action".into(),
+        ));
+    }
+    let back = list_url(&f, &[]);
+    let framed = |e: crate::Error| PageError::from(e).back(back.clone()).framed(&st, &nonce);
+    let (code, n) = match form.action.as_deref() {
+        Some("retry") => (
+            "bulk-retry",
+            store::retry_jobs(&st.pool, &f, BULK_MAX)
+                .await
+                .map_err(framed)?,
+        ),
+        Some("cancel") => (
+            "bulk-cancel",
+            store::cancel_jobs(&st.pool, &f, BULK_MAX)
+                .await
+                .map_err(framed)?,
+        ),
+        _ => {
+            return Err(bad_request(
+                &st,
+                &nonce,
+                "the bulk action must be retry or cancel".into(),
+            ));
+        }
+    };
+    Ok(see_other(&list_url(
+        &f,
+        &[("done", code.to_string()), ("n", n.to_string())],
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_filter_is_what_the_query_string_says_and_bad_input_is_named() {
+        assert_eq!(
+            parse_filter(None, Some(""), Some(""), Some("")).unwrap(),
+            JobFilter::default()
+        );
+        let f = parse_filter(Some("discarded"), Some("fail"), Some("q 1"), Some("50%")).unwrap();
+        assert_eq!(f.state, Some(JobState::Discarded));
+        assert_eq!(f.kind.as_deref(), Some("fail"));
+        assert_eq!(f.search.as_deref(), Some("50%"));
+        assert!(
+            parse_filter(Some("done"), None, None, None)
+                .unwrap_err()
+                .contains("\"done\"")
+        );
+        assert!(
+            parse_filter(None, Some("a\0b"), None, None)
+                .unwrap_err()
+                .contains("NUL")
+        );
+        assert!(
+            parse_filter(None, None, Some(&"q".repeat(201)), None)
+                .unwrap_err()
+                .contains("200")
+        );
+        assert!(parse_filter(None, None, None, Some(&"s".repeat(1001))).is_err());
+        assert!(parse_filter(None, Some(&"k".repeat(200)), None, None).is_ok());
+    }
+
+    #[test]
+    fn pages_and_links_keep_the_filter() {
+        assert_eq!(parse_page(None, None).unwrap(), Page::First);
+        assert_eq!(parse_page(Some("42"), None).unwrap(), Page::Older(42));
+        assert_eq!(parse_page(Some(""), Some("7")).unwrap(), Page::Newer(7));
+        assert!(parse_page(Some("1"), Some("2")).is_err());
+        assert!(parse_page(Some("-1"), None).is_err());
+        assert!(parse_page(Some("x"), None).is_err());
+        assert!(parse_page(Some("99999999999999999999"), None).is_err());
+        let f = parse_filter(
+            Some("failed".replace("failed", "discarded").as_str()),
+            Some("a&b"),
+            None,
+            Some("x y"),
+        )
+        .unwrap();
+        assert_eq!(
+            list_url(&f, &[("before", "10".into())]),
+            "/jobs?state=discarded&kind=a%26b&q=x+y&before=10"
+        );
+        assert_eq!(list_url(&JobFilter::default(), &[]), "/jobs");
+    }
+
+    #[test]
+    fn errors_show_whatever_the_column_holds() {
+        let e = error_views(&json!([
+            {"attempt": 1, "at": "2026-12-01T00:00:00Z", "error": "boom"},
+            {"error": {"nested": true}},
+            "plain"
+        ]));
+        assert_eq!(e.len(), 3);
+        assert_eq!((e[0].attempt.as_str(), e[0].error.as_str()), ("1", "boom"));
+        assert_eq!(
+            (e[1].attempt.as_str(), e[1].error.as_str()),
+            ("-", "{\"nested\":true}")
+        );
+        assert_eq!(e[2].error, "\"plain\"");
+        assert!(error_views(&json!(null)).is_empty());
+        assert_eq!(error_views(&json!({"x": 1})).len(), 1);
+    }
+}

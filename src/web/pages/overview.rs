@@ -1,0 +1,158 @@
+//! Overview: per queue, jobs by state and the oldest waiting job's age; completed and
+//! failed jobs per minute over the last hour (an SVG chart); live workers.
+
+use askama::Template;
+use axum::Extension;
+use axum::extract::State;
+use axum::response::Response;
+
+use super::{Layout, PageError, html, q};
+use crate::store::web as store;
+use crate::web::guard::CsrfNonce;
+use crate::web::{AppState, LIVE_WORKER_SECS, REFRESH_SECS, chart, format};
+
+/// One count in the queue table.
+pub struct Cell {
+    /// The job state it counts (its link filters by it); `scheduled` links to `available`.
+    pub state: &'static str,
+    /// The count.
+    pub n: i64,
+    /// The count as shown.
+    pub text: String,
+}
+
+fn cell(state: &'static str, n: i64) -> Cell {
+    Cell {
+        state,
+        n,
+        text: format::count(n),
+    }
+}
+
+/// One queue's row.
+pub struct QueueRow {
+    /// Queue name.
+    pub queue: String,
+    /// The name for a query string.
+    pub queue_q: String,
+    /// Counts by state.
+    pub cells: Vec<Cell>,
+    /// Age of the oldest due waiting job.
+    pub oldest: String,
+}
+
+/// One worker's row.
+pub struct WorkerRow {
+    /// Worker id.
+    pub id: String,
+    /// Host.
+    pub host: String,
+    /// PID.
+    pub pid: i32,
+    /// Queues it serves.
+    pub queues: String,
+    /// Uptime.
+    pub uptime: String,
+    /// Last heartbeat (time).
+    pub heartbeat_at: String,
+    /// Last heartbeat (age).
+    pub heartbeat_age: String,
+}
+
+#[derive(Template)]
+#[template(path = "overview.html", config = "src/web/askama.toml")]
+struct OverviewPage {
+    layout: Layout,
+    queues: Vec<QueueRow>,
+    totals: Vec<Cell>,
+    chart: String,
+    completed_hour: String,
+    failed_hour: String,
+    workers: Vec<WorkerRow>,
+    live_window: String,
+}
+
+fn cells(c: &store::QueueCounts) -> Vec<Cell> {
+    vec![
+        cell("available", c.available),
+        cell("available", c.scheduled),
+        cell("running", c.running),
+        cell("completed", c.completed),
+        cell("discarded", c.discarded),
+        cell("cancelled", c.cancelled),
+    ]
+}
+
+/// `GET /`.
+pub async fn page(
+    State(st): State<AppState>,
+    Extension(nonce): Extension<CsrfNonce>,
+) -> Result<Response, PageError> {
+    let (counts, minutes, workers) = tokio::try_join!(
+        store::queue_counts(&st.pool),
+        store::throughput(&st.pool),
+        store::live_workers(&st.pool, LIVE_WORKER_SECS),
+    )
+    .map_err(|e| PageError::from(e).framed(&st, &nonce))?;
+    let mut total = store::QueueCounts {
+        queue: String::new(),
+        available: 0,
+        scheduled: 0,
+        running: 0,
+        completed: 0,
+        discarded: 0,
+        cancelled: 0,
+        oldest_wait_secs: None,
+    };
+    for c in &counts {
+        total.available += c.available;
+        total.scheduled += c.scheduled;
+        total.running += c.running;
+        total.completed += c.completed;
+        total.discarded += c.discarded;
+        total.cancelled += c.cancelled;
+    }
+    let bars: Vec<chart::Bar> = minutes
+        .iter()
+        .map(|m| chart::Bar {
+            minute: m.minute,
+            completed: m.completed,
+            failed: m.failed,
+        })
+        .collect();
+    let mut layout = Layout::new(&st, &nonce, "Overview", "overview");
+    layout.refresh = REFRESH_SECS;
+    html(&OverviewPage {
+        layout,
+        queues: counts
+            .iter()
+            .map(|c| QueueRow {
+                queue: c.queue.clone(),
+                queue_q: q(&c.queue),
+                cells: cells(c),
+                oldest: format::age_opt(c.oldest_wait_secs),
+            })
+            .collect(),
+        totals: cells(&total),
+        chart: chart::throughput_svg(&bars),
+        completed_hour: format::count(minutes.iter().map(|m| m.completed).sum()),
+        failed_hour: format::count(minutes.iter().map(|m| m.failed).sum()),
+        workers: workers
+            .into_iter()
+            .map(|w| WorkerRow {
+                queues: if w.queues.is_empty() {
+                    "every queue with due jobs".to_string()
+                } else {
+                    w.queues.join(", ")
+                },
+                uptime: format::age(w.uptime_secs),
+                heartbeat_at: format::time(Some(w.heartbeat_at)),
+                heartbeat_age: format::age(w.heartbeat_age_secs),
+                id: w.id,
+                host: w.host,
+                pid: w.pid,
+            })
+            .collect(),
+        live_window: format::age(LIVE_WORKER_SECS),
+    })
+}

@@ -1,0 +1,1170 @@
+//! The operator console (`skiplock web`) in a real browser: headless Chromium driven through
+//! chromedriver (WebDriver, fantoccini) against a real console process and database, plus
+//! plain HTTP requests for what a browser would never send (no token, no CSRF token).
+//!
+//! Needs the Debian packages `chromium` and `chromium-driver`. Without them each browser test
+//! prints SKIPPED and passes, unless `SKIPLOCK_TEST_REQUIRE_BROWSER=1` (set by `.ci/run`,
+//! which installs them), where a missing browser is a failure.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+// ---------------------------------------------------------------------------------------
+// The console process
+// ---------------------------------------------------------------------------------------
+
+/// A `skiplock web` child process; killed when dropped.
+struct Console {
+    child: Child,
+    /// `http://127.0.0.1:PORT` (no trailing slash).
+    base: String,
+}
+
+impl Console {
+    /// Starts the console against `url` on `listen` (port 0: any free port) with `token`.
+    fn start(url: &str, listen: &str, token: Option<&str>) -> Console {
+        let mut c = cmd(url);
+        c.args(["web", "--listen", listen])
+            .env_remove("SKIPLOCK_WEB_TOKEN")
+            .env_remove("SKIPLOCK_WEB_LISTEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(t) = token {
+            c.env("SKIPLOCK_WEB_TOKEN", t);
+        }
+        let mut child = c.spawn().expect("spawn skiplock web");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let first = rx
+            .recv_timeout(LIMIT)
+            .expect("the console prints its address within a minute");
+        // "skiplock console on http://ADDR/ (database login NAME)"
+        let addr = first
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .to_string();
+        let port = addr.rsplit(':').next().unwrap();
+        Console {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The browser
+// ---------------------------------------------------------------------------------------
+
+fn which(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|n| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(n))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Chromium's binary (the real one when Debian's wrapper script is in front of it) and
+/// chromedriver, or why a browser test cannot run here.
+fn browser_binaries() -> Result<(PathBuf, PathBuf), String> {
+    let chrome = ["/usr/lib/chromium/chromium"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .or_else(|| which(&["chromium", "chromium-browser", "google-chrome"]))
+        .ok_or("no chromium on this machine (apt-get install chromium chromium-driver)")?;
+    let driver = which(&["chromedriver"])
+        .or_else(|| Some(PathBuf::from("/usr/lib/chromium/chromedriver")).filter(|p| p.is_file()))
+        .ok_or("no chromedriver on this machine (apt-get install chromium-driver)")?;
+    Ok((chrome, driver))
+}
+
+/// Whether a missing browser fails the test (CI) or skips it (a developer's machine).
+fn browser_required() -> bool {
+    std::env::var("SKIPLOCK_TEST_REQUIRE_BROWSER").is_ok_and(|v| v == "1")
+}
+
+/// Browser tests run one at a time: each Chromium takes most of a core while it starts.
+fn browser_lock() -> &'static tokio::sync::Mutex<()> {
+    static L: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+    L.get_or_init(|| tokio::sync::Mutex::new(()))
+}
+
+/// chromedriver (killed when dropped) and a headless Chromium session on it.
+struct Browser {
+    driver: Child,
+    client: Option<Client>,
+    _profile: tempfile::TempDir,
+    _guard: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Browser {
+    /// A fresh browser, or `None` (after printing SKIPPED) where none is installed.
+    async fn start(test: &str) -> Option<Browser> {
+        let (chrome, driver_bin) = match browser_binaries() {
+            Ok(b) => b,
+            Err(why) if browser_required() => {
+                panic!("{why}, but SKIPLOCK_TEST_REQUIRE_BROWSER=1")
+            }
+            Err(why) => {
+                eprintln!("SKIPPED {test}: {why}");
+                return None;
+            }
+        };
+        let guard = browser_lock().lock().await;
+        let port = free_port();
+        let driver = Command::new(&driver_bin)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let driver_url = format!("http://127.0.0.1:{port}");
+        wait_for("chromedriver to answer", LIMIT, || async {
+            reqwest::get(format!("{driver_url}/status"))
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+                .map(|_| ())
+        })
+        .await;
+        let profile = tempfile::tempdir().unwrap();
+        let caps = json!({
+            "goog:chromeOptions": {
+                "binary": chrome,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    "--window-size=1400,1000",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ]
+            }
+        });
+        let serde_json::Value::Object(caps) = caps else {
+            unreachable!()
+        };
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&driver_url)
+            .await
+            .expect("a Chromium session through chromedriver");
+        Some(Browser {
+            driver,
+            client: Some(client),
+            _profile: profile,
+            _guard: guard,
+        })
+    }
+
+    fn c(&self) -> &Client {
+        self.client.as_ref().unwrap()
+    }
+
+    /// Waits (up to a minute) for an element.
+    async fn el(&self, css: &str) -> fantoccini::elements::Element {
+        self.c()
+            .wait()
+            .at_most(LIMIT)
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no element {css}: {e}"))
+    }
+
+    /// The text of an element (waiting for it).
+    async fn text(&self, css: &str) -> String {
+        self.el(css).await.text().await.unwrap()
+    }
+
+    /// Waits until `css`'s text contains `want`.
+    async fn text_contains(&self, css: &str, want: &str) {
+        let mut last = String::new();
+        let deadline = tokio::time::Instant::now() + LIMIT;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(e) = self.c().find(Locator::Css(css)).await
+                && let Ok(t) = e.text().await
+            {
+                if t.contains(want) {
+                    return;
+                }
+                last = t;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{css} never contained {want:?}; last text: {last:?}");
+    }
+
+    async fn close(mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.close().await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+// ---------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------
+
+/// A LOGIN role holding only `skiplock_operator` (cluster-wide: unique name, dropped at the
+/// end), the login the console is meant to run as.
+struct Operator {
+    name: String,
+    url: String,
+}
+
+impl Operator {
+    async fn new(db: &TestDb) -> Operator {
+        let name = format!("skiplock_op_{:012x}", rand::random::<u64>() >> 16);
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {name} LOGIN PASSWORD 'op-secret' IN ROLE skiplock_operator"
+        )))
+        .execute(&db.pool)
+        .await
+        .expect("create the operator login");
+        let mut u = url::Url::parse(&db.url).unwrap();
+        u.set_username(&name).unwrap();
+        u.set_password(Some("op-secret")).unwrap();
+        Operator {
+            name,
+            url: u.to_string(),
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        admin_exec_blocking(format!("DROP ROLE IF EXISTS {}", self.name));
+    }
+}
+
+/// Enqueues `n` jobs of `kind` in `queue` and returns their ids.
+async fn enqueue(db: &TestDb, kind: &str, queue: &str, n: usize) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(
+            sqlx::query_scalar("SELECT skiplock.enqueue($1, jsonb_build_object('n', $3::int), $2)")
+                .bind(kind)
+                .bind(queue)
+                .bind(i as i32)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap(),
+        );
+    }
+    ids
+}
+
+/// Marks jobs finished in `state` with `error` (as a worker would have left them).
+async fn finish(db: &TestDb, ids: &[i64], state: &str, error: Option<&str>) {
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = $2::skiplock.job_state, attempt = 1, attempted_at = now(),
+                finalized_at = now(),
+                errors = CASE WHEN $3::text IS NULL THEN '[]'::jsonb
+                              ELSE jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', $3::text)) END
+         WHERE id = ANY($1)",
+    )
+    .bind(ids)
+    .bind(state)
+    .bind(error)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+/// A packet moved (as a worker would) to `ready_for_review`.
+async fn packet_ready(db: &TestDb, name: &str) -> i64 {
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.submit_packet('/srv/packets/' || $1, $1)")
+        .bind(name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    // The worker's two moves, made here by the test's superuser login.
+    for to in ["processing", "ready_for_review"] {
+        sqlx::query("UPDATE skiplock.packets SET state = $2::skiplock.packet_state WHERE id = $1")
+            .bind(id)
+            .bind(to)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    id
+}
+
+async fn state_of(db: &TestDb, id: i64) -> String {
+    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// An HTTP client that keeps cookies and never follows redirects (tests look at them).
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(LIMIT)
+        .build()
+        .unwrap()
+}
+
+/// The CSRF token in a page's forms.
+fn csrf_in(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF token")
+        + "name=\"csrf\" value=\"".len();
+    page[at..at + 64].to_string()
+}
+
+// ---------------------------------------------------------------------------------------
+// Browser tests
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_renders_the_seeded_counts() {
+    let Some(b) = Browser::start("the_overview_renders_the_seeded_counts").await else {
+        return;
+    };
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let waiting = enqueue(&db, "noop", "alpha", 6).await;
+    finish(&db, &waiting[..2], "completed", None).await;
+    finish(&db, &waiting[2..3], "discarded", Some("boom")).await;
+    enqueue(&db, "noop", "beta", 4).await;
+    sqlx::query(
+        "INSERT INTO skiplock.workers (id, host, pid, queues, kinds) \
+         VALUES ('console-test:4242:ab', 'console-test-host', 4242, ARRAY['alpha'], ARRAY['noop'])",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let console = Console::start(&op.url, "127.0.0.1:0", None);
+
+    b.c().goto(&console.url("/")).await.unwrap();
+    let cell = |q: &str, state: &str| format!("tr[data-queue=\"{q}\"] td[data-state=\"{state}\"]");
+    assert_eq!(b.text(&cell("alpha", "available")).await, "3");
+    assert_eq!(b.text(&cell("alpha", "completed")).await, "2");
+    assert_eq!(b.text(&cell("alpha", "discarded")).await, "1");
+    assert_eq!(b.text(&cell("beta", "available")).await, "4");
+    assert_eq!(b.text(&cell("beta", "completed")).await, "0");
+    // The chart's minute holds the finished jobs (label of the SVG), and the live worker.
+    let label = b
+        .el("svg.chart")
+        .await
+        .attr("aria-label")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(label.contains("2 completed, 1 failed"), "{label}");
+    b.text_contains("#workers", "console-test-host").await;
+    b.text_contains("#workers", "4242").await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_is_found_by_filter_its_error_shown_and_retry_makes_it_available() {
+    let Some(b) = Browser::start("a_failed_job_is_found_by_filter").await else {
+        return;
+    };
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let ids = enqueue(&db, "report", "reports", 5).await;
+    finish(&db, &ids[..2], "completed", None).await;
+    finish(
+        &db,
+        &ids[2..3],
+        "discarded",
+        Some("printer on fire (code 42)"),
+    )
+    .await;
+    finish(&db, &ids[3..4], "discarded", Some("paper jam")).await;
+    let failed = ids[2];
+    let console = Console::start(&op.url, "127.0.0.1:0", None);
+
+    b.c().goto(&console.url("/jobs")).await.unwrap();
+    b.el("#f-state")
+        .await
+        .select_by_value("discarded")
+        .await
+        .unwrap();
+    b.el("#f-q").await.send_keys("ON FIRE").await.unwrap();
+    b.el("#f-apply").await.click().await.unwrap();
+    b.text_contains("#jobs", "printer on fire").await;
+    let rows = b
+        .c()
+        .find_all(Locator::Css("#jobs tbody tr[data-id]"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "only the matching job");
+    assert_eq!(
+        rows[0].attr("data-id").await.unwrap().as_deref(),
+        Some(failed.to_string().as_str())
+    );
+    b.el(&format!("#jobs a[href=\"/jobs/{failed}\"]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.text_contains("#errors", "printer on fire (code 42)")
+        .await;
+    assert_eq!(b.text("#job-state").await, "discarded");
+    // The same POST from this page's own script but without the form's CSRF token (the
+    // browser sends its cookies): refused, and nothing changes.
+    let status = b
+        .c()
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             fetch(location.pathname + '/retry', {method: 'POST', credentials: 'same-origin',
+                   headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: 'x=1'})
+               .then(r => done(r.status), e => done(String(e)));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, json!(403));
+    assert_eq!(state_of(&db, failed).await, "discarded");
+    b.el("#retry").await.click().await.unwrap();
+    b.text_contains("#flash", "available again").await;
+    assert_eq!(b.text("#job-state").await, "available");
+    assert_eq!(state_of(&db, failed).await, "available");
+    assert_eq!(
+        state_of(&db, ids[3]).await,
+        "discarded",
+        "the other one is untouched"
+    );
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_packet_is_taken_and_completed_from_the_board_and_its_history_shows_both_moves() {
+    let Some(b) = Browser::start("a_packet_is_taken_and_completed").await else {
+        return;
+    };
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let id = packet_ready(&db, "reel-7").await;
+    let console = Console::start(&op.url, "127.0.0.1:0", None);
+
+    b.c().goto(&console.url("/packets")).await.unwrap();
+    b.text_contains("#col-ready_for_review", "reel-7").await;
+    b.el(&format!("#take-{id}")).await.click().await.unwrap();
+    b.text_contains("#col-in_review", "reel-7").await;
+    b.el(&format!("#complete-{id}"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.text_contains("#done", "reel-7").await;
+
+    b.c()
+        .goto(&console.url(&format!("/packets/{id}")))
+        .await
+        .unwrap();
+    assert_eq!(b.text("#packet-state").await, "done");
+    let history = b.text("#history").await;
+    assert!(history.contains("ready_for_review in_review"), "{history}");
+    assert!(history.contains("in_review done"), "{history}");
+    assert!(
+        history.contains(&op.name),
+        "the operator's login signs both moves: {history}"
+    );
+
+    let moves: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT coalesce(from_state::text, '-'), to_state::text, actor FROM skiplock.packet_events \
+         WHERE packet_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let tail: Vec<_> = moves.iter().rev().take(2).rev().cloned().collect();
+    assert_eq!(
+        tail,
+        vec![
+            (
+                "ready_for_review".into(),
+                "in_review".into(),
+                op.name.clone()
+            ),
+            ("in_review".into(), "done".into(), op.name.clone()),
+        ]
+    );
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_with_a_token_lets_a_browser_in_only_after_logging_in() {
+    let Some(b) = Browser::start("a_console_with_a_token").await else {
+        return;
+    };
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    enqueue(&db, "noop", "gamma", 2).await;
+    let console = Console::start(&op.url, "0.0.0.0:0", Some(TOKEN));
+
+    b.c().goto(&console.url("/jobs?queue=gamma")).await.unwrap();
+    // Refused without the token: the login form instead of the page.
+    b.el("#token").await;
+    assert!(b.c().find(Locator::Css("#jobs")).await.is_err());
+    b.el("#token")
+        .await
+        .send_keys("wrong-token-wrong-token")
+        .await
+        .unwrap();
+    b.el("#login").await.click().await.unwrap();
+    b.text_contains("#flash", "not the console's token").await;
+    b.el("#token").await.send_keys(TOKEN).await.unwrap();
+    b.el("#login").await.click().await.unwrap();
+    // Back where it was going, logged in.
+    b.text_contains("#jobs", "gamma").await;
+    let cookies = b.c().get_all_cookies().await.unwrap();
+    let session = cookies
+        .iter()
+        .find(|c| c.name() == "skiplock_session")
+        .expect("the login cookie");
+    assert_eq!(session.http_only(), Some(true));
+    assert_eq!(format!("{:?}", session.same_site()), "Some(Strict)");
+    assert!(
+        !session.value().contains(TOKEN),
+        "the cookie is not the token"
+    );
+    b.close().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP tests: what no page of the console would send
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_request_without_the_token_to_a_non_loopback_console_is_refused() {
+    // Without a token, a non-loopback address is refused before anything else.
+    let (code, out, err) = run_cmd(
+        "postgres://nobody@127.0.0.1:1/none",
+        &["web", "--listen", "0.0.0.0:0"],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("refusing to listen on 0.0.0.0:0") && err.contains("SKIPLOCK_WEB_TOKEN"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // A weak token is refused too, without being printed.
+    let out = cmd("postgres://nobody@127.0.0.1:1/none")
+        .args(["web", "--listen", "0.0.0.0:0"])
+        .env("SKIPLOCK_WEB_TOKEN", "hunter2")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("SKIPLOCK_WEB_TOKEN") && !err.contains("hunter2"),
+        "{err}"
+    );
+
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let ids = enqueue(&db, "noop", "default", 1).await;
+    finish(&db, &ids, "discarded", Some("x")).await;
+    let console = Console::start(&op.url, "0.0.0.0:0", Some(TOKEN));
+    let h = http();
+    for path in [
+        "/",
+        "/jobs",
+        &format!("/jobs/{}", ids[0]),
+        "/packets",
+        "/crawl",
+    ] {
+        let r = h.get(console.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+        let body = r.text().await.unwrap();
+        assert!(
+            body.contains("id=\"token\"") && !body.contains("id=\"jobs\""),
+            "{path}"
+        );
+    }
+    // A POST without the token changes nothing, even with a valid CSRF pair.
+    let login = h.get(console.url("/login")).send().await.unwrap();
+    let csrf = csrf_in(&login.text().await.unwrap());
+    let r = h
+        .post(console.url(&format!("/jobs/{}/retry", ids[0])))
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(state_of(&db, ids[0]).await, "discarded");
+    // A wrong bearer token or a forged cookie is refused; the right one is let in.
+    let r = h
+        .get(console.url("/jobs"))
+        .bearer_auth("wrong-token-wrong-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = reqwest::Client::new()
+        .get(console.url("/jobs"))
+        .header("cookie", format!("skiplock_session={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = h
+        .get(console.url("/jobs"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Logging in with the form sets the cookie; then every page opens.
+    let r = h
+        .post(console.url("/login"))
+        .form(&[("csrf", csrf.as_str()), ("token", TOKEN), ("next", "/jobs")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let set = r
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert_eq!(r.headers().get("location").unwrap(), "/jobs");
+    assert_eq!(h.get(console.url("/")).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn a_post_without_the_csrf_token_is_refused() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let ids = enqueue(&db, "noop", "default", 1).await;
+    finish(&db, &ids, "discarded", Some("x")).await;
+    let id = ids[0];
+    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let h = http();
+    let page = h
+        .get(console.url(&format!("/jobs/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = csrf_in(&page);
+    let retry = console.url(&format!("/jobs/{id}/retry"));
+    let cases: Vec<(&str, reqwest::RequestBuilder)> = vec![
+        ("no token", h.post(&retry).form(&[("x", "1")])),
+        ("empty token", h.post(&retry).form(&[("csrf", "")])),
+        (
+            "another token",
+            h.post(&retry).form(&[("csrf", "ab".repeat(32))]),
+        ),
+        (
+            "the token without its cookie",
+            reqwest::Client::new()
+                .post(&retry)
+                .form(&[("csrf", csrf.as_str())]),
+        ),
+        (
+            "from another site",
+            h.post(&retry)
+                .header("origin", "http://evil.example")
+                .form(&[("csrf", csrf.as_str())]),
+        ),
+    ];
+    for (what, req) in cases {
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 403, "{what}");
+        assert_eq!(state_of(&db, id).await, "discarded", "{what}");
+    }
+    // Other methods are not served; GET changes nothing.
+    let r = h
+        .delete(console.url(&format!("/jobs/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(h.get(&retry).send().await.unwrap().status(), 405);
+    // With the token from the page, the same POST works.
+    let r = h
+        .post(&retry)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(state_of(&db, id).await, "available");
+}
+
+/// The whole console as a login holding only `skiplock_operator`: every page and every
+/// button works, and the same login cannot change or delete rows by itself.
+#[tokio::test]
+async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let ids = enqueue(&db, "noop", "ops", 6).await;
+    finish(&db, &ids[..2], "discarded", Some("boom")).await;
+    let packet_a = packet_ready(&db, "a").await;
+    let packet_b = packet_ready(&db, "b").await;
+    sqlx::raw_sql(
+        "INSERT INTO skiplock.hosts (host) VALUES ('example.test');
+         INSERT INTO skiplock.pages (url, host, path, http_status, last_fetched)
+             VALUES ('http://example.test/', 'example.test', '/', 200, now());
+         INSERT INTO skiplock.packs (host, packed_at, pages, bytes, object_key, store)
+             VALUES ('example.test', now(), 1, 4096, 'packs/example.test.sqlite', './data/store');
+         INSERT INTO skiplock.workers (id, host, pid) VALUES ('w:1:x', 'box', 1);",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let h = http();
+    let mut csrf = String::new();
+    for path in [
+        "/".to_string(),
+        "/jobs".into(),
+        "/jobs?state=discarded&kind=noop&queue=ops&q=boom".into(),
+        format!("/jobs?before={}", ids[3]),
+        format!("/jobs?after={}", ids[0]),
+        format!("/jobs/{}", ids[0]),
+        "/packets".into(),
+        format!("/packets/{packet_a}"),
+        "/crawl".into(),
+        "/crawl/host?host=example.test".into(),
+    ] {
+        let r = h.get(console.url(&path)).send().await.unwrap();
+        let status = r.status();
+        let body = r.text().await.unwrap();
+        assert_eq!(status, 200, "{path}: {body}");
+        if body.contains("name=\"csrf\"") {
+            csrf = csrf_in(&body);
+        }
+    }
+    let post = |path: String, form: Vec<(&'static str, String)>| {
+        let mut form = form;
+        form.push(("csrf", csrf.clone()));
+        let h = h.clone();
+        let url = console.url(&path);
+        async move {
+            let r = h.post(url).form(&form).send().await.unwrap();
+            let status = r.status();
+            let body = r.text().await.unwrap();
+            assert_eq!(status, 303, "{path}: {body}");
+        }
+    };
+    post(format!("/jobs/{}/retry", ids[0]), vec![]).await;
+    assert_eq!(state_of(&db, ids[0]).await, "available");
+    post(format!("/jobs/{}/cancel", ids[2]), vec![]).await;
+    assert_eq!(state_of(&db, ids[2]).await, "cancelled");
+    let bulk = |action: &str| {
+        vec![
+            ("action", action.to_string()),
+            ("confirm", "yes".into()),
+            ("queue", "ops".into()),
+            ("state", String::new()),
+        ]
+    };
+    post("/jobs/bulk".into(), bulk("retry")).await;
+    assert_eq!(state_of(&db, ids[1]).await, "available");
+    assert_eq!(state_of(&db, ids[2]).await, "available");
+    post("/jobs/bulk".into(), bulk("cancel")).await;
+    let cancelled: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE queue = 'ops' AND state = 'cancelled'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(cancelled, 6);
+    post(format!("/packets/{packet_a}/take"), vec![]).await;
+    post(format!("/packets/{packet_a}/complete"), vec![]).await;
+    post(format!("/packets/{packet_b}/take"), vec![]).await;
+    post(
+        format!("/packets/{packet_b}/retry"),
+        vec![("reason", "frames 3-5 blurred".into())],
+    )
+    .await;
+    let states: Vec<String> = sqlx::query_scalar(
+        "SELECT state::text FROM skiplock.packets WHERE id = ANY($1) ORDER BY id",
+    )
+    .bind([packet_a, packet_b])
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(states, ["done", "queued"]);
+    let note: String = sqlx::query_scalar(
+        "SELECT note FROM skiplock.packet_events WHERE packet_id = $1 ORDER BY id DESC LIMIT 1",
+    )
+    .bind(packet_b)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(note, "retry: frames 3-5 blurred");
+    post(
+        "/crawl/pack-now".into(),
+        vec![("host", "example.test".into())],
+    )
+    .await;
+    let timer: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE kind = 'do-the-packing' AND args->>'host' = 'example.test' \
+         AND state = 'available' AND scheduled_at <= now()",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(timer, 1);
+
+    // A refused move is a page naming why (409), not a crash, and changes nothing.
+    let r = h
+        .post(console.url(&format!("/packets/{packet_a}/take")))
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .contains("cannot go from done to in_review")
+    );
+
+    // Exactly these functions, and no table privilege but SELECT.
+    let callable: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT p.proname::text FROM pg_proc p
+         WHERE p.pronamespace = 'skiplock'::regnamespace
+           AND has_function_privilege('skiplock_operator', p.oid, 'EXECUTE') ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        callable,
+        [
+            "_job_matches",
+            "_like_pattern",
+            "cancel",
+            "cancel_jobs",
+            "complete_packet",
+            "pack_now",
+            "retry",
+            "retry_jobs",
+            "retry_packet",
+            "take_packet"
+        ]
+    );
+    let writable: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class c
+         WHERE c.relnamespace = 'skiplock'::regnamespace AND c.relkind IN ('r', 'v')
+           AND has_table_privilege('skiplock_operator', c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(writable, 0);
+
+    // The same login, by itself: reads, but writes nothing except through the functions.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&op.url)
+        .await
+        .unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(n >= 6);
+    for sql in [
+        "DELETE FROM skiplock.jobs",
+        "UPDATE skiplock.jobs SET state = 'completed'",
+        "INSERT INTO skiplock.jobs (kind) VALUES ('evil')",
+        "TRUNCATE skiplock.jobs",
+        "DELETE FROM skiplock.packets",
+        "UPDATE skiplock.packets SET state = 'done'",
+        "DELETE FROM skiplock.packet_events",
+        "DELETE FROM skiplock.workers",
+        "UPDATE skiplock.settings SET value = 1",
+        "SELECT skiplock.enqueue('evil')",
+        "SELECT skiplock.enqueue_many('evil', ARRAY['{}'::jsonb])",
+        "SELECT skiplock._enqueue('evil', '{}', 'q', now(), 0::smallint, 1, NULL, 'keep')",
+        "SELECT skiplock.request_fetch('http://example.test/')",
+        "SELECT skiplock.submit_packet('/tmp/x')",
+        "SELECT skiplock._packet_requeue(1, 1, 'x')",
+    ] {
+        let e = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&pool)
+            .await
+            .expect_err(sql)
+            .to_string();
+        assert!(e.contains("permission denied"), "{sql}: {e}");
+    }
+    pool.close().await;
+}
+
+/// Bulk retry and cancel follow the per-job rules: only finished jobs are retried, only
+/// unfinished ones cancelled, a job whose unique key is held waits, and a call does at most
+/// `max_rows`.
+#[tokio::test]
+async fn bulk_retry_and_cancel_follow_the_per_job_rules() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let ids = enqueue(&db, "report", "bulk", 5).await;
+    finish(&db, &ids[..3], "discarded", Some("Timeout after 30s")).await;
+    finish(&db, &ids[3..4], "completed", None).await;
+    // Two finished jobs with one key while a third waits with it: neither is retried.
+    let keyed: Vec<i64> = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('report', '{}', 'bulk', unique_key => 'day-1') FROM generate_series(1, 1)",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    finish(&db, &keyed, "discarded", Some("timeout")).await;
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('report', '{}', 'bulk', unique_key => 'day-1')",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    let retried: i64 = sqlx::query_scalar(
+        "SELECT skiplock.retry_jobs('discarded', 'report', 'bulk', 'timeout', max_rows => 2)",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(retried, 2, "at most max_rows");
+    let retried: i64 =
+        sqlx::query_scalar("SELECT skiplock.retry_jobs('discarded', search => 'TIMEOUT')")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(
+        retried, 1,
+        "the third; the keyed one waits behind job {waiting}"
+    );
+    assert_eq!(state_of(&db, keyed[0]).await, "discarded");
+    assert_eq!(state_of(&db, ids[3]).await, "completed");
+    // LIKE wildcards are matched literally.
+    let none: i64 = sqlx::query_scalar("SELECT skiplock.retry_jobs(search => '%')")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(none, 0);
+    let cancelled: i64 = sqlx::query_scalar("SELECT skiplock.cancel_jobs(queue => 'bulk')")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled, 5,
+        "the 3 retried, the one never finished, the waiting keyed one"
+    );
+    for (sql, want) in [
+        (
+            "SELECT skiplock.retry_jobs('running')",
+            "retry_jobs takes jobs in state completed, discarded, cancelled, not running",
+        ),
+        (
+            "SELECT skiplock.cancel_jobs('completed')",
+            "cancel_jobs takes jobs in state available, running, not completed",
+        ),
+        (
+            "SELECT skiplock.cancel_jobs(max_rows => 0)",
+            "max_rows must be 1 to 100000, got 0",
+        ),
+        (
+            "SELECT skiplock.retry_jobs(max_rows => NULL)",
+            "max_rows must be 1 to 100000, got NULL",
+        ),
+    ] {
+        let e = sqlx::query(sql)
+            .execute(p)
+            .await
+            .expect_err(sql)
+            .to_string();
+        assert!(e.contains(want), "{sql}: {e}");
+    }
+}
+
+/// The job list pages by id with its filter kept, newest first, both ways.
+#[tokio::test]
+async fn the_job_list_pages_by_id_and_keeps_its_filter() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let ids = enqueue(&db, "page", "paging", 120).await;
+    enqueue(&db, "other", "paging", 5).await;
+    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let h = http();
+    let ids_on = |body: &str| -> Vec<i64> {
+        body.split("<tr data-id=\"")
+            .skip(1)
+            .map(|s| s.split('"').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let link = |body: &str, id: &str| -> Option<String> {
+        let at = body.find(&format!("id=\"{id}\""))?;
+        let before = &body[..at];
+        let start = before.rfind("href=\"")? + 6;
+        Some(
+            before[start..]
+                .split('"')
+                .next()?
+                .replace("&amp;", "&")
+                .replace("&#38;", "&"),
+        )
+    };
+    let mut seen = Vec::new();
+    let mut url = console.url("/jobs?kind=page");
+    let mut pages = 0;
+    loop {
+        let body = h.get(&url).send().await.unwrap().text().await.unwrap();
+        let page = ids_on(&body);
+        assert!(
+            page.windows(2).all(|w| w[0] > w[1]),
+            "newest first: {page:?}"
+        );
+        seen.extend(page);
+        pages += 1;
+        match link(&body, "older") {
+            Some(next) => {
+                assert!(next.contains("kind=page"), "{next}");
+                url = console.url(&next);
+            }
+            None => break,
+        }
+        // Back one page shows the page before it.
+        if pages == 2 {
+            let back = link(&body, "newer").unwrap_or_else(|| {
+                panic!(
+                    "no newer link: {}",
+                    &body[body.find("class=\"pager\"").unwrap()..][..400]
+                )
+            });
+            let b = h
+                .get(console.url(&back))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            assert_eq!(ids_on(&b).len(), 50);
+            assert_eq!(ids_on(&b)[0], *ids.last().unwrap());
+        }
+    }
+    let mut want = ids.clone();
+    want.reverse();
+    assert_eq!(
+        seen, want,
+        "every matching job once, in order, in {pages} pages"
+    );
+    assert_eq!(pages, 3);
+    // Bad input is a clear 400, never a crash.
+    for bad in [
+        "/jobs?state=done",
+        "/jobs?before=abc",
+        "/jobs?kind=%00",
+        "/jobs/abc",
+        "/packets/-1",
+    ] {
+        let r = h.get(console.url(bad)).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+    assert_eq!(
+        h.get(console.url("/jobs/999999"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        h.get(console.url("/nope")).send().await.unwrap().status(),
+        404
+    );
+}
+
+/// Every asset the pages use is served from the binary.
+#[tokio::test]
+async fn the_assets_are_embedded() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let body = http()
+        .get(console.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for attr in ["href=\"/assets/", "src=\"/assets/"] {
+        let at = body.find(attr).unwrap() + attr.len() - "/assets/".len();
+        let path = body[at..].split('"').next().unwrap();
+        let r = http().get(console.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(
+            r.headers()["cache-control"]
+                .to_str()
+                .unwrap()
+                .contains("immutable")
+        );
+        assert!(!r.text().await.unwrap().is_empty());
+    }
+    assert!(
+        !body.contains("src=\"http") && !body.contains("href=\"http"),
+        "nothing from another server"
+    );
+}
