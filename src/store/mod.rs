@@ -33,6 +33,7 @@ pub mod fetch;
 pub mod heartbeat;
 pub mod jobs;
 pub mod maintenance;
+pub mod metrics;
 pub mod names;
 pub mod notify;
 pub mod pack;
