@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::types::PacketState;
-use super::{Pool, sql};
+use super::{Executor, Pool, sql};
 use crate::error::Result;
 
 /// One queue's live jobs.
@@ -42,21 +42,37 @@ pub struct Snapshot {
     pub packets: Vec<PacketCount>,
 }
 
-/// Reads a [`Snapshot`] in one read-only transaction whose statements may run `timeout` at
-/// most (at least 1 ms).
-pub async fn snapshot(pool: &Pool, timeout: Duration) -> Result<Snapshot> {
-    let mut tx = pool.begin().await?;
+/// Sets the `statement_timeout` of the current transaction (at least 1 ms).
+pub async fn scrape_timeout<'e, E: Executor<'e>>(exec: E, timeout: Duration) -> Result<()> {
     let ms = timeout.as_millis().clamp(1, i32::MAX as u128).to_string();
     sqlx::query(sql!("metrics", "scrape_timeout"))
         .bind(ms)
-        .execute(&mut *tx)
+        .execute(exec)
         .await?;
-    let queues = sqlx::query_as(sql!("metrics", "queue_depth"))
-        .fetch_all(&mut *tx)
-        .await?;
-    let packets = sqlx::query_as(sql!("metrics", "packet_states"))
-        .fetch_all(&mut *tx)
-        .await?;
+    Ok(())
+}
+
+/// Live jobs per queue.
+pub async fn queue_depth<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueDepth>> {
+    Ok(sqlx::query_as(sql!("metrics", "queue_depth"))
+        .fetch_all(exec)
+        .await?)
+}
+
+/// Packets per state.
+pub async fn packet_states<'e, E: Executor<'e>>(exec: E) -> Result<Vec<PacketCount>> {
+    Ok(sqlx::query_as(sql!("metrics", "packet_states"))
+        .fetch_all(exec)
+        .await?)
+}
+
+/// Reads a [`Snapshot`] in one transaction (rolled back: it only reads) whose statements
+/// may run `timeout` at most.
+pub async fn snapshot(pool: &Pool, timeout: Duration) -> Result<Snapshot> {
+    let mut tx = pool.begin().await?;
+    scrape_timeout(&mut *tx, timeout).await?;
+    let queues = queue_depth(&mut *tx).await?;
+    let packets = packet_states(&mut *tx).await?;
     tx.rollback().await?;
     Ok(Snapshot { queues, packets })
 }
