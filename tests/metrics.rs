@@ -404,3 +404,94 @@ fn a_non_loopback_metrics_address_is_refused_without_the_setting() {
     assert!(err.contains("SKIPLOCK_METRICS_LISTEN"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rescues_and_lost_acks_are_counted() {
+    let db = TestDb::new().await;
+    // A worker that dies holding a job (one attempt: the rescue discards it).
+    let victim: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('sleep', '{\"ms\": 600000}', 'victim', max_attempts => 1)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut dying = spawn_worker_process(&db.url, &["--queues", "victim=1"], &[]);
+    wait_job(&db.pool, victim, "the victim job running", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
+    sigkill(&dying);
+    let _ = dying.wait();
+
+    // The scraped worker serves another queue; its rescuer returns the dead worker's job.
+    let mut c = cmd(&db.url);
+    c.args(["worker", "--queues", "other=2"])
+        .env("SKIPLOCK_METRICS_LISTEN", "127.0.0.1:0")
+        .env("SKIPLOCK_RESCUE_AFTER", "1s");
+    let worker = Served::start(c);
+    let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
+    let url = format!("{}/metrics", worker.base);
+    let scrape = || async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (status, body) = get(&http, &url, None).await;
+        assert_eq!(status, 200, "{body}");
+        parse(&body)
+    };
+    let rescued = &[("kind", "sleep"), ("state", "discarded")];
+    wait_for("the rescue to be counted", LIMIT, || async {
+        (value(&scrape().await, "skiplock_rescued_jobs_total", rescued) == Some(1.0)).then_some(())
+    })
+    .await;
+    let row = wait_job(&db.pool, victim, "the victim discarded", |r| {
+        r.state.as_str() == "discarded"
+    })
+    .await;
+    assert_eq!(row.attempt, 1);
+
+    // A job cancelled while it runs: its handler is told, returns, and its ack is fenced off.
+    let cancelled: i64 =
+        sqlx::query_scalar("SELECT skiplock.enqueue('sleep', '{\"ms\": 600000}', 'other')")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    wait_job(&db.pool, cancelled, "the job running", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
+    sqlx::query("SELECT skiplock.cancel($1)")
+        .bind(cancelled)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let lost = &[("kind", "sleep"), ("queue", "other"), ("outcome", "lost")];
+    let s = wait_for(
+        "the fenced-off ack to be counted as lost",
+        LIMIT,
+        || async {
+            let s = scrape().await;
+            (value(&s, "skiplock_jobs_finished_total", lost) == Some(1.0)).then_some(s)
+        },
+    )
+    .await;
+    for outcome in ["completed", "retried", "cancelled", "discarded"] {
+        assert_eq!(
+            value(
+                &s,
+                "skiplock_jobs_finished_total",
+                &[("kind", "sleep"), ("queue", "other"), ("outcome", outcome)]
+            ),
+            Some(0.0),
+            "{outcome}"
+        );
+    }
+    assert_eq!(state_of(&db, cancelled).await, "cancelled");
+    sigterm(&worker.child);
+}
+
+async fn state_of(db: &TestDb, id: i64) -> String {
+    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
