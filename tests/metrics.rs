@@ -495,3 +495,99 @@ async fn state_of(db: &TestDb, id: i64) -> String {
         .await
         .unwrap()
 }
+
+/// A site answering `/` with a page, everything else (robots.txt included) with 404; logs
+/// the status of every answer.
+async fn site() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u16>>>) {
+    use axum::extract::{Request, State};
+    use axum::response::{IntoResponse, Response};
+    type Log = std::sync::Arc<std::sync::Mutex<Vec<u16>>>;
+    async fn answer(State(log): State<Log>, req: Request) -> Response {
+        let (status, body) = if req.uri().path() == "/" {
+            (
+                200,
+                "<html><head><title>m</title></head><body>metrics</body></html>",
+            )
+        } else {
+            (404, "no")
+        };
+        log.lock().unwrap().push(status);
+        (
+            axum::http::StatusCode::from_u16(status).unwrap(),
+            [("content-type", "text/html")],
+            body,
+        )
+            .into_response()
+    }
+    let log: Log = Default::default();
+    let app = axum::Router::new().fallback(answer).with_state(log.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("127.0.0.1:{}", addr.port()), log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetches_by_status_and_packs_are_counted() {
+    let db = TestDb::new().await;
+    let (host, log) = site().await;
+    for path in ["/", "/gone"] {
+        sqlx::query("SELECT skiplock.request_fetch($1, force => true)")
+            .bind(format!("http://{host}{path}"))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    let store = tempfile::tempdir().unwrap();
+    let mut c = cmd(&db.url);
+    c.arg("worker")
+        .env("SKIPLOCK_METRICS_LISTEN", "127.0.0.1:0")
+        .env("SKIPLOCK_FETCH_ALLOW_PRIVATE", "true")
+        .env("SKIPLOCK_SCHEDULES", "/nonexistent/schedules.toml")
+        .env("SKIPLOCK_POLITENESS", "100ms")
+        .env("SKIPLOCK_PACK_QUIET", "500ms")
+        .env("SKIPLOCK_STORE", store.path())
+        .env("SKIPLOCK_POLL_INTERVAL", "200ms");
+    let worker = Served::start(c);
+    let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
+    let url = format!("{}/metrics", worker.base);
+    // Both pages fetched (the 404 is recorded, not retried) and a pack written; then the
+    // counters equal what the site served and what the database recorded.
+    wait_for(
+        "both pages fetched, the host packed, and the counters caught up",
+        LIMIT,
+        || async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let fetched = count(
+                &db.pool,
+                "SELECT count(*) FROM skiplock.pages WHERE last_fetched IS NOT NULL",
+            )
+            .await;
+            let packs = count(
+                &db.pool,
+                "SELECT coalesce(sum(pack_count), 0)::bigint FROM skiplock.packs",
+            )
+            .await;
+            let (status, body) = get(&http, &url, None).await;
+            assert_eq!(status, 200, "{body}");
+            let s = parse(&body);
+            let served = log.lock().unwrap().clone();
+            let by = |code: u16| served.iter().filter(|c| **c == code).count() as f64;
+            let counted = |code: &str| {
+                value(&s, "skiplock_fetches_total", &[("status", code)]).unwrap_or(0.0)
+            };
+            let packs_counted = value(&s, "skiplock_packs_total", &[]).unwrap_or(0.0);
+            let ok = fetched == 2
+            && packs >= 1
+            && counted("200") == by(200)
+            && counted("404") == by(404)
+            && by(200) >= 1.0
+            && by(404) >= 2.0 // /gone and robots.txt
+            && packs_counted == packs as f64
+            && observations(&s, "skiplock_pack_duration_seconds", &[]) == packs_counted;
+            ok.then_some(())
+        },
+    )
+    .await;
+    sigterm(&worker.child);
+}
