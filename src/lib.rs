@@ -18,6 +18,7 @@ pub mod db;
 pub mod dbtime;
 pub mod error;
 pub mod maintenance;
+pub mod metrics;
 pub mod progress;
 pub mod queue;
 pub mod redact;

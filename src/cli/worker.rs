@@ -4,6 +4,7 @@
 use clap::Args;
 
 use crate::config::{self, QueueSettings, parse_queues};
+use crate::metrics::serve;
 use crate::progress::{DrainCount, Progress};
 use crate::worker::{Worker, builtin, shutdown};
 
@@ -29,6 +30,27 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     // Built without contacting the database: the worker waits for it (with a capped
     // backoff, forever unless SKIPLOCK_CONNECT_TIMEOUT), where one-shot commands fail fast.
     let pool = crate::db::session::handler_pool(&config::database_url(url)?, &settings)?;
+    // The metrics endpoint first: a refused or taken address fails before any work starts,
+    // and the recorder must be installed before the worker resolves its metric handles.
+    let metrics_stop = tokio_util::sync::CancellationToken::new();
+    let metrics = match config::env_opt(serve::LISTEN_SETTING).filter(|l| !l.trim().is_empty()) {
+        None => None,
+        Some(listen) => {
+            let allow_remote = config::env_bool(serve::ALLOW_REMOTE_SETTING, false)?;
+            let scrape_pool = serve::scrape_pool(&pool, settings.session_limits());
+            let (bound, task) = serve::start(
+                listen.trim(),
+                allow_remote,
+                scrape_pool,
+                metrics_stop.clone(),
+            )
+            .await?;
+            println!("skiplock metrics on http://{bound}/metrics");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            tracing::info!(%bound, "metrics endpoint listening");
+            Some(task)
+        }
+    };
     let served: Option<Vec<String>> = settings
         .queues
         .as_ref()
@@ -46,6 +68,10 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     if let Some((progress, task)) = meter {
         task.abort();
         progress.finish();
+    }
+    metrics_stop.cancel();
+    if let Some(task) = metrics {
+        let _ = task.await;
     }
     result?;
     Ok(())

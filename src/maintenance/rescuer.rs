@@ -51,6 +51,7 @@ pub async fn rescue(pool: &Pool, rescue_after: Duration) -> Result<u64> {
         let rows = store::rescue::rescue(pool, rescue_after, BATCH).await?;
         for r in &rows {
             tracing::warn!(job.id = r.id, job.kind = %r.kind, new_state = %r.state, "rescued a job whose worker stopped sending heartbeats");
+            crate::metrics::rescued(&r.kind, r.state);
         }
         total += rows.len() as u64;
         if (rows.len() as i64) < BATCH {

@@ -10,8 +10,9 @@
 //!   `sql/packets/start.sql`. A module is an entity or a service, so names within it read as
 //!   verbs (`packets::start`, `jobs::cancel_job`), with `_many` when the statement takes
 //!   arrays (`heartbeat_many`, `ack_many`). Areas: `queue` ([`jobs`], [`claim`], [`ack`],
-//!   [`heartbeat`], [`rescue`]), `maintenance`, `fetch`, `pack`, `packets`, `schema`, and the
-//!   dev tools' `bench` and `chaos` (their modules say so; nothing else calls them).
+//!   [`heartbeat`], [`rescue`]), `maintenance`, `fetch`, `pack`, `packets`, [`metrics`]
+//!   (what a scrape reads), `schema`, and the dev tools' `bench` and `chaos` (their modules
+//!   say so; nothing else calls them).
 //! - **Typed in, typed out.** More than about three parameters come as a struct; every row is
 //!   a named `FromRow` struct (no tuples); states are enums mapped to the database's enum
 //!   types ([`types`]); times are read through [`time::DbTime`] so no stored value can panic.
@@ -33,6 +34,7 @@ pub mod fetch;
 pub mod heartbeat;
 pub mod jobs;
 pub mod maintenance;
+pub mod metrics;
 pub mod names;
 pub mod notify;
 pub mod pack;

@@ -79,12 +79,29 @@ pub fn router(state: AppState) -> Router {
         .route("/login", get(pages::login::form).post(pages::login::submit))
         .route("/logout", post(pages::login::logout))
         .route("/assets/{file}", get(assets::serve))
+        .route("/metrics", get(metrics))
         .fallback(pages::not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::guard,
         ))
         .with_state(state)
+}
+
+/// `GET /metrics`: the database's view in Prometheus text format (queue depth, oldest
+/// waiting job, packets per state; see [`crate::metrics::render`]). Behind the same guard
+/// as every page: with a token set, a scraper sends `Authorization: Bearer <token>`.
+async fn metrics(
+    axum::extract::State(st): axum::extract::State<AppState>,
+) -> impl axum::response::IntoResponse {
+    let body = crate::metrics::serve::database_text(&st.pool).await;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::serve::TEXT_FORMAT,
+        )],
+        body,
+    )
 }
 
 /// Resolves `listen` and checks it against the token rule ([`auth::listen_decision`]);

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::faults::{self, Point};
 use crate::db::outage::Backoff;
+use crate::metrics::Finish;
 use crate::store::ack::{Ack, ack_many};
 
 /// The most acks written in one statement.
@@ -102,8 +103,11 @@ async fn flush(shared: &Shared, buf: &mut Vec<Ack>, stop: &CancellationToken) {
         faults::hit(&shared.worker_id, Point::CompleterFlush);
         match ack_many(&shared.pool, buf).await {
             Ok(written) => {
-                if written.len() != buf.len() {
-                    let written: std::collections::HashSet<i64> = written.into_iter().collect();
+                shared.metrics.acked(buf.len());
+                // The ids the database accepted; `None`: all of them (the usual case).
+                let partial: Option<std::collections::HashSet<i64>> =
+                    (written.len() != buf.len()).then(|| written.into_iter().collect());
+                if let Some(written) = &partial {
                     for a in buf.iter().filter(|a| !written.contains(&a.id)) {
                         tracing::warn!(
                             job.id = a.id,
@@ -114,7 +118,11 @@ async fn flush(shared: &Shared, buf: &mut Vec<Ack>, stop: &CancellationToken) {
                 }
                 let mut running = shared.running();
                 for a in buf.iter() {
-                    if running.get(&a.id).is_some_and(|r| r.attempt == a.attempt) {
+                    if let Some(r) = running.get(&a.id).filter(|r| r.attempt == a.attempt) {
+                        let ok = partial.as_ref().is_none_or(|w| w.contains(&a.id));
+                        // Still executing: released at shutdown, its handler never returned.
+                        r.series
+                            .finished(Finish::of(a.state, a.give_back, r.executing, ok));
                         running.remove(&a.id);
                     }
                 }

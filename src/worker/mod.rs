@@ -67,6 +67,8 @@ pub(crate) struct Running {
     pub abort: Option<AbortHandle>,
     /// The handler is still running (false once its ack is queued).
     pub executing: bool,
+    /// Its kind's and queue's metrics (counted when the ack is written).
+    pub series: Arc<crate::metrics::JobSeries>,
 }
 
 /// State shared by the worker's tasks.
@@ -87,6 +89,8 @@ pub(crate) struct Shared {
     pub shutdown: CancellationToken,
     /// This process's view of the database's availability (gates the rescuer).
     pub availability: Arc<Availability>,
+    /// Metric handles (no-ops unless a recorder is installed, see [`crate::metrics`]).
+    pub metrics: crate::metrics::WorkerMetrics,
 }
 
 impl Shared {
@@ -279,6 +283,7 @@ impl Worker {
             stop_claiming: CancellationToken::new(),
             shutdown: CancellationToken::new(),
             availability: availability.clone(),
+            metrics: crate::metrics::WorkerMetrics::default(),
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
 

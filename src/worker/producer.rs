@@ -109,6 +109,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             };
             match claim(&shared.pool, params).await {
                 Ok(jobs) => {
+                    shared.metrics.claimed(jobs.len());
                     backoff.reset();
                     backlog = jobs.len() == want;
                     if !jobs.is_empty() {
@@ -178,6 +179,7 @@ fn spawn_job(
         shutdown: shared.shutdown.clone(),
         lost: lost.clone(),
     };
+    let series = shared.metrics.series(&job.kind, &job.queue);
     shared.running().insert(
         job.id,
         Running {
@@ -185,6 +187,7 @@ fn spawn_job(
             lost,
             abort: None,
             executing: true,
+            series: series.clone(),
         },
     );
     let sh = shared.clone();
@@ -196,12 +199,14 @@ fn spawn_job(
         // carry the job's fields themselves.
         let span = tracing::debug_span!("job", job.id = job.id, job.kind = %job.kind,
             job.queue = %job.queue, job.attempt = job.attempt);
+        let began = Instant::now();
         let attempt = {
             use tracing::Instrument;
             executor::execute(handler, ctx, job.args, sh.settings.job_timeout)
                 .instrument(span)
                 .await
         };
+        series.ran(began.elapsed());
         match &attempt {
             Attempt::Returned(Ok(_)) => {}
             Attempt::Returned(Err(e)) => tracing::warn!(job.id = job.id, job.kind = %job.kind,

@@ -92,8 +92,21 @@ fn header(r: &reqwest::Response, name: reqwest::header::HeaderName) -> Option<St
 }
 
 /// GETs `url`, conditionally when a validator is known; reads at most `max_bytes` of body.
-/// Errors are transport errors (connection, timeout): worth retrying.
+/// Errors are transport errors (connection, timeout): worth retrying. Counted in
+/// [`crate::metrics::FETCHES`] by status code.
 pub async fn get(
+    client: &reqwest::Client,
+    url: &Url,
+    etag: Option<&str>,
+    last_modified: Option<&str>,
+    max_bytes: usize,
+) -> std::result::Result<Response, String> {
+    let r = request(client, url, etag, last_modified, max_bytes).await;
+    crate::metrics::fetched(r.as_ref().ok().map(|r| r.status));
+    r
+}
+
+async fn request(
     client: &reqwest::Client,
     url: &Url,
     etag: Option<&str>,

@@ -220,6 +220,7 @@ impl Handler for DoThePacking {
         };
         sql::record(&mut *tx, record).await?;
         tx.commit().await?;
+        crate::metrics::packed(began.elapsed());
         let location = self.store.location(&key);
         tracing::info!(host, pages = built.pages, bytes = built.bytes, %location, "packed");
         Ok(Outcome::CompleteWith(json!({

@@ -1,0 +1,164 @@
+//! The database's part of a scrape in Prometheus text format: queue depth and the oldest
+//! waiting job per queue, packets per state, and whether the read succeeded. Pure: the
+//! snapshot comes from [`crate::store::metrics::snapshot`].
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::store::metrics::Snapshot;
+use crate::store::types::PacketState;
+
+/// Jobs per queue and live state (`available`, `scheduled`, `running`).
+pub const QUEUE_DEPTH: &str = "skiplock_queue_depth";
+/// Age of the oldest due, waiting job per queue.
+pub const OLDEST_WAIT: &str = "skiplock_queue_oldest_wait_seconds";
+/// Packets per state.
+pub const PACKETS: &str = "skiplock_packets";
+/// 1 when the scrape's database read succeeded.
+pub const DATABASE_UP: &str = "skiplock_metrics_database_up";
+/// How long the scrape's database read took.
+pub const SCRAPE_DURATION: &str = "skiplock_metrics_scrape_duration_seconds";
+
+/// A label value escaped for the text format (backslash, double quote, newline).
+pub fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A sample value: finite numbers as Rust prints them, the rest as the format spells them.
+fn value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        }
+    } else {
+        format!("{v}")
+    }
+}
+
+fn header(out: &mut String, name: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} gauge");
+}
+
+/// Renders `snap` (`None`: the read failed, and only [`DATABASE_UP`] 0 is reported) and
+/// how long the read `took`.
+pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
+    let mut out = String::new();
+    header(
+        &mut out,
+        DATABASE_UP,
+        "1 when this scrape could read queue depth and packets from the database.",
+    );
+    let _ = writeln!(out, "{DATABASE_UP} {}", u8::from(snap.is_some()));
+    header(
+        &mut out,
+        SCRAPE_DURATION,
+        "How long this scrape's database read took.",
+    );
+    let _ = writeln!(out, "{SCRAPE_DURATION} {}", value(took.as_secs_f64()));
+    let Some(snap) = snap else {
+        return out;
+    };
+    header(
+        &mut out,
+        QUEUE_DEPTH,
+        "Live jobs per queue: available (due now), scheduled (due later), running. Queues without live jobs are absent.",
+    );
+    for q in &snap.queues {
+        let queue = escape(&q.queue);
+        for (state, n) in [
+            ("available", q.available),
+            ("scheduled", q.scheduled),
+            ("running", q.running),
+        ] {
+            let _ = writeln!(
+                out,
+                "{QUEUE_DEPTH}{{queue=\"{queue}\",state=\"{state}\"}} {n}"
+            );
+        }
+    }
+    header(
+        &mut out,
+        OLDEST_WAIT,
+        "Age of the oldest job that is due and waiting, per queue (0: none waits).",
+    );
+    for q in &snap.queues {
+        let _ = writeln!(
+            out,
+            "{OLDEST_WAIT}{{queue=\"{}\"}} {}",
+            escape(&q.queue),
+            value(q.oldest_wait_seconds.max(0.0))
+        );
+    }
+    header(&mut out, PACKETS, "Packets per state.");
+    for state in PacketState::ALL {
+        let n: i64 = snap
+            .packets
+            .iter()
+            .filter(|p| p.state == state)
+            .map(|p| p.packets)
+            .sum();
+        let _ = writeln!(out, "{PACKETS}{{state=\"{}\"}} {n}", state.as_str());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::metrics::{PacketCount, QueueDepth};
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("x\ny"), "x\\ny");
+        assert_eq!(escape("plain"), "plain");
+    }
+
+    #[test]
+    fn a_failed_read_reports_only_that() {
+        let t = database(None, Duration::from_millis(1500));
+        assert!(t.contains("skiplock_metrics_database_up 0\n"));
+        assert!(t.contains("skiplock_metrics_scrape_duration_seconds 1.5\n"));
+        assert!(!t.contains(QUEUE_DEPTH));
+    }
+
+    #[test]
+    fn queues_and_every_packet_state_are_rendered() {
+        let snap = Snapshot {
+            queues: vec![QueueDepth {
+                queue: "we\"ird".into(),
+                available: 3,
+                scheduled: 1,
+                running: 2,
+                oldest_wait_seconds: 4.25,
+            }],
+            packets: vec![PacketCount {
+                state: PacketState::InReview,
+                packets: 7,
+            }],
+        };
+        let t = database(Some(&snap), Duration::ZERO);
+        assert!(t.contains("skiplock_metrics_database_up 1\n"));
+        assert!(t.contains("skiplock_queue_depth{queue=\"we\\\"ird\",state=\"available\"} 3\n"));
+        assert!(t.contains("skiplock_queue_depth{queue=\"we\\\"ird\",state=\"running\"} 2\n"));
+        assert!(t.contains("skiplock_queue_oldest_wait_seconds{queue=\"we\\\"ird\"} 4.25\n"));
+        assert!(t.contains("skiplock_packets{state=\"in_review\"} 7\n"));
+        assert!(t.contains("skiplock_packets{state=\"queued\"} 0\n"));
+        assert_eq!(value(f64::INFINITY), "+Inf");
+        assert_eq!(value(f64::NAN), "NaN");
+    }
+}

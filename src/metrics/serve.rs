@@ -1,0 +1,176 @@
+//! Serving `/metrics`: a worker's own endpoint (`SKIPLOCK_METRICS_LISTEN`) and the scrape's
+//! database read, which the console's `/metrics` shares.
+//!
+//! The worker's endpoint has no token, so like the console it listens on loopback unless
+//! told otherwise: a non-loopback address needs `SKIPLOCK_METRICS_ALLOW_REMOTE=true` (the
+//! series hold queue and kind names and counts, never arguments or errors). The database
+//! read uses a pool of its own (one connection) and a short statement timeout, so a scrape
+//! never takes a connection the worker needs and never waits long.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::store::Pool;
+
+/// The address of a worker's endpoint (unset or empty: none).
+pub const LISTEN_SETTING: &str = "SKIPLOCK_METRICS_LISTEN";
+/// Whether a worker's endpoint may listen on a non-loopback address.
+pub const ALLOW_REMOTE_SETTING: &str = "SKIPLOCK_METRICS_ALLOW_REMOTE";
+/// The longest a scrape's database read may take (statement timeout, and the whole read
+/// including waiting for the connection).
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the recorder drains histogram samples between scrapes (bounded memory).
+pub const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+/// The content type of the text format.
+pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether a worker's endpoint may listen on `addrs` (what `listen` resolved to): loopback
+/// always, anything else only with `allow_remote`. The error is the line the worker prints.
+pub fn listen_decision(
+    listen: &str,
+    addrs: &[SocketAddr],
+    allow_remote: bool,
+) -> std::result::Result<(), String> {
+    if addrs.is_empty() {
+        return Err(format!("{LISTEN_SETTING}={listen} resolves to no address"));
+    }
+    if allow_remote || addrs.iter().all(|a| a.ip().is_loopback()) {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to serve metrics on {listen} (not a loopback address) without {ALLOW_REMOTE_SETTING}=true: the endpoint has no token, so exposing it must be a decision"
+    ))
+}
+
+/// The database's part of a scrape: the snapshot within [`SCRAPE_TIMEOUT`], or a report
+/// that it failed (logged at warn).
+pub async fn database_text(pool: &Pool) -> String {
+    let began = Instant::now();
+    let snap = match tokio::time::timeout(
+        SCRAPE_TIMEOUT,
+        crate::store::metrics::snapshot(pool, SCRAPE_TIMEOUT),
+    )
+    .await
+    {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "metrics: reading queue depth from the database failed");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                "metrics: reading queue depth from the database took longer than {SCRAPE_TIMEOUT:?}"
+            );
+            None
+        }
+    };
+    super::render::database(snap.as_ref(), began.elapsed())
+}
+
+#[derive(Clone)]
+struct Endpoint {
+    handle: PrometheusHandle,
+    pool: Pool,
+}
+
+async fn scrape(State(e): State<Endpoint>) -> impl IntoResponse {
+    e.handle.run_upkeep();
+    let mut body = e.handle.render();
+    if !body.is_empty() && !body.ends_with('\n') {
+        body.push('\n');
+    }
+    body.push_str(&database_text(&e.pool).await);
+    ([(CONTENT_TYPE, TEXT_FORMAT)], body)
+}
+
+/// The endpoint's router: `GET /metrics` (the recorder's series, then the database's).
+pub fn router(handle: PrometheusHandle, scrape_pool: Pool) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape))
+        .with_state(Endpoint {
+            handle,
+            pool: scrape_pool,
+        })
+}
+
+/// A pool for scrapes: one lazily opened worker session on the same database as `pool`.
+pub fn scrape_pool(pool: &Pool, limits: crate::db::session::SessionLimits) -> Pool {
+    let opts = crate::db::session::worker_options(&pool.connect_options(), limits);
+    crate::db::session::worker_pool(opts, 1, SCRAPE_TIMEOUT)
+}
+
+/// Installs the recorder and serves a worker's endpoint on `listen` until `stop`: checks the
+/// address ([`listen_decision`]), binds it (so a bad address fails before the worker
+/// starts), and returns the bound address and the server task.
+pub async fn start(
+    listen: &str,
+    allow_remote: bool,
+    scrape_pool: Pool,
+    stop: CancellationToken,
+) -> Result<(SocketAddr, JoinHandle<()>)> {
+    let invalid = |m: String| Error::config(LISTEN_SETTING, m);
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(listen)
+        .await
+        .map_err(|e| invalid(format!("invalid address {listen}: {e}")))?
+        .collect();
+    listen_decision(listen, &addrs, allow_remote).map_err(invalid)?;
+    let listener = tokio::net::TcpListener::bind(addrs[0])
+        .await
+        .map_err(|e| invalid(format!("cannot listen on {}: {e}", addrs[0])))?;
+    let bound = listener.local_addr().map_err(Error::Io)?;
+    let handle = super::install()?;
+    let app = router(handle.clone(), scrape_pool);
+    let task = tokio::spawn(async move {
+        let upkeep = {
+            let (handle, stop) = (handle.clone(), stop.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(UPKEEP_EVERY) => handle.run_upkeep(),
+                    }
+                }
+            })
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+        {
+            tracing::error!(error = %e, "metrics endpoint stopped");
+        }
+        let _ = upkeep.await;
+    });
+    Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn loopback_is_always_allowed_anything_else_needs_the_setting() {
+        assert!(listen_decision("127.0.0.1:9187", &[addr("127.0.0.1:9187")], false).is_ok());
+        assert!(listen_decision("[::1]:9187", &[addr("[::1]:9187")], false).is_ok());
+        let e = listen_decision("0.0.0.0:9187", &[addr("0.0.0.0:9187")], false).unwrap_err();
+        assert!(e.contains(ALLOW_REMOTE_SETTING), "{e}");
+        assert!(listen_decision("0.0.0.0:9187", &[addr("0.0.0.0:9187")], true).is_ok());
+        // A name resolving to loopback and a public address is not loopback-only.
+        let mixed = [addr("127.0.0.1:1"), addr("192.0.2.1:1")];
+        assert!(listen_decision("h:1", &mixed, false).is_err());
+        assert!(listen_decision("h:1", &[], true).is_err());
+    }
+}

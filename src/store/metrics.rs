@@ -1,0 +1,78 @@
+//! What `/metrics` reads from the database at scrape time: queue depth and the oldest
+//! waiting job per queue (`sql/metrics/queue_depth.sql`), packets per state
+//! (`sql/metrics/packet_states.sql`), both in one read-only transaction under a short
+//! `statement_timeout` (`sql/metrics/scrape_timeout.sql`).
+
+use std::time::Duration;
+
+use super::types::PacketState;
+use super::{Executor, Pool, sql};
+use crate::error::Result;
+
+/// One queue's live jobs.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct QueueDepth {
+    /// Queue name.
+    pub queue: String,
+    /// Available and due now.
+    pub available: i64,
+    /// Available, due later (retries, snoozes, scheduled jobs).
+    pub scheduled: i64,
+    /// Running.
+    pub running: i64,
+    /// Age of the oldest due job (0 when none waits).
+    pub oldest_wait_seconds: f64,
+}
+
+/// How many packets are in one state.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct PacketCount {
+    /// The state.
+    pub state: PacketState,
+    /// Packets in it.
+    pub packets: i64,
+}
+
+/// Everything a scrape reads.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Per queue, ordered by name.
+    pub queues: Vec<QueueDepth>,
+    /// Per packet state that has packets.
+    pub packets: Vec<PacketCount>,
+}
+
+/// Sets the `statement_timeout` of the current transaction (at least 1 ms).
+pub async fn scrape_timeout<'e, E: Executor<'e>>(exec: E, timeout: Duration) -> Result<()> {
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128).to_string();
+    sqlx::query(sql!("metrics", "scrape_timeout"))
+        .bind(ms)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// Live jobs per queue.
+pub async fn queue_depth<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueDepth>> {
+    Ok(sqlx::query_as(sql!("metrics", "queue_depth"))
+        .fetch_all(exec)
+        .await?)
+}
+
+/// Packets per state.
+pub async fn packet_states<'e, E: Executor<'e>>(exec: E) -> Result<Vec<PacketCount>> {
+    Ok(sqlx::query_as(sql!("metrics", "packet_states"))
+        .fetch_all(exec)
+        .await?)
+}
+
+/// Reads a [`Snapshot`] in one transaction (rolled back: it only reads) whose statements
+/// may run `timeout` at most.
+pub async fn snapshot(pool: &Pool, timeout: Duration) -> Result<Snapshot> {
+    let mut tx = pool.begin().await?;
+    scrape_timeout(&mut *tx, timeout).await?;
+    let queues = queue_depth(&mut *tx).await?;
+    let packets = packet_states(&mut *tx).await?;
+    tx.rollback().await?;
+    Ok(Snapshot { queues, packets })
+}
