@@ -18,6 +18,7 @@ pub mod db;
 pub mod dbtime;
 pub mod error;
 pub mod maintenance;
+pub mod prelude;
 pub mod progress;
 pub mod queue;
 pub mod redact;
@@ -27,3 +28,4 @@ pub mod worker;
 pub mod workflows;
 
 pub use error::{Error, Result};
+pub use queue::typed::{enqueue, enqueue_with};

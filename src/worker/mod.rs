@@ -42,7 +42,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-pub use handler::{BoxFuture, Handler, JobContext, Registry};
+pub use handler::{BoxFuture, FnHandler, Handler, JobContext, Registry};
 pub use outcome::{HandlerResult, JobError, Outcome};
 
 use crate::config::QueueSettings;
@@ -124,6 +124,18 @@ impl WorkerBuilder {
     /// Registers a handler for its kind.
     pub fn register<H: Handler>(mut self, h: H) -> Self {
         self.registry.register(h);
+        self
+    }
+    /// Registers `f` as the handler of the typed job `A`: the kind is `A::KIND`, the same
+    /// constant [`crate::enqueue`] writes (`.register_typed(|ctx, job: SendEmail| async
+    /// move { … })`).
+    pub fn register_typed<A, F, Fut>(mut self, f: F) -> Self
+    where
+        A: crate::queue::JobArgs,
+        F: Fn(JobContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.registry.register_typed(f);
         self
     }
     /// Gives mutable access to the registry (for `register` functions of workflows).
