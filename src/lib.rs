@@ -17,7 +17,6 @@ pub mod config;
 pub mod db;
 pub mod dbtime;
 pub mod error;
-pub mod maintenance;
 pub mod prelude;
 pub mod progress;
 pub mod queue;
@@ -29,3 +28,5 @@ pub mod workflows;
 
 pub use error::{Error, Result};
 pub use queue::typed::{enqueue, enqueue_with};
+/// The maintenance services every worker runs by default (they live under the worker).
+pub use worker::maintenance;

@@ -36,7 +36,7 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     let mut builder = Worker::builder(pool.clone(), settings).exit_when_idle(a.exit_when_idle);
     builtin::register(builder.registry_mut());
     builder = crate::workflows::register_all(builder)?;
-    builder = crate::maintenance::register_all(builder)?;
+    builder = builder.maintenance(crate::maintenance::MaintenanceSettings::from_env()?);
     let worker = builder.build();
     let meter = a
         .exit_when_idle

@@ -119,7 +119,6 @@ async fn flush(shared: &Shared, buf: &mut Vec<Ack>, stop: &CancellationToken) {
                     }
                 }
                 drop(running);
-                shared.acked.notify_waiters();
                 buf.clear();
                 return;
             }

@@ -24,7 +24,8 @@ use crate::queue::JobState;
 use crate::store::{self, Pool};
 
 pub use crate::store::maintenance::ReapCandidate;
-use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
+use crate::worker::handler::{Handler, JobContext};
+use crate::worker::outcome::{HandlerResult, Outcome};
 
 /// The kind of the reaper's periodic job.
 pub const KIND: &str = "reap";

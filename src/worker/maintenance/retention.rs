@@ -17,7 +17,8 @@ use crate::config::env_duration;
 use crate::error::Result;
 use crate::queue::JobState;
 use crate::store::{self, Pool};
-use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
+use crate::worker::handler::{Handler, JobContext};
+use crate::worker::outcome::{HandlerResult, Outcome};
 
 /// The kind of retention's periodic job.
 pub const KIND: &str = "retain";
