@@ -412,6 +412,16 @@ pub fn redact_url(url: &str) -> String {
     crate::redact::redact_url(url)
 }
 
+/// Session limits of a worker's connections (applied by [`crate::db::session`]; a plain
+/// value here so that settings do not depend on the code that connects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// `statement_timeout` (zero: none).
+    pub statement_timeout: Duration,
+    /// `lock_timeout` (zero: none).
+    pub lock_timeout: Duration,
+}
+
 /// Settings of the core queue runtime (the worker pool).
 #[derive(Debug, Clone)]
 pub struct QueueSettings {
@@ -510,8 +520,8 @@ impl QueueSettings {
     }
 
     /// The session limits of this worker's connections.
-    pub fn session_limits(&self) -> crate::db::session::SessionLimits {
-        crate::db::session::SessionLimits {
+    pub fn session_limits(&self) -> SessionLimits {
+        SessionLimits {
             statement_timeout: self.statement_timeout,
             lock_timeout: self.lock_timeout,
         }

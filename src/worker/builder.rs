@@ -39,8 +39,16 @@ pub struct WorkerBuilder {
     maintenance: Maintenance,
 }
 
+impl Worker {
+    /// Starts building a worker on `pool` with `settings`; the rescuer and the default
+    /// maintenance (reaper, retention, periodic scheduler) come with it.
+    pub fn builder(pool: Pool, settings: QueueSettings) -> WorkerBuilder {
+        WorkerBuilder::new(pool, settings)
+    }
+}
+
 impl WorkerBuilder {
-    pub(super) fn new(pool: Pool, settings: QueueSettings) -> Self {
+    fn new(pool: Pool, settings: QueueSettings) -> Self {
         WorkerBuilder {
             pool,
             runtime_pool: None,

@@ -14,7 +14,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::builder::WorkerBuilder;
 use super::handler::Registry;
 use super::listener::{Wake, listen};
 use super::rescuer::Rescuer;
@@ -63,12 +62,6 @@ pub struct Started {
 }
 
 impl Worker {
-    /// Starts building a worker on `pool` with `settings`; the rescuer and the default
-    /// maintenance (reaper, retention, periodic scheduler) come with it.
-    pub fn builder(pool: Pool, settings: QueueSettings) -> WorkerBuilder {
-        WorkerBuilder::new(pool, settings)
-    }
-
     /// This worker's id (as in `skiplock.workers` and `attempted_by`).
     pub fn id(&self) -> &str {
         &self.id
