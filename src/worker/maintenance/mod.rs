@@ -16,6 +16,7 @@ pub mod retention;
 
 use std::time::Duration;
 
+use crate::config::env_duration;
 use crate::error::{Error, Result};
 use crate::queue::NewJob;
 
@@ -68,11 +69,38 @@ impl MaintenanceSettings {
     /// Reads every maintenance setting from the environment, validated (for a program's
     /// edge, e.g. `skiplock worker`; the library itself never calls it).
     pub fn from_env() -> Result<Self> {
+        let (reaper, retention) = Self::services_from_env()?;
         Ok(MaintenanceSettings {
-            reaper: reaper::ReaperSettings::from_env()?,
-            retention: retention::RetentionSettings::from_env()?,
+            reaper,
+            retention,
             periodic: periodic::PeriodicJobs::from_env()?,
         })
+    }
+
+    /// The reaper's and retention's settings from the environment, validated:
+    /// `SKIPLOCK_REAPER_MAX_AGE`, `SKIPLOCK_RETAIN_COMPLETED`, `SKIPLOCK_RETAIN_FAILED`, and
+    /// `SKIPLOCK_REAPER_INTERVAL` (read once: it is the period of both jobs).
+    pub fn services_from_env() -> Result<(reaper::ReaperSettings, retention::RetentionSettings)> {
+        let reaper = Self::reaper_from_env()?;
+        let t = retention::RetentionSettings::default();
+        let retention = retention::RetentionSettings {
+            completed: env_duration("SKIPLOCK_RETAIN_COMPLETED", t.completed)?,
+            failed: env_duration("SKIPLOCK_RETAIN_FAILED", t.failed)?,
+            interval: reaper.interval,
+        };
+        retention.validate()?;
+        Ok((reaper, retention))
+    }
+
+    /// The reaper's settings from the environment, validated (`skiplock reap` needs no more).
+    pub fn reaper_from_env() -> Result<reaper::ReaperSettings> {
+        let r = reaper::ReaperSettings::default();
+        let reaper = reaper::ReaperSettings {
+            max_age: env_duration("SKIPLOCK_REAPER_MAX_AGE", r.max_age)?,
+            interval: env_duration("SKIPLOCK_REAPER_INTERVAL", r.interval)?,
+        };
+        reaper.validate()?;
+        Ok(reaper)
     }
 }
 

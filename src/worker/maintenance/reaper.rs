@@ -18,7 +18,6 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::IgnoredAny;
 
-use crate::config::env_duration;
 use crate::error::{Error, Result};
 use crate::queue::JobState;
 use crate::store::{self, Pool};
@@ -59,17 +58,6 @@ impl Default for ReaperSettings {
 }
 
 impl ReaperSettings {
-    /// Reads and validates `SKIPLOCK_REAPER_MAX_AGE` and `SKIPLOCK_REAPER_INTERVAL`.
-    pub fn from_env() -> Result<Self> {
-        let d = ReaperSettings::default();
-        let s = ReaperSettings {
-            max_age: env_duration("SKIPLOCK_REAPER_MAX_AGE", d.max_age)?,
-            interval: env_duration("SKIPLOCK_REAPER_INTERVAL", d.interval)?,
-        };
-        s.validate()?;
-        Ok(s)
-    }
-
     /// Rejects values that parse but make no sense.
     pub fn validate(&self) -> Result<()> {
         if self.max_age < Duration::from_secs(1) {

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use serde::de::IgnoredAny;
 
-use crate::config::env_duration;
 use crate::error::Result;
 use crate::queue::JobState;
 use crate::store::{self, Pool};
@@ -55,18 +54,6 @@ impl Default for RetentionSettings {
 }
 
 impl RetentionSettings {
-    /// Reads `SKIPLOCK_RETAIN_COMPLETED`, `SKIPLOCK_RETAIN_FAILED` and the reaper interval.
-    pub fn from_env() -> Result<Self> {
-        let d = RetentionSettings::default();
-        let s = RetentionSettings {
-            completed: env_duration("SKIPLOCK_RETAIN_COMPLETED", d.completed)?,
-            failed: env_duration("SKIPLOCK_RETAIN_FAILED", d.failed)?,
-            interval: env_duration("SKIPLOCK_REAPER_INTERVAL", d.interval)?,
-        };
-        s.validate()?;
-        Ok(s)
-    }
-
     /// Rejects values that parse but make no sense.
     pub fn validate(&self) -> Result<()> {
         crate::config::check_duration("SKIPLOCK_REAPER_INTERVAL", self.interval)?;
