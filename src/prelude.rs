@@ -3,6 +3,7 @@
 
 pub use crate::config::QueueSettings;
 pub use crate::error::{Error, Result};
+pub use crate::maintenance::MaintenanceSettings;
 pub use crate::queue::typed::{enqueue, enqueue_with};
 pub use crate::queue::{JobArgs, JobOptions, NewJob, OnConflict};
 pub use crate::store::Pool;
