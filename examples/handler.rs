@@ -1,40 +1,35 @@
 //! The README's handler example, compiled by `cargo test --all-targets` so it stays true.
 //! Run: `DATABASE_URL=... cargo run --example handler` (Ctrl-C to stop).
 
-use serde::Deserialize;
-use skiplock::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, Worker};
+use skiplock::prelude::*;
 
-#[derive(Deserialize)]
-struct Email {
+/// The job's args; the type names its kind, so enqueue and handler agree by construction.
+#[derive(Serialize, Deserialize)]
+struct SendEmail {
     to: String,
 }
 
-struct SendEmail;
+impl JobArgs for SendEmail {
+    const KIND: &'static str = "send-email";
+}
 
-impl Handler for SendEmail {
-    type Args = Email; // bad args discard the job with the decode error
-    fn kind(&self) -> &'static str {
-        "send-email"
+async fn send_email(_ctx: JobContext, job: SendEmail) -> HandlerResult {
+    if job.to.is_empty() {
+        return Err(JobError::discard("no recipient")); // bad input: no retry
     }
-    async fn run(&self, _ctx: JobContext, args: Email) -> HandlerResult {
-        if args.to.is_empty() {
-            return Err(JobError::discard("no recipient"));
-        }
-        // ... any `?` on a std error here is a retryable error ...
-        Ok(Outcome::Complete)
-    }
+    // ... any `?` on a std error here is a retryable error ...
+    Ok(Outcome::Complete)
 }
 
 #[tokio::main]
 async fn main() -> skiplock::Result<()> {
-    let url = skiplock::config::database_url(None)?;
+    let url = std::env::var("DATABASE_URL").unwrap_or("postgres://root@127.0.0.1/skiplock".into());
     let pool = skiplock::db::connect(&url, 10).await?;
     skiplock::store::schema::migrate(&pool).await?;
-    let job = skiplock::queue::NewJob::new("send-email", serde_json::json!({"to": "a@b.c"}));
-    skiplock::store::jobs::enqueue(&pool, &job).await?;
-    let settings = skiplock::config::QueueSettings::from_env()?;
-    Worker::builder(pool, settings)
-        .register(SendEmail)
+    skiplock::enqueue(&pool, SendEmail { to: "a@b.c".into() }).await?;
+    // The rescuer, reaper, retention and periodic scheduler come with the builder.
+    Worker::builder(pool, QueueSettings::default())
+        .register_typed(send_email)
         .build()
         .run(skiplock::worker::shutdown::signal()) // SIGINT/SIGTERM: graceful shutdown
         .await

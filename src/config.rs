@@ -1,5 +1,12 @@
 //! Settings, read once from the environment (and a `.env` file) and validated once.
 //!
+//! Settings are values: the library takes them as arguments (`Worker::builder(pool,
+//! QueueSettings)`, `.maintenance(MaintenanceSettings)`, `workflows::register_all(builder,
+//! WorkflowSettings)`) and never reads the environment on its own. The `from_env`
+//! functions here and in each section's module are called at the edge only: by
+//! `cli::settings::Settings::from_env` (everything `skiplock worker` uses, parsed before
+//! anything starts) and by the other commands of `src/cli/` for the sections they need.
+//!
 //! Every setting has a default except `DATABASE_URL`; `.env-template` documents each one.
 //! Durations are written like `30s`, `5m`, `48h`, `7d`.
 
@@ -412,6 +419,16 @@ pub fn redact_url(url: &str) -> String {
     crate::redact::redact_url(url)
 }
 
+/// Session limits of a worker's connections (applied by [`crate::db::session`]; a plain
+/// value here so that settings do not depend on the code that connects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// `statement_timeout` (zero: none).
+    pub statement_timeout: Duration,
+    /// `lock_timeout` (zero: none).
+    pub lock_timeout: Duration,
+}
+
 /// Settings of the core queue runtime (the worker pool).
 #[derive(Debug, Clone)]
 pub struct QueueSettings {
@@ -510,8 +527,8 @@ impl QueueSettings {
     }
 
     /// The session limits of this worker's connections.
-    pub fn session_limits(&self) -> crate::db::session::SessionLimits {
-        crate::db::session::SessionLimits {
+    pub fn session_limits(&self) -> SessionLimits {
+        SessionLimits {
             statement_timeout: self.statement_timeout,
             lock_timeout: self.lock_timeout,
         }

@@ -8,10 +8,10 @@ use std::process::Child;
 use std::time::Duration;
 
 use serde_json::json;
+use skiplock::maintenance;
 use skiplock::maintenance::periodic::{PeriodicJob, PeriodicJobs, Scheduler};
 use skiplock::maintenance::reaper::{Reaper, ReaperSettings};
 use skiplock::maintenance::retention::{Retention, RetentionSettings, run_retention};
-use skiplock::maintenance::{self, register_parts};
 use skiplock::queue::NewJob;
 use skiplock::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use sqlx::PgPool;
@@ -44,7 +44,7 @@ fn with_maintenance(b: WorkerBuilder, reaper: &Reaper) -> WorkerBuilder {
             ..RetentionSettings::default()
         },
     };
-    register_parts(b, reaper.clone(), retention, PeriodicJobs::new()).unwrap()
+    b.maintenance_parts(reaper.clone(), retention, PeriodicJobs::new())
 }
 
 /// The results of the completed `reap` jobs, oldest first.
@@ -392,7 +392,7 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
         ("SKIPLOCK_PERIODIC_FILE", file.to_str().unwrap()),
         (
             "RUST_LOG",
-            "info,sqlx::postgres::notice=warn,skiplock::maintenance::periodic=debug",
+            "info,sqlx::postgres::notice=warn,skiplock::worker::maintenance::periodic=debug",
         ),
     ];
     let mut a = spawn_worker_process(&db.url, &[], &envs);
@@ -862,4 +862,50 @@ async fn periodic_lists_the_builtin_jobs_before_any_worker_declared_them() {
         err.contains("SKIPLOCK_REAPER_INTERVAL") && err.contains("at least 1s"),
         "{err}"
     );
+}
+
+/// A worker built as the README shows (no maintenance call) runs the rescuer, the reaper,
+/// retention and the periodic scheduler; `without_maintenance` leaves the last three out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builder_installs_maintenance_by_default_and_can_leave_it_out() {
+    let db = TestDb::new().await;
+    let w = skiplock::worker::Worker::builder(db.pool.clone(), fast_settings()).build();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let s = stop.clone();
+    let h = tokio::spawn(async move { w.run(async move { s.cancelled().await }).await });
+    wait_for("the default reap and retain jobs to complete", Duration::from_secs(60), || async {
+        let n = count(
+            &db.pool,
+            "SELECT count(DISTINCT kind) FROM skiplock.jobs WHERE kind IN ('reap', 'retain') AND state = 'completed'",
+        )
+        .await;
+        (n == 2).then_some(())
+    })
+    .await;
+    stop.cancel();
+    h.await.unwrap().unwrap();
+
+    let db = TestDb::new().await;
+    let w = skiplock::worker::Worker::builder(db.pool.clone(), fast_settings())
+        .without_maintenance()
+        .register(skiplock::worker::builtin::Noop)
+        .build();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let s = stop.clone();
+    let h = tokio::spawn(async move { w.run(async move { s.cancelled().await }).await });
+    wait_for(
+        "the worker to register",
+        Duration::from_secs(60),
+        || async {
+            let kinds: Option<Vec<String>> =
+                sqlx::query_scalar("SELECT kinds FROM skiplock.workers LIMIT 1")
+                    .fetch_optional(&db.pool)
+                    .await
+                    .unwrap();
+            kinds.map(|k| assert_eq!(k, vec!["noop".to_string()]))
+        },
+    )
+    .await;
+    stop.cancel();
+    h.await.unwrap().unwrap();
 }

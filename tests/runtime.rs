@@ -104,7 +104,7 @@ async fn a_job_that_keeps_crashing_its_producer_is_discarded_and_its_batch_mates
         queues: queues(&[("default", 10)]),
         ..fast_settings()
     };
-    let mut b = Worker::builder(db.pool.clone(), settings);
+    let mut b = Worker::builder(db.pool.clone(), settings).without_maintenance();
     builtin::register(b.registry_mut());
     let worker = b.build();
     // Three claims in a row fail: the first takes the whole batch (all six jobs, given
@@ -154,7 +154,7 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
         rescue_after: Duration::from_secs(2),
         ..fast_settings()
     };
-    let mut b = Worker::builder(db.pool.clone(), settings);
+    let mut b = Worker::builder(db.pool.clone(), settings).without_maintenance();
     builtin::register(b.registry_mut());
     let worker = b.build();
     let id = worker.id().to_string();

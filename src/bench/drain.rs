@@ -46,7 +46,9 @@ pub(crate) async fn in_process(
     let p = store::pool(url, o.connections).await?;
     let done = Arc::new(AtomicUsize::new(0));
     let all_ran = Arc::new(Notify::new());
+    // The worker under measurement runs only the benchmark's jobs (no maintenance).
     let worker = Worker::builder(p.clone(), worker_settings(o))
+        .without_maintenance()
         .register(CountingNoop(done.clone(), all_ran.clone(), n))
         .build();
     let stop = CancellationToken::new();

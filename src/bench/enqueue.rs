@@ -102,6 +102,7 @@ pub(crate) async fn latency(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
     let p = store::pool(url, o.connections).await?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let worker = Worker::builder(p.clone(), worker_settings(o))
+        .without_maintenance()
         .register(StartSignal(tx))
         .build();
     let stop = CancellationToken::new();

@@ -66,6 +66,9 @@ pub struct BenchOptions {
     pub skip_graphile: bool,
     /// Skip the (slow) scale run.
     pub skip_scale: bool,
+    /// The in-process worker's settings besides queue, concurrency and pool size (`skiplock
+    /// bench`: the environment's).
+    pub worker: QueueSettings,
 }
 
 impl Default for BenchOptions {
@@ -90,6 +93,7 @@ impl Default for BenchOptions {
             skip_ceiling: false,
             skip_graphile: false,
             skip_scale: false,
+            worker: QueueSettings::default(),
         }
     }
 }
@@ -227,14 +231,14 @@ async fn fill_noop(monitor: &PgPool, n: usize) -> Result<()> {
     store::analyze_jobs(monitor).await
 }
 
-/// The worker's settings: the environment's (so `SKIPLOCK_FETCH_COOLDOWN` and friends can be
-/// tuned), with the benchmark's queue, concurrency and pool size.
+/// The in-process worker's settings: [`BenchOptions::worker`] (`skiplock bench` passes the
+/// environment's, so `SKIPLOCK_FETCH_COOLDOWN` and friends can be tuned), with the
+/// benchmark's queue, concurrency and pool size.
 pub(crate) fn worker_settings(o: &BenchOptions) -> QueueSettings {
-    let env = QueueSettings::from_env().unwrap_or_default();
     QueueSettings {
         queues: Some(BTreeMap::from([("default".to_string(), o.concurrency)])),
         max_connections: o.connections,
-        ..env
+        ..o.worker.clone()
     }
 }
 

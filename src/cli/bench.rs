@@ -297,6 +297,7 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
         skip_ceiling: a.skip_ceiling,
         skip_graphile: a.skip_graphile,
         skip_scale: a.skip_scale,
+        worker: crate::config::QueueSettings::from_env()?,
     };
     // On a terminal a spinner shows the running step and the time; each step also leaves a
     // line (plain stderr lines elsewhere, as before).

@@ -15,10 +15,9 @@ use serde::Serialize;
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
 use crate::config::{DEFAULT_RESCUE_AFTER, env_duration};
-use crate::maintenance::builtin_jobs;
 use crate::maintenance::periodic::{PeriodicJobs, Schedule};
 use crate::maintenance::reaper::{self, ReapCandidate, ReaperSettings};
-use crate::maintenance::retention::RetentionSettings;
+use crate::maintenance::{MaintenanceSettings, builtin_jobs};
 use crate::store;
 
 /// `skiplock periodic`.
@@ -64,10 +63,8 @@ struct PeriodicLine {
 /// the built-in ones and any in this environment's `SKIPLOCK_PERIODIC_FILE` that no worker
 /// has declared yet.
 pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> {
-    let builtin = builtin_jobs(
-        &ReaperSettings::from_env()?,
-        &RetentionSettings::from_env()?,
-    )?;
+    let (reaper, retention) = MaintenanceSettings::services_from_env()?;
+    let builtin = builtin_jobs(&reaper, &retention)?;
     let file_jobs = PeriodicJobs::from_env()?;
     let pool = connect_migrated(url).await?;
     let rows = store::maintenance::list_periodic(&pool).await?;
@@ -197,7 +194,7 @@ fn fleet_guard(
 /// Runs `skiplock reap`.
 pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
     super::check_flag("--limit", a.limit.into(), 1, super::MAX_LIMIT)?;
-    let settings = ReaperSettings::from_env()?;
+    let settings = MaintenanceSettings::reaper_from_env()?;
     let live_within = env_duration("SKIPLOCK_RESCUE_AFTER", DEFAULT_RESCUE_AFTER)?;
     let pool = connect_migrated(url).await?;
     let (now, oldest) = reaper::oldest_live_worker(&pool, live_within).await?;

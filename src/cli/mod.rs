@@ -9,6 +9,7 @@ pub mod maintenance;
 pub mod output;
 pub mod pack;
 pub mod packets;
+pub mod settings;
 pub mod web;
 pub mod worker;
 

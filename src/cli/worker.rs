@@ -3,7 +3,8 @@
 
 use clap::Args;
 
-use crate::config::{self, QueueSettings, parse_queues};
+use super::settings::Settings;
+use crate::config::{self, parse_queues};
 use crate::metrics::serve;
 use crate::progress::{DrainCount, Progress};
 use crate::worker::{Worker, builtin, shutdown};
@@ -22,7 +23,12 @@ pub struct WorkerArgs {
 
 /// Runs the worker until a signal (or idle).
 pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
-    let mut settings = QueueSettings::from_env()?;
+    // Every setting parsed and validated once, here, before anything starts.
+    let Settings {
+        queue: mut settings,
+        maintenance,
+        workflows,
+    } = Settings::from_env()?;
     if let Some(q) = &a.queues {
         settings.queues =
             Some(parse_queues(q).map_err(|e| anyhow::anyhow!("invalid --queues: {e}"))?);
@@ -57,8 +63,8 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
         .map(|q| q.keys().cloned().collect());
     let mut builder = Worker::builder(pool.clone(), settings).exit_when_idle(a.exit_when_idle);
     builtin::register(builder.registry_mut());
-    builder = crate::workflows::register_all(builder)?;
-    builder = crate::maintenance::register_all(builder)?;
+    builder = crate::workflows::register_all(builder, workflows)?;
+    builder = builder.maintenance(maintenance);
     let worker = builder.build();
     let meter = a
         .exit_when_idle

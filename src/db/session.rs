@@ -29,14 +29,7 @@ pub const CONNECT_BACKOFF: (Duration, Duration) =
 /// every pool built here.
 pub static RECYCLE: RecycleMark = RecycleMark::new();
 
-/// Session limits of a worker's connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionLimits {
-    /// `statement_timeout` (zero: none).
-    pub statement_timeout: Duration,
-    /// `lock_timeout` (zero: none).
-    pub lock_timeout: Duration,
-}
+pub use crate::config::SessionLimits;
 
 /// `base` with the worker session settings added (later `-c` options win over earlier ones,
 /// so these override any the URL carried).

@@ -8,6 +8,7 @@
 
 pub mod backoff;
 pub mod enqueue;
+pub mod typed;
 
 use std::fmt;
 use std::str::FromStr;
@@ -16,6 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 pub use enqueue::{NewJob, OnConflict};
+pub use typed::{JobArgs, JobOptions};
 
 /// The five states of a job row (`skiplock.job_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

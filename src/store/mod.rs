@@ -27,7 +27,9 @@
 //!   checks that version at start ([`schema::ensure_ready`]).
 
 pub mod ack;
+#[doc(hidden)]
 pub mod bench;
+#[doc(hidden)]
 pub mod chaos;
 pub mod claim;
 pub mod fetch;

@@ -127,7 +127,6 @@ async fn flush(shared: &Shared, buf: &mut Vec<Ack>, stop: &CancellationToken) {
                     }
                 }
                 drop(running);
-                shared.acked.notify_waiters();
                 buf.clear();
                 return;
             }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::{HandlerResult, JobError};
+use crate::queue::typed::JobArgs;
 use crate::store::Pool;
 
 /// Everything a running handler may need besides its args.
@@ -95,6 +97,49 @@ pub trait Handler: Send + Sync + 'static {
     fn run(&self, ctx: JobContext, args: Self::Args) -> impl Future<Output = HandlerResult> + Send;
 }
 
+/// A handler written as a function of typed args: its kind is `A::KIND`, the same constant
+/// [`crate::enqueue`] writes, so enqueue and handler cannot disagree on a string. Built by
+/// [`Registry::register_typed`] / [`crate::worker::WorkerBuilder::register_typed`].
+pub struct FnHandler<A, F> {
+    f: F,
+    timeout: Option<Duration>,
+    _args: PhantomData<fn() -> A>,
+}
+
+impl<A, F, Fut> Handler for FnHandler<A, F>
+where
+    A: JobArgs,
+    F: Fn(JobContext, A) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    type Args = A;
+    fn kind(&self) -> &'static str {
+        A::KIND
+    }
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+    fn run(&self, ctx: JobContext, args: A) -> impl Future<Output = HandlerResult> + Send {
+        (self.f)(ctx, args)
+    }
+}
+
+impl<A, F> FnHandler<A, F> {
+    /// `f` as the handler of `A`'s kind.
+    pub fn new(f: F) -> Self {
+        FnHandler {
+            f,
+            timeout: None,
+            _args: PhantomData,
+        }
+    }
+    /// A timeout of its own instead of the worker's `SKIPLOCK_JOB_TIMEOUT`.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
+    }
+}
+
 /// A boxed handler future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -152,6 +197,16 @@ impl Registry {
             },
         );
         self
+    }
+
+    /// Registers `f` as the handler of the typed job `A` (kind `A::KIND`).
+    pub fn register_typed<A, F, Fut>(&mut self, f: F) -> &mut Self
+    where
+        A: JobArgs,
+        F: Fn(JobContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.register(FnHandler::<A, F>::new(f))
     }
 
     /// The handler for `kind`.

@@ -12,10 +12,32 @@ pub mod packets;
 use crate::error::Result;
 use crate::worker::WorkerBuilder;
 
-/// Registers every built-in workflow's handlers, services and start-up hooks, reading
-/// their settings from the environment (a bad setting stops the worker at start-up).
-pub fn register_all(builder: WorkerBuilder) -> Result<WorkerBuilder> {
-    let builder = fetch::register(builder)?;
-    let builder = pack::register(builder)?;
-    packets::register(builder)
+/// The settings of every built-in workflow.
+#[derive(Debug, Clone)]
+pub struct WorkflowSettings {
+    /// `fetch`'s (`SKIPLOCK_POLITENESS`, `SKIPLOCK_SCHEDULES`, …).
+    pub fetch: fetch::FetchSettings,
+    /// `pack`'s (`SKIPLOCK_PACK_QUIET`, `SKIPLOCK_STORE`, …).
+    pub pack: pack::PackSettings,
+    /// `process-packet`'s (`SKIPLOCK_PACKET_ROOTS`, `SKIPLOCK_PACKET_CONCURRENCY`, …).
+    pub packets: packets::PacketSettings,
+}
+
+impl WorkflowSettings {
+    /// Reads and validates every workflow setting (for the program's edge: `skiplock
+    /// worker`; the library itself never reads the environment).
+    pub fn from_env() -> Result<Self> {
+        Ok(WorkflowSettings {
+            fetch: fetch::FetchSettings::from_env()?,
+            pack: pack::PackSettings::from_env()?,
+            packets: packets::PacketSettings::from_env()?,
+        })
+    }
+}
+
+/// Registers every built-in workflow's handlers, services and start-up hooks with `settings`.
+pub fn register_all(builder: WorkerBuilder, settings: WorkflowSettings) -> Result<WorkerBuilder> {
+    let builder = fetch::register_with(builder, settings.fetch)?;
+    let builder = pack::register_with(builder, settings.pack)?;
+    Ok(packets::register_with(builder, settings.packets))
 }

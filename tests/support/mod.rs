@@ -133,13 +133,16 @@ impl RunningWorker {
     }
 }
 
-/// Starts a worker built by `build` (given a builder on `pool` with `settings`).
+/// Starts a worker built by `build` (given a builder on `pool` with `settings`, without the
+/// default maintenance, so a test sees only its own jobs; `maintenance_parts` or
+/// `maintenance` turns it back on).
 pub fn start_worker(
     pool: &PgPool,
     settings: QueueSettings,
     build: impl FnOnce(WorkerBuilder) -> WorkerBuilder,
 ) -> RunningWorker {
-    let worker: Worker = build(Worker::builder(pool.clone(), settings)).build();
+    let worker: Worker =
+        build(Worker::builder(pool.clone(), settings).without_maintenance()).build();
     let stop = CancellationToken::new();
     let s = stop.clone();
     let handle = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });

@@ -112,13 +112,8 @@ impl FetchSettings {
     }
 }
 
-/// Registers the `fetch` handler with the settings and schedule file from the environment
-/// (a bad schedule file stops the worker here, at start-up).
-pub fn register(builder: WorkerBuilder) -> Result<WorkerBuilder> {
-    register_with(builder, FetchSettings::from_env()?)
-}
-
-/// Registers the `fetch` handler with explicit settings.
+/// Registers the `fetch` handler with `settings` (`skiplock worker` reads them with
+/// [`FetchSettings::from_env`]; a bad schedule file stops it there, at start-up).
 pub fn register_with(builder: WorkerBuilder, settings: FetchSettings) -> Result<WorkerBuilder> {
     Ok(builder.register(FetchHandler::new(settings)?))
 }

@@ -233,13 +233,7 @@ impl Handler for DoThePacking {
     }
 }
 
-/// Registers the pack handlers with settings from the environment (a bad setting or store
-/// stops the worker at start-up).
-pub fn register(builder: WorkerBuilder) -> Result<WorkerBuilder> {
-    register_with(builder, PackSettings::from_env()?)
-}
-
-/// Registers the pack handlers with explicit settings (tests, embedding).
+/// Registers the pack handlers with `settings` (a bad store stops the worker at start-up).
 pub fn register_with(mut builder: WorkerBuilder, settings: PackSettings) -> Result<WorkerBuilder> {
     let store = Store::open(&settings.store)?;
     builder.registry_mut().register(TimerReset {

@@ -103,13 +103,7 @@ impl PacketSettings {
     }
 }
 
-/// Registers the `process-packet` handler and the start-up recovery hook.
-pub fn register(builder: WorkerBuilder) -> Result<WorkerBuilder> {
-    let settings = PacketSettings::from_env()?;
-    Ok(register_with(builder, settings))
-}
-
-/// [`register`] with explicit settings (tests, embedding).
+/// Registers the `process-packet` handler and the start-up recovery hook with `settings`.
 pub fn register_with(mut builder: WorkerBuilder, settings: PacketSettings) -> WorkerBuilder {
     let recovery = settings.recovery;
     builder.registry_mut().register(ProcessPacket { settings });

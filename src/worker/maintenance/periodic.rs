@@ -22,13 +22,13 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Deserialize;
 
-use super::Service;
 use crate::config::{env_opt, parse_duration};
 use crate::error::{Error, Result};
 use crate::queue::{NewJob, OnConflict};
 use crate::store::maintenance::{PeriodicDecl, PeriodicRun};
 use crate::store::{self, Pool};
 use crate::worker::handler::BoxFuture;
+use crate::worker::service::Service;
 
 /// The setting naming the TOML file of periodic jobs.
 pub const FILE_SETTING: &str = "SKIPLOCK_PERIODIC_FILE";

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use serde::de::IgnoredAny;
 
-use crate::config::env_duration;
 use crate::error::Result;
 use crate::queue::JobState;
 use crate::store::{self, Pool};
-use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
+use crate::worker::handler::{Handler, JobContext};
+use crate::worker::outcome::{HandlerResult, Outcome};
 
 /// The kind of retention's periodic job.
 pub const KIND: &str = "retain";
@@ -54,18 +54,6 @@ impl Default for RetentionSettings {
 }
 
 impl RetentionSettings {
-    /// Reads `SKIPLOCK_RETAIN_COMPLETED`, `SKIPLOCK_RETAIN_FAILED` and the reaper interval.
-    pub fn from_env() -> Result<Self> {
-        let d = RetentionSettings::default();
-        let s = RetentionSettings {
-            completed: env_duration("SKIPLOCK_RETAIN_COMPLETED", d.completed)?,
-            failed: env_duration("SKIPLOCK_RETAIN_FAILED", d.failed)?,
-            interval: env_duration("SKIPLOCK_REAPER_INTERVAL", d.interval)?,
-        };
-        s.validate()?;
-        Ok(s)
-    }
-
     /// Rejects values that parse but make no sense.
     pub fn validate(&self) -> Result<()> {
         crate::config::check_duration("SKIPLOCK_REAPER_INTERVAL", self.interval)?;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::Service;
+use super::service::Service;
 use crate::db::outage::{Availability, may_rescue};
 use crate::error::Result;
 use crate::store::{self, Pool};

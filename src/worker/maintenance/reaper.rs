@@ -18,13 +18,13 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::IgnoredAny;
 
-use crate::config::env_duration;
 use crate::error::{Error, Result};
 use crate::queue::JobState;
 use crate::store::{self, Pool};
 
 pub use crate::store::maintenance::ReapCandidate;
-use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
+use crate::worker::handler::{Handler, JobContext};
+use crate::worker::outcome::{HandlerResult, Outcome};
 
 /// The kind of the reaper's periodic job.
 pub const KIND: &str = "reap";
@@ -58,17 +58,6 @@ impl Default for ReaperSettings {
 }
 
 impl ReaperSettings {
-    /// Reads and validates `SKIPLOCK_REAPER_MAX_AGE` and `SKIPLOCK_REAPER_INTERVAL`.
-    pub fn from_env() -> Result<Self> {
-        let d = ReaperSettings::default();
-        let s = ReaperSettings {
-            max_age: env_duration("SKIPLOCK_REAPER_MAX_AGE", d.max_age)?,
-            interval: env_duration("SKIPLOCK_REAPER_INTERVAL", d.interval)?,
-        };
-        s.validate()?;
-        Ok(s)
-    }
-
     /// Rejects values that parse but make no sense.
     pub fn validate(&self) -> Result<()> {
         if self.max_age < Duration::from_secs(1) {

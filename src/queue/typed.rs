@@ -1,0 +1,236 @@
+//! Typed jobs: an args type names its kind once ([`JobArgs::KIND`]), so the code that
+//! enqueues a job and the handler that runs it cannot disagree on a string. Enqueue with
+//! [`enqueue`] / [`enqueue_with`]; register the handler with
+//! [`crate::worker::WorkerBuilder::register_typed`], which finds the kind from the same type.
+//! [`NewJob`] stays for kinds only known at run time (the CLI, SQL users).
+//!
+//! ```no_run
+//! use skiplock::prelude::*;
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct SendEmail { to: String }
+//!
+//! impl JobArgs for SendEmail {
+//!     const KIND: &'static str = "send-email";
+//! }
+//!
+//! # async fn demo(pool: skiplock::store::Pool) -> skiplock::Result<()> {
+//! let mut tx = pool.begin().await?;
+//! // … the caller's own writes in the same transaction …
+//! skiplock::enqueue(&mut *tx, SendEmail { to: "a@b.c".into() }).await?;
+//! tx.commit().await?;
+//! skiplock::enqueue_with(&pool, SendEmail { to: "x@y.z".into() },
+//!     JobOptions::new().queue("mail").priority(-1).unique_key("mail:x@y.z", OnConflict::Replace)).await?;
+//! # Ok(()) }
+//! ```
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::enqueue::{NewJob, OnConflict};
+use crate::error::{Error, Result};
+use crate::store::Executor;
+
+/// The args of a job kind known at compile time: the type is the contract between the code
+/// that enqueues and the handler that runs it (see the module docs).
+pub trait JobArgs: Serialize + DeserializeOwned + Send + 'static {
+    /// The kind stored in `skiplock.jobs.kind` (what `skiplock jobs --kind` filters on).
+    const KIND: &'static str;
+
+    /// Defaults for every job of this type (queue, priority, attempts…); the options given
+    /// to [`enqueue_with`] override them field by field.
+    fn options() -> JobOptions {
+        JobOptions::default()
+    }
+}
+
+/// How to enqueue a job: every field unset means "the type's default, else skiplock's"
+/// (queue `default`, due now, priority 0, 25 attempts, no unique key).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobOptions {
+    /// Queue name.
+    pub queue: Option<String>,
+    /// When the job becomes due.
+    pub run_at: Option<DateTime<Utc>>,
+    /// Smaller runs first.
+    pub priority: Option<i16>,
+    /// Attempt limit.
+    pub max_attempts: Option<i32>,
+    /// Dedup / debounce key, and what to do when an available job holds it.
+    pub unique_key: Option<(String, OnConflict)>,
+}
+
+impl JobOptions {
+    /// No options: the type's defaults apply.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets the queue.
+    pub fn queue(mut self, q: impl Into<String>) -> Self {
+        self.queue = Some(q.into());
+        self
+    }
+    /// Sets when the job becomes due.
+    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+    /// Sets the priority (smaller runs first).
+    pub fn priority(mut self, p: i16) -> Self {
+        self.priority = Some(p);
+        self
+    }
+    /// Sets the attempt limit.
+    pub fn max_attempts(mut self, n: i32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+    /// Sets the unique key and the conflict rule (`Keep`: one waiting job per key;
+    /// `Replace`: debounce, see the README's "How a job moves").
+    pub fn unique_key(mut self, key: impl Into<String>, on_conflict: OnConflict) -> Self {
+        self.unique_key = Some((key.into(), on_conflict));
+        self
+    }
+    /// These options, with every unset field taken from `base`.
+    pub fn or(self, base: JobOptions) -> JobOptions {
+        JobOptions {
+            queue: self.queue.or(base.queue),
+            run_at: self.run_at.or(base.run_at),
+            priority: self.priority.or(base.priority),
+            max_attempts: self.max_attempts.or(base.max_attempts),
+            unique_key: self.unique_key.or(base.unique_key),
+        }
+    }
+    /// Applies the set fields to `job`.
+    pub fn apply(self, mut job: NewJob) -> NewJob {
+        if let Some(q) = self.queue {
+            job = job.queue(q);
+        }
+        if let Some(t) = self.run_at {
+            job = job.run_at(t);
+        }
+        if let Some(p) = self.priority {
+            job = job.priority(p);
+        }
+        if let Some(n) = self.max_attempts {
+            job = job.max_attempts(n);
+        }
+        if let Some((k, c)) = self.unique_key {
+            job = job.unique_key(k, c);
+        }
+        job
+    }
+}
+
+impl NewJob {
+    /// The job for typed `args`: kind `A::KIND`, args serialised to a JSON object, the
+    /// type's [`JobArgs::options`] then `options` applied. Args that do not serialise to a
+    /// JSON object are [`Error::Invalid`] (the SQL API stores objects only).
+    pub fn typed<A: JobArgs>(args: &A, options: JobOptions) -> Result<NewJob> {
+        let value = serde_json::to_value(args).map_err(|e| {
+            Error::Invalid(format!("cannot serialise args of kind {}: {e}", A::KIND))
+        })?;
+        if !value.is_object() {
+            return Err(Error::Invalid(format!(
+                "args of kind {} must serialise to a JSON object (a struct or a map), got {}",
+                A::KIND,
+                json_type(&value)
+            )));
+        }
+        Ok(options.or(A::options()).apply(NewJob::new(A::KIND, value)))
+    }
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Enqueues a typed job with its type's default options; returns its id (or the id of the
+/// available job holding its unique key). `exec` is a pool (`&pool`) or a transaction
+/// (`&mut *tx`: the job exists only if the transaction commits).
+pub async fn enqueue<'e, E: Executor<'e>, A: JobArgs>(exec: E, args: A) -> Result<i64> {
+    enqueue_with(exec, args, JobOptions::default()).await
+}
+
+/// Like [`enqueue`], with `options` overriding the type's defaults.
+pub async fn enqueue_with<'e, E: Executor<'e>, A: JobArgs>(
+    exec: E,
+    args: A,
+    options: JobOptions,
+) -> Result<i64> {
+    let job = NewJob::typed(&args, options)?;
+    crate::store::jobs::enqueue(exec, &job).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Serialize, Deserialize)]
+    struct Mail {
+        to: String,
+    }
+    impl JobArgs for Mail {
+        const KIND: &'static str = "mail";
+        fn options() -> JobOptions {
+            JobOptions::new().queue("mail").max_attempts(3)
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct NotAnObject(u32);
+    impl JobArgs for NotAnObject {
+        const KIND: &'static str = "n";
+    }
+
+    #[test]
+    fn typed_jobs_take_the_kind_and_defaults_from_the_type_and_options_override_them() {
+        let j = NewJob::typed(&Mail { to: "a".into() }, JobOptions::new()).unwrap();
+        assert_eq!(
+            (
+                j.kind.as_str(),
+                j.queue.as_str(),
+                j.max_attempts,
+                j.priority
+            ),
+            ("mail", "mail", 3, 0)
+        );
+        assert_eq!(j.args, serde_json::json!({"to": "a"}));
+        let j = NewJob::typed(
+            &Mail { to: "a".into() },
+            JobOptions::new()
+                .queue("urgent")
+                .priority(-5)
+                .unique_key("k", OnConflict::Replace),
+        )
+        .unwrap();
+        assert_eq!(
+            (j.queue.as_str(), j.max_attempts, j.priority),
+            ("urgent", 3, -5)
+        );
+        assert_eq!(
+            (j.unique_key.as_deref(), j.on_conflict),
+            (Some("k"), OnConflict::Replace)
+        );
+    }
+
+    #[test]
+    fn args_that_are_not_an_object_are_refused_naming_the_kind() {
+        let e = NewJob::typed(&NotAnObject(1), JobOptions::new())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "args of kind n must serialise to a JSON object (a struct or a map), got a number"
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! A worker's life in three phases: [`Worker::start`] (wait for the database, check the
+//! schema, register, run the start-up hooks, spawn every task), [`Started::wait`] (serve
+//! until shutdown is asked for or, with `exit_when_idle`, until idle) and
+//! [`Started::shutdown`] (stop claiming, give running jobs their grace period, put the rest
+//! back, write every pending ack, stop the heartbeat and the services, deregister).
+//! [`Worker::run`] is the three in a row.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::handler::Registry;
+use super::listener::{Wake, listen};
+use super::rescuer::Rescuer;
+use super::service::{Service, supervise as supervise_service};
+use super::startup;
+use super::supervisor::supervise;
+use super::{Shared, StartHook, completer, faults, heartbeat, idle, orphans, queues, shutdown};
+use crate::config::QueueSettings;
+use crate::db::outage::Availability;
+use crate::error::{Error, Result};
+use crate::store::Pool;
+use crate::store::heartbeat::{WorkerInfo, worker_remove};
+
+/// A pool of job executors in this process.
+pub struct Worker {
+    pub(super) pool: Pool,
+    pub(super) runtime_pool: Pool,
+    pub(super) owns_runtime_pool: bool,
+    pub(super) settings: QueueSettings,
+    pub(super) registry: Registry,
+    pub(super) services: Vec<Arc<dyn Service>>,
+    pub(super) hooks: Vec<StartHook>,
+    pub(super) exit_when_idle: bool,
+    pub(super) rescuer: bool,
+    /// A problem found while building (an invalid maintenance setting), reported by `start`.
+    pub(super) init_error: Option<Error>,
+    pub(super) id: String,
+    pub(super) host: String,
+    pub(super) pid: i32,
+}
+
+/// A worker whose tasks are running (see [`Worker::start`]).
+pub struct Started {
+    shared: Arc<Shared>,
+    id: String,
+    runtime_pool: Pool,
+    owns_runtime_pool: bool,
+    queues: Arc<queues::Queues>,
+    listener: JoinHandle<()>,
+    discovery: Option<JoinHandle<()>>,
+    idle: CancellationToken,
+    idle_check: Option<JoinHandle<()>>,
+    completer: (CancellationToken, JoinHandle<()>),
+    heartbeat: (CancellationToken, JoinHandle<()>),
+    services: (CancellationToken, Vec<JoinHandle<()>>),
+}
+
+impl Worker {
+    /// This worker's id (as in `skiplock.workers` and `attempted_by`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Runs until `shutdown` resolves (or, with `exit_when_idle`, until idle), then shuts
+    /// down gracefully: no new claims, running jobs get the grace period, the rest go back
+    /// to `available` without using up their attempt.
+    ///
+    /// A database that is down at start is waited for (capped backoff, one log line per
+    /// attempt), forever unless `connect_timeout` is set; `shutdown` ends the wait.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        tokio::pin!(shutdown);
+        let started = tokio::select! {
+            r = self.start() => r?,
+            _ = &mut shutdown => {
+                tracing::info!("shutdown requested before the worker started");
+                return Ok(());
+            }
+        };
+        started.wait(shutdown).await;
+        started.shutdown().await
+    }
+
+    /// Phase 1: waits for the database, checks the schema, registers the worker, runs the
+    /// start-up hooks, then spawns the completer, heartbeat, services, rescuer, producers,
+    /// listener (and queue discovery, and the idle check). Dropping the future before it
+    /// returns leaves nothing running.
+    pub async fn start(mut self) -> Result<Started> {
+        if let Some(e) = self.init_error.take() {
+            return Err(e);
+        }
+        let kinds = self.registry.kinds();
+        let info = WorkerInfo {
+            id: self.id.clone(),
+            host: self.host.clone(),
+            pid: self.pid,
+            queues: self
+                .settings
+                .queues
+                .as_ref()
+                .map(|q| q.keys().cloned().collect())
+                .unwrap_or_default(),
+            kinds: kinds.clone(),
+        };
+        let availability = Arc::new(Availability::new());
+        startup::start(
+            &self.runtime_pool,
+            &self.pool,
+            &info,
+            &self.hooks,
+            self.settings.connect_timeout,
+            &availability,
+        )
+        .await?;
+
+        let (tx, rx) = mpsc::channel(completer::CHANNEL_CAPACITY);
+        let shared = Arc::new(Shared {
+            pool: self.runtime_pool.clone(),
+            handler_pool: self.pool.clone(),
+            registry: self.registry,
+            kinds: kinds.clone(),
+            worker_id: Arc::from(self.id.as_str()),
+            info,
+            settings: self.settings.clone(),
+            running: Mutex::new(HashMap::new()),
+            acks: tx,
+            stop_claiming: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
+            availability: availability.clone(),
+            metrics: crate::metrics::WorkerMetrics::default(),
+        });
+        tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
+
+        let completer_stop = CancellationToken::new();
+        let completer = {
+            let (sh, stop) = (shared.clone(), completer_stop.clone());
+            let state = Arc::new(tokio::sync::Mutex::new(completer::Completer::new(rx)));
+            tokio::spawn(async move {
+                supervise("completer", stop.clone(), |_| {
+                    completer::run(sh.clone(), state.clone(), stop.clone())
+                })
+                .await
+            })
+        };
+        let hb_stop = CancellationToken::new();
+        let hb = {
+            let (sh, stop) = (shared.clone(), hb_stop.clone());
+            tokio::spawn(async move {
+                supervise("heartbeat", stop.clone(), |_| {
+                    heartbeat::run(sh.clone(), stop.clone())
+                })
+                .await
+            })
+        };
+        let services_stop = CancellationToken::new();
+        let mut services: Vec<JoinHandle<()>> = self
+            .services
+            .into_iter()
+            .map(|s| {
+                tokio::spawn(supervise_service(
+                    s,
+                    self.pool.clone(),
+                    services_stop.clone(),
+                ))
+            })
+            .collect();
+        if self.rescuer {
+            let rescuer = Rescuer::new(self.settings.rescue_after, availability.clone());
+            services.push(tokio::spawn(supervise_service(
+                Arc::new(rescuer),
+                self.runtime_pool.clone(),
+                services_stop.clone(),
+            )));
+        }
+
+        let discover = self.settings.queues.is_none();
+        let queues = queues::Queues::new(shared.clone(), discover);
+        if let Some(q) = &self.settings.queues {
+            for (name, limit) in q {
+                queues.start(name, *limit);
+            }
+        }
+        let listener = {
+            let (q, sh) = (queues.clone(), shared.clone());
+            tokio::spawn(async move {
+                supervise("listener", sh.stop_claiming.clone(), |_| {
+                    let (q, sh) = (q.clone(), sh.clone());
+                    async move {
+                        let on_wake = {
+                            let sh = sh.clone();
+                            move |w: Wake| {
+                                match &w {
+                                    Wake::Lost => sh.availability.failure(),
+                                    Wake::All => sh.availability.success(),
+                                    Wake::Queue(_) => {
+                                        faults::hit(&sh.worker_id, faults::Point::Listener)
+                                    }
+                                }
+                                q.wake(w)
+                            }
+                        };
+                        listen(sh.pool.clone(), sh.stop_claiming.clone(), on_wake).await;
+                        Ok(())
+                    }
+                })
+                .await
+            })
+        };
+        let discovery = discover.then(|| {
+            let (q, stop) = (queues.clone(), shared.stop_claiming.clone());
+            tokio::spawn(async move {
+                supervise("queue discovery", stop, |_| q.clone().discover_loop()).await
+            })
+        });
+
+        let idle = CancellationToken::new();
+        let idle_check = self.exit_when_idle.then(|| {
+            let (sh, idle) = (shared.clone(), idle.clone());
+            let queues: Option<Vec<String>> = self
+                .settings
+                .queues
+                .as_ref()
+                .map(|q| q.keys().cloned().collect());
+            tokio::spawn(async move {
+                supervise("idle check", sh.stop_claiming.clone(), |_| {
+                    idle::run(sh.clone(), queues.clone(), idle.clone())
+                })
+                .await
+            })
+        });
+
+        Ok(Started {
+            shared,
+            id: self.id,
+            runtime_pool: self.runtime_pool,
+            owns_runtime_pool: self.owns_runtime_pool,
+            queues,
+            listener,
+            discovery,
+            idle,
+            idle_check,
+            completer: (completer_stop, completer),
+            heartbeat: (hb_stop, hb),
+            services: (services_stop, services),
+        })
+    }
+}
+
+impl Started {
+    /// This worker's id (as in `skiplock.workers` and `attempted_by`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Phase 2: serves until `shutdown` resolves or, with `exit_when_idle`, until nothing in
+    /// the worker's queues is claimable and nothing runs.
+    pub async fn wait(&self, shutdown: impl Future<Output = ()>) {
+        tokio::select! {
+            _ = shutdown => tracing::info!("shutdown requested"),
+            _ = self.idle.cancelled() => tracing::info!("idle: nothing claimable and nothing running"),
+        }
+    }
+
+    /// Phase 3: the graceful shutdown, in order (see the module docs).
+    pub async fn shutdown(self) -> Result<()> {
+        let shared = self.shared;
+        // 1. Stop claiming and wait for the producers (a claim in flight still spawns its
+        //    jobs); discovery and the listener first, as they may start producers.
+        shared.stop_claiming.cancel();
+        if let Some(d) = self.discovery {
+            let _ = d.await;
+        }
+        let _ = self.listener.await;
+        if let Some(i) = self.idle_check {
+            let _ = i.await;
+        }
+        for t in self.queues.take_tasks() {
+            let _ = t.await;
+        }
+
+        // 2-3. Tell handlers, give them the grace period, put the rest back.
+        shutdown::finish_running(&shared).await;
+
+        // 4. Write the remaining acks, then put back anything claimed but never started (a
+        //    producer that failed and could not return its batch), then stop the heartbeat
+        //    and the services.
+        self.completer.0.cancel();
+        let _ = self.completer.1.await;
+        if let Err(e) = orphans::release(
+            &shared,
+            None,
+            false,
+            "released at shutdown: claimed but never started",
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "could not check for claimed jobs that never started");
+        }
+        self.heartbeat.0.cancel();
+        let _ = self.heartbeat.1.await;
+        self.services.0.cancel();
+        for m in self.services.1 {
+            let _ = m.await;
+        }
+        if let Err(e) = worker_remove(&self.runtime_pool, &self.id).await {
+            tracing::warn!(error = %e, "could not remove the worker row");
+        }
+        if self.owns_runtime_pool {
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.runtime_pool.close()).await;
+        }
+        tracing::info!(worker = %self.id, "worker stopped");
+        Ok(())
+    }
+}
