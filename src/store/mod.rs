@@ -32,6 +32,7 @@ pub mod claim;
 pub mod fetch;
 pub mod heartbeat;
 pub mod jobs;
+pub mod limits;
 pub mod maintenance;
 pub mod names;
 pub mod notify;
