@@ -37,13 +37,13 @@ pub struct LimitArgs {
     /// The queue.
     pub queue: String,
     /// Running jobs of the queue, all workers together (N or `none`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub concurrency: Option<String>,
     /// Running jobs per limit_key (N or `none`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub per_key: Option<String>,
     /// Starts per limit_key: N/DURATION, e.g. 1/500ms or 60/1m (or `none`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub rate: Option<String>,
 }
 
