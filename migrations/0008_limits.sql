@@ -12,7 +12,7 @@ CREATE TABLE skiplock.queues (
     -- Per limit_key: at most key_rate starts per key_period (both set or both NULL).
     key_rate        integer CHECK (key_rate >= 1),
     key_period      interval CHECK (key_period > interval '0'),
-    updated_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now() CHECK (skiplock._time_ok(updated_at)),
     CHECK ((key_rate IS NULL) = (key_period IS NULL))
 );
 
@@ -28,6 +28,6 @@ CREATE INDEX jobs_running_key_idx ON skiplock.jobs (queue, limit_key) WHERE stat
 CREATE TABLE skiplock.key_rates (
     queue     text NOT NULL,
     limit_key text NOT NULL,
-    tat       timestamptz NOT NULL,
+    tat       timestamptz NOT NULL CHECK (skiplock._time_ok(tat)),
     PRIMARY KEY (queue, limit_key)
 );

@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "e6ea35b494e5860f5427f389231289f1a4615ca510df50bd1ec68ce0ce09e9e2",
+    "7c82d8b2befe5332af14140eaa34bb09f6bfc55bf27cb34627a7ec567080e8e8",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
