@@ -34,8 +34,11 @@ impl Procs {
 impl Drop for Procs {
     fn drop(&mut self) {
         for c in &mut self.0 {
-            sigkill(c);
-            let _ = c.wait();
+            // Only a child still running: a reaped child's pid may belong to another process.
+            if let Ok(None) = c.try_wait() {
+                sigkill(c);
+                let _ = c.wait();
+            }
         }
     }
 }
@@ -448,4 +451,27 @@ async fn queue_commands_refuse_bad_input_with_a_clear_error() {
         .execute(&db.pool)
         .await
         .unwrap();
+}
+
+/// `--exit-when-idle` does not wait for a paused queue's jobs (nobody may claim them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_exiting_when_idle_does_not_wait_for_a_paused_queue() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("held"))
+        .await
+        .unwrap();
+    assert!(limits::pause(&db.pool, "held").await.unwrap());
+    let mut procs = Procs(vec![spawn_worker_process(
+        &db.url,
+        &["--exit-when-idle"],
+        &[("SKIPLOCK_POLL_INTERVAL", "100ms")],
+    )]);
+    let status = wait_for("the idle worker to exit", LONG, || {
+        let s = procs.0[0].try_wait().unwrap();
+        async move { s }
+    })
+    .await;
+    assert!(status.success(), "{status:?}");
+    let r = skiplock::store::jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(r.state.as_str(), "available");
 }

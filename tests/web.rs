@@ -934,6 +934,8 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
             "cancel_jobs",
             "complete_packet",
             "pack_now",
+            "pause_queue",
+            "resume_queue",
             "retry",
             "retry_jobs",
             "retry_packet",
