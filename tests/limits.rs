@@ -475,3 +475,21 @@ async fn a_worker_exiting_when_idle_does_not_wait_for_a_paused_queue() {
     let r = skiplock::store::jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!(r.state.as_str(), "available");
 }
+
+/// The pack timer carries its host as limit_key (the pack queue's per-key concurrency 1,
+/// set by workers at start, then runs one pack per host).
+#[tokio::test]
+async fn a_pack_timer_is_limited_by_its_host() {
+    let db = TestDb::new().await;
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.pack_now('example.test')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let key: Option<String> =
+        sqlx::query_scalar("SELECT limit_key FROM skiplock.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(key.as_deref(), Some("example.test"));
+}

@@ -120,6 +120,28 @@ pub async fn resume<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
         .await?)
 }
 
+/// The per-key rate `queue` has now (None: none).
+pub async fn key_rate<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<Option<Rate>> {
+    check_queue(queue)?;
+    let row: Option<KeyRateRow> = sqlx::query_as(sql!("limits", "key_rate"))
+        .bind(queue)
+        .fetch_optional(exec)
+        .await?;
+    Ok(row.and_then(|r| {
+        Some(Rate {
+            count: r.key_rate?,
+            period: Duration::from_secs_f64(r.key_period_secs?.clamp(0.001, 1e9)),
+        })
+    }))
+}
+
+/// The row of `sql/limits/key_rate.sql`.
+#[derive(sqlx::FromRow)]
+struct KeyRateRow {
+    key_rate: Option<i32>,
+    key_period_secs: Option<f64>,
+}
+
 /// One line of `skiplock queue list` (`skiplock.queue_control`).
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct QueueControl {

@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "7c82d8b2befe5332af14140eaa34bb09f6bfc55bf27cb34627a7ec567080e8e8",
+    "5c4ad23353054c9826e21196753f7d501af7ce78a2ccb4f7a28bdbf4cc160193",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
