@@ -895,7 +895,7 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
     assert!(overview.contains("Queue ops is paused"), "{overview}");
     assert!(overview.contains("action=\"/queues/resume\""), "{overview}");
     post("/queues/resume".into(), vec![("queue", "ops".into())]).await;
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.queues")
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.queues WHERE queue = 'ops'")
         .fetch_one(&db.pool)
         .await
         .unwrap();
