@@ -215,6 +215,7 @@ async fn a_closed_stdout_pipe_ends_the_command_quietly() {
     skiplock::store::jobs::enqueue_many(
         &db.pool,
         skiplock::store::jobs::ManyJobs {
+            limit_key: None,
             kind: "noop",
             args: &args,
             queue: "default",

@@ -211,6 +211,7 @@ async fn non_finite_and_absurd_times_are_refused_at_every_entry_point() {
         let e = skiplock::store::jobs::enqueue_many(
             p,
             skiplock::store::jobs::ManyJobs {
+                limit_key: None,
                 kind: "noop",
                 args: &[json!({})],
                 queue: "default",

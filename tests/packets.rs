@@ -645,23 +645,40 @@ async fn concurrency_one_holds_across_two_worker_processes() {
         .position(|c| c.id() == p)
         .expect("processing in one of the two processes");
     let q = procs[1 - pi].id();
-    // Meanwhile the other process Q claims a waiting packet's job and is refused a slot:
-    // the job is snoozed, its packet still queued.
-    wait_for("the other process to be refused a slot", LIMIT, || async {
-        let refused: Vec<String> = sqlx::query_scalar(
-            "SELECT j.attempted_by FROM skiplock.jobs j
-             JOIN skiplock.packets k ON k.job_id = j.id
-             WHERE k.state = 'queued' AND j.state = 'available' AND j.attempted_by IS NOT NULL",
+    // SKIPLOCK_PACKET_CONCURRENCY is the packets queue's limit (set by each worker at
+    // start): while one packet processes, no claim hands out another packet's job; the
+    // waiting jobs stay available without an attempt spent.
+    let limit: Option<i32> =
+        sqlx::query_scalar("SELECT concurrency FROM skiplock.queues WHERE queue = 'packets'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(limit, Some(1));
+    let kinds = vec![packets::KIND.to_string()];
+    let got = skiplock::store::limits::claim_limited(
+        &db.pool,
+        skiplock::store::claim::ClaimParams {
+            queue: packets::QUEUE,
+            kinds: &kinds,
+            limit: 10,
+            worker: "test",
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        got.jobs.is_empty(),
+        "claimed past the limit: {:?}",
+        got.jobs
+    );
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE kind = 'process-packet' AND state = 'available' AND attempt = 0"
         )
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
-        refused
-            .iter()
-            .any(|w| worker_pid(&format!("worker:{w}")) == q)
-            .then_some(())
-    })
-    .await;
+        .await,
+        3
+    );
     assert_eq!(
         count(
             &db.pool,

@@ -341,6 +341,7 @@ async fn enqueue_many_returns_ids_in_order() {
     let ids = enqueue_many(
         &db.pool,
         ManyJobs {
+            limit_key: None,
             kind: "noop",
             args: &args,
             queue: "bulk",
@@ -360,6 +361,7 @@ async fn enqueue_many_returns_ids_in_order() {
     let bad = enqueue_many(
         &db.pool,
         ManyJobs {
+            limit_key: None,
             kind: "noop",
             args: &bad_args,
             queue: "bulk",

@@ -868,6 +868,39 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
     .unwrap();
     assert_eq!(timer, 1);
 
+    // Queue control: Pause, then Resume, from the overview's buttons.
+    let overview = h
+        .get(console.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(overview.contains("action=\"/queues/pause\""), "{overview}");
+    post("/queues/pause".into(), vec![("queue", "ops".into())]).await;
+    let paused: bool = sqlx::query_scalar("SELECT paused FROM skiplock.queues WHERE queue = 'ops'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(paused);
+    let overview = h
+        .get(console.url("/?paused=ops"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(overview.contains("Queue ops is paused"), "{overview}");
+    assert!(overview.contains("action=\"/queues/resume\""), "{overview}");
+    post("/queues/resume".into(), vec![("queue", "ops".into())]).await;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.queues WHERE queue = 'ops'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "resumed, the queue has no control row left");
+
     // A refused move is a page naming why (409), not a crash, and changes nothing.
     let r = h
         .post(console.url(&format!("/packets/{packet_a}/take")))
@@ -901,6 +934,8 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
             "cancel_jobs",
             "complete_packet",
             "pack_now",
+            "pause_queue",
+            "resume_queue",
             "retry",
             "retry_jobs",
             "retry_packet",

@@ -49,6 +49,7 @@ async fn eight_workers_complete_5000_jobs_exactly_once() {
     enqueue_many(
         &db.pool,
         ManyJobs {
+            limit_key: None,
             kind: "record",
             args: &args,
             queue: "default",

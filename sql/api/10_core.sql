@@ -75,6 +75,20 @@ BEGIN
 END;
 $$;
 
+-- Refuses a limit_key skiplock cannot use (NULL passes: the job is not key-limited).
+CREATE OR REPLACE FUNCTION skiplock._check_limit_key(limit_key text)
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF limit_key = '' THEN
+        RAISE EXCEPTION 'skiplock: limit_key must not be empty (NULL: no key)' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(limit_key) > 1000 THEN
+        RAISE EXCEPTION 'skiplock: limit_key is % bytes long (at most 1000)', octet_length(limit_key)
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
 -- Refuses a time skiplock cannot store (the range is skiplock._time_ok, migrations/0006):
 -- NULL passes (callers coalesce it to now()), 'infinity', '-infinity' and absurd years do not.
 -- The wording matches src/dbtime.rs.
@@ -168,6 +182,10 @@ $$;
 -- worker's late ack carries an attempt number no later claim may reuse, so `attempt` is kept
 -- and max_attempts becomes attempt + the given max_attempts (the same full budget).
 -- Safe under concurrent callers: no unique violation escapes.
+-- limit_key (0008): the key the queue's per-key limits count the job under (NULL: none).
+-- The 8-argument form of earlier versions is dropped first: with it left in place, a call
+-- without limit_key would be ambiguous.
+DROP FUNCTION IF EXISTS skiplock._enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
 CREATE OR REPLACE FUNCTION skiplock._enqueue(
     kind text,
     args jsonb,
@@ -176,7 +194,8 @@ CREATE OR REPLACE FUNCTION skiplock._enqueue(
     priority smallint,
     max_attempts integer,
     unique_key text,
-    on_conflict text
+    on_conflict text,
+    limit_key text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -196,21 +215,23 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
+    PERFORM skiplock._check_limit_key(_enqueue.limit_key);
+
     IF _enqueue.unique_key IS NULL THEN
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts)
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, limit_key)
         VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
-                _enqueue.priority, _enqueue.max_attempts)
+                _enqueue.priority, _enqueue.max_attempts, _enqueue.limit_key)
         RETURNING id INTO new_id;
         RETURN new_id;
     END IF;
 
     IF _enqueue.on_conflict = 'replace' THEN
-        INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
+        INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
         VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
-                _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key)
+                _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key, _enqueue.limit_key)
         ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
         DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at,
-            priority = EXCLUDED.priority,
+            priority = EXCLUDED.priority, limit_key = EXCLUDED.limit_key,
             attempt = CASE WHEN skiplock._attempt_taken_away(j.errors) THEN j.attempt ELSE 0 END,
             max_attempts = CASE WHEN skiplock._attempt_taken_away(j.errors)
                                 THEN least(j.attempt::bigint + EXCLUDED.max_attempts, 2147483647)::integer
@@ -234,9 +255,9 @@ BEGIN
     -- 'keep': insert unless an available job holds the key; if one does, return it. The job
     -- may be claimed between the two statements, so loop until one of them answers.
     LOOP
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key)
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
         VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
-                _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key)
+                _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key, _enqueue.limit_key)
         ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
         DO NOTHING
         RETURNING id INTO new_id;
@@ -255,6 +276,9 @@ $$;
 
 -- Enqueue one job (the public entry point; see skiplock._enqueue for keys and conflicts).
 -- A unique_key in a built-in workflow's namespace (skiplock._reserved_key_prefix) is refused.
+-- limit_key: see skiplock._enqueue (the 8-argument form of earlier versions is dropped so
+-- that old call forms resolve to this one).
+DROP FUNCTION IF EXISTS skiplock.enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
 CREATE OR REPLACE FUNCTION skiplock.enqueue(
     kind text,
     args jsonb DEFAULT '{}',
@@ -263,7 +287,8 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue(
     priority smallint DEFAULT 0,
     max_attempts integer DEFAULT 25,
     unique_key text DEFAULT NULL,
-    on_conflict text DEFAULT 'keep'
+    on_conflict text DEFAULT 'keep',
+    limit_key text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 -- Runs with the owner's rights so a role holding only skiplock_enqueuer (sql/api/90_roles.sql)
@@ -278,7 +303,8 @@ BEGIN
             quote_literal(reserved) USING ERRCODE = '22023';
     END IF;
     RETURN skiplock._enqueue(enqueue.kind, enqueue.args, enqueue.queue, enqueue.run_at, enqueue.priority,
-                             enqueue.max_attempts, enqueue.unique_key, enqueue.on_conflict);
+                             enqueue.max_attempts, enqueue.unique_key, enqueue.on_conflict,
+                             enqueue.limit_key);
 END;
 $$;
 
@@ -296,12 +322,16 @@ $$;
 -- (32 MiB as JSON text, all rows together) per call (skiplock.settings): one call cannot
 -- write an unbounded amount. The checks read each row's size once, in the same pass as the
 -- per-row check that was already there.
+-- limit_key (0008): every job of the call gets it (NULL: none); the 5-argument form of
+-- earlier versions is dropped so that old call forms resolve to this one.
+DROP FUNCTION IF EXISTS skiplock.enqueue_many(text, jsonb[], text, timestamptz, smallint);
 CREATE OR REPLACE FUNCTION skiplock.enqueue_many(
     kind text,
     args jsonb[],
     queue text DEFAULT 'default',
     run_at timestamptz DEFAULT now(),
-    priority smallint DEFAULT 0
+    priority smallint DEFAULT 0,
+    limit_key text DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE plpgsql
 -- Owner's rights, fixed search_path: see skiplock.enqueue.
@@ -317,6 +347,7 @@ DECLARE
 BEGIN
     PERFORM skiplock._check_job(enqueue_many.kind, '{}'::jsonb, enqueue_many.queue, enqueue_many.priority, 1);
     PERFORM skiplock._check_time('run_at', enqueue_many.run_at);
+    PERFORM skiplock._check_limit_key(enqueue_many.limit_key);
     IF coalesce(cardinality(enqueue_many.args), 0) > max_rows THEN
         RAISE EXCEPTION 'skiplock: enqueue_many got % jobs (at most % per call, setting enqueue_many.max_rows)',
             cardinality(enqueue_many.args), max_rows USING ERRCODE = '22023';
@@ -334,8 +365,9 @@ BEGIN
             total, max_bytes USING ERRCODE = '22023';
     END IF;
     WITH ins AS (
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority)
-        SELECT enqueue_many.kind, t.a, enqueue_many.queue, coalesce(enqueue_many.run_at, now()), enqueue_many.priority
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, limit_key)
+        SELECT enqueue_many.kind, t.a, enqueue_many.queue, coalesce(enqueue_many.run_at, now()), enqueue_many.priority,
+               enqueue_many.limit_key
         FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord)
         ORDER BY t.ord
         RETURNING id
@@ -525,8 +557,12 @@ BEGIN
 END;
 $$;
 
--- Counts per queue and state, for psql and `skiplock stats`.
+-- Counts per queue and state, for psql and `skiplock stats`, with the queue's control
+-- settings (skiplock.queues, sql/api/15_limits.sql; NULL: no limit).
 CREATE OR REPLACE VIEW skiplock.queue_stats AS
-SELECT queue, state, count(*) AS count, min(scheduled_at) AS oldest_scheduled_at
-FROM skiplock.jobs
-GROUP BY queue, state;
+SELECT s.queue, s.state, s.count, s.oldest_scheduled_at,
+       coalesce(c.paused, false) AS paused, c.concurrency, c.key_concurrency, c.key_rate, c.key_period
+FROM (SELECT j.queue, j.state, count(*) AS count, min(j.scheduled_at) AS oldest_scheduled_at
+      FROM skiplock.jobs j
+      GROUP BY j.queue, j.state) s
+LEFT JOIN skiplock.queues c ON c.queue = s.queue;

@@ -68,10 +68,11 @@ BEGIN
     PERFORM skiplock._check_time('the pack timer', clock_timestamp() + least(pack_arm_at.quiet, pack_arm_at.max_wait));
     -- The key is reserved for this workflow: a job of another kind holding it goes first.
     PERFORM skiplock._evict_key_squatter(skiplock.pack_key(h), 'do-the-packing', 'pack');
-    INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key)
+    -- limit_key: the host (the pack queue's per-key concurrency 1: one pack per host runs).
+    INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key, limit_key)
     VALUES ('do-the-packing', jsonb_build_object('host', h), 'pack',
             skiplock._pack_next_fire(clock_timestamp(), pack_arm_at.quiet, pack_arm_at.max_wait, NULL, NULL),
-            skiplock.pack_key(h))
+            skiplock.pack_key(h), h)
     ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
     DO UPDATE SET scheduled_at = CASE
             WHEN coalesce((j.args ->> 'now')::boolean, false) THEN j.scheduled_at
@@ -107,8 +108,8 @@ DECLARE
     timer_id bigint;
 BEGIN
     PERFORM skiplock._evict_key_squatter(skiplock.pack_key(h), 'do-the-packing', 'pack');
-    INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key)
-    VALUES ('do-the-packing', jsonb_build_object('host', h, 'now', true), 'pack', now(), skiplock.pack_key(h))
+    INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key, limit_key)
+    VALUES ('do-the-packing', jsonb_build_object('host', h, 'now', true), 'pack', now(), skiplock.pack_key(h), h)
     ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
     DO UPDATE SET scheduled_at = least(j.scheduled_at, now()),
                   args = j.args || jsonb_build_object('now', true)

@@ -175,6 +175,7 @@ BEGIN
             WHERE n.nspname = 'skiplock'
               AND p.proname IN ('cancel', 'retry', 'cancel_jobs', 'retry_jobs', 'take_packet',
                                 'complete_packet', 'retry_packet', 'pack_now',
+                                'pause_queue', 'resume_queue',
                                 '_job_matches', '_like_pattern')
         LOOP
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO skiplock_operator', f);

@@ -1,6 +1,9 @@
 -- Claim up to $3 due jobs of the given kinds from queue $1 for worker $4.
 -- The CTE is a fence: the planner cannot lock more rows than the LIMIT (Oban's note), and
 -- SKIP LOCKED lets many workers claim side by side without waiting on each other.
+-- A queue with a row in skiplock.queues (limited or paused) is claimed only through
+-- skiplock._claim_limited (sql/queue/claim_limited.sql); the check is one uncorrelated probe
+-- of that small table's primary key, evaluated once per statement.
 WITH picked AS (
     SELECT id
     FROM skiplock.jobs
@@ -8,6 +11,7 @@ WITH picked AS (
       AND queue = $1
       AND scheduled_at <= now()
       AND kind = ANY($2::text[])
+      AND NOT EXISTS (SELECT 1 FROM skiplock.queues c WHERE c.queue = $1)
     ORDER BY priority, scheduled_at, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED

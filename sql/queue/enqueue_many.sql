@@ -1,2 +1,2 @@
 -- Enqueue many jobs of one kind in one statement.
-SELECT skiplock.enqueue_many($1, $2, $3, coalesce($4, now()), $5)
+SELECT skiplock.enqueue_many($1, $2, $3, coalesce($4, now()), $5, $6)

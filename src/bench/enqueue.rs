@@ -77,6 +77,7 @@ pub(crate) async fn many(url: &str, o: &BenchOptions) -> Result<f64> {
                 enqueue_many(
                     &p,
                     ManyJobs {
+                        limit_key: None,
                         kind: "noop",
                         args: &args,
                         queue: "bench",

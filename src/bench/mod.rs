@@ -218,6 +218,7 @@ async fn fill_noop(monitor: &PgPool, n: usize) -> Result<()> {
         enqueue_many(
             monitor,
             ManyJobs {
+                limit_key: None,
                 kind: "noop",
                 args: &batch[..k],
                 queue: "default",

@@ -40,6 +40,9 @@ pub struct EnqueueArgs {
     /// attempt count starts again) instead of keeping it.
     #[arg(long, requires = "unique_key")]
     pub replace: bool,
+    /// The key the queue's per-key limits count this job under (see `skiplock queue limit`).
+    #[arg(long)]
+    pub limit_key: Option<String>,
 }
 
 /// Parses the ARGS_JSON argument into a JSON object, with a message naming the problem.
@@ -103,6 +106,7 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
         .priority(a.priority)
         .max_attempts(a.max_attempts);
     job.run_at = when;
+    job.limit_key = a.limit_key.clone();
     if let Some(k) = &a.unique_key {
         job = job.unique_key(
             k.clone(),
@@ -288,9 +292,20 @@ pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
     let rows = jobs::queue_stats(&pool).await?;
     let unhandled = jobs::unhandled_kinds(&pool, 120.0).await?;
     let workers = jobs::live_workers(&pool, 120.0).await?;
+    let control: Vec<_> = crate::store::limits::list(&pool)
+        .await?
+        .into_iter()
+        .filter(|q| {
+            q.paused
+                || q.concurrency.is_some()
+                || q.key_concurrency.is_some()
+                || q.key_rate.is_some()
+        })
+        .collect();
     if a.json {
         return print_json(&serde_json::json!({
-            "queues": rows, "unhandled_kinds": unhandled, "live_workers": workers
+            "queues": rows, "unhandled_kinds": unhandled, "live_workers": workers,
+            "queue_control": control
         }));
     }
     let table: Vec<Vec<String>> = rows
@@ -305,6 +320,9 @@ pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
         })
         .collect();
     print_table(&["QUEUE", "STATE", "COUNT", "OLDEST_SCHEDULED_AT"], &table);
+    for q in &control {
+        say!("queue {}: {}", q.queue, super::queue::describe(q));
+    }
     say!("live workers: {workers}");
     if !unhandled.is_empty() {
         let list: Vec<String> = unhandled

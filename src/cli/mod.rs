@@ -9,6 +9,7 @@ pub mod maintenance;
 pub mod output;
 pub mod pack;
 pub mod packets;
+pub mod queue;
 pub mod settings;
 pub mod web;
 pub mod worker;
@@ -61,6 +62,8 @@ pub enum Command {
     Retry(jobs::IdArg),
     /// Counts per queue and state, and kinds no live worker handles.
     Stats(jobs::StatsArgs),
+    /// Queue control: limits (queue and per key), pause, resume, list.
+    Queue(queue::QueueArgs),
     /// Request a polite fetch of a page (skipped unless due, or --force).
     Fetch(fetch::FetchArgs),
     /// Push a host's pack timer forward (debounce).
@@ -137,6 +140,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel(a) => jobs::cancel(url, a).await,
         Command::Retry(a) => jobs::retry(url, a).await,
         Command::Stats(a) => jobs::stats(url, a).await,
+        Command::Queue(a) => queue::run(url, a).await,
         Command::Fetch(a) => fetch::run(url, a).await,
         Command::TimerReset(a) => pack::timer_reset(url, a).await,
         Command::Pack(a) => pack::pack(url, a).await,

@@ -51,6 +51,8 @@ pub struct NewJob {
     pub unique_key: Option<String>,
     /// Conflict rule for `unique_key`.
     pub on_conflict: OnConflict,
+    /// The key the queue's per-key limits count this job under (a host, a tenant, ...).
+    pub limit_key: Option<String>,
 }
 
 impl NewJob {
@@ -65,6 +67,7 @@ impl NewJob {
             max_attempts: 25,
             unique_key: None,
             on_conflict: OnConflict::Keep,
+            limit_key: None,
         }
     }
     /// Sets the queue.
@@ -85,6 +88,11 @@ impl NewJob {
     /// Sets the attempt limit.
     pub fn max_attempts(mut self, n: i32) -> Self {
         self.max_attempts = n;
+        self
+    }
+    /// Sets the key the queue's per-key limits (concurrency, rate) count this job under.
+    pub fn limit_key(mut self, key: impl Into<String>) -> Self {
+        self.limit_key = Some(key.into());
         self
     }
     /// Sets the unique key and what to do on conflict.

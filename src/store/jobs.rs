@@ -25,6 +25,7 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<i64> 
         &[&job.args],
     )?;
     check_key(job.unique_key.as_deref())?;
+    check_limit_key(job.limit_key.as_deref())?;
     if let Some(t) = job.run_at {
         crate::dbtime::check("run_at", t)?;
     }
@@ -37,6 +38,7 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<i64> 
         .bind(job.max_attempts)
         .bind(&job.unique_key)
         .bind(job.on_conflict.as_str())
+        .bind(&job.limit_key)
         .fetch_one(exec)
         .await?)
 }
@@ -54,6 +56,8 @@ pub struct ManyJobs<'a> {
     pub run_at: Option<DateTime<Utc>>,
     /// Smaller runs first.
     pub priority: i16,
+    /// The key the queue's per-key limits count every one of these jobs under.
+    pub limit_key: Option<&'a str>,
 }
 
 /// Enqueues many jobs of one kind in one statement; returns their ids in order.
@@ -64,6 +68,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         None,
         &jobs.args.iter().collect::<Vec<_>>(),
     )?;
+    check_limit_key(jobs.limit_key)?;
     if let Some(t) = jobs.run_at {
         crate::dbtime::check("run_at", t)?;
     }
@@ -73,8 +78,19 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .bind(jobs.queue)
         .bind(jobs.run_at)
         .bind(jobs.priority)
+        .bind(jobs.limit_key)
         .fetch_one(exec)
         .await?)
+}
+
+/// A NUL character in a limit_key would get an obscure error from Postgres.
+fn check_limit_key(key: Option<&str>) -> Result<()> {
+    if key.is_some_and(|k| k.contains('\0')) {
+        return Err(Error::Invalid(
+            "job limit_key contains a NUL character, which Postgres cannot store".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Filters for [`list_jobs`].

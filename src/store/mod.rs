@@ -35,6 +35,7 @@ pub mod claim;
 pub mod fetch;
 pub mod heartbeat;
 pub mod jobs;
+pub mod limits;
 pub mod maintenance;
 pub mod metrics;
 pub mod names;

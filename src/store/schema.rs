@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "8d526bbb2c14f484a3b8296210216f22e136e5169c18d5e8c31078ac0b9ea8c8",
+    "5c4ad23353054c9826e21196753f7d501af7ce78a2ccb4f7a28bdbf4cc160193",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
@@ -38,6 +38,7 @@ pub const API_VERSION: u32 = API_VERSIONS[API_VERSIONS.len() - 1].0;
 /// The SQL API files, applied in this order after the migrations.
 pub const API_FILES: &[(&str, &str)] = &[
     ("sql/api/10_core.sql", sql!("api", "10_core")),
+    ("sql/api/15_limits.sql", sql!("api", "15_limits")),
     ("sql/api/20_fetch.sql", sql!("api", "20_fetch")),
     ("sql/api/30_pack.sql", sql!("api", "30_pack")),
     ("sql/api/40_packets.sql", sql!("api", "40_packets")),

@@ -73,6 +73,16 @@ pub struct QueueCounts {
     pub cancelled: i64,
     /// Age of the oldest due available job, in seconds (none waiting: `None`).
     pub oldest_wait_secs: Option<f64>,
+    /// Whether the queue is paused (`skiplock.queues`).
+    pub paused: bool,
+    /// Running jobs allowed, all workers together.
+    pub concurrency: Option<i32>,
+    /// Running jobs allowed per limit_key.
+    pub key_concurrency: Option<i32>,
+    /// Starts allowed per key and period.
+    pub key_rate: Option<i32>,
+    /// The rate's period in seconds.
+    pub key_period_secs: Option<f64>,
 }
 
 /// Per queue: jobs by state and the oldest waiting job's age.

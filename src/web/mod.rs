@@ -63,6 +63,8 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(pages::overview::page))
+        .route("/queues/pause", post(pages::overview::pause))
+        .route("/queues/resume", post(pages::overview::resume))
         .route("/jobs", get(pages::jobs::list))
         .route("/jobs/bulk", post(pages::jobs::bulk))
         .route("/jobs/{id}", get(pages::jobs::show))

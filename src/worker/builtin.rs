@@ -26,6 +26,11 @@ impl Handler for Noop {
 pub struct SleepArgs {
     /// How long to sleep, in milliseconds.
     pub ms: u64,
+    /// Record when the sleep started and ended (this machine's clock, microseconds since
+    /// the epoch) in the job's result: `{"started_us", "finished_us"}`. Tests of limits read
+    /// them to see how many jobs really ran at once.
+    #[serde(default)]
+    pub record: bool,
 }
 
 /// `sleep`: sleeps `{"ms": N}`; cut short by shutdown (the job goes back, attempt kept).
@@ -37,8 +42,16 @@ impl Handler for Sleep {
         "sleep"
     }
     async fn run(&self, ctx: JobContext, args: SleepArgs) -> HandlerResult {
+        let started_us = chrono::Utc::now().timestamp_micros();
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(args.ms)) => Ok(Outcome::Complete),
+            _ = tokio::time::sleep(Duration::from_millis(args.ms)) => Ok(if args.record {
+                Outcome::CompleteWith(serde_json::json!({
+                    "started_us": started_us,
+                    "finished_us": chrono::Utc::now().timestamp_micros(),
+                }))
+            } else {
+                Outcome::Complete
+            }),
             _ = ctx.shutdown_requested() => Ok(Outcome::Snooze(Duration::ZERO)),
             _ = ctx.lost() => Err(JobError::retry("job was taken away")),
         }

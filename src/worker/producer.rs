@@ -20,6 +20,7 @@ use crate::db::outage::Backoff;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
 use crate::store::claim::{ClaimParams, claim};
+use crate::store::limits::claim_limited;
 
 /// First and longest wait between two failed claims.
 pub const CLAIM_BACKOFF: (Duration, Duration) =
@@ -83,6 +84,13 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     let cooldown = shared.settings.fetch_cooldown;
     let mut last_claim = Instant::now() - cooldown;
     let mut last_work = Instant::now();
+    // Whether the queue has limits or is paused (skiplock.queues): then every claim goes
+    // through skiplock._claim_limited; otherwise the plain claim, which says so by coming
+    // back empty (it never claims from a controlled queue).
+    let mut controlled = false;
+    // A limit held jobs back: claim again when one of ours finishes, and at `wait_until`.
+    let mut held_back = false;
+    let mut wait_until: Option<chrono::DateTime<chrono::Utc>> = None;
     loop {
         if stop.is_cancelled() {
             return Exit::Stopped;
@@ -107,11 +115,13 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                 limit: want,
                 worker: &shared.worker_id,
             };
-            match claim(&shared.pool, params).await {
-                Ok(jobs) => {
+            match claim_any(&shared.pool, params, &mut controlled).await {
+                Ok((jobs, held, until)) => {
                     shared.metrics.claimed(jobs.len());
                     backoff.reset();
                     backlog = jobs.len() == want;
+                    held_back = held && !backlog;
+                    wait_until = until;
                     if !jobs.is_empty() {
                         faults::hit(&shared.worker_id, Point::ProducerClaimed);
                         last_work = Instant::now();
@@ -151,12 +161,61 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         {
             return Exit::Retired;
         }
+        let nap = limit_nap(
+            shared.settings.poll_interval,
+            wait_until,
+            chrono::Utc::now(),
+        );
         tokio::select! {
             _ = stop.cancelled() => return Exit::Stopped,
             _ = p.wake.notified() => backlog = true,
             _ = p.slot_freed.notified(), if backlog => {}
-            _ = tokio::time::sleep(shared.settings.poll_interval) => backlog = true,
+            _ = p.slot_freed.notified(), if held_back && !backlog => {
+                // Our job's ack is written a moment later; until then it still counts.
+                tokio::time::sleep(ACK_SETTLE).await;
+                backlog = true;
+            }
+            _ = tokio::time::sleep(nap) => backlog = true,
         }
+    }
+}
+
+/// How long a finished job's ack takes to be written, about (the completer batches for a
+/// couple of milliseconds): a producer held back by a limit waits this long after one of its
+/// jobs finished before it claims again, so the job no longer counts as running.
+const ACK_SETTLE: Duration = Duration::from_millis(20);
+
+/// The plain claim, or the limited one for a controlled queue (`controlled` tracks which
+/// applies). Returns the jobs, whether a limit or a pause may have held jobs back, and when
+/// a job held back by a key's rate may start.
+async fn claim_any(
+    pool: &crate::store::Pool,
+    params: ClaimParams<'_>,
+    controlled: &mut bool,
+) -> crate::Result<(Vec<Job>, bool, Option<chrono::DateTime<chrono::Utc>>)> {
+    if !*controlled {
+        let jobs = claim(pool, params).await?;
+        if !jobs.is_empty() || params.limit == 0 || params.kinds.is_empty() {
+            return Ok((jobs, false, None));
+        }
+    }
+    let got = claim_limited(pool, params).await?;
+    *controlled = got.controlled;
+    Ok((got.jobs, got.controlled, got.wait_until))
+}
+
+/// How long an idle producer waits at most before claiming again: the poll interval, or
+/// less when a job held back by a key's rate may start sooner (a few ms after it may).
+pub(crate) fn limit_nap(
+    poll: Duration,
+    wait_until: Option<chrono::DateTime<chrono::Utc>>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Duration {
+    match wait_until {
+        Some(at) => {
+            ((at - now).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(2)).min(poll)
+        }
+        None => poll,
     }
 }
 
@@ -263,4 +322,22 @@ fn wake_when_due(ack: &crate::store::ack::Ack, poll: Duration, wake: Arc<Notify>
         tokio::time::sleep(wait).await;
         wake.notify_one();
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_limited_producer_naps_until_the_next_allowed_start() {
+        let poll = Duration::from_secs(1);
+        let now = chrono::Utc::now();
+        assert_eq!(limit_nap(poll, None, now), poll);
+        let soon = now + chrono::TimeDelta::milliseconds(300);
+        assert_eq!(limit_nap(poll, Some(soon), now), Duration::from_millis(302));
+        let late = now + chrono::TimeDelta::seconds(30);
+        assert_eq!(limit_nap(poll, Some(late), now), poll);
+        let past = now - chrono::TimeDelta::seconds(3);
+        assert_eq!(limit_nap(poll, Some(past), now), Duration::from_millis(2));
+    }
 }

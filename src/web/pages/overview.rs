@@ -3,10 +3,12 @@
 
 use askama::Template;
 use axum::Extension;
-use axum::extract::State;
+use axum::extract::{Form, Query, State};
+use axum::http::StatusCode;
 use axum::response::Response;
+use serde::Deserialize;
 
-use super::{Layout, PageError, html, q};
+use super::{Layout, PageError, html, q, see_other};
 use crate::store::web as store;
 use crate::web::guard::CsrfNonce;
 use crate::web::{AppState, LIVE_WORKER_SECS, REFRESH_SECS, chart, format};
@@ -39,6 +41,10 @@ pub struct QueueRow {
     pub cells: Vec<Cell>,
     /// Age of the oldest due waiting job.
     pub oldest: String,
+    /// Whether the queue is paused (its button says Resume, else Pause).
+    pub paused: bool,
+    /// Its limits as text ("concurrency 2, per key 1, rate 1/500ms"), empty: none.
+    pub limits: String,
 }
 
 /// One worker's row.
@@ -83,10 +89,38 @@ fn cells(c: &store::QueueCounts) -> Vec<Cell> {
     ]
 }
 
+/// The message after a Pause / Resume button.
+#[derive(Debug, Default, Deserialize)]
+pub struct OverviewQuery {
+    /// The queue just paused.
+    pub paused: Option<String>,
+    /// The queue just resumed.
+    pub resumed: Option<String>,
+}
+
+/// A queue's limits as one line (empty: none).
+fn limits_text(c: &store::QueueCounts) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = c.concurrency {
+        parts.push(format!("concurrency {n}"));
+    }
+    if let Some(n) = c.key_concurrency {
+        parts.push(format!("per key {n}"));
+    }
+    if let (Some(n), Some(p)) = (c.key_rate, c.key_period_secs) {
+        parts.push(format!(
+            "rate {n}/{}",
+            crate::config::format_duration(std::time::Duration::from_secs_f64(p.max(0.0)))
+        ));
+    }
+    parts.join(", ")
+}
+
 /// `GET /`.
 pub async fn page(
     State(st): State<AppState>,
     Extension(nonce): Extension<CsrfNonce>,
+    Query(oq): Query<OverviewQuery>,
 ) -> Result<Response, PageError> {
     let (counts, minutes, workers) = tokio::try_join!(
         store::queue_counts(&st.pool),
@@ -103,6 +137,11 @@ pub async fn page(
         discarded: 0,
         cancelled: 0,
         oldest_wait_secs: None,
+        paused: false,
+        concurrency: None,
+        key_concurrency: None,
+        key_rate: None,
+        key_period_secs: None,
     };
     for c in &counts {
         total.available += c.available;
@@ -122,6 +161,13 @@ pub async fn page(
         .collect();
     let mut layout = Layout::new(&st, &nonce, "Overview", "overview");
     layout.refresh = REFRESH_SECS;
+    layout.flash_ok = match (oq.paused, oq.resumed) {
+        (Some(q), _) => Some(format!(
+            "Queue {q} is paused: no worker claims from it (running jobs finish)."
+        )),
+        (None, Some(q)) => Some(format!("Queue {q} is resumed.")),
+        _ => None,
+    };
     html(&OverviewPage {
         layout,
         queues: counts
@@ -131,6 +177,8 @@ pub async fn page(
                 queue_q: q(&c.queue),
                 cells: cells(c),
                 oldest: format::age_opt(c.oldest_wait_secs),
+                paused: c.paused,
+                limits: limits_text(c),
             })
             .collect(),
         totals: cells(&total),
@@ -155,4 +203,53 @@ pub async fn page(
             .collect(),
         live_window: format::age(LIVE_WORKER_SECS),
     })
+}
+
+/// The Pause / Resume buttons' form.
+#[derive(Debug, Deserialize)]
+pub struct QueueForm {
+    /// The queue.
+    pub queue: Option<String>,
+}
+
+fn queue_of(form: QueueForm) -> Result<String, &'static str> {
+    let queue = form.queue.unwrap_or_default();
+    if queue.contains('\0') {
+        return Err("the queue name contains a NUL character");
+    }
+    Ok(queue)
+}
+
+/// `POST /queues/pause` (`skiplock.pause_queue`).
+pub async fn pause(
+    State(st): State<AppState>,
+    Extension(nonce): Extension<CsrfNonce>,
+    Form(form): Form<QueueForm>,
+) -> Result<Response, PageError> {
+    let queue = queue_of(form).map_err(|m| {
+        PageError::refused(StatusCode::BAD_REQUEST, m)
+            .back("/")
+            .framed(&st, &nonce)
+    })?;
+    crate::store::limits::pause(&st.pool, &queue)
+        .await
+        .map_err(|e| PageError::from(e).back("/").framed(&st, &nonce))?;
+    Ok(see_other(&format!("/?paused={}", q(&queue))))
+}
+
+/// `POST /queues/resume` (`skiplock.resume_queue`).
+pub async fn resume(
+    State(st): State<AppState>,
+    Extension(nonce): Extension<CsrfNonce>,
+    Form(form): Form<QueueForm>,
+) -> Result<Response, PageError> {
+    let queue = queue_of(form).map_err(|m| {
+        PageError::refused(StatusCode::BAD_REQUEST, m)
+            .back("/")
+            .framed(&st, &nonce)
+    })?;
+    crate::store::limits::resume(&st.pool, &queue)
+        .await
+        .map_err(|e| PageError::from(e).back("/").framed(&st, &nonce))?;
+    Ok(see_other(&format!("/?resumed={}", q(&queue))))
 }

@@ -242,5 +242,23 @@ pub fn register_with(mut builder: WorkerBuilder, settings: PackSettings) -> Resu
     builder
         .registry_mut()
         .register(DoThePacking { settings, store });
-    Ok(builder)
+    Ok(builder.on_start(one_pack_per_host_hook()))
+}
+
+/// The start-up hook that gives the pack queue a per-key concurrency of 1 (do-the-packing
+/// jobs carry their host as limit_key): a second pack of a host is not claimed while one
+/// runs, instead of being claimed and snoozed. A rate an operator set on the queue is kept.
+/// The host's lock row stays as the guard (a rescued pack that still runs holds it).
+fn one_pack_per_host_hook() -> crate::worker::StartHook {
+    Box::new(|pool: crate::store::Pool| {
+        Box::pin(async move {
+            use crate::store::limits;
+            let rate = limits::key_rate(&pool, names::PACK_QUEUE).await?;
+            let limit = limits::KeyLimit {
+                concurrency: Some(1),
+                rate,
+            };
+            limits::set_key_limit(&pool, names::PACK_QUEUE, limit).await
+        })
+    })
 }

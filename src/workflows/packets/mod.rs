@@ -106,8 +106,21 @@ impl PacketSettings {
 /// Registers the `process-packet` handler and the start-up recovery hook with `settings`.
 pub fn register_with(mut builder: WorkerBuilder, settings: PacketSettings) -> WorkerBuilder {
     let recovery = settings.recovery;
+    let concurrency = settings.concurrency;
     builder.registry_mut().register(ProcessPacket { settings });
-    recovery::install(builder, recovery)
+    recovery::install(builder, recovery).on_start(limit_hook(concurrency))
+}
+
+/// The start-up hook that makes `SKIPLOCK_PACKET_CONCURRENCY` the packets queue's
+/// concurrency limit (`skiplock.set_queue_limit`): a packet job beyond it is not claimed at
+/// all (it stays `available`, no attempt, no worker slot, no snooze), instead of being
+/// claimed and snoozed by the handler. The handler's own count in `skiplock._packet_start`
+/// stays as a guard. The last worker to start sets the value: set the same everywhere.
+fn limit_hook(concurrency: usize) -> crate::worker::StartHook {
+    let n = i32::try_from(concurrency.max(1)).unwrap_or(i32::MAX);
+    Box::new(move |pool: Pool| {
+        Box::pin(async move { store::limits::set_queue_limit(&pool, QUEUE, Some(n)).await })
+    })
 }
 
 /// Submits a packet: the packet (`queued`) and its job commit together. Returns its id.

@@ -1,0 +1,1 @@
+SELECT skiplock.pause_queue($1)

@@ -1,0 +1,1 @@
+SELECT skiplock.resume_queue($1)

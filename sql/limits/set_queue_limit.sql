@@ -1,0 +1,1 @@
+SELECT skiplock.set_queue_limit($1, $2)

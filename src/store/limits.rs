@@ -1,0 +1,195 @@
+//! Queue control (issue 14, issue 15): limits enforced at claim time and pause/resume.
+//! The settings live in `skiplock.queues`; the SQL API (`sql/api/15_limits.sql`) sets them
+//! and `skiplock._claim_limited` claims within them. Statements: `sql/limits/`, and
+//! `sql/queue/claim_limited.sql` for the claim.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, Row};
+
+use super::claim::ClaimParams;
+use super::time::DbTimeOpt;
+use super::{Executor, sql};
+use crate::error::{Error, Result};
+use crate::queue::Job;
+
+/// What a claim of a controlled queue answered.
+#[derive(Debug, Clone, Default)]
+pub struct LimitedClaim {
+    /// The jobs claimed (within the limits).
+    pub jobs: Vec<Job>,
+    /// Whether the queue is still limited or paused (false: the plain claim applies again).
+    pub controlled: bool,
+    /// The earliest time a job held back by its key's rate may start (None: none was, or
+    /// only a finishing job can free a slot).
+    pub wait_until: Option<DateTime<Utc>>,
+}
+
+/// Claims from a queue that has limits or is paused (`sql/queue/claim_limited.sql`).
+pub async fn claim_limited<'e, E: Executor<'e>>(
+    exec: E,
+    p: ClaimParams<'_>,
+) -> Result<LimitedClaim> {
+    let rows: Vec<PgRow> = sqlx::query(sql!("queue", "claim_limited"))
+        .bind(p.queue)
+        .bind(p.kinds)
+        .bind(p.limit.min(i32::MAX as usize) as i32)
+        .bind(p.worker)
+        .fetch_all(exec)
+        .await?;
+    let mut out = LimitedClaim::default();
+    for r in &rows {
+        out.controlled = r.try_get("controlled")?;
+        out.wait_until = r.try_get::<DbTimeOpt, _>("wait_until")?.0;
+        if r.try_get::<Option<i64>, _>("id")?.is_some() {
+            out.jobs.push(Job::from_row(r)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Sets (or with `None` clears) the queue's concurrency: running jobs, all workers together.
+pub async fn set_queue_limit<'e, E: Executor<'e>>(
+    exec: E,
+    queue: &str,
+    concurrency: Option<i32>,
+) -> Result<()> {
+    check_queue(queue)?;
+    sqlx::query(sql!("limits", "set_queue_limit"))
+        .bind(queue)
+        .bind(concurrency)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// A rate: at most `count` starts per `period` (GCRA: a burst of `count`, then one start
+/// every `period / count`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// Starts allowed per period.
+    pub count: i32,
+    /// The period.
+    pub period: Duration,
+}
+
+/// The per-key limits of a queue (each `None`: no such limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyLimit {
+    /// Running jobs per key.
+    pub concurrency: Option<i32>,
+    /// Starts per key and period.
+    pub rate: Option<Rate>,
+}
+
+/// Replaces the per-key limits of `queue` with `limit`.
+pub async fn set_key_limit<'e, E: Executor<'e>>(
+    exec: E,
+    queue: &str,
+    limit: KeyLimit,
+) -> Result<()> {
+    check_queue(queue)?;
+    sqlx::query(sql!("limits", "set_key_limit"))
+        .bind(queue)
+        .bind(limit.concurrency)
+        .bind(limit.rate.map(|r| r.count))
+        .bind(limit.rate.map(|r| r.period.as_secs_f64()))
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// Pauses `queue`; returns whether it was running before.
+pub async fn pause<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
+    check_queue(queue)?;
+    Ok(sqlx::query_scalar(sql!("limits", "pause"))
+        .bind(queue)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Resumes `queue`; returns whether it was paused.
+pub async fn resume<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
+    check_queue(queue)?;
+    Ok(sqlx::query_scalar(sql!("limits", "resume"))
+        .bind(queue)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// The per-key rate `queue` has now (None: none).
+pub async fn key_rate<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<Option<Rate>> {
+    check_queue(queue)?;
+    let row: Option<KeyRateRow> = sqlx::query_as(sql!("limits", "key_rate"))
+        .bind(queue)
+        .fetch_optional(exec)
+        .await?;
+    Ok(row.and_then(|r| {
+        Some(Rate {
+            count: r.key_rate?,
+            period: Duration::from_secs_f64(r.key_period_secs?.clamp(0.001, 1e9)),
+        })
+    }))
+}
+
+/// The row of `sql/limits/key_rate.sql`.
+#[derive(sqlx::FromRow)]
+struct KeyRateRow {
+    key_rate: Option<i32>,
+    key_period_secs: Option<f64>,
+}
+
+/// One line of `skiplock queue list` (`skiplock.queue_control`).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct QueueControl {
+    /// Queue name.
+    pub queue: String,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Running jobs allowed, all workers together.
+    pub concurrency: Option<i32>,
+    /// Running jobs allowed per limit_key.
+    pub key_concurrency: Option<i32>,
+    /// Starts allowed per key and period.
+    pub key_rate: Option<i32>,
+    /// The rate's period in seconds.
+    pub key_period_secs: Option<f64>,
+    /// Available jobs.
+    pub available: i64,
+    /// Running jobs.
+    pub running: i64,
+}
+
+/// Every queue with control settings or live jobs.
+pub async fn list<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueControl>> {
+    Ok(sqlx::query_as(sql!("limits", "list"))
+        .fetch_all(exec)
+        .await?)
+}
+
+/// When `key` of `queue` may start next under its rate limit (None: now, or no rate limit).
+pub async fn next_key_start<'e, E: Executor<'e>>(
+    exec: E,
+    queue: &str,
+    key: &str,
+) -> Result<Option<DateTime<Utc>>> {
+    let t: Option<DbTimeOpt> = sqlx::query_scalar(sql!("limits", "next_key_start"))
+        .bind(queue)
+        .bind(key)
+        .fetch_optional(exec)
+        .await?;
+    Ok(t.and_then(|t| t.0))
+}
+
+/// A NUL character would get an obscure error from Postgres; say what is wrong instead.
+fn check_queue(queue: &str) -> Result<()> {
+    if queue.contains('\0') {
+        return Err(Error::Invalid(
+            "queue name contains a NUL character, which Postgres cannot store".into(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,496 @@
+//! Limits at claim time and queue pause/resume (issue 14, issue 15 "queue control"), with
+//! real worker processes (the built binary) against a real Postgres. Every wait is a
+//! condition wait with a generous deadline; what the tests assert comes from the jobs' own
+//! recorded run times (`sleep` with `record`) or the database's clock (`attempted_at`).
+
+mod support;
+
+use std::collections::HashMap;
+use std::process::Child;
+use std::time::Duration;
+
+use serde_json::json;
+use skiplock::queue::NewJob;
+use skiplock::store::claim::ClaimParams;
+use skiplock::store::jobs::{ManyJobs, enqueue, enqueue_many};
+use skiplock::store::limits::{self, KeyLimit, Rate};
+use support::*;
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// Worker processes killed when the test ends, whatever happens.
+struct Procs(Vec<Child>);
+
+impl Procs {
+    fn start(url: &str, n: usize, args: &[&str], envs: &[(&str, &str)]) -> Procs {
+        Procs(
+            (0..n)
+                .map(|_| spawn_worker_process(url, args, envs))
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            // Only a child still running: a reaped child's pid may belong to another process.
+            if let Ok(None) = c.try_wait() {
+                sigkill(c);
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// The most intervals that contain one instant.
+fn max_overlap(mut spans: Vec<(i64, i64)>) -> usize {
+    let mut events: Vec<(i64, i32)> = Vec::new();
+    for (s, e) in spans.drain(..) {
+        events.push((s, 1));
+        events.push((e, -1));
+    }
+    // At equal times an end comes before a start: touching intervals do not overlap.
+    events.sort();
+    let (mut cur, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        cur += d;
+        max = max.max(cur);
+    }
+    max as usize
+}
+
+#[test]
+fn overlap_counts_intervals_sharing_an_instant() {
+    assert_eq!(max_overlap(vec![]), 0);
+    assert_eq!(max_overlap(vec![(0, 10), (10, 20)]), 1);
+    assert_eq!(max_overlap(vec![(0, 10), (5, 20), (9, 11)]), 3);
+    assert_eq!(max_overlap(vec![(0, 10), (11, 20), (12, 13)]), 2);
+}
+
+/// The recorded run times (`sleep` with `record`) of the completed jobs `ids`.
+async fn run_spans(pool: &sqlx::PgPool, ids: &[i64]) -> Vec<(i64, i64)> {
+    let rows: Vec<(serde_json::Value,)> = sqlx::query_as(
+        "SELECT result FROM skiplock.jobs WHERE id = ANY($1) AND state = 'completed'",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), ids.len(), "every job completed");
+    rows.iter()
+        .map(|(r,)| {
+            (
+                r["started_us"].as_i64().expect("started_us"),
+                r["finished_us"].as_i64().expect("finished_us"),
+            )
+        })
+        .collect()
+}
+
+async fn wait_completed(pool: &sqlx::PgPool, ids: &[i64], what: &str) {
+    wait_for(what, LONG, || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM skiplock.jobs WHERE id = ANY($1) AND state = 'completed'",
+        )
+        .bind(ids)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        (n == ids.len() as i64).then_some(())
+    })
+    .await
+}
+
+async fn running_in(pool: &sqlx::PgPool, queue: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM skiplock.jobs WHERE queue = $1 AND state = 'running'")
+        .bind(queue)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+fn sleeps(n: usize, ms: u64) -> Vec<serde_json::Value> {
+    vec![json!({"ms": ms, "record": true}); n]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_concurrency_holds_across_processes_and_can_be_raised_at_runtime() {
+    let db = TestDb::new().await;
+    limits::set_queue_limit(&db.pool, "lim", Some(2))
+        .await
+        .unwrap();
+    let args = sleeps(12, 300);
+    let first = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "sleep",
+            args: &args,
+            queue: "lim",
+            run_at: None,
+            priority: 0,
+            limit_key: None,
+        },
+    )
+    .await
+    .unwrap();
+    let _procs = Procs::start(
+        &db.url,
+        3,
+        &["--queues", "lim=3"],
+        &[("SKIPLOCK_POLL_INTERVAL", "100ms")],
+    );
+    wait_completed(&db.pool, &first, "the first 12 jobs to complete").await;
+    let spans = run_spans(&db.pool, &first).await;
+    let most = max_overlap(spans);
+    assert!(most <= 2, "{most} jobs ran at once under a limit of 2");
+    // A producer with 3 free slots claims 2 jobs in one statement: they do overlap.
+    assert_eq!(most, 2, "the limit let 2 jobs run at once");
+
+    // Raised at runtime: 5 run at once (3 processes x 3 slots could run 9).
+    limits::set_queue_limit(&db.pool, "lim", Some(5))
+        .await
+        .unwrap();
+    let args = sleeps(10, 2500);
+    let second = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "sleep",
+            args: &args,
+            queue: "lim",
+            run_at: None,
+            priority: 0,
+            limit_key: None,
+        },
+    )
+    .await
+    .unwrap();
+    let pool = &db.pool;
+    wait_for(
+        "5 jobs running at once after raising the limit",
+        LONG,
+        || async move { (running_in(pool, "lim").await >= 5).then_some(()) },
+    )
+    .await;
+    wait_completed(&db.pool, &second, "the next 10 jobs to complete").await;
+    let most = max_overlap(run_spans(&db.pool, &second).await);
+    assert!(
+        (3..=5).contains(&most),
+        "{most} jobs ran at once under a limit of 5"
+    );
+    let attempts: i64 = sqlx::query_scalar("SELECT max(attempt)::bigint FROM skiplock.jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 1, "no job spent an attempt waiting for the limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_rate_spaces_starts_of_one_key_and_lets_other_keys_run() {
+    let db = TestDb::new().await;
+    limits::set_key_limit(
+        &db.pool,
+        "rated",
+        KeyLimit {
+            concurrency: None,
+            rate: Some(Rate {
+                count: 1,
+                period: Duration::from_millis(500),
+            }),
+        },
+    )
+    .await
+    .unwrap();
+    let mut ids = Vec::new();
+    for k in 0..5 {
+        let args = vec![json!({"ms": 10}); 10];
+        let key = format!("host-{k}");
+        ids.extend(
+            enqueue_many(
+                &db.pool,
+                ManyJobs {
+                    kind: "sleep",
+                    args: &args,
+                    queue: "rated",
+                    run_at: None,
+                    priority: 0,
+                    limit_key: Some(&key),
+                },
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    // A poll interval far longer than the whole run: producers held back by a key's rate
+    // must wake at the time the claim named, not at the next poll.
+    let _procs = Procs::start(
+        &db.url,
+        3,
+        &["--queues", "rated=4"],
+        &[("SKIPLOCK_POLL_INTERVAL", "1h")],
+    );
+    wait_completed(&db.pool, &ids, "all 50 rate-limited jobs to complete").await;
+    let rows: Vec<(String, i64, i32)> = sqlx::query_as(
+        "SELECT limit_key, (extract(epoch FROM attempted_at) * 1000000)::bigint, attempt
+         FROM skiplock.jobs WHERE queue = 'rated' ORDER BY attempted_at",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 50);
+    assert!(rows.iter().all(|r| r.2 == 1), "no attempt count above 1");
+    let mut by_key: HashMap<&str, Vec<i64>> = HashMap::new();
+    for (k, t, _) in &rows {
+        by_key.entry(k).or_default().push(*t);
+    }
+    assert_eq!(by_key.len(), 5);
+    for (k, starts) in &by_key {
+        for w in starts.windows(2) {
+            // Database clock, microseconds; 1 ms of slack for the clock's granularity.
+            assert!(
+                w[1] - w[0] >= 499_000,
+                "key {k}: starts {} us apart (rate 1 per 500 ms)",
+                w[1] - w[0]
+            );
+        }
+    }
+    let close = rows
+        .windows(2)
+        .any(|w| w[0].0 != w[1].0 && w[1].1 - w[0].1 < 100_000);
+    assert!(close, "jobs of different keys started side by side");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_slot_returns_after_rescue() {
+    let db = TestDb::new().await;
+    limits::set_queue_limit(&db.pool, "one", Some(1))
+        .await
+        .unwrap();
+    let held = enqueue(
+        &db.pool,
+        &NewJob::new("sleep", json!({"ms": 600_000}))
+            .queue("one")
+            .max_attempts(1),
+    )
+    .await
+    .unwrap();
+    let mut p1 = Procs::start(&db.url, 1, &["--queues", "one=2"], &[]);
+    wait_job(&db.pool, held, "the long job running", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
+    let next = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("one"))
+        .await
+        .unwrap();
+    sigkill(&p1.0[0]);
+    let _ = p1.0[0].wait();
+    drop(p1);
+    // The dead worker's job still counts: nothing may be claimed.
+    let kinds = vec!["noop".to_string(), "sleep".to_string()];
+    let got = limits::claim_limited(
+        &db.pool,
+        ClaimParams {
+            queue: "one",
+            kinds: &kinds,
+            limit: 10,
+            worker: "test",
+        },
+    )
+    .await
+    .unwrap();
+    assert!(got.controlled);
+    assert!(
+        got.jobs.is_empty(),
+        "claimed past the limit: {:?}",
+        got.jobs
+    );
+    rescue_now(&db.pool, held).await;
+    let _p2 = Procs::start(
+        &db.url,
+        1,
+        &["--queues", "one=2"],
+        &[("SKIPLOCK_POLL_INTERVAL", "100ms")],
+    );
+    wait_job(
+        &db.pool,
+        next,
+        "the waiting job to run once the slot returned",
+        |r| r.state.as_str() == "completed",
+    )
+    .await;
+    let r = skiplock::store::jobs::get_job(&db.pool, held)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.state.as_str(),
+        "discarded",
+        "the rescued job was out of attempts"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_is_not_claimed_and_resumes() {
+    let db = TestDb::new().await;
+    let first = enqueue(
+        &db.pool,
+        &NewJob::new("sleep", json!({"ms": 1500})).queue("p"),
+    )
+    .await
+    .unwrap();
+    let _procs = Procs::start(
+        &db.url,
+        2,
+        &["--queues", "p=2"],
+        &[("SKIPLOCK_POLL_INTERVAL", "100ms")],
+    );
+    wait_job(&db.pool, first, "the first job running", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
+    let (code, out, err) = run_cmd(&db.url, &["queue", "pause", "p"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("queue p paused"), "{out}");
+    let second = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("p"))
+        .await
+        .unwrap();
+    // The running job finishes.
+    wait_job(
+        &db.pool,
+        first,
+        "the running job to finish while paused",
+        |r| r.state.as_str() == "completed",
+    )
+    .await;
+    // Both workers were woken by the insert and poll every 100 ms: 20 polls later the job
+    // still waits.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let r = skiplock::store::jobs::get_job(&db.pool, second)
+        .await
+        .unwrap();
+    assert_eq!(r.state.as_str(), "available", "a paused queue was claimed");
+    let (code, out, _) = run_cmd(&db.url, &["queue", "list"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("p ") && l.contains("paused")),
+        "{out}"
+    );
+
+    let (code, out, err) = run_cmd(&db.url, &["queue", "resume", "p"]);
+    assert_eq!(code, 0, "{out}{err}");
+    wait_job(&db.pool, second, "the job to run after resume", |r| {
+        r.state.as_str() == "completed"
+    })
+    .await;
+    // A queue that no longer has a setting goes back to the plain claim. (The workers set
+    // the packets and pack queues' limits at start: those rows stay.)
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.queues WHERE queue = 'p'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[tokio::test]
+async fn queue_commands_refuse_bad_input_with_a_clear_error() {
+    let db = TestDb::new().await;
+    for (args, says) in [
+        (&["queue", "pause", ""][..], "queue name"),
+        (&["queue", "limit", "q"][..], "nothing to set"),
+        (
+            &["queue", "limit", "q", "--concurrency", "0"][..],
+            "--concurrency",
+        ),
+        (&["queue", "limit", "q", "--rate", "5"][..], "--rate"),
+        (&["queue", "limit", "q", "--per-key", "-3"][..], "--per-key"),
+    ] {
+        let (code, out, err) = run_cmd(&db.url, args);
+        assert_ne!(code, 0, "{args:?}: {out}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let (code, out, err) = run_cmd(
+        &db.url,
+        &[
+            "queue",
+            "limit",
+            "q",
+            "--concurrency",
+            "3",
+            "--per-key",
+            "1",
+            "--rate",
+            "2/1s",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("concurrency 3, per key 1, rate 2/1s"), "{out}");
+    // Flags not given keep their value.
+    let (code, out, err) = run_cmd(&db.url, &["queue", "limit", "q", "--rate", "none"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("concurrency 3, per key 1") && !out.contains("rate"),
+        "{out}"
+    );
+    let (code, out, _) = run_cmd(&db.url, &["stats"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("queue q: concurrency 3, per key 1"), "{out}");
+
+    // The SQL API refuses bad values with one line each.
+    for sql in [
+        "SELECT skiplock.set_queue_limit('q', 0)",
+        "SELECT skiplock.set_queue_limit('', 1)",
+        "SELECT skiplock.set_key_limit('q', rate => 1)",
+        "SELECT skiplock.set_key_limit('q', rate => 0, period => '1s')",
+        "SELECT skiplock.set_key_limit('q', rate => 1, period => '-1s')",
+        "SELECT skiplock.enqueue('noop', limit_key => '')",
+    ] {
+        let e = sqlx::query(sql).execute(&db.pool).await.unwrap_err();
+        assert!(e.to_string().contains("skiplock:"), "{sql}: {e}");
+    }
+    // Old call forms still resolve (no overload ambiguity).
+    sqlx::query("SELECT skiplock.enqueue('noop'), skiplock.enqueue('noop', '{}', 'default', now(), 0::smallint, 25, 'k', 'keep'), skiplock.enqueue_many('noop', array_fill('{}'::jsonb, ARRAY[2]))")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+/// `--exit-when-idle` does not wait for a paused queue's jobs (nobody may claim them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_exiting_when_idle_does_not_wait_for_a_paused_queue() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("held"))
+        .await
+        .unwrap();
+    assert!(limits::pause(&db.pool, "held").await.unwrap());
+    let mut procs = Procs(vec![spawn_worker_process(
+        &db.url,
+        &["--exit-when-idle"],
+        &[("SKIPLOCK_POLL_INTERVAL", "100ms")],
+    )]);
+    let status = wait_for("the idle worker to exit", LONG, || {
+        let s = procs.0[0].try_wait().unwrap();
+        async move { s }
+    })
+    .await;
+    assert!(status.success(), "{status:?}");
+    let r = skiplock::store::jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!(r.state.as_str(), "available");
+}
+
+/// The pack timer carries its host as limit_key (the pack queue's per-key concurrency 1,
+/// set by workers at start, then runs one pack per host).
+#[tokio::test]
+async fn a_pack_timer_is_limited_by_its_host() {
+    let db = TestDb::new().await;
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.pack_now('example.test')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let key: Option<String> =
+        sqlx::query_scalar("SELECT limit_key FROM skiplock.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(key.as_deref(), Some("example.test"));
+}
