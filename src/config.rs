@@ -280,7 +280,6 @@ pub fn duration_range(name: &str) -> (Duration, Duration) {
         "SKIPLOCK_FETCH_TIMEOUT" => (MS, secs(HOUR)),
         "SKIPLOCK_PACK_QUIET" => (Duration::ZERO, secs(30 * DAY)),
         "SKIPLOCK_PACK_MAX_WAIT" => (MS, secs(365 * DAY)),
-        "SKIPLOCK_PACK_UPLOAD_DELAY" => (Duration::ZERO, secs(HOUR)),
         "SKIPLOCK_REAPER_MAX_AGE" => (secs(1), MAX_DURATION),
         // The period of the `reap` and `retain` periodic jobs (periodic intervals are at least 1s).
         "SKIPLOCK_REAPER_INTERVAL" => (secs(1), secs(DAY)),

@@ -111,7 +111,6 @@ fn pack_settings(store: &Path) -> PackSettings {
         quiet: Duration::from_secs(1),
         max_wait: Duration::from_secs(60),
         store: store.to_str().unwrap().to_string(),
-        upload_delay: Duration::ZERO,
     }
 }
 

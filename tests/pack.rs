@@ -14,12 +14,11 @@ use support::*;
 
 const LONG: Duration = Duration::from_secs(60);
 
-fn settings(store: &std::path::Path, quiet: u64, max_wait: u64, upload_delay: u64) -> PackSettings {
+fn settings(store: &std::path::Path, quiet: u64, max_wait: u64) -> PackSettings {
     PackSettings {
         quiet: Duration::from_secs(quiet),
         max_wait: Duration::from_secs(max_wait),
         store: store.to_str().unwrap().to_string(),
-        upload_delay: Duration::from_secs(upload_delay),
     }
 }
 
@@ -130,8 +129,8 @@ async fn hundred_resets_from_four_tasks_give_exactly_one_pack_after_the_quiet_pe
     // Two workers with four slots each handle the resets side by side. The quiet period is
     // ten minutes, so no stall of this machine between two resets can let the timer fire
     // early; once every reset is handled, the test moves the timer's clock to its fire time.
-    let w1 = pack_worker(&db, settings(store.path(), 600, 3600, 0), 4).await;
-    let w2 = pack_worker(&db, settings(store.path(), 600, 3600, 0), 4).await;
+    let w1 = pack_worker(&db, settings(store.path(), 600, 3600), 4).await;
+    let w2 = pack_worker(&db, settings(store.path(), 600, 3600), 4).await;
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let pool = db.pool.clone();
@@ -225,7 +224,7 @@ async fn the_max_wait_bounds_a_host_that_is_reset_continuously() {
     insert_page(&db.pool, host, "/", "Busy", Some("always changing")).await;
     // A ten-minute quiet period: every reset would push the timer ten minutes on, so only
     // the 8 s maximum wait can let a pack through while the resets go on.
-    let w = pack_worker(&db, settings(store.path(), 600, 8, 0), 2).await;
+    let w = pack_worker(&db, settings(store.path(), 600, 8), 2).await;
 
     // A burst of resets, then one every 200 ms until a pack has happened.
     for _ in 0..5 {
@@ -292,7 +291,8 @@ async fn a_reset_during_a_pack_gives_a_second_pack_with_the_new_content() {
     let host = "during.test";
     insert_page(&db.pool, host, "/a", "Apple", Some("an apple a day")).await;
     // The upload waits 3 s, so the reset below lands while the first pack runs.
-    let w = pack_worker(&db, settings(store.path(), 1, 3600, 3), 4).await;
+    skiplock::worker::faults::delay_upload(host, Duration::from_secs(3));
+    let w = pack_worker(&db, settings(store.path(), 1, 3600), 4).await;
     let first = pack_now(&db.pool, host).await;
     wait_state(&db.pool, first, "running").await;
     // Wait until the pack has read its pages (its transaction then sits in the upload
@@ -349,7 +349,7 @@ async fn a_pack_with_a_later_timer_pending_skips_and_pack_now_brings_the_timer_f
     let store = tempfile::tempdir().unwrap();
     let host = "pending.test";
     insert_page(&db.pool, host, "/", "Pending", Some("waiting for quiet")).await;
-    let w = pack_worker(&db, settings(store.path(), 600, 3600, 0), 2).await;
+    let w = pack_worker(&db, settings(store.path(), 600, 3600), 2).await;
 
     timer_reset(&db.pool, host).await;
     let (timer_id, _) = wait_for("a timer", LONG, || async { timer(&db.pool, host).await }).await;
@@ -431,7 +431,7 @@ async fn the_artifact_opens_with_sqlite_and_fts5_finds_a_word() {
         Some("another cat elsewhere"),
     )
     .await;
-    let w = pack_worker(&db, settings(store.path(), 1, 3600, 0), 2).await;
+    let w = pack_worker(&db, settings(store.path(), 1, 3600), 2).await;
     let id = pack_now(&db.pool, host).await;
     wait_state(&db.pool, id, "completed").await;
     w.stop().await.unwrap();
@@ -464,7 +464,7 @@ async fn a_worker_killed_mid_pack_is_rescued_and_the_pack_retried() {
     let env = |delay: &'static str| {
         vec![
             ("SKIPLOCK_STORE", dir.clone()),
-            ("SKIPLOCK_PACK_UPLOAD_DELAY", delay.to_string()),
+            ("SKIPLOCK_FAULT_UPLOAD_DELAY", delay.to_string()),
             ("SKIPLOCK_POLL_INTERVAL", "200ms".to_string()),
             ("SKIPLOCK_BACKOFF_UNIT", "10ms".to_string()),
             ("SKIPLOCK_QUEUES", "pack=2".to_string()),
@@ -521,7 +521,7 @@ async fn a_failed_upload_is_retried_and_nothing_is_recorded_until_one_succeeds()
     // store that cannot be reached, until the test removes it.
     let blocker = store.path().join("packs");
     std::fs::write(&blocker, "not a directory").unwrap();
-    let w = pack_worker(&db, settings(store.path(), 1, 3600, 0), 2).await;
+    let w = pack_worker(&db, settings(store.path(), 1, 3600), 2).await;
     let id = pack_now(&db.pool, host).await;
 
     // Two failed attempts: each is an error on the job, which goes back to the queue (it is

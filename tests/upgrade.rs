@@ -242,7 +242,6 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
                 quiet: Duration::from_secs(1),
                 max_wait: Duration::from_secs(60),
                 store: store_path,
-                upload_delay: Duration::ZERO,
             },
         )
         .unwrap()

@@ -48,9 +48,6 @@ pub struct PackSettings {
     pub max_wait: Duration,
     /// Store spec (`SKIPLOCK_STORE`, `./data/store`).
     pub store: String,
-    /// Fault injection for tests and demos: sleep this long between building and uploading
-    /// (`SKIPLOCK_PACK_UPLOAD_DELAY`, 0s), so a worker can be killed mid-pack.
-    pub upload_delay: Duration,
 }
 
 impl Default for PackSettings {
@@ -59,7 +56,6 @@ impl Default for PackSettings {
             quiet: DEFAULT_QUIET,
             max_wait: DEFAULT_MAX_WAIT,
             store: DEFAULT_STORE.to_string(),
-            upload_delay: Duration::ZERO,
         }
     }
 }
@@ -72,7 +68,6 @@ impl PackSettings {
             quiet: env_duration("SKIPLOCK_PACK_QUIET", d.quiet)?,
             max_wait: env_duration("SKIPLOCK_PACK_MAX_WAIT", d.max_wait)?,
             store: env_string("SKIPLOCK_STORE", &d.store),
-            upload_delay: env_duration("SKIPLOCK_PACK_UPLOAD_DELAY", d.upload_delay)?,
         };
         if s.max_wait.is_zero() {
             return Err(Error::config(
@@ -197,13 +192,11 @@ impl Handler for DoThePacking {
             .await
             .map_err(|e| JobError::retry(format!("artifact builder panicked: {e}")))??;
 
-        if !self.settings.upload_delay.is_zero() {
-            tracing::warn!(
-                host,
-                "SKIPLOCK_PACK_UPLOAD_DELAY: waiting {:?} before the upload",
-                self.settings.upload_delay
-            );
-            tokio::time::sleep(self.settings.upload_delay).await;
+        // Test builds only (the `fault-injection` feature): a pack a test means to interrupt.
+        let delay = crate::worker::faults::upload_delay(host);
+        if !delay.is_zero() {
+            tracing::warn!(host, "fault injection: waiting {delay:?} before the upload");
+            tokio::time::sleep(delay).await;
         }
         let key = store::key_for(host);
         self.store.upload(&key, &built.path, built.bytes).await?;
