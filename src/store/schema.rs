@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "8d526bbb2c14f484a3b8296210216f22e136e5169c18d5e8c31078ac0b9ea8c8",
+    "b8d4be22e0d1f511a32fccde5b980010e892f7ff41fcf9cc295e39d6356d1863",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

@@ -67,6 +67,8 @@ pub(crate) struct Running {
     pub abort: Option<AbortHandle>,
     /// The handler is still running (false once its ack is queued).
     pub executing: bool,
+    /// Claimed ahead and waiting in its producer's buffer for a free slot (not started).
+    pub buffered: bool,
 }
 
 /// State shared by the worker's tasks.
