@@ -248,10 +248,10 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             && p.retire_after
                 .is_some_and(|after| last_work.elapsed() >= after)
         {
-            if waiting {
-                if let Err(e) = waiting_remove(&shared.pool, &shared.worker_id, &p.queue).await {
-                    tracing::debug!(queue = %p.queue, error = %e, "could not unregister as waiting");
-                }
+            if waiting
+                && let Err(e) = waiting_remove(&shared.pool, &shared.worker_id, &p.queue).await
+            {
+                tracing::debug!(queue = %p.queue, error = %e, "could not unregister as waiting");
             }
             return Exit::Retired;
         }
