@@ -23,6 +23,6 @@ ALTER TABLE skiplock.jobs SET (fillfactor = 50);
 CREATE TABLE skiplock.waiting (
     queue  text NOT NULL,
     worker text NOT NULL REFERENCES skiplock.workers (id) ON DELETE CASCADE,
-    since  timestamptz NOT NULL DEFAULT now(),
+    since  timestamptz NOT NULL DEFAULT now() CHECK (skiplock._time_ok(since)),
     PRIMARY KEY (queue, worker)
 );

@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "b8d4be22e0d1f511a32fccde5b980010e892f7ff41fcf9cc295e39d6356d1863",
+    "058ffd720ae6f291ac3b32b72d6a442861008c0ce7d3309118a3af33a395a935",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
