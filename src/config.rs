@@ -31,6 +31,8 @@ pub const DEFAULT_BACKOFF_UNIT: Duration = Duration::from_secs(1);
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(24 * 3600);
 /// Default minimum time between two claims of a busy queue (lets claims batch).
 pub const DEFAULT_FETCH_COOLDOWN: Duration = Duration::from_millis(2);
+/// Jobs a queue's producer may hold claimed beyond its free slots (`SKIPLOCK_CLAIM_AHEAD`).
+pub const DEFAULT_CLAIM_AHEAD: usize = 100;
 /// Default time the first acknowledgement of a batch waits for company.
 pub const DEFAULT_ACK_DELAY: Duration = Duration::from_millis(2);
 /// Default size of the database connection pool of one process's handlers.
@@ -356,6 +358,7 @@ pub fn number_range(name: &str) -> (usize, usize) {
         "SKIPLOCK_PACKET_CONCURRENCY" => (1, 1000),
         "SKIPLOCK_FETCH_MAX_BYTES" => (1, 1 << 30),
         "SKIPLOCK_WEB_CONNECTIONS" => (1, 100),
+        "SKIPLOCK_CLAIM_AHEAD" => (0, 10_000),
         _ => (1, MAX_NUMBER),
     }
 }
@@ -382,7 +385,7 @@ pub fn env_usize(name: &str, default: usize) -> Result<usize> {
                 .trim()
                 .parse::<usize>()
                 .ok()
-                .filter(|n| *n > 0)
+                .filter(|n| *n > 0 || number_range(name).0 == 0)
                 .ok_or_else(|| {
                     Error::config(name, format!("{v:?} is not a positive whole number"))
                 })?;
@@ -450,6 +453,11 @@ pub struct QueueSettings {
     /// Minimum time between two claims of a busy queue, so that a claim takes every slot
     /// freed meanwhile instead of one statement per finished job (`SKIPLOCK_FETCH_COOLDOWN`, 2ms).
     pub fetch_cooldown: Duration,
+    /// Jobs each queue's producer may claim beyond its free slots, at most the queue's
+    /// concurrency (`SKIPLOCK_CLAIM_AHEAD`, 100; 0: off). The next batch is claimed while the
+    /// current one runs, so slots are not left empty for a claim's round trip; buffered jobs
+    /// are heartbeated, returned at shutdown and rescued after a crash like running ones.
+    pub claim_ahead: usize,
     /// How long the first ack of a batch waits for more before the batch is written
     /// (`SKIPLOCK_ACK_DELAY`, 2ms).
     pub ack_delay: Duration,
@@ -480,6 +488,7 @@ impl Default for QueueSettings {
             backoff_max: DEFAULT_BACKOFF_MAX,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             fetch_cooldown: DEFAULT_FETCH_COOLDOWN,
+            claim_ahead: DEFAULT_CLAIM_AHEAD,
             ack_delay: DEFAULT_ACK_DELAY,
             connect_timeout: None,
             runtime_connections: DEFAULT_RUNTIME_CONNECTIONS,
@@ -510,6 +519,7 @@ impl QueueSettings {
                 .try_into()
                 .unwrap_or(u32::MAX),
             fetch_cooldown: env_duration("SKIPLOCK_FETCH_COOLDOWN", d.fetch_cooldown)?,
+            claim_ahead: env_usize("SKIPLOCK_CLAIM_AHEAD", d.claim_ahead)?,
             ack_delay: env_duration("SKIPLOCK_ACK_DELAY", d.ack_delay)?,
             connect_timeout: env_opt_duration("SKIPLOCK_CONNECT_TIMEOUT")?,
             runtime_connections: env_usize(
@@ -549,6 +559,7 @@ impl QueueSettings {
             check_duration(name, d)?;
         }
         check_number("SKIPLOCK_MAX_CONNECTIONS", self.max_connections as usize)?;
+        check_number("SKIPLOCK_CLAIM_AHEAD", self.claim_ahead)?;
         if let Some(q) = &self.queues {
             check_queues(q).map_err(|m| Error::config("SKIPLOCK_QUEUES", m))?;
         }

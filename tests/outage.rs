@@ -257,6 +257,10 @@ fn chaos_worker(name: &str, url: &str, concurrency: usize) -> Proc {
             ("SKIPLOCK_RESCUE_AFTER", "6s"),
             ("SKIPLOCK_POLL_INTERVAL", "200ms"),
             ("SKIPLOCK_SHUTDOWN_GRACE", "60s"),
+            // Each worker holds exactly its concurrency's worth of jobs, so two workers of 10
+            // split 20 jobs evenly (claim-ahead would let the first take them all); the
+            // buffered jobs' own outage and kill guarantees are tests/worker.rs's.
+            ("SKIPLOCK_CLAIM_AHEAD", "0"),
         ],
     )
 }

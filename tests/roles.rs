@@ -67,7 +67,15 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
         .await
         .expect("the enqueuer logs in");
 
-    // The NOTIFY trigger still fires for a SECURITY DEFINER insert.
+    // The NOTIFY trigger still fires for a SECURITY DEFINER insert, for a queue a worker
+    // waits on (skiplock.waiting, which the enqueuer cannot read).
+    sqlx::raw_sql(
+        "INSERT INTO skiplock.workers (id, host, pid) VALUES ('w', 'h', 1);
+         INSERT INTO skiplock.waiting (queue, worker) VALUES ('mine', 'w')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let mut listener = PgListener::connect_with(&db.pool).await.unwrap();
     listener.listen("skiplock_wake").await.unwrap();
 

@@ -162,8 +162,9 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
     faults::arm(&id, Point::Heartbeat, 1);
     faults::arm(&id, Point::Listener, 1);
     let (stop, h) = run(worker);
-    // The listener must be up before the jobs go in, or no NOTIFY reaches it (the fallback
-    // poll runs them all the same, and the listener never gets to panic).
+    // The listener must be up, and the producer registered as waiting, before the jobs go
+    // in, or no NOTIFY reaches it (the fallback poll runs them all the same, and the
+    // listener never gets to panic).
     wait_for("the worker to LISTEN", Duration::from_secs(60), || async {
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity
@@ -172,7 +173,11 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
         .fetch_one(&db.pool)
         .await
         .unwrap();
-        (n > 0).then_some(())
+        let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.waiting")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        (n > 0 && waiting > 0).then_some(())
     })
     .await;
     // A long job keeps the heartbeat busy; short ones go through the completer and NOTIFY.

@@ -479,9 +479,13 @@ async fn sigterm_stops_a_worker_process_cleanly() {
     .await;
     sigterm(&child);
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
+    let mut log = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut log);
+    }
+    assert_eq!(status.code(), Some(0), "{log}");
     let r = jobs::get_job(&db.pool, id).await.unwrap();
-    assert_eq!((r.state.as_str(), r.attempt), ("available", 0));
+    assert_eq!((r.state.as_str(), r.attempt), ("available", 0), "{log}");
 }
 
 #[tokio::test]
@@ -494,7 +498,8 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
         ..fast_settings()
     };
     let w = start_builtin(&db.pool, settings);
-    // Wait until the worker is listening.
+    // Wait until the worker is listening and registered as waiting (on every queue: it
+    // discovers its queues).
     let name = db.name.clone();
     wait_for("LISTEN", Duration::from_secs(60), || async {
         let n: i64 = sqlx::query_scalar(
@@ -504,7 +509,12 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-        (n > 0).then_some(())
+        let waiting = count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.waiting WHERE queue = ''",
+        )
+        .await;
+        (n > 0 && waiting > 0).then_some(())
     })
     .await;
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
@@ -611,8 +621,10 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
         .unwrap();
     let saw_lost = tokio_util::sync::CancellationToken::new();
     let release = tokio_util::sync::CancellationToken::new();
-    // One slot: while its handler runs, this worker cannot claim the job again itself.
+    // One slot and no claim-ahead: while its handler runs, this worker cannot claim the job
+    // again itself.
     let settings = QueueSettings {
+        claim_ahead: 0,
         rescue_after: Duration::from_secs(2),
         queues: Some(std::collections::BTreeMap::from([(
             "default".to_string(),
@@ -705,4 +717,165 @@ fn assert_error(errors: serde_json::Value, i: usize, needle: &str) {
         e.contains(needle),
         "error {i} is {e:?}, expected it to contain {needle:?}"
     );
+}
+
+/// Claim-ahead (issue 13): with every slot busy, the producer holds jobs claimed ahead in a
+/// buffer. Those are `running` in the database, so they must be heartbeated like started ones,
+/// and a graceful shutdown must put them back without using up their attempt.
+#[tokio::test]
+async fn jobs_claimed_ahead_are_heartbeated_and_returned_at_shutdown() {
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(
+            enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
+                .await
+                .unwrap(),
+        );
+    }
+    // Two slots and two jobs of buffer: all four are claimed, two of them never start.
+    // A rescue window of 8 s beats every 2 s.
+    let settings = QueueSettings {
+        queues: Some([("default".to_string(), 2)].into_iter().collect()),
+        claim_ahead: 2,
+        rescue_after: Duration::from_secs(8),
+        shutdown_grace: Duration::from_millis(200),
+        ..fast_settings()
+    };
+    let w = start_builtin(&db.pool, settings);
+    wait_for("all four jobs claimed", Duration::from_secs(60), || async {
+        (count_state(&db.pool, "running").await == 4).then_some(())
+    })
+    .await;
+    // Every claimed row, started or buffered, gets a heartbeat after its claim.
+    wait_for(
+        "a heartbeat on every claimed job",
+        Duration::from_secs(60),
+        || async {
+            let n = count(
+                &db.pool,
+                "SELECT count(*) FROM skiplock.jobs
+                 WHERE state = 'running' AND heartbeat_at > attempted_at",
+            )
+            .await;
+            (n == 4).then_some(())
+        },
+    )
+    .await;
+    w.stop().await.unwrap();
+    let mut unstarted = 0;
+    for id in &ids {
+        let r = jobs::get_job(&db.pool, *id).await.unwrap();
+        assert_eq!((r.state.as_str(), r.attempt), ("available", 0), "job {id}");
+        let errors = r.errors.as_array().unwrap();
+        if !errors.is_empty() {
+            assert_eq!(errors.len(), 1, "{}", r.errors);
+            assert_error(r.errors.clone(), 0, "claimed but never started");
+            unstarted += 1;
+        }
+    }
+    assert_eq!(unstarted, 2, "two jobs waited in the buffer");
+}
+
+/// A worker process killed while it holds jobs claimed ahead loses none: the rescuer returns
+/// the buffered ones like the started ones.
+#[tokio::test]
+async fn jobs_claimed_ahead_by_a_killed_worker_are_rescued() {
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(
+            enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 60000})))
+                .await
+                .unwrap(),
+        );
+    }
+    // One slot and one job of buffer (claim-ahead is at most the queue's concurrency).
+    let mut child = spawn_worker_process(
+        &db.url,
+        &[],
+        &[
+            ("SKIPLOCK_QUEUES", "default=1"),
+            ("SKIPLOCK_CLAIM_AHEAD", "1"),
+            ("SKIPLOCK_RESCUE_AFTER", "2s"),
+        ],
+    );
+    wait_for("both jobs claimed", Duration::from_secs(60), || async {
+        (count_state(&db.pool, "running").await == 2).then_some(())
+    })
+    .await;
+    sigkill(&child);
+    let _ = child.wait();
+    sqlx::query("UPDATE skiplock.jobs SET args = '{\"ms\": 10}'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let settings = QueueSettings {
+        rescue_after: Duration::from_secs(2),
+        ..fast_settings()
+    };
+    let w = start_builtin(&db.pool, settings);
+    for id in &ids {
+        wait_job(&db.pool, *id, "completed", |r| {
+            r.state.as_str() == "completed"
+        })
+        .await;
+    }
+    w.stop().await.unwrap();
+    for id in ids {
+        let r = jobs::get_job(&db.pool, id).await.unwrap();
+        assert_eq!(r.state.as_str(), "completed", "job {id}");
+        let errors = r.errors.as_array().unwrap();
+        assert!(!errors.is_empty(), "job {id} was rescued: {}", r.errors);
+        assert_eq!(r.attempt as usize, errors.len() + 1, "{}", r.errors);
+        for i in 0..errors.len() {
+            assert_error(r.errors.clone(), i, "rescued");
+        }
+    }
+}
+
+/// Inserts notify only queues a producer waits on (issue 13: every notifying commit takes a
+/// server-wide lock). Notifications arrive in commit order, so if the insert into the queue
+/// nobody serves had notified, its notification would come first.
+#[tokio::test]
+async fn only_queues_a_producer_waits_on_are_notified() {
+    let db = TestDb::new().await;
+    let settings = QueueSettings {
+        queues: Some([("served".to_string(), 2)].into_iter().collect()),
+        poll_interval: Duration::from_secs(3600),
+        ..fast_settings()
+    };
+    let w = start_builtin(&db.pool, settings);
+    wait_for("the producer to wait", Duration::from_secs(60), || async {
+        let n = count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.waiting WHERE queue = 'served'",
+        )
+        .await;
+        (n > 0).then_some(())
+    })
+    .await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+        .await
+        .unwrap();
+    listener.listen("skiplock_wake").await.unwrap();
+    enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("unserved"))
+        .await
+        .unwrap();
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("served"))
+        .await
+        .unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(60), listener.recv())
+        .await
+        .expect("a wake-up within 60 s")
+        .unwrap();
+    assert_eq!(n.payload(), "served");
+    // The NOTIFY started it (the poll is an hour away).
+    wait_job(&db.pool, id, "completed", |r| {
+        r.state.as_str() == "completed"
+    })
+    .await;
+    w.stop().await.unwrap();
+    let rows = count(&db.pool, "SELECT count(*) FROM skiplock.waiting").await;
+    assert_eq!(rows, 0, "a clean exit leaves no registration behind");
 }

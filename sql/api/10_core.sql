@@ -1,14 +1,19 @@
 -- skiplock core SQL API: enqueue from any language, cancel, retry, and a stats view.
 -- Installed (CREATE OR REPLACE) by `skiplock migrate` after the schema migrations.
 
--- Wake idle workers once per statement (not per row) for every queue that got a job due now.
--- A statement trigger covers skiplock.enqueue, enqueue_many and plain INSERTs from psql alike.
+-- Wake idle workers once per statement (not per row) for every queue that got a job due now
+-- and that some producer waits on (skiplock.waiting; '' stands for every queue): a commit
+-- that notified takes a server-wide lock, so notifying nobody would serialise every
+-- enqueue's commit for nothing. A statement trigger covers skiplock.enqueue, enqueue_many and
+-- plain INSERTs from psql alike; owner's rights, so an inserting role needs no access to
+-- skiplock.waiting.
 CREATE OR REPLACE FUNCTION skiplock._notify_inserted() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_notify('skiplock_wake', q.queue)
     FROM (SELECT DISTINCT n.queue FROM new_rows n
-          WHERE n.state = 'available' AND n.scheduled_at <= now()) AS q;
+          WHERE n.state = 'available' AND n.scheduled_at <= now()) AS q
+    WHERE EXISTS (SELECT 1 FROM skiplock.waiting w WHERE w.queue IN (q.queue, ''));
     RETURN NULL;
 END;
 $$;

@@ -432,6 +432,10 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             "ack_delay".to_string(),
             humantime::format_duration(worker_settings(o).ack_delay).to_string(),
         ),
+        (
+            "claim_ahead".to_string(),
+            worker_settings(o).claim_ahead.to_string(),
+        ),
     ]);
     if !o.skip_scale {
         settings.insert("scale_finished".to_string(), o.scale_finished.to_string());

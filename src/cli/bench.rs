@@ -125,9 +125,10 @@ pub fn render(r: &BenchReport) -> String {
     );
     let _ = writeln!(
         o,
-        "worker: fetch cooldown {}, ack delay {}",
+        "worker: fetch cooldown {}, ack delay {}, claim ahead {}",
         get("fetch_cooldown"),
-        get("ack_delay")
+        get("ack_delay"),
+        get("claim_ahead")
     );
     if let Some(g) = s.get("graphile") {
         let _ = writeln!(o, "peer: {g}");

@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "5c4ad23353054c9826e21196753f7d501af7ce78a2ccb4f7a28bdbf4cc160193",
+    "23a2ecbf1d0a7a7438802fc9cb31b15fa4fb4d5e5702cc441f4c862b5736da79",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

@@ -73,7 +73,7 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
                     for HeldJob { id, attempt } in pairs.iter().filter(|j| !alive.contains(&j.id)) {
                         if let Some(r) = running
                             .get(id)
-                            .filter(|r| r.attempt == *attempt && r.executing)
+                            .filter(|r| r.attempt == *attempt && (r.executing || r.buffered))
                         {
                             tracing::warn!(
                                 job.id = id,

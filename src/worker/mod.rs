@@ -81,6 +81,8 @@ pub(crate) struct Running {
     pub executing: bool,
     /// Its kind's and queue's metrics (counted when the ack is written).
     pub series: Arc<crate::metrics::JobSeries>,
+    /// Claimed ahead and waiting in its producer's buffer for a free slot (not started).
+    pub buffered: bool,
 }
 
 /// State shared by the worker's tasks.

@@ -1,14 +1,27 @@
-//! One producer per queue: claims as many due jobs as it has free slots, spawns an executor
-//! task for each, and waits for a reason to claim again (a NOTIFY, a freed slot while work
-//! is waiting, or the fallback poll). A full batch means more may be waiting, so the next
-//! freed slot triggers the next claim at once. A failed claim (database down) is retried
-//! with a capped backoff; the producer itself runs under supervision (`super::supervisor`),
-//! and a producer of a queue discovered at run time retires once the queue stays empty.
+//! One producer per queue: claims due jobs for its free slots plus a bounded buffer
+//! (`SKIPLOCK_CLAIM_AHEAD`), spawns an executor task for each job as a slot frees, and
+//! claims the next batch while the current one runs, so slots do not sit empty for a claim's
+//! round trip. A full batch means more may be waiting, so the producer claims again as the
+//! buffer runs low; otherwise it waits for a reason to claim (a NOTIFY, or the fallback poll).
+//! Buffered jobs are `running` in the database and held by this process like started ones:
+//! heartbeated, returned at shutdown (the worker releases every claimed-but-unstarted job),
+//! and rescued after a crash. A failed claim (database down) is retried with a capped
+//! backoff while buffered jobs keep being started; the producer itself runs under
+//! supervision (`super::supervisor`), and a producer of a queue discovered at run time
+//! retires once the queue stays empty.
+//!
+//! Inserts notify only queues a producer waits on (`skiplock.waiting`): a producer whose
+//! claim came back short registers, then claims once more (a job inserted before the
+//! registration was visible is found by that claim), and refreshes its registration at each
+//! poll; while its claims come back full it is not waiting, and unregisters.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -17,10 +30,12 @@ use super::handler::JobContext;
 use super::outcome::{Attempt, RetryPolicy, decide};
 use super::{Running, Shared, executor};
 use crate::db::outage::Backoff;
+use crate::error::Result;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
 use crate::store::claim::{ClaimParams, claim};
 use crate::store::limits::claim_limited;
+use crate::store::notify::{waiting_add, waiting_remove};
 
 /// First and longest wait between two failed claims.
 pub const CLAIM_BACKOFF: (Duration, Duration) =
@@ -28,14 +43,16 @@ pub const CLAIM_BACKOFF: (Duration, Duration) =
 /// A producer of a discovered queue retires after this many poll intervals without work.
 pub const RETIRE_AFTER_POLLS: u32 = 30;
 
-/// What outlives one run of a producer: its slots (running jobs hold permits), its wake-up
-/// signals, and whether it is claiming one job at a time.
+/// What outlives one run of a producer: its slots (running jobs hold permits), its buffer of
+/// jobs claimed ahead, its wake-up signals, and whether it is claiming one job at a time.
 pub(crate) struct Producer {
     pub queue: String,
     pub limit: usize,
     pub wake: Arc<Notify>,
     pub slots: Arc<Semaphore>,
     pub slot_freed: Arc<Notify>,
+    /// Jobs claimed ahead, waiting for a free slot (each also in `Shared::running`).
+    buffer: Mutex<VecDeque<Job>>,
     /// Claiming one job per statement (after a failure), so a failure can be blamed on it.
     pub one_at_a_time: AtomicBool,
     /// Retire after this long without work (queues discovered at run time only).
@@ -55,9 +72,14 @@ impl Producer {
             wake,
             slots: Arc::new(Semaphore::new(limit)),
             slot_freed: Arc::new(Notify::new()),
+            buffer: Mutex::new(VecDeque::new()),
             one_at_a_time: AtomicBool::new(false),
             retire_after,
         }
+    }
+
+    fn buffer(&self) -> MutexGuard<'_, VecDeque<Job>> {
+        self.buffer.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -70,138 +92,296 @@ pub(crate) enum Exit {
     Retired,
 }
 
+/// What the producer does about claiming, given its state (see [`next_claim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimNow {
+    /// Claim this many jobs now.
+    Now(usize),
+    /// Claim once the cooldown since the last claim has passed.
+    AfterCooldown,
+    /// Nothing to claim for: wait for a slot to free (or a wake-up).
+    Wait,
+}
+
+/// Whether and how much to claim. `free`: free slots (after starting buffered jobs, so
+/// `free > 0` means the buffer is empty); `buffered`: jobs claimed ahead; `ahead`: the
+/// buffer's bound (`SKIPLOCK_CLAIM_AHEAD`, at most the queue's concurrency); `one_at_a_time`:
+/// after a failure; `cooled_down`: the fetch cooldown since the last claim has passed.
+///
+/// Without a buffer (`ahead == 0`, or claiming one at a time) a busy queue waits for the
+/// cooldown so a claim takes every slot freed meanwhile. With one, the buffer is refilled
+/// while the slots are busy once at least half of it has been used, so every claim takes a
+/// batch of at least `ahead / 2` and one is in flight before the buffer runs dry.
+pub fn next_claim(
+    free: usize,
+    buffered: usize,
+    limit: usize,
+    ahead: usize,
+    one_at_a_time: bool,
+    cooled_down: bool,
+) -> ClaimNow {
+    if one_at_a_time || ahead == 0 {
+        let want = if one_at_a_time { free.min(1) } else { free };
+        if want == 0 || buffered > 0 {
+            return ClaimNow::Wait;
+        }
+        return if free < limit && !cooled_down {
+            ClaimNow::AfterCooldown
+        } else {
+            ClaimNow::Now(want)
+        };
+    }
+    let want = (free + ahead).saturating_sub(buffered);
+    if want > 0 && want >= ahead.div_ceil(2) {
+        ClaimNow::Now(want)
+    } else {
+        ClaimNow::Wait
+    }
+}
+
+/// On every exit of a producer run (stopped, retired, or a panic unwinding it), the jobs
+/// still in its buffer stop being held: removed from `Shared::running`, they are the
+/// claimed-but-never-started jobs the worker's shutdown, or the producer's next run, puts
+/// back at once (`super::orphans`).
+struct BufferGuard {
+    shared: Arc<Shared>,
+    p: Arc<Producer>,
+}
+
+impl Drop for BufferGuard {
+    fn drop(&mut self) {
+        let jobs: Vec<Job> = self.p.buffer().drain(..).collect();
+        if jobs.is_empty() {
+            return;
+        }
+        let mut running = self.shared.running();
+        for j in jobs {
+            if running
+                .get(&j.id)
+                .is_some_and(|r| r.buffered && r.attempt == j.attempt)
+            {
+                running.remove(&j.id);
+            }
+        }
+    }
+}
+
+type ClaimFuture = BoxFuture<'static, (usize, Result<Claimed>)>;
+
 /// Runs the producer until `shared.stop_claiming` (or retirement). `careful`: claim one job
 /// per statement for the first `limit` jobs (set after a failed run, so that if a row makes
 /// the producer fail again, it fails alone).
 pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) -> Exit {
+    let _guard = BufferGuard {
+        shared: shared.clone(),
+        p: p.clone(),
+    };
     let stop = shared.stop_claiming.clone();
     let limit = p.limit;
     let slots = &p.slots;
+    let ahead = shared.settings.claim_ahead.min(limit);
     let mut careful_left = if careful { limit } else { 0 };
     p.one_at_a_time.store(careful_left > 0, Ordering::Relaxed);
     let mut backlog = true; // try at once on start
     let mut backoff = Backoff::new(CLAIM_BACKOFF.0, CLAIM_BACKOFF.1);
+    let mut retry_at: Option<tokio::time::Instant> = None;
     let cooldown = shared.settings.fetch_cooldown;
     let mut last_claim = Instant::now() - cooldown;
     let mut last_work = Instant::now();
+    let mut inflight: Option<ClaimFuture> = None;
+    // Registered in skiplock.waiting (as far as this run knows); `register`: (re)register
+    // before the next claim.
+    let mut waiting = false;
+    let mut register = false;
     // Whether the queue has limits or is paused (skiplock.queues): then every claim goes
-    // through skiplock._claim_limited; otherwise the plain claim, which says so by coming
-    // back empty (it never claims from a controlled queue).
+    // through skiplock._claim_limited and nothing is claimed ahead (a buffered job would
+    // count against the limit without running); otherwise the plain claim, which says so
+    // by coming back empty (it never claims from a controlled queue).
     let mut controlled = false;
     // A limit held jobs back: claim again when one of ours finishes, and at `wait_until`.
     let mut held_back = false;
     let mut wait_until: Option<chrono::DateTime<chrono::Utc>> = None;
     loop {
         if stop.is_cancelled() {
+            // A claim in flight may have committed: let it finish; its jobs are then
+            // released with the rest of the unstarted ones.
+            if let Some(f) = inflight.take() {
+                let _ = f.await;
+            }
             return Exit::Stopped;
         }
-        let mut free = slots.available_permits();
-        if free > 0 && backlog {
-            let since = last_claim.elapsed();
-            if free < limit && since < cooldown {
-                // Busy: let a few more slots free up so the next claim is a batch rather
-                // than one statement per finished job.
-                tokio::select! {
-                    _ = stop.cancelled() => return Exit::Stopped,
-                    _ = tokio::time::sleep(cooldown - since) => {}
-                }
-                free = slots.available_permits();
-            }
-            let want = if careful_left > 0 { 1 } else { free };
-            last_claim = Instant::now();
-            let params = ClaimParams {
-                queue: &p.queue,
-                kinds: &shared.kinds,
-                limit: want,
-                worker: &shared.worker_id,
-            };
-            match claim_any(&shared.pool, params, &mut controlled).await {
-                Ok((jobs, held, until)) => {
-                    shared.metrics.claimed(jobs.len());
-                    backoff.reset();
-                    backlog = jobs.len() == want;
-                    held_back = held && !backlog;
-                    wait_until = until;
-                    if !jobs.is_empty() {
-                        faults::hit(&shared.worker_id, Point::ProducerClaimed);
-                        last_work = Instant::now();
-                        careful_left = careful_left.saturating_sub(jobs.len());
-                    }
-                    for job in jobs {
-                        let permit = slots
-                            .clone()
-                            .try_acquire_owned()
-                            .expect("free slot counted");
-                        spawn_job(&shared, job, permit, p.slot_freed.clone(), p.wake.clone());
-                    }
-                    if careful_left == 0 {
-                        p.one_at_a_time.store(false, Ordering::Relaxed);
-                    }
+        if register && inflight.is_none() {
+            register = false;
+            match waiting_add(&shared.pool, &shared.worker_id, &p.queue).await {
+                Ok(()) => {
+                    // Claim once more: a job inserted before the registration was visible
+                    // sent no NOTIFY.
+                    waiting = true;
+                    backlog = true;
                 }
                 Err(e) => {
                     shared.db_failed(&e);
-                    let delay = backoff.next_delay();
-                    tracing::warn!(queue = %p.queue, error = %e, "claim failed; retrying in {delay:?}");
-                    tokio::select! {
-                        _ = stop.cancelled() => return Exit::Stopped,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    continue;
+                    tracing::debug!(queue = %p.queue, error = %e, "could not register as waiting; the poll finds new jobs");
                 }
             }
-            if backlog && slots.available_permits() > 0 {
-                continue;
+        }
+        start_buffered(&shared, &p);
+        let free = slots.available_permits();
+        let buffered = p.buffer().len();
+        let mut cooldown_at = None;
+        if inflight.is_none() && backlog && retry_at.is_none() {
+            let decision = next_claim(
+                free,
+                buffered,
+                limit,
+                if controlled { 0 } else { ahead },
+                careful_left > 0,
+                last_claim.elapsed() >= cooldown,
+            );
+            match decision {
+                ClaimNow::Now(want) => {
+                    last_claim = Instant::now();
+                    inflight = Some(start_claim(&shared, &p, want, free, controlled));
+                }
+                ClaimNow::AfterCooldown => {
+                    cooldown_at = Some(tokio::time::Instant::from_std(last_claim + cooldown));
+                }
+                ClaimNow::Wait => {}
             }
         }
-        if slots.available_permits() < limit {
+        if buffered > 0 || slots.available_permits() < limit {
             last_work = Instant::now();
         }
-        if p.retire_after
-            .is_some_and(|after| last_work.elapsed() >= after)
+        // Never with a claim in flight: its jobs would have nobody to start them.
+        if inflight.is_none()
+            && p.retire_after
+                .is_some_and(|after| last_work.elapsed() >= after)
         {
+            if waiting
+                && let Err(e) = waiting_remove(&shared.pool, &shared.worker_id, &p.queue).await
+            {
+                tracing::debug!(queue = %p.queue, error = %e, "could not unregister as waiting");
+            }
             return Exit::Retired;
         }
-        let nap = limit_nap(
-            shared.settings.poll_interval,
-            wait_until,
-            chrono::Utc::now(),
-        );
         tokio::select! {
-            _ = stop.cancelled() => return Exit::Stopped,
+            _ = stop.cancelled() => {}
+            (want, r) = async { inflight.as_mut().expect("guarded").await }, if inflight.is_some() => {
+                inflight = None;
+                match r {
+                    Ok(Claimed { jobs, controlled: c, held, wait_until: until }) => {
+                        shared.metrics.claimed(jobs.len());
+                        backoff.reset();
+                        backlog = jobs.len() == want;
+                        controlled = c;
+                        held_back = held && !backlog;
+                        wait_until = until;
+                        if !backlog && !waiting {
+                            register = true;
+                        }
+                        if !jobs.is_empty() {
+                            faults::hit(&shared.worker_id, Point::ProducerClaimed);
+                            last_work = Instant::now();
+                            careful_left = careful_left.saturating_sub(jobs.len());
+                        }
+                        hold(&shared, &p, jobs);
+                        if careful_left == 0 {
+                            p.one_at_a_time.store(false, Ordering::Relaxed);
+                        }
+                        if backlog && waiting {
+                            // Busy: inserts here need not notify anyone on this worker's
+                            // account. Failing is harmless (a few needless NOTIFYs).
+                            match waiting_remove(&shared.pool, &shared.worker_id, &p.queue).await {
+                                Ok(()) => waiting = false,
+                                Err(e) => shared.db_failed(&e),
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        shared.db_failed(&e);
+                        let delay = backoff.next_delay();
+                        tracing::warn!(queue = %p.queue, error = %e, "claim failed; retrying in {delay:?}");
+                        retry_at = Some(tokio::time::Instant::now() + delay);
+                    }
+                }
+            }
             _ = p.wake.notified() => backlog = true,
-            _ = p.slot_freed.notified(), if backlog => {}
-            _ = p.slot_freed.notified(), if held_back && !backlog => {
-                // Our job's ack is written a moment later; until then it still counts.
-                tokio::time::sleep(ACK_SETTLE).await;
+            _ = p.slot_freed.notified() => {
+                if held_back && !backlog {
+                    // Our job's ack is written a moment later; until then it still counts.
+                    tokio::time::sleep(ACK_SETTLE).await;
+                    backlog = true;
+                }
+            }
+            _ = tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)), if retry_at.is_some() => {
+                retry_at = None;
                 backlog = true;
             }
-            _ = tokio::time::sleep(nap) => backlog = true,
+            _ = tokio::time::sleep_until(cooldown_at.unwrap_or_else(tokio::time::Instant::now)), if cooldown_at.is_some() => {}
+            _ = tokio::time::sleep(limit_nap(shared.settings.poll_interval, wait_until, chrono::Utc::now())) => {
+                backlog = true;
+                // Refresh the registration (it writes nothing when the row is there; it
+                // comes back after the worker's row was forgotten, e.g. a long outage).
+                register = waiting;
+            }
         }
     }
 }
 
-/// How long a finished job's ack takes to be written, about (the completer batches for a
-/// couple of milliseconds): a producer held back by a limit waits this long after one of its
-/// jobs finished before it claims again, so the job no longer counts as running.
+/// What one claim brought back.
+struct Claimed {
+    jobs: Vec<Job>,
+    /// The queue has limits or is paused (the next claim goes through the limited claim).
+    controlled: bool,
+    /// A limit or a pause may have held jobs back.
+    held: bool,
+    /// When a job held back by a key's rate may start.
+    wait_until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// How a finished job's ack takes to be written, about (the completer batches for a couple
+/// of milliseconds): a producer held back by a limit waits this long after one of its jobs
+/// finished before it claims again, so the job no longer counts as running.
 const ACK_SETTLE: Duration = Duration::from_millis(20);
 
-/// The plain claim, or the limited one for a controlled queue (`controlled` tracks which
-/// applies). Returns the jobs, whether a limit or a pause may have held jobs back, and when
-/// a job held back by a key's rate may start.
+/// The plain claim, or the limited one for a controlled queue (`controlled`: the last claim
+/// found the queue controlled). The plain claim never claims from a controlled queue, so
+/// when it comes back empty the limited one is asked, and says whether the queue is. The
+/// limited claim takes at most `free` jobs (free slots, never ahead): a job claimed into the
+/// buffer would count against the limit without running.
 async fn claim_any(
     pool: &crate::store::Pool,
-    params: ClaimParams<'_>,
-    controlled: &mut bool,
-) -> crate::Result<(Vec<Job>, bool, Option<chrono::DateTime<chrono::Utc>>)> {
-    if !*controlled {
+    mut params: ClaimParams<'_>,
+    free: usize,
+    controlled: bool,
+) -> Result<Claimed> {
+    if !controlled {
         let jobs = claim(pool, params).await?;
         if !jobs.is_empty() || params.limit == 0 || params.kinds.is_empty() {
-            return Ok((jobs, false, None));
+            return Ok(Claimed {
+                jobs,
+                controlled: false,
+                held: false,
+                wait_until: None,
+            });
         }
     }
+    params.limit = params.limit.min(free);
+    if params.limit == 0 {
+        return Ok(Claimed {
+            jobs: Vec::new(),
+            controlled,
+            held: controlled,
+            wait_until: None,
+        });
+    }
     let got = claim_limited(pool, params).await?;
-    *controlled = got.controlled;
-    Ok((got.jobs, got.controlled, got.wait_until))
+    Ok(Claimed {
+        jobs: got.jobs,
+        controlled: got.controlled,
+        held: got.controlled,
+        wait_until: got.wait_until,
+    })
 }
 
 /// How long an idle producer waits at most before claiming again: the poll interval, or
@@ -219,14 +399,107 @@ pub(crate) fn limit_nap(
     }
 }
 
+/// Starts one claim of up to `want` jobs; the future answers with `want` and what came back.
+fn start_claim(
+    shared: &Arc<Shared>,
+    p: &Arc<Producer>,
+    want: usize,
+    free: usize,
+    controlled: bool,
+) -> ClaimFuture {
+    let (sh, p) = (shared.clone(), p.clone());
+    async move {
+        let params = ClaimParams {
+            queue: &p.queue,
+            kinds: &sh.kinds,
+            limit: want,
+            worker: &sh.worker_id,
+        };
+        (want, claim_any(&sh.pool, params, free, controlled).await)
+    }
+    .boxed()
+}
+
+/// Holds freshly claimed jobs: each goes into `Shared::running` as buffered (so the heartbeat
+/// covers it from now on) and into the producer's buffer, then as many as there are free
+/// slots are started.
+fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
+    if jobs.is_empty() {
+        return;
+    }
+    {
+        let mut running = shared.running();
+        let mut buffer = p.buffer();
+        for job in jobs {
+            running.insert(
+                job.id,
+                Running {
+                    attempt: job.attempt,
+                    lost: CancellationToken::new(),
+                    abort: None,
+                    executing: false,
+                    series: shared.metrics.series(&job.kind, &job.queue),
+                    buffered: true,
+                },
+            );
+            buffer.push_back(job);
+        }
+    }
+    start_buffered(shared, p);
+}
+
+/// Starts buffered jobs, in claim order, while there are free slots. A job taken away while
+/// it waited (cancelled, or rescued: the heartbeat found it gone) is dropped, not started.
+fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
+    loop {
+        let Ok(permit) = p.slots.clone().try_acquire_owned() else {
+            return;
+        };
+        let Some(job) = p.buffer().pop_front() else {
+            return;
+        };
+        let lost = {
+            let mut running = shared.running();
+            let token = running
+                .get(&job.id)
+                .filter(|r| r.buffered && r.attempt == job.attempt)
+                .map(|r| r.lost.clone());
+            match token {
+                Some(t) if !t.is_cancelled() => Some(t),
+                Some(_) => {
+                    running.remove(&job.id);
+                    None
+                }
+                None => None,
+            }
+        };
+        let Some(lost) = lost else {
+            tracing::warn!(
+                job.id = job.id,
+                job.attempt = job.attempt,
+                "job was taken away before it started (cancelled or rescued); not starting it"
+            );
+            continue;
+        };
+        spawn_job(
+            shared,
+            job,
+            permit,
+            lost,
+            p.slot_freed.clone(),
+            p.wake.clone(),
+        );
+    }
+}
+
 fn spawn_job(
     shared: &Arc<Shared>,
     job: Job,
     permit: OwnedSemaphorePermit,
+    lost: CancellationToken,
     slot_freed: Arc<Notify>,
     wake: Arc<Notify>,
 ) {
-    let lost = CancellationToken::new();
     let ctx = JobContext {
         id: job.id,
         kind: job.kind.clone(),
@@ -247,6 +520,7 @@ fn spawn_job(
             abort: None,
             executing: true,
             series: series.clone(),
+            buffered: false,
         },
     );
     let sh = shared.clone();
@@ -339,5 +613,45 @@ mod tests {
         assert_eq!(limit_nap(poll, Some(late), now), poll);
         let past = now - chrono::TimeDelta::seconds(3);
         assert_eq!(limit_nap(poll, Some(past), now), Duration::from_millis(2));
+    }
+
+    #[test]
+    fn without_a_buffer_a_busy_queue_waits_for_the_cooldown_and_claims_its_free_slots() {
+        // limit 10, no claim-ahead.
+        assert_eq!(next_claim(10, 0, 10, 0, false, false), ClaimNow::Now(10));
+        assert_eq!(
+            next_claim(3, 0, 10, 0, false, false),
+            ClaimNow::AfterCooldown
+        );
+        assert_eq!(next_claim(3, 0, 10, 0, false, true), ClaimNow::Now(3));
+        assert_eq!(next_claim(0, 0, 10, 0, false, true), ClaimNow::Wait);
+    }
+
+    #[test]
+    fn one_at_a_time_claims_single_jobs_and_never_ahead() {
+        assert_eq!(next_claim(10, 0, 10, 5, true, false), ClaimNow::Now(1));
+        assert_eq!(
+            next_claim(4, 0, 10, 5, true, false),
+            ClaimNow::AfterCooldown
+        );
+        assert_eq!(next_claim(4, 0, 10, 5, true, true), ClaimNow::Now(1));
+        assert_eq!(next_claim(0, 0, 10, 5, true, true), ClaimNow::Wait);
+    }
+
+    #[test]
+    fn with_a_buffer_the_claim_fills_free_slots_and_the_buffer() {
+        // Idle queue: every slot plus the buffer.
+        assert_eq!(next_claim(10, 0, 10, 10, false, false), ClaimNow::Now(20));
+        // All slots busy, buffer full: nothing to claim for.
+        assert_eq!(next_claim(0, 10, 10, 10, false, true), ClaimNow::Wait);
+        // Less than half the buffer used: wait (a claim would be a small batch).
+        assert_eq!(next_claim(0, 6, 10, 10, false, true), ClaimNow::Wait);
+        // Half of it used: refill while the slots are busy, before it runs dry.
+        assert_eq!(next_claim(0, 5, 10, 10, false, false), ClaimNow::Now(5));
+        // Buffer empty with slots free: claim at once, no cooldown.
+        assert_eq!(next_claim(4, 0, 10, 10, false, false), ClaimNow::Now(14));
+        // A queue of concurrency 1 buffers one job.
+        assert_eq!(next_claim(0, 0, 1, 1, false, false), ClaimNow::Now(1));
+        assert_eq!(next_claim(0, 1, 1, 1, false, false), ClaimNow::Wait);
     }
 }

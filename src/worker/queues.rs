@@ -25,6 +25,7 @@ use crate::config::DEFAULT_QUEUE_CONCURRENCY;
 use crate::db::outage::Backoff;
 use crate::error::Result;
 use crate::store::claim::discover_queues;
+use crate::store::notify::waiting_add;
 
 /// Shortest time between two discoveries triggered by NOTIFY hints.
 pub const DISCOVERY_DEBOUNCE: Duration = Duration::from_millis(250);
@@ -156,6 +157,12 @@ impl Queues {
         loop {
             let served: Vec<String> = self.map().keys().cloned().collect();
             let room = sh.settings.max_queues.saturating_sub(served.len());
+            // Waiting on every queue (''): an insert into a queue no producer serves yet
+            // must still wake this worker. Before the look, so a job inserted before the
+            // registration was visible is found by it.
+            if let Err(e) = waiting_add(&sh.pool, &sh.worker_id, "").await {
+                tracing::debug!(error = %e, "could not register as waiting on every queue");
+            }
             // One more than there is room for, to know whether queues are left waiting.
             match discover_queues(&sh.pool, &sh.kinds, &served, room + 1).await {
                 Ok(found) => {
