@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
@@ -28,27 +27,8 @@ impl Served {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let mut child = c.spawn().expect("spawn skiplock");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let first = rx
-            .recv_timeout(LIMIT)
-            .expect("the process prints its address");
-        let addr = first
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
-            .to_string();
-        let port = addr.rsplit(':').next().unwrap();
-        Served {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        }
+        let base = served_base(&mut child, LIMIT);
+        Served { child, base }
     }
 }
 
@@ -56,37 +36,6 @@ impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// A login holding only `skiplock_operator` (the console's intended login); dropped at the end.
-struct Operator {
-    name: String,
-    url: String,
-}
-
-impl Operator {
-    async fn new(db: &TestDb) -> Operator {
-        let name = format!("skiplock_mop_{:012x}", rand::random::<u64>() >> 16);
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE ROLE {name} LOGIN PASSWORD 'op-secret' IN ROLE skiplock_operator"
-        )))
-        .execute(&db.pool)
-        .await
-        .expect("create the operator login");
-        let mut u = url::Url::parse(&db.url).unwrap();
-        u.set_username(&name).unwrap();
-        u.set_password(Some("op-secret")).unwrap();
-        Operator {
-            name,
-            url: u.to_string(),
-        }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        admin_exec_blocking(format!("DROP ROLE IF EXISTS {}", self.name));
     }
 }
 

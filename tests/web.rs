@@ -8,7 +8,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -47,28 +46,8 @@ impl Console {
             c.env("SKIPLOCK_WEB_TOKEN", t);
         }
         let mut child = c.spawn().expect("spawn skiplock web");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let first = rx
-            .recv_timeout(LIMIT)
-            .expect("the console prints its address within a minute");
-        // "skiplock console on http://ADDR/ (database login NAME)"
-        let addr = first
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
-            .to_string();
-        let port = addr.rsplit(':').next().unwrap();
-        Console {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        }
+        let base = served_base(&mut child, LIMIT);
+        Console { child, base }
     }
 
     fn url(&self, path: &str) -> String {
@@ -254,38 +233,6 @@ fn free_port() -> u16 {
 // Fixtures
 // ---------------------------------------------------------------------------------------
 
-/// A LOGIN role holding only `skiplock_operator` (cluster-wide: unique name, dropped at the
-/// end), the login the console is meant to run as.
-struct Operator {
-    name: String,
-    url: String,
-}
-
-impl Operator {
-    async fn new(db: &TestDb) -> Operator {
-        let name = format!("skiplock_op_{:012x}", rand::random::<u64>() >> 16);
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE ROLE {name} LOGIN PASSWORD 'op-secret' IN ROLE skiplock_operator"
-        )))
-        .execute(&db.pool)
-        .await
-        .expect("create the operator login");
-        let mut u = url::Url::parse(&db.url).unwrap();
-        u.set_username(&name).unwrap();
-        u.set_password(Some("op-secret")).unwrap();
-        Operator {
-            name,
-            url: u.to_string(),
-        }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        admin_exec_blocking(format!("DROP ROLE IF EXISTS {}", self.name));
-    }
-}
-
 /// Enqueues `n` jobs of `kind` in `queue` and returns their ids.
 async fn enqueue(db: &TestDb, kind: &str, queue: &str, n: usize) -> Vec<i64> {
     let mut ids = Vec::new();
@@ -358,6 +305,15 @@ fn http() -> reqwest::Client {
 }
 
 /// The CSRF token in a page's forms.
+/// The body of a GET that must answer 200.
+async fn body_of(h: &reqwest::Client, url: &str) -> String {
+    let r = h.get(url).send().await.unwrap();
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    assert_eq!(status, 200, "{url}: {body}");
+    body
+}
+
 fn csrf_in(page: &str) -> String {
     let at = page
         .find("name=\"csrf\" value=\"")
@@ -697,14 +653,7 @@ async fn a_post_without_the_csrf_token_is_refused() {
     let id = ids[0];
     let console = Console::start(&op.url, "127.0.0.1:0", None);
     let h = http();
-    let page = h
-        .get(console.url(&format!("/jobs/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = body_of(&h, &console.url(&format!("/jobs/{id}"))).await;
     let csrf = csrf_in(&page);
     let retry = console.url(&format!("/jobs/{id}/retry"));
     let cases: Vec<(&str, reqwest::RequestBuilder)> = vec![
@@ -869,37 +818,25 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
     assert_eq!(timer, 1);
 
     // Queue control: Pause, then Resume, from the overview's buttons.
-    let overview = h
-        .get(console.url("/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let overview = body_of(&h, &console.url("/")).await;
     assert!(overview.contains("action=\"/queues/pause\""), "{overview}");
     post("/queues/pause".into(), vec![("queue", "ops".into())]).await;
-    let paused: bool = sqlx::query_scalar("SELECT paused FROM skiplock.queues WHERE queue = 'ops'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert!(paused);
-    let overview = h
-        .get(console.url("/?paused=ops"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let paused: Vec<bool> =
+        sqlx::query_scalar("SELECT paused FROM skiplock.queues WHERE queue = 'ops'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(paused, [true]);
+    let overview = body_of(&h, &console.url("/?paused=ops")).await;
     assert!(overview.contains("Queue ops is paused"), "{overview}");
     assert!(overview.contains("action=\"/queues/resume\""), "{overview}");
     post("/queues/resume".into(), vec![("queue", "ops".into())]).await;
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.queues WHERE queue = 'ops'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(rows, 0, "resumed, the queue has no control row left");
+    let paused: Vec<bool> =
+        sqlx::query_scalar("SELECT paused FROM skiplock.queues WHERE queue = 'ops'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(paused.is_empty(), "resumed, the queue has no control row left");
 
     // A refused move is a page naming why (409), not a crash, and changes nothing.
     let r = h
@@ -1104,7 +1041,7 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
     let mut url = console.url("/jobs?kind=page");
     let mut pages = 0;
     loop {
-        let body = h.get(&url).send().await.unwrap().text().await.unwrap();
+        let body = body_of(&h, &url).await;
         let page = ids_on(&body);
         assert!(
             page.windows(2).all(|w| w[0] > w[1]),
@@ -1127,14 +1064,7 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
                     &body[body.find("class=\"pager\"").unwrap()..][..400]
                 )
             });
-            let b = h
-                .get(console.url(&back))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let b = body_of(&h, &console.url(&back)).await;
             assert_eq!(ids_on(&b).len(), 50);
             assert_eq!(ids_on(&b)[0], *ids.last().unwrap());
         }

@@ -319,3 +319,60 @@ pub async fn rescue_now(pool: &PgPool, id: i64) {
     )
     .await
 }
+
+/// A LOGIN role holding only `skiplock_operator` (cluster-wide: unique name, dropped at the
+/// end), the login the console and the metrics endpoint are meant to run as.
+pub struct Operator {
+    pub name: String,
+    pub url: String,
+}
+
+impl Operator {
+    pub async fn new(db: &TestDb) -> Operator {
+        let name = format!("skiplock_op_{:012x}", rand::random::<u64>() >> 16);
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {name} LOGIN PASSWORD 'op-secret' IN ROLE skiplock_operator"
+        )))
+        .execute(&db.pool)
+        .await
+        .expect("create the operator login");
+        let mut u = url::Url::parse(&db.url).unwrap();
+        u.set_username(&name).unwrap();
+        u.set_password(Some("op-secret")).unwrap();
+        Operator {
+            name,
+            url: u.to_string(),
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        admin_exec_blocking(format!("DROP ROLE IF EXISTS {}", self.name));
+    }
+}
+
+/// Waits (up to `limit`) for a spawned `skiplock web`/`worker` child to print its first
+/// stdout line, `... http://ADDR/...`, and returns `http://127.0.0.1:PORT` for it. The rest
+/// of its stdout is drained on a thread so the child never blocks on a full pipe.
+pub fn served_base(child: &mut Child, limit: Duration) -> String {
+    use std::io::{BufRead, BufReader};
+    let out = child.stdout.take().expect("the child's stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let first = rx
+        .recv_timeout(limit)
+        .expect("the process prints its address");
+    let port = first
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    format!("http://127.0.0.1:{port}")
+}
