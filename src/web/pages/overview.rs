@@ -100,20 +100,13 @@ pub struct OverviewQuery {
 
 /// A queue's limits as one line (empty: none).
 fn limits_text(c: &store::QueueCounts) -> String {
-    let mut parts = Vec::new();
-    if let Some(n) = c.concurrency {
-        parts.push(format!("concurrency {n}"));
-    }
-    if let Some(n) = c.key_concurrency {
-        parts.push(format!("per key {n}"));
-    }
-    if let (Some(n), Some(p)) = (c.key_rate, c.key_period_secs) {
-        parts.push(format!(
-            "rate {n}/{}",
-            crate::config::format_duration(std::time::Duration::from_secs_f64(p.max(0.0)))
-        ));
-    }
-    parts.join(", ")
+    use crate::store::limits::{describe_limits, rate_of};
+    describe_limits(
+        c.concurrency,
+        c.key_concurrency,
+        rate_of(c.key_rate, c.key_period_secs),
+    )
+    .join(", ")
 }
 
 /// `GET /`.
