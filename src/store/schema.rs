@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "5c4ad23353054c9826e21196753f7d501af7ce78a2ccb4f7a28bdbf4cc160193",
+    "7fc913050da143683a8596da7bc34e30b379c002b1aa81d159d05627082d2a57",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
