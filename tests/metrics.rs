@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use prometheus_parse::{Sample, Scrape, Value};
@@ -13,31 +13,6 @@ use support::*;
 
 const LIMIT: Duration = Duration::from_secs(90);
 const TOKEN: &str = "metrics-test-token-0123456789";
-
-/// A child process that prints `... http://ADDR/...` as its first stdout line; killed when
-/// dropped.
-struct Served {
-    child: Child,
-    base: String,
-}
-
-impl Served {
-    fn start(mut c: std::process::Command) -> Served {
-        c.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = c.spawn().expect("spawn skiplock");
-        let base = served_base(&mut child, LIMIT);
-        Served { child, base }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Checks the text is well-formed exposition format beyond what the (lenient) parser
 /// enforces: every sample line is `name{labels} value` with a valid name and a number, and
@@ -178,7 +153,7 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
         .env("SKIPLOCK_METRICS_LISTEN", "127.0.0.1:0")
         .env("SKIPLOCK_BACKOFF_UNIT", "1h")
         .env("SKIPLOCK_POLL_INTERVAL", "200ms");
-    let worker = Served::start(c);
+    let worker = Served::start(c, LIMIT);
     let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
     let worker_url = format!("{}/metrics", worker.base);
 
@@ -290,7 +265,7 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
     c.args(["web", "--listen", "127.0.0.1:0"])
         .env_remove("SKIPLOCK_WEB_TOKEN")
         .env_remove("SKIPLOCK_WEB_LISTEN");
-    let console = Served::start(c);
+    let console = Served::start(c, LIMIT);
     let (status, body) = get(&http, &format!("{}/metrics", console.base), None).await;
     assert_eq!(status, 200, "{body}");
     let s = parse(&body);
@@ -308,7 +283,7 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
     c.args(["web", "--listen", "0.0.0.0:0"])
         .env("SKIPLOCK_WEB_TOKEN", TOKEN)
         .env_remove("SKIPLOCK_WEB_LISTEN");
-    let console = Served::start(c);
+    let console = Served::start(c, LIMIT);
     let url = format!("{}/metrics", console.base);
     let (status, body) = get(&http, &url, None).await;
     assert_eq!(status, 401);
@@ -377,7 +352,7 @@ async fn rescues_and_lost_acks_are_counted() {
     c.args(["worker", "--queues", "other=2"])
         .env("SKIPLOCK_METRICS_LISTEN", "127.0.0.1:0")
         .env("SKIPLOCK_RESCUE_AFTER", "1s");
-    let worker = Served::start(c);
+    let worker = Served::start(c, LIMIT);
     let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
     let url = format!("{}/metrics", worker.base);
     let scrape = || async {
@@ -497,7 +472,7 @@ async fn fetches_by_status_and_packs_are_counted() {
         .env("SKIPLOCK_PACK_QUIET", "500ms")
         .env("SKIPLOCK_STORE", store.path())
         .env("SKIPLOCK_POLL_INTERVAL", "200ms");
-    let worker = Served::start(c);
+    let worker = Served::start(c, LIMIT);
     let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
     let url = format!("{}/metrics", worker.base);
     // Both pages fetched (the 404 is recorded, not retried) and a pack written; then the

@@ -25,41 +25,16 @@ const TOKEN: &str = "test-token-0123456789abcdef";
 // The console process
 // ---------------------------------------------------------------------------------------
 
-/// A `skiplock web` child process; killed when dropped.
-struct Console {
-    child: Child,
-    /// `http://127.0.0.1:PORT` (no trailing slash).
-    base: String,
-}
-
-impl Console {
-    /// Starts the console against `url` on `listen` (port 0: any free port) with `token`.
-    fn start(url: &str, listen: &str, token: Option<&str>) -> Console {
-        let mut c = cmd(url);
-        c.args(["web", "--listen", listen])
-            .env_remove("SKIPLOCK_WEB_TOKEN")
-            .env_remove("SKIPLOCK_WEB_LISTEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        if let Some(t) = token {
-            c.env("SKIPLOCK_WEB_TOKEN", t);
-        }
-        let mut child = c.spawn().expect("spawn skiplock web");
-        let base = served_base(&mut child, LIMIT);
-        Console { child, base }
+/// Starts `skiplock web` against `url` on `listen` (port 0: any free port) with `token`.
+fn start_console(url: &str, listen: &str, token: Option<&str>) -> Served {
+    let mut c = cmd(url);
+    c.args(["web", "--listen", listen])
+        .env_remove("SKIPLOCK_WEB_TOKEN")
+        .env_remove("SKIPLOCK_WEB_LISTEN");
+    if let Some(t) = token {
+        c.env("SKIPLOCK_WEB_TOKEN", t);
     }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Served::start(c, LIMIT)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -344,7 +319,7 @@ async fn the_overview_renders_the_seeded_counts() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
 
     b.c().goto(&console.url("/")).await.unwrap();
     let cell = |q: &str, state: &str| format!("tr[data-queue=\"{q}\"] td[data-state=\"{state}\"]");
@@ -385,7 +360,7 @@ async fn a_failed_job_is_found_by_filter_its_error_shown_and_retry_makes_it_avai
     .await;
     finish(&db, &ids[3..4], "discarded", Some("paper jam")).await;
     let failed = ids[2];
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
 
     b.c().goto(&console.url("/jobs")).await.unwrap();
     b.el("#f-state")
@@ -449,7 +424,7 @@ async fn a_packet_is_taken_and_completed_from_the_board_and_its_history_shows_bo
     let db = TestDb::new().await;
     let op = Operator::new(&db).await;
     let id = packet_ready(&db, "reel-7").await;
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
 
     b.c().goto(&console.url("/packets")).await.unwrap();
     b.text_contains("#col-ready_for_review", "reel-7").await;
@@ -506,7 +481,7 @@ async fn a_console_with_a_token_lets_a_browser_in_only_after_logging_in() {
     let db = TestDb::new().await;
     let op = Operator::new(&db).await;
     enqueue(&db, "noop", "gamma", 2).await;
-    let console = Console::start(&op.url, "0.0.0.0:0", Some(TOKEN));
+    let console = start_console(&op.url, "0.0.0.0:0", Some(TOKEN));
 
     b.c().goto(&console.url("/jobs?queue=gamma")).await.unwrap();
     // Refused without the token: the login form instead of the page.
@@ -571,7 +546,7 @@ async fn a_request_without_the_token_to_a_non_loopback_console_is_refused() {
     let op = Operator::new(&db).await;
     let ids = enqueue(&db, "noop", "default", 1).await;
     finish(&db, &ids, "discarded", Some("x")).await;
-    let console = Console::start(&op.url, "0.0.0.0:0", Some(TOKEN));
+    let console = start_console(&op.url, "0.0.0.0:0", Some(TOKEN));
     let h = http();
     for path in [
         "/",
@@ -651,7 +626,7 @@ async fn a_post_without_the_csrf_token_is_refused() {
     let ids = enqueue(&db, "noop", "default", 1).await;
     finish(&db, &ids, "discarded", Some("x")).await;
     let id = ids[0];
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
     let h = http();
     let page = body_of(&h, &console.url(&format!("/jobs/{id}"))).await;
     let csrf = csrf_in(&page);
@@ -721,7 +696,7 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
     let h = http();
     let mut csrf = String::new();
     for path in [
@@ -1017,7 +992,7 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
     let op = Operator::new(&db).await;
     let ids = enqueue(&db, "page", "paging", 120).await;
     enqueue(&db, "other", "paging", 5).await;
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
     let h = http();
     let ids_on = |body: &str| -> Vec<i64> {
         body.split("<tr data-id=\"")
@@ -1106,7 +1081,7 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
 async fn the_assets_are_embedded() {
     let db = TestDb::new().await;
     let op = Operator::new(&db).await;
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
     let body = http()
         .get(console.url("/"))
         .send()

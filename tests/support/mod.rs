@@ -352,27 +352,55 @@ impl Drop for Operator {
     }
 }
 
-/// Waits (up to `limit`) for a spawned `skiplock web`/`worker` child to print its first
-/// stdout line, `... http://ADDR/...`, and returns `http://127.0.0.1:PORT` for it. The rest
-/// of its stdout is drained on a thread so the child never blocks on a full pipe.
-pub fn served_base(child: &mut Child, limit: Duration) -> String {
-    use std::io::{BufRead, BufReader};
-    let out = child.stdout.take().expect("the child's stdout is piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
+/// A `skiplock web` or `skiplock worker` child that prints `... http://ADDR/...` as its
+/// first stdout line (the console, the metrics endpoint); killed when dropped.
+pub struct Served {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT` (no trailing slash).
+    pub base: String,
+}
+
+impl Served {
+    /// Spawns `c` and waits (up to `limit`) for the address it prints. The rest of its
+    /// stdout is drained on a thread so the child never blocks on a full pipe.
+    pub fn start(mut c: Command, limit: Duration) -> Served {
+        use std::io::{BufRead, BufReader};
+        c.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = c.spawn().expect("spawn skiplock");
+        let out = child.stdout.take().expect("the child's stdout is piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let first = rx
+            .recv_timeout(limit)
+            .expect("the process prints its address");
+        let port = first
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .and_then(|addr| addr.rsplit(':').next())
+            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .to_string();
+        Served {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
         }
-    });
-    let first = rx
-        .recv_timeout(limit)
-        .expect("the process prints its address");
-    let port = first
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .and_then(|addr| addr.rsplit(':').next())
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_string();
-    format!("http://127.0.0.1:{port}")
+    }
+
+    /// The full URL of `path` (which starts with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
