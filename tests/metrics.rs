@@ -412,14 +412,6 @@ async fn rescues_and_lost_acks_are_counted() {
     sigterm(&worker.child);
 }
 
-async fn state_of(db: &TestDb, id: i64) -> String {
-    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 /// A site answering `/` with a page, everything else (robots.txt included) with 404; logs
 /// the status of every answer.
 async fn site() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u16>>>) {

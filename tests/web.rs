@@ -261,14 +261,6 @@ async fn packet_ready(db: &TestDb, name: &str) -> i64 {
     id
 }
 
-async fn state_of(db: &TestDb, id: i64) -> String {
-    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 /// An HTTP client that keeps cookies and never follows redirects (tests look at them).
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
@@ -811,7 +803,10 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert!(paused.is_empty(), "resumed, the queue has no control row left");
+    assert!(
+        paused.is_empty(),
+        "resumed, the queue has no control row left"
+    );
 
     // A refused move is a page naming why (409), not a crash, and changes nothing.
     let r = h

@@ -246,7 +246,10 @@ mod tests {
         for odd in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, 0.0, 1e300] {
             let r = rate_of(Some(1), Some(odd)).unwrap();
             assert!(r.period >= Duration::from_millis(1), "{odd}: {r:?}");
-            assert!(r.period <= Duration::from_secs(1_000_000_000), "{odd}: {r:?}");
+            assert!(
+                r.period <= Duration::from_secs(1_000_000_000),
+                "{odd}: {r:?}"
+            );
         }
     }
 

@@ -404,3 +404,12 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// The state of job `id`, as text.
+pub async fn state_of(db: &TestDb, id: i64) -> String {
+    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
