@@ -478,3 +478,20 @@ async fn a_pack_timer_is_limited_by_its_host() {
             .unwrap();
     assert_eq!(key.as_deref(), Some("example.test"));
 }
+
+#[tokio::test]
+async fn a_nul_in_a_queue_or_key_is_refused_with_a_clear_error() {
+    let db = TestDb::new().await;
+    for (queue, key) in [("q\0", "k"), ("q", "k\0")] {
+        let e = limits::next_key_start(&db.pool, queue, key)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("NUL character"), "{queue:?} {key:?}: {e}");
+    }
+    let e = limits::pause(&db.pool, "q\0")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("NUL character"), "{e}");
+}

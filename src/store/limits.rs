@@ -210,6 +210,8 @@ pub async fn next_key_start<'e, E: Executor<'e>>(
     queue: &str,
     key: &str,
 ) -> Result<Option<DateTime<Utc>>> {
+    check_queue(queue)?;
+    super::jobs::check_limit_key(Some(key))?;
     let t: Option<DbTimeOpt> = sqlx::query_scalar(sql!("limits", "next_key_start"))
         .bind(queue)
         .bind(key)
