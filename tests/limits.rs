@@ -114,6 +114,28 @@ fn sleeps(n: usize, ms: u64) -> Vec<serde_json::Value> {
     vec![json!({"ms": ms, "record": true}); n]
 }
 
+/// Enqueues one `sleep` job per `args` in `queue`, all under `limit_key`; returns their ids.
+async fn enqueue_sleeps(
+    pool: &sqlx::PgPool,
+    queue: &str,
+    limit_key: Option<&str>,
+    args: &[serde_json::Value],
+) -> Vec<i64> {
+    enqueue_many(
+        pool,
+        ManyJobs {
+            kind: "sleep",
+            args,
+            queue,
+            run_at: None,
+            priority: 0,
+            limit_key,
+        },
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_concurrency_holds_across_processes_and_can_be_raised_at_runtime() {
     let db = TestDb::new().await;
@@ -121,19 +143,7 @@ async fn queue_concurrency_holds_across_processes_and_can_be_raised_at_runtime()
         .await
         .unwrap();
     let args = sleeps(12, 300);
-    let first = enqueue_many(
-        &db.pool,
-        ManyJobs {
-            kind: "sleep",
-            args: &args,
-            queue: "lim",
-            run_at: None,
-            priority: 0,
-            limit_key: None,
-        },
-    )
-    .await
-    .unwrap();
+    let first = enqueue_sleeps(&db.pool, "lim", None, &args).await;
     let _procs = Procs::start(
         &db.url,
         3,
@@ -152,19 +162,7 @@ async fn queue_concurrency_holds_across_processes_and_can_be_raised_at_runtime()
         .await
         .unwrap();
     let args = sleeps(10, 2500);
-    let second = enqueue_many(
-        &db.pool,
-        ManyJobs {
-            kind: "sleep",
-            args: &args,
-            queue: "lim",
-            run_at: None,
-            priority: 0,
-            limit_key: None,
-        },
-    )
-    .await
-    .unwrap();
+    let second = enqueue_sleeps(&db.pool, "lim", None, &args).await;
     let pool = &db.pool;
     wait_for(
         "5 jobs running at once after raising the limit",
@@ -205,21 +203,7 @@ async fn key_rate_spaces_starts_of_one_key_and_lets_other_keys_run() {
     for k in 0..5 {
         let args = vec![json!({"ms": 10}); 10];
         let key = format!("host-{k}");
-        ids.extend(
-            enqueue_many(
-                &db.pool,
-                ManyJobs {
-                    kind: "sleep",
-                    args: &args,
-                    queue: "rated",
-                    run_at: None,
-                    priority: 0,
-                    limit_key: Some(&key),
-                },
-            )
-            .await
-            .unwrap(),
-        );
+        ids.extend(enqueue_sleeps(&db.pool, "rated", Some(&key), &args).await);
     }
     // A poll interval far longer than the whole run: producers held back by a key's rate
     // must wake at the time the claim named, not at the next poll.
@@ -493,4 +477,21 @@ async fn a_pack_timer_is_limited_by_its_host() {
             .await
             .unwrap();
     assert_eq!(key.as_deref(), Some("example.test"));
+}
+
+#[tokio::test]
+async fn a_nul_in_a_queue_or_key_is_refused_with_a_clear_error() {
+    let db = TestDb::new().await;
+    for (queue, key) in [("q\0", "k"), ("q", "k\0")] {
+        let e = limits::next_key_start(&db.pool, queue, key)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("NUL character"), "{queue:?} {key:?}: {e}");
+    }
+    let e = limits::pause(&db.pool, "q\0")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("NUL character"), "{e}");
 }

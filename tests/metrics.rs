@@ -5,8 +5,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use prometheus_parse::{Sample, Scrape, Value};
@@ -14,81 +13,6 @@ use support::*;
 
 const LIMIT: Duration = Duration::from_secs(90);
 const TOKEN: &str = "metrics-test-token-0123456789";
-
-/// A child process that prints `... http://ADDR/...` as its first stdout line; killed when
-/// dropped.
-struct Served {
-    child: Child,
-    base: String,
-}
-
-impl Served {
-    fn start(mut c: std::process::Command) -> Served {
-        c.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = c.spawn().expect("spawn skiplock");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let first = rx
-            .recv_timeout(LIMIT)
-            .expect("the process prints its address");
-        let addr = first
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
-            .to_string();
-        let port = addr.rsplit(':').next().unwrap();
-        Served {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A login holding only `skiplock_operator` (the console's intended login); dropped at the end.
-struct Operator {
-    name: String,
-    url: String,
-}
-
-impl Operator {
-    async fn new(db: &TestDb) -> Operator {
-        let name = format!("skiplock_mop_{:012x}", rand::random::<u64>() >> 16);
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE ROLE {name} LOGIN PASSWORD 'op-secret' IN ROLE skiplock_operator"
-        )))
-        .execute(&db.pool)
-        .await
-        .expect("create the operator login");
-        let mut u = url::Url::parse(&db.url).unwrap();
-        u.set_username(&name).unwrap();
-        u.set_password(Some("op-secret")).unwrap();
-        Operator {
-            name,
-            url: u.to_string(),
-        }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        admin_exec_blocking(format!("DROP ROLE IF EXISTS {}", self.name));
-    }
-}
 
 /// Checks the text is well-formed exposition format beyond what the (lenient) parser
 /// enforces: every sample line is `name{labels} value` with a valid name and a number, and
@@ -229,7 +153,7 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
         .env("SKIPLOCK_METRICS_LISTEN", "127.0.0.1:0")
         .env("SKIPLOCK_BACKOFF_UNIT", "1h")
         .env("SKIPLOCK_POLL_INTERVAL", "200ms");
-    let worker = Served::start(c);
+    let worker = Served::start(c, LIMIT);
     let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
     let worker_url = format!("{}/metrics", worker.base);
 
@@ -341,7 +265,7 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
     c.args(["web", "--listen", "127.0.0.1:0"])
         .env_remove("SKIPLOCK_WEB_TOKEN")
         .env_remove("SKIPLOCK_WEB_LISTEN");
-    let console = Served::start(c);
+    let console = Served::start(c, LIMIT);
     let (status, body) = get(&http, &format!("{}/metrics", console.base), None).await;
     assert_eq!(status, 200, "{body}");
     let s = parse(&body);
@@ -359,7 +283,7 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
     c.args(["web", "--listen", "0.0.0.0:0"])
         .env("SKIPLOCK_WEB_TOKEN", TOKEN)
         .env_remove("SKIPLOCK_WEB_LISTEN");
-    let console = Served::start(c);
+    let console = Served::start(c, LIMIT);
     let url = format!("{}/metrics", console.base);
     let (status, body) = get(&http, &url, None).await;
     assert_eq!(status, 401);
@@ -428,7 +352,7 @@ async fn rescues_and_lost_acks_are_counted() {
     c.args(["worker", "--queues", "other=2"])
         .env("SKIPLOCK_METRICS_LISTEN", "127.0.0.1:0")
         .env("SKIPLOCK_RESCUE_AFTER", "1s");
-    let worker = Served::start(c);
+    let worker = Served::start(c, LIMIT);
     let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
     let url = format!("{}/metrics", worker.base);
     let scrape = || async {
@@ -488,14 +412,6 @@ async fn rescues_and_lost_acks_are_counted() {
     sigterm(&worker.child);
 }
 
-async fn state_of(db: &TestDb, id: i64) -> String {
-    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 /// A site answering `/` with a page, everything else (robots.txt included) with 404; logs
 /// the status of every answer.
 async fn site() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u16>>>) {
@@ -548,7 +464,7 @@ async fn fetches_by_status_and_packs_are_counted() {
         .env("SKIPLOCK_PACK_QUIET", "500ms")
         .env("SKIPLOCK_STORE", store.path())
         .env("SKIPLOCK_POLL_INTERVAL", "200ms");
-    let worker = Served::start(c);
+    let worker = Served::start(c, LIMIT);
     let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
     let url = format!("{}/metrics", worker.base);
     // Both pages fetched (the 404 is recorded, not retried) and a pack written; then the

@@ -8,7 +8,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -26,61 +25,16 @@ const TOKEN: &str = "test-token-0123456789abcdef";
 // The console process
 // ---------------------------------------------------------------------------------------
 
-/// A `skiplock web` child process; killed when dropped.
-struct Console {
-    child: Child,
-    /// `http://127.0.0.1:PORT` (no trailing slash).
-    base: String,
-}
-
-impl Console {
-    /// Starts the console against `url` on `listen` (port 0: any free port) with `token`.
-    fn start(url: &str, listen: &str, token: Option<&str>) -> Console {
-        let mut c = cmd(url);
-        c.args(["web", "--listen", listen])
-            .env_remove("SKIPLOCK_WEB_TOKEN")
-            .env_remove("SKIPLOCK_WEB_LISTEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        if let Some(t) = token {
-            c.env("SKIPLOCK_WEB_TOKEN", t);
-        }
-        let mut child = c.spawn().expect("spawn skiplock web");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let first = rx
-            .recv_timeout(LIMIT)
-            .expect("the console prints its address within a minute");
-        // "skiplock console on http://ADDR/ (database login NAME)"
-        let addr = first
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
-            .to_string();
-        let port = addr.rsplit(':').next().unwrap();
-        Console {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        }
+/// Starts `skiplock web` against `url` on `listen` (port 0: any free port) with `token`.
+fn start_console(url: &str, listen: &str, token: Option<&str>) -> Served {
+    let mut c = cmd(url);
+    c.args(["web", "--listen", listen])
+        .env_remove("SKIPLOCK_WEB_TOKEN")
+        .env_remove("SKIPLOCK_WEB_LISTEN");
+    if let Some(t) = token {
+        c.env("SKIPLOCK_WEB_TOKEN", t);
     }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Served::start(c, LIMIT)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -254,38 +208,6 @@ fn free_port() -> u16 {
 // Fixtures
 // ---------------------------------------------------------------------------------------
 
-/// A LOGIN role holding only `skiplock_operator` (cluster-wide: unique name, dropped at the
-/// end), the login the console is meant to run as.
-struct Operator {
-    name: String,
-    url: String,
-}
-
-impl Operator {
-    async fn new(db: &TestDb) -> Operator {
-        let name = format!("skiplock_op_{:012x}", rand::random::<u64>() >> 16);
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE ROLE {name} LOGIN PASSWORD 'op-secret' IN ROLE skiplock_operator"
-        )))
-        .execute(&db.pool)
-        .await
-        .expect("create the operator login");
-        let mut u = url::Url::parse(&db.url).unwrap();
-        u.set_username(&name).unwrap();
-        u.set_password(Some("op-secret")).unwrap();
-        Operator {
-            name,
-            url: u.to_string(),
-        }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        admin_exec_blocking(format!("DROP ROLE IF EXISTS {}", self.name));
-    }
-}
-
 /// Enqueues `n` jobs of `kind` in `queue` and returns their ids.
 async fn enqueue(db: &TestDb, kind: &str, queue: &str, n: usize) -> Vec<i64> {
     let mut ids = Vec::new();
@@ -339,14 +261,6 @@ async fn packet_ready(db: &TestDb, name: &str) -> i64 {
     id
 }
 
-async fn state_of(db: &TestDb, id: i64) -> String {
-    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 /// An HTTP client that keeps cookies and never follows redirects (tests look at them).
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
@@ -358,6 +272,15 @@ fn http() -> reqwest::Client {
 }
 
 /// The CSRF token in a page's forms.
+/// The body of a GET that must answer 200.
+async fn body_of(h: &reqwest::Client, url: &str) -> String {
+    let r = h.get(url).send().await.unwrap();
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    assert_eq!(status, 200, "{url}: {body}");
+    body
+}
+
 fn csrf_in(page: &str) -> String {
     let at = page
         .find("name=\"csrf\" value=\"")
@@ -388,7 +311,7 @@ async fn the_overview_renders_the_seeded_counts() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
 
     b.c().goto(&console.url("/")).await.unwrap();
     let cell = |q: &str, state: &str| format!("tr[data-queue=\"{q}\"] td[data-state=\"{state}\"]");
@@ -429,7 +352,7 @@ async fn a_failed_job_is_found_by_filter_its_error_shown_and_retry_makes_it_avai
     .await;
     finish(&db, &ids[3..4], "discarded", Some("paper jam")).await;
     let failed = ids[2];
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
 
     b.c().goto(&console.url("/jobs")).await.unwrap();
     b.el("#f-state")
@@ -493,7 +416,7 @@ async fn a_packet_is_taken_and_completed_from_the_board_and_its_history_shows_bo
     let db = TestDb::new().await;
     let op = Operator::new(&db).await;
     let id = packet_ready(&db, "reel-7").await;
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
 
     b.c().goto(&console.url("/packets")).await.unwrap();
     b.text_contains("#col-ready_for_review", "reel-7").await;
@@ -550,7 +473,7 @@ async fn a_console_with_a_token_lets_a_browser_in_only_after_logging_in() {
     let db = TestDb::new().await;
     let op = Operator::new(&db).await;
     enqueue(&db, "noop", "gamma", 2).await;
-    let console = Console::start(&op.url, "0.0.0.0:0", Some(TOKEN));
+    let console = start_console(&op.url, "0.0.0.0:0", Some(TOKEN));
 
     b.c().goto(&console.url("/jobs?queue=gamma")).await.unwrap();
     // Refused without the token: the login form instead of the page.
@@ -615,7 +538,7 @@ async fn a_request_without_the_token_to_a_non_loopback_console_is_refused() {
     let op = Operator::new(&db).await;
     let ids = enqueue(&db, "noop", "default", 1).await;
     finish(&db, &ids, "discarded", Some("x")).await;
-    let console = Console::start(&op.url, "0.0.0.0:0", Some(TOKEN));
+    let console = start_console(&op.url, "0.0.0.0:0", Some(TOKEN));
     let h = http();
     for path in [
         "/",
@@ -695,16 +618,9 @@ async fn a_post_without_the_csrf_token_is_refused() {
     let ids = enqueue(&db, "noop", "default", 1).await;
     finish(&db, &ids, "discarded", Some("x")).await;
     let id = ids[0];
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
     let h = http();
-    let page = h
-        .get(console.url(&format!("/jobs/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = body_of(&h, &console.url(&format!("/jobs/{id}"))).await;
     let csrf = csrf_in(&page);
     let retry = console.url(&format!("/jobs/{id}/retry"));
     let cases: Vec<(&str, reqwest::RequestBuilder)> = vec![
@@ -772,7 +688,7 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
     let h = http();
     let mut csrf = String::new();
     for path in [
@@ -869,37 +785,28 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
     assert_eq!(timer, 1);
 
     // Queue control: Pause, then Resume, from the overview's buttons.
-    let overview = h
-        .get(console.url("/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let overview = body_of(&h, &console.url("/")).await;
     assert!(overview.contains("action=\"/queues/pause\""), "{overview}");
     post("/queues/pause".into(), vec![("queue", "ops".into())]).await;
-    let paused: bool = sqlx::query_scalar("SELECT paused FROM skiplock.queues WHERE queue = 'ops'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert!(paused);
-    let overview = h
-        .get(console.url("/?paused=ops"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let paused: Vec<bool> =
+        sqlx::query_scalar("SELECT paused FROM skiplock.queues WHERE queue = 'ops'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(paused, [true]);
+    let overview = body_of(&h, &console.url("/?paused=ops")).await;
     assert!(overview.contains("Queue ops is paused"), "{overview}");
     assert!(overview.contains("action=\"/queues/resume\""), "{overview}");
     post("/queues/resume".into(), vec![("queue", "ops".into())]).await;
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.queues WHERE queue = 'ops'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(rows, 0, "resumed, the queue has no control row left");
+    let paused: Vec<bool> =
+        sqlx::query_scalar("SELECT paused FROM skiplock.queues WHERE queue = 'ops'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        paused.is_empty(),
+        "resumed, the queue has no control row left"
+    );
 
     // A refused move is a page naming why (409), not a crash, and changes nothing.
     let r = h
@@ -1080,7 +987,7 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
     let op = Operator::new(&db).await;
     let ids = enqueue(&db, "page", "paging", 120).await;
     enqueue(&db, "other", "paging", 5).await;
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
     let h = http();
     let ids_on = |body: &str| -> Vec<i64> {
         body.split("<tr data-id=\"")
@@ -1104,7 +1011,7 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
     let mut url = console.url("/jobs?kind=page");
     let mut pages = 0;
     loop {
-        let body = h.get(&url).send().await.unwrap().text().await.unwrap();
+        let body = body_of(&h, &url).await;
         let page = ids_on(&body);
         assert!(
             page.windows(2).all(|w| w[0] > w[1]),
@@ -1127,14 +1034,7 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
                     &body[body.find("class=\"pager\"").unwrap()..][..400]
                 )
             });
-            let b = h
-                .get(console.url(&back))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let b = body_of(&h, &console.url(&back)).await;
             assert_eq!(ids_on(&b).len(), 50);
             assert_eq!(ids_on(&b)[0], *ids.last().unwrap());
         }
@@ -1176,7 +1076,7 @@ async fn the_job_list_pages_by_id_and_keeps_its_filter() {
 async fn the_assets_are_embedded() {
     let db = TestDb::new().await;
     let op = Operator::new(&db).await;
-    let console = Console::start(&op.url, "127.0.0.1:0", None);
+    let console = start_console(&op.url, "127.0.0.1:0", None);
     let body = http()
         .get(console.url("/"))
         .send()

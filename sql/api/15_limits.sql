@@ -132,6 +132,9 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     ctl skiplock.queues;
+    -- Whether the queue has a row (false: nothing is claimed, the caller goes back to the
+    -- plain claim).
+    is_controlled boolean;
     free integer := n;
     picked bigint[] := '{}';
     blocked text[] := '{}';
@@ -146,13 +149,9 @@ DECLARE
     seen integer;
 BEGIN
     SELECT * INTO ctl FROM skiplock.queues c WHERE c.queue = q FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint,
-            NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-            false, NULL::timestamptz;
-        RETURN;
-    END IF;
-    IF ctl.paused OR free IS NULL OR free < 1 OR coalesce(cardinality(kinds), 0) = 0 THEN
+    is_controlled := FOUND;
+    IF NOT is_controlled OR ctl.paused OR free IS NULL OR free < 1
+       OR coalesce(cardinality(kinds), 0) = 0 THEN
         free := 0;
     END IF;
     IF free > 0 AND ctl.concurrency IS NOT NULL THEN
@@ -246,7 +245,7 @@ BEGIN
     END IF;
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint,
         NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-        true, next_at;
+        is_controlled, next_at;
 END;
 $$;
 

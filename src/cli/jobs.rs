@@ -52,21 +52,10 @@ pub fn parse_args_json(s: &str) -> anyhow::Result<serde_json::Value> {
     if !v.is_object() {
         bail!(
             "invalid ARGS_JSON: expected a JSON object like {{\"key\": 1}}, got {}",
-            kind_of(&v)
+            crate::queue::typed::json_type(&v)
         );
     }
     Ok(v)
-}
-
-fn kind_of(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
 }
 
 fn run_at(a: &EnqueueArgs) -> anyhow::Result<Option<DateTime<Utc>>> {

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 
 use super::connect_migrated;
 use super::output::{print_json, print_table, say};
-use crate::config::{format_duration, parse_duration};
+use crate::config::parse_duration;
 use crate::store::limits::{self, KeyLimit, Rate};
 
 /// `skiplock queue`.
@@ -179,12 +179,9 @@ async fn limit(url: Option<&str>, a: LimitArgs) -> anyhow::Result<()> {
             .await?
             .into_iter()
             .find(|q| q.queue == a.queue);
-        let cur_rate = now.as_ref().and_then(|q| {
-            Some(Rate {
-                count: q.key_rate?,
-                period: Duration::from_secs_f64(q.key_period_secs?.max(0.0)),
-            })
-        });
+        let cur_rate = now
+            .as_ref()
+            .and_then(|q| limits::rate_of(q.key_rate, q.key_period_secs));
         let limit = KeyLimit {
             concurrency: per_key.apply(now.as_ref().and_then(|q| q.key_concurrency)),
             rate: rate.apply(cur_rate),
@@ -201,19 +198,11 @@ async fn limit(url: Option<&str>, a: LimitArgs) -> anyhow::Result<()> {
 
 /// "concurrency 2, per key 1, rate 1/500ms, paused", or "no limits".
 pub fn describe(q: &limits::QueueControl) -> String {
-    let mut parts = Vec::new();
-    if let Some(n) = q.concurrency {
-        parts.push(format!("concurrency {n}"));
-    }
-    if let Some(n) = q.key_concurrency {
-        parts.push(format!("per key {n}"));
-    }
-    if let (Some(n), Some(p)) = (q.key_rate, q.key_period_secs) {
-        parts.push(format!(
-            "rate {n}/{}",
-            format_duration(Duration::from_secs_f64(p.max(0.0)))
-        ));
-    }
+    let mut parts = limits::describe_limits(
+        q.concurrency,
+        q.key_concurrency,
+        limits::rate_of(q.key_rate, q.key_period_secs),
+    );
     if q.paused {
         parts.push("paused".into());
     }

@@ -59,6 +59,8 @@ pub struct JobOptions {
     pub max_attempts: Option<i32>,
     /// Dedup / debounce key, and what to do when an available job holds it.
     pub unique_key: Option<(String, OnConflict)>,
+    /// The key the queue's per-key limits (concurrency, rate) count the job under.
+    pub limit_key: Option<String>,
 }
 
 impl JobOptions {
@@ -92,6 +94,11 @@ impl JobOptions {
         self.unique_key = Some((key.into(), on_conflict));
         self
     }
+    /// Sets the key the queue's per-key limits count the job under (a host, a tenant…).
+    pub fn limit_key(mut self, key: impl Into<String>) -> Self {
+        self.limit_key = Some(key.into());
+        self
+    }
     /// These options, with every unset field taken from `base`.
     pub fn or(self, base: JobOptions) -> JobOptions {
         JobOptions {
@@ -100,6 +107,7 @@ impl JobOptions {
             priority: self.priority.or(base.priority),
             max_attempts: self.max_attempts.or(base.max_attempts),
             unique_key: self.unique_key.or(base.unique_key),
+            limit_key: self.limit_key.or(base.limit_key),
         }
     }
     /// Applies the set fields to `job`.
@@ -118,6 +126,9 @@ impl JobOptions {
         }
         if let Some((k, c)) = self.unique_key {
             job = job.unique_key(k, c);
+        }
+        if let Some(k) = self.limit_key {
+            job = job.limit_key(k);
         }
         job
     }
@@ -142,7 +153,8 @@ impl NewJob {
     }
 }
 
-fn json_type(v: &serde_json::Value) -> &'static str {
+/// What kind of JSON value `v` is, for error messages ("a string", "an array").
+pub(crate) fn json_type(v: &serde_json::Value) -> &'static str {
     match v {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "a boolean",
@@ -220,6 +232,30 @@ mod tests {
         assert_eq!(
             (j.unique_key.as_deref(), j.on_conflict),
             (Some("k"), OnConflict::Replace)
+        );
+        assert_eq!(j.limit_key, None);
+    }
+
+    #[test]
+    fn a_typed_job_can_carry_a_limit_key() {
+        let j = NewJob::typed(
+            &Mail { to: "a".into() },
+            JobOptions::new().limit_key("example.test"),
+        )
+        .unwrap();
+        assert_eq!(j.limit_key.as_deref(), Some("example.test"));
+        let base = JobOptions::new().limit_key("base");
+        assert_eq!(
+            JobOptions::new().or(base.clone()).limit_key.as_deref(),
+            Some("base")
+        );
+        assert_eq!(
+            JobOptions::new()
+                .limit_key("mine")
+                .or(base)
+                .limit_key
+                .as_deref(),
+            Some("mine")
         );
     }
 

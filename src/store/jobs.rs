@@ -84,7 +84,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
 }
 
 /// A NUL character in a limit_key would get an obscure error from Postgres.
-fn check_limit_key(key: Option<&str>) -> Result<()> {
+pub(crate) fn check_limit_key(key: Option<&str>) -> Result<()> {
     if key.is_some_and(|k| k.contains('\0')) {
         return Err(Error::Invalid(
             "job limit_key contains a NUL character, which Postgres cannot store".into(),

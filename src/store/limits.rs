@@ -127,12 +127,46 @@ pub async fn key_rate<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<Optio
         .bind(queue)
         .fetch_optional(exec)
         .await?;
-    Ok(row.and_then(|r| {
-        Some(Rate {
-            count: r.key_rate?,
-            period: Duration::from_secs_f64(r.key_period_secs?.clamp(0.001, 1e9)),
-        })
-    }))
+    Ok(row.and_then(|r| rate_of(r.key_rate, r.key_period_secs)))
+}
+
+/// The rate a row's `key_rate` and `key_period_secs` make (None: no rate). The period is kept
+/// within 1 ms and 1e9 s, so no value a row can hold makes the conversion panic.
+pub fn rate_of(count: Option<i32>, period_secs: Option<f64>) -> Option<Rate> {
+    let secs = period_secs?;
+    let secs = if secs.is_nan() {
+        0.001
+    } else {
+        secs.clamp(0.001, 1e9)
+    };
+    Some(Rate {
+        count: count?,
+        period: Duration::from_secs_f64(secs),
+    })
+}
+
+/// A queue's limits as words, one per limit set ("concurrency 2", "per key 1",
+/// "rate 1/500ms"), for the CLI and the console to say them alike.
+pub fn describe_limits(
+    concurrency: Option<i32>,
+    key_concurrency: Option<i32>,
+    rate: Option<Rate>,
+) -> Vec<String> {
+    let mut parts = Vec::new();
+    if let Some(n) = concurrency {
+        parts.push(format!("concurrency {n}"));
+    }
+    if let Some(n) = key_concurrency {
+        parts.push(format!("per key {n}"));
+    }
+    if let Some(r) = rate {
+        parts.push(format!(
+            "rate {}/{}",
+            r.count,
+            crate::config::format_duration(r.period)
+        ));
+    }
+    parts
 }
 
 /// The row of `sql/limits/key_rate.sql`.
@@ -176,6 +210,8 @@ pub async fn next_key_start<'e, E: Executor<'e>>(
     queue: &str,
     key: &str,
 ) -> Result<Option<DateTime<Utc>>> {
+    check_queue(queue)?;
+    super::jobs::check_limit_key(Some(key))?;
     let t: Option<DbTimeOpt> = sqlx::query_scalar(sql!("limits", "next_key_start"))
         .bind(queue)
         .bind(key)
@@ -192,4 +228,41 @@ fn check_queue(queue: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_needs_both_columns_and_any_period_converts() {
+        assert_eq!(rate_of(None, Some(1.0)), None);
+        assert_eq!(rate_of(Some(1), None), None);
+        assert_eq!(
+            rate_of(Some(2), Some(0.5)),
+            Some(Rate {
+                count: 2,
+                period: Duration::from_millis(500)
+            })
+        );
+        for odd in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, 0.0, 1e300] {
+            let r = rate_of(Some(1), Some(odd)).unwrap();
+            assert!(r.period >= Duration::from_millis(1), "{odd}: {r:?}");
+            assert!(
+                r.period <= Duration::from_secs(1_000_000_000),
+                "{odd}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn limits_are_described_in_order() {
+        assert!(describe_limits(None, None, None).is_empty());
+        let rate = rate_of(Some(1), Some(0.5));
+        assert_eq!(
+            describe_limits(Some(2), Some(1), rate).join(", "),
+            "concurrency 2, per key 1, rate 1/500ms"
+        );
+        assert_eq!(describe_limits(None, None, rate), ["rate 1/500ms"]);
+    }
 }

@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "23a2ecbf1d0a7a7438802fc9cb31b15fa4fb4d5e5702cc441f4c862b5736da79",
+    "467907de90174d3b79a3a8c56c0ca0b0fe5a227695be8e83cb7aac1fcd0f0c94",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

@@ -319,3 +319,97 @@ pub async fn rescue_now(pool: &PgPool, id: i64) {
     )
     .await
 }
+
+/// A LOGIN role holding only `skiplock_operator` (cluster-wide: unique name, dropped at the
+/// end), the login the console and the metrics endpoint are meant to run as.
+pub struct Operator {
+    pub name: String,
+    pub url: String,
+}
+
+impl Operator {
+    pub async fn new(db: &TestDb) -> Operator {
+        let name = format!("skiplock_op_{:012x}", rand::random::<u64>() >> 16);
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {name} LOGIN PASSWORD 'op-secret' IN ROLE skiplock_operator"
+        )))
+        .execute(&db.pool)
+        .await
+        .expect("create the operator login");
+        let mut u = url::Url::parse(&db.url).unwrap();
+        u.set_username(&name).unwrap();
+        u.set_password(Some("op-secret")).unwrap();
+        Operator {
+            name,
+            url: u.to_string(),
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        admin_exec_blocking(format!("DROP ROLE IF EXISTS {}", self.name));
+    }
+}
+
+/// A `skiplock web` or `skiplock worker` child that prints `... http://ADDR/...` as its
+/// first stdout line (the console, the metrics endpoint); killed when dropped.
+pub struct Served {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT` (no trailing slash).
+    pub base: String,
+}
+
+impl Served {
+    /// Spawns `c` and waits (up to `limit`) for the address it prints. The rest of its
+    /// stdout is drained on a thread so the child never blocks on a full pipe.
+    pub fn start(mut c: Command, limit: Duration) -> Served {
+        use std::io::{BufRead, BufReader};
+        c.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = c.spawn().expect("spawn skiplock");
+        let out = child.stdout.take().expect("the child's stdout is piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let first = rx
+            .recv_timeout(limit)
+            .expect("the process prints its address");
+        let port = first
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .and_then(|addr| addr.rsplit(':').next())
+            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .to_string();
+        Served {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The full URL of `path` (which starts with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The state of job `id`, as text.
+pub async fn state_of(db: &TestDb, id: i64) -> String {
+    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}

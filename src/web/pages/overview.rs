@@ -100,20 +100,13 @@ pub struct OverviewQuery {
 
 /// A queue's limits as one line (empty: none).
 fn limits_text(c: &store::QueueCounts) -> String {
-    let mut parts = Vec::new();
-    if let Some(n) = c.concurrency {
-        parts.push(format!("concurrency {n}"));
-    }
-    if let Some(n) = c.key_concurrency {
-        parts.push(format!("per key {n}"));
-    }
-    if let (Some(n), Some(p)) = (c.key_rate, c.key_period_secs) {
-        parts.push(format!(
-            "rate {n}/{}",
-            crate::config::format_duration(std::time::Duration::from_secs_f64(p.max(0.0)))
-        ));
-    }
-    parts.join(", ")
+    use crate::store::limits::{describe_limits, rate_of};
+    describe_limits(
+        c.concurrency,
+        c.key_concurrency,
+        rate_of(c.key_rate, c.key_period_secs),
+    )
+    .join(", ")
 }
 
 /// `GET /`.
@@ -212,12 +205,30 @@ pub struct QueueForm {
     pub queue: Option<String>,
 }
 
-fn queue_of(form: QueueForm) -> Result<String, &'static str> {
+/// Pauses (`pause`) or resumes the form's queue, then back to the overview with a message.
+async fn pause_or_resume(
+    st: AppState,
+    nonce: CsrfNonce,
+    form: QueueForm,
+    pause: bool,
+) -> Result<Response, PageError> {
     let queue = form.queue.unwrap_or_default();
     if queue.contains('\0') {
-        return Err("the queue name contains a NUL character");
+        return Err(PageError::refused(
+            StatusCode::BAD_REQUEST,
+            "the queue name contains a NUL character",
+        )
+        .back("/")
+        .framed(&st, &nonce));
     }
-    Ok(queue)
+    let done = if pause {
+        crate::store::limits::pause(&st.pool, &queue).await
+    } else {
+        crate::store::limits::resume(&st.pool, &queue).await
+    };
+    done.map_err(|e| PageError::from(e).back("/").framed(&st, &nonce))?;
+    let said = if pause { "paused" } else { "resumed" };
+    Ok(see_other(&format!("/?{said}={}", q(&queue))))
 }
 
 /// `POST /queues/pause` (`skiplock.pause_queue`).
@@ -226,15 +237,7 @@ pub async fn pause(
     Extension(nonce): Extension<CsrfNonce>,
     Form(form): Form<QueueForm>,
 ) -> Result<Response, PageError> {
-    let queue = queue_of(form).map_err(|m| {
-        PageError::refused(StatusCode::BAD_REQUEST, m)
-            .back("/")
-            .framed(&st, &nonce)
-    })?;
-    crate::store::limits::pause(&st.pool, &queue)
-        .await
-        .map_err(|e| PageError::from(e).back("/").framed(&st, &nonce))?;
-    Ok(see_other(&format!("/?paused={}", q(&queue))))
+    pause_or_resume(st, nonce, form, true).await
 }
 
 /// `POST /queues/resume` (`skiplock.resume_queue`).
@@ -243,13 +246,5 @@ pub async fn resume(
     Extension(nonce): Extension<CsrfNonce>,
     Form(form): Form<QueueForm>,
 ) -> Result<Response, PageError> {
-    let queue = queue_of(form).map_err(|m| {
-        PageError::refused(StatusCode::BAD_REQUEST, m)
-            .back("/")
-            .framed(&st, &nonce)
-    })?;
-    crate::store::limits::resume(&st.pool, &queue)
-        .await
-        .map_err(|e| PageError::from(e).back("/").framed(&st, &nonce))?;
-    Ok(see_other(&format!("/?resumed={}", q(&queue))))
+    pause_or_resume(st, nonce, form, false).await
 }
