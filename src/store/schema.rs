@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "5c4ad23353054c9826e21196753f7d501af7ce78a2ccb4f7a28bdbf4cc160193",
+    "f4e9a5bf0161c138b7fe8dc38386e82e4e4bff4bc92c462100ab78f3157f52c6",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
