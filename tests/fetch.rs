@@ -685,30 +685,28 @@ async fn a_long_line_for_one_host_leaves_the_workers_free() {
         done < 21,
         "the other host waited behind the whole line ({done} requests)"
     );
-    // Every waiting page was claimed once, reserved its slot and is parked until it: it
-    // holds no worker slot while it waits.
-    wait_for(
-        "every waiting page to hold a reservation",
-        Duration::from_secs(60),
-        || async {
-            let n = count(
-            &db.pool,
-            "SELECT count(*) FROM skiplock.jobs j WHERE j.kind = 'fetch' AND j.state <> 'completed'
-             AND NOT EXISTS (SELECT 1 FROM skiplock.fetch_slots s WHERE s.job_id = j.id)",
-        )
-        .await;
-            (n == 0).then_some(())
-        },
+    // The waiting pages were never claimed (the host's rate limit holds them back at claim
+    // time): they hold no worker slot and spent no attempt; at most one runs at a time.
+    let host = busy.host.clone();
+    let (waiting, unclaimed, running, keyed): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state <> 'completed'),
+                count(*) FILTER (WHERE state = 'available' AND attempt = 0),
+                count(*) FILTER (WHERE state = 'running'),
+                count(*) FILTER (WHERE limit_key = $1)
+         FROM skiplock.jobs WHERE kind = 'fetch' AND args->>'url' LIKE 'http://' || $1 || '/%'",
     )
-    .await;
-    let off = count(
-        &db.pool,
-        "SELECT count(*) FROM skiplock.jobs j JOIN skiplock.fetch_slots s ON s.job_id = j.id
-         WHERE j.state = 'available'
-           AND j.scheduled_at NOT BETWEEN s.slot_at - interval '50 ms' AND s.slot_at + interval '5 s'",
-    )
-    .await;
-    assert_eq!(off, 0, "parked jobs are scheduled for their reserved slot");
+    .bind(&host)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(waiting > 0, "the line was still waiting");
+    assert!(running <= 1, "{running} fetches of one host running at once");
+    assert_eq!(
+        unclaimed,
+        waiting - running,
+        "every waiting page is unclaimed, with no attempt spent"
+    );
+    assert_eq!(keyed, 20, "every page of the host carries the host as limit_key");
     w.stop().await.unwrap();
 }
 
@@ -789,6 +787,41 @@ async fn sql_and_worker_normalise_urls_alike() {
             .unwrap();
         let rust = skiplock::workflows::fetch::normalize::normalize(raw).unwrap();
         assert_eq!(sql, rust.as_str(), "{raw}");
+    }
+    // The host key the fetch queue's rate limit counts under (limit_key, set by SQL) is the
+    // worker's host_key.
+    for raw in [
+        "http://Example.COM/a",
+        "https://example.com:443/x",
+        "https://EXAMPLE.com:8443",
+        "http://example.com:80/a/../b",
+        "http://127.0.0.1:3000/a?b=c",
+        "http://[::1]:8080/x",
+        "http://[::1]/",
+        "http://a.b.example.org:65535/?q#f",
+    ] {
+        let sql: String =
+            sqlx::query_scalar("SELECT skiplock._url_host_key(skiplock._normalize_url($1))")
+                .bind(raw)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        let rust = skiplock::workflows::fetch::normalize::host_key(
+            &skiplock::workflows::fetch::normalize::normalize(raw).unwrap(),
+        );
+        assert_eq!(sql, rust, "{raw}");
+        let id: i64 = sqlx::query_scalar("SELECT skiplock.request_fetch($1)")
+            .bind(raw)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        let key: Option<String> =
+            sqlx::query_scalar("SELECT limit_key FROM skiplock.jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(key.as_deref(), Some(rust.as_str()), "{raw}");
     }
     // So the SQL function and the CLI find the same pending job.
     let a: i64 = sqlx::query_scalar("SELECT skiplock.request_fetch('http://example.com/a/../b')")

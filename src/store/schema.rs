@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "f4e9a5bf0161c138b7fe8dc38386e82e4e4bff4bc92c462100ab78f3157f52c6",
+    "36a570235c30a6572de4bcbc5d099bffbe77ac342102832e61d8e38354c8dc5c",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
