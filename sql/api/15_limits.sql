@@ -240,7 +240,8 @@ BEGIN
         UPDATE skiplock.jobs j
         SET state = 'running',
             attempt = j.attempt + 1,
-            attempted_at = now(),
+            -- The start the key rates counted (see t above).
+            attempted_at = t,
             attempted_by = worker,
             heartbeat_at = now()
         FROM locked

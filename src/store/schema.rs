@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "36a570235c30a6572de4bcbc5d099bffbe77ac342102832e61d8e38354c8dc5c",
+    "089127390a6ca6d387e4a5be1adac56035f3d8477156dd731311501b7c1668fe",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

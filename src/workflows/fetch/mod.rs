@@ -119,23 +119,29 @@ pub fn register_with(builder: WorkerBuilder, settings: FetchSettings) -> Result<
         .on_start(politeness_hook(politeness)))
 }
 
-/// The fetch queue's per-key limit for `politeness`: one start per host key (fetch jobs carry
-/// theirs as limit_key) per `politeness`; none for 0s (no host coordination).
+/// The fetch queue's per-key limit for `politeness`: per host key (fetch jobs carry theirs
+/// as limit_key) one start per `politeness`, and one fetch at a time, so a slow answer never
+/// has a second request sent to the same host while it is in flight; none for 0s (no host
+/// coordination).
 pub fn politeness_limit(politeness: Duration) -> store::limits::KeyLimit {
+    if politeness.is_zero() {
+        return store::limits::KeyLimit::default();
+    }
     store::limits::KeyLimit {
-        concurrency: None,
-        rate: (!politeness.is_zero()).then_some(store::limits::Rate {
+        concurrency: Some(1),
+        rate: Some(store::limits::Rate {
             count: 1,
             period: politeness,
         }),
     }
 }
 
-/// The start-up hook that makes `SKIPLOCK_POLITENESS` the fetch queue's per-host rate limit
-/// (`skiplock.set_key_limit('fetch', NULL, 1, politeness)`): a fetch whose host had a start
-/// less than `politeness` ago is not claimed at all (no attempt, no worker slot, no snooze)
-/// and is claimed as soon as the host's next start is allowed. The spacing is start to
-/// start (claim to claim). The last worker to start sets the value: set the same everywhere.
+/// The start-up hook that makes `SKIPLOCK_POLITENESS` the fetch queue's per-host limits
+/// (`skiplock.set_key_limit('fetch', 1, 1, politeness)`): a fetch whose host had a start
+/// less than `politeness` ago, or has a fetch running, is not claimed at all (no attempt, no
+/// worker slot, no snooze) and is claimed as soon as the host allows. The spacing is start
+/// to start (claim to claim). The last worker to start sets the value: set the same
+/// everywhere.
 fn politeness_hook(politeness: Duration) -> crate::worker::StartHook {
     Box::new(move |pool: Pool| {
         Box::pin(async move {
@@ -495,5 +501,28 @@ impl Fetch<'_> {
             "links": links.len(),
             "requested": requested,
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn politeness_is_one_start_per_interval_and_one_fetch_at_a_time_per_host() {
+        let l = politeness_limit(Duration::from_millis(2500));
+        assert_eq!(l.concurrency, Some(1));
+        assert_eq!(
+            l.rate,
+            Some(store::limits::Rate {
+                count: 1,
+                period: Duration::from_millis(2500)
+            })
+        );
+        assert_eq!(
+            politeness_limit(Duration::ZERO),
+            store::limits::KeyLimit::default(),
+            "0s turns host coordination off"
+        );
     }
 }
