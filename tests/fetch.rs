@@ -473,7 +473,11 @@ async fn politeness_holds_across_two_worker_processes() {
     // Never two requests in flight at one host, whatever its answers take: so the requests
     // to the slow host arrive at least 300 ms apart (each one only after the previous
     // answer, which takes 400 ms).
-    assert_eq!(slow.site.in_flight.lock().unwrap().1, 1, "one request at a time");
+    assert_eq!(
+        slow.site.in_flight.lock().unwrap().1,
+        1,
+        "one request at a time"
+    );
     let mut t = slow.times();
     t.sort();
     for w in t.windows(2) {
@@ -759,13 +763,19 @@ async fn a_long_line_for_one_host_leaves_the_workers_free() {
     .await
     .unwrap();
     assert!(waiting > 0, "the line was still waiting");
-    assert!(running <= 1, "{running} fetches of one host running at once");
+    assert!(
+        running <= 1,
+        "{running} fetches of one host running at once"
+    );
     assert_eq!(
         unclaimed,
         waiting - running,
         "every waiting page is unclaimed, with no attempt spent"
     );
-    assert_eq!(keyed, 20, "every page of the host carries the host as limit_key");
+    assert_eq!(
+        keyed, 20,
+        "every page of the host carries the host as limit_key"
+    );
     w.stop().await.unwrap();
 }
 

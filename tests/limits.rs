@@ -554,7 +554,12 @@ async fn a_finish_in_one_process_wakes_a_producer_held_back_in_another() {
     sigterm(&a.0[0]);
     let _ = a.0[0].wait();
     drop(a);
-    wait_completed(&db.pool, &short, "the short jobs to run in B, woken by A's ack").await;
+    wait_completed(
+        &db.pool,
+        &short,
+        "the short jobs to run in B, woken by A's ack",
+    )
+    .await;
     let by: Vec<String> =
         sqlx::query_scalar("SELECT DISTINCT attempted_by FROM skiplock.jobs WHERE id = ANY($1)")
             .bind(&short)

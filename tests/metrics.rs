@@ -342,7 +342,9 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
 
     // Queue control: a paused queue and its limits (a queue with no jobs, so nothing above
     // changes).
-    skiplock::store::limits::pause(&db.pool, "frozen").await.unwrap();
+    skiplock::store::limits::pause(&db.pool, "frozen")
+        .await
+        .unwrap();
     skiplock::store::limits::set_queue_limit(&db.pool, "frozen", Some(3))
         .await
         .unwrap();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::bench::targets::{Cmp, Verdict};
-use crate::bench::{BenchOptions, BenchReport, DrainFigures, Graphile, Stat, drain, run};
+use crate::bench::{BenchOptions, BenchReport, DrainFigures, Graphile, Stat, drain, limits, run};
 
 /// `skiplock bench` flags.
 #[derive(Debug, Args)]
@@ -62,6 +62,9 @@ pub struct BenchArgs {
     /// Skip the scale run.
     #[arg(long)]
     pub skip_scale: bool,
+    /// Skip the drains under limits and the polite crawl.
+    #[arg(long)]
+    pub skip_limits: bool,
 }
 
 fn rate(s: Option<&Stat>) -> String {
@@ -199,6 +202,31 @@ pub fn render(r: &BenchReport) -> String {
         "6. graphile worker, batched           {}",
         rate(r.graphile.as_ref().map(|d| &d.jobs_per_s))
     );
+    let _ = writeln!(
+        o,
+        "7. drain, per-key rate never binding  {}",
+        rate(r.drain_key_rate.as_ref().map(|d| &d.jobs_per_s))
+    );
+    let _ = writeln!(
+        o,
+        "   drain, queue limit never binding   {}",
+        rate(r.drain_queue_limit.as_ref().map(|d| &d.jobs_per_s))
+    );
+    let _ = writeln!(
+        o,
+        "8. crawl {} hosts × {} pages, {} ms    {}",
+        limits::CRAWL_HOSTS,
+        limits::CRAWL_PAGES,
+        limits::CRAWL_POLITENESS.as_millis(),
+        match r.crawl_pages_per_s.as_ref() {
+            Some(s) => format!(
+                "{:>9.0} pages/s (ideal {:.0})",
+                s.median,
+                limits::crawl_ideal()
+            ),
+            None => format!("{:>9}", "skipped"),
+        }
+    );
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -209,6 +237,16 @@ pub fn render(r: &BenchReport) -> String {
         &mut o,
         &format!("skiplock, {} processes", drain::PROCESSES),
         r.drain_processes.as_ref(),
+    );
+    cost_row(
+        &mut o,
+        "per-key rate, never binding",
+        r.drain_key_rate.as_ref(),
+    );
+    cost_row(
+        &mut o,
+        "queue limit, never binding",
+        r.drain_queue_limit.as_ref(),
     );
     cost_row(&mut o, "ceiling", r.ceiling.as_ref());
     cost_row(&mut o, "graphile", r.graphile.as_ref());
@@ -235,8 +273,23 @@ pub fn render(r: &BenchReport) -> String {
         drain::PROCESSES,
         ratio(r.processes_to_drain.as_ref())
     );
+    let _ = writeln!(
+        o,
+        "   per-key rate drain / plain drain   {}",
+        ratio(r.key_rate_to_drain.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "   queue limit drain / plain drain    {}",
+        ratio(r.queue_limit_to_drain.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "   crawl pages/s / ideal              {}",
+        ratio(r.crawl_to_ideal.as_ref())
+    );
     let _ = writeln!(o);
-    let _ = writeln!(o, "TARGETS (issue 13)");
+    let _ = writeln!(o, "TARGETS (issues 13, 14)");
     for t in &r.targets {
         let cmp = match t.target.cmp {
             Cmp::AtLeast => "≥",
@@ -297,6 +350,7 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
         skip_ceiling: a.skip_ceiling,
         skip_graphile: a.skip_graphile,
         skip_scale: a.skip_scale,
+        skip_limits: a.skip_limits,
         worker: crate::config::QueueSettings::from_env()?,
     };
     // On a terminal a spinner shows the running step and the time; each step also leaves a
