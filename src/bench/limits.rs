@@ -29,8 +29,9 @@ pub const CRAWL_HOSTS: usize = 100;
 pub const CRAWL_PAGES: usize = 20;
 /// The crawl's politeness (`SKIPLOCK_POLITENESS`).
 pub const CRAWL_POLITENESS: Duration = Duration::from_millis(200);
-/// The crawl worker's fetch slots: far more than the hosts can start at once.
-const CRAWL_SLOTS: usize = 32;
+/// The crawl worker's fetch slots: one per host (a host runs one fetch at a time), so the
+/// slots never bind, only politeness and each fetch's own time do.
+const CRAWL_SLOTS: usize = CRAWL_HOSTS;
 
 /// The crawl's ideal pages/s: every host starts one fetch per politeness interval.
 pub fn crawl_ideal() -> f64 {

@@ -410,6 +410,12 @@ mod tests {
             drain_to_graphile: Some(stat(0.7)),
             wal_to_graphile: None,
             processes_to_drain: None,
+            drain_key_rate: None,
+            drain_queue_limit: None,
+            key_rate_to_drain: None,
+            queue_limit_to_drain: None,
+            crawl_pages_per_s: Some(stat(450.0)),
+            crawl_to_ideal: Some(stat(0.9)),
             targets: evaluate(&figures),
             figures,
         };
@@ -437,5 +443,6 @@ mod tests {
         );
         assert!(out.contains("   skiplock, 1 process"));
         assert!(out.contains("929"));
+        assert!(out.contains("450 pages/s (ideal 500)"), "{out}");
     }
 }
