@@ -63,7 +63,10 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
     let crawl = r.crawl_pages_per_s.as_ref().unwrap().median;
     assert!(crawl > 0.0);
     // Politeness holds: 20 pages per host, one start per 200 ms, cannot beat 100 hosts / 200 ms.
-    assert!(crawl <= skiplock::bench::limits::crawl_ideal() * 1.05, "{crawl} pages/s");
+    assert!(
+        crawl <= skiplock::bench::limits::crawl_ideal() * 1.05,
+        "{crawl} pages/s"
+    );
 
     assert_eq!(r.targets.len(), TARGETS.len());
     for t in &r.targets {
