@@ -55,6 +55,18 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
     assert!(r.latency_p99_ms.as_ref().unwrap().median >= r.latency_p50_ms.as_ref().unwrap().median);
     assert!(r.scale_ratio.unwrap() > 0.0);
     assert!(r.drain_to_ceiling.as_ref().unwrap().median > 0.0);
+    // Issue 14: the drains under limits that never bind, and the polite crawl.
+    assert!(r.drain_key_rate.as_ref().unwrap().jobs_per_s.median > 0.0);
+    assert!(r.drain_queue_limit.as_ref().unwrap().jobs_per_s.median > 0.0);
+    assert!(r.key_rate_to_drain.as_ref().unwrap().median > 0.0);
+    assert!(r.queue_limit_to_drain.as_ref().unwrap().median > 0.0);
+    let crawl = r.crawl_pages_per_s.as_ref().unwrap().median;
+    assert!(crawl > 0.0);
+    // Politeness holds: 20 pages per host, one start per 200 ms, cannot beat 100 hosts / 200 ms.
+    assert!(
+        crawl <= skiplock::bench::limits::crawl_ideal() * 1.05,
+        "{crawl} pages/s"
+    );
 
     assert_eq!(r.targets.len(), TARGETS.len());
     for t in &r.targets {

@@ -31,6 +31,8 @@ struct Page {
     fail_first: usize,
     /// A redirect's Location.
     location: Option<&'static str>,
+    /// Answer this long after the request arrived (a slow host).
+    delay: Duration,
 }
 
 fn html(title: &str, links: &[&str]) -> Page {
@@ -53,6 +55,8 @@ struct Site {
     pages: Mutex<HashMap<String, Page>>,
     /// (path, when, If-None-Match) of every request, in arrival order.
     log: Mutex<Vec<(String, Instant, Option<String>)>>,
+    /// Requests being answered now, and the most ever at once.
+    in_flight: Mutex<(usize, usize)>,
 }
 
 struct Server {
@@ -115,6 +119,22 @@ async fn serve(State(site): State<Arc<Site>>, req: Request) -> Response {
         .lock()
         .unwrap()
         .push((path.clone(), Instant::now(), inm.clone()));
+    let delay = site
+        .pages
+        .lock()
+        .unwrap()
+        .get(&path)
+        .map(|p| p.delay)
+        .unwrap_or_default();
+    if !delay.is_zero() {
+        {
+            let mut f = site.in_flight.lock().unwrap();
+            f.0 += 1;
+            f.1 = f.1.max(f.0);
+        }
+        tokio::time::sleep(delay).await;
+        site.in_flight.lock().unwrap().0 -= 1;
+    }
     let mut pages = site.pages.lock().unwrap();
     let Some(page) = pages.get_mut(&path) else {
         return Response::builder()
@@ -391,21 +411,40 @@ async fn full_crawl_fetches_each_page_exactly_once() {
     w.stop().await.unwrap();
 }
 
+fn page_refs(v: &[(String, Page)]) -> Vec<(&str, Page)> {
+    v.iter().map(|(p, pg)| (p.as_str(), pg.clone())).collect()
+}
+
 #[tokio::test]
 async fn politeness_holds_across_two_worker_processes() {
     let db = TestDb::new().await;
-    let pages: Vec<(String, Page)> = (0..6)
+    // Host `slow` answers each request after 400 ms, longer than the 300 ms politeness: the
+    // host's one-fetch-at-a-time limit binds. Host `fast` answers at once: its rate binds.
+    let slow_pages: Vec<(String, Page)> = (0..6)
+        .map(|i| {
+            let mut p = html(&format!("P{i}"), &[]);
+            p.delay = Duration::from_millis(400);
+            (format!("/p{i}"), p)
+        })
+        .collect();
+    let fast_pages: Vec<(String, Page)> = (0..6)
         .map(|i| (format!("/p{i}"), html(&format!("P{i}"), &[])))
         .collect();
-    let refs: Vec<(&str, Page)> = pages
-        .iter()
-        .map(|(p, pg)| (p.as_str(), pg.clone()))
-        .collect();
-    let one = Server::start(&refs).await;
-    let two = Server::start(&refs).await;
-    for (p, _) in &pages {
-        request(&db.pool, &one.url(p), false, false).await;
-        request(&db.pool, &two.url(p), false, false).await;
+    let mut slow_all = page_refs(&slow_pages);
+    // Its robots.txt (none: 404) is slow too.
+    slow_all.push((
+        "/robots.txt",
+        Page {
+            status: 404,
+            delay: Duration::from_millis(400),
+            ..Page::default()
+        },
+    ));
+    let slow = Server::start(&slow_all).await;
+    let fast = Server::start(&page_refs(&fast_pages)).await;
+    for (p, _) in &slow_pages {
+        request(&db.pool, &slow.url(p), false, false).await;
+        request(&db.pool, &fast.url(p), false, false).await;
     }
     let env = [
         ("SKIPLOCK_POLITENESS", "300ms"),
@@ -428,18 +467,42 @@ async fn politeness_holds_across_two_worker_processes() {
     sigterm(&b);
     let _ = a.wait();
     let _ = b.wait();
-    for srv in [&one, &two] {
-        let mut t = srv.times();
-        assert_eq!(t.len(), 7, "robots.txt and 6 pages, each once");
-        t.sort();
-        for w in t.windows(2) {
-            let gap = w[1] - w[0];
-            assert!(
-                gap >= Duration::from_millis(300),
-                "requests to {} only {gap:?} apart",
-                srv.host
-            );
-        }
+    for srv in [&slow, &fast] {
+        assert_eq!(srv.times().len(), 7, "robots.txt and 6 pages, each once");
+    }
+    // Never two requests in flight at one host, whatever its answers take: so the requests
+    // to the slow host arrive at least 300 ms apart (each one only after the previous
+    // answer, which takes 400 ms).
+    assert_eq!(
+        slow.site.in_flight.lock().unwrap().1,
+        1,
+        "one request at a time"
+    );
+    let mut t = slow.times();
+    t.sort();
+    for w in t.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(
+            gap >= Duration::from_millis(300),
+            "requests to {} only {gap:?} apart",
+            slow.host
+        );
+    }
+    // Start to start: the fetches of one host start at least 300 ms apart on the database's
+    // clock (a fetch's start is its claim, recorded as attempted_at; the request leaves
+    // right after it).
+    for srv in [&slow, &fast] {
+        let close: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (
+                 SELECT lead(attempted_at) OVER (ORDER BY attempted_at) - attempted_at AS gap
+                 FROM skiplock.jobs WHERE kind = 'fetch' AND limit_key = $1) g
+             WHERE g.gap < interval '300 ms'",
+        )
+        .bind(&srv.host)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(close, 0, "starts of {} closer than 300 ms", srv.host);
     }
     // Waiting costs no attempts: every job completed on its first attempt.
     assert_eq!(
@@ -685,30 +748,34 @@ async fn a_long_line_for_one_host_leaves_the_workers_free() {
         done < 21,
         "the other host waited behind the whole line ({done} requests)"
     );
-    // Every waiting page was claimed once, reserved its slot and is parked until it: it
-    // holds no worker slot while it waits.
-    wait_for(
-        "every waiting page to hold a reservation",
-        Duration::from_secs(60),
-        || async {
-            let n = count(
-            &db.pool,
-            "SELECT count(*) FROM skiplock.jobs j WHERE j.kind = 'fetch' AND j.state <> 'completed'
-             AND NOT EXISTS (SELECT 1 FROM skiplock.fetch_slots s WHERE s.job_id = j.id)",
-        )
-        .await;
-            (n == 0).then_some(())
-        },
+    // The waiting pages were never claimed (the host's rate limit holds them back at claim
+    // time): they hold no worker slot and spent no attempt; at most one runs at a time.
+    let host = busy.host.clone();
+    let (waiting, unclaimed, running, keyed): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state <> 'completed'),
+                count(*) FILTER (WHERE state = 'available' AND attempt = 0),
+                count(*) FILTER (WHERE state = 'running'),
+                count(*) FILTER (WHERE limit_key = $1)
+         FROM skiplock.jobs WHERE kind = 'fetch' AND args->>'url' LIKE 'http://' || $1 || '/%'",
     )
-    .await;
-    let off = count(
-        &db.pool,
-        "SELECT count(*) FROM skiplock.jobs j JOIN skiplock.fetch_slots s ON s.job_id = j.id
-         WHERE j.state = 'available'
-           AND j.scheduled_at NOT BETWEEN s.slot_at - interval '50 ms' AND s.slot_at + interval '5 s'",
-    )
-    .await;
-    assert_eq!(off, 0, "parked jobs are scheduled for their reserved slot");
+    .bind(&host)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(waiting > 0, "the line was still waiting");
+    assert!(
+        running <= 1,
+        "{running} fetches of one host running at once"
+    );
+    assert_eq!(
+        unclaimed,
+        waiting - running,
+        "every waiting page is unclaimed, with no attempt spent"
+    );
+    assert_eq!(
+        keyed, 20,
+        "every page of the host carries the host as limit_key"
+    );
     w.stop().await.unwrap();
 }
 
@@ -789,6 +856,41 @@ async fn sql_and_worker_normalise_urls_alike() {
             .unwrap();
         let rust = skiplock::workflows::fetch::normalize::normalize(raw).unwrap();
         assert_eq!(sql, rust.as_str(), "{raw}");
+    }
+    // The host key the fetch queue's rate limit counts under (limit_key, set by SQL) is the
+    // worker's host_key.
+    for raw in [
+        "http://Example.COM/a",
+        "https://example.com:443/x",
+        "https://EXAMPLE.com:8443",
+        "http://example.com:80/a/../b",
+        "http://127.0.0.1:3000/a?b=c",
+        "http://[::1]:8080/x",
+        "http://[::1]/",
+        "http://a.b.example.org:65535/?q#f",
+    ] {
+        let sql: String =
+            sqlx::query_scalar("SELECT skiplock._url_host_key(skiplock._normalize_url($1))")
+                .bind(raw)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        let rust = skiplock::workflows::fetch::normalize::host_key(
+            &skiplock::workflows::fetch::normalize::normalize(raw).unwrap(),
+        );
+        assert_eq!(sql, rust, "{raw}");
+        let id: i64 = sqlx::query_scalar("SELECT skiplock.request_fetch($1)")
+            .bind(raw)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        let key: Option<String> =
+            sqlx::query_scalar("SELECT limit_key FROM skiplock.jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(key.as_deref(), Some(rust.as_str()), "{raw}");
     }
     // So the SQL function and the CLI find the same pending job.
     let a: i64 = sqlx::query_scalar("SELECT skiplock.request_fetch('http://example.com/a/../b')")

@@ -184,10 +184,12 @@ async fn non_finite_and_absurd_times_are_refused_at_every_entry_point() {
         "quiet and max_wait must be durations from 0s to 100 years",
     )
     .await;
+    // (The fetch politeness slot of release 0.1.0 is gone: politeness is a key rate limit,
+    // whose period set_key_limit bounds to 366 days.)
     refused(
         p,
-        "SELECT skiplock._fetch_slot(1, 'h', interval '100000 years', interval '1 minute')",
-        "politeness interval and the request lease",
+        "SELECT skiplock.set_key_limit('fetch', NULL, 1, interval '100000 years')",
+        "period must be more than 0 and at most 366 days",
     )
     .await;
     // `replace` on a pack timer with 'infinity' (the steering attack) is refused too.

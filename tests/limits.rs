@@ -495,3 +495,78 @@ async fn a_nul_in_a_queue_or_key_is_refused_with_a_clear_error() {
         .to_string();
     assert!(e.contains("NUL character"), "{e}");
 }
+
+/// The worker id of the live worker process `child` (its row in skiplock.workers).
+async fn worker_id_of(pool: &sqlx::PgPool, child: &Child) -> String {
+    wait_for("the worker process to register", LONG, || async {
+        sqlx::query_scalar::<_, String>("SELECT id FROM skiplock.workers WHERE pid = $1")
+            .bind(child.id() as i32)
+            .fetch_optional(pool)
+            .await
+            .unwrap()
+    })
+    .await
+}
+
+/// A producer held back by a queue concurrency limit learns from the ack's NOTIFY that a job
+/// of the queue finished in another process: with a poll interval of an hour, only the
+/// wake-up can start the waiting jobs in the second process within the test's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_in_one_process_wakes_a_producer_held_back_in_another() {
+    let db = TestDb::new().await;
+    limits::set_queue_limit(&db.pool, "relay", Some(1))
+        .await
+        .unwrap();
+    let env = [("SKIPLOCK_POLL_INTERVAL", "1h")];
+    // A long job in process A holds the only slot.
+    let long = enqueue(
+        &db.pool,
+        &NewJob::new("sleep", json!({"ms": 600_000})).queue("relay"),
+    )
+    .await
+    .unwrap();
+    let mut a = Procs::start(&db.url, 1, &["--queues", "relay=1"], &env);
+    let a_id = worker_id_of(&db.pool, &a.0[0]).await;
+    wait_job(&db.pool, long, "the long job running in A", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
+    let short: Vec<i64> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(
+                enqueue(
+                    &db.pool,
+                    &NewJob::new("sleep", json!({"ms": 10})).queue("relay"),
+                )
+                .await
+                .unwrap(),
+            );
+        }
+        v
+    };
+    // Process B starts while the slot is taken: its claim gets nothing, and it would next
+    // poll in an hour.
+    let b = Procs::start(&db.url, 1, &["--queues", "relay=1"], &env);
+    let b_id = worker_id_of(&db.pool, &b.0[0]).await;
+    assert_ne!(a_id, b_id);
+    assert_eq!(running_in(&db.pool, "relay").await, 1, "the limit holds");
+    // A stops: its sleep job is given back (a snooze) and A exits without claiming again.
+    sigterm(&a.0[0]);
+    let _ = a.0[0].wait();
+    drop(a);
+    wait_completed(
+        &db.pool,
+        &short,
+        "the short jobs to run in B, woken by A's ack",
+    )
+    .await;
+    let by: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT attempted_by FROM skiplock.jobs WHERE id = ANY($1)")
+            .bind(&short)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(by, vec![b_id], "B ran them");
+    drop(b);
+}

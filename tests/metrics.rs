@@ -259,6 +259,33 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
         .sum();
     assert_eq!(packets, 1.0, "one packet, in whatever state");
 
+    assert_eq!(
+        value(&samples, "skiplock_queue_paused", &[("queue", "parked")]),
+        Some(0.0)
+    );
+
+    // Queue control: a paused queue and its limits (a queue with no jobs, so nothing above
+    // changes).
+    skiplock::store::limits::pause(&db.pool, "frozen")
+        .await
+        .unwrap();
+    skiplock::store::limits::set_queue_limit(&db.pool, "frozen", Some(3))
+        .await
+        .unwrap();
+    skiplock::store::limits::set_key_limit(
+        &db.pool,
+        "frozen",
+        skiplock::store::limits::KeyLimit {
+            concurrency: None,
+            rate: Some(skiplock::store::limits::Rate {
+                count: 2,
+                period: Duration::from_secs(1),
+            }),
+        },
+    )
+    .await
+    .unwrap();
+
     // The console: the same database view, no worker counters, behind the console's auth.
     let op = Operator::new(&db).await;
     let mut c = cmd(&op.url);
@@ -272,6 +299,21 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
     assert_eq!(value(&s, "skiplock_metrics_database_up", &[]), Some(1.0));
     assert_eq!(depth(&s, "parked", "available"), Some(3.0));
     assert_eq!(depth(&s, "alpha", "scheduled"), Some(1.0));
+    let limit = |s: &[Sample], q: &str, l: &str| {
+        value(s, "skiplock_queue_limit", &[("queue", q), ("limit", l)])
+    };
+    assert_eq!(
+        value(&s, "skiplock_queue_paused", &[("queue", "frozen")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&s, "skiplock_queue_paused", &[("queue", "parked")]),
+        Some(0.0)
+    );
+    assert_eq!(limit(&s, "frozen", "concurrency"), Some(3.0));
+    assert_eq!(limit(&s, "frozen", "key_starts_per_second"), Some(2.0));
+    assert_eq!(limit(&s, "frozen", "key_concurrency"), None);
+    assert_eq!(limit(&s, "parked", "concurrency"), None);
     assert!(
         !s.iter()
             .any(|x| x.metric.starts_with("skiplock_jobs_finished"))

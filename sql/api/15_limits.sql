@@ -147,9 +147,13 @@ DECLARE
     tau interval;
     passes integer := 0;
     seen integer;
+    t timestamptz;
 BEGIN
     SELECT * INTO ctl FROM skiplock.queues c WHERE c.queue = q FOR UPDATE;
     is_controlled := FOUND;
+    -- Key rates count starts on the clock once this claim holds the queue's row, not at
+    -- the transaction's start: a claim that waited for the lock starts later than now().
+    t := clock_timestamp();
     IF NOT is_controlled OR ctl.paused OR free IS NULL OR free < 1
        OR coalesce(cardinality(kinds), 0) = 0 THEN
         free := 0;
@@ -202,15 +206,15 @@ BEGIN
                     IF ctl.key_rate IS NOT NULL THEN
                         SELECT kr.tat INTO k_tat FROM skiplock.key_rates kr
                         WHERE kr.queue = q AND kr.limit_key = r.limit_key;
-                        IF k_tat IS NOT NULL AND k_tat - tau > now() THEN
+                        IF k_tat IS NOT NULL AND k_tat - tau > t THEN
                             blocked := blocked || r.limit_key;
                             next_at := least(next_at, k_tat - tau);
                             CONTINUE;
                         END IF;
                         INSERT INTO skiplock.key_rates AS kr (queue, limit_key, tat)
-                        VALUES (q, r.limit_key, now() + step)
+                        VALUES (q, r.limit_key, t + step)
                         ON CONFLICT ON CONSTRAINT key_rates_pkey
-                        DO UPDATE SET tat = greatest(kr.tat, now()) + step;
+                        DO UPDATE SET tat = greatest(kr.tat, t) + step;
                     END IF;
                     IF ctl.key_concurrency IS NOT NULL THEN
                         key_counts := key_counts || jsonb_build_object(r.limit_key,
@@ -235,7 +239,8 @@ BEGIN
         UPDATE skiplock.jobs j
         SET state = 'running',
             attempt = j.attempt + 1,
-            attempted_at = now(),
+            -- The start the key rates counted (see t above).
+            attempted_at = t,
             attempted_by = worker,
             heartbeat_at = now()
         FROM locked

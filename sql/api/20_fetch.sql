@@ -1,5 +1,5 @@
 -- fetch SQL API: request a polite fetch of a page from any language, plus the internal
--- functions the `fetch` handler uses for its politeness slot and full crawls.
+-- functions the `fetch` handler uses for full crawls (politeness is a per-host rate limit).
 -- Installed (CREATE OR REPLACE) by `skiplock migrate`.
 
 -- Normalises an http(s) URL the way the handler does for ordinary URLs: lower-case scheme
@@ -86,6 +86,14 @@ BEGIN
 END;
 $$;
 
+-- The host key of a normalised URL (skiplock._normalize_url): its host, plus ":port" when
+-- it names a non-default one; the same as the worker's `normalize::host_key`. Fetch jobs
+-- carry it as limit_key, so the fetch queue's per-key rate limit is politeness per host.
+CREATE OR REPLACE FUNCTION skiplock._url_host_key(normalized text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT substring(_url_host_key.normalized FROM '^[a-z]+://([^/?#]*)');
+$$;
+
 -- Enqueues a fetch of `url` (already valid) or merges into the pending one: one pending
 -- fetch job per URL. A merge keeps the stronger request: force stays once asked for, and a
 -- job that belongs to no crawl joins this one.
@@ -110,7 +118,8 @@ BEGIN
     END IF;
     LOOP
         UPDATE skiplock.jobs j
-        SET args = j.args
+        SET limit_key = skiplock._url_host_key(u),
+            args = j.args
                    || jsonb_build_object('force', coalesce((j.args->>'force')::boolean, false) OR (a->>'force')::boolean)
                    || CASE WHEN j.args ? 'crawl' OR NOT a ? 'crawl' THEN '{}'::jsonb
                            ELSE jsonb_build_object('crawl', a->'crawl', 'full', true) END
@@ -119,8 +128,8 @@ BEGIN
         IF jid IS NOT NULL THEN
             RETURN jid;
         END IF;
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, unique_key)
-        VALUES ('fetch', a, 'fetch', now(), key)
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, unique_key, limit_key)
+        VALUES ('fetch', a, 'fetch', now(), key, skiplock._url_host_key(u))
         ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
         DO NOTHING
         RETURNING id INTO jid;
@@ -179,53 +188,8 @@ BEGIN
 END;
 $$;
 
--- The politeness slot of fetch job `job_id` on `host`. Returns NULL when the job may send
--- its request now (it then holds the host's lease until skiplock._fetch_release), else how
--- long to snooze. A job reserves one slot (atomically, at the end of the host's line) and
--- keeps it across snoozes, so a long line of jobs for one host wakes each job about once.
-CREATE OR REPLACE FUNCTION skiplock._fetch_slot(job_id bigint, host text, every interval, lease interval)
-RETURNS interval
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    s timestamptz;
-    b timestamptz;
-BEGIN
-    IF _fetch_slot.every IS NULL OR _fetch_slot.every < interval '0' OR _fetch_slot.every > interval '365 days'
-       OR _fetch_slot.lease IS NULL OR _fetch_slot.lease < interval '0' OR _fetch_slot.lease > interval '365 days' THEN
-        RAISE EXCEPTION 'skiplock: the politeness interval and the request lease must be from 0s to 365d'
-            USING ERRCODE = '22023';
-    END IF;
-    -- Reservations of jobs that went away (cancelled, deleted) are dropped after a day.
-    DELETE FROM skiplock.fetch_slots f WHERE f.slot_at < now() - interval '1 day';
-    SELECT f.slot_at INTO s FROM skiplock.fetch_slots f WHERE f.job_id = _fetch_slot.job_id;
-    IF s IS NULL THEN
-        INSERT INTO skiplock.hosts AS h (host, next_slot_at) VALUES (_fetch_slot.host, now() + _fetch_slot.every)
-        ON CONFLICT (host) DO UPDATE SET next_slot_at = greatest(h.next_slot_at, now()) + _fetch_slot.every
-        RETURNING h.next_slot_at - _fetch_slot.every INTO s;
-        INSERT INTO skiplock.fetch_slots (job_id, host, slot_at) VALUES (_fetch_slot.job_id, _fetch_slot.host, s);
-    END IF;
-    IF s > now() THEN
-        RETURN s - now();
-    END IF;
-    UPDATE skiplock.hosts h SET busy_until = now() + _fetch_slot.lease
-    WHERE h.host = _fetch_slot.host AND h.busy_until <= now();
-    IF FOUND THEN
-        DELETE FROM skiplock.fetch_slots f WHERE f.job_id = _fetch_slot.job_id;
-        RETURN NULL;
-    END IF;
-    SELECT h.busy_until INTO b FROM skiplock.hosts h WHERE h.host = _fetch_slot.host;
-    RETURN least(greatest(b - now(), interval '10 milliseconds'),
-                 greatest(_fetch_slot.every, interval '10 milliseconds'));
-END;
-$$;
-
--- Ends the lease taken by skiplock._fetch_slot once the response is in: the next request
--- to the host may start `every` from now (the clock, not the transaction start).
-CREATE OR REPLACE FUNCTION skiplock._fetch_release(host text, every interval)
-RETURNS void
-LANGUAGE sql AS $$
-    UPDATE skiplock.hosts h
-    SET busy_until = clock_timestamp() + least(greatest(_fetch_release.every, interval '0'), interval '365 days')
-    WHERE h.host = _fetch_release.host;
-$$;
+-- The per-host politeness slot and lease of release 0.1 are gone: politeness is the fetch
+-- queue's per-key rate limit (skiplock.set_key_limit, set by workers at start from
+-- SKIPLOCK_POLITENESS), enforced when a job is claimed (sql/api/15_limits.sql).
+DROP FUNCTION IF EXISTS skiplock._fetch_slot(bigint, text, interval, interval);
+DROP FUNCTION IF EXISTS skiplock._fetch_release(text, interval);

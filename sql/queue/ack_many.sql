@@ -1,6 +1,14 @@
 -- Write many outcomes in one statement. Fenced: a row changes only while it is still running
 -- the attempt that produced the outcome, so a late ack from a rescued job never overwrites a
 -- newer attempt. Returns the ids that were written.
+--
+-- A job leaving `running` frees a slot of its queue's concurrency limits: for a queue with
+-- a concurrency limit (queue or per key) the statement sends NOTIFY skiplock_wake '<queue>'
+-- (delivered at commit, once per queue and transaction), so a producer held back by the
+-- limit in another process claims again at once, not at its next poll. For other queues it
+-- costs one probe of skiplock.queues' primary key per distinct queue of the batch, in this
+-- same statement.
+WITH acked AS (
 UPDATE skiplock.jobs j
 SET state = a.state,
     finalized_at = CASE WHEN a.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
@@ -22,4 +30,14 @@ WHERE j.id = a.id
   -- heartbeat and ack statements never deadlock each other).
   AND j.state::text = 'running'
   AND j.attempt = a.attempt
-RETURNING j.id
+RETURNING j.id, j.queue
+),
+woken AS (
+    SELECT pg_notify('skiplock_wake', q.queue)
+    FROM (SELECT DISTINCT acked.queue FROM acked) q
+    WHERE EXISTS (SELECT 1 FROM skiplock.queues c
+                  WHERE c.queue = q.queue
+                    AND (c.concurrency IS NOT NULL OR c.key_concurrency IS NOT NULL))
+)
+-- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
+SELECT acked.id FROM acked WHERE (SELECT count(*) FROM woken) >= 0

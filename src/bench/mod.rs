@@ -10,6 +10,7 @@
 
 pub mod drain;
 pub mod enqueue;
+pub mod limits;
 pub mod meter;
 pub mod peers;
 pub mod stats;
@@ -66,6 +67,8 @@ pub struct BenchOptions {
     pub skip_graphile: bool,
     /// Skip the (slow) scale run.
     pub skip_scale: bool,
+    /// Skip the drains under limits and the polite crawl (issue 14).
+    pub skip_limits: bool,
     /// The in-process worker's settings besides queue, concurrency and pool size (`skiplock
     /// bench`: the environment's).
     pub worker: QueueSettings,
@@ -93,6 +96,7 @@ impl Default for BenchOptions {
             skip_ceiling: false,
             skip_graphile: false,
             skip_scale: false,
+            skip_limits: false,
             worker: QueueSettings::default(),
         }
     }
@@ -172,6 +176,18 @@ pub struct BenchReport {
     pub wal_to_graphile: Option<Stat>,
     /// multi-process drain / drain, per run.
     pub processes_to_drain: Option<Stat>,
+    /// The drain with a per-key rate that never binds ([`limits::KEYS`] keys).
+    pub drain_key_rate: Option<DrainFigures>,
+    /// The drain with a queue concurrency limit that never binds.
+    pub drain_queue_limit: Option<DrainFigures>,
+    /// drain_key_rate / drain, per run.
+    pub key_rate_to_drain: Option<Stat>,
+    /// drain_queue_limit / drain, per run.
+    pub queue_limit_to_drain: Option<Stat>,
+    /// Pages/s of the polite crawl ([`limits::CRAWL_HOSTS`] × [`limits::CRAWL_PAGES`]).
+    pub crawl_pages_per_s: Option<Stat>,
+    /// crawl pages/s / the ideal ([`limits::crawl_ideal`]), per run.
+    pub crawl_to_ideal: Option<Stat>,
     /// The medians the targets are checked on, by target key.
     pub figures: BTreeMap<String, f64>,
     /// Issue 13's targets, checked.
@@ -320,6 +336,18 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
         r.latency_p99_ms.as_ref().map(|s| s.median),
     );
     put("scale_ratio", r.scale_ratio);
+    put(
+        "key_rate_to_drain",
+        r.key_rate_to_drain.as_ref().map(|s| s.median),
+    );
+    put(
+        "queue_limit_to_drain",
+        r.queue_limit_to_drain.as_ref().map(|s| s.median),
+    );
+    put(
+        "crawl_to_ideal",
+        r.crawl_to_ideal.as_ref().map(|s| s.median),
+    );
     m
 }
 
@@ -337,6 +365,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let (mut single, mut many, mut p50, mut p99, mut scaled) =
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
+    let (mut keyed, mut qlim, mut crawls) = (vec![], vec![], vec![]);
     let mut graphile_version = None;
     for run in 1..=o.runs {
         let step = |what: &str| progress(&format!("run {run}/{}: {what}", o.runs));
@@ -362,6 +391,30 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             reset(&monitor).await?;
             fill_noop(&monitor, o.jobs).await?;
             procs.push(drain::processes(url, o, o.jobs, bin, &monitor, &meter).await?);
+        }
+
+        if !o.skip_limits {
+            step(&format!(
+                "drain {} jobs, per-key rate that never binds ({} keys)",
+                o.jobs,
+                limits::KEYS
+            ));
+            reset(&monitor).await?;
+            keyed.push(limits::key_rate_drain(url, o, &monitor, &meter).await?);
+            step(&format!(
+                "drain {} jobs, queue concurrency limit that never binds",
+                o.jobs
+            ));
+            reset(&monitor).await?;
+            qlim.push(limits::queue_limit_drain(url, o, &monitor, &meter).await?);
+            step(&format!(
+                "crawl {} hosts × {} pages, politeness {} ms",
+                limits::CRAWL_HOSTS,
+                limits::CRAWL_PAGES,
+                limits::CRAWL_POLITENESS.as_millis()
+            ));
+            reset(&monitor).await?;
+            crawls.push(limits::crawl(url, o, &monitor).await?);
         }
 
         if !o.skip_latency {
@@ -461,6 +514,17 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         drain_to_graphile: ratios(&drains, &graph, throughput),
         wal_to_graphile: ratios(&drains, &graph, |r| r.usage.wal_bytes_per_job),
         processes_to_drain: ratios(&procs, &drains, throughput),
+        key_rate_to_drain: ratios(&keyed, &drains, throughput),
+        queue_limit_to_drain: ratios(&qlim, &drains, throughput),
+        drain_key_rate: DrainFigures::of(&keyed),
+        drain_queue_limit: DrainFigures::of(&qlim),
+        crawl_to_ideal: Stat::of_some(
+            &crawls
+                .iter()
+                .map(|c| c / limits::crawl_ideal())
+                .collect::<Vec<_>>(),
+        ),
+        crawl_pages_per_s: Stat::of_some(&crawls),
         drain,
         drain_processes: DrainFigures::of(&procs),
         latency_p50_ms: Stat::of_some(&p50),

@@ -1,4 +1,4 @@
-//! Issue 13's targets, in one table, and the pure check of a run's figures against them.
+//! Issue 13's (and 14's) targets, in one table, and the pure check of a run's figures against them.
 //! Relative targets compare with a baseline measured in the same run on the same server
 //! (Graphile Worker, the plain-SQL ceiling), never with a figure from another day.
 
@@ -94,6 +94,29 @@ pub const TARGETS: &[Target] = &[
         label: "scale ratio (ballast / plain drain)",
         cmp: Cmp::AtLeast,
         bound: 0.95,
+        unit: "×",
+    },
+    // Issue 14: limits cost nothing much while they do not bind, and a polite crawl of many
+    // hosts runs near the pace politeness allows.
+    Target {
+        key: "key_rate_to_drain",
+        label: "drain, per-key rate never binding / plain",
+        cmp: Cmp::AtLeast,
+        bound: 0.9,
+        unit: "×",
+    },
+    Target {
+        key: "queue_limit_to_drain",
+        label: "drain, queue limit never binding / plain",
+        cmp: Cmp::AtLeast,
+        bound: 0.9,
+        unit: "×",
+    },
+    Target {
+        key: "crawl_to_ideal",
+        label: "crawl pages/s / hosts per interval",
+        cmp: Cmp::AtLeast,
+        bound: 0.8,
         unit: "×",
     },
 ];

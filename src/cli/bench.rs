@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::bench::targets::{Cmp, Verdict};
-use crate::bench::{BenchOptions, BenchReport, DrainFigures, Graphile, Stat, drain, run};
+use crate::bench::{BenchOptions, BenchReport, DrainFigures, Graphile, Stat, drain, limits, run};
 
 /// `skiplock bench` flags.
 #[derive(Debug, Args)]
@@ -62,6 +62,9 @@ pub struct BenchArgs {
     /// Skip the scale run.
     #[arg(long)]
     pub skip_scale: bool,
+    /// Skip the drains under limits and the polite crawl.
+    #[arg(long)]
+    pub skip_limits: bool,
 }
 
 fn rate(s: Option<&Stat>) -> String {
@@ -200,6 +203,31 @@ pub fn render(r: &BenchReport) -> String {
         "6. graphile worker, batched           {}",
         rate(r.graphile.as_ref().map(|d| &d.jobs_per_s))
     );
+    let _ = writeln!(
+        o,
+        "7. drain, per-key rate never binding  {}",
+        rate(r.drain_key_rate.as_ref().map(|d| &d.jobs_per_s))
+    );
+    let _ = writeln!(
+        o,
+        "   drain, queue limit never binding   {}",
+        rate(r.drain_queue_limit.as_ref().map(|d| &d.jobs_per_s))
+    );
+    let _ = writeln!(
+        o,
+        "8. crawl {} hosts × {} pages, {} ms    {}",
+        limits::CRAWL_HOSTS,
+        limits::CRAWL_PAGES,
+        limits::CRAWL_POLITENESS.as_millis(),
+        match r.crawl_pages_per_s.as_ref() {
+            Some(s) => format!(
+                "{:>9.0} pages/s (ideal {:.0})",
+                s.median,
+                limits::crawl_ideal()
+            ),
+            None => format!("{:>9}", "skipped"),
+        }
+    );
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -210,6 +238,16 @@ pub fn render(r: &BenchReport) -> String {
         &mut o,
         &format!("skiplock, {} processes", drain::PROCESSES),
         r.drain_processes.as_ref(),
+    );
+    cost_row(
+        &mut o,
+        "per-key rate, never binding",
+        r.drain_key_rate.as_ref(),
+    );
+    cost_row(
+        &mut o,
+        "queue limit, never binding",
+        r.drain_queue_limit.as_ref(),
     );
     cost_row(&mut o, "ceiling", r.ceiling.as_ref());
     cost_row(&mut o, "graphile", r.graphile.as_ref());
@@ -236,8 +274,23 @@ pub fn render(r: &BenchReport) -> String {
         drain::PROCESSES,
         ratio(r.processes_to_drain.as_ref())
     );
+    let _ = writeln!(
+        o,
+        "   per-key rate drain / plain drain   {}",
+        ratio(r.key_rate_to_drain.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "   queue limit drain / plain drain    {}",
+        ratio(r.queue_limit_to_drain.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "   crawl pages/s / ideal              {}",
+        ratio(r.crawl_to_ideal.as_ref())
+    );
     let _ = writeln!(o);
-    let _ = writeln!(o, "TARGETS (issue 13)");
+    let _ = writeln!(o, "TARGETS (issues 13, 14)");
     for t in &r.targets {
         let cmp = match t.target.cmp {
             Cmp::AtLeast => "≥",
@@ -298,6 +351,7 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
         skip_ceiling: a.skip_ceiling,
         skip_graphile: a.skip_graphile,
         skip_scale: a.skip_scale,
+        skip_limits: a.skip_limits,
         worker: crate::config::QueueSettings::from_env()?,
     };
     // On a terminal a spinner shows the running step and the time; each step also leaves a
@@ -357,6 +411,12 @@ mod tests {
             drain_to_graphile: Some(stat(0.7)),
             wal_to_graphile: None,
             processes_to_drain: None,
+            drain_key_rate: None,
+            drain_queue_limit: None,
+            key_rate_to_drain: None,
+            queue_limit_to_drain: None,
+            crawl_pages_per_s: Some(stat(450.0)),
+            crawl_to_ideal: Some(stat(0.9)),
             targets: evaluate(&figures),
             figures,
         };
@@ -384,5 +444,6 @@ mod tests {
         );
         assert!(out.contains("   skiplock, 1 process"));
         assert!(out.contains("929"));
+        assert!(out.contains("450 pages/s (ideal 500)"), "{out}");
     }
 }

@@ -12,6 +12,11 @@ use crate::store::types::PacketState;
 pub const QUEUE_DEPTH: &str = "skiplock_queue_depth";
 /// Age of the oldest due, waiting job per queue.
 pub const OLDEST_WAIT: &str = "skiplock_queue_oldest_wait_seconds";
+/// 1 for a paused queue, 0 for one that runs (per queue with live jobs or settings).
+pub const QUEUE_PAUSED: &str = "skiplock_queue_paused";
+/// The limits set on a queue (label `limit`: `concurrency`, `key_concurrency`,
+/// `key_starts_per_second`); a limit that is not set is absent.
+pub const QUEUE_LIMIT: &str = "skiplock_queue_limit";
 /// Packets per state.
 pub const PACKETS: &str = "skiplock_packets";
 /// 1 when the scrape's database read succeeded.
@@ -103,6 +108,49 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
             value(q.oldest_wait_seconds.max(0.0))
         );
     }
+    header(
+        &mut out,
+        QUEUE_PAUSED,
+        "1 when the queue is paused (no job of it is claimed), else 0; per queue with live jobs or control settings.",
+    );
+    let mut names: Vec<&str> = snap
+        .queues
+        .iter()
+        .map(|q| q.queue.as_str())
+        .chain(snap.control.iter().map(|c| c.queue.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let paused = snap.control.iter().any(|c| c.queue == name && c.paused);
+        let _ = writeln!(
+            out,
+            "{QUEUE_PAUSED}{{queue=\"{}\"}} {}",
+            escape(name),
+            u8::from(paused)
+        );
+    }
+    header(
+        &mut out,
+        QUEUE_LIMIT,
+        "Limits set on a queue: concurrency (running, all workers), key_concurrency (running per limit_key), key_starts_per_second (rate per limit_key). Unset limits are absent.",
+    );
+    for c in &snap.control {
+        let queue = escape(&c.queue);
+        for (limit, v) in [
+            ("concurrency", c.concurrency.map(f64::from)),
+            ("key_concurrency", c.key_concurrency.map(f64::from)),
+            ("key_starts_per_second", c.key_rate_per_second),
+        ] {
+            if let Some(v) = v {
+                let _ = writeln!(
+                    out,
+                    "{QUEUE_LIMIT}{{queue=\"{queue}\",limit=\"{limit}\"}} {}",
+                    value(v)
+                );
+            }
+        }
+    }
     header(&mut out, PACKETS, "Packets per state.");
     for state in PacketState::ALL {
         let n: i64 = snap
@@ -119,7 +167,7 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::metrics::{PacketCount, QueueDepth};
+    use crate::store::metrics::{PacketCount, QueueControl, QueueDepth};
 
     #[test]
     fn label_values_are_escaped() {
@@ -150,6 +198,13 @@ mod tests {
                 state: PacketState::InReview,
                 packets: 7,
             }],
+            control: vec![QueueControl {
+                queue: "held".into(),
+                paused: true,
+                concurrency: Some(2),
+                key_concurrency: None,
+                key_rate_per_second: Some(0.5),
+            }],
         };
         let t = database(Some(&snap), Duration::ZERO);
         assert!(t.contains("skiplock_metrics_database_up 1\n"));
@@ -157,6 +212,13 @@ mod tests {
         assert!(t.contains("skiplock_queue_depth{queue=\"we\\\"ird\",state=\"running\"} 2\n"));
         assert!(t.contains("skiplock_queue_oldest_wait_seconds{queue=\"we\\\"ird\"} 4.25\n"));
         assert!(t.contains("skiplock_packets{state=\"in_review\"} 7\n"));
+        assert!(t.contains("skiplock_queue_paused{queue=\"held\"} 1\n"));
+        assert!(t.contains("skiplock_queue_paused{queue=\"we\\\"ird\"} 0\n"));
+        assert!(t.contains("skiplock_queue_limit{queue=\"held\",limit=\"concurrency\"} 2\n"));
+        assert!(t.contains(
+            "skiplock_queue_limit{queue=\"held\",limit=\"key_starts_per_second\"} 0.5\n"
+        ));
+        assert!(!t.contains("limit=\"key_concurrency\""));
         assert!(t.contains("skiplock_packets{state=\"queued\"} 0\n"));
         assert_eq!(value(f64::INFINITY), "+Inf");
         assert_eq!(value(f64::NAN), "NaN");

@@ -202,6 +202,31 @@ pub(crate) async fn drain_end(p: &PgPool) -> Result<(i64, Option<f64>)> {
         .await?)
 }
 
+/// `n` due noop jobs in queue `default` spread over `keys` limit keys.
+pub(crate) async fn fill_keyed(p: &PgPool, n: usize, keys: usize) -> Result<()> {
+    sqlx::query(sql!("bench", "fill_keyed"))
+        .bind(n as i64)
+        .bind(keys.max(1) as i64)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+/// Empties the fetch workflow's tables and the key rates (before a crawl run).
+pub(crate) async fn truncate_fetch(p: &PgPool) -> Result<()> {
+    sqlx::query(sql!("bench", "truncate_fetch"))
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+/// Pages stored with HTTP 200.
+pub(crate) async fn pages_fetched(p: &PgPool) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql!("bench", "pages_fetched"))
+        .fetch_one(p)
+        .await?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

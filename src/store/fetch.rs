@@ -1,8 +1,7 @@
 //! The fetch workflow's statements (`sql/fetch/`): the guestbook rows in `skiplock.pages`,
-//! the robots.txt cache and the politeness slot in `skiplock.hosts`, and the requests a fetch
-//! makes for other pages (crawl links, redirect targets).
-
-use std::time::Duration;
+//! the robots.txt cache in `skiplock.hosts`, and the requests a fetch makes for other pages
+//! (crawl links, redirect targets). Politeness is the fetch queue's per-host rate limit
+//! (`store::limits`), enforced at claim time.
 
 use chrono::{DateTime, Utc};
 
@@ -218,42 +217,4 @@ pub async fn request_hop<'e, E: Executor<'e>>(
         .bind(hops)
         .fetch_one(exec)
         .await?)
-}
-
-/// A fetch's request for its host's politeness slot, for [`slot`].
-#[derive(Debug, Clone, Copy)]
-pub struct SlotRequest<'a> {
-    /// The fetch job.
-    pub job_id: i64,
-    /// Its host.
-    pub host: &'a str,
-    /// One request per host per this.
-    pub interval: Duration,
-    /// How long a crashed fetch can hold the host at most.
-    pub lease: Duration,
-}
-
-/// Job `r.job_id`'s slot on `r.host`: `None` to go now (the lease is taken: call
-/// [`release`] after), else how long to wait (the reservation is kept).
-pub async fn slot<'e, E: Executor<'e>>(exec: E, r: SlotRequest<'_>) -> Result<Option<Duration>> {
-    let wait: Option<f64> = sqlx::query_scalar(sql!("fetch", "slot"))
-        .bind(r.job_id)
-        .bind(r.host)
-        .bind(r.interval.as_secs_f64())
-        .bind(r.lease.as_secs_f64())
-        .fetch_one(exec)
-        .await?;
-    // At least a millisecond; a value no Duration holds (never expected) waits a day.
-    Ok(wait
-        .map(|s| Duration::try_from_secs_f64(s.max(0.001)).unwrap_or(Duration::from_secs(86_400))))
-}
-
-/// Ends the lease: the host's next request may start `interval` from now.
-pub async fn release<'e, E: Executor<'e>>(exec: E, host: &str, interval: Duration) -> Result<()> {
-    sqlx::query(sql!("fetch", "release"))
-        .bind(host)
-        .bind(interval.as_secs_f64())
-        .execute(exec)
-        .await?;
-    Ok(())
 }

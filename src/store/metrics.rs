@@ -1,6 +1,7 @@
 //! What `/metrics` reads from the database at scrape time: queue depth and the oldest
 //! waiting job per queue (`sql/metrics/queue_depth.sql`), packets per state
-//! (`sql/metrics/packet_states.sql`), both in one read-only transaction under a short
+//! (`sql/metrics/packet_states.sql`), paused queues and limits
+//! (`sql/metrics/queue_control.sql`), all in one read-only transaction under a short
 //! `statement_timeout` (`sql/metrics/scrape_timeout.sql`).
 
 use std::time::Duration;
@@ -33,6 +34,21 @@ pub struct PacketCount {
     pub packets: i64,
 }
 
+/// One queue's control settings (a queue without them is unpaused and unlimited).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct QueueControl {
+    /// Queue name.
+    pub queue: String,
+    /// Paused: no claims.
+    pub paused: bool,
+    /// Running jobs allowed, all workers together.
+    pub concurrency: Option<i32>,
+    /// Running jobs allowed per limit_key.
+    pub key_concurrency: Option<i32>,
+    /// Starts allowed per limit_key and second.
+    pub key_rate_per_second: Option<f64>,
+}
+
 /// Everything a scrape reads.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
@@ -40,6 +56,8 @@ pub struct Snapshot {
     pub queues: Vec<QueueDepth>,
     /// Per packet state that has packets.
     pub packets: Vec<PacketCount>,
+    /// Per queue with control settings, ordered by name.
+    pub control: Vec<QueueControl>,
 }
 
 /// Sets the `statement_timeout` of the current transaction (at least 1 ms).
@@ -66,6 +84,13 @@ pub async fn packet_states<'e, E: Executor<'e>>(exec: E) -> Result<Vec<PacketCou
         .await?)
 }
 
+/// Paused and limited queues.
+pub async fn queue_control<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueControl>> {
+    Ok(sqlx::query_as(sql!("metrics", "queue_control"))
+        .fetch_all(exec)
+        .await?)
+}
+
 /// Reads a [`Snapshot`] in one transaction (rolled back: it only reads) whose statements
 /// may run `timeout` at most.
 pub async fn snapshot(pool: &Pool, timeout: Duration) -> Result<Snapshot> {
@@ -73,6 +98,11 @@ pub async fn snapshot(pool: &Pool, timeout: Duration) -> Result<Snapshot> {
     scrape_timeout(&mut *tx, timeout).await?;
     let queues = queue_depth(&mut *tx).await?;
     let packets = packet_states(&mut *tx).await?;
+    let control = queue_control(&mut *tx).await?;
     tx.rollback().await?;
-    Ok(Snapshot { queues, packets })
+    Ok(Snapshot {
+        queues,
+        packets,
+        control,
+    })
 }

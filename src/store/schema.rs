@@ -29,7 +29,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// version 1) counts as version 0.
 pub const API_VERSIONS: &[(u32, &str)] = &[(
     1,
-    "467907de90174d3b79a3a8c56c0ca0b0fe5a227695be8e83cb7aac1fcd0f0c94",
+    "fba89b0989b1cbdcd4e20c1b05ff513f07824c0de34700d256a987121bc44721",
 )];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

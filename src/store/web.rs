@@ -499,15 +499,13 @@ pub struct HostLine {
     /// Earliest next fetch.
     #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
     pub next_fetch: Option<DateTime<Utc>>,
-    /// The slot the next fetch that asks gets (politeness).
+    /// The earliest next fetch start the host's politeness (the fetch queue's per-key
+    /// rate limit) allows; None: a fetch may start now.
     #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
-    pub next_slot_at: Option<DateTime<Utc>>,
-    /// No request before this.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
-    pub busy_until: Option<DateTime<Utc>>,
+    pub next_start: Option<DateTime<Utc>>,
 }
 
-/// Hosts with their counts and politeness slot, at most `limit`.
+/// Hosts with their counts and next allowed fetch start, at most `limit`.
 pub async fn hosts(pool: &PgPool, limit: i64) -> Result<Vec<HostLine>> {
     Ok(sqlx::query_as(include_str!("../../sql/web/hosts.sql"))
         .bind(limit)

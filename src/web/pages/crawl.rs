@@ -33,10 +33,8 @@ pub struct HostView {
     pub last_fetched: String,
     /// Next fetch due.
     pub next_fetch: String,
-    /// Politeness: next slot.
-    pub next_slot_at: String,
-    /// Politeness: busy until.
-    pub busy_until: String,
+    /// Politeness: the next fetch start allowed ("now" when one may start now).
+    pub next_start: String,
 }
 
 /// A pack row.
@@ -102,8 +100,10 @@ pub async fn page(
                 fetched: format::count(h.fetched),
                 last_fetched: format::time(h.last_fetched),
                 next_fetch: format::time(h.next_fetch),
-                next_slot_at: format::time(h.next_slot_at),
-                busy_until: format::time(h.busy_until),
+                next_start: match h.next_start {
+                    Some(t) => format::time(Some(t)),
+                    None => "now".to_string(),
+                },
                 host: h.host,
             })
             .collect(),

@@ -10,7 +10,6 @@ pub mod address;
 pub mod extract;
 pub mod http;
 pub mod normalize;
-pub mod polite;
 pub mod robots;
 pub mod schedule;
 
@@ -30,7 +29,6 @@ use crate::store::fetch::PageStatus;
 use crate::store::{self, Pool, names};
 use crate::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use normalize::{host_key, normalize, target};
-use polite::Slot;
 use robots::Cached;
 use schedule::{Schedule, is_due, next_fetch};
 
@@ -115,7 +113,41 @@ impl FetchSettings {
 /// Registers the `fetch` handler with `settings` (`skiplock worker` reads them with
 /// [`FetchSettings::from_env`]; a bad schedule file stops it there, at start-up).
 pub fn register_with(builder: WorkerBuilder, settings: FetchSettings) -> Result<WorkerBuilder> {
-    Ok(builder.register(FetchHandler::new(settings)?))
+    let politeness = settings.politeness;
+    Ok(builder
+        .register(FetchHandler::new(settings)?)
+        .on_start(politeness_hook(politeness)))
+}
+
+/// The fetch queue's per-key limit for `politeness`: per host key (fetch jobs carry theirs
+/// as limit_key) one start per `politeness`, and one fetch at a time, so a slow answer never
+/// has a second request sent to the same host while it is in flight; none for 0s (no host
+/// coordination).
+pub fn politeness_limit(politeness: Duration) -> store::limits::KeyLimit {
+    if politeness.is_zero() {
+        return store::limits::KeyLimit::default();
+    }
+    store::limits::KeyLimit {
+        concurrency: Some(1),
+        rate: Some(store::limits::Rate {
+            count: 1,
+            period: politeness,
+        }),
+    }
+}
+
+/// The start-up hook that makes `SKIPLOCK_POLITENESS` the fetch queue's per-host limits
+/// (`skiplock.set_key_limit('fetch', 1, 1, politeness)`): a fetch whose host had a start
+/// less than `politeness` ago, or has a fetch running, is not claimed at all (no attempt, no
+/// worker slot, no snooze) and is claimed as soon as the host allows. The spacing is start
+/// to start (claim to claim). The last worker to start sets the value: set the same
+/// everywhere.
+fn politeness_hook(politeness: Duration) -> crate::worker::StartHook {
+    Box::new(move |pool: Pool| {
+        Box::pin(async move {
+            store::limits::set_key_limit(&pool, QUEUE, politeness_limit(politeness)).await
+        })
+    })
 }
 
 /// Requests a fetch through the SQL API (`skiplock.request_fetch`); returns the job id.
@@ -180,7 +212,6 @@ impl Handler for FetchHandler {
             s: &self.settings,
             client: &self.client,
             pool: &ctx.pool,
-            job_id: ctx.id,
         }
         .run(args)
         .await
@@ -192,7 +223,6 @@ struct Fetch<'a> {
     s: &'a FetchSettings,
     client: &'a reqwest::Client,
     pool: &'a Pool,
-    job_id: i64,
 }
 
 fn sha256_hex(parts: &[&str]) -> String {
@@ -205,38 +235,6 @@ fn sha256_hex(parts: &[&str]) -> String {
 }
 
 impl Fetch<'_> {
-    fn lease(&self) -> Duration {
-        self.s.timeout + Duration::from_secs(10)
-    }
-
-    /// Takes the host slot: `Ok(None)` to go on, `Ok(Some(outcome))` to snooze.
-    async fn slot(&self, host: &str) -> Result<Option<Outcome>> {
-        if self.s.politeness.is_zero() {
-            return Ok(None);
-        }
-        Ok(
-            match polite::acquire(
-                self.pool,
-                self.job_id,
-                host,
-                self.s.politeness,
-                self.lease(),
-            )
-            .await?
-            {
-                Slot::Go => None,
-                Slot::Wait(d) => Some(Outcome::Snooze(d)),
-            },
-        )
-    }
-
-    async fn release(&self, host: &str) -> Result<()> {
-        if self.s.politeness.is_zero() {
-            return Ok(());
-        }
-        polite::release(self.pool, host, self.s.politeness).await
-    }
-
     async fn run(&self, args: FetchArgs) -> HandlerResult {
         let url = normalize(&args.url).map_err(JobError::discard)?;
         let host = host_key(&url);
@@ -264,12 +262,10 @@ impl Fetch<'_> {
         }
         let freq = self.s.schedule.frequency_for(&host, url.path());
 
-        // robots.txt first: its request takes a slot of its own.
+        // robots.txt first. Its request uses this claim's start under the host's rate limit,
+        // so once it is stored the job goes back to wait for the host's next start.
         let mut robots = Cached::from(store::fetch::load_robots(self.pool, &host).await?);
         if robots.is_stale(now) {
-            if let Some(snooze) = self.slot(&host).await? {
-                return Ok(snooze);
-            }
             let got = http::get(
                 self.client,
                 &robots::robots_url(&url),
@@ -278,7 +274,6 @@ impl Fetch<'_> {
                 512 * 1024,
             )
             .await;
-            self.release(&host).await?;
             let r =
                 got.map_err(|e| JobError::retry(format!("fetching robots.txt of {host}: {e}")))?;
             if r.status >= 500 {
@@ -291,6 +286,9 @@ impl Fetch<'_> {
                 .contains(&r.status)
                 .then(|| String::from_utf8_lossy(&r.body).into_owned());
             store::fetch::save_robots(self.pool, &host, txt.as_deref(), r.status as i32).await?;
+            if !self.s.politeness.is_zero() {
+                return Ok(Outcome::Snooze(Duration::ZERO));
+            }
             robots = Cached::from(store::fetch::load_robots(self.pool, &host).await?);
         }
         if !robots::allowed(&robots, &self.s.user_agent, &url) {
@@ -310,9 +308,6 @@ impl Fetch<'_> {
             ));
         }
 
-        if let Some(snooze) = self.slot(&host).await? {
-            return Ok(snooze);
-        }
         let got = http::get(
             self.client,
             &url,
@@ -321,7 +316,6 @@ impl Fetch<'_> {
             self.s.max_bytes,
         )
         .await;
-        self.release(&host).await?;
         let r = got.map_err(|e| JobError::retry(format!("fetching {url}: {e}")))?;
         let fetched_at = Utc::now();
         let next = next_fetch(fetched_at, freq);
@@ -507,5 +501,28 @@ impl Fetch<'_> {
             "links": links.len(),
             "requested": requested,
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn politeness_is_one_start_per_interval_and_one_fetch_at_a_time_per_host() {
+        let l = politeness_limit(Duration::from_millis(2500));
+        assert_eq!(l.concurrency, Some(1));
+        assert_eq!(
+            l.rate,
+            Some(store::limits::Rate {
+                count: 1,
+                period: Duration::from_millis(2500)
+            })
+        );
+        assert_eq!(
+            politeness_limit(Duration::ZERO),
+            store::limits::KeyLimit::default(),
+            "0s turns host coordination off"
+        );
     }
 }
