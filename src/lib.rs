@@ -10,6 +10,8 @@
 //! (built-in handlers registered exactly as a user's would be), [`cli`] (the `skiplock`
 //! command).
 
+#[cfg(feature = "apalis")]
+pub mod apalis;
 pub mod bench;
 pub mod chaos;
 pub mod cli;
