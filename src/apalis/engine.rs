@@ -74,6 +74,9 @@ impl Options {
 /// A job this process holds (claimed and not yet acknowledged).
 struct Held {
     attempt: i32,
+    /// Its outcome is queued (the slot is free again; the row is still heartbeated until
+    /// the ack is written).
+    done: bool,
     /// Cancelled when the heartbeat finds the job no longer ours (rescued, cancelled).
     lost: CancellationToken,
 }
@@ -223,8 +226,10 @@ impl Engine {
         Ok(job_rx)
     }
 
-    fn held_len(&self) -> usize {
-        lock(&self.held).len()
+    /// Jobs that occupy a slot: claimed and not yet finished (a finished job whose ack is
+    /// still being written frees its slot, so the next claim overlaps the ack write).
+    fn busy(&self) -> usize {
+        lock(&self.held).values().filter(|h| !h.done).count()
     }
 
     /// The token that fires when job `id` was taken away from this process; `None` when it
@@ -242,6 +247,10 @@ impl Engine {
 
     /// Queues an ack for the completer (the job stays held, and heartbeated, until written).
     pub fn ack(&self, ack: Ack) {
+        if let Some(h) = lock(&self.held).get_mut(&ack.id) {
+            h.done = true;
+        }
+        self.wake.notify_one();
         if self.ack_tx.send(ack).is_err() {
             tracing::warn!(
                 "apalis storage: an ack arrived after the storage closed; the job stays running until the rescuer returns it"
@@ -323,11 +332,22 @@ impl Engine {
 async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
     let kinds = vec![e.opts.kind.clone()];
     let mut failing = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let cooldown = e.opts.settings.fetch_cooldown;
+    let mut last_claim = tokio::time::Instant::now() - cooldown;
     loop {
         if e.claiming.is_cancelled() {
             return;
         }
-        let free = e.opts.concurrency.saturating_sub(e.held_len());
+        // Like the native producer: a claim for only some of the slots waits out the fetch
+        // cooldown, so it takes every slot freed meanwhile instead of one per finished job.
+        let mut free = e.opts.concurrency.saturating_sub(e.busy());
+        if free > 0 && free < e.opts.concurrency && last_claim.elapsed() < cooldown {
+            tokio::select! {
+                _ = e.claiming.cancelled() => return,
+                _ = tokio::time::sleep(cooldown.saturating_sub(last_claim.elapsed())) => {}
+            }
+            free = e.opts.concurrency.saturating_sub(e.busy());
+        }
         let mut full = false;
         if free > 0 {
             let params = ClaimParams {
@@ -336,6 +356,7 @@ async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
                 limit: free,
                 worker: &e.worker_id,
             };
+            last_claim = tokio::time::Instant::now();
             match claim(&e.pool, params).await {
                 Ok(jobs) => {
                     e.availability.success();
@@ -348,6 +369,7 @@ async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
                                 j.id,
                                 Held {
                                     attempt: j.attempt,
+                                    done: false,
                                     lost: CancellationToken::new(),
                                 },
                             );
@@ -383,7 +405,8 @@ async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
 }
 
 /// Writes acks in batches (collected for `ack_delay`), fenced on the attempt; retries a
-/// failed write with backoff, keeping the acks. Frees the slots of written jobs.
+/// failed write with backoff, keeping the acks. Written jobs leave the held set (and the
+/// heartbeat).
 async fn complete(e: Arc<Engine>, mut rx: mpsc::UnboundedReceiver<Ack>) {
     let mut buf: Vec<Ack> = Vec::new();
     let mut failing = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
@@ -441,7 +464,6 @@ async fn complete(e: Arc<Engine>, mut rx: mpsc::UnboundedReceiver<Ack>) {
                     }
                 }
                 buf.clear();
-                e.wake.notify_one();
             }
             Err(err) => {
                 e.availability.observe(&err);
