@@ -498,3 +498,105 @@ async fn apalis_jobs_of_a_sigkilled_process_are_rescued_and_finished() {
         assert!(error.contains("heartbeat"), "{error}");
     }
 }
+
+/// docs/apalis-migrate.sql with its psql variables filled in.
+fn migrate_script(job_type: &str, kind: &str, queue: &str) -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/apalis-migrate.sql"
+    ))
+    .unwrap()
+    .replace(":'job_type'", &format!("'{job_type}'"))
+    .replace(":'kind'", &format!("'{kind}'"))
+    .replace(":'queue'", &format!("'{queue}'"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_migration_script_moves_pending_apalis_jobs_and_an_apalis_worker_runs_them() {
+    let db = TestDb::new().await;
+    // The columns of apalis-postgres 1.0's apalis.jobs that the script reads.
+    sqlx::raw_sql(
+        "CREATE SCHEMA apalis;
+         CREATE TABLE apalis.jobs (
+             job bytea NOT NULL, id text PRIMARY KEY, job_type text NOT NULL,
+             status text NOT NULL DEFAULT 'Pending', attempts integer NOT NULL DEFAULT 0,
+             max_attempts integer NOT NULL DEFAULT 25, run_at timestamptz NOT NULL DEFAULT now(),
+             last_result jsonb, lock_at timestamptz, lock_by text, done_at timestamptz,
+             priority integer DEFAULT 0, idempotency_key text);
+         INSERT INTO apalis.jobs (job, id, job_type, status, attempts, max_attempts, priority, idempotency_key) VALUES
+             (convert_to('{\"n\": 1}', 'UTF8'), 'a', 'app::Work', 'Pending', 0, 25, 0, NULL),
+             (convert_to('{\"n\": 2}', 'UTF8'), 'b', 'app::Work', 'Failed', 2, 5, 3, 'key-2'),
+             (convert_to('{\"n\": 3}', 'UTF8'), 'c', 'app::Work', 'Running', 1, 25, 0, NULL),
+             (convert_to('{\"n\": 4}', 'UTF8'), 'd', 'app::Work', 'Done', 1, 25, 0, NULL),
+             (convert_to('{\"n\": 5}', 'UTF8'), 'e', 'app::Work', 'Failed', 25, 25, 0, NULL),
+             (convert_to('{\"n\": 6}', 'UTF8'), 'f', 'app::Other', 'Pending', 0, 25, 0, NULL),
+             (convert_to('7', 'UTF8'), 'g', 'app::Int', 'Pending', 0, 25, 0, NULL);",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let script = migrate_script("app::Work", "apalis-moved", "default");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(script))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let script = migrate_script("app::Int", "apalis-int", "default");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(script))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let rows: Vec<(String, serde_json::Value, i16, i32, Option<String>)> = sqlx::query_as(
+        "SELECT kind, args, priority, max_attempts, unique_key FROM skiplock.jobs ORDER BY args->>'n'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            ("apalis-moved".into(), json!({"n": 1}), 0, 25, None),
+            (
+                "apalis-moved".into(),
+                json!({"n": 2}),
+                -3,
+                3,
+                Some("key-2".into())
+            ),
+            ("apalis-moved".into(), json!({"n": 3}), 0, 24, None),
+            ("apalis-int".into(), json!({"value": 7}), 0, 25, None),
+        ]
+    );
+    let left: Vec<String> = sqlx::query_scalar("SELECT id FROM apalis.jobs ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        vec!["d", "e", "f"],
+        "finished rows and other types stay"
+    );
+
+    // An apalis worker on SkiplockStorage runs the moved jobs.
+    let seen: Seen = Default::default();
+    let ctx = WorkerContext::new("apalis-moved");
+    let storage =
+        SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-moved").settings(settings());
+    let handle = spawn(
+        WorkerBuilder::new(&ctx)
+            .backend(storage)
+            .data(seen.clone())
+            .build(record)
+            .run(),
+    );
+    wait_for(
+        "the moved jobs to complete",
+        Duration::from_secs(60),
+        || async { (count_state(&db.pool, "completed").await == 3).then_some(()) },
+    )
+    .await;
+    stop(&ctx, handle).await;
+    let mut ns: Vec<u32> = seen.lock().unwrap().keys().copied().collect();
+    ns.sort();
+    assert_eq!(ns, vec![1, 2, 3]);
+}
