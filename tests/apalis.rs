@@ -600,3 +600,104 @@ async fn the_migration_script_moves_pending_apalis_jobs_and_an_apalis_worker_run
     ns.sort();
     assert_eq!(ns, vec![1, 2, 3]);
 }
+
+/// Counts handler futures dropped before they finished.
+struct DropCount(Arc<Mutex<usize>>);
+
+impl Drop for DropCount {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() += 1;
+    }
+}
+
+async fn hang_and_count_drops(
+    _work: Work,
+    dropped: Data<Arc<Mutex<usize>>>,
+) -> Result<(), BoxDynError> {
+    let guard = DropCount(dropped.0.clone());
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    std::mem::forget(guard);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_running_apalis_job_stops_its_handler_and_the_worker_goes_on() {
+    let db = TestDb::new().await;
+    // Heartbeats every 500 ms; no rescuer in this process, so nothing but the cancel takes
+    // the job away however loaded the machine is.
+    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-cancel")
+        .settings(QueueSettings {
+            rescue_after: Duration::from_secs(2),
+            ..settings()
+        })
+        .rescuer(false);
+    let id = storage
+        .enqueue(
+            &Work {
+                n: 1,
+                mode: String::new(),
+            },
+            &JobOptions::new(),
+        )
+        .await
+        .unwrap();
+    let dropped = Arc::new(Mutex::new(0usize));
+    let ctx = WorkerContext::new("apalis-cancel");
+    let handle = spawn(
+        WorkerBuilder::new(&ctx)
+            .backend(storage)
+            .data(dropped.clone())
+            .build(hang_and_count_drops)
+            .run(),
+    );
+    wait_job(&db.pool, id, "the job to run", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
+    skiplock::store::jobs::cancel_job(&db.pool, id)
+        .await
+        .unwrap();
+    wait_for(
+        "the handler to be stopped",
+        Duration::from_secs(60),
+        || async { (*dropped.lock().unwrap() == 1).then_some(()) },
+    )
+    .await;
+    // The worker goes on: a new job of the kind runs (and is cut again at stop).
+    let r = get_job(&db.pool, id).await.unwrap();
+    assert_eq!(r.state.as_str(), "cancelled");
+    assert!(
+        r.errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled while running"),
+        "{}",
+        r.errors
+    );
+    let pusher = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-cancel");
+    let next = pusher
+        .enqueue(
+            &Work {
+                n: 2,
+                mode: String::new(),
+            },
+            &JobOptions::new(),
+        )
+        .await
+        .unwrap();
+    wait_job(&db.pool, next, "the next job to run", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
+    stop(&ctx, handle).await;
+    let r = get_job(&db.pool, next).await.unwrap();
+    assert_eq!(
+        (r.state.as_str(), r.attempt),
+        ("available", 0),
+        "given back at stop"
+    );
+    assert_eq!(
+        get_job(&db.pool, id).await.unwrap().state.as_str(),
+        "cancelled"
+    );
+}
