@@ -701,3 +701,38 @@ async fn cancelling_a_running_apalis_job_stops_its_handler_and_the_worker_goes_o
         "cancelled"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_options_and_an_unmigrated_database_stop_the_apalis_worker_with_a_clear_error() {
+    let db = TestDb::new().await;
+    for (storage, expected) in [
+        (
+            SkiplockStorage::<Work>::new(db.pool.clone(), "k").concurrency(0),
+            "concurrency must be between 1 and",
+        ),
+        (
+            SkiplockStorage::<Work>::new(db.pool.clone(), ""),
+            "the job kind is empty",
+        ),
+        (
+            SkiplockStorage::<Work>::new(db.pool.clone(), "k").queue(" "),
+            "the queue name is empty",
+        ),
+    ] {
+        let worker = WorkerBuilder::new("bad").backend(storage).build(record);
+        let e = tokio::time::timeout(Duration::from_secs(60), worker.run())
+            .await
+            .expect("a bad storage fails at once")
+            .expect_err("a bad storage is refused");
+        assert!(e.to_string().contains(expected), "{e}");
+    }
+    let empty = TestDb::empty().await;
+    let worker = WorkerBuilder::new("unmigrated")
+        .backend(SkiplockStorage::<Work>::new(empty.pool.clone(), "k"))
+        .build(record);
+    let e = tokio::time::timeout(Duration::from_secs(60), worker.run())
+        .await
+        .expect("an unmigrated database fails at once")
+        .expect_err("an unmigrated database is refused");
+    assert!(e.to_string().contains("skiplock migrate"), "{e}");
+}
