@@ -736,3 +736,64 @@ async fn bad_options_and_an_unmigrated_database_stop_the_apalis_worker_with_a_cl
         .expect_err("an unmigrated database is refused");
     assert!(e.to_string().contains("skiplock migrate"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_apalis_worker_puts_back_what_it_never_started_and_its_running_jobs_are_rescued()
+{
+    let db = TestDb::new().await;
+    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-drop")
+        .settings(settings())
+        .concurrency(5);
+    let mut pusher = storage.clone();
+    pusher
+        .push_bulk(
+            (0..5)
+                .map(|n| Work {
+                    n,
+                    mode: String::new(),
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let ctx = WorkerContext::new("apalis-drop");
+    let handle = spawn(
+        WorkerBuilder::new(&ctx)
+            .backend(storage)
+            .concurrency(2)
+            .build(sleep_until_cut)
+            .run(),
+    );
+    wait_for("five claimed jobs", Duration::from_secs(60), || async {
+        (count_state(&db.pool, "running").await == 5).then_some(())
+    })
+    .await;
+    // Dropped, not stopped: no grace, no poll_close.
+    handle.abort();
+    let _ = handle.await;
+    wait_for(
+        "the three waiting jobs back",
+        Duration::from_secs(60),
+        || async {
+            (count(
+                &db.pool,
+                "SELECT count(*) FROM skiplock.jobs WHERE state = 'available' AND attempt = 0",
+            )
+            .await
+                == 3)
+                .then_some(())
+        },
+    )
+    .await;
+    // The two whose handlers were dropped mid-run are left to the rescuer.
+    let running: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM skiplock.jobs WHERE state = 'running'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(running.len(), 2);
+    for id in running {
+        rescue_now(&db.pool, id).await;
+    }
+    assert_eq!(count_state(&db.pool, "available").await, 5);
+}

@@ -275,6 +275,15 @@ impl Engine {
         )
     }
 
+    /// Stops every background task at once, without writing anything (no runtime to close
+    /// on): held jobs are no longer heartbeated and the rescuer returns them.
+    pub fn abandon(&self) {
+        self.claiming.cancel();
+        self.shutdown.cancel();
+        self.closing.cancel();
+        self.stop.cancel();
+    }
+
     /// Stops claiming, puts back the jobs claimed but never handed to apalis (attempt given
     /// back), writes every pending ack, stops the other tasks and removes the worker row.
     /// Called once apalis has no task in flight.
@@ -375,10 +384,21 @@ async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
                             );
                         }
                     }
+                    let mut gone = false;
                     for j in jobs {
-                        // A closed channel means the storage was dropped without closing:
-                        // the rescuer returns what it held.
-                        let _ = tx.send(j);
+                        if gone || tx.is_closed() {
+                            // The storage is gone without closing: put back what this claim
+                            // took and stop claiming.
+                            gone = true;
+                            e.ack(e.decide(j.id, j.attempt, j.max_attempts, Attempt::Released));
+                        } else if let Err(unsent) = tx.send(j) {
+                            gone = true;
+                            let j = unsent.0;
+                            e.ack(e.decide(j.id, j.attempt, j.max_attempts, Attempt::Released));
+                        }
+                    }
+                    if gone {
+                        return;
                     }
                 }
                 Err(err) => {

@@ -396,6 +396,29 @@ impl<Args: DeserializeOwned + Send + 'static> Backend for SkiplockStorage<Args> 
     }
 }
 
+/// A storage dropped without closing (its worker future dropped, say) stops its background
+/// tasks: claiming stops, claimed jobs not yet started go back and pending acks are written
+/// (by a task spawned on the current runtime, if there is one); jobs whose handlers were
+/// dropped mid-run are no longer heartbeated, so the rescuer returns them.
+impl<Args> Drop for SkiplockStorage<Args> {
+    fn drop(&mut self) {
+        let Some(engine) = self.engine.take() else {
+            return;
+        };
+        let rx = match std::mem::replace(&mut self.state, State::Closed) {
+            State::Running(rx) => Some(rx),
+            State::Closing(_) | State::Starting(_) => None,
+            State::Idle | State::Closed | State::Failed(_) => return,
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(engine.close(rx));
+            }
+            Err(_) => engine.abandon(),
+        }
+    }
+}
+
 impl<Args: DeserializeOwned + Send + 'static> BackendConfig for SkiplockStorage<Args> {
     type Args = Args;
     type Id = u64;
