@@ -15,6 +15,8 @@
 //! would be), [`config`] (settings as values; the environment is read only at the edge),
 //! [`cli`] (the `skiplock` command).
 
+#[cfg(feature = "apalis")]
+pub mod apalis;
 pub mod cli;
 pub mod config;
 pub mod db;

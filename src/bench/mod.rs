@@ -8,6 +8,8 @@
 //! (enqueue rates, latency), `meter.rs` (idle %, WAL and commits per job), `store.rs` (every
 //! SQL statement), `stats.rs` and `targets.rs` (pure).
 
+#[cfg(feature = "apalis-bench")]
+pub mod apalis;
 pub mod drain;
 pub mod enqueue;
 pub mod limits;
@@ -244,6 +246,35 @@ async fn fill_noop(monitor: &PgPool, n: usize) -> Result<()> {
         )
         .await?;
         left -= k;
+    }
+    store::analyze_jobs(monitor).await
+}
+
+/// Inserts `n` jobs of `kind` in the default queue, the args of job `i` from `args(i)`.
+#[cfg(feature = "apalis-bench")]
+async fn fill_kind(
+    monitor: &PgPool,
+    kind: &str,
+    n: usize,
+    args: impl Fn(usize) -> Result<serde_json::Value>,
+) -> Result<()> {
+    let mut i = 0;
+    while i < n {
+        let k = (n - i).min(1000);
+        let batch = (i..i + k).map(&args).collect::<Result<Vec<_>>>()?;
+        enqueue_many(
+            monitor,
+            ManyJobs {
+                kind,
+                args: &batch,
+                queue: "default",
+                run_at: None,
+                priority: 0,
+                limit_key: None,
+            },
+        )
+        .await?;
+        i += k;
     }
     store::analyze_jobs(monitor).await
 }

@@ -65,6 +65,12 @@ pub struct BenchArgs {
     /// Skip the drains under limits and the polite crawl.
     #[arg(long)]
     pub skip_limits: bool,
+    /// Instead of the usual figures: the same drain of `--jobs` through an apalis worker on
+    /// skiplock's `SkiplockStorage` and on apalis-postgres (`--concurrency`, `--connections`,
+    /// `--runs` apply to both). Needs a build with the `apalis-bench` feature
+    /// (`scripts/bench --apalis` builds it).
+    #[arg(long)]
+    pub apalis: bool,
 }
 
 fn rate(s: Option<&Stat>) -> String {
@@ -326,6 +332,9 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
     check_flag("--scale-finished", a.scale_finished as i128, 0, 100_000_000)?;
     check_flag("--scale-future", a.scale_future as i128, 0, 100_000_000)?;
     let server = crate::config::database_url(url)?;
+    if a.apalis {
+        return run_apalis(&server, &a).await;
+    }
     let worker_bin = if a.skip_processes {
         None
     } else {
@@ -370,6 +379,41 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
         print!("{}", render(&report));
     }
     Ok(())
+}
+
+/// `skiplock bench --apalis`.
+#[cfg(feature = "apalis-bench")]
+async fn run_apalis(server: &str, a: &BenchArgs) -> anyhow::Result<()> {
+    use crate::bench::apalis::{ApalisOptions, render, run};
+    let o = ApalisOptions {
+        jobs: a.jobs,
+        concurrency: a.concurrency,
+        connections: a.connections,
+        runs: a.runs.max(1),
+    };
+    let progress = crate::progress::Progress::spinner("bench");
+    let report = run(server, &o, |m| {
+        progress.line(&format!("bench: {m}"));
+        progress.message(m.to_string());
+    })
+    .await;
+    progress.clear();
+    let report = report?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+/// `skiplock bench --apalis` in a build without the apalis backend: say how to get one.
+#[cfg(not(feature = "apalis-bench"))]
+async fn run_apalis(_server: &str, _a: &BenchArgs) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "bench --apalis: this skiplock was built without the `apalis-bench` feature; run \
+         `scripts/bench --apalis` (or build with `--features apalis-bench`)"
+    )
 }
 
 #[cfg(test)]

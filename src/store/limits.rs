@@ -28,6 +28,57 @@ pub struct LimitedClaim {
     pub wait_until: Option<DateTime<Utc>>,
 }
 
+/// What one claim brought back.
+pub struct Claimed {
+    pub jobs: Vec<Job>,
+    /// The queue has limits or is paused (the next claim goes through the limited claim).
+    pub controlled: bool,
+    /// A limit or a pause may have held jobs back.
+    pub held: bool,
+    /// When a job held back by a key's rate may start.
+    pub wait_until: Option<DateTime<Utc>>,
+}
+
+/// The claim a worker makes: the plain claim, or the limited one for a controlled queue (`controlled`: the last claim
+/// found the queue controlled). The plain claim never claims from a controlled queue, so
+/// when it comes back empty the limited one is asked, and says whether the queue is. The
+/// limited claim takes at most `free` jobs (free slots, never ahead): a job claimed into the
+/// buffer would count against the limit without running.
+pub async fn claim_any(
+    pool: &super::Pool,
+    mut params: ClaimParams<'_>,
+    free: usize,
+    controlled: bool,
+) -> Result<Claimed> {
+    if !controlled {
+        let jobs = super::claim::claim(pool, params).await?;
+        if !jobs.is_empty() || params.limit == 0 || params.kinds.is_empty() {
+            return Ok(Claimed {
+                jobs,
+                controlled: false,
+                held: false,
+                wait_until: None,
+            });
+        }
+    }
+    params.limit = params.limit.min(free);
+    if params.limit == 0 {
+        return Ok(Claimed {
+            jobs: Vec::new(),
+            controlled,
+            held: controlled,
+            wait_until: None,
+        });
+    }
+    let got = claim_limited(pool, params).await?;
+    Ok(Claimed {
+        jobs: got.jobs,
+        controlled: got.controlled,
+        held: got.controlled,
+        wait_until: got.wait_until,
+    })
+}
+
 /// Claims from a queue that has limits or is paused (`sql/queue/claim_limited.sql`).
 pub async fn claim_limited<'e, E: Executor<'e>>(
     exec: E,

@@ -33,8 +33,8 @@ use crate::db::outage::Backoff;
 use crate::error::Result;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
-use crate::store::claim::{ClaimParams, claim};
-use crate::store::limits::claim_limited;
+use crate::store::claim::ClaimParams;
+use crate::store::limits::{Claimed, claim_any};
 use crate::store::notify::{waiting_add, waiting_remove};
 
 /// First and longest wait between two failed claims.
@@ -328,61 +328,10 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     }
 }
 
-/// What one claim brought back.
-struct Claimed {
-    jobs: Vec<Job>,
-    /// The queue has limits or is paused (the next claim goes through the limited claim).
-    controlled: bool,
-    /// A limit or a pause may have held jobs back.
-    held: bool,
-    /// When a job held back by a key's rate may start.
-    wait_until: Option<chrono::DateTime<chrono::Utc>>,
-}
-
 /// How a finished job's ack takes to be written, about (the completer batches for a couple
 /// of milliseconds): a producer held back by a limit waits this long after one of its jobs
 /// finished before it claims again, so the job no longer counts as running.
 const ACK_SETTLE: Duration = Duration::from_millis(20);
-
-/// The plain claim, or the limited one for a controlled queue (`controlled`: the last claim
-/// found the queue controlled). The plain claim never claims from a controlled queue, so
-/// when it comes back empty the limited one is asked, and says whether the queue is. The
-/// limited claim takes at most `free` jobs (free slots, never ahead): a job claimed into the
-/// buffer would count against the limit without running.
-async fn claim_any(
-    pool: &crate::store::Pool,
-    mut params: ClaimParams<'_>,
-    free: usize,
-    controlled: bool,
-) -> Result<Claimed> {
-    if !controlled {
-        let jobs = claim(pool, params).await?;
-        if !jobs.is_empty() || params.limit == 0 || params.kinds.is_empty() {
-            return Ok(Claimed {
-                jobs,
-                controlled: false,
-                held: false,
-                wait_until: None,
-            });
-        }
-    }
-    params.limit = params.limit.min(free);
-    if params.limit == 0 {
-        return Ok(Claimed {
-            jobs: Vec::new(),
-            controlled,
-            held: controlled,
-            wait_until: None,
-        });
-    }
-    let got = claim_limited(pool, params).await?;
-    Ok(Claimed {
-        jobs: got.jobs,
-        controlled: got.controlled,
-        held: got.controlled,
-        wait_until: got.wait_until,
-    })
-}
 
 /// How long an idle producer waits at most before claiming again: the poll interval, or
 /// less when a job held back by a key's rate may start sooner (a few ms after it may).

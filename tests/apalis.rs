@@ -1,0 +1,800 @@
+//! The apalis backend (issue 16): apalis 1.x workers on `skiplock::apalis::SkiplockStorage`,
+//! against a real database, next to native workers.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use apalis::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use skiplock::apalis::{JobOptions, SkiplockJob, SkiplockStorage};
+use skiplock::config::QueueSettings;
+use skiplock::queue::{NewJob, OnConflict};
+use skiplock::store::jobs::{ManyJobs, enqueue, enqueue_many, get_job};
+use sqlx::PgPool;
+use support::*;
+use tokio::task::JoinHandle;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Work {
+    n: u32,
+    #[serde(default)]
+    mode: String,
+}
+
+/// Settings for in-process apalis storages: fast poll, tiny backoff, a long rescue window
+/// (a loaded machine never has a live job rescued), short grace.
+fn settings() -> QueueSettings {
+    QueueSettings {
+        rescue_after: Duration::from_secs(60),
+        shutdown_grace: Duration::from_millis(300),
+        ..fast_settings()
+    }
+}
+
+/// Runs `worker` in a task; returns the task (ended by `ctx.stop()`).
+fn spawn<F>(fut: F) -> JoinHandle<Result<(), WorkerError>>
+where
+    F: std::future::Future<Output = Result<(), WorkerError>> + Send + 'static,
+{
+    tokio::spawn(fut)
+}
+
+async fn stop(ctx: &WorkerContext, handle: JoinHandle<Result<(), WorkerError>>) {
+    // The worker may not have started yet on a slow machine: stop() refuses a pending one.
+    wait_for(
+        "the apalis worker to start",
+        Duration::from_secs(60),
+        || async { (!ctx.is_pending()).then_some(()) },
+    )
+    .await;
+    ctx.stop().unwrap();
+    tokio::time::timeout(Duration::from_secs(120), handle)
+        .await
+        .expect("the apalis worker stops")
+        .expect("the apalis worker task does not panic")
+        .expect("the apalis worker ends without error");
+}
+
+/// A tower middleware that counts the tasks it sees (proof that a user's layers run).
+#[derive(Clone)]
+struct CountLayer(Arc<Mutex<usize>>);
+
+impl<S> tower_layer::Layer<S> for CountLayer {
+    type Service = CountService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        CountService(inner, self.0.clone())
+    }
+}
+
+#[derive(Clone)]
+struct CountService<S>(S, Arc<Mutex<usize>>);
+
+impl<S: tower_service::Service<Req>, Req> tower_service::Service<Req> for CountService<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+    fn call(&mut self, req: Req) -> S::Future {
+        *self.1.lock().unwrap() += 1;
+        self.0.call(req)
+    }
+}
+
+type Seen = Arc<Mutex<HashMap<u32, u32>>>;
+
+async fn record(work: Work, seen: Data<Seen>) -> Result<(), BoxDynError> {
+    *seen.lock().unwrap().entry(work.n).or_default() += 1;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_apalis_worker_drains_its_kind_exactly_once_next_to_a_native_worker() {
+    let db = TestDb::new().await;
+    const N: u32 = 2000;
+    // Pushed through apalis's TaskSink (a clone of the storage never claims).
+    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-work")
+        .settings(settings())
+        .concurrency(10);
+    let mut pusher = storage.clone();
+    pusher
+        .push_bulk(
+            (0..N)
+                .map(|n| Work {
+                    n,
+                    mode: String::new(),
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    // Another kind for the native worker.
+    let noop = vec![json!({}); N as usize];
+    enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "noop",
+            args: &noop,
+            queue: "default",
+            run_at: None,
+            priority: 0,
+            limit_key: None,
+        },
+    )
+    .await
+    .unwrap();
+
+    let native = start_builtin(&db.pool, fast_settings());
+    let seen: Seen = Default::default();
+    let counted = Arc::new(Mutex::new(0usize));
+    let ctx = WorkerContext::new("apalis-work");
+    let worker = WorkerBuilder::new(&ctx)
+        .backend(storage)
+        .layer(CountLayer(counted.clone()))
+        .concurrency(10)
+        .data(seen.clone())
+        .build(record);
+    let handle = spawn(worker.run());
+
+    wait_all_finished(&db.pool, Duration::from_secs(300)).await;
+    stop(&ctx, handle).await;
+    native.stop().await.unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), N as usize, "every apalis job ran");
+    assert!(seen.values().all(|&c| c == 1), "no apalis job ran twice");
+    assert_eq!(
+        *counted.lock().unwrap(),
+        N as usize,
+        "the middleware saw every task"
+    );
+    let by: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT kind, state::text, count(*) FROM skiplock.jobs
+         WHERE attempt = 1 AND errors = '[]'::jsonb GROUP BY 1, 2 ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        by,
+        vec![
+            ("apalis-work".into(), "completed".into(), N as i64),
+            ("noop".into(), "completed".into(), N as i64)
+        ]
+    );
+    // The apalis jobs were claimed by the apalis storage's worker, the noops by the native one.
+    let apalis_by: i64 = count(
+        &db.pool,
+        "SELECT count(*) FROM skiplock.jobs WHERE kind = 'apalis-work' AND attempted_by LIKE '%:apalis:%'",
+    )
+    .await;
+    assert_eq!(apalis_by, N as i64);
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.workers").await,
+        0,
+        "both workers removed their rows on stop"
+    );
+}
+
+async fn fail_or_abort(work: Work) -> Result<(), BoxDynError> {
+    match work.mode.as_str() {
+        "abort" => Err(AbortError::new(format!("giving up on {}", work.n)).into()),
+        _ => Err(format!("boom {}", work.n).into()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_apalis_handler_is_retried_with_its_errors_recorded_then_discarded() {
+    let db = TestDb::new().await;
+    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-fail").settings(settings());
+    let failing = storage
+        .enqueue(
+            &Work {
+                n: 1,
+                mode: "fail".into(),
+            },
+            &JobOptions::new().max_attempts(3),
+        )
+        .await
+        .unwrap();
+    let aborted = storage
+        .enqueue(
+            &Work {
+                n: 2,
+                mode: "abort".into(),
+            },
+            &JobOptions::new(),
+        )
+        .await
+        .unwrap();
+    // Arguments this handler cannot read: discarded at once, never run.
+    let bad = enqueue(&db.pool, &NewJob::new("apalis-fail", json!({"m": "x"})))
+        .await
+        .unwrap();
+
+    let ctx = WorkerContext::new("apalis-fail");
+    let worker = WorkerBuilder::new(&ctx)
+        .backend(storage)
+        .build(fail_or_abort);
+    let handle = spawn(worker.run());
+    wait_all_finished(&db.pool, Duration::from_secs(120)).await;
+    stop(&ctx, handle).await;
+
+    let r = get_job(&db.pool, failing).await.unwrap();
+    assert_eq!(
+        (r.state.as_str(), r.attempt, r.max_attempts),
+        ("discarded", 3, 3)
+    );
+    let errors = r.errors.as_array().unwrap();
+    assert_eq!(errors.len(), 3, "{}", r.errors);
+    for (i, e) in errors.iter().enumerate() {
+        assert_eq!(e["attempt"], json!(i + 1), "{}", r.errors);
+        assert_eq!(e["error"], json!("boom 1"), "{}", r.errors);
+    }
+
+    let r = get_job(&db.pool, aborted).await.unwrap();
+    assert_eq!(
+        (r.state.as_str(), r.attempt),
+        ("discarded", 1),
+        "an abort discards at once"
+    );
+    assert!(
+        r.errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("giving up on 2"),
+        "{}",
+        r.errors
+    );
+
+    let r = get_job(&db.pool, bad).await.unwrap();
+    assert_eq!((r.state.as_str(), r.attempt), ("discarded", 1));
+    assert!(
+        r.errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("undecodable args"),
+        "{}",
+        r.errors
+    );
+}
+
+async fn sleep_until_cut(_work: Work) -> Result<(), BoxDynError> {
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_returns_running_and_waiting_jobs_without_spending_an_attempt() {
+    let db = TestDb::new().await;
+    // The storage claims 5; apalis runs 2 at a time: 2 running, 3 claimed and waiting.
+    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-slow")
+        .settings(settings())
+        .concurrency(5);
+    let mut pusher = storage.clone();
+    pusher
+        .push_bulk(
+            (0..5)
+                .map(|n| Work {
+                    n,
+                    mode: String::new(),
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let ctx = WorkerContext::new("apalis-slow");
+    let worker = WorkerBuilder::new(&ctx)
+        .backend(storage)
+        .concurrency(2)
+        .build(sleep_until_cut);
+    let handle = spawn(worker.run());
+    wait_for("five claimed jobs", Duration::from_secs(60), || async {
+        (count_state(&db.pool, "running").await == 5).then_some(())
+    })
+    .await;
+    stop(&ctx, handle).await;
+
+    let rows: Vec<(String, i32, i64)> = sqlx::query_as(
+        "SELECT state::text, attempt, jsonb_array_length(errors)::bigint FROM skiplock.jobs ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, vec![("available".to_string(), 0, 0); 5], "{rows:?}");
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.workers").await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushing_reaches_skiplocks_options() {
+    let db = TestDb::new().await;
+    let mut storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-push").queue("mail");
+    // A debounce: the second push replaces the first's args and run time.
+    for n in [1, 2] {
+        let task = TaskBuilder::new(Work {
+            n,
+            mode: String::new(),
+        })
+        .data(
+            JobOptions::new()
+                .unique_key("digest", OnConflict::Replace)
+                .priority(-3)
+                .run_at(chrono::Utc::now() + chrono::Duration::seconds(600 * n as i64)),
+        )
+        .build();
+        storage.push_task(task).await.unwrap();
+    }
+    // apalis's own idempotency key is a keep-key; its priority is larger-first.
+    for n in [3, 4] {
+        let task = TaskBuilder::new(Work {
+            n,
+            mode: String::new(),
+        })
+        .idempotency_key("once")
+        .priority(5)
+        .build();
+        storage.push_task(task).await.unwrap();
+    }
+    // Plain values are wrapped into an object.
+    let mut ints = SkiplockStorage::<u32>::new(db.pool.clone(), "apalis-int");
+    ints.push(42).await.unwrap();
+
+    let rows: Vec<(String, String, serde_json::Value, i16, Option<String>, bool)> = sqlx::query_as(
+        "SELECT kind, queue, args, priority, unique_key, scheduled_at > now() + interval '900 seconds'
+         FROM skiplock.jobs ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "apalis-push".into(),
+                "mail".into(),
+                json!({"n": 2, "mode": ""}),
+                -3,
+                Some("digest".into()),
+                true
+            ),
+            (
+                "apalis-push".into(),
+                "mail".into(),
+                json!({"n": 3, "mode": ""}),
+                -5,
+                Some("once".into()),
+                false
+            ),
+            (
+                "apalis-int".into(),
+                "default".into(),
+                json!({"value": 42}),
+                0,
+                None,
+                false
+            ),
+        ]
+    );
+}
+
+/// The child process of the SIGKILL test (run by it with `--ignored`): an apalis worker on
+/// SkiplockStorage whose first attempts never finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child process of apalis_jobs_of_a_sigkilled_process_are_rescued_and_finished"]
+async fn apalis_child_process() {
+    let url = std::env::var("SKIPLOCK_APALIS_CHILD_URL")
+        .expect("run only by the SIGKILL test, which sets SKIPLOCK_APALIS_CHILD_URL");
+    let pool = PgPool::connect(&url).await.unwrap();
+    let ctx = WorkerContext::new("apalis-child");
+    // Heartbeats every second; no rescuer of its own.
+    let storage = SkiplockStorage::<Work>::new(pool, "apalis-kill")
+        .settings(QueueSettings {
+            rescue_after: Duration::from_secs(4),
+            ..settings()
+        })
+        .rescuer(false);
+    WorkerBuilder::new(&ctx)
+        .backend(storage)
+        .concurrency(10)
+        .build(first_attempt_hangs)
+        .run()
+        .await
+        .unwrap();
+}
+
+async fn first_attempt_hangs(_work: Work, job: Data<SkiplockJob>) -> Result<(), BoxDynError> {
+    if job.attempt == 1 {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apalis_jobs_of_a_sigkilled_process_are_rescued_and_finished() {
+    let db = TestDb::new().await;
+    let mut pusher = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-kill");
+    pusher
+        .push_bulk(
+            (0..5)
+                .map(|n| Work {
+                    n,
+                    mode: String::new(),
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "apalis_child_process",
+            "--nocapture",
+        ])
+        .env("SKIPLOCK_APALIS_CHILD_URL", &db.url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Every job held by the child, and heartbeated by it at least once.
+    wait_for(
+        "the child to run all five jobs",
+        Duration::from_secs(120),
+        || async {
+            let n = count(
+                &db.pool,
+                "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'
+               AND attempted_by LIKE '%:apalis:%' AND heartbeat_at > attempted_at",
+            )
+            .await;
+            (n == 5).then_some(())
+        },
+    )
+    .await;
+    sigkill(&child);
+    let _ = child.wait();
+    assert_eq!(
+        count_state(&db.pool, "running").await,
+        5,
+        "the killed child's jobs stay running"
+    );
+
+    // An apalis worker whose rescue window the test sets short: its rescuer returns the dead
+    // child's jobs (their heartbeats stopped), and it finishes them.
+    let ctx = WorkerContext::new("apalis-rescuer");
+    let storage =
+        SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-kill").settings(QueueSettings {
+            rescue_after: Duration::from_secs(2),
+            ..settings()
+        });
+    let handle = spawn(
+        WorkerBuilder::new(&ctx)
+            .backend(storage)
+            .concurrency(10)
+            .build(first_attempt_hangs)
+            .run(),
+    );
+    wait_all_finished(&db.pool, Duration::from_secs(120)).await;
+    stop(&ctx, handle).await;
+    let rows: Vec<(String, i32, String)> = sqlx::query_as(
+        "SELECT state::text, attempt, errors->0->>'error' FROM skiplock.jobs ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 5);
+    for (state, attempt, error) in rows {
+        assert_eq!(state, "completed");
+        // 2, or more if the loaded machine stalled this worker past its short window.
+        assert!(attempt >= 2, "attempt {attempt}");
+        assert!(error.contains("heartbeat"), "{error}");
+    }
+}
+
+/// docs/apalis-migrate.sql with its psql variables filled in.
+fn migrate_script(job_type: &str, kind: &str, queue: &str) -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/apalis-migrate.sql"
+    ))
+    .unwrap()
+    .replace(":'job_type'", &format!("'{job_type}'"))
+    .replace(":'kind'", &format!("'{kind}'"))
+    .replace(":'queue'", &format!("'{queue}'"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_migration_script_moves_pending_apalis_jobs_and_an_apalis_worker_runs_them() {
+    let db = TestDb::new().await;
+    // The columns of apalis-postgres 1.0's apalis.jobs that the script reads.
+    sqlx::raw_sql(
+        "CREATE SCHEMA apalis;
+         CREATE TABLE apalis.jobs (
+             job bytea NOT NULL, id text PRIMARY KEY, job_type text NOT NULL,
+             status text NOT NULL DEFAULT 'Pending', attempts integer NOT NULL DEFAULT 0,
+             max_attempts integer NOT NULL DEFAULT 25, run_at timestamptz NOT NULL DEFAULT now(),
+             last_result jsonb, lock_at timestamptz, lock_by text, done_at timestamptz,
+             priority integer DEFAULT 0, idempotency_key text);
+         INSERT INTO apalis.jobs (job, id, job_type, status, attempts, max_attempts, priority, idempotency_key) VALUES
+             (convert_to('{\"n\": 1}', 'UTF8'), 'a', 'app::Work', 'Pending', 0, 25, 0, NULL),
+             (convert_to('{\"n\": 2}', 'UTF8'), 'b', 'app::Work', 'Failed', 2, 5, 3, 'key-2'),
+             (convert_to('{\"n\": 3}', 'UTF8'), 'c', 'app::Work', 'Running', 1, 25, 0, NULL),
+             (convert_to('{\"n\": 4}', 'UTF8'), 'd', 'app::Work', 'Done', 1, 25, 0, NULL),
+             (convert_to('{\"n\": 5}', 'UTF8'), 'e', 'app::Work', 'Failed', 25, 25, 0, NULL),
+             (convert_to('{\"n\": 6}', 'UTF8'), 'f', 'app::Other', 'Pending', 0, 25, 0, NULL),
+             (convert_to('7', 'UTF8'), 'g', 'app::Int', 'Pending', 0, 25, 0, NULL);",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let script = migrate_script("app::Work", "apalis-moved", "default");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(script))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let script = migrate_script("app::Int", "apalis-int", "default");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(script))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let rows: Vec<(String, serde_json::Value, i16, i32, Option<String>)> = sqlx::query_as(
+        "SELECT kind, args, priority, max_attempts, unique_key FROM skiplock.jobs ORDER BY args->>'n'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            ("apalis-moved".into(), json!({"n": 1}), 0, 25, None),
+            (
+                "apalis-moved".into(),
+                json!({"n": 2}),
+                -3,
+                3,
+                Some("key-2".into())
+            ),
+            ("apalis-moved".into(), json!({"n": 3}), 0, 24, None),
+            ("apalis-int".into(), json!({"value": 7}), 0, 25, None),
+        ]
+    );
+    let left: Vec<String> = sqlx::query_scalar("SELECT id FROM apalis.jobs ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        vec!["d", "e", "f"],
+        "finished rows and other types stay"
+    );
+
+    // An apalis worker on SkiplockStorage runs the moved jobs.
+    let seen: Seen = Default::default();
+    let ctx = WorkerContext::new("apalis-moved");
+    let storage =
+        SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-moved").settings(settings());
+    let handle = spawn(
+        WorkerBuilder::new(&ctx)
+            .backend(storage)
+            .data(seen.clone())
+            .build(record)
+            .run(),
+    );
+    wait_for(
+        "the moved jobs to complete",
+        Duration::from_secs(60),
+        || async { (count_state(&db.pool, "completed").await == 3).then_some(()) },
+    )
+    .await;
+    stop(&ctx, handle).await;
+    let mut ns: Vec<u32> = seen.lock().unwrap().keys().copied().collect();
+    ns.sort();
+    assert_eq!(ns, vec![1, 2, 3]);
+}
+
+/// Counts handler futures dropped before they finished.
+struct DropCount(Arc<Mutex<usize>>);
+
+impl Drop for DropCount {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() += 1;
+    }
+}
+
+async fn hang_and_count_drops(
+    _work: Work,
+    dropped: Data<Arc<Mutex<usize>>>,
+) -> Result<(), BoxDynError> {
+    let guard = DropCount(dropped.0.clone());
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    std::mem::forget(guard);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_running_apalis_job_stops_its_handler_and_the_worker_goes_on() {
+    let db = TestDb::new().await;
+    // Heartbeats every 500 ms; no rescuer in this process, so nothing but the cancel takes
+    // the job away however loaded the machine is.
+    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-cancel")
+        .settings(QueueSettings {
+            rescue_after: Duration::from_secs(2),
+            ..settings()
+        })
+        .rescuer(false);
+    let id = storage
+        .enqueue(
+            &Work {
+                n: 1,
+                mode: String::new(),
+            },
+            &JobOptions::new(),
+        )
+        .await
+        .unwrap();
+    let dropped = Arc::new(Mutex::new(0usize));
+    let ctx = WorkerContext::new("apalis-cancel");
+    let handle = spawn(
+        WorkerBuilder::new(&ctx)
+            .backend(storage)
+            .data(dropped.clone())
+            .build(hang_and_count_drops)
+            .run(),
+    );
+    wait_job(&db.pool, id, "the job to run", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
+    skiplock::store::jobs::cancel_job(&db.pool, id)
+        .await
+        .unwrap();
+    wait_for(
+        "the handler to be stopped",
+        Duration::from_secs(60),
+        || async { (*dropped.lock().unwrap() == 1).then_some(()) },
+    )
+    .await;
+    // The worker goes on: a new job of the kind runs (and is cut again at stop).
+    let r = get_job(&db.pool, id).await.unwrap();
+    assert_eq!(r.state.as_str(), "cancelled");
+    assert!(
+        r.errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled while running"),
+        "{}",
+        r.errors
+    );
+    let pusher = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-cancel");
+    let next = pusher
+        .enqueue(
+            &Work {
+                n: 2,
+                mode: String::new(),
+            },
+            &JobOptions::new(),
+        )
+        .await
+        .unwrap();
+    wait_job(&db.pool, next, "the next job to run", |r| {
+        r.state.as_str() == "running"
+    })
+    .await;
+    stop(&ctx, handle).await;
+    let r = get_job(&db.pool, next).await.unwrap();
+    assert_eq!(
+        (r.state.as_str(), r.attempt),
+        ("available", 0),
+        "given back at stop"
+    );
+    assert_eq!(
+        get_job(&db.pool, id).await.unwrap().state.as_str(),
+        "cancelled"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_options_and_an_unmigrated_database_stop_the_apalis_worker_with_a_clear_error() {
+    let db = TestDb::new().await;
+    for (storage, expected) in [
+        (
+            SkiplockStorage::<Work>::new(db.pool.clone(), "k").concurrency(0),
+            "concurrency must be between 1 and",
+        ),
+        (
+            SkiplockStorage::<Work>::new(db.pool.clone(), ""),
+            "the job kind is empty",
+        ),
+        (
+            SkiplockStorage::<Work>::new(db.pool.clone(), "k").queue(" "),
+            "the queue name is empty",
+        ),
+    ] {
+        let worker = WorkerBuilder::new("bad").backend(storage).build(record);
+        let e = tokio::time::timeout(Duration::from_secs(60), worker.run())
+            .await
+            .expect("a bad storage fails at once")
+            .expect_err("a bad storage is refused");
+        assert!(e.to_string().contains(expected), "{e}");
+    }
+    let empty = TestDb::empty().await;
+    let worker = WorkerBuilder::new("unmigrated")
+        .backend(SkiplockStorage::<Work>::new(empty.pool.clone(), "k"))
+        .build(record);
+    let e = tokio::time::timeout(Duration::from_secs(60), worker.run())
+        .await
+        .expect("an unmigrated database fails at once")
+        .expect_err("an unmigrated database is refused");
+    assert!(e.to_string().contains("skiplock migrate"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_apalis_worker_puts_back_what_it_never_started_and_its_running_jobs_are_rescued()
+{
+    let db = TestDb::new().await;
+    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-drop")
+        .settings(settings())
+        .concurrency(5);
+    let mut pusher = storage.clone();
+    pusher
+        .push_bulk(
+            (0..5)
+                .map(|n| Work {
+                    n,
+                    mode: String::new(),
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let ctx = WorkerContext::new("apalis-drop");
+    let handle = spawn(
+        WorkerBuilder::new(&ctx)
+            .backend(storage)
+            .concurrency(2)
+            .build(sleep_until_cut)
+            .run(),
+    );
+    wait_for("five claimed jobs", Duration::from_secs(60), || async {
+        (count_state(&db.pool, "running").await == 5).then_some(())
+    })
+    .await;
+    // Dropped, not stopped: no grace, no poll_close.
+    handle.abort();
+    let _ = handle.await;
+    wait_for(
+        "the three waiting jobs back",
+        Duration::from_secs(60),
+        || async {
+            (count(
+                &db.pool,
+                "SELECT count(*) FROM skiplock.jobs WHERE state = 'available' AND attempt = 0",
+            )
+            .await
+                == 3)
+                .then_some(())
+        },
+    )
+    .await;
+    // The two whose handlers were dropped mid-run are left to the rescuer.
+    let running: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM skiplock.jobs WHERE state = 'running'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(running.len(), 2);
+    for id in running {
+        rescue_now(&db.pool, id).await;
+    }
+    assert_eq!(count_state(&db.pool, "available").await, 5);
+}
