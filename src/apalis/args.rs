@@ -2,7 +2,7 @@
 //! object and back, and how an apalis task (with its optional [`JobOptions`]) becomes a
 //! [`NewJob`].
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{TimeZone, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -49,57 +49,13 @@ pub fn decode_args<A: DeserializeOwned>(v: &Value) -> std::result::Result<A, Str
     }
 }
 
-/// skiplock options for a job pushed through apalis: attach one to a task
+/// skiplock options for a job pushed through apalis are the typed-enqueue options
+/// ([`crate::queue::JobOptions`]): attach one to a task
 /// (`TaskBuilder::new(args).data(JobOptions::new().queue("slow")).build()`) or pass it to
 /// [`super::SkiplockStorage::enqueue`]. Unset fields fall back to the apalis task's own
 /// (`run_at`, `priority`, `max_attempts`, `idempotency_key` as a keep-key), then to the
 /// storage's queue and skiplock's defaults.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct JobOptions {
-    /// Queue (default: the storage's).
-    pub queue: Option<String>,
-    /// When the job becomes due.
-    pub run_at: Option<DateTime<Utc>>,
-    /// skiplock priority: smaller runs first.
-    pub priority: Option<i16>,
-    /// Attempt limit.
-    pub max_attempts: Option<i32>,
-    /// Unique key and what to do when an available job holds it (keep, or replace: debounce).
-    pub unique_key: Option<(String, OnConflict)>,
-}
-
-impl JobOptions {
-    /// No options: everything from the task or the defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Sets the queue.
-    pub fn queue(mut self, q: impl Into<String>) -> Self {
-        self.queue = Some(q.into());
-        self
-    }
-    /// Sets when the job becomes due.
-    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
-        self.run_at = Some(at);
-        self
-    }
-    /// Sets skiplock's priority (smaller first).
-    pub fn priority(mut self, p: i16) -> Self {
-        self.priority = Some(p);
-        self
-    }
-    /// Sets the attempt limit.
-    pub fn max_attempts(mut self, n: i32) -> Self {
-        self.max_attempts = Some(n);
-        self
-    }
-    /// Sets a unique key: `Keep` leaves an available job holding it alone, `Replace` updates
-    /// it (args, run time, priority, max_attempts): a debounce.
-    pub fn unique_key(mut self, key: impl Into<String>, on_conflict: OnConflict) -> Self {
-        self.unique_key = Some((key.into(), on_conflict));
-        self
-    }
-}
+pub use crate::queue::typed::JobOptions;
 
 /// What an apalis task carries besides its arguments, read from apalis's `Task` (kept apart
 /// so the conversion is a plain function).
@@ -165,6 +121,9 @@ pub fn new_job(
         (Some((k, c)), _) => job = job.unique_key(k, c),
         (None, Some(k)) => job = job.unique_key(k.clone(), OnConflict::Keep),
         (None, None) => {}
+    }
+    if let Some(k) = o.limit_key {
+        job = job.limit_key(k);
     }
     Ok(job)
 }
