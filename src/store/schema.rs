@@ -27,10 +27,18 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// Every version of the SQL API and the hash of its files, oldest first; append only. A
 /// database migrated before versions were recorded (release 0.1.0 and its successors up to
 /// version 1) counts as version 0.
-pub const API_VERSIONS: &[(u32, &str)] = &[(
-    1,
-    "fba89b0989b1cbdcd4e20c1b05ff513f07824c0de34700d256a987121bc44721",
-)];
+pub const API_VERSIONS: &[(u32, &str)] = &[
+    // The store layer's API (the previous round's main, 710013a).
+    (
+        1,
+        "8d526bbb2c14f484a3b8296210216f22e136e5169c18d5e8c31078ac0b9ea8c8",
+    ),
+    // Limits and pause, claim-ahead and the waiting registry, fetch politeness as a limit.
+    (
+        2,
+        "fba89b0989b1cbdcd4e20c1b05ff513f07824c0de34700d256a987121bc44721",
+    ),
+];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
 pub const API_VERSION: u32 = API_VERSIONS[API_VERSIONS.len() - 1].0;
