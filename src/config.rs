@@ -32,7 +32,7 @@ pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(24 * 3600);
 /// Default minimum time between two claims of a busy queue (lets claims batch).
 pub const DEFAULT_FETCH_COOLDOWN: Duration = Duration::from_millis(2);
 /// Jobs a queue's producer may hold claimed beyond its free slots (`SKIPLOCK_CLAIM_AHEAD`).
-pub const DEFAULT_CLAIM_AHEAD: usize = 100;
+pub const DEFAULT_CLAIM_AHEAD: usize = 200;
 /// Default time the first acknowledgement of a batch waits for company.
 pub const DEFAULT_ACK_DELAY: Duration = Duration::from_millis(2);
 /// Default size of the database connection pool of one process's handlers.
@@ -454,7 +454,7 @@ pub struct QueueSettings {
     /// freed meanwhile instead of one statement per finished job (`SKIPLOCK_FETCH_COOLDOWN`, 2ms).
     pub fetch_cooldown: Duration,
     /// Jobs each queue's producer may claim beyond its free slots, at most the queue's
-    /// concurrency (`SKIPLOCK_CLAIM_AHEAD`, 100; 0: off). The next batch is claimed while the
+    /// concurrency (`SKIPLOCK_CLAIM_AHEAD`, 200; 0: off). The next batch is claimed while the
     /// current one runs, so slots are not left empty for a claim's round trip; buffered jobs
     /// are heartbeated, returned at shutdown and rescued after a crash like running ones.
     pub claim_ahead: usize,

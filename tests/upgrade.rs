@@ -19,20 +19,30 @@ use sqlx::{AssertSqlSafe, PgPool};
 use support::*;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-0.1.0");
+/// The previous release (SQL API version 2).
+const FIXTURE_V2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-2");
+/// The hash that release recorded for its SQL API (its `API_VERSIONS` entry 2).
+const V2_HASH: &str = "fba89b0989b1cbdcd4e20c1b05ff513f07824c0de34700d256a987121bc44721";
 const LONG: Duration = Duration::from_secs(120);
 
 /// Builds the schema exactly as release 0.1.0's `skiplock migrate` did.
 async fn migrate_as_release_0_1_0(pool: &PgPool) {
-    let m = sqlx::migrate::Migrator::new(Path::new(&format!("{FIXTURE}/migrations")))
+    migrate_as(pool, FIXTURE, 6).await;
+}
+
+/// Applies a fixture's migrations (a runtime migrator, so `_sqlx_migrations` holds their
+/// checksums as that release's binary recorded them), then its `api_files` SQL API files.
+async fn migrate_as(pool: &PgPool, fixture: &str, api_files: usize) {
+    let m = sqlx::migrate::Migrator::new(Path::new(&format!("{fixture}/migrations")))
         .await
         .expect("the fixture's migrations");
-    m.run(pool).await.expect("release 0.1.0 migrations");
-    let mut files: Vec<_> = std::fs::read_dir(format!("{FIXTURE}/api"))
+    m.run(pool).await.expect("the fixture's migrations");
+    let mut files: Vec<_> = std::fs::read_dir(format!("{fixture}/api"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    assert_eq!(files.len(), 6);
+    assert_eq!(files.len(), api_files);
     let mut tx = pool.begin().await.unwrap();
     for f in files {
         let sql = std::fs::read_to_string(&f).unwrap();
@@ -303,4 +313,128 @@ async fn a_release_0_1_0_database_is_refused_until_migrated() {
         .unwrap();
     let (code, _, err) = run_cmd(&db.url, &["stats"]);
     assert_eq!(code, 0, "{err}");
+}
+
+/// Builds the schema exactly as the previous release's `skiplock migrate` did: its
+/// migrations, its SQL API, and its record of API version 2.
+async fn migrate_as_release_api_2(pool: &PgPool) {
+    migrate_as(pool, FIXTURE_V2, 7).await;
+    exec(
+        pool,
+        &format!(
+            "INSERT INTO skiplock.schema_info (id, api_version, api_hash, migrated_by, migrated_at)
+             VALUES (true, 2, '{V2_HASH}', '0.1.0', now())"
+        ),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_previous_release_database_keeps_working_after_migrate() {
+    let db = TestDb::empty().await;
+    let p = &db.pool;
+    migrate_as_release_api_2(p).await;
+    // This binary refuses it in one line until it is migrated.
+    let want = format!(
+        "error: schema is at API version 2, this binary needs {}: run `skiplock migrate`",
+        skiplock::store::schema::API_VERSION
+    );
+    let (code, out, err) = run_cmd(&db.url, &["stats"]);
+    assert_eq!((code, out.as_str(), err.trim()), (1, "", want.as_str()));
+
+    // Work and queue control through the previous release's API: due jobs, a keyed job in a
+    // queue with a per-key limit, a paused queue, and a job a worker of that release had
+    // claimed when it died (running, stale heartbeat).
+    exec(
+        p,
+        "SELECT skiplock.enqueue_many('noop', array_fill('{}'::jsonb, ARRAY[30]));
+         SELECT skiplock.set_key_limit('keyed', concurrency => 1);
+         SELECT skiplock.enqueue('noop', queue => 'keyed', limit_key => 'k1');
+         SELECT skiplock.enqueue('noop', queue => 'keyed', limit_key => 'k1');
+         SELECT skiplock.pause_queue('held');
+         SELECT skiplock.enqueue('noop', queue => 'held');
+         INSERT INTO skiplock.workers (id, host, pid) VALUES ('old-worker', 'gone', 1);
+         SELECT skiplock.enqueue('noop', queue => 'crashed');
+         UPDATE skiplock.jobs SET state = 'running', attempt = 1, attempted_by = 'old-worker',
+                attempted_at = now() - interval '1 hour', heartbeat_at = now() - interval '1 hour'
+         WHERE queue = 'crashed';",
+    )
+    .await;
+    let crashed: i64 = one(p, "SELECT id FROM skiplock.jobs WHERE queue = 'crashed'").await;
+
+    skiplock::store::schema::migrate(p).await.unwrap();
+    skiplock::store::schema::ensure_ready(p).await.unwrap();
+    let (code, _, err) = run_cmd(&db.url, &["stats"]);
+    assert_eq!(code, 0, "{err}");
+    // The claim path lost its second running index; the limits kept theirs.
+    assert_eq!(
+        one::<i64>(
+            p,
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = 'skiplock'
+             AND indexname IN ('jobs_running_idx', 'jobs_running_key_idx')"
+        )
+        .await,
+        1
+    );
+    // The limits and the pause survive the upgrade.
+    assert_eq!(
+        one::<bool>(p, "SELECT paused FROM skiplock.queues WHERE queue = 'held'").await,
+        true
+    );
+    assert_eq!(
+        one::<i32>(
+            p,
+            "SELECT key_concurrency FROM skiplock.queues WHERE queue = 'keyed'"
+        )
+        .await,
+        1
+    );
+
+    // The dead worker's job goes back (the rescuer's statement, run now), then a worker of
+    // this release finishes every job of the unpaused queues, and none of the held one.
+    rescue_now(p, crashed).await;
+    let mut qs = fast_settings();
+    qs.queues = Some(BTreeMap::from([
+        ("default".to_string(), 4),
+        ("keyed".to_string(), 2),
+        ("held".to_string(), 1),
+        ("crashed".to_string(), 1),
+    ]));
+    let worker = start_worker(p, qs, |mut b| {
+        skiplock::worker::builtin::register(b.registry_mut());
+        b
+    });
+    wait_for(
+        "every job of the unpaused queues to finish",
+        LONG,
+        || async {
+            let n: i64 = count(
+                p,
+                "SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed' AND queue <> 'held'",
+            )
+            .await;
+            (n == 0).then_some(())
+        },
+    )
+    .await;
+    worker.stop().await.unwrap();
+    assert_eq!(count_state(p, "completed").await, 33);
+    assert_eq!(
+        one::<String>(
+            p,
+            "SELECT state::text FROM skiplock.jobs WHERE queue = 'held'"
+        )
+        .await,
+        "available"
+    );
+    assert_eq!(
+        one::<i32>(
+            p,
+            &format!("SELECT attempt FROM skiplock.jobs WHERE id = {crashed}")
+        )
+        .await,
+        2
+    );
+    // Migrating again is a no-op.
+    skiplock::store::schema::migrate(p).await.unwrap();
 }

@@ -8,7 +8,7 @@ SELECT now() AS db_now, id, kind, queue, args, state, attempt,
        scheduled_at, created_at, attempted_at, attempted_by, heartbeat_at
 FROM skiplock.jobs
 -- Written as one branch per state so the planner reads only the two partial indexes of
--- unfinished rows (jobs_claim_idx, jobs_running_idx), never the finished bulk of the table.
+-- unfinished rows (jobs_claim_idx, jobs_running_key_idx), never the finished bulk of the table.
 WHERE ((state = 'available'
         AND coalesce(scheduled_at, attempted_at, created_at) < now() - make_interval(secs => $1))
     OR (state = 'running'

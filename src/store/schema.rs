@@ -38,6 +38,11 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         2,
         "fba89b0989b1cbdcd4e20c1b05ff513f07824c0de34700d256a987121bc44721",
     ),
+    // One running index fewer on the claim path (migration 0011).
+    (
+        3,
+        "242f1925bbd9c358aa690905ccad96c186ca04d9b966231d3b633d9b7afd7833",
+    ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

@@ -1,12 +1,17 @@
 //! Batches acknowledgements: collects outcomes for a few milliseconds (or up to a batch
-//! size) and writes them in one fenced statement. A failed write is retried with backoff;
-//! the channel's capacity gives back-pressure meanwhile, and the acks stay pending through
-//! a database outage of any length (the heartbeat keeps their jobs alive). Drains on
-//! shutdown.
+//! size) and writes them in one fenced statement. Up to [`MAX_WRITES`] batches are written
+//! at once (on their own connections), so the next batch does not wait for the previous
+//! one's commit: one ack statement at a time left the database idle between them (issue 13).
+//! A failed write is retried with backoff; the channel's capacity gives back-pressure
+//! meanwhile, and the acks stay pending through a database outage of any length (the
+//! heartbeat keeps their jobs alive). Drains on shutdown.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +24,10 @@ use crate::store::ack::{Ack, ack_many};
 
 /// The most acks written in one statement.
 pub const MAX_BATCH: usize = 2000;
+/// The most batches being written at once. Rows of different batches never overlap (a job
+/// has one outcome per attempt, and its next attempt needs the previous outcome written),
+/// and every statement locks its rows in id order, so concurrent writes cannot deadlock.
+pub const MAX_WRITES: usize = 2;
 /// Capacity of the ack channel (back-pressure on executors beyond it).
 pub const CHANNEL_CAPACITY: usize = 20_000;
 /// First and longest wait between two failed writes (pending acks are kept meanwhile).
@@ -27,10 +36,16 @@ pub const ACK_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Durati
 /// jobs stay `running` and the rescuer returns them).
 pub const DRAIN_RETRY_LIMIT: Duration = Duration::from_secs(30);
 
-/// What outlives one run of the completer: the channel and the acks not yet written.
+/// Batches handed to a write that has not finished, by number.
+type Writing = Arc<Mutex<BTreeMap<u64, Vec<Ack>>>>;
+
+/// What outlives one run of the completer: the channel, the acks not yet in a batch, and
+/// the batches being written (a run that fails leaves them here; the next one writes them).
 pub(crate) struct Completer {
     rx: mpsc::Receiver<Ack>,
     buf: Vec<Ack>,
+    writing: Writing,
+    next_batch: u64,
 }
 
 impl Completer {
@@ -38,44 +53,79 @@ impl Completer {
         Completer {
             rx,
             buf: Vec::new(),
+            writing: Arc::new(Mutex::new(BTreeMap::new())),
+            next_batch: 0,
         }
     }
+}
+
+fn lock(w: &Writing) -> std::sync::MutexGuard<'_, BTreeMap<u64, Vec<Ack>>> {
+    w.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes batch `n` (a copy of what `writing` holds under `n`), then forgets it.
+async fn write(shared: Arc<Shared>, writing: Writing, n: u64, stop: CancellationToken) {
+    let Some(mut batch) = lock(&writing).get(&n).cloned() else {
+        return;
+    };
+    flush(&shared, &mut batch, &stop).await;
+    lock(&writing).remove(&n);
 }
 
 /// Runs until `stop`, then writes whatever is still queued and returns. The worker stops it
 /// only after every executor has finished or been aborted, so nothing is sent afterwards.
 /// If a run fails, the supervisor starts another on the same `state`: acks that were being
-/// written are still in its buffer.
+/// written are still there and are written again.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     state: Arc<tokio::sync::Mutex<Completer>>,
     stop: CancellationToken,
 ) -> crate::error::Result<()> {
     let mut guard = state.lock().await;
-    let Completer { rx, buf } = &mut *guard;
-    loop {
-        if buf.is_empty() {
-            tokio::select! {
-                a = rx.recv() => match a {
-                    Some(a) => buf.push(a),
-                    None => break,
-                },
-                _ = stop.cancelled() => break,
-            }
-        }
-        let deadline = Instant::now() + shared.settings.ack_delay;
-        while buf.len() < MAX_BATCH {
-            tokio::select! {
-                a = rx.recv() => match a {
-                    Some(a) => buf.push(a),
-                    None => break,
-                },
-                _ = tokio::time::sleep_until(deadline) => break,
-            }
-        }
-        flush(&shared, buf, &stop).await;
+    let Completer {
+        rx,
+        buf,
+        writing,
+        next_batch,
+    } = &mut *guard;
+    let mut writes = FuturesUnordered::new();
+    // Batches a failed run left unwritten.
+    let left: Vec<u64> = lock(writing).keys().copied().collect();
+    for n in left {
+        writes.push(write(shared.clone(), writing.clone(), n, stop.clone()));
     }
-    // Drain: everything still in the channel, in batches.
+    let mut start = |buf: &mut Vec<Ack>, writes: &mut FuturesUnordered<_>| {
+        let n = *next_batch;
+        *next_batch += 1;
+        lock(writing).insert(n, std::mem::take(buf));
+        writes.push(write(shared.clone(), writing.clone(), n, stop.clone()));
+    };
+    // When the batch in `buf` is due to be written (the ack delay after its first ack).
+    let mut due: Option<Instant> = None;
+    let mut open = true;
+    while open && !stop.is_cancelled() {
+        let free = writes.len() < MAX_WRITES;
+        if free && (buf.len() >= MAX_BATCH || due.is_some_and(|d| d <= Instant::now())) {
+            start(buf, &mut writes);
+            due = None;
+            continue;
+        }
+        tokio::select! {
+            Some(()) = writes.next(), if !writes.is_empty() => {}
+            a = rx.recv(), if buf.len() < MAX_BATCH => match a {
+                Some(a) => {
+                    if buf.is_empty() {
+                        due = Some(Instant::now() + shared.settings.ack_delay);
+                    }
+                    buf.push(a);
+                }
+                None => open = false,
+            },
+            _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if free && due.is_some() => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+    // Drain: everything still in the channel, in batches, then every write to its end.
     loop {
         while buf.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -86,8 +136,12 @@ pub(crate) async fn run(
         if buf.is_empty() {
             break;
         }
-        flush(&shared, buf, &stop).await;
+        while writes.len() >= MAX_WRITES {
+            writes.next().await;
+        }
+        start(buf, &mut writes);
     }
+    while writes.next().await.is_some() {}
     Ok(())
 }
 

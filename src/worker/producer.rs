@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -42,6 +43,11 @@ pub const CLAIM_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(5));
 /// A producer of a discovered queue retires after this many poll intervals without work.
 pub const RETIRE_AFTER_POLLS: u32 = 30;
+/// The most claim statements one producer has in flight (with a buffer to fill, and a
+/// queue without limits): the next claim is sent before the previous one's commit is back,
+/// so the database is not left idle between them (issue 13). SKIP LOCKED keeps the two
+/// claims apart.
+pub const MAX_CLAIMS_IN_FLIGHT: usize = 2;
 
 /// What outlives one run of a producer: its slots (running jobs hold permits), its buffer of
 /// jobs claimed ahead, its wake-up signals, and whether it is claiming one job at a time.
@@ -188,7 +194,9 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     let cooldown = shared.settings.fetch_cooldown;
     let mut last_claim = Instant::now() - cooldown;
     let mut last_work = Instant::now();
-    let mut inflight: Option<ClaimFuture> = None;
+    let mut inflight: FuturesUnordered<ClaimFuture> = FuturesUnordered::new();
+    // Jobs asked for by the claims in flight (counted as buffered when deciding the next).
+    let mut inflight_want = 0usize;
     // Registered in skiplock.waiting (as far as this run knows); `register`: (re)register
     // before the next claim.
     let mut waiting = false;
@@ -203,14 +211,12 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     let mut wait_until: Option<chrono::DateTime<chrono::Utc>> = None;
     loop {
         if stop.is_cancelled() {
-            // A claim in flight may have committed: let it finish; its jobs are then
+            // A claim in flight may have committed: let them finish; their jobs are then
             // released with the rest of the unstarted ones.
-            if let Some(f) = inflight.take() {
-                let _ = f.await;
-            }
+            while inflight.next().await.is_some() {}
             return Exit::Stopped;
         }
-        if register && inflight.is_none() {
+        if register && inflight.is_empty() {
             register = false;
             match waiting_add(&shared.pool, &shared.worker_id, &p.queue).await {
                 Ok(()) => {
@@ -229,10 +235,17 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         let free = slots.available_permits();
         let buffered = p.buffer().len();
         let mut cooldown_at = None;
-        if inflight.is_none() && backlog && retry_at.is_none() {
+        // One claim at a time unless it fills a buffer of an unlimited queue (a limited
+        // queue's claim locks the queue's row anyway; one at a time blames a failure on it).
+        let max_inflight = if controlled || careful_left > 0 || ahead == 0 {
+            1
+        } else {
+            MAX_CLAIMS_IN_FLIGHT
+        };
+        if inflight.len() < max_inflight && backlog && retry_at.is_none() {
             let decision = next_claim(
                 free,
-                buffered,
+                buffered + inflight_want,
                 limit,
                 if controlled { 0 } else { ahead },
                 careful_left > 0,
@@ -241,7 +254,8 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             match decision {
                 ClaimNow::Now(want) => {
                     last_claim = Instant::now();
-                    inflight = Some(start_claim(&shared, &p, want, free, controlled));
+                    inflight_want += want;
+                    inflight.push(start_claim(&shared, &p, want, free, controlled));
                 }
                 ClaimNow::AfterCooldown => {
                     cooldown_at = Some(tokio::time::Instant::from_std(last_claim + cooldown));
@@ -253,7 +267,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             last_work = Instant::now();
         }
         // Never with a claim in flight: its jobs would have nobody to start them.
-        if inflight.is_none()
+        if inflight.is_empty()
             && p.retire_after
                 .is_some_and(|after| last_work.elapsed() >= after)
         {
@@ -266,8 +280,8 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         }
         tokio::select! {
             _ = stop.cancelled() => {}
-            (want, r) = async { inflight.as_mut().expect("guarded").await }, if inflight.is_some() => {
-                inflight = None;
+            Some((want, r)) = inflight.next(), if !inflight.is_empty() => {
+                inflight_want -= want;
                 match r {
                     Ok(Claimed { jobs, controlled: c, held, wait_until: until }) => {
                         shared.metrics.claimed(jobs.len());
@@ -408,13 +422,17 @@ fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
             return;
         };
         let lost = {
+            // Starts in place: the entry `hold` made becomes the executing one.
             let mut running = shared.running();
-            let token = running
-                .get(&job.id)
+            match running
+                .get_mut(&job.id)
                 .filter(|r| r.buffered && r.attempt == job.attempt)
-                .map(|r| r.lost.clone());
-            match token {
-                Some(t) if !t.is_cancelled() => Some(t),
+            {
+                Some(r) if !r.lost.is_cancelled() => {
+                    r.buffered = false;
+                    r.executing = true;
+                    Some((r.lost.clone(), r.series.clone()))
+                }
                 Some(_) => {
                     running.remove(&job.id);
                     None
@@ -422,7 +440,7 @@ fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
                 None => None,
             }
         };
-        let Some(lost) = lost else {
+        let Some((lost, series)) = lost else {
             tracing::warn!(
                 job.id = job.id,
                 job.attempt = job.attempt,
@@ -434,7 +452,7 @@ fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
             shared,
             job,
             permit,
-            lost,
+            (lost, series),
             p.slot_freed.clone(),
             p.wake.clone(),
         );
@@ -445,7 +463,7 @@ fn spawn_job(
     shared: &Arc<Shared>,
     job: Job,
     permit: OwnedSemaphorePermit,
-    lost: CancellationToken,
+    (lost, series): (CancellationToken, Arc<crate::metrics::JobSeries>),
     slot_freed: Arc<Notify>,
     wake: Arc<Notify>,
 ) {
@@ -458,20 +476,8 @@ fn spawn_job(
         pool: shared.handler_pool.clone(),
         worker_id: shared.worker_id.clone(),
         shutdown: shared.shutdown.clone(),
-        lost: lost.clone(),
+        lost,
     };
-    let series = shared.metrics.series(&job.kind, &job.queue);
-    shared.running().insert(
-        job.id,
-        Running {
-            attempt: job.attempt,
-            lost,
-            abort: None,
-            executing: true,
-            series: series.clone(),
-            buffered: false,
-        },
-    );
     let sh = shared.clone();
     let id = job.id;
     let handle = tokio::spawn(async move {
