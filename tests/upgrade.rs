@@ -377,10 +377,7 @@ async fn a_previous_release_database_keeps_working_after_migrate() {
         1
     );
     // The limits and the pause survive the upgrade.
-    assert_eq!(
-        one::<bool>(p, "SELECT paused FROM skiplock.queues WHERE queue = 'held'").await,
-        true
-    );
+    assert!(one::<bool>(p, "SELECT paused FROM skiplock.queues WHERE queue = 'held'").await);
     assert_eq!(
         one::<i32>(
             p,
