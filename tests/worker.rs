@@ -777,6 +777,40 @@ async fn jobs_claimed_ahead_are_heartbeated_and_returned_at_shutdown() {
     assert_eq!(unstarted, 2, "two jobs waited in the buffer");
 }
 
+/// With two claims in flight per producer (issue 13), the jobs asked for by a claim still out
+/// count as buffered: a worker never holds more than its slots plus the buffer, however many
+/// jobs wait and however often it polls.
+#[tokio::test]
+async fn claims_in_flight_never_hold_more_than_the_slots_and_the_buffer() {
+    let db = TestDb::new().await;
+    for _ in 0..30 {
+        enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
+            .await
+            .unwrap();
+    }
+    let settings = QueueSettings {
+        queues: Some([("default".to_string(), 2)].into_iter().collect()),
+        claim_ahead: 2,
+        poll_interval: Duration::from_millis(50),
+        shutdown_grace: Duration::from_millis(200),
+        ..fast_settings()
+    };
+    let w = start_builtin(&db.pool, settings);
+    wait_for(
+        "slots and buffer filled",
+        Duration::from_secs(60),
+        || async { (count_state(&db.pool, "running").await == 4).then_some(()) },
+    )
+    .await;
+    // Twenty polls later (each a reason to claim again), still the slots plus the buffer.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(count_state(&db.pool, "running").await, 4);
+    }
+    w.stop().await.unwrap();
+    assert_eq!(count_state(&db.pool, "available").await, 30);
+}
+
 /// A worker process killed while it holds jobs claimed ahead loses none: the rescuer returns
 /// the buffered ones like the started ones.
 #[tokio::test]
