@@ -384,6 +384,24 @@ async fn pushing_reaches_skiplocks_options() {
             ),
         ]
     );
+    // A limit key alone (a plain job otherwise, written by enqueue_many) is kept.
+    let mut keyed = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-keyed");
+    for n in [5, 6] {
+        let task = TaskBuilder::new(Work {
+            n,
+            mode: String::new(),
+        })
+        .data(JobOptions::new().limit_key(format!("host-{n}")))
+        .build();
+        keyed.push_task(task).await.unwrap();
+    }
+    let keys: Vec<Option<String>> = sqlx::query_scalar(
+        "SELECT limit_key FROM skiplock.jobs WHERE kind = 'apalis-keyed' ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(keys, vec![Some("host-5".into()), Some("host-6".into())]);
 }
 
 /// The child process of the SIGKILL test (run by it with `--ignored`): an apalis worker on

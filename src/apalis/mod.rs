@@ -233,8 +233,8 @@ impl<Args: Serialize> SkiplockStorage<Args> {
     }
 }
 
-/// Writes `jobs` in order; consecutive plain jobs (same queue, run time and priority, no
-/// unique key, default attempts) go in one `enqueue_many`.
+/// Writes `jobs` in order; consecutive plain jobs (same queue, run time, priority and limit
+/// key, no unique key, default attempts) go in one `enqueue_many`.
 async fn write_jobs(pool: Pool, jobs: Vec<NewJob>) -> Result<()> {
     let default_attempts = NewJob::new("", serde_json::Value::Null).max_attempts;
     let plain = |j: &NewJob| j.unique_key.is_none() && j.max_attempts == default_attempts;
@@ -252,6 +252,7 @@ async fn write_jobs(pool: Pool, jobs: Vec<NewJob>) -> Result<()> {
             && jobs[end].queue == first.queue
             && jobs[end].run_at == first.run_at
             && jobs[end].priority == first.priority
+            && jobs[end].limit_key == first.limit_key
         {
             end += 1;
         }
@@ -264,7 +265,7 @@ async fn write_jobs(pool: Pool, jobs: Vec<NewJob>) -> Result<()> {
                 queue: &first.queue,
                 run_at: first.run_at,
                 priority: first.priority,
-                limit_key: None,
+                limit_key: first.limit_key.as_deref(),
             },
         )
         .await?;
