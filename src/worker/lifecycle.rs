@@ -269,8 +269,9 @@ impl Started {
     /// Phase 3: the graceful shutdown, in order (see the module docs).
     pub async fn shutdown(self) -> Result<()> {
         let shared = self.shared;
-        // 1. Stop claiming and wait for the producers (a claim in flight still spawns its
-        //    jobs); discovery and the listener first, as they may start producers.
+        // 1. Stop claiming and wait for the producers (each waits for its claims in flight
+        //    and lets go of its buffer); discovery and the listener first, as they may start
+        //    producers.
         shared.stop_claiming.cancel();
         if let Some(d) = self.discovery {
             let _ = d.await;
@@ -282,6 +283,9 @@ impl Started {
         for t in self.queues.take_tasks() {
             let _ = t.await;
         }
+        // Jobs claimed ahead that never started go back now, not after the grace period:
+        // nobody heartbeats them any more, and other workers may run them meanwhile.
+        release_unstarted(&shared).await;
 
         // 2-3. Tell handlers, give them the grace period, put the rest back.
         shutdown::finish_running(&shared).await;
@@ -291,16 +295,7 @@ impl Started {
         //    and the services.
         self.completer.0.cancel();
         let _ = self.completer.1.await;
-        if let Err(e) = orphans::release(
-            &shared,
-            None,
-            false,
-            "released at shutdown: claimed but never started",
-        )
-        .await
-        {
-            tracing::warn!(error = %e, "could not check for claimed jobs that never started");
-        }
+        release_unstarted(&shared).await;
         self.heartbeat.0.cancel();
         let _ = self.heartbeat.1.await;
         self.services.0.cancel();
@@ -315,5 +310,20 @@ impl Started {
         }
         tracing::info!(worker = %self.id, "worker stopped");
         Ok(())
+    }
+}
+
+/// Puts back every job this worker claimed but does not hold (buffered and never started,
+/// or a producer's batch it could not return), the attempt given back.
+async fn release_unstarted(shared: &Shared) {
+    if let Err(e) = orphans::release(
+        shared,
+        None,
+        false,
+        "released at shutdown: claimed but never started",
+    )
+    .await
+    {
+        tracing::warn!(error = %e, "could not check for claimed jobs that never started");
     }
 }
