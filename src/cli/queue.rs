@@ -156,10 +156,7 @@ pub fn parse_rate(v: Option<&str>) -> anyhow::Result<Setting<Rate>> {
 }
 
 fn check_name(q: &str) -> anyhow::Result<()> {
-    if q.is_empty() || q.chars().count() > 200 || q.contains('\0') {
-        bail!("invalid queue name {q:?}: must be 1 to 200 characters");
-    }
-    Ok(())
+    Ok(crate::store::limits::check_queue(q)?)
 }
 
 async fn limit(url: Option<&str>, a: LimitArgs) -> anyhow::Result<()> {

@@ -134,18 +134,32 @@ pub fn find_nul(v: &Value) -> Option<String> {
     walk(v, &mut path).then_some(path)
 }
 
+/// Rejects a NUL character in the job field `name` (Postgres cannot store one in text and
+/// would answer with an obscure error).
+pub fn check_text(name: &str, value: Option<&str>) -> Result<()> {
+    if value.is_some_and(|v| v.contains('\0')) {
+        return Err(Error::Invalid(format!(
+            "job {name} contains a NUL character, which Postgres cannot store"
+        )));
+    }
+    Ok(())
+}
+
 /// Rejects NUL characters in a job's text fields and args with a message that says so.
-pub fn check_nul(kind: &str, queue: &str, unique_key: Option<&str>, args: &[&Value]) -> Result<()> {
+pub fn check_nul(
+    kind: &str,
+    queue: &str,
+    unique_key: Option<&str>,
+    limit_key: Option<&str>,
+    args: &[&Value],
+) -> Result<()> {
     for (name, value) in [
         ("kind", Some(kind)),
         ("queue", Some(queue)),
         ("unique_key", unique_key),
+        ("limit_key", limit_key),
     ] {
-        if value.is_some_and(|v| v.contains('\0')) {
-            return Err(Error::Invalid(format!(
-                "job {name} contains a NUL character, which Postgres cannot store"
-            )));
-        }
+        check_text(name, value)?;
     }
     for a in args {
         if let Some(path) = find_nul(a) {
@@ -189,10 +203,11 @@ mod nul_tests {
             find_nul(&json!({"a": [1, "x"], "q": "'; DROP TABLE"})),
             None
         );
-        let e = check_nul("noop", "default", None, &[&json!({"s": "\u{0}"})]).unwrap_err();
+        let e = check_nul("noop", "default", None, None, &[&json!({"s": "\u{0}"})]).unwrap_err();
         assert!(e.to_string().contains("(\\u0000) at $.s"), "{e}");
-        assert!(check_nul("no\0op", "default", None, &[]).is_err());
-        assert!(check_nul("noop", "default", Some("k\0"), &[]).is_err());
-        assert!(check_nul("noop", "default", Some("k"), &[&json!({})]).is_ok());
+        assert!(check_nul("no\0op", "default", None, None, &[]).is_err());
+        assert!(check_nul("noop", "default", Some("k\0"), None, &[]).is_err());
+        assert!(check_nul("noop", "default", None, Some("k\0"), &[]).is_err());
+        assert!(check_nul("noop", "default", Some("k"), Some("h"), &[&json!({})]).is_ok());
     }
 }

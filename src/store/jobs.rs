@@ -22,10 +22,10 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<i64> 
         &job.kind,
         &job.queue,
         job.unique_key.as_deref(),
+        job.limit_key.as_deref(),
         &[&job.args],
     )?;
     check_key(job.unique_key.as_deref())?;
-    check_limit_key(job.limit_key.as_deref())?;
     if let Some(t) = job.run_at {
         crate::dbtime::check("run_at", t)?;
     }
@@ -66,9 +66,9 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         jobs.kind,
         jobs.queue,
         None,
+        jobs.limit_key,
         &jobs.args.iter().collect::<Vec<_>>(),
     )?;
-    check_limit_key(jobs.limit_key)?;
     if let Some(t) = jobs.run_at {
         crate::dbtime::check("run_at", t)?;
     }
@@ -81,16 +81,6 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .bind(jobs.limit_key)
         .fetch_one(exec)
         .await?)
-}
-
-/// A NUL character in a limit_key would get an obscure error from Postgres.
-pub(crate) fn check_limit_key(key: Option<&str>) -> Result<()> {
-    if key.is_some_and(|k| k.contains('\0')) {
-        return Err(Error::Invalid(
-            "job limit_key contains a NUL character, which Postgres cannot store".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// Filters for [`list_jobs`].

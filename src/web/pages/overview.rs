@@ -213,13 +213,10 @@ async fn pause_or_resume(
     pause: bool,
 ) -> Result<Response, PageError> {
     let queue = form.queue.unwrap_or_default();
-    if queue.contains('\0') {
-        return Err(PageError::refused(
-            StatusCode::BAD_REQUEST,
-            "the queue name contains a NUL character",
-        )
-        .back("/")
-        .framed(&st, &nonce));
+    if let Err(e) = crate::store::limits::check_queue(&queue) {
+        return Err(PageError::refused(StatusCode::BAD_REQUEST, e.to_string())
+            .back("/")
+            .framed(&st, &nonce));
     }
     let done = if pause {
         crate::store::limits::pause(&st.pool, &queue).await
