@@ -494,6 +494,14 @@ async fn a_nul_in_a_queue_or_key_is_refused_with_a_clear_error() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("NUL character"), "{e}");
+    // The rest of the name rule is checked before any statement too.
+    for queue in [String::new(), "q".repeat(201)] {
+        let e = limits::pause(&db.pool, &queue)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("must be 1 to 200 characters"), "{e}");
+    }
 }
 
 /// The worker id of the live worker process `child` (its row in skiplock.workers).
@@ -569,4 +577,46 @@ async fn a_finish_in_one_process_wakes_a_producer_held_back_in_another() {
             .unwrap();
     assert_eq!(by, vec![b_id], "B ran them");
     drop(b);
+}
+
+/// Jobs a worker claimed ahead into its buffer are `running` in the database; pausing the
+/// queue must not let them start later. The pause's wake-up makes the producer ask, and it
+/// puts them back (attempt given back, the reason in `errors`); the started ones run on.
+#[tokio::test]
+async fn pausing_a_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
+    let db = TestDb::new().await;
+    for _ in 0..10 {
+        enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
+            .await
+            .unwrap();
+    }
+    let settings = skiplock::config::QueueSettings {
+        queues: Some([("default".to_string(), 2)].into_iter().collect()),
+        claim_ahead: 2,
+        shutdown_grace: Duration::from_millis(200),
+        ..fast_settings()
+    };
+    let w = start_builtin(&db.pool, settings);
+    wait_for(
+        "two started and two buffered",
+        Duration::from_secs(60),
+        || async { (count_state(&db.pool, "running").await == 4).then_some(()) },
+    )
+    .await;
+    limits::pause(&db.pool, "default").await.unwrap();
+    wait_for(
+        "the buffered two put back",
+        Duration::from_secs(60),
+        || async { (count_state(&db.pool, "running").await == 2).then_some(()) },
+    )
+    .await;
+    assert_eq!(count_state(&db.pool, "available").await, 8);
+    let released = count(
+        &db.pool,
+        "SELECT count(*) FROM skiplock.jobs WHERE state = 'available' AND attempt = 0
+         AND errors::text LIKE '%paused or limited while the job waited in the buffer%'",
+    )
+    .await;
+    assert_eq!(released, 2);
+    w.stop().await.unwrap();
 }

@@ -255,6 +255,14 @@ pub async fn list<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueControl>> {
         .await?)
 }
 
+/// Whether `queue` has limits or is paused (then its claims go through the limited claim).
+pub async fn is_controlled<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar(sql!("limits", "is_controlled"))
+        .bind(queue)
+        .fetch_one(exec)
+        .await?)
+}
+
 /// When `key` of `queue` may start next under its rate limit (None: now, or no rate limit).
 pub async fn next_key_start<'e, E: Executor<'e>>(
     exec: E,
@@ -262,7 +270,7 @@ pub async fn next_key_start<'e, E: Executor<'e>>(
     key: &str,
 ) -> Result<Option<DateTime<Utc>>> {
     check_queue(queue)?;
-    super::jobs::check_limit_key(Some(key))?;
+    crate::queue::enqueue::check_text("limit_key", Some(key))?;
     let t: Option<DbTimeOpt> = sqlx::query_scalar(sql!("limits", "next_key_start"))
         .bind(queue)
         .bind(key)
@@ -271,12 +279,14 @@ pub async fn next_key_start<'e, E: Executor<'e>>(
     Ok(t.and_then(|t| t.0))
 }
 
-/// A NUL character would get an obscure error from Postgres; say what is wrong instead.
-fn check_queue(queue: &str) -> Result<()> {
-    if queue.contains('\0') {
-        return Err(Error::Invalid(
-            "queue name contains a NUL character, which Postgres cannot store".into(),
-        ));
+/// The rule for a queue name (the table's CHECK and `skiplock._check_queue_name`): 1 to 200
+/// characters, and no NUL, which would get an obscure error from Postgres. Checked here, before
+/// any statement, so the CLI and the console refuse a bad name in the same words.
+pub fn check_queue(queue: &str) -> Result<()> {
+    if queue.is_empty() || queue.chars().count() > 200 || queue.contains('\0') {
+        return Err(Error::Invalid(format!(
+            "invalid queue name {queue:?}: must be 1 to 200 characters and contain no NUL character"
+        )));
     }
     Ok(())
 }

@@ -37,7 +37,7 @@ pub const ACK_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Durati
 pub const DRAIN_RETRY_LIMIT: Duration = Duration::from_secs(30);
 
 /// Batches handed to a write that has not finished, by number.
-type Writing = Arc<Mutex<BTreeMap<u64, Vec<Ack>>>>;
+type Writing = Arc<Mutex<BTreeMap<u64, Arc<Vec<Ack>>>>>;
 
 /// What outlives one run of the completer: the channel, the acks not yet in a batch, and
 /// the batches being written (a run that fails leaves them here; the next one writes them).
@@ -59,16 +59,16 @@ impl Completer {
     }
 }
 
-fn lock(w: &Writing) -> std::sync::MutexGuard<'_, BTreeMap<u64, Vec<Ack>>> {
+fn lock(w: &Writing) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Vec<Ack>>>> {
     w.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Writes batch `n` (a copy of what `writing` holds under `n`), then forgets it.
+/// Writes batch `n` (what `writing` holds under `n`), then forgets it.
 async fn write(shared: Arc<Shared>, writing: Writing, n: u64, stop: CancellationToken) {
-    let Some(mut batch) = lock(&writing).get(&n).cloned() else {
+    let Some(batch) = lock(&writing).get(&n).cloned() else {
         return;
     };
-    flush(&shared, &mut batch, &stop).await;
+    flush(&shared, &batch, &stop).await;
     lock(&writing).remove(&n);
 }
 
@@ -97,7 +97,7 @@ pub(crate) async fn run(
     let mut start = |buf: &mut Vec<Ack>, writes: &mut FuturesUnordered<_>| {
         let n = *next_batch;
         *next_batch += 1;
-        lock(writing).insert(n, std::mem::take(buf));
+        lock(writing).insert(n, Arc::new(std::mem::take(buf)));
         writes.push(write(shared.clone(), writing.clone(), n, stop.clone()));
     };
     // When the batch in `buf` is due to be written (the ack delay after its first ack).
@@ -147,7 +147,7 @@ pub(crate) async fn run(
 
 /// Writes `buf`, retrying until it succeeds; once `stop` is cancelled, for at most
 /// [`DRAIN_RETRY_LIMIT`] (so a worker stopping during an outage still exits).
-async fn flush(shared: &Shared, buf: &mut Vec<Ack>, stop: &CancellationToken) {
+async fn flush(shared: &Shared, buf: &[Ack], stop: &CancellationToken) {
     if buf.is_empty() {
         return;
     }
@@ -181,7 +181,6 @@ async fn flush(shared: &Shared, buf: &mut Vec<Ack>, stop: &CancellationToken) {
                     }
                 }
                 drop(running);
-                buf.clear();
                 return;
             }
             Err(e) => {
@@ -192,7 +191,6 @@ async fn flush(shared: &Shared, buf: &mut Vec<Ack>, stop: &CancellationToken) {
                 if drain_started.is_some_and(|t| t.elapsed() > DRAIN_RETRY_LIMIT) {
                     tracing::error!(error = %e, jobs = buf.len(),
                         "could not write acks before exit; the rescuer will return these jobs");
-                    buf.clear();
                     return;
                 }
                 let delay = backoff.next_delay();

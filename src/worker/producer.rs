@@ -29,13 +29,13 @@ use tokio_util::sync::CancellationToken;
 use super::faults::{self, Point};
 use super::handler::JobContext;
 use super::outcome::{Attempt, RetryPolicy, decide};
-use super::{Running, Shared, executor};
+use super::{Running, Shared, executor, orphans};
 use crate::db::outage::Backoff;
 use crate::error::Result;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
 use crate::store::claim::ClaimParams;
-use crate::store::limits::{Claimed, claim_any};
+use crate::store::limits::{Claimed, claim_any, is_controlled};
 use crate::store::notify::{waiting_add, waiting_remove};
 
 /// First and longest wait between two failed claims.
@@ -156,20 +156,28 @@ struct BufferGuard {
 
 impl Drop for BufferGuard {
     fn drop(&mut self) {
-        let jobs: Vec<Job> = self.p.buffer().drain(..).collect();
-        if jobs.is_empty() {
-            return;
-        }
-        let mut running = self.shared.running();
-        for j in jobs {
-            if running
-                .get(&j.id)
-                .is_some_and(|r| r.buffered && r.attempt == j.attempt)
-            {
-                running.remove(&j.id);
-            }
+        let_go_of_buffer(&self.shared, &self.p);
+    }
+}
+
+/// Empties the buffer and stops holding its jobs (they are no longer in `Shared::running`);
+/// returns how many there were. They are `running` in the database until
+/// `super::orphans::release` puts them back.
+fn let_go_of_buffer(shared: &Shared, p: &Producer) -> usize {
+    let jobs: Vec<Job> = p.buffer().drain(..).collect();
+    if jobs.is_empty() {
+        return 0;
+    }
+    let mut running = shared.running();
+    for j in &jobs {
+        if running
+            .get(&j.id)
+            .is_some_and(|r| r.buffered && r.attempt == j.attempt)
+        {
+            running.remove(&j.id);
         }
     }
+    jobs.len()
 }
 
 type ClaimFuture = BoxFuture<'static, (usize, Result<Claimed>)>;
@@ -208,6 +216,13 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     let mut controlled = false;
     // A limit held jobs back: claim again when one of ours finishes, and at `wait_until`.
     let mut held_back = false;
+    // A wake-up or a poll while jobs wait in the buffer: ask whether the queue was paused or
+    // limited meanwhile (a claim would say so, but a full buffer sends none).
+    let mut check_control = false;
+    // The queue became controlled: put the buffered jobs back once no claim is in flight.
+    let mut release_buffer = false;
+    // When to claim again after one of our jobs freed a slot of a held-back queue.
+    let mut settle_at: Option<tokio::time::Instant> = None;
     let mut wait_until: Option<chrono::DateTime<chrono::Utc>> = None;
     loop {
         if stop.is_cancelled() {
@@ -215,6 +230,32 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             // released with the rest of the unstarted ones.
             while inflight.next().await.is_some() {}
             return Exit::Stopped;
+        }
+        if check_control && inflight.is_empty() {
+            check_control = false;
+            if !controlled && !p.buffer().is_empty() {
+                match is_controlled(&shared.pool, &p.queue).await {
+                    Ok(c) => release_buffer = c,
+                    Err(e) => shared.db_failed(&e),
+                }
+            }
+        }
+        if release_buffer && inflight.is_empty() {
+            release_buffer = false;
+            // Not started before the pause or limit: they wait for it like the others (the
+            // attempt given back), and count against no limit meanwhile.
+            if let_go_of_buffer(&shared, &p) > 0
+                && let Err(e) = orphans::release(
+                    &shared,
+                    Some(&p.queue),
+                    false,
+                    "released: the queue was paused or limited while the job waited in the buffer",
+                )
+                .await
+            {
+                shared.db_failed(&e);
+                tracing::warn!(queue = %p.queue, error = %e, "could not put back buffered jobs; the rescuer will");
+            }
         }
         if register && inflight.is_empty() {
             register = false;
@@ -287,6 +328,9 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                         shared.metrics.claimed(jobs.len());
                         backoff.reset();
                         backlog = jobs.len() == want;
+                        if c && !controlled {
+                            release_buffer = true;
+                        }
                         controlled = c;
                         held_back = held && !backlog;
                         wait_until = until;
@@ -319,13 +363,19 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                     }
                 }
             }
-            _ = p.wake.notified() => backlog = true,
+            _ = p.wake.notified() => {
+                backlog = true;
+                check_control = true;
+            }
             _ = p.slot_freed.notified() => {
-                if held_back && !backlog {
+                if held_back && !backlog && settle_at.is_none() {
                     // Our job's ack is written a moment later; until then it still counts.
-                    tokio::time::sleep(ACK_SETTLE).await;
-                    backlog = true;
+                    settle_at = Some(tokio::time::Instant::now() + ACK_SETTLE);
                 }
+            }
+            _ = tokio::time::sleep_until(settle_at.unwrap_or_else(tokio::time::Instant::now)), if settle_at.is_some() => {
+                settle_at = None;
+                backlog = true;
             }
             _ = tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)), if retry_at.is_some() => {
                 retry_at = None;
@@ -337,6 +387,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                 // Refresh the registration (it writes nothing when the row is there; it
                 // comes back after the worker's row was forgotten, e.g. a long outage).
                 register = waiting;
+                check_control = true;
             }
         }
     }
@@ -390,10 +441,24 @@ fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
     if jobs.is_empty() {
         return;
     }
+    // The metrics series once per kind of the batch (one queue), before taking the locks.
+    let series: Vec<Arc<crate::metrics::JobSeries>> = {
+        let mut by_kind: Vec<(&str, Arc<crate::metrics::JobSeries>)> = Vec::new();
+        jobs.iter()
+            .map(|j| match by_kind.iter().find(|(k, _)| *k == j.kind) {
+                Some((_, s)) => s.clone(),
+                None => {
+                    let s = shared.metrics.series(&j.kind, &j.queue);
+                    by_kind.push((&j.kind, s.clone()));
+                    s
+                }
+            })
+            .collect()
+    };
     {
         let mut running = shared.running();
         let mut buffer = p.buffer();
-        for job in jobs {
+        for (job, series) in jobs.into_iter().zip(series) {
             running.insert(
                 job.id,
                 Running {
@@ -401,7 +466,7 @@ fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
                     lost: CancellationToken::new(),
                     abort: None,
                     executing: false,
-                    series: shared.metrics.series(&job.kind, &job.queue),
+                    series,
                     buffered: true,
                 },
             );
