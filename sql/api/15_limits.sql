@@ -3,7 +3,9 @@
 -- is neither limited nor paused, and its producers use the plain claim (sql/queue/claim.sql),
 -- which refuses to claim from a queue that has a row; those producers then claim through
 -- skiplock._claim_limited. Every setter below is SECURITY DEFINER (fixed search_path, every
--- name qualified) so the operator role may call it without write privileges on the tables.
+-- name qualified), so a role granted EXECUTE needs no write privilege on the tables; the
+-- operator role (the console's login) is granted pause_queue and resume_queue only
+-- (sql/api/90_roles.sql), the limits stay with the owner.
 
 -- Deletes the row of `q` once nothing in it is set, so the queue goes back to the plain claim.
 CREATE OR REPLACE FUNCTION skiplock._queue_tidy(q text) RETURNS void

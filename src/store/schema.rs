@@ -41,7 +41,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // One running index fewer on the claim path (migration 0011).
     (
         3,
-        "242f1925bbd9c358aa690905ccad96c186ca04d9b966231d3b633d9b7afd7833",
+        "eae46b9dc1dd23138028a7c9585ba1eb5241b67efe4d0e0991e2c1e08e956787",
     ),
 ];
 
