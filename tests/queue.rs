@@ -399,6 +399,33 @@ async fn the_sql_api_rejects_bad_input_with_clear_errors() {
             "SELECT skiplock.enqueue('noop', jsonb_build_object('x', repeat('a', 600000)))",
             "at most 524288",
         ),
+        // Each rule once more without a unique key, where skiplock.enqueue takes its fast
+        // path only if every rule passes: none of these may slip through it.
+        ("SELECT skiplock.enqueue(repeat('k', 201))", "at most 200"),
+        (
+            "SELECT skiplock.enqueue('noop', '{}', queue => repeat('q', 201))",
+            "queue name",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', '{}', max_attempts => NULL)",
+            "max_attempts must be at least 1",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', '{}', run_at => 'infinity')",
+            "must be a finite time",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', '{}', on_conflict => NULL)",
+            "on_conflict must be",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', '{}', limit_key => '')",
+            "limit_key must not be empty",
+        ),
+        (
+            "SELECT skiplock.enqueue('noop', '{}', limit_key => repeat('x', 1001))",
+            "limit_key is 1001 bytes long",
+        ),
         ("SELECT skiplock.cancel(424242)", "does not exist"),
         ("SELECT skiplock.retry(424242)", "does not exist"),
     ];

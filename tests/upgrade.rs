@@ -19,10 +19,26 @@ use sqlx::{AssertSqlSafe, PgPool};
 use support::*;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-0.1.0");
-/// The previous release (SQL API version 2).
-const FIXTURE_V2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-2");
-/// The hash that release recorded for its SQL API (its `API_VERSIONS` entry 2).
-const V2_HASH: &str = "fba89b0989b1cbdcd4e20c1b05ff513f07824c0de34700d256a987121bc44721";
+/// The release before the previous one (SQL API version 2) and the hash it recorded for its
+/// SQL API (its `API_VERSIONS` entry 2).
+const V2: Release = Release {
+    fixture: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-2"),
+    api_version: 2,
+    api_hash: "fba89b0989b1cbdcd4e20c1b05ff513f07824c0de34700d256a987121bc44721",
+};
+/// The previous release (SQL API version 3).
+const V3: Release = Release {
+    fixture: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-3"),
+    api_version: 3,
+    api_hash: "eae46b9dc1dd23138028a7c9585ba1eb5241b67efe4d0e0991e2c1e08e956787",
+};
+
+/// A release whose schema a fixture holds verbatim.
+struct Release {
+    fixture: &'static str,
+    api_version: u32,
+    api_hash: &'static str,
+}
 const LONG: Duration = Duration::from_secs(120);
 
 /// Builds the schema exactly as release 0.1.0's `skiplock migrate` did.
@@ -315,15 +331,16 @@ async fn a_release_0_1_0_database_is_refused_until_migrated() {
     assert_eq!(code, 0, "{err}");
 }
 
-/// Builds the schema exactly as the previous release's `skiplock migrate` did: its
-/// migrations, its SQL API, and its record of API version 2.
-async fn migrate_as_release_api_2(pool: &PgPool) {
-    migrate_as(pool, FIXTURE_V2, 7).await;
+/// Builds the schema exactly as `r`'s `skiplock migrate` did: its migrations, its SQL API,
+/// and its record of its API version.
+async fn migrate_as_release(pool: &PgPool, r: &Release) {
+    migrate_as(pool, r.fixture, 7).await;
     exec(
         pool,
         &format!(
             "INSERT INTO skiplock.schema_info (id, api_version, api_hash, migrated_by, migrated_at)
-             VALUES (true, 2, '{V2_HASH}', '0.1.0', now())"
+             VALUES (true, {}, '{}', '0.1.0', now())",
+            r.api_version, r.api_hash
         ),
     )
     .await;
@@ -331,12 +348,24 @@ async fn migrate_as_release_api_2(pool: &PgPool) {
 
 #[tokio::test]
 async fn a_previous_release_database_keeps_working_after_migrate() {
+    keeps_working_after_migrate(&V3).await;
+}
+
+#[tokio::test]
+async fn the_release_before_it_keeps_working_after_migrate_too() {
+    keeps_working_after_migrate(&V2).await;
+}
+
+/// A database as `r` left it, filled through `r`'s API, refused until migrated, then migrated
+/// and worked by this release's worker.
+async fn keeps_working_after_migrate(r: &Release) {
     let db = TestDb::empty().await;
     let p = &db.pool;
-    migrate_as_release_api_2(p).await;
+    migrate_as_release(p, r).await;
     // This binary refuses it in one line until it is migrated.
     let want = format!(
-        "error: schema is at API version 2, this binary needs {}: run `skiplock migrate`",
+        "error: schema is at API version {}, this binary needs {}: run `skiplock migrate`",
+        r.api_version,
         skiplock::store::schema::API_VERSION
     );
     let (code, out, err) = run_cmd(&db.url, &["stats"]);
@@ -366,6 +395,12 @@ async fn a_previous_release_database_keeps_working_after_migrate() {
     skiplock::store::schema::ensure_ready(p).await.unwrap();
     let (code, _, err) = run_cmd(&db.url, &["stats"]);
     assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        one::<i32>(p, "SELECT api_version FROM skiplock.schema_info").await as u32,
+        skiplock::store::schema::API_VERSION
+    );
+    // A job enqueued through this release's API joins the old ones.
+    exec(p, "SELECT skiplock.enqueue('noop', '{\"after\": true}')").await;
     // The claim path lost its second running index; the limits kept theirs.
     assert_eq!(
         one::<i64>(
@@ -415,7 +450,7 @@ async fn a_previous_release_database_keeps_working_after_migrate() {
     )
     .await;
     worker.stop().await.unwrap();
-    assert_eq!(count_state(p, "completed").await, 33);
+    assert_eq!(count_state(p, "completed").await, 34);
     assert_eq!(
         one::<String>(
             p,

@@ -129,6 +129,35 @@ pub(crate) async fn latency(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
     Ok((percentile(&ms, 50.0), percentile(&ms, 99.0)))
 }
 
+/// (p50, p99) in ms of the same measure with nothing of skiplock in it, the same number of
+/// times at the same spacing: a plain one-row INSERT with a NOTIFY in one committed statement,
+/// a listener on its own connection, and one statement sent as the notification arrives. It
+/// is the floor of enqueue-to-start on this machine and server (a commit, a notification, a
+/// wake-up, one round trip), measured in the run beside skiplock's figure.
+pub(crate) async fn latency_floor(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
+    // Three connections: the listener's and the two held below.
+    let p = store::pool(url, 3).await?;
+    store::ceiling_table(&p).await?;
+    let mut listener = store::floor_listener(&p).await?;
+    // Held for the whole run: no pool check-out (and its ping) between the steps.
+    let mut enq = p.acquire().await?;
+    let mut start = p.acquire().await?;
+    let mut ms = Vec::with_capacity(o.latency_jobs);
+    for _ in 0..o.latency_jobs {
+        let sent = store::floor_enqueue(&mut enq).await?;
+        tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .map_err(|_| Error::Other("latency floor: no notification within 10 s".into()))??;
+        ms.push(store::floor_start(&mut start).await? - sent);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop((enq, start, listener));
+    store::ceiling_drop(&p).await?;
+    p.close().await;
+    ms.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    Ok((percentile(&ms, 50.0), percentile(&ms, 99.0)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

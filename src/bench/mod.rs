@@ -162,6 +162,13 @@ pub struct BenchReport {
     pub latency_p50_ms: Option<Stat>,
     /// Enqueue-to-start latency, ms: p99.
     pub latency_p99_ms: Option<Stat>,
+    /// The same measure with nothing of skiplock in it (a plain INSERT with a NOTIFY, a
+    /// listener, one statement), same spacing, same run: this machine's floor, ms: p50.
+    pub latency_floor_p50_ms: Option<Stat>,
+    /// The floor's p99, ms.
+    pub latency_floor_p99_ms: Option<Stat>,
+    /// latency p50 / floor p50, per run.
+    pub latency_p50_to_floor: Option<Stat>,
     /// jobs/s draining with the ballast in the table.
     pub drain_scaled: Option<Stat>,
     /// drain_scaled / drain (medians).
@@ -366,6 +373,10 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
         "latency_p99_ms",
         r.latency_p99_ms.as_ref().map(|s| s.median),
     );
+    put(
+        "latency_p50_to_floor",
+        r.latency_p50_to_floor.as_ref().map(|s| s.median),
+    );
     put("scale_ratio", r.scale_ratio);
     put(
         "key_rate_to_drain",
@@ -395,6 +406,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     };
     let (mut single, mut many, mut p50, mut p99, mut scaled) =
         (vec![], vec![], vec![], vec![], vec![]);
+    let (mut floor50, mut floor99) = (vec![], vec![]);
     let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
     let (mut keyed, mut qlim, mut crawls) = (vec![], vec![], vec![]);
     let mut graphile_version = None;
@@ -454,6 +466,10 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             let (a, b) = enqueue::latency(url, o).await?;
             p50.push(a);
             p99.push(b);
+            step("latency floor (plain INSERT + NOTIFY)");
+            let (a, b) = enqueue::latency_floor(url, o).await?;
+            floor50.push(a);
+            floor99.push(b);
         }
 
         if !o.skip_ceiling {
@@ -560,6 +576,14 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         drain_processes: DrainFigures::of(&procs),
         latency_p50_ms: Stat::of_some(&p50),
         latency_p99_ms: Stat::of_some(&p99),
+        latency_p50_to_floor: Stat::of_some(
+            &p50.iter()
+                .zip(&floor50)
+                .map(|(a, f)| a / f)
+                .collect::<Vec<_>>(),
+        ),
+        latency_floor_p50_ms: Stat::of_some(&floor50),
+        latency_floor_p99_ms: Stat::of_some(&floor99),
         drain_scaled,
         scale_ratio,
         ceiling: DrainFigures::of(&ceil),

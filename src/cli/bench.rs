@@ -184,6 +184,16 @@ pub fn render(r: &BenchReport) -> String {
         "   latency enqueue→start p99          {}",
         ms(r.latency_p99_ms.as_ref())
     );
+    let _ = writeln!(
+        o,
+        "   floor: plain INSERT+NOTIFY p50     {}",
+        ms(r.latency_floor_p50_ms.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "   floor: plain INSERT+NOTIFY p99     {}",
+        ms(r.latency_floor_p99_ms.as_ref())
+    );
     match (&r.drain_scaled, r.scale_ratio) {
         (Some(d), Some(ratio)) => {
             let _ = writeln!(
@@ -273,6 +283,11 @@ pub fn render(r: &BenchReport) -> String {
         o,
         "   WAL per job, skiplock / graphile   {}",
         ratio(r.wal_to_graphile.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "   latency p50, skiplock / floor      {}",
+        ratio(r.latency_p50_to_floor.as_ref())
     );
     let _ = writeln!(
         o,
@@ -447,6 +462,9 @@ mod tests {
             drain_processes: None,
             latency_p50_ms: None,
             latency_p99_ms: None,
+            latency_floor_p50_ms: None,
+            latency_floor_p99_ms: None,
+            latency_p50_to_floor: None,
             drain_scaled: None,
             scale_ratio: None,
             ceiling: None,

@@ -88,6 +88,31 @@ pub(crate) async fn latency_ms(p: &PgPool, ids: &[i64]) -> Result<Vec<f64>> {
         .await?)
 }
 
+/// The channel of the latency floor (`skiplock bench`'s own; no worker listens to it), as
+/// written in `sql/bench/floor_enqueue.sql`.
+pub(crate) const FLOOR_CHANNEL: &str = "skiplock_bench_floor";
+
+/// A connection listening on [`FLOOR_CHANNEL`].
+pub(crate) async fn floor_listener(p: &PgPool) -> Result<sqlx::postgres::PgListener> {
+    let mut l = sqlx::postgres::PgListener::connect_with(p).await?;
+    l.listen(FLOOR_CHANNEL).await?;
+    Ok(l)
+}
+
+/// One plain insert with its NOTIFY, committed; its start in ms on the database clock.
+pub(crate) async fn floor_enqueue(c: &mut sqlx::PgConnection) -> Result<f64> {
+    Ok(sqlx::query_scalar(sql!("bench", "floor_enqueue"))
+        .fetch_one(c)
+        .await?)
+}
+
+/// The woken side's first statement; its start in ms on the database clock.
+pub(crate) async fn floor_start(c: &mut sqlx::PgConnection) -> Result<f64> {
+    Ok(sqlx::query_scalar(sql!("bench", "floor_start"))
+        .fetch_one(c)
+        .await?)
+}
+
 pub(crate) async fn ceiling_table(p: &PgPool) -> Result<()> {
     sqlx::raw_sql(sql!("bench", "ceiling_table"))
         .execute(p)
