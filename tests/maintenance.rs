@@ -319,10 +319,34 @@ async fn retention_deletes_only_what_is_past_its_window() {
     .await
     .unwrap();
 
+    // Per-key rate records: more than a batch whose time has passed (they decide nothing)
+    // and two still in the future (they hold their keys back, so they stay).
+    sqlx::query(
+        "INSERT INTO skiplock.key_rates (queue, limit_key, tat) \
+         SELECT 'fetch', 'passed-' || i, now() - interval '1 second' * i FROM generate_series(1, 777) i \
+         UNION ALL VALUES ('fetch', 'soon', now() + interval '1 hour'), ('other', 'soon', now() + interval '1 day')",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+
     let deleted = run_retention(p, &RetentionSettings::default())
         .await
         .unwrap();
     assert_eq!(deleted, 3 + 1234);
+    let rates: Vec<(String, String)> = sqlx::query_as(
+        "SELECT queue, limit_key FROM skiplock.key_rates ORDER BY queue, limit_key",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        rates,
+        vec![
+            ("fetch".to_string(), "soon".to_string()),
+            ("other".to_string(), "soon".to_string())
+        ]
+    );
     for id in [completed_old, cancelled_old, discarded_old] {
         assert!(!exists(p, id).await, "job {id} is past its window");
     }

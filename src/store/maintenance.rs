@@ -165,6 +165,16 @@ pub async fn retention_periodic_runs<'e, E: Executor<'e>>(
         .rows_affected())
 }
 
+/// Forgets at most `limit` per-key rate records whose time has passed (they decide nothing);
+/// returns how many.
+pub async fn retention_key_rates<'e, E: Executor<'e>>(exec: E, limit: i64) -> Result<u64> {
+    Ok(sqlx::query(sql!("maintenance", "retention_key_rates"))
+        .bind(limit)
+        .execute(exec)
+        .await?
+        .rows_affected())
+}
+
 /// A periodic job as a worker declares it, for [`declare_periodic`].
 #[derive(Debug, Clone, Copy)]
 pub struct PeriodicDecl<'a> {

@@ -3,7 +3,9 @@
 //! workers were running). Completed jobs go after `SKIPLOCK_RETAIN_COMPLETED`, cancelled and
 //! discarded ones after `SKIPLOCK_RETAIN_FAILED` (kept longer: someone may want to look at
 //! why they failed). Deletes run in small batches so the table is never locked for long and
-//! the claim path stays fast at any volume. Old period records of periodic jobs go too.
+//! the claim path stays fast at any volume. Old period records of periodic jobs go too, and
+//! per-key rate records whose time has passed (`skiplock.key_rates`: one row per key ever
+//! rate-limited otherwise, e.g. every host a crawler fetched from).
 //!
 //! It runs as a periodic job of its own kind, [`KIND`] (`retain`), next to the reaper's `reap`
 //! job and on the same interval: its result (`{"deleted": N, …}`) is a row of its own, and a
@@ -80,7 +82,7 @@ pub struct Retention {
 
 /// One retention pass: every finished state, in batches of [`BATCH`]; returns the number of
 /// jobs deleted. Also forgets period records older than the completed window (keeping each
-/// periodic job's latest).
+/// periodic job's latest) and per-key rate records that decide nothing any more.
 pub async fn run_retention(pool: &Pool, settings: &RetentionSettings) -> Result<u64> {
     let mut total = 0u64;
     for state in JobState::ALL {
@@ -106,6 +108,17 @@ pub async fn run_retention(pool: &Pool, settings: &RetentionSettings) -> Result<
         total += deleted_here;
     }
     store::maintenance::retention_periodic_runs(pool, settings.completed).await?;
+    let mut rates = 0u64;
+    for _ in 0..MAX_BATCHES {
+        let n = store::maintenance::retention_key_rates(pool, BATCH).await?;
+        rates += n;
+        if (n as i64) < BATCH {
+            break;
+        }
+    }
+    if rates > 0 {
+        tracing::debug!(keys = rates, "retention forgot per-key rate records that had passed");
+    }
     Ok(total)
 }
 
