@@ -334,12 +334,11 @@ async fn retention_deletes_only_what_is_past_its_window() {
         .await
         .unwrap();
     assert_eq!(deleted, 3 + 1234);
-    let rates: Vec<(String, String)> = sqlx::query_as(
-        "SELECT queue, limit_key FROM skiplock.key_rates ORDER BY queue, limit_key",
-    )
-    .fetch_all(p)
-    .await
-    .unwrap();
+    let rates: Vec<(String, String)> =
+        sqlx::query_as("SELECT queue, limit_key FROM skiplock.key_rates ORDER BY queue, limit_key")
+            .fetch_all(p)
+            .await
+            .unwrap();
     assert_eq!(
         rates,
         vec![

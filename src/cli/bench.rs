@@ -110,6 +110,13 @@ fn cost_row(out: &mut String, name: &str, f: Option<&DrainFigures>) {
     );
 }
 
+/// Rows of the table: each label in one column 38 characters wide, then its figure.
+fn lines(out: &mut String, rows: Vec<(String, String)>) {
+    for (label, figure) in rows {
+        let _ = writeln!(out, "{label:<37} {figure}");
+    }
+}
+
 fn value(v: f64, unit: &str) -> String {
     match unit {
         "jobs/s" => format!("{v:.0} {unit}"),
@@ -152,98 +159,99 @@ pub fn render(r: &BenchReport) -> String {
         pg("fsync")
     );
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "1. enqueue, single calls, {} clients   {}",
-        get("enqueue_clients"),
-        rate(r.enqueue_single.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   enqueue_many, batches of 1,000     {}",
-        rate(r.enqueue_many.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "2. drain noop jobs, 1 process         {}",
-        rate(Some(&r.drain.jobs_per_s))
-    );
-    let _ = writeln!(
-        o,
-        "   {} `skiplock worker` processes      {}",
-        drain::PROCESSES,
-        rate(r.drain_processes.as_ref().map(|d| &d.jobs_per_s))
-    );
-    let _ = writeln!(
-        o,
-        "3. latency enqueue→start p50          {}",
-        ms(r.latency_p50_ms.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   latency enqueue→start p99          {}",
-        ms(r.latency_p99_ms.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   floor: plain INSERT+NOTIFY p50     {}",
-        ms(r.latency_floor_p50_ms.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   floor: plain INSERT+NOTIFY p99     {}",
-        ms(r.latency_floor_p99_ms.as_ref())
-    );
+    let rows: Vec<(String, String)> = vec![
+        (
+            format!(
+                "1. enqueue, single calls, {} clients",
+                get("enqueue_clients")
+            ),
+            rate(r.enqueue_single.as_ref()),
+        ),
+        (
+            "   enqueue_many, batches of 1,000".into(),
+            rate(r.enqueue_many.as_ref()),
+        ),
+        (
+            "2. drain noop jobs, 1 process".into(),
+            rate(Some(&r.drain.jobs_per_s)),
+        ),
+        (
+            format!("   {} `skiplock worker` processes", drain::PROCESSES),
+            rate(r.drain_processes.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
+            "3. latency enqueue→start p50".into(),
+            ms(r.latency_p50_ms.as_ref()),
+        ),
+        (
+            "   latency enqueue→start p99".into(),
+            ms(r.latency_p99_ms.as_ref()),
+        ),
+        (
+            "   floor: plain INSERT+NOTIFY p50".into(),
+            ms(r.latency_floor_p50_ms.as_ref()),
+        ),
+        (
+            "   floor: plain INSERT+NOTIFY p99".into(),
+            ms(r.latency_floor_p99_ms.as_ref()),
+        ),
+    ];
+    lines(&mut o, rows);
     match (&r.drain_scaled, r.scale_ratio) {
-        (Some(d), Some(ratio)) => {
-            let _ = writeln!(
-                o,
-                "4. drain with {} finished + {} future rows {}",
-                get("scale_finished"),
-                get("scale_future"),
-                rate(Some(d))
-            );
-            let _ = writeln!(o, "   scale ratio (4)/(2)                {ratio:>9.2}");
-        }
+        (Some(d), Some(ratio)) => lines(
+            &mut o,
+            vec![
+                (
+                    format!(
+                        "4. drain with {} finished + {} future rows",
+                        get("scale_finished"),
+                        get("scale_future")
+                    ),
+                    rate(Some(d)),
+                ),
+                ("   scale ratio (4)/(2)".into(), format!("{ratio:>9.2}")),
+            ],
+        ),
         _ => {
             let _ = writeln!(o, "4. scale run skipped");
         }
     }
-    let _ = writeln!(
-        o,
-        "5. ceiling: plain SQL, 100 per txn    {}",
-        rate(r.ceiling.as_ref().map(|d| &d.jobs_per_s))
-    );
-    let _ = writeln!(
-        o,
-        "6. graphile worker, batched           {}",
-        rate(r.graphile.as_ref().map(|d| &d.jobs_per_s))
-    );
-    let _ = writeln!(
-        o,
-        "7. drain, per-key rate never binding  {}",
-        rate(r.drain_key_rate.as_ref().map(|d| &d.jobs_per_s))
-    );
-    let _ = writeln!(
-        o,
-        "   drain, queue limit never binding   {}",
-        rate(r.drain_queue_limit.as_ref().map(|d| &d.jobs_per_s))
-    );
-    let _ = writeln!(
-        o,
-        "8. crawl {} hosts × {} pages, {} ms    {}",
-        limits::CRAWL_HOSTS,
-        limits::CRAWL_PAGES,
-        limits::CRAWL_POLITENESS.as_millis(),
-        match r.crawl_pages_per_s.as_ref() {
-            Some(s) => format!(
-                "{:>9.0} pages/s (ideal {:.0})",
-                s.median,
-                limits::crawl_ideal()
+    let crawl = match r.crawl_pages_per_s.as_ref() {
+        Some(s) => format!(
+            "{:>9.0} pages/s (ideal {:.0})",
+            s.median,
+            limits::crawl_ideal()
+        ),
+        None => format!("{:>9}", "skipped"),
+    };
+    let rows: Vec<(String, String)> = vec![
+        (
+            "5. ceiling: plain SQL, 100 per txn".into(),
+            rate(r.ceiling.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
+            "6. graphile worker, batched".into(),
+            rate(r.graphile.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
+            "7. drain, per-key rate never binding".into(),
+            rate(r.drain_key_rate.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
+            "   drain, queue limit never binding".into(),
+            rate(r.drain_queue_limit.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
+            format!(
+                "8. crawl {} hosts × {} pages, {} ms",
+                limits::CRAWL_HOSTS,
+                limits::CRAWL_PAGES,
+                limits::CRAWL_POLITENESS.as_millis()
             ),
-            None => format!("{:>9}", "skipped"),
-        }
-    );
+            crawl,
+        ),
+    ];
+    lines(&mut o, rows);
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -269,46 +277,35 @@ pub fn render(r: &BenchReport) -> String {
     cost_row(&mut o, "graphile", r.graphile.as_ref());
     let _ = writeln!(o);
     let _ = writeln!(o, "same-run ratios (median of the runs' ratios)");
-    let _ = writeln!(
-        o,
-        "   skiplock / graphile                {}",
-        ratio(r.drain_to_graphile.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   skiplock / ceiling                 {}",
-        ratio(r.drain_to_ceiling.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   WAL per job, skiplock / graphile   {}",
-        ratio(r.wal_to_graphile.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   latency p50, skiplock / floor      {}",
-        ratio(r.latency_p50_to_floor.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   {} processes / 1 process            {}",
-        drain::PROCESSES,
-        ratio(r.processes_to_drain.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   per-key rate drain / plain drain   {}",
-        ratio(r.key_rate_to_drain.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   queue limit drain / plain drain    {}",
-        ratio(r.queue_limit_to_drain.as_ref())
-    );
-    let _ = writeln!(
-        o,
-        "   crawl pages/s / ideal              {}",
-        ratio(r.crawl_to_ideal.as_ref())
+    let processes = format!("{} processes / 1 process", drain::PROCESSES);
+    let ratios: Vec<(&str, Option<&Stat>)> = vec![
+        ("skiplock / graphile", r.drain_to_graphile.as_ref()),
+        ("skiplock / ceiling", r.drain_to_ceiling.as_ref()),
+        (
+            "WAL per job, skiplock / graphile",
+            r.wal_to_graphile.as_ref(),
+        ),
+        (
+            "latency p50, skiplock / floor",
+            r.latency_p50_to_floor.as_ref(),
+        ),
+        (&processes, r.processes_to_drain.as_ref()),
+        (
+            "per-key rate drain / plain drain",
+            r.key_rate_to_drain.as_ref(),
+        ),
+        (
+            "queue limit drain / plain drain",
+            r.queue_limit_to_drain.as_ref(),
+        ),
+        ("crawl pages/s / ideal", r.crawl_to_ideal.as_ref()),
+    ];
+    lines(
+        &mut o,
+        ratios
+            .into_iter()
+            .map(|(label, s)| (format!("   {label}"), ratio(s)))
+            .collect(),
     );
     let _ = writeln!(o);
     let _ = writeln!(o, "TARGETS (issues 13, 14)");

@@ -117,7 +117,10 @@ pub async fn run_retention(pool: &Pool, settings: &RetentionSettings) -> Result<
         }
     }
     if rates > 0 {
-        tracing::debug!(keys = rates, "retention forgot per-key rate records that had passed");
+        tracing::debug!(
+            keys = rates,
+            "retention forgot per-key rate records that had passed"
+        );
     }
     Ok(total)
 }
