@@ -399,8 +399,8 @@ async fn the_sql_api_rejects_bad_input_with_clear_errors() {
             "SELECT skiplock.enqueue('noop', jsonb_build_object('x', repeat('a', 600000)))",
             "at most 524288",
         ),
-        // Each rule once more without a unique key, where skiplock.enqueue takes its fast
-        // path only if every rule passes: none of these may slip through it.
+        // Each rule once more: skiplock._enqueue skips its checks when one expression says
+        // every rule passes, so none of these may slip through that expression.
         ("SELECT skiplock.enqueue(repeat('k', 201))", "at most 200"),
         (
             "SELECT skiplock.enqueue('noop', '{}', queue => repeat('q', 201))",

@@ -208,19 +208,32 @@ AS $$
 DECLARE
     new_id bigint;
 BEGIN
-    PERFORM skiplock._check_job(_enqueue.kind, _enqueue.args, _enqueue.queue, _enqueue.priority, _enqueue.max_attempts);
-    PERFORM skiplock._check_time('run_at', _enqueue.run_at);
-    IF _enqueue.on_conflict IS NULL OR _enqueue.on_conflict NOT IN ('keep', 'replace') THEN
-        RAISE EXCEPTION 'skiplock: on_conflict must be ''keep'' or ''replace'', got %', quote_nullable(_enqueue.on_conflict)
-            USING ERRCODE = '22023';
+    -- Every rule at once, as one plpgsql expression (no query): the checks below are a query
+    -- each, and together took about a third of a single enqueue's time (issue 13), so they run
+    -- only when something is wrong, to name it. The conjunction is exactly their rules.
+    IF NOT coalesce(
+           _enqueue.kind <> '' AND length(_enqueue.kind) <= 200
+           AND _enqueue.queue <> '' AND length(_enqueue.queue) <= 200
+           AND jsonb_typeof(_enqueue.args) = 'object' AND octet_length(_enqueue.args::text) <= 524288
+           AND _enqueue.max_attempts >= 1 AND _enqueue.priority IS NOT NULL
+           AND (_enqueue.run_at IS NULL OR skiplock._time_ok(_enqueue.run_at))
+           AND _enqueue.on_conflict IN ('keep', 'replace')
+           AND (_enqueue.unique_key IS NULL OR octet_length(_enqueue.unique_key) <= 1000)
+           AND (_enqueue.limit_key IS NULL OR (_enqueue.limit_key <> '' AND octet_length(_enqueue.limit_key) <= 1000)),
+           false) THEN
+        PERFORM skiplock._check_job(_enqueue.kind, _enqueue.args, _enqueue.queue, _enqueue.priority, _enqueue.max_attempts);
+        PERFORM skiplock._check_time('run_at', _enqueue.run_at);
+        IF _enqueue.on_conflict IS NULL OR _enqueue.on_conflict NOT IN ('keep', 'replace') THEN
+            RAISE EXCEPTION 'skiplock: on_conflict must be ''keep'' or ''replace'', got %', quote_nullable(_enqueue.on_conflict)
+                USING ERRCODE = '22023';
+        END IF;
+        -- A long key would fail later with an obscure "index row size exceeds btree maximum".
+        IF octet_length(_enqueue.unique_key) > 1000 THEN
+            RAISE EXCEPTION 'skiplock: unique_key is % bytes long (at most 1000)', octet_length(_enqueue.unique_key)
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM skiplock._check_limit_key(_enqueue.limit_key);
     END IF;
-    -- A long key would fail later with an obscure "index row size exceeds btree maximum".
-    IF octet_length(_enqueue.unique_key) > 1000 THEN
-        RAISE EXCEPTION 'skiplock: unique_key is % bytes long (at most 1000)', octet_length(_enqueue.unique_key)
-            USING ERRCODE = '22023';
-    END IF;
-
-    PERFORM skiplock._check_limit_key(_enqueue.limit_key);
 
     IF _enqueue.unique_key IS NULL THEN
         INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, limit_key)
@@ -302,29 +315,11 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     reserved text;
-    new_id bigint;
 BEGIN
-    -- The common call (no unique key, every field valid) in one plpgsql expression and one
-    -- INSERT: each nested check below is a query of its own, and together they took about a
-    -- third of a single enqueue's time (issue 13). The test is the conjunction of the checks'
-    -- rules (skiplock._check_job, _check_time, on_conflict, _check_limit_key); anything it
-    -- does not pass takes the full path, which names the problem.
-    IF enqueue.unique_key IS NULL
-       AND enqueue.kind <> '' AND length(enqueue.kind) <= 200
-       AND enqueue.queue <> '' AND length(enqueue.queue) <= 200
-       AND jsonb_typeof(enqueue.args) = 'object' AND octet_length(enqueue.args::text) <= 524288
-       AND enqueue.max_attempts >= 1 AND enqueue.priority IS NOT NULL
-       AND (enqueue.run_at IS NULL OR skiplock._time_ok(enqueue.run_at))
-       AND enqueue.on_conflict IN ('keep', 'replace')
-       AND (enqueue.limit_key IS NULL OR (enqueue.limit_key <> '' AND octet_length(enqueue.limit_key) <= 1000))
-    THEN
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, limit_key)
-        VALUES (enqueue.kind, enqueue.args, enqueue.queue, coalesce(enqueue.run_at, now()),
-                enqueue.priority, enqueue.max_attempts, enqueue.limit_key)
-        RETURNING id INTO new_id;
-        RETURN new_id;
+    -- Without a key there is no prefix to check (and no query to run for it).
+    IF enqueue.unique_key IS NOT NULL THEN
+        reserved := skiplock._reserved_key_prefix(enqueue.unique_key);
     END IF;
-    reserved := skiplock._reserved_key_prefix(enqueue.unique_key);
     IF reserved IS NOT NULL THEN
         RAISE EXCEPTION 'skiplock: unique_key prefix % is reserved for the built-in workflows (use their own functions: request_fetch, timer_reset, pack_now, submit_packet)',
             quote_literal(reserved) USING ERRCODE = '22023';

@@ -43,10 +43,11 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         3,
         "eae46b9dc1dd23138028a7c9585ba1eb5241b67efe4d0e0991e2c1e08e956787",
     ),
-    // skiplock.enqueue's fast path for a valid job without a unique key (issue 13).
+    // skiplock._enqueue runs its checks' queries only when one of their rules fails, and
+    // skiplock.enqueue the reserved-prefix query only for a key (issue 13).
     (
         4,
-        "61c8933ee719aff14aa47d5c5883410458c8ed1df396a4e200d4ebfc282cb063",
+        "c131011dadc937e283029e704c7e7688d2e575d0575cc159f5020f08116664d9",
     ),
 ];
 
