@@ -37,9 +37,20 @@ pub fn single_per_client(jobs: usize, clients: usize) -> usize {
     (jobs / clients.max(1)).clamp(1, SINGLE_PER_CLIENT)
 }
 
-/// jobs/s of single `skiplock.enqueue` calls, `o.enqueue_clients` clients at once, each with
-/// its own connection.
-pub(crate) async fn single(url: &str, o: &BenchOptions) -> Result<f64> {
+/// What an enqueue run writes through: skiplock's API, or the baseline beside it (plain
+/// INSERTs into the ceiling's table, which has skiplock.jobs' columns and indexes but no
+/// trigger and no checks: what this server's table takes, measured in the same run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Through {
+    /// `skiplock.enqueue` / `skiplock.enqueue_many`.
+    Api,
+    /// Plain INSERTs into `public.ceiling_jobs` (the caller creates and drops it).
+    PlainInsert,
+}
+
+/// jobs/s of single enqueues, `o.enqueue_clients` clients at once, each with its own
+/// connection.
+pub(crate) async fn single(url: &str, o: &BenchOptions, through: Through) -> Result<f64> {
     let clients = o.enqueue_clients.max(1);
     let p = store::pool(url, clients as u32).await?;
     let per_client = single_per_client(o.jobs, clients);
@@ -49,7 +60,15 @@ pub(crate) async fn single(url: &str, o: &BenchOptions) -> Result<f64> {
         let p = p.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..per_client {
-                enqueue(&p, &NewJob::new("noop", json!({"i": i})).queue("bench")).await?;
+                let args = json!({"i": i});
+                match through {
+                    Through::Api => {
+                        enqueue(&p, &NewJob::new("noop", args).queue("bench")).await?;
+                    }
+                    Through::PlainInsert => {
+                        store::plain_insert(&p, "noop", &args, "bench").await?;
+                    }
+                }
             }
             Ok::<_, Error>(())
         }));
@@ -62,8 +81,8 @@ pub(crate) async fn single(url: &str, o: &BenchOptions) -> Result<f64> {
     Ok(rate)
 }
 
-/// jobs/s of `skiplock.enqueue_many` in batches of 1,000 over `o.connections` connections.
-pub(crate) async fn many(url: &str, o: &BenchOptions) -> Result<f64> {
+/// jobs/s of batches of 1,000 over `o.connections` connections.
+pub(crate) async fn many(url: &str, o: &BenchOptions, through: Through) -> Result<f64> {
     let p = store::pool(url, o.connections).await?;
     let batches = (o.jobs / 1000).max(1);
     let args: Vec<serde_json::Value> = (0..1000).map(|i| json!({"i": i})).collect();
@@ -74,18 +93,20 @@ pub(crate) async fn many(url: &str, o: &BenchOptions) -> Result<f64> {
         let (p, args, next) = (p.clone(), args.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < batches {
-                enqueue_many(
-                    &p,
-                    ManyJobs {
-                        limit_key: None,
-                        kind: "noop",
-                        args: &args,
-                        queue: "bench",
-                        run_at: None,
-                        priority: 0,
-                    },
-                )
-                .await?;
+                let jobs = ManyJobs {
+                    limit_key: None,
+                    kind: "noop",
+                    args: &args,
+                    queue: "bench",
+                    run_at: None,
+                    priority: 0,
+                };
+                match through {
+                    Through::Api => enqueue_many(&p, jobs).await?,
+                    Through::PlainInsert => {
+                        store::plain_insert_many(&p, jobs.kind, jobs.args, jobs.queue).await?
+                    }
+                };
             }
             Ok::<_, Error>(())
         }));

@@ -17,6 +17,7 @@ pub mod meter;
 pub mod peers;
 pub mod stats;
 use crate::store::bench as store;
+use enqueue::Through;
 pub mod targets;
 
 use std::collections::BTreeMap;
@@ -154,6 +155,15 @@ pub struct BenchReport {
     pub enqueue_single: Option<Stat>,
     /// jobs/s of `skiplock.enqueue_many` in batches of 1,000.
     pub enqueue_many: Option<Stat>,
+    /// The same single calls as plain one-row INSERTs into a table shaped like
+    /// skiplock.jobs (no trigger, no checks): what this server's table takes.
+    pub enqueue_single_plain: Option<Stat>,
+    /// The same batches as plain `INSERT … SELECT unnest` into that table.
+    pub enqueue_many_plain: Option<Stat>,
+    /// enqueue_single / its plain baseline, per run.
+    pub enqueue_single_to_plain: Option<Stat>,
+    /// enqueue_many / its plain baseline, per run.
+    pub enqueue_many_to_plain: Option<Stat>,
     /// Draining `jobs` noop jobs with one worker in this process: the headline.
     pub drain: DrainFigures,
     /// The same with [`drain::PROCESSES`] `skiplock worker` processes on one queue.
@@ -374,6 +384,14 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
         r.latency_p99_ms.as_ref().map(|s| s.median),
     );
     put(
+        "enqueue_single_to_plain",
+        r.enqueue_single_to_plain.as_ref().map(|s| s.median),
+    );
+    put(
+        "enqueue_many_to_plain",
+        r.enqueue_many_to_plain.as_ref().map(|s| s.median),
+    );
+    put(
         "latency_p50_to_floor",
         r.latency_p50_to_floor.as_ref().map(|s| s.median),
     );
@@ -393,6 +411,11 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
     m
 }
 
+/// a / b of each run, for figures measured once per run beside their baseline.
+fn per_run_ratio(a: &[f64], b: &[f64]) -> Option<Stat> {
+    Stat::of_some(&a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<_>>())
+}
+
 async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Result<BenchReport> {
     let url = db.url.as_str();
     let monitor = store::monitor(url).await?;
@@ -407,6 +430,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let (mut single, mut many, mut p50, mut p99, mut scaled) =
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut floor50, mut floor99) = (vec![], vec![]);
+    let (mut single_plain, mut many_plain) = (vec![], vec![]);
     let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
     let (mut keyed, mut qlim, mut crawls) = (vec![], vec![], vec![]);
     let mut graphile_version = None;
@@ -415,9 +439,14 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         if !o.skip_enqueue {
             step("enqueue");
             reset(&monitor).await?;
-            single.push(enqueue::single(url, o).await?);
+            single.push(enqueue::single(url, o, Through::Api).await?);
             reset(&monitor).await?;
-            many.push(enqueue::many(url, o).await?);
+            many.push(enqueue::many(url, o, Through::Api).await?);
+            step("enqueue baseline (plain INSERTs, same table shape)");
+            store::ceiling_table(&monitor).await?;
+            single_plain.push(enqueue::single(url, o, Through::PlainInsert).await?);
+            many_plain.push(enqueue::many(url, o, Through::PlainInsert).await?);
+            store::ceiling_drop(&monitor).await?;
         }
 
         step(&format!("drain {} jobs, 1 process", o.jobs));
@@ -557,6 +586,10 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         postgres,
         enqueue_single: Stat::of_some(&single),
         enqueue_many: Stat::of_some(&many),
+        enqueue_single_plain: Stat::of_some(&single_plain),
+        enqueue_many_plain: Stat::of_some(&many_plain),
+        enqueue_single_to_plain: per_run_ratio(&single, &single_plain),
+        enqueue_many_to_plain: per_run_ratio(&many, &many_plain),
         drain_to_ceiling: ratios(&drains, &ceil, throughput),
         drain_to_graphile: ratios(&drains, &graph, throughput),
         wal_to_graphile: ratios(&drains, &graph, |r| r.usage.wal_bytes_per_job),
@@ -576,12 +609,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         drain_processes: DrainFigures::of(&procs),
         latency_p50_ms: Stat::of_some(&p50),
         latency_p99_ms: Stat::of_some(&p99),
-        latency_p50_to_floor: Stat::of_some(
-            &p50.iter()
-                .zip(&floor50)
-                .map(|(a, f)| a / f)
-                .collect::<Vec<_>>(),
-        ),
+        latency_p50_to_floor: per_run_ratio(&p50, &floor50),
         latency_floor_p50_ms: Stat::of_some(&floor50),
         latency_floor_p99_ms: Stat::of_some(&floor99),
         drain_scaled,

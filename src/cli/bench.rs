@@ -172,6 +172,14 @@ pub fn render(r: &BenchReport) -> String {
             rate(r.enqueue_many.as_ref()),
         ),
         (
+            "   baseline: plain 1-row INSERTs".into(),
+            rate(r.enqueue_single_plain.as_ref()),
+        ),
+        (
+            "   baseline: plain INSERT … SELECT".into(),
+            rate(r.enqueue_many_plain.as_ref()),
+        ),
+        (
             "2. drain noop jobs, 1 process".into(),
             rate(Some(&r.drain.jobs_per_s)),
         ),
@@ -279,6 +287,14 @@ pub fn render(r: &BenchReport) -> String {
     let _ = writeln!(o, "same-run ratios (median of the runs' ratios)");
     let processes = format!("{} processes / 1 process", drain::PROCESSES);
     let ratios: Vec<(&str, Option<&Stat>)> = vec![
+        (
+            "single enqueue / plain INSERT",
+            r.enqueue_single_to_plain.as_ref(),
+        ),
+        (
+            "enqueue_many / plain INSERT",
+            r.enqueue_many_to_plain.as_ref(),
+        ),
         ("skiplock / graphile", r.drain_to_graphile.as_ref()),
         ("skiplock / ceiling", r.drain_to_ceiling.as_ref()),
         (
@@ -450,6 +466,10 @@ mod tests {
             postgres: BTreeMap::new(),
             enqueue_single: None,
             enqueue_many: Some(stat(150_000.0)),
+            enqueue_single_plain: None,
+            enqueue_many_plain: None,
+            enqueue_single_to_plain: None,
+            enqueue_many_to_plain: None,
             drain: DrainFigures {
                 jobs_per_s: stat(20_000.0),
                 wal_bytes_per_job: stat(929.0),

@@ -113,6 +113,36 @@ pub(crate) async fn floor_start(c: &mut sqlx::PgConnection) -> Result<f64> {
         .await?)
 }
 
+/// The single-enqueue baseline's statement (one row into the ceiling's table).
+pub(crate) async fn plain_insert(
+    p: &PgPool,
+    kind: &str,
+    args: &serde_json::Value,
+    queue: &str,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql!("bench", "plain_insert"))
+        .bind(kind)
+        .bind(args)
+        .bind(queue)
+        .fetch_one(p)
+        .await?)
+}
+
+/// The enqueue_many baseline's statement (the rows into the ceiling's table).
+pub(crate) async fn plain_insert_many(
+    p: &PgPool,
+    kind: &str,
+    args: &[serde_json::Value],
+    queue: &str,
+) -> Result<Vec<i64>> {
+    Ok(sqlx::query_scalar(sql!("bench", "plain_insert_many"))
+        .bind(kind)
+        .bind(queue)
+        .bind(args)
+        .fetch_all(p)
+        .await?)
+}
+
 pub(crate) async fn ceiling_table(p: &PgPool) -> Result<()> {
     sqlx::raw_sql(sql!("bench", "ceiling_table"))
         .execute(p)
