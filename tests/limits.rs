@@ -620,3 +620,101 @@ async fn pausing_a_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
     assert_eq!(released, 2);
     w.stop().await.unwrap();
 }
+
+/// A running job that stops counting against a concurrency limit without an ack of this
+/// worker's (cancelled by an operator, or rescued after its worker died) wakes a producer
+/// held back by the limit: with a poll interval of an hour, only that wake-up can start the
+/// waiting job within the test's deadline.
+#[tokio::test]
+async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    limits::set_queue_limit(p, "slot", Some(1)).await.unwrap();
+    // A job a dead worker holds takes the only slot (its heartbeat is recent: the worker's
+    // own rescuer, 60 s, leaves it alone).
+    let held = |hb_age_s: i64| {
+        format!(
+            "INSERT INTO skiplock.jobs (kind, args, queue, state, attempt, attempted_at, attempted_by, heartbeat_at)
+             VALUES ('sleep', '{{\"ms\": 1}}', 'slot', 'running', 1, now(), 'gone', now() - interval '{hb_age_s} seconds')
+             RETURNING id"
+        )
+    };
+    let first: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(held(0)))
+        .fetch_one(p)
+        .await
+        .unwrap();
+    let waiting = enqueue(p, &NewJob::new("sleep", json!({"ms": 1})).queue("slot"))
+        .await
+        .unwrap();
+    let settings = skiplock::config::QueueSettings {
+        queues: Some([("slot".to_string(), 1)].into_iter().collect()),
+        poll_interval: Duration::from_secs(3600),
+        ..fast_settings()
+    };
+    let w = start_builtin(p, settings);
+    // The producer tried, was held back, and now waits for a wake-up.
+    wait_for("the producer to wait on the queue", LONG, || async {
+        (count(
+            p,
+            "SELECT count(*) FROM skiplock.waiting WHERE queue = 'slot'",
+        )
+        .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    // Registered producers claim once more right after registering; give that claim time to
+    // be held back too, so what starts the job below is the wake-up (with the wake-up in
+    // place the test passes either way; without it, this makes it fail reliably).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(state_of(&db, waiting).await, "available", "the limit holds");
+
+    // 1. An operator cancels the dead worker's job.
+    let st: String = sqlx::query_scalar("SELECT skiplock.cancel($1)::text")
+        .bind(first)
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(st, "cancelled");
+    wait_completed(
+        p,
+        &[waiting],
+        "the waiting job, started by the cancel's wake-up",
+    )
+    .await;
+
+    // 2. Another dead worker's job holds the slot; the rescuer's statement returns it.
+    let second: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(held(30)))
+        .fetch_one(p)
+        .await
+        .unwrap();
+    let next = enqueue(p, &NewJob::new("sleep", json!({"ms": 1})).queue("slot"))
+        .await
+        .unwrap();
+    wait_for("the producer to wait again", LONG, || async {
+        (count(
+            p,
+            "SELECT count(*) FROM skiplock.waiting WHERE queue = 'slot'",
+        )
+        .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(state_of(&db, next).await, "available", "the limit holds");
+    let rescued = skiplock::store::rescue::rescue(p, Duration::from_secs(10), 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        rescued.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![second]
+    );
+    wait_completed(
+        p,
+        &[second, next],
+        "both jobs, started by the rescue's wake-up",
+    )
+    .await;
+    w.stop().await.unwrap();
+}

@@ -410,8 +410,9 @@ CREATE OR REPLACE FUNCTION skiplock.cancel(id bigint) RETURNS skiplock.job_state
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     cur skiplock.job_state;
+    q text;
 BEGIN
-    SELECT j.state INTO cur FROM skiplock.jobs j WHERE j.id = cancel.id FOR UPDATE;
+    SELECT j.state, j.queue INTO cur, q FROM skiplock.jobs j WHERE j.id = cancel.id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'skiplock: job % does not exist', cancel.id USING ERRCODE = 'P0002';
     END IF;
@@ -424,6 +425,11 @@ BEGIN
                                'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
                       ELSE j.errors END
     WHERE j.id = cancel.id;
+    -- A running job no longer counts against its queue's concurrency limits: a producer held
+    -- back by one claims at once (delivered at commit), not at its next poll.
+    IF cur = 'running' THEN
+        PERFORM pg_notify('skiplock_wake', q);
+    END IF;
     RETURN 'cancelled';
 END;
 $$;
@@ -557,7 +563,7 @@ BEGIN
     PERFORM skiplock._check_bulk('cancel_jobs', cancel_jobs.state,
                                  ARRAY['available', 'running']::skiplock.job_state[], cancel_jobs.max_rows);
     WITH locked AS (
-        SELECT j.id
+        SELECT j.id, j.state, j.queue
         FROM skiplock.jobs j
         WHERE j.state IN ('available', 'running')
           AND skiplock._job_matches(j, cancel_jobs.state, cancel_jobs.kind, cancel_jobs.queue, cancel_jobs.search)
@@ -573,8 +579,15 @@ BEGIN
                           ELSE j.errors END
         FROM locked WHERE j.id = locked.id
         RETURNING j.id
+    ), woken AS (
+        -- As skiplock.cancel: a queue whose running jobs were cancelled has slots free under
+        -- its concurrency limits; a producer held back by one claims at once.
+        SELECT pg_notify('skiplock_wake', q.queue)
+        FROM (SELECT DISTINCT l.queue FROM locked l JOIN moved m ON m.id = l.id
+              WHERE l.state = 'running') q
     )
-    SELECT count(*) INTO n FROM moved;
+    -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
+    SELECT count(*) INTO n FROM moved WHERE (SELECT count(*) FROM woken) >= 0;
     RETURN n;
 END;
 $$;

@@ -3,6 +3,9 @@
 -- They go back to `available` at once with reason $5 in `errors`. The attempt is given back
 -- unless $4: then the failure involved this job alone and may be its fault, so the attempt
 -- counts (and a job out of attempts is discarded), which keeps a poison row from looping.
+-- Each queue that got jobs back is woken (NOTIFY skiplock_wake '<queue>', once per queue, at
+-- commit), so other workers claim them at once, not at their next poll.
+WITH released AS (
 UPDATE skiplock.jobs j
 SET state = CASE WHEN $4 AND j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::skiplock.job_state,
     finalized_at = CASE WHEN $4 AND j.attempt >= j.max_attempts THEN now() END,
@@ -15,4 +18,10 @@ WHERE j.state = 'running'
   AND j.attempted_by = $1
   AND ($2::text IS NULL OR j.queue = $2)
   AND j.id <> ALL($3::bigint[])
-RETURNING j.id, j.state
+RETURNING j.id, j.state, j.queue
+),
+woken AS (
+    SELECT pg_notify('skiplock_wake', q.queue) FROM (SELECT DISTINCT released.queue FROM released) q
+)
+-- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
+SELECT released.id, released.state FROM released WHERE (SELECT count(*) FROM woken) >= 0

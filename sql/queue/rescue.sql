@@ -13,7 +13,11 @@ WITH stale AS (
     ORDER BY heartbeat_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-)
+),
+-- Each queue that got jobs back is woken (NOTIFY skiplock_wake '<queue>', once per queue,
+-- at commit): an idle producer claims them at once instead of at its next poll, and one held
+-- back by a concurrency limit gets the slot the dead attempt held.
+rescued AS (
 UPDATE skiplock.jobs j
 SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::skiplock.job_state,
     finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
@@ -24,4 +28,10 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'availab
         'error', format('rescued: worker %s sent no heartbeat since %s', j.attempted_by, j.heartbeat_at)))
 FROM stale
 WHERE j.id = stale.id
-RETURNING j.id, j.kind, j.state
+RETURNING j.id, j.kind, j.state, j.queue
+),
+woken AS (
+    SELECT pg_notify('skiplock_wake', q.queue) FROM (SELECT DISTINCT rescued.queue FROM rescued) q
+)
+-- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
+SELECT rescued.id, rescued.kind, rescued.state FROM rescued WHERE (SELECT count(*) FROM woken) >= 0

@@ -44,10 +44,11 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         "eae46b9dc1dd23138028a7c9585ba1eb5241b67efe4d0e0991e2c1e08e956787",
     ),
     // skiplock._enqueue runs its checks' queries only when one of their rules fails, and
-    // skiplock.enqueue the reserved-prefix query only for a key (issue 13).
+    // skiplock.enqueue the reserved-prefix query only for a key (issue 13); cancelling a
+    // running job wakes its queue's producers.
     (
         4,
-        "c131011dadc937e283029e704c7e7688d2e575d0575cc159f5020f08116664d9",
+        "06bdb01a857c1e42794656d94c5939f9a4ffff0ed0409ad59ae783c19aa01fdd",
     ),
 ];
 
