@@ -418,6 +418,28 @@ async fn queue_commands_refuse_bad_input_with_a_clear_error() {
     let (code, out, _) = run_cmd(&db.url, &["stats"]);
     assert_eq!(code, 0);
     assert!(out.contains("queue q: concurrency 3, per key 1"), "{out}");
+    // The other way round: a rate, then --per-key alone keeps it; clearing both leaves the
+    // queue with no limits and no row.
+    let (code, out, err) = run_cmd(&db.url, &["queue", "limit", "r", "--rate", "3/1s"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("queue r: rate 3/1s"), "{out}");
+    let (code, out, err) = run_cmd(&db.url, &["queue", "limit", "r", "--per-key", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("queue r: per key 2, rate 3/1s"), "{out}");
+    let (code, out, err) = run_cmd(
+        &db.url,
+        &["queue", "limit", "r", "--per-key", "none", "--rate", "none"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("queue r: no limits"), "{out}");
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.queues WHERE queue = 'r'"
+        )
+        .await,
+        0
+    );
 
     // The SQL API refuses bad values with one line each.
     for sql in [
@@ -426,6 +448,8 @@ async fn queue_commands_refuse_bad_input_with_a_clear_error() {
         "SELECT skiplock.set_key_limit('q', rate => 1)",
         "SELECT skiplock.set_key_limit('q', rate => 0, period => '1s')",
         "SELECT skiplock.set_key_limit('q', rate => 1, period => '-1s')",
+        "SELECT skiplock.change_key_limit('q', false, NULL, true, 1, NULL)",
+        "SELECT skiplock.change_key_limit('', true, 1, false, NULL, NULL)",
         "SELECT skiplock.enqueue('noop', limit_key => '')",
     ] {
         let e = sqlx::query(sql).execute(&db.pool).await.unwrap_err();
@@ -717,4 +741,68 @@ async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
     )
     .await;
     w.stop().await.unwrap();
+}
+
+/// Two operators change different per-key limits of one queue at the same time: the second
+/// change waits for the first and keeps what it set (a read of the current limits followed
+/// by a separate write would put back the value it read).
+#[tokio::test]
+async fn concurrent_changes_to_different_key_limits_both_land() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    limits::set_queue_limit(p, "both", Some(10)).await.unwrap();
+    let mut first = p.begin().await.unwrap();
+    limits::change_key_limit(
+        &mut *first,
+        "both",
+        limits::KeyLimitChange {
+            concurrency: Some(Some(5)),
+            rate: None,
+        },
+    )
+    .await
+    .unwrap();
+    let p2 = p.clone();
+    let second = tokio::spawn(async move {
+        limits::change_key_limit(
+            &p2,
+            "both",
+            limits::KeyLimitChange {
+                concurrency: None,
+                rate: Some(Some(Rate {
+                    count: 2,
+                    period: Duration::from_secs(1),
+                })),
+            },
+        )
+        .await
+    });
+    wait_for("the second change to wait for the first", LONG, || async {
+        (count(
+            p,
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .await
+            >= 1)
+            .then_some(())
+    })
+    .await;
+    first.commit().await.unwrap();
+    second.await.unwrap().unwrap();
+    let q = limits::list(p)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|q| q.queue == "both")
+        .unwrap();
+    assert_eq!(q.concurrency, Some(10));
+    assert_eq!(q.key_concurrency, Some(5), "the first change is kept");
+    assert_eq!(
+        limits::rate_of(q.key_rate, q.key_period_secs),
+        Some(Rate {
+            count: 2,
+            period: Duration::from_secs(1)
+        })
+    );
 }

@@ -81,6 +81,34 @@ BEGIN
 END;
 $$;
 
+-- Changes one of a queue's per-key limits, or both, and keeps the other as it is: the key
+-- concurrency when `set_concurrency` (to `concurrency`; NULL clears it), the key rate when
+-- `set_rate` (to `rate` per `period`; both NULL clear it). The queue's row is locked while the
+-- kept value is read and the new ones written, so two operators changing different limits of
+-- one queue at the same time (`skiplock queue limit --per-key …` and `--rate …`) both land.
+-- Same checks and wake-up as skiplock.set_key_limit, which does the write.
+CREATE OR REPLACE FUNCTION skiplock.change_key_limit(queue text, set_concurrency boolean, concurrency integer,
+                                                     set_rate boolean, rate integer, period interval)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    cur skiplock.queues;
+BEGIN
+    PERFORM skiplock._check_queue_name(change_key_limit.queue);
+    -- A row to lock even for a queue without one (set_key_limit tidies it away if it stays
+    -- empty); a concurrent change of the same queue (its insert or its update) is waited for
+    -- here until it commits, and the row stays locked until this change commits.
+    INSERT INTO skiplock.queues AS c (queue) VALUES (change_key_limit.queue)
+    ON CONFLICT ON CONSTRAINT queues_pkey DO NOTHING;
+    SELECT * INTO cur FROM skiplock.queues c WHERE c.queue = change_key_limit.queue FOR UPDATE;
+    PERFORM skiplock.set_key_limit(
+        change_key_limit.queue,
+        CASE WHEN change_key_limit.set_concurrency THEN change_key_limit.concurrency ELSE cur.key_concurrency END,
+        CASE WHEN change_key_limit.set_rate THEN change_key_limit.rate ELSE cur.key_rate END,
+        CASE WHEN change_key_limit.set_rate THEN change_key_limit.period ELSE cur.key_period END);
+END;
+$$;
+
 -- No worker claims from a paused queue (at the latest at its next claim, within one poll
 -- interval); running jobs finish. Returns whether the queue was running before.
 CREATE OR REPLACE FUNCTION skiplock.pause_queue(queue text)

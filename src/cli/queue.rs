@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use super::connect_migrated;
 use super::output::{print_json, print_table, say};
 use crate::config::parse_duration;
-use crate::store::limits::{self, KeyLimit, Rate};
+use crate::store::limits::{self, KeyLimitChange, Rate};
 
 /// `skiplock queue`.
 #[derive(Debug, Args)]
@@ -115,6 +115,15 @@ impl<T: Copy> Setting<T> {
             Setting::Set(v) => Some(v),
         }
     }
+
+    /// As a store change: `None` keeps, `Some(None)` clears, `Some(Some(v))` sets.
+    fn change(self) -> Option<Option<T>> {
+        match self {
+            Setting::Keep => None,
+            Setting::Clear => Some(None),
+            Setting::Set(v) => Some(Some(v)),
+        }
+    }
 }
 
 /// Parses a count flag: a number from 1 to 1,000,000, or `none`.
@@ -172,18 +181,13 @@ async fn limit(url: Option<&str>, a: LimitArgs) -> anyhow::Result<()> {
         limits::set_queue_limit(&pool, &a.queue, concurrency.apply(None)).await?;
     }
     if per_key != Setting::Keep || rate != Setting::Keep {
-        let now = limits::list(&pool)
-            .await?
-            .into_iter()
-            .find(|q| q.queue == a.queue);
-        let cur_rate = now
-            .as_ref()
-            .and_then(|q| limits::rate_of(q.key_rate, q.key_period_secs));
-        let limit = KeyLimit {
-            concurrency: per_key.apply(now.as_ref().and_then(|q| q.key_concurrency)),
-            rate: rate.apply(cur_rate),
+        // One statement: the limit not given is kept as it is at that moment, even if
+        // another operator changes it meanwhile.
+        let change = KeyLimitChange {
+            concurrency: per_key.change(),
+            rate: rate.change(),
         };
-        limits::set_key_limit(&pool, &a.queue, limit).await?;
+        limits::change_key_limit(&pool, &a.queue, change).await?;
     }
     let now = limits::list(&pool).await?;
     match now.iter().find(|q| q.queue == a.queue) {

@@ -153,6 +153,37 @@ pub async fn set_key_limit<'e, E: Executor<'e>>(
     Ok(())
 }
 
+/// A change to a queue's per-key limits: for each, `None` keeps it, `Some(None)` clears it,
+/// `Some(Some(v))` sets it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyLimitChange {
+    /// Running jobs per key.
+    pub concurrency: Option<Option<i32>>,
+    /// Starts per key and period.
+    pub rate: Option<Option<Rate>>,
+}
+
+/// Changes the per-key limits of `queue` as `change` says, in one statement that locks the
+/// queue's row: a concurrent change to the other limit is kept, not overwritten.
+pub async fn change_key_limit<'e, E: Executor<'e>>(
+    exec: E,
+    queue: &str,
+    change: KeyLimitChange,
+) -> Result<()> {
+    check_queue(queue)?;
+    let rate = change.rate.flatten();
+    sqlx::query(sql!("limits", "change_key_limit"))
+        .bind(queue)
+        .bind(change.concurrency.is_some())
+        .bind(change.concurrency.flatten())
+        .bind(change.rate.is_some())
+        .bind(rate.map(|r| r.count))
+        .bind(rate.map(|r| r.period.as_secs_f64()))
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
 /// Pauses `queue`; returns whether it was running before.
 pub async fn pause<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
     check_queue(queue)?;

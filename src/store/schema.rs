@@ -45,10 +45,11 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     ),
     // skiplock._enqueue runs its checks' queries only when one of their rules fails, and
     // skiplock.enqueue the reserved-prefix query only for a key (issue 13); cancelling a
-    // running job wakes its queue's producers.
+    // running job wakes its queue's producers; skiplock.change_key_limit changes one per-key
+    // limit and keeps the other under the queue row's lock.
     (
         4,
-        "06bdb01a857c1e42794656d94c5939f9a4ffff0ed0409ad59ae783c19aa01fdd",
+        "fa19ef4e0e1a1ae28f75ecb931a3e0d70f437fd03d1cd71c9504e6faa3813d8a",
     ),
 ];
 
