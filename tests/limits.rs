@@ -645,6 +645,19 @@ async fn pausing_a_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
     w.stop().await.unwrap();
 }
 
+/// Waits until a producer of `queue` is registered as waiting for a wake-up.
+async fn producer_waits_on(p: &sqlx::PgPool, queue: &str) {
+    wait_for("a producer to wait on the queue", LONG, || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.waiting WHERE queue = $1")
+            .bind(queue)
+            .fetch_one(p)
+            .await
+            .unwrap();
+        (n == 1).then_some(())
+    })
+    .await
+}
+
 /// A running job that stops counting against a concurrency limit without an ack of this
 /// worker's (cancelled by an operator, or rescued after its worker died) wakes a producer
 /// held back by the limit: with a poll interval of an hour, only that wake-up can start the
@@ -677,16 +690,7 @@ async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
     };
     let w = start_builtin(p, settings);
     // The producer tried, was held back, and now waits for a wake-up.
-    wait_for("the producer to wait on the queue", LONG, || async {
-        (count(
-            p,
-            "SELECT count(*) FROM skiplock.waiting WHERE queue = 'slot'",
-        )
-        .await
-            == 1)
-            .then_some(())
-    })
-    .await;
+    producer_waits_on(p, "slot").await;
     // Registered producers claim once more right after registering; give that claim time to
     // be held back too, so what starts the job below is the wake-up (with the wake-up in
     // place the test passes either way; without it, this makes it fail reliably).
@@ -715,16 +719,7 @@ async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
     let next = enqueue(p, &NewJob::new("sleep", json!({"ms": 1})).queue("slot"))
         .await
         .unwrap();
-    wait_for("the producer to wait again", LONG, || async {
-        (count(
-            p,
-            "SELECT count(*) FROM skiplock.waiting WHERE queue = 'slot'",
-        )
-        .await
-            == 1)
-            .then_some(())
-    })
-    .await;
+    producer_waits_on(p, "slot").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(state_of(&db, next).await, "available", "the limit holds");
     let rescued = skiplock::store::rescue::rescue(p, Duration::from_secs(10), 100)

@@ -351,63 +351,32 @@ fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> f64) -> Optio
 
 /// The medians the targets are checked on.
 fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
-    let mut m = BTreeMap::new();
-    let mut put = |k: &str, v: Option<f64>| {
-        if let Some(v) = v {
-            m.insert(k.to_string(), v);
-        }
-    };
-    put(
-        "drain_to_graphile",
-        r.drain_to_graphile.as_ref().map(|s| s.median),
-    );
-    put(
-        "drain_to_ceiling",
-        r.drain_to_ceiling.as_ref().map(|s| s.median),
-    );
-    put("idle_pct", r.drain.idle_pct.as_ref().map(|s| s.median));
-    put(
-        "wal_to_graphile",
-        r.wal_to_graphile.as_ref().map(|s| s.median),
-    );
-    put("enqueue_many", r.enqueue_many.as_ref().map(|s| s.median));
-    put(
-        "enqueue_single",
-        r.enqueue_single.as_ref().map(|s| s.median),
-    );
-    put(
-        "latency_p50_ms",
-        r.latency_p50_ms.as_ref().map(|s| s.median),
-    );
-    put(
-        "latency_p99_ms",
-        r.latency_p99_ms.as_ref().map(|s| s.median),
-    );
-    put(
-        "enqueue_single_to_plain",
-        r.enqueue_single_to_plain.as_ref().map(|s| s.median),
-    );
-    put(
-        "enqueue_many_to_plain",
-        r.enqueue_many_to_plain.as_ref().map(|s| s.median),
-    );
-    put(
-        "latency_p50_to_floor",
-        r.latency_p50_to_floor.as_ref().map(|s| s.median),
-    );
-    put("scale_ratio", r.scale_ratio);
-    put(
-        "key_rate_to_drain",
-        r.key_rate_to_drain.as_ref().map(|s| s.median),
-    );
-    put(
-        "queue_limit_to_drain",
-        r.queue_limit_to_drain.as_ref().map(|s| s.median),
-    );
-    put(
-        "crawl_to_ideal",
-        r.crawl_to_ideal.as_ref().map(|s| s.median),
-    );
+    let stats: [(&str, Option<&Stat>); 14] = [
+        ("drain_to_graphile", r.drain_to_graphile.as_ref()),
+        ("drain_to_ceiling", r.drain_to_ceiling.as_ref()),
+        ("idle_pct", r.drain.idle_pct.as_ref()),
+        ("wal_to_graphile", r.wal_to_graphile.as_ref()),
+        ("enqueue_many", r.enqueue_many.as_ref()),
+        ("enqueue_single", r.enqueue_single.as_ref()),
+        ("latency_p50_ms", r.latency_p50_ms.as_ref()),
+        ("latency_p99_ms", r.latency_p99_ms.as_ref()),
+        (
+            "enqueue_single_to_plain",
+            r.enqueue_single_to_plain.as_ref(),
+        ),
+        ("enqueue_many_to_plain", r.enqueue_many_to_plain.as_ref()),
+        ("latency_p50_to_floor", r.latency_p50_to_floor.as_ref()),
+        ("key_rate_to_drain", r.key_rate_to_drain.as_ref()),
+        ("queue_limit_to_drain", r.queue_limit_to_drain.as_ref()),
+        ("crawl_to_ideal", r.crawl_to_ideal.as_ref()),
+    ];
+    let mut m: BTreeMap<String, f64> = stats
+        .into_iter()
+        .filter_map(|(k, s)| s.map(|s| (k.to_string(), s.median)))
+        .collect();
+    if let Some(v) = r.scale_ratio {
+        m.insert("scale_ratio".to_string(), v);
+    }
     m
 }
 
