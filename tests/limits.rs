@@ -667,8 +667,7 @@ async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
     let db = TestDb::new().await;
     let p = &db.pool;
     limits::set_queue_limit(p, "slot", Some(1)).await.unwrap();
-    // A job a dead worker holds takes the only slot (its heartbeat is recent: the worker's
-    // own rescuer, 60 s, leaves it alone).
+    // A job a dead worker holds takes the only slot.
     let held = |hb_age_s: i64| {
         format!(
             "INSERT INTO skiplock.jobs (kind, args, queue, state, attempt, attempted_at, attempted_by, heartbeat_at)
@@ -686,6 +685,8 @@ async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
     let settings = skiplock::config::QueueSettings {
         queues: Some([("slot".to_string(), 1)].into_iter().collect()),
         poll_interval: Duration::from_secs(3600),
+        // The worker's own rescuer leaves the dead worker's jobs to the test's rescue below.
+        rescue_after: Duration::from_secs(3600),
         ..fast_settings()
     };
     let w = start_builtin(p, settings);

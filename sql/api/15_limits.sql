@@ -97,10 +97,14 @@ BEGIN
     PERFORM skiplock._check_queue_name(change_key_limit.queue);
     -- A row to lock even for a queue without one (set_key_limit tidies it away if it stays
     -- empty); a concurrent change of the same queue (its insert or its update) is waited for
-    -- here until it commits, and the row stays locked until this change commits.
-    INSERT INTO skiplock.queues AS c (queue) VALUES (change_key_limit.queue)
-    ON CONFLICT ON CONSTRAINT queues_pkey DO NOTHING;
-    SELECT * INTO cur FROM skiplock.queues c WHERE c.queue = change_key_limit.queue FOR UPDATE;
+    -- here until it commits, and the row stays locked until this change commits. A change
+    -- that emptied and deleted the row in between leaves nothing to lock: insert it again.
+    LOOP
+        INSERT INTO skiplock.queues AS c (queue) VALUES (change_key_limit.queue)
+        ON CONFLICT ON CONSTRAINT queues_pkey DO NOTHING;
+        SELECT * INTO cur FROM skiplock.queues c WHERE c.queue = change_key_limit.queue FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
     PERFORM skiplock.set_key_limit(
         change_key_limit.queue,
         CASE WHEN change_key_limit.set_concurrency THEN change_key_limit.concurrency ELSE cur.key_concurrency END,

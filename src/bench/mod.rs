@@ -414,6 +414,8 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             step("enqueue baseline (plain INSERTs, same table shape)");
             store::ceiling_table(&monitor).await?;
             single_plain.push(enqueue::single(url, o, Through::PlainInsert).await?);
+            // An empty table again, as the API's runs get one.
+            store::ceiling_table(&monitor).await?;
             many_plain.push(enqueue::many(url, o, Through::PlainInsert).await?);
             store::ceiling_drop(&monitor).await?;
         }

@@ -49,7 +49,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // limit and keeps the other under the queue row's lock.
     (
         4,
-        "fa19ef4e0e1a1ae28f75ecb931a3e0d70f437fd03d1cd71c9504e6faa3813d8a",
+        "85add6e9e4ed61bed0bb9c50e8eaf5e6a16cf9c0d1d42379bc7073c3445b60b7",
     ),
 ];
 
