@@ -343,10 +343,10 @@ pub async fn run(
     r
 }
 
-/// Per-run ratio a / b, when both were measured.
+/// Per-run ratio of a figure `f` of two drains, when both were measured.
 fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> f64) -> Option<Stat> {
-    let v: Vec<f64> = a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect();
-    (a.len() == b.len()).then(|| Stat::of_some(&v)).flatten()
+    let (a, b): (Vec<f64>, Vec<f64>) = (a.iter().map(&f).collect(), b.iter().map(&f).collect());
+    per_run_ratio(&a, &b)
 }
 
 /// The medians the targets are checked on.
@@ -380,9 +380,10 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
     m
 }
 
-/// a / b of each run, for figures measured once per run beside their baseline.
+/// a / b of each run, when both were measured in every run.
 fn per_run_ratio(a: &[f64], b: &[f64]) -> Option<Stat> {
-    Stat::of_some(&a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<_>>())
+    let v: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+    (a.len() == b.len()).then(|| Stat::of_some(&v)).flatten()
 }
 
 async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Result<BenchReport> {
