@@ -618,6 +618,152 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     assert_eq!(count_state_k(&db, "available").await, 1);
 }
 
+/// Two jobs with one unique_key, both running in `queue` for worker `w` (the first was claimed
+/// before the second was enqueued, so the key was free again): (older, newer).
+async fn two_running_with_one_key(db: &TestDb, queue: &str) -> (i64, i64) {
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let id = enqueue(
+            &db.pool,
+            &NewJob::new("noop", json!({}))
+                .queue(queue)
+                .unique_key(format!("key-{queue}"), OnConflict::Keep),
+        )
+        .await
+        .unwrap();
+        let got = claim(
+            &db.pool,
+            ClaimParams {
+                queue,
+                kinds: &kinds(&["noop"]),
+                limit: 5,
+                worker: "w",
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+        ids.push(id);
+    }
+    (ids[0], ids[1])
+}
+
+/// The older one was cancelled, superseded by the newer, which waits.
+async fn assert_superseded(db: &TestDb, older: i64, newer: i64) {
+    let o = jobs::get_job(&db.pool, older).await.unwrap();
+    assert_eq!(o.state.as_str(), "cancelled", "{}", o.errors);
+    let last = o.errors.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        last["error"].as_str().unwrap(),
+        format!(
+            "superseded: job {newer} already waits with unique_key key-{}",
+            o.queue
+        ),
+    );
+    assert_eq!(state_of(db, newer).await, "available");
+}
+
+/// Two keyed jobs going back to `available` in one statement (both failed in one ack batch,
+/// both rescued, both released at shutdown) must not fail the statement on the unique index
+/// (a batch that always fails would be retried forever): the newer stays, the older is
+/// superseded; the rest of the batch lands.
+#[tokio::test]
+async fn keyed_jobs_going_back_together_keep_the_newest_and_the_statement_lands() {
+    let db = TestDb::new().await;
+    // One ack batch.
+    let (older, newer) = two_running_with_one_key(&db, "acked").await;
+    let other = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("acked"))
+        .await
+        .unwrap();
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue: "acked",
+            kinds: &kinds(&["noop"]),
+            limit: 5,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
+    let back = |id| Ack {
+        id,
+        attempt: 1,
+        state: JobState::Available,
+        scheduled_at: Some(Utc::now() + chrono::Duration::hours(1)),
+        give_back: false,
+        error: Some("boom".into()),
+        result: None,
+    };
+    let done = Ack {
+        id: other,
+        attempt: 1,
+        state: JobState::Completed,
+        scheduled_at: None,
+        give_back: false,
+        error: None,
+        result: None,
+    };
+    let mut written = ack_many(&db.pool, &[back(older), back(newer), done])
+        .await
+        .unwrap();
+    written.sort();
+    assert_eq!(written, vec![older, newer, other]);
+    assert_superseded(&db, older, newer).await;
+    assert_eq!(state_of(&db, other).await, "completed");
+    let n = jobs::get_job(&db.pool, newer).await.unwrap();
+    assert_eq!(n.errors.as_array().unwrap().len(), 1, "{}", n.errors);
+
+    // One rescue.
+    let (older, newer) = two_running_with_one_key(&db, "rescued").await;
+    sqlx::query(
+        "UPDATE skiplock.jobs SET heartbeat_at = now() - interval '1 hour' WHERE queue = 'rescued'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let n = skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    assert_superseded(&db, older, newer).await;
+
+    // One release of a stopping worker's unstarted jobs.
+    let (older, newer) = two_running_with_one_key(&db, "released").await;
+    let released = skiplock::store::ack::release_orphans(
+        &db.pool,
+        skiplock::store::ack::OrphanParams {
+            worker: "w",
+            queue: Some("released"),
+            held: &[],
+            count_attempt: false,
+            reason: "released: shutting down",
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(released.len(), 2);
+    assert_superseded(&db, older, newer).await;
+}
+
+/// Claims, acks and heartbeats update every job row: a row-level BEFORE UPDATE trigger on
+/// skiplock.jobs (any, whatever its WHEN clause) makes Postgres lock and WAL-log each row
+/// before updating it, about a tenth of the drain rate and 50 bytes of WAL per job (issue 13;
+/// the superseding of requeued keyed jobs lives in the statements instead).
+#[tokio::test]
+async fn no_row_trigger_runs_before_updates_of_jobs() {
+    let db = TestDb::new().await;
+    let before_update: Vec<String> = sqlx::query_scalar(
+        "SELECT tgname::text FROM pg_trigger
+         WHERE tgrelid = 'skiplock.jobs'::regclass AND NOT tgisinternal
+           AND tgtype & (1 | 2 | 16) = (1 | 2 | 16)",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(before_update, Vec::<String>::new());
+}
+
 async fn count_state_k(db: &TestDb, state: &str) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM skiplock.jobs WHERE unique_key = 'k' AND state::text = $1",

@@ -19,18 +19,25 @@ use sqlx::{AssertSqlSafe, PgPool};
 use support::*;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-0.1.0");
-/// The release before the previous one (SQL API version 2) and the hash it recorded for its
+/// Three releases back (SQL API version 2) and the hash it recorded for its
 /// SQL API (its `API_VERSIONS` entry 2).
 const V2: Release = Release {
     fixture: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-2"),
     api_version: 2,
     api_hash: "fba89b0989b1cbdcd4e20c1b05ff513f07824c0de34700d256a987121bc44721",
 };
-/// The previous release (SQL API version 3).
+/// Two releases back (SQL API version 3).
 const V3: Release = Release {
     fixture: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-3"),
     api_version: 3,
     api_hash: "eae46b9dc1dd23138028a7c9585ba1eb5241b67efe4d0e0991e2c1e08e956787",
+};
+
+/// The previous release (SQL API version 4).
+const V4: Release = Release {
+    fixture: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-4"),
+    api_version: 4,
+    api_hash: "85add6e9e4ed61bed0bb9c50e8eaf5e6a16cf9c0d1d42379bc7073c3445b60b7",
 };
 
 /// A release whose schema a fixture holds verbatim.
@@ -348,11 +355,16 @@ async fn migrate_as_release(pool: &PgPool, r: &Release) {
 
 #[tokio::test]
 async fn a_previous_release_database_keeps_working_after_migrate() {
-    keeps_working_after_migrate(&V3).await;
+    keeps_working_after_migrate(&V4).await;
 }
 
 #[tokio::test]
 async fn the_release_before_it_keeps_working_after_migrate_too() {
+    keeps_working_after_migrate(&V3).await;
+}
+
+#[tokio::test]
+async fn a_release_two_back_keeps_working_after_migrate_too() {
     keeps_working_after_migrate(&V2).await;
 }
 
@@ -410,6 +422,16 @@ async fn keeps_working_after_migrate(r: &Release) {
         )
         .await,
         1
+    );
+    // The row trigger that locked every updated job (API 4 and before) is gone.
+    assert_eq!(
+        one::<i64>(
+            p,
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'skiplock.jobs'::regclass
+             AND tgname = 'jobs_requeue_unique'"
+        )
+        .await,
+        0
     );
     // The limits and the pause survive the upgrade.
     assert!(one::<bool>(p, "SELECT paused FROM skiplock.queues WHERE queue = 'held'").await);

@@ -24,33 +24,14 @@ CREATE TRIGGER jobs_notify_insert AFTER INSERT ON skiplock.jobs
     FOR EACH STATEMENT EXECUTE FUNCTION skiplock._notify_inserted();
 
 -- A keyed job going back to `available` (retry, snooze, rescue, shutdown) while another
--- available job already holds its unique_key would violate the partial unique index and fail
--- the whole batched statement. The waiting job supersedes it instead: this one is cancelled,
--- with the reason in its errors, so nothing is dropped silently and the work runs once.
-CREATE OR REPLACE FUNCTION skiplock._supersede_requeued() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    holder bigint;
-BEGIN
-    SELECT j.id INTO holder FROM skiplock.jobs j
-    WHERE j.unique_key = NEW.unique_key AND j.state = 'available' AND j.id <> NEW.id
-    LIMIT 1;
-    IF holder IS NOT NULL THEN
-        NEW.state := 'cancelled';
-        NEW.finalized_at := now();
-        NEW.errors := NEW.errors || jsonb_build_array(jsonb_build_object(
-            'attempt', NEW.attempt, 'at', now(),
-            'error', format('superseded: job %s already waits with unique_key %s', holder, NEW.unique_key)));
-    END IF;
-    RETURN NEW;
-END;
-$$;
-
+-- available job already holds its unique_key is cancelled, superseded by the holder, by the
+-- statements that send jobs back (sql/queue/ack_many.sql, rescue.sql, release_orphans.sql;
+-- skiplock.retry refuses it, retry_jobs skips it). Earlier versions did this in a BEFORE UPDATE
+-- row trigger, which made Postgres lock and WAL-log every row of every claim, ack and
+-- heartbeat before updating it (issue 13): dropped here. A plain UPDATE from psql that would
+-- put a second available job on a key fails on the unique index and changes nothing.
 DROP TRIGGER IF EXISTS jobs_requeue_unique ON skiplock.jobs;
-CREATE TRIGGER jobs_requeue_unique BEFORE UPDATE ON skiplock.jobs
-    FOR EACH ROW
-    WHEN (NEW.state = 'available' AND OLD.state <> 'available' AND NEW.unique_key IS NOT NULL)
-    EXECUTE FUNCTION skiplock._supersede_requeued();
+DROP FUNCTION IF EXISTS skiplock._supersede_requeued();
 
 -- Validation shared by every enqueue path: one clear error per kind of bad input.
 CREATE OR REPLACE FUNCTION skiplock._check_job(kind text, args jsonb, queue text, priority smallint, max_attempts integer)

@@ -8,20 +8,51 @@
 -- limit in another process claims again at once, not at its next poll. For other queues it
 -- costs one probe of skiplock.queues' primary key per distinct queue of the batch, in this
 -- same statement.
-WITH acked AS (
+--
+-- A keyed job going back to `available` (a retry or a snooze) while another available job
+-- holds its unique_key would violate the partial unique index and fail the whole batch: it is
+-- cancelled instead, superseded by the holder, with the reason in its errors (nothing dropped
+-- silently, the work runs once). The holder is an available job with the key, or the newest
+-- job of this batch going back with it. Written here, not as a BEFORE UPDATE row trigger: such
+-- a trigger makes Postgres lock (and WAL-log) every row of every claim, ack and heartbeat.
+WITH keyed AS MATERIALIZED (
+    SELECT k.id,
+           coalesce((SELECT o.id FROM skiplock.jobs o
+                     WHERE o.unique_key = k.unique_key AND o.state = 'available' AND o.id <> k.id
+                     LIMIT 1),
+                    nullif(max(k.id) OVER (PARTITION BY k.unique_key), k.id)) AS holder
+    FROM (SELECT j.id, j.unique_key
+          FROM unnest($1::bigint[], $2::integer[], $3::skiplock.job_state[]) AS r(id, attempt, state)
+          JOIN skiplock.jobs j ON j.id = r.id
+          WHERE r.state = 'available' AND j.unique_key IS NOT NULL
+            AND j.state::text = 'running' AND j.attempt = r.attempt) k
+),
+acked AS (
 UPDATE skiplock.jobs j
-SET state = a.state,
-    finalized_at = CASE WHEN a.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
+SET state = CASE WHEN a.holder IS NOT NULL THEN 'cancelled' ELSE a.state END,
+    finalized_at = CASE WHEN a.holder IS NOT NULL OR a.state IN ('completed', 'discarded', 'cancelled')
+                        THEN now() END,
     scheduled_at = coalesce(a.scheduled_at, j.scheduled_at),
     attempt = CASE WHEN a.give_back THEN j.attempt - 1 ELSE j.attempt END,
-    errors = CASE WHEN a.error IS NULL THEN j.errors
-                  ELSE j.errors || jsonb_build_array(jsonb_build_object(
-                      'attempt', j.attempt, 'at', now(), 'error', a.error)) END,
+    errors = CASE WHEN a.error IS NULL AND a.holder IS NULL THEN j.errors
+                  ELSE j.errors
+                       || CASE WHEN a.error IS NULL THEN '[]'::jsonb
+                               ELSE jsonb_build_array(jsonb_build_object(
+                                   'attempt', j.attempt, 'at', now(), 'error', a.error)) END
+                       || CASE WHEN a.holder IS NULL THEN '[]'::jsonb
+                               ELSE jsonb_build_array(jsonb_build_object(
+                                   'attempt', j.attempt, 'at', now(),
+                                   'error', format('superseded: job %s already waits with unique_key %s',
+                                                   a.holder, j.unique_key))) END END,
     result = coalesce(a.result, j.result),
     heartbeat_at = NULL
-FROM unnest($1::bigint[], $2::integer[], $3::skiplock.job_state[], $4::timestamptz[], $5::boolean[],
-            $6::text[], $7::jsonb[])
-     AS a(id, attempt, state, scheduled_at, give_back, error, result)
+FROM (SELECT a.*,
+             CASE WHEN a.state = 'available'
+                  THEN (SELECT k.holder FROM keyed k WHERE k.id = a.id) END AS holder
+      FROM unnest($1::bigint[], $2::integer[], $3::skiplock.job_state[], $4::timestamptz[],
+                  $5::boolean[], $6::text[], $7::jsonb[])
+           AS a(id, attempt, state, scheduled_at, give_back, error, result)
+      OFFSET 0) a -- kept a subquery, so `holder` is looked up once per row, not once per use
 WHERE j.id = a.id
   -- Compared as text on purpose: `state = 'running'` would let the planner drive the join
   -- from the partial index of running rows (estimated near-empty by stale statistics) and

@@ -5,19 +5,46 @@
 -- counts (and a job out of attempts is discarded), which keeps a poison row from looping.
 -- Each queue that got jobs back is woken (NOTIFY skiplock_wake '<queue>', once per queue, at
 -- commit), so other workers claim them at once, not at their next poll.
-WITH released AS (
+WITH mine AS (
+    SELECT j.id, j.unique_key, NOT ($4 AND j.attempt >= j.max_attempts) AS back
+    FROM skiplock.jobs j
+    WHERE j.state = 'running'
+      AND j.attempted_by = $1
+      AND ($2::text IS NULL OR j.queue = $2)
+      AND j.id <> ALL($3::bigint[])
+    FOR UPDATE
+),
+-- A keyed job going back while another available job holds its unique_key is cancelled
+-- instead, superseded by the holder (as in sql/queue/ack_many.sql, which says why this is not
+-- a trigger): an available job with the key, or the newest released job going back with it.
+held AS (
+    SELECT m.id,
+           CASE WHEN m.back AND m.unique_key IS NOT NULL THEN
+               coalesce((SELECT o.id FROM skiplock.jobs o
+                         WHERE o.unique_key = m.unique_key AND o.state = 'available' AND o.id <> m.id
+                         LIMIT 1),
+                        nullif(max(m.id) FILTER (WHERE m.back) OVER (PARTITION BY m.unique_key), m.id))
+           END AS holder
+    FROM mine m
+),
+released AS (
 UPDATE skiplock.jobs j
-SET state = CASE WHEN $4 AND j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::skiplock.job_state,
-    finalized_at = CASE WHEN $4 AND j.attempt >= j.max_attempts THEN now() END,
+SET state = CASE WHEN $4 AND j.attempt >= j.max_attempts THEN 'discarded'
+                 WHEN h.holder IS NOT NULL THEN 'cancelled'
+                 ELSE 'available' END::skiplock.job_state,
+    finalized_at = CASE WHEN ($4 AND j.attempt >= j.max_attempts) OR h.holder IS NOT NULL THEN now() END,
     attempt = CASE WHEN $4 THEN j.attempt ELSE j.attempt - 1 END,
     scheduled_at = now(),
     heartbeat_at = NULL,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'at', now(), 'error', $5::text))
-WHERE j.state = 'running'
-  AND j.attempted_by = $1
-  AND ($2::text IS NULL OR j.queue = $2)
-  AND j.id <> ALL($3::bigint[])
+        || CASE WHEN h.holder IS NULL THEN '[]'::jsonb
+                ELSE jsonb_build_array(jsonb_build_object(
+                    'attempt', j.attempt, 'at', now(),
+                    'error', format('superseded: job %s already waits with unique_key %s',
+                                    h.holder, j.unique_key))) END
+FROM held h
+WHERE j.id = h.id
 RETURNING j.id, j.state, j.queue
 ),
 woken AS (

@@ -5,7 +5,7 @@
 -- theirs as soon as they reconnect). The rescuer's process adds its own, wider guard
 -- (src/maintenance/rescuer.rs) for outages that were not restarts.
 WITH stale AS (
-    SELECT id
+    SELECT id, unique_key, attempt < max_attempts AS back
     FROM skiplock.jobs
     WHERE state = 'running'
       AND pg_postmaster_start_time() < now() - make_interval(secs => $1)
@@ -14,20 +14,40 @@ WITH stale AS (
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ),
+-- A keyed job going back while another available job holds its unique_key is cancelled
+-- instead, superseded by the holder (as in sql/queue/ack_many.sql, which says why this is not
+-- a trigger): an available job with the key, or the newest rescued job going back with it.
+held AS (
+    SELECT s.id,
+           CASE WHEN s.back AND s.unique_key IS NOT NULL THEN
+               coalesce((SELECT o.id FROM skiplock.jobs o
+                         WHERE o.unique_key = s.unique_key AND o.state = 'available' AND o.id <> s.id
+                         LIMIT 1),
+                        nullif(max(s.id) FILTER (WHERE s.back) OVER (PARTITION BY s.unique_key), s.id))
+           END AS holder
+    FROM stale s
+),
 -- Each queue that got jobs back is woken (NOTIFY skiplock_wake '<queue>', once per queue,
 -- at commit): an idle producer claims them at once instead of at its next poll, and one held
 -- back by a concurrency limit gets the slot the dead attempt held.
 rescued AS (
 UPDATE skiplock.jobs j
-SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::skiplock.job_state,
-    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded'
+                 WHEN h.holder IS NOT NULL THEN 'cancelled'
+                 ELSE 'available' END::skiplock.job_state,
+    finalized_at = CASE WHEN j.attempt >= j.max_attempts OR h.holder IS NOT NULL THEN now() END,
     scheduled_at = now(),
     heartbeat_at = NULL,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'at', now(),
         'error', format('rescued: worker %s sent no heartbeat since %s', j.attempted_by, j.heartbeat_at)))
-FROM stale
-WHERE j.id = stale.id
+        || CASE WHEN h.holder IS NULL THEN '[]'::jsonb
+                ELSE jsonb_build_array(jsonb_build_object(
+                    'attempt', j.attempt, 'at', now(),
+                    'error', format('superseded: job %s already waits with unique_key %s',
+                                    h.holder, j.unique_key))) END
+FROM held h
+WHERE j.id = h.id
 RETURNING j.id, j.kind, j.state, j.queue
 ),
 woken AS (

@@ -51,6 +51,13 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         4,
         "85add6e9e4ed61bed0bb9c50e8eaf5e6a16cf9c0d1d42379bc7073c3445b60b7",
     ),
+    // No BEFORE UPDATE row trigger on skiplock.jobs (it locked and WAL-logged every row of every
+    // claim, ack and heartbeat; issue 13): the statements that send keyed jobs back supersede
+    // them themselves.
+    (
+        5,
+        "f07dd68b8356397ddf208b16810822748e60b1d97b3dd54d8583dc82111af951",
+    ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
