@@ -12,6 +12,8 @@ WITH mine AS (
       AND j.attempted_by = $1
       AND ($2::text IS NULL OR j.queue = $2)
       AND j.id <> ALL($3::bigint[])
+    -- In id order, as the ack and heartbeat statements lock theirs.
+    ORDER BY j.id
     FOR UPDATE
 ),
 -- A keyed job going back while another available job holds its unique_key is cancelled
