@@ -730,20 +730,99 @@ async fn keyed_jobs_going_back_together_keep_the_newest_and_the_statement_lands(
 
     // One release of a stopping worker's unstarted jobs.
     let (older, newer) = two_running_with_one_key(&db, "released").await;
-    let released = skiplock::store::ack::release_orphans(
+    assert_eq!(release_all(&db, "released").await, 2);
+    assert_superseded(&db, older, newer).await;
+}
+
+/// An ack of attempt `attempt` of job `id`: failed, back to `available` in an hour.
+fn retry_ack(id: i64, attempt: i32) -> Ack {
+    Ack {
+        id,
+        attempt,
+        state: JobState::Available,
+        scheduled_at: Some(Utc::now() + chrono::Duration::hours(1)),
+        give_back: false,
+        error: Some("boom".into()),
+        result: None,
+    }
+}
+
+async fn release_all(db: &TestDb, queue: &str) -> usize {
+    skiplock::store::ack::release_orphans(
         &db.pool,
         skiplock::store::ack::OrphanParams {
             worker: "w",
-            queue: Some("released"),
+            queue: Some(queue),
             held: &[],
             count_attempt: false,
             reason: "released: shutting down",
         },
     )
     .await
+    .unwrap()
+    .len()
+}
+
+/// Only a job that really goes back, and waits afterwards, supersedes another: not one whose
+/// ack the fence turns away, not one discarded for being out of attempts. A batch naming one
+/// job twice still lands, and a release next to a job already waiting supersedes like the ack
+/// and the rescue do.
+#[tokio::test]
+async fn superseding_counts_only_jobs_that_really_go_back_and_wait() {
+    let db = TestDb::new().await;
+    // The newer one's ack is for an attempt it is not running: fenced off, it stays running
+    // and holds no key, so the older one goes back and waits.
+    let (older, newer) = two_running_with_one_key(&db, "fenced").await;
+    let written = ack_many(&db.pool, &[retry_ack(older, 1), retry_ack(newer, 2)])
+        .await
+        .unwrap();
+    assert_eq!(written, vec![older]);
+    assert_eq!(state_of(&db, older).await, "available");
+    assert_eq!(state_of(&db, newer).await, "running");
+
+    // The newer one is out of attempts: the rescue discards it, and the older one waits.
+    let (older, newer) = two_running_with_one_key(&db, "spent").await;
+    sqlx::query(
+        "UPDATE skiplock.jobs SET heartbeat_at = now() - interval '1 hour',
+                max_attempts = CASE WHEN id = $1 THEN 1 ELSE max_attempts END
+         WHERE queue = 'spent'",
+    )
+    .bind(newer)
+    .execute(&db.pool)
+    .await
     .unwrap();
-    assert_eq!(released.len(), 2);
-    assert_superseded(&db, older, newer).await;
+    let n = skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(state_of(&db, older).await, "available");
+    assert_eq!(state_of(&db, newer).await, "discarded");
+
+    // One keyed job named twice in one batch going back.
+    let (_, twice) = two_running_with_one_key(&db, "twice").await;
+    let written = ack_many(&db.pool, &[retry_ack(twice, 1), retry_ack(twice, 1)])
+        .await
+        .unwrap();
+    assert_eq!(written, vec![twice]);
+    assert_eq!(state_of(&db, twice).await, "available");
+
+    // A release next to a job already waiting with the key.
+    let (_, running) = two_running_with_one_key(&db, "waiting").await;
+    let waiting = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({}))
+            .queue("waiting")
+            .unique_key("key-waiting", OnConflict::Keep),
+    )
+    .await
+    .unwrap();
+    sqlx::query("UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE queue = 'waiting' AND id < $1")
+        .bind(running)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(release_all(&db, "waiting").await, 1);
+    assert_superseded(&db, running, waiting).await;
 }
 
 /// Claims, acks and heartbeats update every job row: a row-level BEFORE UPDATE trigger on

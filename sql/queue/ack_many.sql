@@ -15,6 +15,9 @@
 -- silently, the work runs once). The holder is an available job with the key, or the newest
 -- job of this batch going back with it. Written here, not as a BEFORE UPDATE row trigger: such
 -- a trigger makes Postgres lock (and WAL-log) every row of every claim, ack and heartbeat.
+-- The holder is chosen from the statement's snapshot: if another transaction ends that newest
+-- job between this statement's start and its row lock (an operator's cancel at that instant),
+-- the older one is still cancelled as superseded by it (it names the job, so it can be retried).
 WITH keyed AS MATERIALIZED (
     SELECT k.id,
            coalesce((SELECT o.id FROM skiplock.jobs o
@@ -47,8 +50,12 @@ SET state = CASE WHEN a.holder IS NOT NULL THEN 'cancelled' ELSE a.state END,
     result = coalesce(a.result, j.result),
     heartbeat_at = NULL
 FROM (SELECT a.*,
+             -- One map for the statement, built at the first ack going back (the sub-select is
+             -- uncorrelated: it runs once, and never for a batch without one); a batch may
+             -- name a job twice (a release at shutdown and the handler's own late ack).
              CASE WHEN a.state = 'available'
-                  THEN (SELECT k.holder FROM keyed k WHERE k.id = a.id) END AS holder
+                  THEN ((SELECT jsonb_object_agg(k.id, k.holder) FROM keyed k) ->> a.id::text)::bigint
+             END AS holder
       FROM unnest($1::bigint[], $2::integer[], $3::skiplock.job_state[], $4::timestamptz[],
                   $5::boolean[], $6::text[], $7::jsonb[])
            AS a(id, attempt, state, scheduled_at, give_back, error, result)

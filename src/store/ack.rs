@@ -77,7 +77,8 @@ pub struct OrphanParams<'a> {
 pub struct ReleasedJob {
     /// Job id.
     pub id: i64,
-    /// `available`, or `discarded` when out of attempts.
+    /// `available`, `discarded` when out of attempts, or `cancelled` when superseded by
+    /// another job waiting with its unique_key.
     pub state: JobState,
 }
 

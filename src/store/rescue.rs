@@ -14,7 +14,8 @@ pub struct RescuedJob {
     pub id: i64,
     /// Its kind.
     pub kind: String,
-    /// `available`, or `discarded` when out of attempts.
+    /// `available`, `discarded` when out of attempts, or `cancelled` when superseded by
+    /// another job waiting with its unique_key.
     pub state: JobState,
 }
 

@@ -53,7 +53,8 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     ),
     // No BEFORE UPDATE row trigger on skiplock.jobs (it locked and WAL-logged every row of every
     // claim, ack and heartbeat; issue 13): the statements that send keyed jobs back supersede
-    // them themselves.
+    // them themselves. Stop workers of version 4 before migrating (README, Upgrading): their ack
+    // statement relied on the trigger.
     (
         5,
         "f07dd68b8356397ddf208b16810822748e60b1d97b3dd54d8583dc82111af951",
