@@ -492,3 +492,73 @@ async fn keeps_working_after_migrate(r: &Release) {
     // Migrating again is a no-op.
     skiplock::store::schema::migrate(p).await.unwrap();
 }
+
+/// Waits for a heartbeat of the (one) worker written after `after`; returns its time.
+async fn beat_after(p: &PgPool, after: DateTime<Utc>) -> DateTime<Utc> {
+    wait_for("a heartbeat of the worker", LONG, || async {
+        let t: Option<DateTime<Utc>> =
+            sqlx::query_scalar("SELECT max(heartbeat_at) FROM skiplock.workers")
+                .fetch_one(p)
+                .await
+                .unwrap();
+        t.filter(|t| *t > after)
+    })
+    .await
+}
+
+/// A worker checks the schema's SQL API at start and again at every heartbeat: a `skiplock
+/// migrate` of its own release changes nothing, one of a newer release (its record, written
+/// here by hand) makes it stop as if asked to and exit 1 with the one-line refusal, rather
+/// than go on running its own release's statements against another schema.
+#[tokio::test]
+async fn a_running_worker_stops_when_another_release_migrates_the_schema() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let mut child = spawn_worker_process(&db.url, &[], &[("SKIPLOCK_RESCUE_AFTER", "2s")]);
+    let id: i64 = one(p, "SELECT skiplock.enqueue('noop', '{}')").await;
+    wait_job(p, id, "completed", |r| r.state.as_str() == "completed").await;
+
+    skiplock::store::schema::migrate(p).await.unwrap();
+    let mut after: DateTime<Utc> = one(p, "SELECT now()").await;
+    // Three beats after it (each checks the schema after writing its heartbeat).
+    for _ in 0..3 {
+        after = beat_after(p, after).await;
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the worker exited after a migrate of its own release"
+    );
+
+    let newer: i32 = one(
+        p,
+        "UPDATE skiplock.schema_info SET api_version = api_version + 1 RETURNING api_version",
+    )
+    .await;
+    let deadline = std::time::Instant::now() + LONG;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker did not stop after the schema moved"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    let want = format!(
+        "error: schema was migrated by a newer skiplock (API version {newer}); this binary knows {}: use that skiplock or a newer one (no downgrades)",
+        skiplock::store::schema::API_VERSION
+    );
+    assert_eq!(err.lines().last(), Some(want.as_str()), "{err}");
+    assert_eq!(
+        err.matches("the schema was migrated while this worker ran")
+            .count(),
+        1,
+        "{err}"
+    );
+    // It stopped gracefully: its row is gone.
+    assert_eq!(count(p, "SELECT count(*) FROM skiplock.workers").await, 0);
+}

@@ -242,6 +242,20 @@ pub async fn ensure_ready(pool: &Pool) -> Result<()> {
     check_version(info.as_ref(), API_VERSION, &api_hash())
 }
 
+/// Whether the schema still is the one this binary installs (`None`), for a process that
+/// checked it at start and keeps running: a `skiplock migrate` of another release since then
+/// gives the mismatch. One query of `skiplock.schema_info`.
+pub async fn mismatch_since_start(pool: &Pool) -> Result<Option<SchemaMismatch>> {
+    let info: Option<SchemaInfo> = sqlx::query_as(sql!("schema", "schema_info"))
+        .fetch_optional(pool)
+        .await?;
+    match check_version(info.as_ref(), API_VERSION, &api_hash()) {
+        Ok(()) => Ok(None),
+        Err(Error::Schema(m)) => Ok(Some(m)),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ use super::Shared;
 use super::faults::{self, Point};
 use crate::db::outage::Backoff;
 use crate::store::heartbeat::{HeldJob, heartbeat_many, worker_upsert};
+use crate::store::schema;
 
 /// The heartbeat interval for a rescue timeout.
 pub fn interval_for(rescue_after: Duration) -> Duration {
@@ -99,6 +100,17 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
                 ok = false;
                 shared.db_failed(&e);
                 tracing::warn!(error = %e, "worker heartbeat failed; retrying soon");
+            }
+        }
+    }
+    // A `skiplock migrate` of another release since this worker started: stop.
+    if ok {
+        match schema::mismatch_since_start(&shared.pool).await {
+            Ok(None) => {}
+            Ok(Some(m)) => shared.schema_moved(m),
+            Err(e) => {
+                shared.db_failed(&e);
+                tracing::debug!(error = %e, "could not check the schema's version; the next beat will");
             }
         }
     }

@@ -132,6 +132,8 @@ impl Worker {
             stop_claiming: CancellationToken::new(),
             shutdown: CancellationToken::new(),
             availability: availability.clone(),
+            schema_moved: CancellationToken::new(),
+            schema_mismatch: Mutex::new(None),
             metrics: crate::metrics::WorkerMetrics::default(),
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
@@ -258,11 +260,13 @@ impl Started {
     }
 
     /// Phase 2: serves until `shutdown` resolves or, with `exit_when_idle`, until nothing in
-    /// the worker's queues is claimable and nothing runs.
+    /// the worker's queues is claimable and nothing runs, or until the schema was migrated to
+    /// another SQL API under it (then [`Started::shutdown`] returns that error).
     pub async fn wait(&self, shutdown: impl Future<Output = ()>) {
         tokio::select! {
             _ = shutdown => tracing::info!("shutdown requested"),
             _ = self.idle.cancelled() => tracing::info!("idle: nothing claimable and nothing running"),
+            _ = self.shared.schema_moved.cancelled() => {}
         }
     }
 
@@ -309,7 +313,15 @@ impl Started {
             let _ = tokio::time::timeout(Duration::from_secs(5), self.runtime_pool.close()).await;
         }
         tracing::info!(worker = %self.id, "worker stopped");
-        Ok(())
+        let moved = shared
+            .schema_mismatch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match moved {
+            Some(m) => Err(Error::Schema(m)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -102,6 +102,12 @@ pub(crate) struct Shared {
     pub shutdown: CancellationToken,
     /// This process's view of the database's availability (gates the rescuer).
     pub availability: Arc<Availability>,
+    /// Cancelled when the heartbeat finds the schema migrated to another SQL API while this
+    /// worker ran (`schema_mismatch` says how): its statements are those of its own release,
+    /// so it stops as if asked to and exits with that error.
+    pub schema_moved: CancellationToken,
+    /// How the schema moved (set once, with `schema_moved`).
+    pub schema_mismatch: Mutex<Option<crate::error::SchemaMismatch>>,
     /// Metric handles (no-ops unless a recorder is installed, see [`crate::metrics`]).
     pub metrics: crate::metrics::WorkerMetrics,
 }
@@ -110,6 +116,19 @@ impl Shared {
     /// The jobs this process holds (a panic elsewhere never makes this lock unusable).
     pub fn running(&self) -> MutexGuard<'_, HashMap<i64, Running>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that the schema was migrated under this worker (once) and starts its stop.
+    pub fn schema_moved(&self, m: crate::error::SchemaMismatch) {
+        let mut slot = self
+            .schema_mismatch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            tracing::error!("the schema was migrated while this worker ran ({m}); stopping");
+            *slot = Some(m);
+            self.schema_moved.cancel();
+        }
     }
 
     /// Records a failed runtime statement: an outage stops the availability clock; a
