@@ -605,16 +605,7 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     )
     .await
     .unwrap();
-    sqlx::query(
-        "UPDATE skiplock.jobs SET heartbeat_at = now() - interval '1 hour' WHERE state = 'running'",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let n = skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
-        .await
-        .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(rescue_queue(&db, "default").await, 1);
     assert_eq!(count_state_k(&db, "available").await, 1);
 }
 
@@ -716,16 +707,7 @@ async fn keyed_jobs_going_back_together_keep_the_newest_and_the_statement_lands(
 
     // One rescue.
     let (older, newer) = two_running_with_one_key(&db, "rescued").await;
-    sqlx::query(
-        "UPDATE skiplock.jobs SET heartbeat_at = now() - interval '1 hour' WHERE queue = 'rescued'",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let n = skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
-        .await
-        .unwrap();
-    assert_eq!(n, 2);
+    assert_eq!(rescue_queue(&db, "rescued").await, 2);
     assert_superseded(&db, older, newer).await;
 
     // One release of a stopping worker's unstarted jobs.
@@ -782,19 +764,12 @@ async fn superseding_counts_only_jobs_that_really_go_back_and_wait() {
 
     // The newer one is out of attempts: the rescue discards it, and the older one waits.
     let (older, newer) = two_running_with_one_key(&db, "spent").await;
-    sqlx::query(
-        "UPDATE skiplock.jobs SET heartbeat_at = now() - interval '1 hour',
-                max_attempts = CASE WHEN id = $1 THEN 1 ELSE max_attempts END
-         WHERE queue = 'spent'",
-    )
-    .bind(newer)
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let n = skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
+    sqlx::query("UPDATE skiplock.jobs SET max_attempts = 1 WHERE id = $1")
+        .bind(newer)
+        .execute(&db.pool)
         .await
         .unwrap();
-    assert_eq!(n, 2);
+    assert_eq!(rescue_queue(&db, "spent").await, 2);
     assert_eq!(state_of(&db, older).await, "available");
     assert_eq!(state_of(&db, newer).await, "discarded");
 
@@ -841,6 +816,22 @@ async fn no_row_trigger_runs_before_updates_of_jobs() {
     .await
     .unwrap();
     assert_eq!(before_update, Vec::<String>::new());
+}
+
+/// Makes the running jobs of `queue` look abandoned (heartbeat an hour old) and runs the
+/// rescuer's statement; returns how many jobs it rescued.
+async fn rescue_queue(db: &TestDb, queue: &str) -> u64 {
+    sqlx::query(
+        "UPDATE skiplock.jobs SET heartbeat_at = now() - interval '1 hour'
+         WHERE state = 'running' AND queue = $1",
+    )
+    .bind(queue)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
+        .await
+        .unwrap()
 }
 
 async fn count_state_k(db: &TestDb, state: &str) -> i64 {

@@ -33,6 +33,24 @@ CREATE TRIGGER jobs_notify_insert AFTER INSERT ON skiplock.jobs
 DROP TRIGGER IF EXISTS jobs_requeue_unique ON skiplock.jobs;
 DROP FUNCTION IF EXISTS skiplock._supersede_requeued();
 
+-- The rule of the statements that send running jobs back to `available` (sql/queue/ack_many.sql,
+-- rescue.sql, release_orphans.sql): for the jobs one statement sends back (`ids`, their
+-- `keys`, and whether each really goes back rather than being discarded), the job that
+-- supersedes each keyed one: an available job holding its key, else the newest job of the
+-- statement going back with it. NULL: none (the job goes back). The statements cancel a
+-- superseded job instead, with the reason in its errors, so the work runs once.
+CREATE OR REPLACE FUNCTION skiplock._superseded_by(ids bigint[], keys text[], back boolean[])
+RETURNS TABLE (id bigint, holder bigint) LANGUAGE sql STABLE AS $$
+    SELECT k.id,
+           CASE WHEN k.back AND k.key IS NOT NULL THEN
+               coalesce((SELECT o.id FROM skiplock.jobs o
+                         WHERE o.unique_key = k.key AND o.state = 'available' AND o.id <> k.id
+                         LIMIT 1),
+                        nullif(max(k.id) FILTER (WHERE k.back) OVER (PARTITION BY k.key), k.id))
+           END
+    FROM unnest(ids, keys, back) AS k(id, key, back)
+$$;
+
 -- Validation shared by every enqueue path: one clear error per kind of bad input.
 CREATE OR REPLACE FUNCTION skiplock._check_job(kind text, args jsonb, queue text, priority smallint, max_attempts integer)
 RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$

@@ -19,16 +19,13 @@
 -- job between this statement's start and its row lock (an operator's cancel at that instant),
 -- the older one is still cancelled as superseded by it (it names the job, so it can be retried).
 WITH keyed AS MATERIALIZED (
-    SELECT k.id,
-           coalesce((SELECT o.id FROM skiplock.jobs o
-                     WHERE o.unique_key = k.unique_key AND o.state = 'available' AND o.id <> k.id
-                     LIMIT 1),
-                    nullif(max(k.id) OVER (PARTITION BY k.unique_key), k.id)) AS holder
-    FROM (SELECT j.id, j.unique_key
+    SELECT h.id, h.holder
+    FROM (SELECT array_agg(j.id) AS ids, array_agg(j.unique_key) AS keys
           FROM unnest($1::bigint[], $2::integer[], $3::skiplock.job_state[]) AS r(id, attempt, state)
           JOIN skiplock.jobs j ON j.id = r.id
           WHERE r.state = 'available' AND j.unique_key IS NOT NULL
-            AND j.state::text = 'running' AND j.attempt = r.attempt) k
+            AND j.state::text = 'running' AND j.attempt = r.attempt) k,
+         skiplock._superseded_by(k.ids, k.keys, array_fill(true, ARRAY[coalesce(cardinality(k.ids), 0)])) h
 ),
 acked AS (
 UPDATE skiplock.jobs j

@@ -17,17 +17,14 @@ WITH mine AS (
     FOR UPDATE
 ),
 -- A keyed job going back while another available job holds its unique_key is cancelled
--- instead, superseded by the holder (as in sql/queue/ack_many.sql, which says why this is not
--- a trigger): an available job with the key, or the newest released job going back with it.
+-- instead, superseded by it (skiplock._superseded_by; sql/queue/ack_many.sql says why this is
+-- not a trigger).
 held AS (
-    SELECT m.id,
-           CASE WHEN m.back AND m.unique_key IS NOT NULL THEN
-               coalesce((SELECT o.id FROM skiplock.jobs o
-                         WHERE o.unique_key = m.unique_key AND o.state = 'available' AND o.id <> m.id
-                         LIMIT 1),
-                        nullif(max(m.id) FILTER (WHERE m.back) OVER (PARTITION BY m.unique_key), m.id))
-           END AS holder
-    FROM mine m
+    SELECT h.id, h.holder
+    FROM (SELECT array_agg(m.id) AS ids, array_agg(m.unique_key) AS keys,
+                 array_agg(m.back) AS back
+          FROM mine m) k,
+         skiplock._superseded_by(k.ids, k.keys, k.back) h
 ),
 released AS (
 UPDATE skiplock.jobs j

@@ -15,17 +15,14 @@ WITH stale AS (
     FOR UPDATE SKIP LOCKED
 ),
 -- A keyed job going back while another available job holds its unique_key is cancelled
--- instead, superseded by the holder (as in sql/queue/ack_many.sql, which says why this is not
--- a trigger): an available job with the key, or the newest rescued job going back with it.
+-- instead, superseded by it (skiplock._superseded_by; sql/queue/ack_many.sql says why this is
+-- not a trigger).
 held AS (
-    SELECT s.id,
-           CASE WHEN s.back AND s.unique_key IS NOT NULL THEN
-               coalesce((SELECT o.id FROM skiplock.jobs o
-                         WHERE o.unique_key = s.unique_key AND o.state = 'available' AND o.id <> s.id
-                         LIMIT 1),
-                        nullif(max(s.id) FILTER (WHERE s.back) OVER (PARTITION BY s.unique_key), s.id))
-           END AS holder
-    FROM stale s
+    SELECT h.id, h.holder
+    FROM (SELECT array_agg(s.id) AS ids, array_agg(s.unique_key) AS keys,
+                 array_agg(s.back) AS back
+          FROM stale s) k,
+         skiplock._superseded_by(k.ids, k.keys, k.back) h
 ),
 -- Each queue that got jobs back is woken (NOTIFY skiplock_wake '<queue>', once per queue,
 -- at commit): an idle producer claims them at once instead of at its next poll, and one held

@@ -57,7 +57,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // statement relied on the trigger.
     (
         5,
-        "f07dd68b8356397ddf208b16810822748e60b1d97b3dd54d8583dc82111af951",
+        "fe412f76165b445c73124d7d6d69f46974822e5f282628435c7f57de2691c7a0",
     ),
 ];
 
