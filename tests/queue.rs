@@ -609,6 +609,24 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     assert_eq!(count_state_k(&db, "available").await, 1);
 }
 
+/// Claims up to 5 due `noop` jobs of `queue` as worker `w`; their ids.
+async fn claim_noop_as_w(db: &TestDb, queue: &str) -> Vec<i64> {
+    claim(
+        &db.pool,
+        ClaimParams {
+            queue,
+            kinds: &kinds(&["noop"]),
+            limit: 5,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|j| j.id)
+    .collect()
+}
+
 /// Two jobs with one unique_key, both running in `queue` for worker `w` (the first was claimed
 /// before the second was enqueued, so the key was free again): (older, newer).
 async fn two_running_with_one_key(db: &TestDb, queue: &str) -> (i64, i64) {
@@ -622,18 +640,7 @@ async fn two_running_with_one_key(db: &TestDb, queue: &str) -> (i64, i64) {
         )
         .await
         .unwrap();
-        let got = claim(
-            &db.pool,
-            ClaimParams {
-                queue,
-                kinds: &kinds(&["noop"]),
-                limit: 5,
-                worker: "w",
-            },
-        )
-        .await
-        .unwrap();
-        assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+        assert_eq!(claim_noop_as_w(db, queue).await, vec![id]);
         ids.push(id);
     }
     (ids[0], ids[1])
@@ -666,17 +673,7 @@ async fn keyed_jobs_going_back_together_keep_the_newest_and_the_statement_lands(
     let other = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("acked"))
         .await
         .unwrap();
-    claim(
-        &db.pool,
-        ClaimParams {
-            queue: "acked",
-            kinds: &kinds(&["noop"]),
-            limit: 5,
-            worker: "w",
-        },
-    )
-    .await
-    .unwrap();
+    assert_eq!(claim_noop_as_w(&db, "acked").await, vec![other]);
     let back = |id| Ack {
         id,
         attempt: 1,
