@@ -816,3 +816,55 @@ async fn a_dropped_apalis_worker_puts_back_what_it_never_started_and_its_running
     }
     assert_eq!(count_state(&db.pool, "available").await, 5);
 }
+
+/// An apalis worker on `SkiplockStorage` checks the schema at every heartbeat too: once
+/// another release migrated it (its record, written here by hand), it claims nothing more
+/// with this release's statements: its job stream ends and apalis closes the storage, which
+/// puts back what it held and removes its row. Until then it runs what comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apalis_worker_stops_once_another_release_migrated_the_schema() {
+    let db = TestDb::new().await;
+    let storage =
+        SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-work").settings(QueueSettings {
+            rescue_after: Duration::from_secs(2),
+            ..settings()
+        });
+    let mut pusher = storage.clone();
+    let ctx = WorkerContext::new("schema-moved");
+    let seen: Seen = Default::default();
+    let worker = WorkerBuilder::new(&ctx)
+        .backend(storage)
+        .data(seen.clone())
+        .build(record);
+    let handle = spawn(worker.run());
+    let work = |n| Work {
+        n,
+        mode: String::new(),
+    };
+    pusher.push(work(1)).await.unwrap();
+    wait_all_finished(&db.pool, Duration::from_secs(120)).await;
+
+    sqlx::query("UPDATE skiplock.schema_info SET api_version = api_version + 1")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // The storage closes (its row goes) at its next heartbeat.
+    wait_for(
+        "the apalis storage to close after the schema moved",
+        Duration::from_secs(120),
+        || async {
+            (count(&db.pool, "SELECT count(*) FROM skiplock.workers").await == 0).then_some(())
+        },
+    )
+    .await;
+    pusher.push(work(2)).await.unwrap();
+    let states: Vec<String> = sqlx::query_scalar(
+        "SELECT state::text FROM skiplock.jobs WHERE kind = 'apalis-work' ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(states, vec!["completed", "available"]);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    stop(&ctx, handle).await;
+}

@@ -493,6 +493,16 @@ async fn keeps_working_after_migrate(r: &Release) {
     skiplock::store::schema::migrate(p).await.unwrap();
 }
 
+/// A child process killed (if it still runs) when the test ends, failed or not.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Waits for a heartbeat of the (one) worker written after `after`; returns its time.
 async fn beat_after(p: &PgPool, after: DateTime<Utc>) -> DateTime<Utc> {
     wait_for("a heartbeat of the worker", LONG, || async {
@@ -514,7 +524,12 @@ async fn beat_after(p: &PgPool, after: DateTime<Utc>) -> DateTime<Utc> {
 async fn a_running_worker_stops_when_another_release_migrates_the_schema() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    let mut child = spawn_worker_process(&db.url, &[], &[("SKIPLOCK_RESCUE_AFTER", "2s")]);
+    let mut child = Reaped(spawn_worker_process(
+        &db.url,
+        &[],
+        &[("SKIPLOCK_RESCUE_AFTER", "2s")],
+    ));
+    let child = &mut child.0;
     let id: i64 = one(p, "SELECT skiplock.enqueue('noop', '{}')").await;
     wait_job(p, id, "completed", |r| r.state.as_str() == "completed").await;
 

@@ -26,6 +26,7 @@ use crate::store::ack::{Ack, ack_many};
 use crate::store::claim::ClaimParams;
 use crate::store::heartbeat::{HeldJob, WorkerInfo, heartbeat_many, worker_remove, worker_upsert};
 use crate::store::limits::claim_any;
+use crate::store::schema::mismatch_since_start;
 use crate::worker::heartbeat::{interval_for, retry_backoff};
 use crate::worker::listener::{Wake, listen};
 use crate::worker::outcome::{Attempt, RetryPolicy, decide};
@@ -555,6 +556,27 @@ async fn heartbeat(e: Arc<Engine>) {
         }
         if ok {
             e.availability.success();
+        }
+        // A `skiplock migrate` of another release since this storage started: its statements
+        // may not fit the new schema, so it claims nothing more; its job stream then ends and
+        // apalis closes the storage as on a graceful stop (puts back what it held, writes its
+        // acks, removes its row). apalis gives a backend no way to fail its worker with an
+        // error: the ERROR line says why.
+        if !e.claiming.is_cancelled() {
+            match mismatch_since_start(&e.pool).await {
+                Ok(None) => {}
+                Ok(Some(m)) => {
+                    tracing::error!(
+                        "apalis storage: the schema was migrated while this worker ran ({m}); stopping: start the release that migrated it"
+                    );
+                    e.claiming.cancel();
+                }
+                Err(err) => {
+                    e.availability.observe(&err);
+                }
+            }
+        }
+        if ok {
             retry.reset();
             wait = every;
         } else {

@@ -103,8 +103,9 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
             }
         }
     }
-    // A `skiplock migrate` of another release since this worker started: stop.
-    if ok {
+    // A `skiplock migrate` of another release since this worker started: stop. Also after a
+    // failed beat (the new schema may be what failed it); during an outage this fails too.
+    if !shared.schema_moved.is_cancelled() {
         match schema::mismatch_since_start(&shared.pool).await {
             Ok(None) => {}
             Ok(Some(m)) => shared.schema_moved(m),

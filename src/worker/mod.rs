@@ -127,6 +127,9 @@ impl Shared {
         if slot.is_none() {
             tracing::error!("the schema was migrated while this worker ran ({m}); stopping");
             *slot = Some(m);
+            // No claim with this release's statements from now on, whoever runs the worker
+            // (`Started::wait` then stops it; the shutdown cancels this again, harmlessly).
+            self.stop_claiming.cancel();
             self.schema_moved.cancel();
         }
     }
