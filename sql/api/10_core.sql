@@ -51,6 +51,17 @@ RETURNS TABLE (id bigint, holder bigint) LANGUAGE sql STABLE AS $$
     FROM unnest(ids, keys, back) AS k(id, key, back)
 $$;
 
+-- The `errors` entry of a job of attempt `attempt` superseded by job `holder` on `key`, as a
+-- one-element array to append (empty when `holder` is NULL: not superseded).
+CREATE OR REPLACE FUNCTION skiplock._superseded_entry(attempt integer, holder bigint, key text)
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN holder IS NULL THEN '[]'::jsonb
+                ELSE jsonb_build_array(jsonb_build_object(
+                    'attempt', attempt, 'at', now(),
+                    'error', format('superseded: job %s already waits with unique_key %s', holder, key)))
+           END
+$$;
+
 -- Validation shared by every enqueue path: one clear error per kind of bad input.
 CREATE OR REPLACE FUNCTION skiplock._check_job(kind text, args jsonb, queue text, priority smallint, max_attempts integer)
 RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
@@ -111,11 +122,14 @@ $$;
 -- (request_fetch, timer_reset / pack_arm / pack_now, submit_packet / retry_packet / recovery)
 -- create or replace such keys, through skiplock._enqueue or their own upserts; a generic
 -- enqueue with one is refused, so no caller can squat a workflow's key or steer its job.
--- Returns the reserved prefix `key` starts with, or NULL. Rust twin:
+-- Returns the reserved prefix `key` starts with, or NULL (also for a NULL key). One
+-- expression, so Postgres inlines it: no query per enqueue. Rust twin:
 -- store::names::RESERVED_KEY_PREFIXES (a test checks both lists).
 CREATE OR REPLACE FUNCTION skiplock._reserved_key_prefix(key text)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT p FROM unnest(ARRAY['fetch:', 'pack:', 'packet:']) AS p WHERE starts_with(key, p) LIMIT 1
+    SELECT CASE WHEN starts_with(key, 'fetch:') THEN 'fetch:'
+                WHEN starts_with(key, 'pack:') THEN 'pack:'
+                WHEN starts_with(key, 'packet:') THEN 'packet:' END
 $$;
 
 -- A workflow found its reserved `key` held by a waiting job of another kind or queue (only a
@@ -313,12 +327,8 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    reserved text;
+    reserved text := skiplock._reserved_key_prefix(enqueue.unique_key);
 BEGIN
-    -- Without a key there is no prefix to check (and no query to run for it).
-    IF enqueue.unique_key IS NOT NULL THEN
-        reserved := skiplock._reserved_key_prefix(enqueue.unique_key);
-    END IF;
     IF reserved IS NOT NULL THEN
         RAISE EXCEPTION 'skiplock: unique_key prefix % is reserved for the built-in workflows (use their own functions: request_fetch, timer_reset, pack_now, submit_packet)',
             quote_literal(reserved) USING ERRCODE = '22023';

@@ -39,11 +39,7 @@ SET state = CASE WHEN a.holder IS NOT NULL THEN 'cancelled' ELSE a.state END,
                        || CASE WHEN a.error IS NULL THEN '[]'::jsonb
                                ELSE jsonb_build_array(jsonb_build_object(
                                    'attempt', j.attempt, 'at', now(), 'error', a.error)) END
-                       || CASE WHEN a.holder IS NULL THEN '[]'::jsonb
-                               ELSE jsonb_build_array(jsonb_build_object(
-                                   'attempt', j.attempt, 'at', now(),
-                                   'error', format('superseded: job %s already waits with unique_key %s',
-                                                   a.holder, j.unique_key))) END END,
+                       || skiplock._superseded_entry(j.attempt, a.holder, j.unique_key) END,
     result = coalesce(a.result, j.result),
     heartbeat_at = NULL
 FROM (SELECT a.*,

@@ -12,9 +12,6 @@ WITH mine AS (
       AND j.attempted_by = $1
       AND ($2::text IS NULL OR j.queue = $2)
       AND j.id <> ALL($3::bigint[])
-    -- In id order, as the ack and heartbeat statements lock theirs.
-    ORDER BY j.id
-    FOR UPDATE
 ),
 -- A keyed job going back while another available job holds its unique_key is cancelled
 -- instead, superseded by it (skiplock._superseded_by; sql/queue/ack_many.sql says why this is
@@ -37,13 +34,13 @@ SET state = CASE WHEN $4 AND j.attempt >= j.max_attempts THEN 'discarded'
     heartbeat_at = NULL,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'at', now(), 'error', $5::text))
-        || CASE WHEN h.holder IS NULL THEN '[]'::jsonb
-                ELSE jsonb_build_array(jsonb_build_object(
-                    'attempt', j.attempt, 'at', now(),
-                    'error', format('superseded: job %s already waits with unique_key %s',
-                                    h.holder, j.unique_key))) END
+        || skiplock._superseded_entry(j.attempt, h.holder, j.unique_key)
 FROM held h
 WHERE j.id = h.id
+  -- Still this worker's running job when the update locks it (the selection above is the
+  -- statement's snapshot; locking it there too would write a second lock per row).
+  AND j.state = 'running'
+  AND j.attempted_by = $1
 RETURNING j.id, j.state, j.queue
 ),
 woken AS (

@@ -38,11 +38,7 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded'
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'at', now(),
         'error', format('rescued: worker %s sent no heartbeat since %s', j.attempted_by, j.heartbeat_at)))
-        || CASE WHEN h.holder IS NULL THEN '[]'::jsonb
-                ELSE jsonb_build_array(jsonb_build_object(
-                    'attempt', j.attempt, 'at', now(),
-                    'error', format('superseded: job %s already waits with unique_key %s',
-                                    h.holder, j.unique_key))) END
+        || skiplock._superseded_entry(j.attempt, h.holder, j.unique_key)
 FROM held h
 WHERE j.id = h.id
 RETURNING j.id, j.kind, j.state, j.queue

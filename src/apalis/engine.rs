@@ -26,7 +26,7 @@ use crate::store::ack::{Ack, ack_many};
 use crate::store::claim::ClaimParams;
 use crate::store::heartbeat::{HeldJob, WorkerInfo, heartbeat_many, worker_remove, worker_upsert};
 use crate::store::limits::claim_any;
-use crate::store::schema::mismatch_since_start;
+use crate::store::schema::{mismatch_of, mismatch_since_start};
 use crate::worker::heartbeat::{interval_for, retry_backoff};
 use crate::worker::listener::{Wake, listen};
 use crate::worker::outcome::{Attempt, RetryPolicy, decide};
@@ -177,7 +177,7 @@ impl Engine {
         loop {
             let ready = async {
                 crate::store::schema::ensure_ready(&self.pool).await?;
-                worker_upsert(&self.pool, &self.info()).await
+                worker_upsert(&self.pool, &self.info()).await.map(|_| ())
             };
             match ready.await {
                 Ok(()) => break,
@@ -526,6 +526,7 @@ async fn heartbeat(e: Arc<Engine>) {
             })
             .collect();
         let mut ok = true;
+        let mut outage = false;
         if !pairs.is_empty() {
             match heartbeat_many(&e.pool, &pairs).await {
                 Ok(alive) => {
@@ -544,36 +545,46 @@ async fn heartbeat(e: Arc<Engine>) {
                 }
                 Err(err) => {
                     ok = false;
-                    e.availability.observe(&err);
+                    outage = e.availability.observe(&err);
                     tracing::warn!(error = %err, "apalis storage: heartbeat failed; retrying soon");
                 }
             }
         }
-        if ok && let Err(err) = worker_upsert(&e.pool, &info).await {
-            ok = false;
-            e.availability.observe(&err);
-            tracing::warn!(error = %err, "apalis storage: worker heartbeat failed; retrying soon");
-        }
+        // The schema's record comes back with the worker's row (no query of its own).
+        let mut recorded = None;
         if ok {
-            e.availability.success();
+            match worker_upsert(&e.pool, &info).await {
+                Ok(r) => {
+                    e.availability.success();
+                    recorded = Some(r);
+                }
+                Err(err) => {
+                    ok = false;
+                    outage = e.availability.observe(&err);
+                    tracing::warn!(error = %err, "apalis storage: worker heartbeat failed; retrying soon");
+                }
+            }
         }
         // A `skiplock migrate` of another release since this storage started: its statements
         // may not fit the new schema, so it claims nothing more; its job stream then ends and
         // apalis closes the storage as on a graceful stop (puts back what it held, writes its
         // acks, removes its row). apalis gives a backend no way to fail its worker with an
-        // error: the ERROR line says why.
+        // error: the ERROR line says why. Also checked after a beat that failed for another
+        // reason than an outage (the new schema may be what failed it).
         if !e.claiming.is_cancelled() {
-            match mismatch_since_start(&e.pool).await {
-                Ok(None) => {}
-                Ok(Some(m)) => {
-                    tracing::error!(
-                        "apalis storage: the schema was migrated while this worker ran ({m}); stopping: start the release that migrated it"
-                    );
-                    e.claiming.cancel();
-                }
-                Err(err) => {
+            let moved = match recorded {
+                Some(r) => mismatch_of(r.as_ref()),
+                None if outage => None,
+                None => mismatch_since_start(&e.pool).await.unwrap_or_else(|err| {
                     e.availability.observe(&err);
-                }
+                    None
+                }),
+            };
+            if let Some(m) = moved {
+                tracing::error!(
+                    "apalis storage: the schema was migrated while this worker ran ({m}); stopping: start the release that migrated it"
+                );
+                e.claiming.cancel();
             }
         }
         if ok {

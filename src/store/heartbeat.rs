@@ -1,6 +1,7 @@
 //! Heartbeats: one statement refreshes every job a process runs, and one keeps its row in
 //! `skiplock.workers` fresh, so the rescuer can tell live jobs from orphans.
 
+use super::schema::SchemaInfo;
 use super::{Executor, sql};
 use crate::error::Result;
 
@@ -45,17 +46,20 @@ pub struct WorkerInfo {
     pub kinds: Vec<String>,
 }
 
-/// Inserts or refreshes this worker's row.
-pub async fn worker_upsert<'e, E: Executor<'e>>(exec: E, w: &WorkerInfo) -> Result<()> {
-    sqlx::query(sql!("queue", "worker_upsert"))
+/// Inserts or refreshes this worker's row; returns what `skiplock.schema_info` records (read
+/// in the same statement, for [`super::schema::mismatch_of`]).
+pub async fn worker_upsert<'e, E: Executor<'e>>(
+    exec: E,
+    w: &WorkerInfo,
+) -> Result<Option<SchemaInfo>> {
+    Ok(sqlx::query_as(sql!("queue", "worker_upsert"))
         .bind(&w.id)
         .bind(&w.host)
         .bind(w.pid)
         .bind(&w.queues)
         .bind(&w.kinds)
-        .execute(exec)
-        .await?;
-    Ok(())
+        .fetch_optional(exec)
+        .await?)
 }
 
 /// Removes this worker's row on a clean exit.

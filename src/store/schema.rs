@@ -57,7 +57,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // statement relied on the trigger.
     (
         5,
-        "fe412f76165b445c73124d7d6d69f46974822e5f282628435c7f57de2691c7a0",
+        "a3aaf7dea943f65f01329514e69110028aa84d61d903033ea32c8c153b053d21",
     ),
 ];
 
@@ -242,18 +242,23 @@ pub async fn ensure_ready(pool: &Pool) -> Result<()> {
     check_version(info.as_ref(), API_VERSION, &api_hash())
 }
 
-/// Whether the schema still is the one this binary installs (`None`), for a process that
-/// checked it at start and keeps running: a `skiplock migrate` of another release since then
-/// gives the mismatch. One query of `skiplock.schema_info`.
+/// How a schema's record differs from what this binary installs (`None`: it is the same), for
+/// a process that checked it at start and keeps running: a `skiplock migrate` of another
+/// release since then gives the mismatch. `info`: the record (as the worker's heartbeat reads
+/// it with its row, `store::heartbeat::worker_upsert`), `None` if there is none.
+pub fn mismatch_of(info: Option<&SchemaInfo>) -> Option<SchemaMismatch> {
+    match check_version(info, API_VERSION, &api_hash()) {
+        Err(Error::Schema(m)) => Some(m),
+        _ => None,
+    }
+}
+
+/// [`mismatch_of`] the record read now (one query), for a beat whose own statements failed.
 pub async fn mismatch_since_start(pool: &Pool) -> Result<Option<SchemaMismatch>> {
     let info: Option<SchemaInfo> = sqlx::query_as(sql!("schema", "schema_info"))
         .fetch_optional(pool)
         .await?;
-    match check_version(info.as_ref(), API_VERSION, &api_hash()) {
-        Ok(()) => Ok(None),
-        Err(Error::Schema(m)) => Ok(Some(m)),
-        Err(e) => Err(e),
-    }
+    Ok(mismatch_of(info.as_ref()))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::faults::{self, Point};
-use crate::db::outage::Backoff;
+use crate::db::outage::{Backoff, is_unavailable};
 use crate::store::heartbeat::{HeldJob, heartbeat_many, worker_upsert};
 use crate::store::schema;
 
@@ -55,6 +55,8 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) -> crate::
 /// One heartbeat; whether every statement of it succeeded.
 pub(crate) async fn beat(shared: &Shared) -> bool {
     let mut ok = true;
+    // A statement failed because the database is unavailable (then the schema is not checked).
+    let mut outage = false;
     let pairs: Vec<HeldJob> = {
         let running = shared.running();
         running
@@ -88,31 +90,45 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
             }
             Err(e) => {
                 ok = false;
+                outage = is_unavailable(&e);
                 shared.db_failed(&e);
                 tracing::warn!(error = %e, "heartbeat failed; retrying soon");
             }
         }
     }
+    // The schema's record comes back with the worker's row (no query of its own).
+    let mut recorded = None;
     if ok {
         match worker_upsert(&shared.pool, &shared.info).await {
-            Ok(()) => shared.availability.success(),
+            Ok(info) => {
+                shared.availability.success();
+                recorded = Some(info);
+            }
             Err(e) => {
                 ok = false;
+                outage = is_unavailable(&e);
                 shared.db_failed(&e);
                 tracing::warn!(error = %e, "worker heartbeat failed; retrying soon");
             }
         }
     }
-    // A `skiplock migrate` of another release since this worker started: stop. Also after a
-    // failed beat (the new schema may be what failed it); during an outage this fails too.
+    // A `skiplock migrate` of another release since this worker started: stop. Also when the
+    // beat failed for another reason than an outage (the new schema may be what failed it).
     if !shared.schema_moved.is_cancelled() {
-        match schema::mismatch_since_start(&shared.pool).await {
-            Ok(None) => {}
-            Ok(Some(m)) => shared.schema_moved(m),
-            Err(e) => {
-                shared.db_failed(&e);
-                tracing::debug!(error = %e, "could not check the schema's version; the next beat will");
-            }
+        let moved = match recorded {
+            Some(info) => schema::mismatch_of(info.as_ref()),
+            None if outage => None,
+            None => match schema::mismatch_since_start(&shared.pool).await {
+                Ok(m) => m,
+                Err(e) => {
+                    shared.db_failed(&e);
+                    tracing::debug!(error = %e, "could not check the schema's version; the next beat will");
+                    None
+                }
+            },
+        };
+        if let Some(m) = moved {
+            shared.schema_moved(m);
         }
     }
     ok
