@@ -390,15 +390,7 @@ fn drain_stderr(child: &mut Child) -> std::thread::JoinHandle<String> {
 }
 
 async fn wait_exit(child: &mut Child) {
-    wait_for(
-        "the worker process to exit",
-        Duration::from_secs(60),
-        || {
-            let done = child.try_wait().unwrap().is_some();
-            async move { done.then_some(()) }
-        },
-    )
-    .await;
+    wait_exit_within(child, Duration::from_secs(60)).await;
 }
 
 #[tokio::test]

@@ -567,15 +567,6 @@ async fn a_failed_upload_is_retried_and_nothing_is_recorded_until_one_succeeds()
 }
 
 /// A child process killed (and reaped) when this is dropped.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn find_in_path(bin: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")
         .map(|p| {

@@ -674,15 +674,6 @@ async fn keyed_jobs_going_back_together_keep_the_newest_and_the_statement_lands(
         .await
         .unwrap();
     assert_eq!(claim_noop_as_w(&db, "acked").await, vec![other]);
-    let back = |id| Ack {
-        id,
-        attempt: 1,
-        state: JobState::Available,
-        scheduled_at: Some(Utc::now() + chrono::Duration::hours(1)),
-        give_back: false,
-        error: Some("boom".into()),
-        result: None,
-    };
     let done = Ack {
         id: other,
         attempt: 1,
@@ -692,7 +683,7 @@ async fn keyed_jobs_going_back_together_keep_the_newest_and_the_statement_lands(
         error: None,
         result: None,
     };
-    let mut written = ack_many(&db.pool, &[back(older), back(newer), done])
+    let mut written = ack_many(&db.pool, &[retry_ack(older, 1), retry_ack(newer, 1), done])
         .await
         .unwrap();
     written.sort();

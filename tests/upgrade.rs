@@ -493,16 +493,6 @@ async fn keeps_working_after_migrate(r: &Release) {
     skiplock::store::schema::migrate(p).await.unwrap();
 }
 
-/// A child process killed (if it still runs) when the test ends, failed or not.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Waits for a heartbeat of the (one) worker written after `after`; returns its time.
 async fn beat_after(p: &PgPool, after: DateTime<Utc>) -> DateTime<Utc> {
     wait_for("a heartbeat of the worker", LONG, || async {
@@ -524,7 +514,7 @@ async fn beat_after(p: &PgPool, after: DateTime<Utc>) -> DateTime<Utc> {
 async fn a_running_worker_stops_when_another_release_migrates_the_schema() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    let mut child = Reaped(spawn_worker_process(
+    let mut child = KillOnDrop(spawn_worker_process(
         &db.url,
         &[],
         &[("SKIPLOCK_RESCUE_AFTER", "2s")],
@@ -549,17 +539,7 @@ async fn a_running_worker_stops_when_another_release_migrates_the_schema() {
         "UPDATE skiplock.schema_info SET api_version = api_version + 1 RETURNING api_version",
     )
     .await;
-    let deadline = std::time::Instant::now() + LONG;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker did not stop after the schema moved"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = wait_exit_within(child, LONG).await;
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(status.code(), Some(1), "{err}");

@@ -413,3 +413,23 @@ pub async fn state_of(db: &TestDb, id: i64) -> String {
         .await
         .unwrap()
 }
+
+/// A child process killed (if it still runs) and reaped when dropped: a failing test leaves
+/// nothing running.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (up to `limit`) for `child` to exit; returns its status.
+pub async fn wait_exit_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    wait_for("the process to exit", limit, || {
+        let status = child.try_wait().unwrap();
+        async move { status }
+    })
+    .await
+}
