@@ -739,6 +739,70 @@ async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
     w.stop().await.unwrap();
 }
 
+/// A wake-up that reaches a producer while its claim is in flight is not lost: that claim's
+/// snapshot may predate what the wake-up announced (here a cancel freeing the only slot of a
+/// limited queue, whose producer claims one statement at a time). The worker's claims are
+/// held at a gate (a test-only fault point) once the database answered; the wake-up arrives
+/// while a claim that saw the slot taken waits there. With a poll interval of an hour, only a
+/// claim after that wake-up can start the waiting job.
+#[tokio::test]
+async fn a_wake_up_that_arrives_during_a_claim_is_not_lost() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    limits::set_queue_limit(p, "slot", Some(1)).await.unwrap();
+    let first: i64 = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, args, queue, state, attempt, attempted_at, attempted_by, heartbeat_at)
+         VALUES ('sleep', '{\"ms\": 1}', 'slot', 'running', 1, now(), 'gone', now())
+         RETURNING id",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    let waiting = enqueue(p, &NewJob::new("sleep", json!({"ms": 1})).queue("slot"))
+        .await
+        .unwrap();
+    let settings = skiplock::config::QueueSettings {
+        queues: Some([("slot".to_string(), 1)].into_iter().collect()),
+        poll_interval: Duration::from_secs(3600),
+        rescue_after: Duration::from_secs(3600),
+        ..fast_settings()
+    };
+    let mut b = skiplock::worker::Worker::builder(p.clone(), settings).without_maintenance();
+    skiplock::worker::builtin::register(b.registry_mut());
+    let worker = b.build();
+    let id = worker.id().to_string();
+    let w = run_worker(worker);
+    // Held back and registered; its claim right after registering has answered too.
+    producer_waits_on(p, "slot").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let gate = skiplock::worker::faults::gate_claims(&id);
+    // A wake-up of no consequence starts a claim, which sees the slot taken and waits at
+    // the gate.
+    sqlx::query("SELECT pg_notify('skiplock_wake', 'slot')")
+        .execute(p)
+        .await
+        .unwrap();
+    gate.arrived().await;
+    gate.forget_wake_ups();
+    let st: String = sqlx::query_scalar("SELECT skiplock.cancel($1)::text")
+        .bind(first)
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(st, "cancelled");
+    // The cancel's wake-up reached the producer while its claim waits at the gate.
+    gate.woken().await;
+    assert_eq!(state_of(&db, waiting).await, "available");
+    gate.open();
+    wait_completed(
+        p,
+        &[waiting],
+        "the waiting job, claimed again after the wake-up",
+    )
+    .await;
+    w.stop().await.unwrap();
+}
+
 /// Two operators change different per-key limits of one queue at the same time: the second
 /// change waits for the first and keeps what it set (a read of the current limits followed
 /// by a separate write would put back the value it read).

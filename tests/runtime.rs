@@ -70,10 +70,8 @@ fn run(
     CancellationToken,
     tokio::task::JoinHandle<skiplock::Result<()>>,
 ) {
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let h = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
-    (stop, h)
+    let w = run_worker(worker);
+    (w.stop, w.handle)
 }
 
 fn queues(spec: &[(&str, usize)]) -> Option<BTreeMap<String, usize>> {

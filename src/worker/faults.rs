@@ -1,8 +1,9 @@
 //! Fault points for the supervision tests: with the `fault-injection` feature (enabled only
 //! for this crate's own tests, through its dev-dependency on itself), a test can make one
 //! task of one worker panic at a chosen point, or make a pack wait between building and
-//! uploading its artifact (so a worker can be killed mid-pack). Without the feature, [`hit`]
-//! and [`upload_delay`] are empty inline functions: no setting, no production code path can
+//! uploading its artifact (so a worker can be killed mid-pack), or hold a worker's claims
+//! after they answered (so something can happen while one is in flight). Without the feature, [`hit`]
+//! [`upload_delay`] and `claim_returned` are empty inline functions: no setting, no production code path can
 //! reach a fault.
 
 use std::time::Duration;
@@ -28,6 +29,25 @@ mod armed {
     use std::time::Duration;
 
     static ARMED: Mutex<Vec<(String, Point, u32)>> = Mutex::new(Vec::new());
+    static CLAIM_GATES: Mutex<Vec<(String, std::sync::Arc<super::ClaimGate>)>> =
+        Mutex::new(Vec::new());
+
+    pub fn gate_claims(worker_id: &str) -> std::sync::Arc<super::ClaimGate> {
+        let gate = std::sync::Arc::new(super::ClaimGate::default());
+        CLAIM_GATES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((worker_id.to_string(), gate.clone()));
+        gate
+    }
+
+    pub fn claim_gate(worker_id: &str) -> Option<std::sync::Arc<super::ClaimGate>> {
+        let gates = CLAIM_GATES.lock().unwrap_or_else(|p| p.into_inner());
+        gates
+            .iter()
+            .find(|(w, _)| w == worker_id)
+            .map(|(_, g)| g.clone())
+    }
     static UPLOAD_DELAYS: Mutex<Vec<(String, Duration)>> = Mutex::new(Vec::new());
 
     pub fn delay_upload(host: &str, delay: Duration) {
@@ -82,6 +102,94 @@ pub(crate) fn hit(worker_id: &str, point: Point) {
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub(crate) fn hit(_worker_id: &str, _point: Point) {}
+
+/// Holds the answers of a worker's claims (see [`gate_claims`]): a test sees a claim come
+/// back, makes something happen while it is still in flight, then lets it through.
+#[cfg(feature = "fault-injection")]
+#[derive(Debug)]
+pub struct ClaimGate {
+    arrived: tokio::sync::Semaphore,
+    open: tokio::sync::Semaphore,
+    woken: tokio::sync::Semaphore,
+}
+
+#[cfg(feature = "fault-injection")]
+impl Default for ClaimGate {
+    fn default() -> Self {
+        ClaimGate {
+            arrived: tokio::sync::Semaphore::new(0),
+            open: tokio::sync::Semaphore::new(0),
+            woken: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+impl ClaimGate {
+    /// Waits until a claim of the worker came back from the database and waits at the gate.
+    pub async fn arrived(&self) {
+        if let Ok(p) = self.arrived.acquire().await {
+            p.forget();
+        }
+    }
+
+    /// Forgets the wake-ups the worker's producers took so far.
+    pub fn forget_wake_ups(&self) {
+        while let Ok(p) = self.woken.try_acquire() {
+            p.forget();
+        }
+    }
+
+    /// Waits until a producer of the worker took a wake-up (since the last
+    /// [`ClaimGate::forget_wake_ups`]).
+    pub async fn woken(&self) {
+        if let Ok(p) = self.woken.acquire().await {
+            p.forget();
+        }
+    }
+
+    /// Lets every waiting claim, and every later one, through.
+    pub fn open(&self) {
+        self.open
+            .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
+}
+
+/// From now on, every claim of worker `worker_id` in this process waits, once its statement
+/// has answered, until the returned gate is opened (only with `fault-injection`).
+#[cfg(feature = "fault-injection")]
+pub fn gate_claims(worker_id: &str) -> std::sync::Arc<ClaimGate> {
+    armed::gate_claims(worker_id)
+}
+
+/// Where a claim's answer waits if a test gated the worker's claims.
+#[cfg(feature = "fault-injection")]
+pub(crate) async fn claim_returned(worker_id: &str) {
+    if let Some(g) = armed::claim_gate(worker_id) {
+        g.arrived.add_permits(1);
+        if let Ok(p) = g.open.acquire().await {
+            drop(p);
+        }
+    }
+}
+
+/// A producer took a wake-up (counted for a test that gated the worker's claims).
+#[cfg(feature = "fault-injection")]
+pub(crate) fn producer_woken(worker_id: &str) {
+    if let Some(g) = armed::claim_gate(worker_id) {
+        g.woken.add_permits(1);
+    }
+}
+
+/// Nothing to count: fault injection is compiled out.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn producer_woken(_worker_id: &str) {}
+
+/// Nothing waits: fault injection is compiled out.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) async fn claim_returned(_worker_id: &str) {}
 
 /// Makes every pack of `host` in this process wait `delay` between building and uploading.
 #[cfg(feature = "fault-injection")]

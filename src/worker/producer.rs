@@ -145,6 +145,15 @@ pub fn next_claim(
     }
 }
 
+/// Whether to claim again after a claim that asked for `want` jobs got `got`: when it came
+/// back full (more may be waiting), or when a wake-up, a freed slot or a poll arrived while it
+/// was in flight (`started_at` wake-ups counted when it started, `wakes` now). That claim's
+/// snapshot may predate what the wake-up announced (the ack that freed a limited queue's slot,
+/// a job's insert); without this, the wake-up is lost until the next poll.
+pub fn look_again(got: usize, want: usize, started_at: u64, wakes: u64) -> bool {
+    got == want || wakes > started_at
+}
+
 /// On every exit of a producer run (stopped, retired, or a panic unwinding it), the jobs
 /// still in its buffer stop being held: removed from `Shared::running`, they are the
 /// claimed-but-never-started jobs the worker's shutdown, or the producer's next run, puts
@@ -180,7 +189,9 @@ fn let_go_of_buffer(shared: &Shared, p: &Producer) -> usize {
     jobs.len()
 }
 
-type ClaimFuture = BoxFuture<'static, (usize, Result<Claimed>)>;
+/// A claim in flight: answers with how many jobs it asked for, the [`run`] loop's count of
+/// wake-ups when it started, and what came back.
+type ClaimFuture = BoxFuture<'static, (usize, u64, Result<Claimed>)>;
 
 /// Runs the producer until `shared.stop_claiming` (or retirement). `careful`: claim one job
 /// per statement for the first `limit` jobs (set after a failed run, so that if a row makes
@@ -197,6 +208,10 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     let mut careful_left = if careful { limit } else { 0 };
     p.one_at_a_time.store(careful_left > 0, Ordering::Relaxed);
     let mut backlog = true; // try at once on start
+    // Wake-ups, slots freed and polls so far: a claim that started before the latest one may
+    // not have seen what it announced (a job inserted, a slot freed after the claim's
+    // snapshot), so an empty answer from it does not mean the queue is drained.
+    let mut wakes: u64 = 0;
     let mut backoff = Backoff::new(CLAIM_BACKOFF.0, CLAIM_BACKOFF.1);
     let mut retry_at: Option<tokio::time::Instant> = None;
     let cooldown = shared.settings.fetch_cooldown;
@@ -296,7 +311,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                 ClaimNow::Now(want) => {
                     last_claim = Instant::now();
                     inflight_want += want;
-                    inflight.push(start_claim(&shared, &p, want, free, controlled));
+                    inflight.push(start_claim(&shared, &p, want, free, controlled, wakes));
                 }
                 ClaimNow::AfterCooldown => {
                     cooldown_at = Some(tokio::time::Instant::from_std(last_claim + cooldown));
@@ -321,13 +336,13 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         }
         tokio::select! {
             _ = stop.cancelled() => {}
-            Some((want, r)) = inflight.next(), if !inflight.is_empty() => {
+            Some((want, started_at, r)) = inflight.next(), if !inflight.is_empty() => {
                 inflight_want -= want;
                 match r {
                     Ok(Claimed { jobs, controlled: c, held, wait_until: until }) => {
                         shared.metrics.claimed(jobs.len());
                         backoff.reset();
-                        backlog = jobs.len() == want;
+                        backlog = look_again(jobs.len(), want, started_at, wakes);
                         if c && !controlled {
                             release_buffer = true;
                         }
@@ -364,6 +379,8 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                 }
             }
             _ = p.wake.notified() => {
+                faults::producer_woken(&shared.worker_id);
+                wakes += 1;
                 backlog = true;
                 check_control = true;
             }
@@ -375,6 +392,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             }
             _ = tokio::time::sleep_until(settle_at.unwrap_or_else(tokio::time::Instant::now)), if settle_at.is_some() => {
                 settle_at = None;
+                wakes += 1;
                 backlog = true;
             }
             _ = tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)), if retry_at.is_some() => {
@@ -383,6 +401,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             }
             _ = tokio::time::sleep_until(cooldown_at.unwrap_or_else(tokio::time::Instant::now)), if cooldown_at.is_some() => {}
             _ = tokio::time::sleep(limit_nap(shared.settings.poll_interval, wait_until, chrono::Utc::now())) => {
+                wakes += 1;
                 backlog = true;
                 // Refresh the registration (it writes nothing when the row is there; it
                 // comes back after the worker's row was forgotten, e.g. a long outage).
@@ -420,6 +439,7 @@ fn start_claim(
     want: usize,
     free: usize,
     controlled: bool,
+    wakes: u64,
 ) -> ClaimFuture {
     let (sh, p) = (shared.clone(), p.clone());
     async move {
@@ -429,7 +449,9 @@ fn start_claim(
             limit: want,
             worker: &sh.worker_id,
         };
-        (want, claim_any(&sh.pool, params, free, controlled).await)
+        let r = claim_any(&sh.pool, params, free, controlled).await;
+        faults::claim_returned(&sh.worker_id).await;
+        (want, wakes, r)
     }
     .boxed()
 }
@@ -621,6 +643,17 @@ fn wake_when_due(ack: &crate::store::ack::Ack, poll: Duration, wake: Arc<Notify>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wake_up_during_a_claim_makes_the_producer_claim_again() {
+        // Full: more may be waiting.
+        assert!(look_again(10, 10, 3, 3));
+        // Short, nothing happened meanwhile: drained.
+        assert!(!look_again(4, 10, 3, 3));
+        assert!(!look_again(0, 10, 0, 0));
+        // Short, but a wake-up came while the claim was in flight.
+        assert!(look_again(0, 10, 3, 4));
+    }
 
     #[test]
     fn a_rate_limited_producer_naps_until_the_next_allowed_start() {

@@ -141,8 +141,11 @@ pub fn start_worker(
     settings: QueueSettings,
     build: impl FnOnce(WorkerBuilder) -> WorkerBuilder,
 ) -> RunningWorker {
-    let worker: Worker =
-        build(Worker::builder(pool.clone(), settings).without_maintenance()).build();
+    run_worker(build(Worker::builder(pool.clone(), settings).without_maintenance()).build())
+}
+
+/// Runs a built `worker` on this runtime (for a test that needs its id before it starts).
+pub fn run_worker(worker: Worker) -> RunningWorker {
     let stop = CancellationToken::new();
     let s = stop.clone();
     let handle = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
