@@ -279,6 +279,7 @@ async fn a_killed_workers_slot_returns_after_rescue() {
             limit: 10,
             worker: "test",
         },
+        0,
     )
     .await
     .unwrap();
@@ -608,7 +609,23 @@ async fn a_finish_in_one_process_wakes_a_producer_held_back_in_another() {
 /// puts them back (attempt given back, the reason in `errors`); the started ones run on.
 #[tokio::test]
 async fn pausing_a_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
+    pausing_puts_back_the_buffer(None).await;
+}
+
+/// The same in a queue with a concurrency limit that leaves room: the limited claim filled
+/// the buffer too (within half the room), and the pause sends those jobs back.
+#[tokio::test]
+async fn pausing_a_limited_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
+    pausing_puts_back_the_buffer(Some(100)).await;
+}
+
+async fn pausing_puts_back_the_buffer(limit: Option<i32>) {
     let db = TestDb::new().await;
+    if limit.is_some() {
+        limits::set_queue_limit(&db.pool, "default", limit)
+            .await
+            .unwrap();
+    }
     for _ in 0..10 {
         enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
             .await
@@ -643,6 +660,84 @@ async fn pausing_a_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
     .await;
     assert_eq!(released, 2);
     w.stop().await.unwrap();
+}
+
+/// The limited claim fills a worker's buffer only in a queue whose one limit is its
+/// concurrency, and then with at most half the room the limit leaves after the worker's free
+/// slots: a buffered job counts as running (the limit holds), and as the limit comes to bind
+/// the buffer's share shrinks to nothing, so the room goes to slots that can run a job now.
+#[tokio::test]
+async fn a_limited_claim_buffers_only_half_the_room_its_limit_leaves() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let kinds = vec!["noop".to_string()];
+    for q in ["capped", "keyed"] {
+        enqueue_many(
+            p,
+            ManyJobs {
+                limit_key: Some("k"),
+                kind: "noop",
+                args: &vec![json!({}); 30],
+                queue: q,
+                run_at: None,
+                priority: 0,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    limits::set_queue_limit(p, "capped", Some(10))
+        .await
+        .unwrap();
+    // (free slots, asked ahead) -> (claimed, the buffer's room reported), with the running
+    // count growing claim by claim: 10 - 0 - 2 leaves 8, half for the buffer: 4 of 8 asked.
+    let claim = |q: &'static str, free: usize, ahead: usize| {
+        let kinds = kinds.clone();
+        async move {
+            let got = limits::claim_limited(
+                p,
+                ClaimParams {
+                    queue: q,
+                    kinds: &kinds,
+                    limit: free + ahead,
+                    worker: "test",
+                },
+                ahead,
+            )
+            .await
+            .unwrap();
+            (got.jobs.len(), got.buffer_room, got.controlled)
+        }
+    };
+    assert_eq!(claim("capped", 2, 8).await, (6, Some(4), true));
+    // 6 running: 4 left, 2 for the slots, half of the other 2 for the buffer.
+    assert_eq!(claim("capped", 2, 8).await, (3, Some(1), true));
+    // 9 running: the last one goes to a free slot, none to the buffer.
+    assert_eq!(claim("capped", 2, 8).await, (1, Some(0), true));
+    assert_eq!(claim("capped", 2, 8).await, (0, Some(0), true));
+    assert_eq!(running_in(p, "capped").await, 10, "the limit holds");
+
+    // A key's limits: nothing ahead, whatever the room.
+    limits::set_key_limit(
+        p,
+        "keyed",
+        KeyLimit {
+            concurrency: Some(20),
+            rate: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(claim("keyed", 2, 8).await, (2, Some(0), true));
+    // Paused: nothing at all.
+    limits::set_key_limit(p, "keyed", KeyLimit::default())
+        .await
+        .unwrap();
+    limits::pause(p, "keyed").await.unwrap();
+    assert_eq!(claim("keyed", 2, 8).await, (0, Some(0), true));
+    // Resumed, no limit left: no longer controlled (the plain claim applies again).
+    limits::resume(p, "keyed").await.unwrap();
+    assert_eq!(claim("keyed", 2, 8).await, (0, Some(0), false));
 }
 
 /// Waits until a producer of `queue` is registered as waiting for a wake-up.

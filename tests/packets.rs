@@ -663,6 +663,7 @@ async fn concurrency_one_holds_across_two_worker_processes() {
             limit: 10,
             worker: "test",
         },
+        0,
     )
     .await
     .unwrap();

@@ -148,9 +148,10 @@ $$;
 
 -- The claim of a controlled queue (one with a row in skiplock.queues). Returns the claimed
 -- jobs (the columns of sql/queue/claim.sql) and always one extra row with id NULL that says
--- whether the queue is still controlled (false: use the plain claim again) and the earliest
+-- whether the queue is still controlled (false: use the plain claim again), the earliest
 -- time a job skipped for a key's rate becomes allowed (NULL: none, or unknown: a running job
--- must finish first). Every column repeats those two.
+-- must finish first) and how many jobs the queue let this claim buffer at most (`buffer_room`,
+-- below; NULL: no bound). Every column repeats those three.
 --
 -- Limited claims of one queue are serialized by the lock on its row; every later statement
 -- of this (volatile) function takes a fresh snapshot, so the running jobs counted include
@@ -158,10 +159,20 @@ $$;
 -- no attempt and no worker slot. A job without limit_key is never held back by a key's
 -- limits, only by the queue's concurrency. The scan for startable jobs reads at most
 -- 10 windows of 1000 due jobs, each window skipping the keys found blocked so far.
-CREATE OR REPLACE FUNCTION skiplock._claim_limited(q text, kinds text[], n integer, worker text)
+--
+-- `n` jobs are for the worker's free slots; `ahead` more may go into its buffer (claim-ahead,
+-- SQL API 6), but only in a queue whose one limit is its concurrency (a key's rate counts a
+-- start at the claim, and a buffered job would hold a key's slot without running), and only
+-- half of the room the limit leaves after the free slots: a buffered job counts as running, so
+-- the limit holds, and while it binds the buffers stay empty and the room goes to slots that
+-- can run a job now (another worker's, too).
+DROP FUNCTION IF EXISTS skiplock._claim_limited(text, text[], integer, text);
+CREATE OR REPLACE FUNCTION skiplock._claim_limited(q text, kinds text[], n integer, worker text,
+                                                   ahead integer DEFAULT 0)
 RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint, attempt integer,
                max_attempts integer, scheduled_at timestamptz, created_at timestamptz,
-               attempted_at timestamptz, controlled boolean, wait_until timestamptz)
+               attempted_at timestamptz, controlled boolean, wait_until timestamptz,
+               buffer_room integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -170,6 +181,9 @@ DECLARE
     -- plain claim).
     is_controlled boolean;
     free integer := n;
+    extra integer := ahead;
+    -- The buffer's share of the room (see above; NULL: no bound), reported to the worker.
+    room integer := 0;
     picked bigint[] := '{}';
     blocked text[] := '{}';
     key_counts jsonb := '{}';
@@ -188,15 +202,28 @@ BEGIN
     -- Key rates count starts on the clock once this claim holds the queue's row, not at
     -- the transaction's start: a claim that waited for the lock starts later than now().
     t := clock_timestamp();
-    IF NOT is_controlled OR ctl.paused OR free IS NULL OR free < 1
-       OR coalesce(cardinality(kinds), 0) = 0 THEN
+    IF NOT is_controlled OR ctl.paused OR coalesce(cardinality(kinds), 0) = 0 THEN
         free := 0;
+        extra := 0;
     END IF;
-    IF free > 0 AND ctl.concurrency IS NOT NULL THEN
+    free := greatest(coalesce(free, 0), 0);
+    IF is_controlled AND NOT ctl.paused AND ctl.concurrency IS NULL
+       AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
+        room := NULL;
+    ELSIF ctl.key_concurrency IS NOT NULL OR ctl.key_rate IS NOT NULL THEN
+        extra := 0;
+    END IF;
+    extra := greatest(coalesce(extra, 0), 0);
+    IF (free > 0 OR extra > 0) AND ctl.concurrency IS NOT NULL THEN
         SELECT ctl.concurrency - count(*) INTO k_count
         FROM skiplock.jobs j WHERE j.state = 'running' AND j.queue = q;
-        free := least(free, k_count);
+        free := greatest(least(free, k_count), 0);
+        IF ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
+            room := greatest(k_count - free, 0) / 2;
+        END IF;
+        extra := least(extra, room);
     END IF;
+    free := free + extra;
 
     IF free > 0 AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
         SELECT coalesce(array_agg(p.id), '{}') INTO picked FROM (
@@ -280,11 +307,11 @@ BEGIN
         FROM locked
         WHERE j.id = locked.id
         RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts,
-                  j.scheduled_at, j.created_at, j.attempted_at, true, next_at;
+                  j.scheduled_at, j.created_at, j.attempted_at, true, next_at, room;
     END IF;
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint,
         NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-        is_controlled, next_at;
+        is_controlled, next_at, room;
 END;
 $$;
 

@@ -26,6 +26,9 @@ pub struct LimitedClaim {
     /// The earliest time a job held back by its key's rate may start (None: none was, or
     /// only a finishing job can free a slot).
     pub wait_until: Option<DateTime<Utc>>,
+    /// How many jobs the queue let this claim put in the worker's buffer at most (None: no
+    /// bound; 0 under a key's limits, while paused, or while the concurrency limit binds).
+    pub buffer_room: Option<usize>,
 }
 
 /// What one claim brought back.
@@ -37,16 +40,19 @@ pub struct Claimed {
     pub held: bool,
     /// When a job held back by a key's rate may start.
     pub wait_until: Option<DateTime<Utc>>,
+    /// How many jobs the next claim may ask for the buffer (None: no bound).
+    pub buffer_room: Option<usize>,
 }
 
 /// The claim a worker makes: the plain claim, or the limited one for a controlled queue (`controlled`: the last claim
 /// found the queue controlled). The plain claim never claims from a controlled queue, so
-/// when it comes back empty the limited one is asked, and says whether the queue is. The
-/// limited claim takes at most `free` jobs (free slots, never ahead): a job claimed into the
-/// buffer would count against the limit without running.
+/// when it comes back empty the limited one is asked, and says whether the queue is. Of the
+/// `params.limit` jobs asked for, `free` are for free slots and the rest for the buffer: the
+/// limited claim gives the buffer only part of the room a concurrency limit leaves, and
+/// nothing under a key's limits (`skiplock._claim_limited`).
 pub async fn claim_any(
     pool: &super::Pool,
-    mut params: ClaimParams<'_>,
+    params: ClaimParams<'_>,
     free: usize,
     controlled: bool,
 ) -> Result<Claimed> {
@@ -58,43 +64,43 @@ pub async fn claim_any(
                 controlled: false,
                 held: false,
                 wait_until: None,
+                buffer_room: None,
             });
         }
     }
-    params.limit = params.limit.min(free);
-    if params.limit == 0 {
-        return Ok(Claimed {
-            jobs: Vec::new(),
-            controlled,
-            held: controlled,
-            wait_until: None,
-        });
-    }
-    let got = claim_limited(pool, params).await?;
+    let got = claim_limited(pool, params, params.limit.saturating_sub(free)).await?;
     Ok(Claimed {
         jobs: got.jobs,
         controlled: got.controlled,
         held: got.controlled,
         wait_until: got.wait_until,
+        buffer_room: got.buffer_room,
     })
 }
 
-/// Claims from a queue that has limits or is paused (`sql/queue/claim_limited.sql`).
+/// Claims from a queue that has limits or is paused (`sql/queue/claim_limited.sql`): up to
+/// `p.limit` jobs, of which `ahead` are for the worker's buffer rather than its free slots.
 pub async fn claim_limited<'e, E: Executor<'e>>(
     exec: E,
     p: ClaimParams<'_>,
+    ahead: usize,
 ) -> Result<LimitedClaim> {
+    let ahead = ahead.min(p.limit);
     let rows: Vec<PgRow> = sqlx::query(sql!("queue", "claim_limited"))
         .bind(p.queue)
         .bind(p.kinds)
-        .bind(p.limit.min(i32::MAX as usize) as i32)
+        .bind((p.limit - ahead).min(i32::MAX as usize) as i32)
         .bind(p.worker)
+        .bind(ahead.min(i32::MAX as usize) as i32)
         .fetch_all(exec)
         .await?;
     let mut out = LimitedClaim::default();
     for r in &rows {
         out.controlled = r.try_get("controlled")?;
         out.wait_until = r.try_get::<DbTimeOpt, _>("wait_until")?.0;
+        out.buffer_room = r
+            .try_get::<Option<i32>, _>("buffer_room")?
+            .map(|n| n.max(0) as usize);
         if r.try_get::<Option<i64>, _>("id")?.is_some() {
             out.jobs.push(Job::from_row(r)?);
         }
@@ -286,12 +292,29 @@ pub async fn list<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueControl>> {
         .await?)
 }
 
-/// Whether `queue` has limits or is paused (then its claims go through the limited claim).
-pub async fn is_controlled<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
-    Ok(sqlx::query_scalar(sql!("limits", "is_controlled"))
-        .bind(queue)
-        .fetch_one(exec)
-        .await?)
+/// What a producer holding jobs in its buffer needs to know of its queue's control row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromRow)]
+pub struct BufferControl {
+    /// The queue is paused.
+    pub paused: bool,
+    /// The queue has a concurrency limit.
+    pub limited: bool,
+    /// The queue has a per-key concurrency or rate.
+    pub key_limits: bool,
+}
+
+/// The control row of `queue` as far as a producer's buffer is concerned (None: no row, the
+/// queue is neither limited nor paused).
+pub async fn buffer_control<'e, E: Executor<'e>>(
+    exec: E,
+    queue: &str,
+) -> Result<Option<BufferControl>> {
+    Ok(
+        sqlx::query_as::<_, BufferControl>(sql!("limits", "buffer_control"))
+            .bind(queue)
+            .fetch_optional(exec)
+            .await?,
+    )
 }
 
 /// When `key` of `queue` may start next under its rate limit (None: now, or no rate limit).

@@ -59,6 +59,14 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         5,
         "a3aaf7dea943f65f01329514e69110028aa84d61d903033ea32c8c153b053d21",
     ),
+    // skiplock._claim_limited claims ahead into a worker's buffer in a queue whose one limit is
+    // its concurrency (half the room the limit leaves) and reports that room (issue 14's
+    // "limits cost nothing while they do not bind"). Its 4-argument form is dropped: workers of
+    // version 5 stop on the schema change (their claim of a controlled queue would fail).
+    (
+        6,
+        "0c8091d7699f9dd6f4a3fa2a2b0bf59b67cbedaef75c70d9fe5bdcfd7901d2dc",
+    ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

@@ -35,7 +35,7 @@ use crate::error::Result;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
 use crate::store::claim::ClaimParams;
-use crate::store::limits::{Claimed, claim_any, is_controlled};
+use crate::store::limits::{BufferControl, Claimed, buffer_control, claim_any};
 use crate::store::notify::{waiting_add, waiting_remove};
 
 /// First and longest wait between two failed claims.
@@ -145,6 +145,27 @@ pub fn next_claim(
     }
 }
 
+/// The buffer's bound for the next claim: `ahead` (`SKIPLOCK_CLAIM_AHEAD`), or for a controlled
+/// queue no more than the room its last claim reported (`room`; None: no bound).
+pub fn buffer_ahead(ahead: usize, controlled: bool, room: Option<usize>) -> usize {
+    match (controlled, room) {
+        (true, Some(r)) => ahead.min(r),
+        _ => ahead,
+    }
+}
+
+/// Whether the jobs waiting in a producer's buffer may still start, given their queue's
+/// control row now (`None`: none) and whether they were claimed by the limited claim
+/// (`claimed_limited`: within the queue's concurrency, counted as running). A pause or a key's
+/// limits send them back (the limited claim buffers nothing under a key's limits: a key's rate
+/// counts a start at the claim); so does a concurrency limit set after the plain claim took them.
+pub fn buffer_may_stay(control: Option<BufferControl>, claimed_limited: bool) -> bool {
+    match control {
+        None => true,
+        Some(c) => !c.paused && !c.key_limits && (claimed_limited || !c.limited),
+    }
+}
+
 /// Whether to claim again after a claim that asked for `want` jobs got `got`: when it came
 /// back full (more may be waiting), or when a wake-up, a freed slot or a poll arrived while it
 /// was in flight (`started_at` wake-ups counted when it started, `wakes` now). That claim's
@@ -225,14 +246,20 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     let mut waiting = false;
     let mut register = false;
     // Whether the queue has limits or is paused (skiplock.queues): then every claim goes
-    // through skiplock._claim_limited and nothing is claimed ahead (a buffered job would
-    // count against the limit without running); otherwise the plain claim, which says so
-    // by coming back empty (it never claims from a controlled queue).
+    // through skiplock._claim_limited, which gives the buffer only part of the room a
+    // concurrency limit leaves (a buffered job counts against it without running) and nothing
+    // under a key's limits; otherwise the plain claim, which says so by coming back empty (it
+    // never claims from a controlled queue).
     let mut controlled = false;
+    // For a controlled queue: how many jobs its last claim said the buffer may take at most
+    // (None: no bound). 0 while a key's limits apply or the concurrency limit binds: then the
+    // producer claims for free slots only, as without a buffer.
+    let mut buffer_room: Option<usize> = None;
     // A limit held jobs back: claim again when one of ours finishes, and at `wait_until`.
     let mut held_back = false;
     // A wake-up or a poll while jobs wait in the buffer: ask whether the queue was paused or
-    // limited meanwhile (a claim would say so, but a full buffer sends none).
+    // limited meanwhile (a claim would say so, but a full buffer sends none; see
+    // `buffer_may_stay`).
     let mut check_control = false;
     // The queue became controlled: put the buffered jobs back once no claim is in flight.
     let mut release_buffer = false;
@@ -248,9 +275,9 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         }
         if check_control && inflight.is_empty() {
             check_control = false;
-            if !controlled && !p.buffer().is_empty() {
-                match is_controlled(&shared.pool, &p.queue).await {
-                    Ok(c) => release_buffer = c,
+            if !p.buffer().is_empty() {
+                match buffer_control(&shared.pool, &p.queue).await {
+                    Ok(c) => release_buffer = !buffer_may_stay(c, controlled),
                     Err(e) => shared.db_failed(&e),
                 }
             }
@@ -303,7 +330,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                 free,
                 buffered + inflight_want,
                 limit,
-                if controlled { 0 } else { ahead },
+                buffer_ahead(ahead, controlled, buffer_room),
                 careful_left > 0,
                 last_claim.elapsed() >= cooldown,
             );
@@ -339,7 +366,8 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             Some((want, started_at, r)) = inflight.next(), if !inflight.is_empty() => {
                 inflight_want -= want;
                 match r {
-                    Ok(Claimed { jobs, controlled: c, held, wait_until: until }) => {
+                    Ok(Claimed { jobs, controlled: c, held, wait_until: until, buffer_room: room }) => {
+                        buffer_room = room;
                         shared.metrics.claimed(jobs.len());
                         backoff.reset();
                         backlog = look_again(jobs.len(), want, started_at, wakes);
@@ -643,6 +671,49 @@ fn wake_when_due(ack: &crate::store::ack::Ack, poll: Duration, wake: Arc<Notify>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_controlled_queue_buffers_no_more_than_its_last_claim_allowed() {
+        assert_eq!(buffer_ahead(200, false, None), 200);
+        // The plain claim's queue: no room is reported, the setting applies.
+        assert_eq!(buffer_ahead(200, false, Some(0)), 200);
+        assert_eq!(buffer_ahead(200, true, None), 200);
+        assert_eq!(buffer_ahead(200, true, Some(70)), 70);
+        assert_eq!(buffer_ahead(200, true, Some(500)), 200);
+        // A binding limit or a key's limits: nothing ahead, as without a buffer.
+        assert_eq!(buffer_ahead(200, true, Some(0)), 0);
+        assert_eq!(
+            next_claim(0, 0, 10, buffer_ahead(200, true, Some(0)), false, true),
+            ClaimNow::Wait
+        );
+    }
+
+    #[test]
+    fn buffered_jobs_go_back_on_a_pause_a_key_limit_or_a_limit_they_were_not_claimed_under() {
+        let ctl = |paused, limited, key_limits| {
+            Some(BufferControl {
+                paused,
+                limited,
+                key_limits,
+            })
+        };
+        // No control row: they stay.
+        assert!(buffer_may_stay(None, false));
+        assert!(buffer_may_stay(None, true));
+        // Claimed within the concurrency limit: they stay while it is the only control.
+        assert!(buffer_may_stay(ctl(false, true, false), true));
+        // A limit set after the plain claim took them: they go.
+        assert!(!buffer_may_stay(ctl(false, true, false), false));
+        // A row without limits (a resumed queue): they stay.
+        assert!(buffer_may_stay(ctl(false, false, false), false));
+        // Paused, or a key's limits: they go, however they were claimed.
+        for claimed_limited in [false, true] {
+            assert!(!buffer_may_stay(ctl(true, false, false), claimed_limited));
+            assert!(!buffer_may_stay(ctl(true, true, false), claimed_limited));
+            assert!(!buffer_may_stay(ctl(false, true, true), claimed_limited));
+            assert!(!buffer_may_stay(ctl(false, false, true), claimed_limited));
+        }
+    }
 
     #[test]
     fn a_wake_up_during_a_claim_makes_the_producer_claim_again() {
