@@ -66,15 +66,26 @@ pub(crate) async fn key_rate_drain(
     r
 }
 
-/// The drain of `jobs` noop jobs with a queue concurrency limit that never binds (twice the
-/// worker's slots): every claim goes through the limited claim and counts running jobs.
+/// A queue concurrency limit the drain's one worker never reaches: the jobs it can hold
+/// `running` at once are its slots, as many finished ones whose acks are not written yet, and
+/// its buffer; the limited claim gives the buffer only half the room the limit leaves, so the
+/// limit is twice that. (Before the limited claim filled buffers this was twice the slots,
+/// which the slots and the acks in flight already reached in a fast drain.)
+pub(crate) fn never_binding_queue_limit(slots: usize, claim_ahead: usize) -> i32 {
+    let held = slots.saturating_mul(2).saturating_add(claim_ahead);
+    i32::try_from(held.saturating_mul(2).max(1)).unwrap_or(i32::MAX)
+}
+
+/// The drain of `jobs` noop jobs with a queue concurrency limit that never binds
+/// ([`never_binding_queue_limit`]): every claim goes through the limited claim and counts
+/// running jobs.
 pub(crate) async fn queue_limit_drain(
     url: &str,
     o: &BenchOptions,
     monitor: &PgPool,
     meter: &Meter<'_>,
 ) -> Result<DrainRun> {
-    let n = i32::try_from(o.concurrency.saturating_mul(2).max(1)).unwrap_or(i32::MAX);
+    let n = never_binding_queue_limit(o.concurrency, super::worker_settings(o).claim_ahead);
     limits::set_queue_limit(monitor, QUEUE, Some(n)).await?;
     fill_noop(monitor, o.jobs).await?;
     let r = drain::in_process(url, o, o.jobs, meter).await;
@@ -176,5 +187,17 @@ mod tests {
         assert_eq!(crawl_ideal(), 500.0);
         let r = never_binding_rate().rate.unwrap();
         assert!(r.count as f64 / r.period.as_secs_f64() >= 1_000_000.0);
+    }
+
+    #[test]
+    fn the_never_binding_queue_limit_leaves_room_for_slots_acks_and_a_full_buffer() {
+        // The bench's defaults: 200 slots, claim-ahead 200.
+        assert_eq!(never_binding_queue_limit(200, 200), 1200);
+        let (slots, ahead) = (200usize, 200usize);
+        let held = 2 * slots + ahead;
+        // With all of it running, half the room left still covers a full buffer.
+        let room = (never_binding_queue_limit(slots, ahead) as usize - held) / 2;
+        assert!(room >= ahead);
+        assert_eq!(never_binding_queue_limit(0, 0), 1);
     }
 }

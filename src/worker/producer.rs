@@ -318,9 +318,11 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         let free = slots.available_permits();
         let buffered = p.buffer().len();
         let mut cooldown_at = None;
-        // One claim at a time unless it fills a buffer of an unlimited queue (a limited
-        // queue's claim locks the queue's row anyway; one at a time blames a failure on it).
-        let max_inflight = if controlled || careful_left > 0 || ahead == 0 {
+        // One claim at a time unless it fills a buffer (one at a time blames a failure on
+        // it; a limited queue's claims wait for each other on the queue's row, and each
+        // counts the running jobs the one before committed).
+        let ahead_now = buffer_ahead(ahead, controlled, buffer_room);
+        let max_inflight = if careful_left > 0 || ahead_now == 0 {
             1
         } else {
             MAX_CLAIMS_IN_FLIGHT
@@ -330,7 +332,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                 free,
                 buffered + inflight_want,
                 limit,
-                buffer_ahead(ahead, controlled, buffer_room),
+                ahead_now,
                 careful_left > 0,
                 last_claim.elapsed() >= cooldown,
             );
