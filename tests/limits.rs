@@ -605,21 +605,47 @@ async fn a_finish_in_one_process_wakes_a_producer_held_back_in_another() {
 }
 
 /// Jobs a worker claimed ahead into its buffer are `running` in the database; pausing the
-/// queue must not let them start later. The pause's wake-up makes the producer ask, and it
-/// puts them back (attempt given back, the reason in `errors`); the started ones run on.
+/// queue must not let them start later. The pause's wake-up makes the producer ask (its poll
+/// interval is an hour), and it puts them back (attempt given back, the reason in `errors`);
+/// the started ones run on.
 #[tokio::test]
 async fn pausing_a_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
-    pausing_puts_back_the_buffer(None).await;
+    buffered_jobs_go_back(None, |p| async move {
+        limits::pause(&p, "default").await.unwrap();
+    })
+    .await;
 }
 
 /// The same in a queue with a concurrency limit that leaves room: the limited claim filled
-/// the buffer too (within half the room), and the pause sends those jobs back.
+/// the buffer too (within half the room; the jobs it took at the worker's start stay), and the
+/// pause sends those jobs back.
 #[tokio::test]
 async fn pausing_a_limited_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
-    pausing_puts_back_the_buffer(Some(100)).await;
+    buffered_jobs_go_back(Some(100), |p| async move {
+        limits::pause(&p, "default").await.unwrap();
+    })
+    .await;
 }
 
-async fn pausing_puts_back_the_buffer(limit: Option<i32>) {
+/// A concurrency limit lowered below the jobs running now (buffered ones included) sends the
+/// buffered ones back; the started ones run on.
+#[tokio::test]
+async fn lowering_a_limit_puts_back_the_jobs_waiting_in_a_workers_buffer() {
+    buffered_jobs_go_back(Some(100), |p| async move {
+        limits::set_queue_limit(&p, "default", Some(1))
+            .await
+            .unwrap();
+    })
+    .await;
+}
+
+/// Two jobs started and two buffered (of ten long ones), then `act`: the two buffered ones,
+/// and only they, go back.
+async fn buffered_jobs_go_back<F, Fut>(limit: Option<i32>, act: F)
+where
+    F: FnOnce(sqlx::PgPool) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let db = TestDb::new().await;
     if limit.is_some() {
         limits::set_queue_limit(&db.pool, "default", limit)
@@ -634,6 +660,7 @@ async fn pausing_puts_back_the_buffer(limit: Option<i32>) {
     let settings = skiplock::config::QueueSettings {
         queues: Some([("default".to_string(), 2)].into_iter().collect()),
         claim_ahead: 2,
+        poll_interval: Duration::from_secs(3600),
         shutdown_grace: Duration::from_millis(200),
         ..fast_settings()
     };
@@ -644,7 +671,7 @@ async fn pausing_puts_back_the_buffer(limit: Option<i32>) {
         || async { (count_state(&db.pool, "running").await == 4).then_some(()) },
     )
     .await;
-    limits::pause(&db.pool, "default").await.unwrap();
+    act(db.pool.clone()).await;
     wait_for(
         "the buffered two put back",
         Duration::from_secs(60),

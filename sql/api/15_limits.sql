@@ -125,6 +125,8 @@ BEGIN
     SELECT c.paused INTO was FROM skiplock.queues c WHERE c.queue = pause_queue.queue FOR UPDATE;
     INSERT INTO skiplock.queues AS c (queue, paused) VALUES (pause_queue.queue, true)
     ON CONFLICT ON CONSTRAINT queues_pkey DO UPDATE SET paused = true, updated_at = now();
+    -- Workers holding jobs of the queue claimed ahead put them back at once (SQL API 6).
+    PERFORM pg_notify('skiplock_wake', pause_queue.queue);
     RETURN NOT coalesce(was, false);
 END;
 $$;

@@ -301,6 +301,9 @@ pub struct BufferControl {
     pub limited: bool,
     /// The queue has a per-key concurrency or rate.
     pub key_limits: bool,
+    /// More of its jobs are running (buffered ones included) than its concurrency limit
+    /// allows: it was lowered after they were claimed.
+    pub over_limit: bool,
 }
 
 /// The control row of `queue` as far as a producer's buffer is concerned (None: no row, the

@@ -61,11 +61,12 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     ),
     // skiplock._claim_limited claims ahead into a worker's buffer in a queue whose one limit is
     // its concurrency (half the room the limit leaves) and reports that room (issue 14's
-    // "limits cost nothing while they do not bind"). Its 4-argument form is dropped: workers of
-    // version 5 stop on the schema change (their claim of a controlled queue would fail).
+    // "limits cost nothing while they do not bind"); pausing a queue wakes its workers (to
+    // put such jobs back). The 4-argument form is dropped: workers of version 5 stop on the
+    // schema change (their claim of a controlled queue would fail).
     (
         6,
-        "0c8091d7699f9dd6f4a3fa2a2b0bf59b67cbedaef75c70d9fe5bdcfd7901d2dc",
+        "a755f66eddc05e9cf646d7cda8883a0461096aa727cd19e683b1f1b4ba5f05e1",
     ),
 ];
 

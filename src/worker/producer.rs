@@ -158,11 +158,12 @@ pub fn buffer_ahead(ahead: usize, controlled: bool, room: Option<usize>) -> usiz
 /// control row now (`None`: none) and whether they were claimed by the limited claim
 /// (`claimed_limited`: within the queue's concurrency, counted as running). A pause or a key's
 /// limits send them back (the limited claim buffers nothing under a key's limits: a key's rate
-/// counts a start at the claim); so does a concurrency limit set after the plain claim took them.
+/// counts a start at the claim); so does a concurrency limit set after the plain claim took
+/// them, or lowered below the jobs running now.
 pub fn buffer_may_stay(control: Option<BufferControl>, claimed_limited: bool) -> bool {
     match control {
         None => true,
-        Some(c) => !c.paused && !c.key_limits && (claimed_limited || !c.limited),
+        Some(c) => !c.paused && !c.key_limits && !c.over_limit && (claimed_limited || !c.limited),
     }
 }
 
@@ -261,8 +262,13 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     // limited meanwhile (a claim would say so, but a full buffer sends none; see
     // `buffer_may_stay`).
     let mut check_control = false;
-    // The queue became controlled: put the buffered jobs back once no claim is in flight.
+    // The buffered jobs must go (see `buffer_may_stay`): let go of them and put them back
+    // once no claim is in flight.
     let mut release_buffer = false;
+    // Buffered jobs already let go of (the plain claim took them, then the queue became
+    // controlled): put them back once no claim is in flight (a claim in flight may have
+    // committed jobs nobody holds yet, which the release must not take).
+    let mut put_back = false;
     // When to claim again after one of our jobs freed a slot of a held-back queue.
     let mut settle_at: Option<tokio::time::Instant> = None;
     let mut wait_until: Option<chrono::DateTime<chrono::Utc>> = None;
@@ -277,16 +283,23 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             check_control = false;
             if !p.buffer().is_empty() {
                 match buffer_control(&shared.pool, &p.queue).await {
-                    Ok(c) => release_buffer = !buffer_may_stay(c, controlled),
+                    Ok(c) => release_buffer |= !buffer_may_stay(c, controlled),
                     Err(e) => shared.db_failed(&e),
                 }
             }
         }
-        if release_buffer && inflight.is_empty() {
+        if (release_buffer || put_back) && inflight.is_empty() {
+            let let_go = if release_buffer {
+                let_go_of_buffer(&shared, &p)
+            } else {
+                0
+            };
+            let any = let_go > 0 || put_back;
             release_buffer = false;
+            put_back = false;
             // Not started before the pause or limit: they wait for it like the others (the
             // attempt given back), and count against no limit meanwhile.
-            if let_go_of_buffer(&shared, &p) > 0
+            if any
                 && let Err(e) = orphans::release(
                     &shared,
                     Some(&p.queue),
@@ -373,8 +386,11 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                         shared.metrics.claimed(jobs.len());
                         backoff.reset();
                         backlog = look_again(jobs.len(), want, started_at, wakes);
-                        if c && !controlled {
-                            release_buffer = true;
+                        if c && !controlled && let_go_of_buffer(&shared, &p) > 0 {
+                            // The plain claim took these before the queue got its control
+                            // row: counted against no limit. This answer's jobs, claimed
+                            // within it, are held below and stay.
+                            put_back = true;
                         }
                         controlled = c;
                         held_back = held && !backlog;
@@ -697,8 +713,17 @@ mod tests {
                 paused,
                 limited,
                 key_limits,
+                over_limit: false,
             })
         };
+        // A limit lowered below the jobs running now: they go.
+        let over = Some(BufferControl {
+            paused: false,
+            limited: true,
+            key_limits: false,
+            over_limit: true,
+        });
+        assert!(!buffer_may_stay(over, true));
         // No control row: they stay.
         assert!(buffer_may_stay(None, false));
         assert!(buffer_may_stay(None, true));
