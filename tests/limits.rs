@@ -780,6 +780,36 @@ async fn producer_waits_on(p: &sqlx::PgPool, queue: &str) {
     .await
 }
 
+/// Takes the only slot of queue `slot` (limit 1) with a job a dead worker holds, its last
+/// heartbeat `hb_age_s` seconds ago, then enqueues a job that must wait: returns both ids.
+async fn slot_held_by_a_dead_worker(p: &sqlx::PgPool, hb_age_s: i64) -> (i64, i64) {
+    limits::set_queue_limit(p, "slot", Some(1)).await.unwrap();
+    let held: i64 = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, args, queue, state, attempt, attempted_at, attempted_by, heartbeat_at)
+         VALUES ('sleep', '{\"ms\": 1}', 'slot', 'running', 1, now(), 'gone', now() - make_interval(secs => $1))
+         RETURNING id",
+    )
+    .bind(hb_age_s as f64)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    let waiting = enqueue(p, &NewJob::new("sleep", json!({"ms": 1})).queue("slot"))
+        .await
+        .unwrap();
+    (held, waiting)
+}
+
+/// A worker serving queue `slot` with one slot that only a wake-up can make claim again
+/// (poll interval an hour), and whose own rescuer leaves the dead worker's jobs to the test.
+fn slot_settings() -> skiplock::config::QueueSettings {
+    skiplock::config::QueueSettings {
+        queues: Some([("slot".to_string(), 1)].into_iter().collect()),
+        poll_interval: Duration::from_secs(3600),
+        rescue_after: Duration::from_secs(3600),
+        ..fast_settings()
+    }
+}
+
 /// A running job that stops counting against a concurrency limit without an ack of this
 /// worker's (cancelled by an operator, or rescued after its worker died) wakes a producer
 /// held back by the limit: with a poll interval of an hour, only that wake-up can start the
@@ -788,30 +818,9 @@ async fn producer_waits_on(p: &sqlx::PgPool, queue: &str) {
 async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    limits::set_queue_limit(p, "slot", Some(1)).await.unwrap();
     // A job a dead worker holds takes the only slot.
-    let held = |hb_age_s: i64| {
-        format!(
-            "INSERT INTO skiplock.jobs (kind, args, queue, state, attempt, attempted_at, attempted_by, heartbeat_at)
-             VALUES ('sleep', '{{\"ms\": 1}}', 'slot', 'running', 1, now(), 'gone', now() - interval '{hb_age_s} seconds')
-             RETURNING id"
-        )
-    };
-    let first: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(held(0)))
-        .fetch_one(p)
-        .await
-        .unwrap();
-    let waiting = enqueue(p, &NewJob::new("sleep", json!({"ms": 1})).queue("slot"))
-        .await
-        .unwrap();
-    let settings = skiplock::config::QueueSettings {
-        queues: Some([("slot".to_string(), 1)].into_iter().collect()),
-        poll_interval: Duration::from_secs(3600),
-        // The worker's own rescuer leaves the dead worker's jobs to the test's rescue below.
-        rescue_after: Duration::from_secs(3600),
-        ..fast_settings()
-    };
-    let w = start_builtin(p, settings);
+    let (first, waiting) = slot_held_by_a_dead_worker(p, 0).await;
+    let w = start_builtin(p, slot_settings());
     // The producer tried, was held back, and now waits for a wake-up.
     producer_waits_on(p, "slot").await;
     // Registered producers claim once more right after registering; give that claim time to
@@ -835,13 +844,7 @@ async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
     .await;
 
     // 2. Another dead worker's job holds the slot; the rescuer's statement returns it.
-    let second: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(held(30)))
-        .fetch_one(p)
-        .await
-        .unwrap();
-    let next = enqueue(p, &NewJob::new("sleep", json!({"ms": 1})).queue("slot"))
-        .await
-        .unwrap();
+    let (second, next) = slot_held_by_a_dead_worker(p, 30).await;
     producer_waits_on(p, "slot").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(state_of(&db, next).await, "available", "the limit holds");
@@ -871,25 +874,8 @@ async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
 async fn a_wake_up_that_arrives_during_a_claim_is_not_lost() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    limits::set_queue_limit(p, "slot", Some(1)).await.unwrap();
-    let first: i64 = sqlx::query_scalar(
-        "INSERT INTO skiplock.jobs (kind, args, queue, state, attempt, attempted_at, attempted_by, heartbeat_at)
-         VALUES ('sleep', '{\"ms\": 1}', 'slot', 'running', 1, now(), 'gone', now())
-         RETURNING id",
-    )
-    .fetch_one(p)
-    .await
-    .unwrap();
-    let waiting = enqueue(p, &NewJob::new("sleep", json!({"ms": 1})).queue("slot"))
-        .await
-        .unwrap();
-    let settings = skiplock::config::QueueSettings {
-        queues: Some([("slot".to_string(), 1)].into_iter().collect()),
-        poll_interval: Duration::from_secs(3600),
-        rescue_after: Duration::from_secs(3600),
-        ..fast_settings()
-    };
-    let mut b = skiplock::worker::Worker::builder(p.clone(), settings).without_maintenance();
+    let (first, waiting) = slot_held_by_a_dead_worker(p, 0).await;
+    let mut b = skiplock::worker::Worker::builder(p.clone(), slot_settings()).without_maintenance();
     skiplock::worker::builtin::register(b.registry_mut());
     let worker = b.build();
     let id = worker.id().to_string();
