@@ -799,6 +799,16 @@ async fn slot_held_by_a_dead_worker(p: &sqlx::PgPool, hb_age_s: i64) -> (i64, i6
     (held, waiting)
 }
 
+/// Cancels running job `id` as an operator would (`skiplock.cancel`).
+async fn cancel_running(p: &sqlx::PgPool, id: i64) {
+    let st: String = sqlx::query_scalar("SELECT skiplock.cancel($1)::text")
+        .bind(id)
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(st, "cancelled");
+}
+
 /// A worker serving queue `slot` with one slot that only a wake-up can make claim again
 /// (poll interval an hour), and whose own rescuer leaves the dead worker's jobs to the test.
 fn slot_settings() -> skiplock::config::QueueSettings {
@@ -830,12 +840,7 @@ async fn a_cancel_or_a_rescue_wakes_a_producer_held_back_by_the_limit() {
     assert_eq!(state_of(&db, waiting).await, "available", "the limit holds");
 
     // 1. An operator cancels the dead worker's job.
-    let st: String = sqlx::query_scalar("SELECT skiplock.cancel($1)::text")
-        .bind(first)
-        .fetch_one(p)
-        .await
-        .unwrap();
-    assert_eq!(st, "cancelled");
+    cancel_running(p, first).await;
     wait_completed(
         p,
         &[waiting],
@@ -892,12 +897,7 @@ async fn a_wake_up_that_arrives_during_a_claim_is_not_lost() {
         .unwrap();
     gate.arrived().await;
     gate.forget_wake_ups();
-    let st: String = sqlx::query_scalar("SELECT skiplock.cancel($1)::text")
-        .bind(first)
-        .fetch_one(p)
-        .await
-        .unwrap();
-    assert_eq!(st, "cancelled");
+    cancel_running(p, first).await;
     // The cancel's wake-up reached the producer while its claim waits at the gate.
     gate.woken().await;
     assert_eq!(state_of(&db, waiting).await, "available");
