@@ -767,6 +767,83 @@ async fn a_limited_claim_buffers_only_half_the_room_its_limit_leaves() {
     assert_eq!(claim("keyed", 2, 8).await, (0, Some(0), false));
 }
 
+/// A key's rate in one claim (GCRA): a key never seen gets its first start recorded, the
+/// burst's next starts advance it, the start past the burst is refused and named as the
+/// claim's `wait_until` (one step after now), and another key gets its own burst. A second
+/// claim right after finds both keys blocked.
+#[tokio::test]
+async fn a_keys_rate_allows_its_burst_in_one_claim_and_names_the_next_start() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    limits::set_key_limit(
+        p,
+        "rated",
+        KeyLimit {
+            concurrency: None,
+            rate: Some(Rate {
+                count: 2,
+                period: Duration::from_secs(600),
+            }),
+        },
+    )
+    .await
+    .unwrap();
+    for key in ["a", "b"] {
+        enqueue_many(
+            p,
+            ManyJobs {
+                limit_key: Some(key),
+                kind: "noop",
+                args: &vec![json!({}); 3],
+                queue: "rated",
+                run_at: None,
+                priority: 0,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let kinds = vec!["noop".to_string()];
+    let claim = || async {
+        limits::claim_limited(
+            p,
+            ClaimParams {
+                queue: "rated",
+                kinds: &kinds,
+                limit: 10,
+                worker: "test",
+            },
+            0,
+        )
+        .await
+        .unwrap()
+    };
+    let before: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    let got = claim().await;
+    let mut per_key: HashMap<String, usize> = HashMap::new();
+    for id in got.jobs.iter().map(|j| j.id) {
+        let key: String = sqlx::query_scalar("SELECT limit_key FROM skiplock.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(p)
+            .await
+            .unwrap();
+        *per_key.entry(key).or_default() += 1;
+    }
+    assert_eq!(per_key, HashMap::from([("a".into(), 2), ("b".into(), 2)]));
+    // The next start of each key: one step (300 s) after the claim's clock.
+    let next = got
+        .wait_until
+        .expect("a start was refused: its time is named");
+    let step = (next - before).num_seconds();
+    assert!((299..=301).contains(&step), "{step}");
+    let again = claim().await;
+    assert!(again.jobs.is_empty(), "{:?}", again.jobs);
+    assert!(again.wait_until.is_some());
+}
+
 /// Waits until a producer of `queue` is registered as waiting for a wake-up.
 async fn producer_waits_on(p: &sqlx::PgPool, queue: &str) {
     wait_for("a producer to wait on the queue", LONG, || async {

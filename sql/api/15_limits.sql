@@ -267,17 +267,24 @@ BEGIN
                         END IF;
                     END IF;
                     IF ctl.key_rate IS NOT NULL THEN
-                        SELECT kr.tat INTO k_tat FROM skiplock.key_rates kr
-                        WHERE kr.queue = q AND kr.limit_key = r.limit_key;
-                        IF k_tat IS NOT NULL AND k_tat - tau > t THEN
-                            blocked := blocked || r.limit_key;
-                            next_at := least(next_at, k_tat - tau);
-                            CONTINUE;
+                        -- The key's start, if its rate allows one now: one statement when
+                        -- it does (the common case), a read to tell a blocked key from a new
+                        -- one when it does not.
+                        UPDATE skiplock.key_rates kr SET tat = greatest(kr.tat, t) + step
+                        WHERE kr.queue = q AND kr.limit_key = r.limit_key AND kr.tat - tau <= t;
+                        IF NOT FOUND THEN
+                            SELECT kr.tat INTO k_tat FROM skiplock.key_rates kr
+                            WHERE kr.queue = q AND kr.limit_key = r.limit_key;
+                            IF k_tat IS NOT NULL THEN
+                                blocked := blocked || r.limit_key;
+                                next_at := least(next_at, k_tat - tau);
+                                CONTINUE;
+                            END IF;
+                            INSERT INTO skiplock.key_rates AS kr (queue, limit_key, tat)
+                            VALUES (q, r.limit_key, t + step)
+                            ON CONFLICT ON CONSTRAINT key_rates_pkey
+                            DO UPDATE SET tat = greatest(kr.tat, t) + step;
                         END IF;
-                        INSERT INTO skiplock.key_rates AS kr (queue, limit_key, tat)
-                        VALUES (q, r.limit_key, t + step)
-                        ON CONFLICT ON CONSTRAINT key_rates_pkey
-                        DO UPDATE SET tat = greatest(kr.tat, t) + step;
                     END IF;
                     IF ctl.key_concurrency IS NOT NULL THEN
                         key_counts := key_counts || jsonb_build_object(r.limit_key,
