@@ -340,7 +340,14 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         } else {
             MAX_CLAIMS_IN_FLIGHT
         };
-        if inflight.len() < max_inflight && backlog && retry_at.is_none() {
+        // Not while buffered jobs wait to be put back: that waits for no claim in flight,
+        // and a drain that keeps claiming would put it off while they count as running.
+        if inflight.len() < max_inflight
+            && backlog
+            && retry_at.is_none()
+            && !put_back
+            && !release_buffer
+        {
             let decision = next_claim(
                 free,
                 buffered + inflight_want,
