@@ -456,7 +456,9 @@ pub struct QueueSettings {
     /// Jobs each queue's producer may claim beyond its free slots, at most the queue's
     /// concurrency (`SKIPLOCK_CLAIM_AHEAD`, 200; 0: off). The next batch is claimed while the
     /// current one runs, so slots are not left empty for a claim's round trip; buffered jobs
-    /// are heartbeated, returned at shutdown and rescued after a crash like running ones.
+    /// are heartbeated, returned at shutdown and rescued after a crash like running ones. Under
+    /// a queue concurrency limit the limited claim gives the buffer at most half the room the
+    /// limit leaves, and nothing under a key's limits (`skiplock._claim_limited`).
     pub claim_ahead: usize,
     /// How long the first ack of a batch waits for more before the batch is written
     /// (`SKIPLOCK_ACK_DELAY`, 2ms).
