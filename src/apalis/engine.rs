@@ -26,7 +26,7 @@ use crate::store::ack::{Ack, ack_many};
 use crate::store::claim::ClaimParams;
 use crate::store::heartbeat::{HeldJob, WorkerInfo, heartbeat_many, worker_remove, worker_upsert};
 use crate::store::limits::claim_any;
-use crate::store::schema::{mismatch_of, mismatch_since_start};
+use crate::store::schema::moved_after_beat;
 use crate::worker::heartbeat::{interval_for, retry_backoff};
 use crate::worker::listener::{Wake, listen};
 use crate::worker::outcome::{Attempt, RetryPolicy, decide};
@@ -572,14 +572,12 @@ async fn heartbeat(e: Arc<Engine>) {
         // error: the ERROR line says why. Also checked after a beat that failed for another
         // reason than an outage (the new schema may be what failed it).
         if !e.claiming.is_cancelled() {
-            let moved = match recorded {
-                Some(r) => mismatch_of(r.as_ref()),
-                None if outage => None,
-                None => mismatch_since_start(&e.pool).await.unwrap_or_else(|err| {
+            let moved = moved_after_beat(&e.pool, recorded, outage)
+                .await
+                .unwrap_or_else(|err| {
                     e.availability.observe(&err);
                     None
-                }),
-            };
+                });
             if let Some(m) = moved {
                 tracing::error!(
                     "apalis storage: the schema was migrated while this worker ran ({m}); stopping: start the release that migrated it"

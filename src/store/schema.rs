@@ -270,6 +270,24 @@ pub async fn mismatch_since_start(pool: &Pool) -> Result<Option<SchemaMismatch>>
     Ok(mismatch_of(info.as_ref()))
 }
 
+/// After a heartbeat (a worker's or an apalis storage's): whether another release migrated
+/// the schema since this process checked it. `recorded`: the record the beat's worker upsert
+/// read with its row (`None`: that statement failed or did not run); `outage`: a statement of
+/// the beat failed because the database is unavailable, so nothing is checked (the next beat
+/// will). A beat that failed for another reason reads the record (the new schema may be what
+/// failed it).
+pub async fn moved_after_beat(
+    pool: &Pool,
+    recorded: Option<Option<SchemaInfo>>,
+    outage: bool,
+) -> Result<Option<SchemaMismatch>> {
+    match recorded {
+        Some(info) => Ok(mismatch_of(info.as_ref())),
+        None if outage => Ok(None),
+        None => mismatch_since_start(pool).await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -148,10 +148,12 @@ impl ClaimGate {
         }
     }
 
-    /// Lets every waiting claim, and every later one, through.
+    /// Lets every waiting claim, and every later one, through (again: no effect).
     pub fn open(&self) {
-        self.open
-            .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+        if self.open.available_permits() == 0 {
+            self.open
+                .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+        }
     }
 }
 

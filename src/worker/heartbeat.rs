@@ -115,17 +115,13 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
     // A `skiplock migrate` of another release since this worker started: stop. Also when the
     // beat failed for another reason than an outage (the new schema may be what failed it).
     if !shared.schema_moved.is_cancelled() {
-        let moved = match recorded {
-            Some(info) => schema::mismatch_of(info.as_ref()),
-            None if outage => None,
-            None => match schema::mismatch_since_start(&shared.pool).await {
-                Ok(m) => m,
-                Err(e) => {
-                    shared.db_failed(&e);
-                    tracing::debug!(error = %e, "could not check the schema's version; the next beat will");
-                    None
-                }
-            },
+        let moved = match schema::moved_after_beat(&shared.pool, recorded, outage).await {
+            Ok(m) => m,
+            Err(e) => {
+                shared.db_failed(&e);
+                tracing::debug!(error = %e, "could not check the schema's version; the next beat will");
+                None
+            }
         };
         if let Some(m) = moved {
             shared.schema_moved(m);
