@@ -48,6 +48,17 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
         }
     }
     assert!(r.drain.idle_pct.is_some(), "idle % of the drain (Linux)");
+    // The server's CPU per job, read from /proc: the test server runs on this machine. A
+    // short drain may round to 0 ticks, so only that each was read is checked.
+    for (name, d) in [
+        ("1 process", Some(&r.drain)),
+        ("3 processes", r.drain_processes.as_ref()),
+        ("ceiling", r.ceiling.as_ref()),
+    ] {
+        let d = d.unwrap();
+        assert!(d.server_us_per_job.is_some(), "{name}: server CPU: {d:?}");
+        assert!(d.client_us_per_job.is_some(), "{name}: client CPU: {d:?}");
+    }
     assert!(r.drain_processes.as_ref().unwrap().idle_pct.is_none());
     assert!(r.graphile.is_none() && r.drain_to_graphile.is_none());
     assert!(r.enqueue_single.as_ref().unwrap().median > 0.0);

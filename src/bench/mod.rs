@@ -127,6 +127,10 @@ pub struct DrainFigures {
     pub commits_per_1000: Option<Stat>,
     /// Machine idle % during the drain (Linux; not for the multi-process drain).
     pub idle_pct: Option<Stat>,
+    /// The server's CPU per job in µs (a server on this machine).
+    pub server_us_per_job: Option<Stat>,
+    /// The benchmark's process and its waited-for children, CPU per job in µs.
+    pub client_us_per_job: Option<Stat>,
 }
 
 impl DrainFigures {
@@ -140,6 +144,8 @@ impl DrainFigures {
             wal_bytes_per_job: col(&|r| Some(r.usage.wal_bytes_per_job))?,
             commits_per_1000: col(&|r| r.usage.commits_per_1000),
             idle_pct: col(&|r| r.idle_pct),
+            server_us_per_job: col(&|r| r.usage.server_us_per_job),
+            client_us_per_job: col(&|r| r.usage.client_us_per_job),
         })
     }
 }
@@ -193,6 +199,10 @@ pub struct BenchReport {
     pub drain_to_graphile: Option<Stat>,
     /// WAL per job, drain / graphile, per run.
     pub wal_to_graphile: Option<Stat>,
+    /// The server's CPU time per job, drain / ceiling, per run: how much more work each job
+    /// is for Postgres than the ceiling's (no target; it bounds drain / ceiling from above
+    /// when the server's cores are what runs out).
+    pub server_cpu_to_ceiling: Option<Stat>,
     /// multi-process drain / drain, per run.
     pub processes_to_drain: Option<Stat>,
     /// The drain with a per-key rate that never binds ([`limits::KEYS`] keys).
@@ -343,9 +353,10 @@ pub async fn run(
     r
 }
 
-/// Per-run ratio of a figure `f` of two drains, when both were measured.
-fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> f64) -> Option<Stat> {
-    let (a, b): (Vec<f64>, Vec<f64>) = (a.iter().map(&f).collect(), b.iter().map(&f).collect());
+/// Per-run ratio of a figure `f` of two drains, when both were measured (in every run).
+fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> Option<f64>) -> Option<Stat> {
+    let a: Vec<f64> = a.iter().map(&f).collect::<Option<_>>()?;
+    let b: Vec<f64> = b.iter().map(&f).collect::<Option<_>>()?;
     per_run_ratio(&a, &b)
 }
 
@@ -396,6 +407,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         monitor: &monitor,
         db: &db.name,
         flushes: store::server_version_num(&monitor).await? >= 150_000,
+        server_pid: store::backend_pid(&monitor).await?,
     };
     let (mut single, mut many, mut p50, mut p99, mut scaled) =
         (vec![], vec![], vec![], vec![], vec![]);
@@ -516,7 +528,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let scale_ratio = drain_scaled
         .as_ref()
         .map(|s| s.median / drain.jobs_per_s.median);
-    let throughput = |r: &DrainRun| r.jobs_per_s;
+    let throughput = |r: &DrainRun| Some(r.jobs_per_s);
     let mut settings = BTreeMap::from([
         ("runs".to_string(), o.runs.to_string()),
         ("jobs".to_string(), o.jobs.to_string()),
@@ -564,7 +576,8 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         enqueue_many_to_plain: per_run_ratio(&many, &many_plain),
         drain_to_ceiling: ratios(&drains, &ceil, throughput),
         drain_to_graphile: ratios(&drains, &graph, throughput),
-        wal_to_graphile: ratios(&drains, &graph, |r| r.usage.wal_bytes_per_job),
+        wal_to_graphile: ratios(&drains, &graph, |r| Some(r.usage.wal_bytes_per_job)),
+        server_cpu_to_ceiling: ratios(&drains, &ceil, |r| r.usage.server_us_per_job),
         processes_to_drain: ratios(&procs, &drains, throughput),
         key_rate_to_drain: ratios(&keyed, &drains, throughput),
         queue_limit_to_drain: ratios(&qlim, &drains, throughput),
@@ -606,6 +619,8 @@ mod tests {
             usage: Usage {
                 wal_bytes_per_job: wal,
                 commits_per_1000: None,
+                server_us_per_job: Some(wal / 10.0),
+                client_us_per_job: None,
             },
             idle_pct: Some(10.0),
         }
@@ -615,15 +630,23 @@ mod tests {
     fn ratios_pair_runs_and_need_both_sides() {
         let a = [run(100.0, 900.0), run(300.0, 900.0), run(200.0, 900.0)];
         let b = [run(100.0, 600.0), run(100.0, 600.0), run(100.0, 600.0)];
-        let r = ratios(&a, &b, |r| r.jobs_per_s).unwrap();
+        let r = ratios(&a, &b, |r| Some(r.jobs_per_s)).unwrap();
         assert_eq!((r.median, r.min, r.max), (2.0, 1.0, 3.0));
         assert_eq!(
-            ratios(&a, &b, |r| r.usage.wal_bytes_per_job)
+            ratios(&a, &b, |r| Some(r.usage.wal_bytes_per_job))
                 .unwrap()
                 .median,
             1.5
         );
-        assert!(ratios(&a, &[], |r| r.jobs_per_s).is_none());
+        assert_eq!(
+            ratios(&a, &b, |r| r.usage.server_us_per_job)
+                .unwrap()
+                .median,
+            1.5
+        );
+        assert!(ratios(&a, &[], |r| Some(r.jobs_per_s)).is_none());
+        // A figure missing from one run (a remote server's CPU) gives no ratio.
+        assert!(ratios(&a, &b, |r| r.usage.client_us_per_job).is_none());
     }
 
     #[test]
@@ -631,6 +654,8 @@ mod tests {
         let f = DrainFigures::of(&[run(100.0, 900.0), run(200.0, 800.0)]).unwrap();
         assert_eq!(f.jobs_per_s.median, 150.0);
         assert!(f.commits_per_1000.is_none());
+        assert!(f.client_us_per_job.is_none());
+        assert_eq!(f.server_us_per_job.unwrap().median, 85.0);
         assert_eq!(f.idle_pct.unwrap().median, 10.0);
         assert!(DrainFigures::of(&[]).is_none());
     }

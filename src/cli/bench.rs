@@ -103,10 +103,12 @@ fn cost_row(out: &mut String, name: &str, f: Option<&DrainFigures>) {
     let Some(f) = f else { return };
     let _ = writeln!(
         out,
-        "   {name:<28} {:>8} {:>12} {:>16}",
+        "   {name:<28} {:>8} {:>12} {:>16} {:>14} {:>14}",
         med(f.idle_pct.as_ref(), 1),
         med(Some(&f.wal_bytes_per_job), 0),
         med(f.commits_per_1000.as_ref(), 1),
+        med(f.server_us_per_job.as_ref(), 1),
+        med(f.client_us_per_job.as_ref(), 1),
     );
 }
 
@@ -263,7 +265,7 @@ pub fn render(r: &BenchReport) -> String {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "cost per drain (medians)          idle %   WAL B/job  commits/1k jobs"
+        "cost per drain (medians)          idle %   WAL B/job  commits/1k jobs  server µs/job  client µs/job"
     );
     cost_row(&mut o, "skiplock, 1 process", Some(&r.drain));
     cost_row(
@@ -297,6 +299,10 @@ pub fn render(r: &BenchReport) -> String {
         ),
         ("skiplock / graphile", r.drain_to_graphile.as_ref()),
         ("skiplock / ceiling", r.drain_to_ceiling.as_ref()),
+        (
+            "server CPU/job, skiplock / ceiling",
+            r.server_cpu_to_ceiling.as_ref(),
+        ),
         (
             "WAL per job, skiplock / graphile",
             r.wal_to_graphile.as_ref(),
@@ -475,6 +481,8 @@ mod tests {
                 wal_bytes_per_job: stat(929.0),
                 commits_per_1000: Some(stat(13.6)),
                 idle_pct: Some(stat(5.0)),
+                server_us_per_job: Some(stat(37.5)),
+                client_us_per_job: None,
             },
             drain_processes: None,
             latency_p50_ms: None,
@@ -489,6 +497,7 @@ mod tests {
             drain_to_ceiling: None,
             drain_to_graphile: Some(stat(0.7)),
             wal_to_graphile: None,
+            server_cpu_to_ceiling: Some(stat(1.25)),
             processes_to_drain: None,
             drain_key_rate: None,
             drain_queue_limit: None,
@@ -523,6 +532,18 @@ mod tests {
         );
         assert!(out.contains("   skiplock, 1 process"));
         assert!(out.contains("929"));
+        // The server's CPU per job, and the client's left out where not measured.
+        assert!(
+            out.lines().any(|l| l.starts_with("   skiplock, 1 process")
+                && l.contains("37.5")
+                && l.trim_end().ends_with('–')),
+            "{out}"
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.contains("server CPU/job, skiplock / ceiling") && l.contains("1.25")),
+            "{out}"
+        );
         assert!(out.contains("450 pages/s (ideal 500)"), "{out}");
     }
 }

@@ -223,6 +223,12 @@ pub(crate) async fn wal_position(p: &PgPool) -> Result<i64> {
         .await?)
 }
 
+pub(crate) async fn backend_pid(p: &PgPool) -> Result<i32> {
+    Ok(sqlx::query_scalar(sql!("bench", "backend_pid"))
+        .fetch_one(p)
+        .await?)
+}
+
 pub(crate) async fn database_commits(p: &PgPool, db: &str) -> Result<i64> {
     Ok(sqlx::query_scalar(sql!("bench", "database_commits"))
         .bind(db)
