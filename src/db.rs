@@ -3,12 +3,13 @@
 //! [`session`] (lazy pools, session limits, read-only refusal, waiting out outages).
 
 pub mod console;
+pub mod nodelay;
 pub mod outage;
 pub mod session;
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgPool};
 
 use crate::config::redact_url;
@@ -32,7 +33,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
         ))
     })?;
     let _ = probe.close().await;
-    PgPoolOptions::new()
+    nodelay::pool_options()
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))
@@ -71,7 +72,7 @@ pub fn scrub(text: &str, url: &str) -> String {
 /// of [`connect`] and [`session`] (the dev tools: the benchmark and chaos runs).
 pub async fn pool(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<PgPool> {
     let opts = parse_url(url)?;
-    Ok(PgPoolOptions::new()
+    Ok(nodelay::pool_options()
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         .connect_with(opts)

@@ -444,3 +444,44 @@ async fn worker_sessions_carry_the_statement_and_lock_timeouts() {
     assert!(e.to_string().contains("lock timeout"), "{e}");
     pool.close().await;
 }
+
+/// This process's TCP socket of the connection `c` holds, by the ports the server reports;
+/// None over a Unix socket.
+async fn nodelay_of(c: &mut sqlx::PgConnection) -> Option<bool> {
+    let (client, server): (Option<i32>, Option<i32>) =
+        sqlx::query_as("SELECT inet_client_port(), inet_server_port()")
+            .fetch_one(c)
+            .await
+            .unwrap();
+    let (client, server) = (u16::try_from(client?).ok()?, u16::try_from(server?).ok()?);
+    Some(skiplock::db::nodelay::is_set(client, server).expect("the connection's socket is found"))
+}
+
+/// Every pool skiplock opens turns Nagle's algorithm off on its TCP sockets, as libpq does
+/// (sqlx 0.9.0 leaves it on: a statement sent in more than one write, a TLS record each,
+/// waited 40 ms for the server's delayed ACK; README, Performance, lever 16).
+#[tokio::test]
+async fn the_pools_skiplock_opens_turn_nagle_off_on_their_tcp_sockets() {
+    let db = TestDb::new().await;
+    let opts = skiplock::db::session::worker_options(
+        &skiplock::db::parse_url(&db.url).unwrap(),
+        QueueSettings::default().session_limits(),
+    );
+    let worker = skiplock::db::session::worker_pool(opts, 1, Duration::from_secs(10));
+    let command = skiplock::db::connect(&db.url, 1).await.unwrap();
+    let tool = skiplock::db::pool(&db.url, 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut plain = db.pool.acquire().await.unwrap();
+    let Some(sqlx_default) = nodelay_of(&mut plain).await else {
+        eprintln!("the test server is reached over a Unix socket: no TCP option to check");
+        return;
+    };
+    // The test's own pool is plain sqlx: Nagle on, so the check below can fail. (When a
+    // sqlx release sets TCP_NODELAY itself, this fails: src/db/nodelay.rs can then go.)
+    assert!(!sqlx_default, "sqlx sets TCP_NODELAY itself now");
+    for (name, pool) in [("worker", &worker), ("command", &command), ("tool", &tool)] {
+        let mut c = pool.acquire().await.unwrap();
+        assert_eq!(nodelay_of(&mut c).await, Some(true), "{name} pool");
+    }
+}

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgPoolOptions;
 use sqlx::{ConnectOptions, Connection, PgPool};
 
 use crate::config::redact_url;
@@ -41,7 +40,7 @@ pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result
     };
     let probe = opts.connect().await.map_err(fail)?;
     let _ = probe.close().await;
-    PgPoolOptions::new()
+    super::nodelay::pool_options()
         .max_connections(max)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))

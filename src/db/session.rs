@@ -54,6 +54,7 @@ pub fn worker_pool(opts: PgConnectOptions, max: u32, acquire_timeout: Duration) 
         .acquire_timeout(acquire_timeout)
         .after_connect(|conn, _meta| {
             Box::pin(async move {
+                super::nodelay::set(conn).await?;
                 match read_only_reason(conn).await? {
                     None => Ok(()),
                     Some(why) => Err(sqlx::Error::Protocol(format!(

@@ -4,7 +4,7 @@
 //! commit counters. Nothing in the worker or the CLI proper calls them.
 
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 
 use super::sql;
 use crate::error::{Error, Result};
@@ -14,14 +14,17 @@ pub(crate) const MONITOR_APP: &str = "skiplock-bench-monitor";
 
 /// A pool of `n` connections to `url`.
 pub(crate) async fn pool(url: &str, n: u32) -> Result<PgPool> {
-    Ok(PgPoolOptions::new().max_connections(n).connect(url).await?)
+    Ok(crate::db::nodelay::pool_options()
+        .max_connections(n)
+        .connect(url)
+        .await?)
 }
 
 /// The benchmark's one long-lived connection to its database (setup, fills, stats flushes),
 /// named so that [`other_clients`] can leave it out, and never recycled by the pool.
 pub(crate) async fn monitor(url: &str) -> Result<PgPool> {
     let opts: PgConnectOptions = url.parse()?;
-    Ok(PgPoolOptions::new()
+    Ok(crate::db::nodelay::pool_options()
         .max_connections(1)
         .idle_timeout(None)
         .max_lifetime(None)
