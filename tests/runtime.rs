@@ -448,11 +448,7 @@ async fn worker_sessions_carry_the_statement_and_lock_timeouts() {
 /// This process's TCP socket of the connection `c` holds, by the ports the server reports;
 /// None over a Unix socket.
 async fn nodelay_of(c: &mut sqlx::PgConnection) -> Option<bool> {
-    let (client, server): (Option<i32>, Option<i32>) =
-        sqlx::query_as("SELECT inet_client_port(), inet_server_port()")
-            .fetch_one(c)
-            .await
-            .unwrap();
+    let (client, server) = skiplock::store::session::client_port(c).await.unwrap();
     let (client, server) = (u16::try_from(client?).ok()?, u16::try_from(server?).ok()?);
     Some(skiplock::db::nodelay::is_set(client, server).expect("the connection's socket is found"))
 }

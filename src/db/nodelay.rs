@@ -25,10 +25,7 @@ pub fn pool_options() -> PgPoolOptions {
 /// Sets `TCP_NODELAY` on the socket of `conn` (see the module doc). Returns whether it
 /// found the socket; a failure to look is not an error (the connection works, only slower).
 pub async fn set(conn: &mut PgConnection) -> sqlx::Result<bool> {
-    let (client, server): (Option<i32>, Option<i32>) =
-        sqlx::query_as(crate::store::sql!("session", "client_port"))
-            .fetch_one(&mut *conn)
-            .await?;
+    let (client, server) = crate::store::session::client_port(conn).await?;
     Ok(match (client, server) {
         (Some(c), Some(s)) => match (u16::try_from(c), u16::try_from(s)) {
             (Ok(c), Ok(s)) => on_socket(c, s, true),

@@ -44,6 +44,7 @@ pub mod pack;
 pub mod packets;
 pub mod rescue;
 pub mod schema;
+pub mod session;
 pub mod time;
 pub mod types;
 pub mod web;
