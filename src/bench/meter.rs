@@ -67,13 +67,18 @@ pub fn idle_pct(before: Option<CpuTimes>, after: Option<CpuTimes>) -> Option<f64
     (total > 0).then(|| idle as f64 * 100.0 / total as f64)
 }
 
-/// Linux reports process CPU times in ticks of 1/100 s (`USER_HZ`, fixed by the kernel's ABI).
-const TICK_US: f64 = 10_000.0;
+/// µs per tick of the process CPU times in `/proc` (`USER_HZ`: 100 on every Linux we know of,
+/// asked of the system anyway).
+fn tick_us() -> f64 {
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    1e6 / if hz > 0 { hz as f64 } else { 100.0 }
+}
 
 /// What one line of `/proc/<pid>/stat` says of a process's CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcCpu {
-    /// Its command name (without the parentheses).
+    /// Whether its command name is `postgres` (the server's processes all are).
     pub comm_is_postgres: bool,
     /// Its parent process.
     pub ppid: i32,
@@ -112,24 +117,34 @@ fn proc_cpu(pid: &str) -> Option<ProcCpu> {
 /// container) or `/proc` cannot be read.
 pub fn server_cpu(backend_pid: i32) -> Option<u64> {
     let backend = proc_cpu(&backend_pid.to_string())?;
-    let postmaster = proc_cpu(&backend.ppid.to_string())?;
-    if !backend.comm_is_postgres || !postmaster.comm_is_postgres {
+    let pm = backend.ppid.to_string();
+    if !backend.comm_is_postgres || !proc_cpu(&pm)?.comm_is_postgres {
         return None;
     }
-    let mut ticks = postmaster.own + postmaster.reaped;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        if let Some(p) = proc_cpu(pid).filter(|p| p.ppid == backend.ppid) {
-            ticks += p.own;
+    // A child reaped between reading the postmaster and scanning its children would be in
+    // neither (one reaped during the scan, in both): read the postmaster before and after
+    // the scan, and take a scan during which none was reaped.
+    for _ in 0..10 {
+        let before = proc_cpu(&pm)?;
+        let mut children = 0;
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            else {
+                continue;
+            };
+            if let Some(p) = proc_cpu(pid).filter(|p| p.ppid == backend.ppid) {
+                children += p.own;
+            }
+        }
+        let after = proc_cpu(&pm)?;
+        if after.reaped == before.reaped {
+            return Some(after.own + after.reaped + children);
         }
     }
-    Some(ticks)
+    None
 }
 
 /// CPU ticks of this process and of the children it has waited for (the benchmark's worker
@@ -140,7 +155,7 @@ pub fn client_cpu() -> Option<u64> {
 
 /// µs per job between two tick readings; None without both.
 fn us_per_job(before: Option<u64>, after: Option<u64>, jobs: f64) -> Option<f64> {
-    Some(after?.checked_sub(before?)? as f64 * TICK_US / jobs)
+    Some(after?.checked_sub(before?)? as f64 * tick_us() / jobs)
 }
 
 /// Per-job cost of one drain.
@@ -156,7 +171,8 @@ pub struct Usage {
     pub server_us_per_job: Option<f64>,
     /// CPU time of the benchmark's process and the children it waited for during the window,
     /// per job, in µs: the worker of an in-process drain, the worker processes of the
-    /// multi-process drain, the peer's Node.js process.
+    /// multi-process drain, the peer's Node.js process (a child's whole life, its start-up
+    /// included, so the peer's figure is high by that much).
     pub client_us_per_job: Option<f64>,
 }
 
@@ -287,7 +303,10 @@ mod tests {
         assert!(client_cpu().is_some());
         // This process is not a Postgres backend, so it names no server.
         assert_eq!(server_cpu(std::process::id() as i32), None);
-        assert_eq!(us_per_job(Some(100), Some(300), 1000.0), Some(2000.0));
+        assert_eq!(
+            us_per_job(Some(100), Some(300), 1000.0),
+            Some(200.0 * tick_us() / 1000.0)
+        );
         assert_eq!(us_per_job(Some(300), Some(100), 1000.0), None);
         assert_eq!(us_per_job(None, Some(100), 1000.0), None);
     }

@@ -347,10 +347,23 @@ pub async fn run(
             "bench: the multi-process drain needs the skiplock binary (worker_bin)".into(),
         ));
     }
-    let db = BenchDb::create(server_url).await?;
+    let db = BenchDb::create(&same_transport(server_url)?).await?;
     let r = run_in(&db, o, &progress).await;
     db.drop_db().await;
     r
+}
+
+/// `server_url` with `sslmode=disable` unless it names an `sslmode`: every client of the bench
+/// (skiplock, its worker processes, the ceiling, Graphile's node-pg, which uses no TLS unless
+/// told) then talks to the server the same way, and TLS, which costs a local server more than
+/// the work measured (README, Performance, lever 16), is measured only when asked for.
+pub fn same_transport(server_url: &str) -> Result<String> {
+    let mut u = url::Url::parse(server_url)
+        .map_err(|e| Error::config("DATABASE_URL", crate::db::scrub(&e.to_string(), server_url)))?;
+    if !u.query_pairs().any(|(k, _)| k == "sslmode") {
+        u.query_pairs_mut().append_pair("sslmode", "disable");
+    }
+    Ok(u.to_string())
 }
 
 /// Per-run ratio of a figure `f` of two drains, when both were measured (in every run).
@@ -394,7 +407,10 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
 /// a / b of each run, when both were measured in every run.
 fn per_run_ratio(a: &[f64], b: &[f64]) -> Option<Stat> {
     let v: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
-    (a.len() == b.len()).then(|| Stat::of_some(&v)).flatten()
+    // A baseline of 0 (a CPU figure rounded to no tick) gives no ratio, not an infinite one.
+    (a.len() == b.len() && v.iter().all(|r| r.is_finite()))
+        .then(|| Stat::of_some(&v))
+        .flatten()
 }
 
 async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Result<BenchReport> {
@@ -645,8 +661,26 @@ mod tests {
             1.5
         );
         assert!(ratios(&a, &[], |r| Some(r.jobs_per_s)).is_none());
+        assert!(ratios(&a, &[run(100.0, 0.0); 3], |r| r.usage.server_us_per_job).is_none());
         // A figure missing from one run (a remote server's CPU) gives no ratio.
         assert!(ratios(&a, &b, |r| r.usage.client_us_per_job).is_none());
+    }
+
+    #[test]
+    fn the_bench_talks_without_tls_unless_the_url_asks_for_it() {
+        assert_eq!(
+            same_transport("postgres://root@127.0.0.1:5432/x").unwrap(),
+            "postgres://root@127.0.0.1:5432/x?sslmode=disable"
+        );
+        assert_eq!(
+            same_transport("postgres://root@h/x?application_name=a").unwrap(),
+            "postgres://root@h/x?application_name=a&sslmode=disable"
+        );
+        assert_eq!(
+            same_transport("postgres://root@h/x?sslmode=require").unwrap(),
+            "postgres://root@h/x?sslmode=require"
+        );
+        assert!(same_transport("not a url").is_err());
     }
 
     #[test]
