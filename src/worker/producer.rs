@@ -262,12 +262,10 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     // limited meanwhile (a claim would say so, but a full buffer sends none; see
     // `buffer_may_stay`).
     let mut check_control = false;
-    // The buffered jobs must go (see `buffer_may_stay`): let go of them and put them back
-    // once no claim is in flight.
-    let mut release_buffer = false;
-    // Buffered jobs already let go of (the plain claim took them, then the queue became
-    // controlled): put them back once no claim is in flight (a claim in flight may have
-    // committed jobs nobody holds yet, which the release must not take).
+    // Buffered jobs let go of because they must not start (see `buffer_may_stay`, and the
+    // plain claim's jobs once the queue became controlled): put them back once no claim is in
+    // flight (a claim in flight may have committed jobs nobody holds yet, which the release
+    // must not take).
     let mut put_back = false;
     // When to claim again after one of our jobs freed a slot of a held-back queue.
     let mut settle_at: Option<tokio::time::Instant> = None;
@@ -283,30 +281,26 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             check_control = false;
             if !p.buffer().is_empty() {
                 match buffer_control(&shared.pool, &p.queue).await {
-                    Ok(c) => release_buffer |= !buffer_may_stay(c, controlled),
+                    // No claim is in flight here, so they are put back below at once.
+                    Ok(c) if !buffer_may_stay(c, controlled) => {
+                        put_back |= let_go_of_buffer(&shared, &p) > 0;
+                    }
+                    Ok(_) => {}
                     Err(e) => shared.db_failed(&e),
                 }
             }
         }
-        if (release_buffer || put_back) && inflight.is_empty() {
-            let let_go = if release_buffer {
-                let_go_of_buffer(&shared, &p)
-            } else {
-                0
-            };
-            let any = let_go > 0 || put_back;
-            release_buffer = false;
+        if put_back && inflight.is_empty() {
             put_back = false;
             // Not started before the pause or limit: they wait for it like the others (the
             // attempt given back), and count against no limit meanwhile.
-            if any
-                && let Err(e) = orphans::release(
-                    &shared,
-                    Some(&p.queue),
-                    false,
-                    "released: the queue was paused or limited while the job waited in the buffer",
-                )
-                .await
+            if let Err(e) = orphans::release(
+                &shared,
+                Some(&p.queue),
+                false,
+                "released: the queue was paused or limited while the job waited in the buffer",
+            )
+            .await
             {
                 shared.db_failed(&e);
                 tracing::warn!(queue = %p.queue, error = %e, "could not put back buffered jobs; the rescuer will");
@@ -342,12 +336,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         };
         // Not while buffered jobs wait to be put back: that waits for no claim in flight,
         // and a drain that keeps claiming would put it off while they count as running.
-        if inflight.len() < max_inflight
-            && backlog
-            && retry_at.is_none()
-            && !put_back
-            && !release_buffer
-        {
+        if inflight.len() < max_inflight && backlog && retry_at.is_none() && !put_back {
             let decision = next_claim(
                 free,
                 buffered + inflight_want,
