@@ -12,12 +12,10 @@ use crate::error::{Error, Result};
 /// application_name of the monitor connection, which [`other_clients`] does not count.
 pub(crate) const MONITOR_APP: &str = "skiplock-bench-monitor";
 
-/// A pool of `n` connections to `url`.
+/// A pool of `n` connections to `url` (the dev tools' pool, [`crate::db::pool`], with sqlx's
+/// default acquire timeout).
 pub(crate) async fn pool(url: &str, n: u32) -> Result<PgPool> {
-    Ok(crate::db::nodelay::pool_options()
-        .max_connections(n)
-        .connect(url)
-        .await?)
+    crate::db::pool(url, n, std::time::Duration::from_secs(30)).await
 }
 
 /// The benchmark's one long-lived connection to its database (setup, fills, stats flushes),

@@ -62,8 +62,9 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // skiplock._claim_limited claims ahead into a worker's buffer in a queue whose one limit is
     // its concurrency (half the room the limit leaves) and reports that room (issue 14's
     // "limits cost nothing while they do not bind"); pausing a queue wakes its workers (to
-    // put such jobs back); a key's rate is advanced with one UPDATE when it allows the start. The 4-argument form is dropped: workers of version 5 stop on the
-    // schema change (their claim of a controlled queue would fail).
+    // put such jobs back); a key's rate is advanced with one UPDATE when it allows the start.
+    // The 4-argument form is dropped: workers of version 5 stop on the schema change (their
+    // claim of a controlled queue would fail).
     (
         6,
         "1a2acf0cf4982b9563c7b0d1a9af4ab8b8a5a30d333a30bdccd66d86bcc7bc7a",
