@@ -87,11 +87,7 @@ pub fn handler_pool(url: &str, settings: &crate::config::QueueSettings) -> Resul
 /// Why the session on `conn` cannot write, if it cannot: the server is in recovery (a
 /// standby), or the session's transactions default to read-only.
 pub async fn read_only_reason(conn: &mut PgConnection) -> sqlx::Result<Option<String>> {
-    let (recovery, read_only): (bool, bool) = sqlx::query_as(
-        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
-    )
-    .fetch_one(conn)
-    .await?;
+    let (recovery, read_only) = crate::store::session::read_only(conn).await?;
     Ok(if recovery {
         Some("the server is a standby in recovery (pg_is_in_recovery())".into())
     } else if read_only {
