@@ -450,8 +450,10 @@ pub struct QueueSettings {
     pub backoff_max: Duration,
     /// Connections per process (`SKIPLOCK_MAX_CONNECTIONS`, 10).
     pub max_connections: u32,
-    /// Minimum time between two claims of a busy queue, so that a claim takes every slot
-    /// freed meanwhile instead of one statement per finished job (`SKIPLOCK_FETCH_COOLDOWN`, 2ms).
+    /// Minimum time between two claims of a busy queue without a buffer (from the last
+    /// claim's start or answer), so that a claim takes every slot freed meanwhile instead of
+    /// one statement per finished job; half the slots free are claimed at once
+    /// (`SKIPLOCK_FETCH_COOLDOWN`, 2ms).
     pub fetch_cooldown: Duration,
     /// Jobs each queue's producer may claim beyond its free slots, at most the queue's
     /// concurrency (`SKIPLOCK_CLAIM_AHEAD`, 200; 0: off). The next batch is claimed while the

@@ -110,34 +110,49 @@ pub enum ClaimNow {
 }
 
 /// Whether and how much to claim. `free`: free slots (after starting buffered jobs, so
-/// `free > 0` means the buffer is empty); `buffered`: jobs claimed ahead; `ahead`: the
-/// buffer's bound (`SKIPLOCK_CLAIM_AHEAD`, at most the queue's concurrency); `one_at_a_time`:
-/// after a failure; `cooled_down`: the fetch cooldown since the last claim has passed.
+/// `free > 0` means the buffer is empty); `buffered`: jobs claimed ahead; `asked`: jobs the
+/// claims in flight asked for; `ahead`: the buffer's bound (`SKIPLOCK_CLAIM_AHEAD`, at most
+/// the queue's concurrency); `one_at_a_time`: after a failure; `cooled_down`: the fetch
+/// cooldown since the last claim was sent or came back has passed.
 ///
-/// Without a buffer (`ahead == 0`, or claiming one at a time) a busy queue waits for the
-/// cooldown so a claim takes every slot freed meanwhile. With one, the buffer is refilled
-/// while the slots are busy once at least half of it has been used, so every claim takes a
-/// batch of at least `ahead / 2` and one is in flight before the buffer runs dry.
+/// Without a buffer (`ahead == 0`: claim-ahead off, a key's limits, a binding queue limit; or
+/// claiming one at a time) a claim asks for free slots no claim in flight asked for. A busy
+/// queue waits for the cooldown so a claim takes every slot freed meanwhile, unless half the
+/// slots are free already: then it claims at once, also beside a claim in flight, so that
+/// with short jobs one claim runs while the jobs of the other do (a limited queue's claims
+/// wait for each other on its row, so the database always has the next one). With a buffer,
+/// it is refilled while the slots are busy once at least half of it has been used, so every
+/// claim takes a batch of at least `ahead / 2` and one is in flight before the buffer runs
+/// dry.
 pub fn next_claim(
     free: usize,
     buffered: usize,
+    asked: usize,
     limit: usize,
     ahead: usize,
     one_at_a_time: bool,
     cooled_down: bool,
 ) -> ClaimNow {
     if one_at_a_time || ahead == 0 {
-        let want = if one_at_a_time { free.min(1) } else { free };
+        let unasked = free.saturating_sub(asked);
+        let want = if one_at_a_time {
+            unasked.min(1)
+        } else {
+            unasked
+        };
         if want == 0 || buffered > 0 {
             return ClaimNow::Wait;
         }
-        return if free < limit && !cooled_down {
+        let half_free = !one_at_a_time && want * 2 >= limit;
+        return if half_free || (asked == 0 && (free >= limit || cooled_down)) {
+            ClaimNow::Now(want)
+        } else if asked == 0 {
             ClaimNow::AfterCooldown
         } else {
-            ClaimNow::Now(want)
+            ClaimNow::Wait
         };
     }
-    let want = (free + ahead).saturating_sub(buffered);
+    let want = (free + ahead).saturating_sub(buffered + asked);
     if want > 0 && want >= ahead.div_ceil(2) {
         ClaimNow::Now(want)
     } else {
@@ -325,11 +340,12 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         let free = slots.available_permits();
         let buffered = p.buffer().len();
         let mut cooldown_at = None;
-        // One claim at a time unless it fills a buffer (one at a time blames a failure on
-        // it; a limited queue's claims wait for each other on the queue's row, and each
-        // counts the running jobs the one before committed).
+        // One claim at a time after a failure (so a failure can be blamed on it) and while a
+        // limit holds jobs back (a second claim would find it binding too). A limited
+        // queue's claims wait for each other on the queue's row, and each counts the running
+        // jobs the one before committed, so two in flight keep its limits.
         let ahead_now = buffer_ahead(ahead, controlled, buffer_room);
-        let max_inflight = if careful_left > 0 || ahead_now == 0 {
+        let max_inflight = if careful_left > 0 || held_back {
             1
         } else {
             MAX_CLAIMS_IN_FLIGHT
@@ -339,7 +355,8 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         if inflight.len() < max_inflight && backlog && retry_at.is_none() && !put_back {
             let decision = next_claim(
                 free,
-                buffered + inflight_want,
+                buffered,
+                inflight_want,
                 limit,
                 ahead_now,
                 careful_left > 0,
@@ -376,6 +393,9 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             _ = stop.cancelled() => {}
             Some((want, started_at, r)) = inflight.next(), if !inflight.is_empty() => {
                 inflight_want -= want;
+                // The cooldown counts from a claim's answer too: the slots its jobs free
+                // meanwhile go into the next claim rather than one claim each.
+                last_claim = Instant::now();
                 match r {
                     Ok(Claimed { jobs, controlled: c, held, wait_until: until, buffer_room: room }) => {
                         buffer_room = room;
@@ -697,7 +717,7 @@ mod tests {
         // A binding limit or a key's limits: nothing ahead, as without a buffer.
         assert_eq!(buffer_ahead(200, true, Some(0)), 0);
         assert_eq!(
-            next_claim(0, 0, 10, buffer_ahead(200, true, Some(0)), false, true),
+            next_claim(0, 0, 0, 10, buffer_ahead(200, true, Some(0)), false, true),
             ClaimNow::Wait
         );
     }
@@ -765,40 +785,61 @@ mod tests {
     #[test]
     fn without_a_buffer_a_busy_queue_waits_for_the_cooldown_and_claims_its_free_slots() {
         // limit 10, no claim-ahead.
-        assert_eq!(next_claim(10, 0, 10, 0, false, false), ClaimNow::Now(10));
+        assert_eq!(next_claim(10, 0, 0, 10, 0, false, false), ClaimNow::Now(10));
         assert_eq!(
-            next_claim(3, 0, 10, 0, false, false),
+            next_claim(3, 0, 0, 10, 0, false, false),
             ClaimNow::AfterCooldown
         );
-        assert_eq!(next_claim(3, 0, 10, 0, false, true), ClaimNow::Now(3));
-        assert_eq!(next_claim(0, 0, 10, 0, false, true), ClaimNow::Wait);
+        assert_eq!(next_claim(3, 0, 0, 10, 0, false, true), ClaimNow::Now(3));
+        assert_eq!(next_claim(0, 0, 0, 10, 0, false, true), ClaimNow::Wait);
+        // Half the slots free: at once, the cooldown would only make the claim later.
+        assert_eq!(next_claim(5, 0, 0, 10, 0, false, false), ClaimNow::Now(5));
+    }
+
+    #[test]
+    fn without_a_buffer_a_second_claim_goes_out_for_half_the_slots_nobody_asked_for() {
+        // limit 10, a claim in flight asked for 3 of the 8 free slots: the other 5 now.
+        assert_eq!(next_claim(8, 0, 3, 10, 0, false, false), ClaimNow::Now(5));
+        // Fewer than half unasked: wait for the claim in flight, cooled down or not.
+        assert_eq!(next_claim(8, 0, 4, 10, 0, false, true), ClaimNow::Wait);
+        assert_eq!(next_claim(8, 0, 8, 10, 0, false, true), ClaimNow::Wait);
+        // Never beside a claim in flight while claiming one at a time.
+        assert_eq!(next_claim(10, 0, 1, 10, 0, true, true), ClaimNow::Wait);
+        // Jobs still buffered (more than the free slots came back): none.
+        assert_eq!(next_claim(0, 2, 0, 10, 0, false, true), ClaimNow::Wait);
     }
 
     #[test]
     fn one_at_a_time_claims_single_jobs_and_never_ahead() {
-        assert_eq!(next_claim(10, 0, 10, 5, true, false), ClaimNow::Now(1));
+        assert_eq!(next_claim(10, 0, 0, 10, 5, true, false), ClaimNow::Now(1));
         assert_eq!(
-            next_claim(4, 0, 10, 5, true, false),
+            next_claim(4, 0, 0, 10, 5, true, false),
             ClaimNow::AfterCooldown
         );
-        assert_eq!(next_claim(4, 0, 10, 5, true, true), ClaimNow::Now(1));
-        assert_eq!(next_claim(0, 0, 10, 5, true, true), ClaimNow::Wait);
+        assert_eq!(next_claim(4, 0, 0, 10, 5, true, true), ClaimNow::Now(1));
+        assert_eq!(next_claim(0, 0, 0, 10, 5, true, true), ClaimNow::Wait);
     }
 
     #[test]
     fn with_a_buffer_the_claim_fills_free_slots_and_the_buffer() {
         // Idle queue: every slot plus the buffer.
-        assert_eq!(next_claim(10, 0, 10, 10, false, false), ClaimNow::Now(20));
+        assert_eq!(
+            next_claim(10, 0, 0, 10, 10, false, false),
+            ClaimNow::Now(20)
+        );
         // All slots busy, buffer full: nothing to claim for.
-        assert_eq!(next_claim(0, 10, 10, 10, false, true), ClaimNow::Wait);
+        assert_eq!(next_claim(0, 10, 0, 10, 10, false, true), ClaimNow::Wait);
         // Less than half the buffer used: wait (a claim would be a small batch).
-        assert_eq!(next_claim(0, 6, 10, 10, false, true), ClaimNow::Wait);
+        assert_eq!(next_claim(0, 6, 0, 10, 10, false, true), ClaimNow::Wait);
         // Half of it used: refill while the slots are busy, before it runs dry.
-        assert_eq!(next_claim(0, 5, 10, 10, false, false), ClaimNow::Now(5));
+        assert_eq!(next_claim(0, 5, 0, 10, 10, false, false), ClaimNow::Now(5));
         // Buffer empty with slots free: claim at once, no cooldown.
-        assert_eq!(next_claim(4, 0, 10, 10, false, false), ClaimNow::Now(14));
+        assert_eq!(next_claim(4, 0, 0, 10, 10, false, false), ClaimNow::Now(14));
         // A queue of concurrency 1 buffers one job.
-        assert_eq!(next_claim(0, 0, 1, 1, false, false), ClaimNow::Now(1));
-        assert_eq!(next_claim(0, 1, 1, 1, false, false), ClaimNow::Wait);
+        assert_eq!(next_claim(0, 0, 0, 1, 1, false, false), ClaimNow::Now(1));
+        assert_eq!(next_claim(0, 1, 0, 1, 1, false, false), ClaimNow::Wait);
+        // What the claims in flight asked for counts as buffered.
+        assert_eq!(next_claim(0, 3, 2, 10, 10, false, false), ClaimNow::Now(5));
+        assert_eq!(next_claim(0, 3, 3, 10, 10, false, false), ClaimNow::Wait);
     }
 }
