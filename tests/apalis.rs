@@ -868,3 +868,92 @@ async fn an_apalis_worker_stops_once_another_release_migrated_the_schema() {
     assert_eq!(seen.lock().unwrap().len(), 1);
     stop(&ctx, handle).await;
 }
+
+type InFlight = Arc<Mutex<(usize, usize)>>;
+
+/// Counts the handlers running at once (now, most) and holds each for a moment.
+async fn overlap(work: Work, seen: Data<Seen>, flight: Data<InFlight>) -> Result<(), BoxDynError> {
+    {
+        let mut f = flight.lock().unwrap();
+        f.0 += 1;
+        f.1 = f.1.max(f.0);
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    flight.lock().unwrap().0 -= 1;
+    *seen.lock().unwrap().entry(work.n).or_default() += 1;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apalis_worker_keeps_a_queues_pause_and_its_concurrency_limit() {
+    let db = TestDb::new().await;
+    const N: u32 = 24;
+    skiplock::store::limits::pause(&db.pool, "default")
+        .await
+        .unwrap();
+    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-held")
+        .settings(settings())
+        .concurrency(8);
+    let mut pusher = storage.clone();
+    pusher
+        .push_bulk(
+            (0..N)
+                .map(|n| Work {
+                    n,
+                    mode: String::new(),
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let seen: Seen = Default::default();
+    let flight: InFlight = Default::default();
+    let ctx = WorkerContext::new("apalis-held");
+    let worker = WorkerBuilder::new(&ctx)
+        .backend(storage)
+        .concurrency(8)
+        .data(seen.clone())
+        .data(flight.clone())
+        .build(overlap);
+    let handle = spawn(worker.run());
+
+    // The storage registers its worker row before it claims; give it five polls (100 ms
+    // each) on the paused queue. Were the pause not kept, jobs would run within a few ms.
+    wait_for(
+        "the apalis storage's worker row",
+        Duration::from_secs(60),
+        || async {
+            (count(&db.pool, "SELECT count(*) FROM skiplock.workers").await > 0).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE state <> 'available' OR attempt > 0"
+        )
+        .await,
+        0,
+        "nothing is claimed from a paused queue"
+    );
+    assert!(seen.lock().unwrap().is_empty());
+
+    // Resumed with a concurrency limit of 2: every job runs once, never more than 2 at once.
+    skiplock::store::limits::set_queue_limit(&db.pool, "default", Some(2))
+        .await
+        .unwrap();
+    skiplock::store::limits::resume(&db.pool, "default")
+        .await
+        .unwrap();
+    wait_all_finished(&db.pool, Duration::from_secs(300)).await;
+    stop(&ctx, handle).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), N as usize, "every job ran after the resume");
+    assert!(seen.values().all(|&c| c == 1), "no job ran twice");
+    let most = flight.lock().unwrap().1;
+    assert!(
+        (1..=2).contains(&most),
+        "at most 2 handlers at once under the limit, saw {most}"
+    );
+}
