@@ -888,10 +888,21 @@ async fn overlap(work: Work, seen: Data<Seen>, flight: Data<InFlight>) -> Result
 async fn an_apalis_worker_keeps_a_queues_pause_and_its_concurrency_limit() {
     let db = TestDb::new().await;
     const N: u32 = 24;
+    // Count calls of the SQL API's functions on the storage's connections (opened after
+    // this), so the test can see the storage claiming from the paused queue.
+    sqlx::query(
+        "DO $$ BEGIN
+             EXECUTE format('ALTER DATABASE %I SET track_functions = pl', current_database());
+         END $$",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let pool = PgPool::connect(&db.url).await.unwrap();
     skiplock::store::limits::pause(&db.pool, "default")
         .await
         .unwrap();
-    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-held")
+    let storage = SkiplockStorage::<Work>::new(pool.clone(), "apalis-held")
         .settings(settings())
         .concurrency(8);
     let mut pusher = storage.clone();
@@ -917,17 +928,24 @@ async fn an_apalis_worker_keeps_a_queues_pause_and_its_concurrency_limit() {
         .build(overlap);
     let handle = spawn(worker.run());
 
-    // The storage registers its worker row before it claims; give it five polls (100 ms
-    // each) on the paused queue. Were the pause not kept, jobs would run within a few ms.
+    // The paused queue is claimed through the limited claim, which finds it paused: wait
+    // until the storage has done so a few times (a backend reports its function calls about
+    // once a second). Were the pause not kept, the jobs would have run by then.
     wait_for(
-        "the apalis storage's worker row",
+        "the storage's claims of the paused queue",
         Duration::from_secs(60),
         || async {
-            (count(&db.pool, "SELECT count(*) FROM skiplock.workers").await > 0).then_some(())
+            (count(
+                &db.pool,
+                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions
+                 WHERE schemaname = 'skiplock' AND funcname = '_claim_limited'",
+            )
+            .await
+                >= 3)
+                .then_some(())
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         count(
             &db.pool,
@@ -948,6 +966,7 @@ async fn an_apalis_worker_keeps_a_queues_pause_and_its_concurrency_limit() {
         .unwrap();
     wait_all_finished(&db.pool, Duration::from_secs(300)).await;
     stop(&ctx, handle).await;
+    pool.close().await;
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), N as usize, "every job ran after the resume");
     assert!(seen.values().all(|&c| c == 1), "no job ran twice");
