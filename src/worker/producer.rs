@@ -43,10 +43,10 @@ pub const CLAIM_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(5));
 /// A producer of a discovered queue retires after this many poll intervals without work.
 pub const RETIRE_AFTER_POLLS: u32 = 30;
-/// The most claim statements one producer has in flight (with a buffer to fill, and a
-/// queue without limits): the next claim is sent before the previous one's commit is back,
+/// The most claim statements one producer has in flight (except after a failure, or while a
+/// limit holds jobs back): the next claim is sent before the previous one's commit is back,
 /// so the database is not left idle between them (issue 13). SKIP LOCKED keeps the two
-/// claims apart.
+/// claims apart; a limited queue's claims wait for each other on the queue's row.
 pub const MAX_CLAIMS_IN_FLIGHT: usize = 2;
 
 /// What outlives one run of a producer: its slots (running jobs hold permits), its buffer of
@@ -255,7 +255,8 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     let mut last_claim = Instant::now() - cooldown;
     let mut last_work = Instant::now();
     let mut inflight: FuturesUnordered<ClaimFuture> = FuturesUnordered::new();
-    // Jobs asked for by the claims in flight (counted as buffered when deciding the next).
+    // Jobs asked for by the claims in flight (see `next_claim`: with a buffer they count as
+    // buffered, without one as slots already asked for).
     let mut inflight_want = 0usize;
     // Registered in skiplock.waiting (as far as this run knows); `register`: (re)register
     // before the next claim.
