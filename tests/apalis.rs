@@ -87,6 +87,22 @@ impl<S: tower_service::Service<Req>, Req> tower_service::Service<Req> for CountS
     }
 }
 
+/// Pushes `Work { n }` for every n of `ns` through apalis's TaskSink (on a clone of the
+/// storage: a clone never claims).
+async fn push_works(storage: &SkiplockStorage<Work>, ns: std::ops::Range<u32>) {
+    let mut pusher = storage.clone();
+    pusher
+        .push_bulk(
+            ns.map(|n| Work {
+                n,
+                mode: String::new(),
+            })
+            .collect(),
+        )
+        .await
+        .unwrap();
+}
+
 type Seen = Arc<Mutex<HashMap<u32, u32>>>;
 
 async fn record(work: Work, seen: Data<Seen>) -> Result<(), BoxDynError> {
@@ -102,18 +118,7 @@ async fn an_apalis_worker_drains_its_kind_exactly_once_next_to_a_native_worker()
     let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-work")
         .settings(settings())
         .concurrency(10);
-    let mut pusher = storage.clone();
-    pusher
-        .push_bulk(
-            (0..N)
-                .map(|n| Work {
-                    n,
-                    mode: String::new(),
-                })
-                .collect(),
-        )
-        .await
-        .unwrap();
+    push_works(&storage, 0..N).await;
     // Another kind for the native worker.
     let noop = vec![json!({}); N as usize];
     enqueue_many(
@@ -277,18 +282,7 @@ async fn a_graceful_stop_returns_running_and_waiting_jobs_without_spending_an_at
     let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-slow")
         .settings(settings())
         .concurrency(5);
-    let mut pusher = storage.clone();
-    pusher
-        .push_bulk(
-            (0..5)
-                .map(|n| Work {
-                    n,
-                    mode: String::new(),
-                })
-                .collect(),
-        )
-        .await
-        .unwrap();
+    push_works(&storage, 0..5).await;
     let ctx = WorkerContext::new("apalis-slow");
     let worker = WorkerBuilder::new(&ctx)
         .backend(storage)
@@ -439,18 +433,11 @@ async fn first_attempt_hangs(_work: Work, job: Data<SkiplockJob>) -> Result<(), 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apalis_jobs_of_a_sigkilled_process_are_rescued_and_finished() {
     let db = TestDb::new().await;
-    let mut pusher = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-kill");
-    pusher
-        .push_bulk(
-            (0..5)
-                .map(|n| Work {
-                    n,
-                    mode: String::new(),
-                })
-                .collect(),
-        )
-        .await
-        .unwrap();
+    push_works(
+        &SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-kill"),
+        0..5,
+    )
+    .await;
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--ignored",
@@ -763,18 +750,7 @@ async fn a_dropped_apalis_worker_puts_back_what_it_never_started_and_its_running
     let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-drop")
         .settings(settings())
         .concurrency(5);
-    let mut pusher = storage.clone();
-    pusher
-        .push_bulk(
-            (0..5)
-                .map(|n| Work {
-                    n,
-                    mode: String::new(),
-                })
-                .collect(),
-        )
-        .await
-        .unwrap();
+    push_works(&storage, 0..5).await;
     let ctx = WorkerContext::new("apalis-drop");
     let handle = spawn(
         WorkerBuilder::new(&ctx)
@@ -905,18 +881,7 @@ async fn an_apalis_worker_keeps_a_queues_pause_and_its_concurrency_limit() {
     let storage = SkiplockStorage::<Work>::new(pool.clone(), "apalis-held")
         .settings(settings())
         .concurrency(8);
-    let mut pusher = storage.clone();
-    pusher
-        .push_bulk(
-            (0..N)
-                .map(|n| Work {
-                    n,
-                    mode: String::new(),
-                })
-                .collect(),
-        )
-        .await
-        .unwrap();
+    push_works(&storage, 0..N).await;
     let seen: Seen = Default::default();
     let flight: InFlight = Default::default();
     let ctx = WorkerContext::new("apalis-held");
