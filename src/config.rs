@@ -451,10 +451,9 @@ pub struct QueueSettings {
     /// Connections per process (`SKIPLOCK_MAX_CONNECTIONS`, 10).
     pub max_connections: u32,
     /// Minimum time between two claims of a busy queue without a buffer, so that a claim
-    /// takes every slot freed meanwhile instead of one statement per finished job (the native
-    /// worker counts it from the last claim's start or answer and claims at once when half
-    /// its slots are free; an apalis storage counts it from the last claim's start)
-    /// (`SKIPLOCK_FETCH_COOLDOWN`, 2ms).
+    /// takes every slot freed meanwhile instead of one statement per finished job; counted
+    /// from the last claim's start or answer, and half the slots free are claimed at once
+    /// (`worker::producer::next_claim`; `SKIPLOCK_FETCH_COOLDOWN`, 2ms).
     pub fetch_cooldown: Duration,
     /// Jobs each queue's producer may claim beyond its free slots, at most the queue's
     /// concurrency (`SKIPLOCK_CLAIM_AHEAD`, 200; 0: off). The next batch is claimed while the

@@ -30,6 +30,7 @@ use crate::store::schema::moved_after_beat;
 use crate::worker::heartbeat::{interval_for, retry_backoff};
 use crate::worker::listener::{Wake, listen};
 use crate::worker::outcome::{Attempt, RetryPolicy, decide};
+use crate::worker::producer::{ClaimNow, next_claim};
 
 /// The most acks written in one statement.
 const MAX_ACK_BATCH: usize = 2000;
@@ -352,10 +353,14 @@ async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
         if e.claiming.is_cancelled() {
             return;
         }
-        // Like the native producer: a claim for only some of the slots waits out the fetch
-        // cooldown, so it takes every slot freed meanwhile instead of one per finished job.
+        // The native producer's rule without a buffer, one claim at a time: a claim for only
+        // some of the slots (fewer than half) waits out the fetch cooldown, so it takes every
+        // slot freed meanwhile instead of one per finished job.
         let mut free = e.opts.concurrency.saturating_sub(e.busy());
-        if free > 0 && free < e.opts.concurrency && last_claim.elapsed() < cooldown {
+        let cooled_down = last_claim.elapsed() >= cooldown;
+        if next_claim(free, 0, 0, e.opts.concurrency, 0, false, cooled_down)
+            == ClaimNow::AfterCooldown
+        {
             tokio::select! {
                 _ = e.claiming.cancelled() => return,
                 _ = tokio::time::sleep(cooldown.saturating_sub(last_claim.elapsed())) => {}
@@ -370,8 +375,11 @@ async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
                 limit: free,
                 worker: &e.worker_id,
             };
+            let answer = claim_any(&e.pool, params, free, controlled).await;
+            // One claim at a time: the cooldown counts from its answer (the native producer
+            // counts from the later of a claim's start and answer).
             last_claim = tokio::time::Instant::now();
-            match claim_any(&e.pool, params, free, controlled).await {
+            match answer {
                 Ok(got) => {
                     controlled = got.controlled;
                     let jobs = got.jobs;
