@@ -2,6 +2,7 @@
 //! One-shot commands use [`connect`] (fails fast, clear error); worker processes use
 //! [`session`] (lazy pools, session limits, read-only refusal, waiting out outages).
 
+pub mod checkout;
 pub mod console;
 pub mod nodelay;
 pub mod outage;
@@ -33,7 +34,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
         ))
     })?;
     let _ = probe.close().await;
-    nodelay::pool_options()
+    checkout::pool_options()
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))
@@ -72,7 +73,7 @@ pub fn scrub(text: &str, url: &str) -> String {
 /// of [`connect`] and [`session`] (the dev tools: the benchmark and chaos runs).
 pub async fn pool(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<PgPool> {
     let opts = parse_url(url)?;
-    Ok(nodelay::pool_options()
+    Ok(checkout::pool_options()
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         .connect_with(opts)

@@ -482,3 +482,39 @@ async fn the_pools_skiplock_opens_turn_nagle_off_on_their_tcp_sockets() {
         assert_eq!(nodelay_of(&mut c).await, Some(true), "{name} pool");
     }
 }
+
+/// Every pool skiplock builds pings a connection that sat idle for more than a second before
+/// handing it out (`src/db/checkout.rs`): one the server closed meanwhile is replaced, and
+/// the statement succeeds on a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_the_server_closed_while_it_sat_idle_is_replaced_without_an_error() {
+    let db = TestDb::new().await;
+    let opts = skiplock::db::session::worker_options(
+        &skiplock::db::parse_url(&db.url).unwrap(),
+        QueueSettings::default().session_limits(),
+    );
+    let worker = skiplock::db::session::worker_pool(opts, 1, Duration::from_secs(10));
+    let command = skiplock::db::connect(&db.url, 1).await.unwrap();
+    let tool = skiplock::db::pool(&db.url, 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    for (name, pool) in [("worker", &worker), ("command", &command), ("tool", &tool)] {
+        let before: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(before)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert!(ended, "{name} pool: its backend was terminated");
+        tokio::time::sleep(skiplock::db::checkout::PING_IF_IDLE_FOR + Duration::from_millis(300))
+            .await;
+        let after: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{name} pool: the idle connection was not replaced: {e}"));
+        assert_ne!(before, after, "{name} pool: a new connection");
+    }
+}

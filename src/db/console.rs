@@ -40,7 +40,7 @@ pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result
     };
     let probe = opts.connect().await.map_err(fail)?;
     let _ = probe.close().await;
-    super::nodelay::pool_options()
+    super::checkout::pool_options()
         .max_connections(max)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))

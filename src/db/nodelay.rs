@@ -15,14 +15,6 @@
 //! Remove once the sqlx release in use sets it itself.
 
 use sqlx::PgConnection;
-use sqlx::postgres::PgPoolOptions;
-
-/// Pool options whose new connections get `TCP_NODELAY` ([`set`]); a pool that needs its own
-/// `after_connect` calls [`set`] in it instead.
-pub fn pool_options() -> PgPoolOptions {
-    PgPoolOptions::new()
-        .after_connect(|conn, _meta| Box::pin(async move { set(conn).await.map(|_| ()) }))
-}
 
 /// Sets `TCP_NODELAY` on the socket of `conn` (see the module doc). Returns whether it
 /// found the socket. Never fails the connection: if the server cannot say the ports (the

@@ -63,9 +63,15 @@ pub fn worker_pool(opts: PgConnectOptions, max: u32, acquire_timeout: Duration) 
                 }
             })
         })
-        .before_acquire(|_conn, meta| {
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
             let ok = RECYCLE.accepts(meta.age);
-            Box::pin(async move { Ok(ok) })
+            Box::pin(async move {
+                if !ok {
+                    return Ok(false);
+                }
+                super::checkout::check(conn, &meta).await
+            })
         })
         .connect_lazy_with(opts)
 }

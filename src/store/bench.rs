@@ -22,7 +22,7 @@ pub(crate) async fn pool(url: &str, n: u32) -> Result<PgPool> {
 /// named so that [`other_clients`] can leave it out, and never recycled by the pool.
 pub(crate) async fn monitor(url: &str) -> Result<PgPool> {
     let opts: PgConnectOptions = url.parse()?;
-    Ok(crate::db::nodelay::pool_options()
+    Ok(crate::db::checkout::pool_options()
         .max_connections(1)
         .idle_timeout(None)
         .max_lifetime(None)
