@@ -454,21 +454,35 @@ async fn nodelay_of(c: &mut sqlx::PgConnection) -> Option<bool> {
     skiplock::db::nodelay::is_set(client, server)
 }
 
+/// One pool of each kind skiplock builds, one connection each: a worker's (lazy, session
+/// limits), a one-shot command's, and a dev tool's.
+async fn skiplocks_pools(db: &TestDb) -> [(&'static str, sqlx::PgPool); 3] {
+    let opts = skiplock::db::session::worker_options(
+        &skiplock::db::parse_url(&db.url).unwrap(),
+        QueueSettings::default().session_limits(),
+    );
+    [
+        (
+            "worker",
+            skiplock::db::session::worker_pool(opts, 1, Duration::from_secs(10)),
+        ),
+        ("command", skiplock::db::connect(&db.url, 1).await.unwrap()),
+        (
+            "tool",
+            skiplock::db::pool(&db.url, 1, Duration::from_secs(10))
+                .await
+                .unwrap(),
+        ),
+    ]
+}
+
 /// Every pool skiplock opens turns Nagle's algorithm off on its TCP sockets, as libpq does
 /// (sqlx 0.9.0 leaves it on: a statement sent in more than one write, a TLS record each,
 /// waited 40 ms for the server's delayed ACK; README, Performance, lever 16).
 #[tokio::test]
 async fn the_pools_skiplock_opens_turn_nagle_off_on_their_tcp_sockets() {
     let db = TestDb::new().await;
-    let opts = skiplock::db::session::worker_options(
-        &skiplock::db::parse_url(&db.url).unwrap(),
-        QueueSettings::default().session_limits(),
-    );
-    let worker = skiplock::db::session::worker_pool(opts, 1, Duration::from_secs(10));
-    let command = skiplock::db::connect(&db.url, 1).await.unwrap();
-    let tool = skiplock::db::pool(&db.url, 1, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let pools = skiplocks_pools(&db).await;
     let mut plain = db.pool.acquire().await.unwrap();
     let Some(sqlx_default) = nodelay_of(&mut plain).await else {
         eprintln!("the test server is reached over a Unix socket or a proxy: no socket to check");
@@ -477,7 +491,7 @@ async fn the_pools_skiplock_opens_turn_nagle_off_on_their_tcp_sockets() {
     // The test's own pool is plain sqlx: Nagle on, so the check below can fail. (When a
     // sqlx release sets TCP_NODELAY itself, this fails: src/db/nodelay.rs can then go.)
     assert!(!sqlx_default, "sqlx sets TCP_NODELAY itself now");
-    for (name, pool) in [("worker", &worker), ("command", &command), ("tool", &tool)] {
+    for (name, pool) in &pools {
         let mut c = pool.acquire().await.unwrap();
         assert_eq!(nodelay_of(&mut c).await, Some(true), "{name} pool");
     }
@@ -489,16 +503,8 @@ async fn the_pools_skiplock_opens_turn_nagle_off_on_their_tcp_sockets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_connection_the_server_closed_while_it_sat_idle_is_replaced_without_an_error() {
     let db = TestDb::new().await;
-    let opts = skiplock::db::session::worker_options(
-        &skiplock::db::parse_url(&db.url).unwrap(),
-        QueueSettings::default().session_limits(),
-    );
-    let worker = skiplock::db::session::worker_pool(opts, 1, Duration::from_secs(10));
-    let command = skiplock::db::connect(&db.url, 1).await.unwrap();
-    let tool = skiplock::db::pool(&db.url, 1, Duration::from_secs(10))
-        .await
-        .unwrap();
-    for (name, pool) in [("worker", &worker), ("command", &command), ("tool", &tool)] {
+    let pools = skiplocks_pools(&db).await;
+    for (name, pool) in &pools {
         let before: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(pool)
             .await
