@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 
 use super::outage::{Backoff, RecycleMark, is_unavailable, sqlx_unavailable};
@@ -48,7 +48,8 @@ pub fn worker_options(base: &PgConnectOptions, limits: SessionLimits) -> PgConne
 /// Nothing is contacted until the first statement, so it can be built while the database
 /// is down.
 pub fn worker_pool(opts: PgConnectOptions, max: u32, acquire_timeout: Duration) -> PgPool {
-    PgPoolOptions::new()
+    // The checkout's pool (no ping before every use), with both hooks extended.
+    super::checkout::pool_options()
         .max_connections(max)
         .min_connections(0)
         .acquire_timeout(acquire_timeout)
@@ -63,7 +64,6 @@ pub fn worker_pool(opts: PgConnectOptions, max: u32, acquire_timeout: Duration) 
                 }
             })
         })
-        .test_before_acquire(false)
         .before_acquire(|conn, meta| {
             let ok = RECYCLE.accepts(meta.age);
             Box::pin(async move {
