@@ -34,6 +34,7 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
         ("1 process", Some(&r.drain)),
         ("3 processes", r.drain_processes.as_ref()),
         ("ceiling", r.ceiling.as_ref()),
+        ("ceiling, two commits", r.ceiling_two_commits.as_ref()),
     ] {
         let d = d.unwrap_or_else(|| panic!("{name}: no figures"));
         assert!(d.jobs_per_s.median > 0.0, "{name}: {d:?}");
@@ -54,6 +55,7 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
         ("1 process", Some(&r.drain)),
         ("3 processes", r.drain_processes.as_ref()),
         ("ceiling", r.ceiling.as_ref()),
+        ("ceiling, two commits", r.ceiling_two_commits.as_ref()),
     ] {
         let d = d.unwrap();
         assert!(d.server_us_per_job.is_some(), "{name}: server CPU: {d:?}");
@@ -66,6 +68,8 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
     assert!(r.latency_p99_ms.as_ref().unwrap().median >= r.latency_p50_ms.as_ref().unwrap().median);
     assert!(r.scale_ratio.unwrap() > 0.0);
     assert!(r.drain_to_ceiling.as_ref().unwrap().median > 0.0);
+    assert!(r.drain_to_ceiling_two_commits.as_ref().unwrap().median > 0.0);
+    assert!(r.ceiling_two_commits_to_ceiling.as_ref().unwrap().median > 0.0);
     // Issue 14: the drains under limits that never bind, and the polite crawl.
     assert!(r.drain_key_rate.as_ref().unwrap().jobs_per_s.median > 0.0);
     assert!(r.drain_queue_limit.as_ref().unwrap().jobs_per_s.median > 0.0);

@@ -191,10 +191,18 @@ pub struct BenchReport {
     pub scale_ratio: Option<f64>,
     /// The plain-SQL claim-and-complete loop.
     pub ceiling: Option<DrainFigures>,
+    /// The same loop writing each job twice, claim and completion in two commits
+    /// ([`peers::Ceiling::TwoCommits`]): the limit of any queue that keeps running jobs visible.
+    pub ceiling_two_commits: Option<DrainFigures>,
     /// Graphile Worker, batched.
     pub graphile: Option<DrainFigures>,
     /// drain / ceiling, per run (same run, same server).
     pub drain_to_ceiling: Option<Stat>,
+    /// drain / the two-commit ceiling, per run.
+    pub drain_to_ceiling_two_commits: Option<Stat>,
+    /// The two-commit ceiling / the ceiling, per run: what writing each job twice costs plain
+    /// SQL, the bound it puts on drain / ceiling.
+    pub ceiling_two_commits_to_ceiling: Option<Stat>,
     /// drain / graphile, per run.
     pub drain_to_graphile: Option<Stat>,
     /// WAL per job, drain / graphile, per run.
@@ -430,6 +438,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let (mut floor50, mut floor99) = (vec![], vec![]);
     let (mut single_plain, mut many_plain) = (vec![], vec![]);
     let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
+    let mut ceil2 = vec![];
     let (mut keyed, mut qlim, mut crawls) = (vec![], vec![], vec![]);
     let mut graphile_version = None;
     for run in 1..=o.runs {
@@ -504,7 +513,10 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         if !o.skip_ceiling {
             step("ceiling");
             reset(&monitor).await?;
-            ceil.push(peers::ceiling(url, o, &monitor, &meter).await?);
+            ceil.push(peers::ceiling(url, o, &monitor, &meter, peers::Ceiling::OneCommit).await?);
+            step("ceiling, two commits per job");
+            reset(&monitor).await?;
+            ceil2.push(peers::ceiling(url, o, &monitor, &meter, peers::Ceiling::TwoCommits).await?);
         }
 
         if !o.skip_graphile {
@@ -591,6 +603,8 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         enqueue_single_to_plain: per_run_ratio(&single, &single_plain),
         enqueue_many_to_plain: per_run_ratio(&many, &many_plain),
         drain_to_ceiling: ratios(&drains, &ceil, throughput),
+        drain_to_ceiling_two_commits: ratios(&drains, &ceil2, throughput),
+        ceiling_two_commits_to_ceiling: ratios(&ceil2, &ceil, throughput),
         drain_to_graphile: ratios(&drains, &graph, throughput),
         wal_to_graphile: ratios(&drains, &graph, |r| Some(r.usage.wal_bytes_per_job)),
         server_cpu_to_ceiling: ratios(&drains, &ceil, |r| r.usage.server_us_per_job),
@@ -616,6 +630,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         drain_scaled,
         scale_ratio,
         ceiling: DrainFigures::of(&ceil),
+        ceiling_two_commits: DrainFigures::of(&ceil2),
         graphile: DrainFigures::of(&graph),
         figures: BTreeMap::new(),
         targets: Vec::new(),

@@ -20,6 +20,18 @@ pub const GRAPHILE_CONCURRENCY: usize = 10;
 /// See [`GRAPHILE_CONCURRENCY`].
 pub const GRAPHILE_LOCAL_QUEUE: usize = 500;
 
+/// How the plain-SQL loop writes a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ceiling {
+    /// Claimed and completed in one statement and one commit (each job written once): the
+    /// most Postgres can do, the target's baseline.
+    OneCommit,
+    /// Claimed as `running` in one commit, then completed, fenced on the attempt, in a second
+    /// (each job written twice, as a queue that shows running jobs and rescues them must):
+    /// where that design's own limit lies, in the same run.
+    TwoCommits,
+}
+
 /// jobs/s of the plain-SQL claim-and-complete loop over `o.jobs` rows with `o.connections`
 /// connections, with the window's cost. The table is made and filled before the window.
 pub(crate) async fn ceiling(
@@ -27,6 +39,7 @@ pub(crate) async fn ceiling(
     o: &BenchOptions,
     monitor: &PgPool,
     meter: &Meter<'_>,
+    how: Ceiling,
 ) -> Result<DrainRun> {
     store::ceiling_table(monitor).await?;
     store::ceiling_fill(monitor, o.jobs).await?;
@@ -41,7 +54,18 @@ pub(crate) async fn ceiling(
         tasks.push(tokio::spawn(async move {
             let mut done = 0u64;
             loop {
-                let n = store::ceiling_step(&p).await?;
+                let n = match how {
+                    Ceiling::OneCommit => store::ceiling_step(&p).await?,
+                    Ceiling::TwoCommits => {
+                        let (ids, attempts): (Vec<i64>, Vec<i32>) =
+                            store::ceiling_claim(&p).await?.into_iter().unzip();
+                        if ids.is_empty() {
+                            0
+                        } else {
+                            store::ceiling_complete(&p, &ids, &attempts).await?
+                        }
+                    }
+                };
                 if n == 0 {
                     break;
                 }

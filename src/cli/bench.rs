@@ -240,6 +240,10 @@ pub fn render(r: &BenchReport) -> String {
             rate(r.ceiling.as_ref().map(|d| &d.jobs_per_s)),
         ),
         (
+            "   ceiling, claim and complete apart".into(),
+            rate(r.ceiling_two_commits.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
             "6. graphile worker, batched".into(),
             rate(r.graphile.as_ref().map(|d| &d.jobs_per_s)),
         ),
@@ -284,6 +288,11 @@ pub fn render(r: &BenchReport) -> String {
         r.drain_queue_limit.as_ref(),
     );
     cost_row(&mut o, "ceiling", r.ceiling.as_ref());
+    cost_row(
+        &mut o,
+        "ceiling, two commits",
+        r.ceiling_two_commits.as_ref(),
+    );
     cost_row(&mut o, "graphile", r.graphile.as_ref());
     let _ = writeln!(o);
     let _ = writeln!(o, "same-run ratios (median of the runs' ratios)");
@@ -299,6 +308,14 @@ pub fn render(r: &BenchReport) -> String {
         ),
         ("skiplock / graphile", r.drain_to_graphile.as_ref()),
         ("skiplock / ceiling", r.drain_to_ceiling.as_ref()),
+        (
+            "two-commit ceiling / ceiling",
+            r.ceiling_two_commits_to_ceiling.as_ref(),
+        ),
+        (
+            "skiplock / two-commit ceiling",
+            r.drain_to_ceiling_two_commits.as_ref(),
+        ),
         (
             "server CPU/job, skiplock / ceiling",
             r.server_cpu_to_ceiling.as_ref(),
@@ -493,8 +510,11 @@ mod tests {
             drain_scaled: None,
             scale_ratio: None,
             ceiling: None,
+            ceiling_two_commits: None,
             graphile: None,
             drain_to_ceiling: None,
+            drain_to_ceiling_two_commits: Some(stat(0.83)),
+            ceiling_two_commits_to_ceiling: None,
             drain_to_graphile: Some(stat(0.7)),
             wal_to_graphile: None,
             server_cpu_to_ceiling: Some(stat(1.25)),
@@ -531,6 +551,12 @@ mod tests {
                 .any(|l| l.contains("enqueue_many") && l.ends_with("not measured"))
         );
         assert!(out.contains("   skiplock, 1 process"));
+        // The two-commit ceiling's ratio is printed beside the target's one.
+        assert!(
+            out.lines()
+                .any(|l| l.contains("skiplock / two-commit ceiling") && l.contains("0.83")),
+            "{out}"
+        );
         assert!(out.contains("929"));
         // The server's CPU per job, and the client's left out where not measured.
         assert!(

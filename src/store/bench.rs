@@ -174,6 +174,23 @@ pub(crate) async fn ceiling_step(p: &PgPool) -> Result<u64> {
         .rows_affected())
 }
 
+/// The two-commit ceiling's claim: up to 100 rows marked running, as (id, attempt).
+pub(crate) async fn ceiling_claim(p: &PgPool) -> Result<Vec<(i64, i32)>> {
+    Ok(sqlx::query_as(sql!("bench", "ceiling_claim"))
+        .fetch_all(p)
+        .await?)
+}
+
+/// The two-commit ceiling's completion of what [`ceiling_claim`] returned; the rows written.
+pub(crate) async fn ceiling_complete(p: &PgPool, ids: &[i64], attempts: &[i32]) -> Result<u64> {
+    Ok(sqlx::query(sql!("bench", "ceiling_complete"))
+        .bind(ids)
+        .bind(attempts)
+        .execute(p)
+        .await?
+        .rows_affected())
+}
+
 pub(crate) async fn ceiling_drop(p: &PgPool) -> Result<()> {
     sqlx::query(sql!("bench", "ceiling_drop"))
         .execute(p)
