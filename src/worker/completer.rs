@@ -1,5 +1,6 @@
-//! Batches acknowledgements: collects outcomes for a few milliseconds (or up to a batch
-//! size) and writes them in one fenced statement. Up to [`MAX_WRITES`] batches are written
+//! Batches acknowledgements: collects outcomes for the ack delay (a few milliseconds, at most
+//! [`MAX_BATCH`] per batch) and writes them in one fenced statement. Only a batch's first
+//! outcome wakes the completer; the rest wait in the channel until the batch is due. Up to [`MAX_WRITES`] batches are written
 //! at once (on their own connections), so the next batch does not wait for the previous
 //! one's commit: one ack statement at a time left the database idle between them (issue 13).
 //! A failed write is retried with backoff; the channel's capacity gives back-pressure
@@ -105,14 +106,27 @@ pub(crate) async fn run(
     let mut open = true;
     while open && !stop.is_cancelled() {
         let free = writes.len() < MAX_WRITES;
-        if free && (buf.len() >= MAX_BATCH || due.is_some_and(|d| d <= Instant::now())) {
+        let is_due = due.is_some_and(|d| d <= Instant::now());
+        if is_due {
+            // The acks that came while the batch waited, taken now rather than with a
+            // wake-up each.
+            while buf.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(a) => buf.push(a),
+                    Err(_) => break,
+                }
+            }
+        }
+        if free && (buf.len() >= MAX_BATCH || is_due) {
             start(buf, &mut writes);
             due = None;
             continue;
         }
         tokio::select! {
             Some(()) = writes.next(), if !writes.is_empty() => {}
-            a = rx.recv(), if buf.len() < MAX_BATCH => match a {
+            // Only the batch's first ack wakes the completer; the rest wait in the channel
+            // until the batch is due.
+            a = rx.recv(), if due.is_none() => match a {
                 Some(a) => {
                     if buf.is_empty() {
                         due = Some(Instant::now() + shared.settings.ack_delay);
