@@ -1,5 +1,6 @@
 //! **Dev-tool statements**: only `skiplock bench` runs these, one function each, its text in
-//! `sql/bench/<function name>.sql`. They create and drop the benchmark's own database, reset
+//! `sql/bench/<function name>.sql` (the two ceilings' statements start with the claim they
+//! share, `ceiling_pick.sql`). They create and drop the benchmark's own database, reset
 //! and vacuum the jobs table between runs, build the plain-SQL ceiling, read WAL positions and
 //! commit counters. Nothing in the worker or the CLI proper calls them.
 
@@ -168,17 +169,23 @@ pub(crate) async fn ceiling_vacuum(p: &PgPool) -> Result<()> {
 
 /// One claim-and-complete step of the ceiling loop; the rows it finished.
 pub(crate) async fn ceiling_step(p: &PgPool) -> Result<u64> {
-    Ok(sqlx::query(sql!("bench", "ceiling_step"))
-        .execute(p)
-        .await?
-        .rows_affected())
+    Ok(sqlx::query(concat!(
+        sql!("bench", "ceiling_pick"),
+        sql!("bench", "ceiling_step")
+    ))
+    .execute(p)
+    .await?
+    .rows_affected())
 }
 
 /// The two-commit ceiling's claim: up to 100 rows marked running, as (id, attempt).
 pub(crate) async fn ceiling_claim(p: &PgPool) -> Result<Vec<(i64, i32)>> {
-    Ok(sqlx::query_as(sql!("bench", "ceiling_claim"))
-        .fetch_all(p)
-        .await?)
+    Ok(sqlx::query_as(concat!(
+        sql!("bench", "ceiling_pick"),
+        sql!("bench", "ceiling_claim")
+    ))
+    .fetch_all(p)
+    .await?)
 }
 
 /// The two-commit ceiling's completion of what [`ceiling_claim`] returned; the rows written.
