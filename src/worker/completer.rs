@@ -101,36 +101,36 @@ pub(crate) async fn run(
         lock(writing).insert(n, Arc::new(std::mem::take(buf)));
         writes.push(write(shared.clone(), writing.clone(), n, stop.clone()));
     };
-    // When the batch in `buf` is due to be written (the ack delay after its first ack).
-    let mut due: Option<Instant> = None;
+    // When the batch in `buf` is due to be written (the ack delay after its first ack); a
+    // batch a failed run left in `buf` is due at once.
+    let mut due: Option<Instant> = (!buf.is_empty()).then(Instant::now);
     let mut open = true;
     while open && !stop.is_cancelled() {
-        let free = writes.len() < MAX_WRITES;
-        let is_due = due.is_some_and(|d| d <= Instant::now());
-        if is_due {
+        if due.is_some_and(|d| d <= Instant::now()) {
             // The acks that came while the batch waited, taken now rather than with a
             // wake-up each.
-            while buf.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(a) => buf.push(a),
-                    Err(_) => break,
-                }
+            take_ready(rx, buf);
+            if buf.is_empty() {
+                due = None;
+                continue;
+            }
+            if writes.len() < MAX_WRITES {
+                let full = buf.len() >= MAX_BATCH;
+                start(buf, &mut writes);
+                // Acks left in the channel are as old as this batch's: the next batch is due
+                // at once rather than an ack delay after the first of them is taken.
+                due = full.then(Instant::now);
+                continue;
             }
         }
-        if free && (buf.len() >= MAX_BATCH || is_due) {
-            start(buf, &mut writes);
-            due = None;
-            continue;
-        }
+        let free = writes.len() < MAX_WRITES;
         tokio::select! {
             Some(()) = writes.next(), if !writes.is_empty() => {}
             // Only the batch's first ack wakes the completer; the rest wait in the channel
             // until the batch is due.
             a = rx.recv(), if due.is_none() => match a {
                 Some(a) => {
-                    if buf.is_empty() {
-                        due = Some(Instant::now() + shared.settings.ack_delay);
-                    }
+                    due = Some(Instant::now() + shared.settings.ack_delay);
                     buf.push(a);
                 }
                 None => open = false,
@@ -141,12 +141,7 @@ pub(crate) async fn run(
     }
     // Drain: everything still in the channel, in batches, then every write to its end.
     loop {
-        while buf.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(a) => buf.push(a),
-                Err(_) => break,
-            }
-        }
+        take_ready(rx, buf);
         if buf.is_empty() {
             break;
         }
@@ -157,6 +152,16 @@ pub(crate) async fn run(
     }
     while writes.next().await.is_some() {}
     Ok(())
+}
+
+/// Moves the acks waiting in the channel into `buf`, up to [`MAX_BATCH`], without waiting.
+fn take_ready(rx: &mut mpsc::Receiver<Ack>, buf: &mut Vec<Ack>) {
+    while buf.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(a) => buf.push(a),
+            Err(_) => return,
+        }
+    }
 }
 
 /// Writes `buf`, retrying until it succeeds; once `stop` is cancelled, for at most
