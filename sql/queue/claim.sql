@@ -5,9 +5,10 @@
 -- skiplock._claim_limited (sql/queue/claim_limited.sql); the check is one uncorrelated probe
 -- of that small table's primary key, evaluated once per statement.
 -- The update finds each locked row by its ctid (a TID scan) rather than through the primary
--- key: the row is locked by this statement, so its version cannot move meanwhile (about 4 %
--- of a claim of 200; README Performance, lever 18). Were it updated between the scan and the
--- lock, the join would miss it and the job would simply not be claimed this time.
+-- key (about 4 % of a claim of 200; README Performance, lever 18): once locked by this
+-- statement its version cannot move. A row updated by another transaction between the scan
+-- and the lock is missed, never claimed twice; the claim then comes back short, and the
+-- producer registers as waiting and claims once more (worker/producer.rs).
 WITH picked AS (
     SELECT ctid
     FROM skiplock.jobs

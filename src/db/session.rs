@@ -48,7 +48,8 @@ pub fn worker_options(base: &PgConnectOptions, limits: SessionLimits) -> PgConne
 /// Nothing is contacted until the first statement, so it can be built while the database
 /// is down.
 pub fn worker_pool(opts: PgConnectOptions, max: u32, acquire_timeout: Duration) -> PgPool {
-    // The checkout's pool (no ping before every use), with both hooks extended.
+    // The checkout's pool (no ping before every use); both hooks are replaced, and each calls
+    // what the checkout's own did (`nodelay::set`, `checkout::check`) before its own step.
     super::checkout::pool_options()
         .max_connections(max)
         .min_connections(0)
