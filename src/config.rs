@@ -286,6 +286,10 @@ pub fn duration_range(name: &str) -> (Duration, Duration) {
         // The period of the `reap` and `retain` periodic jobs (periodic intervals are at least 1s).
         "SKIPLOCK_REAPER_INTERVAL" => (secs(1), secs(DAY)),
         "SKIPLOCK_WEB_STATEMENT_TIMEOUT" => (Duration::ZERO, MAX_SESSION_TIMEOUT),
+        // How long a client may take to send a request's headers (src/web/server.rs).
+        "SKIPLOCK_WEB_READ_TIMEOUT" | "SKIPLOCK_METRICS_READ_TIMEOUT" => (MS, secs(HOUR)),
+        // How long a console login lasts (src/web/auth.rs).
+        "SKIPLOCK_WEB_SESSION_TTL" => (secs(1), secs(30 * DAY)),
         _ => (Duration::ZERO, MAX_DURATION),
     }
 }
@@ -359,6 +363,8 @@ pub fn number_range(name: &str) -> (usize, usize) {
         "SKIPLOCK_FETCH_MAX_BYTES" => (1, 1 << 30),
         "SKIPLOCK_WEB_CONNECTIONS" => (1, 100),
         "SKIPLOCK_CLAIM_AHEAD" => (0, 10_000),
+        // Queues the overview and /metrics list one by one (docs/console.md, "Many queues").
+        "SKIPLOCK_TOP_QUEUES" => (1, 10_000),
         _ => (1, MAX_NUMBER),
     }
 }

@@ -549,3 +549,138 @@ async fn fetches_by_status_and_packs_are_counted() {
     .await;
     sigterm(&worker.child);
 }
+
+/// Whether the server at `addr` closes a connection that sent `partial` (a request head
+/// that never ends) within `limit`: read until end of stream (a 408 may come first).
+async fn closes_a_slow_connection(addr: &str, partial: &str, limit: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(partial.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(limit, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_endpoint_answers_only_its_own_names_and_closes_slow_connections() {
+    let db = TestDb::new().await;
+    enqueue(&db, "noop", "secret-tenant", 1).await;
+    let mut c = cmd(&db.url);
+    c.args(["worker", "--queues", "elsewhere=1"])
+        .env("SKIPLOCK_METRICS_LISTEN", "127.0.0.1:0")
+        .env("SKIPLOCK_METRICS_READ_TIMEOUT", "1s")
+        .env_remove("SKIPLOCK_METRICS_HOSTS");
+    let worker = Served::start(c, LIMIT);
+    let port = worker.base.rsplit(':').next().unwrap().to_string();
+    let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
+    let url = format!("{}/metrics", worker.base);
+    // A DNS-rebinding page's scrape: refused, no queue name in the answer.
+    let r = http
+        .get(&url)
+        .header("host", format!("rebind.attacker.example:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 421);
+    assert!(!r.text().await.unwrap().contains("secret-tenant"));
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let r = http.get(&url).header("host", &host).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{host}");
+        assert!(r.text().await.unwrap().contains("secret-tenant"));
+    }
+    // Slowloris: a half-sent request head is closed (generous deadline, no timing asserted).
+    let addr = worker.base.trim_start_matches("http://").to_string();
+    assert!(
+        closes_a_slow_connection(
+            &addr,
+            "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a",
+            LIMIT
+        )
+        .await,
+        "a half-sent request head kept its connection open"
+    );
+    sigterm(&worker.child);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_queue_series_are_bounded_and_the_rest_added_up() {
+    let db = TestDb::new().await;
+    // 300 queues with one job each, three with ten, and 40 paused queues without jobs.
+    sqlx::query(
+        "SELECT skiplock.enqueue('noop', '{}', 'small-' || lpad(g::text, 4, '0'))
+         FROM generate_series(1, 300) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    for big in ["big-1", "big-2", "big-3"] {
+        for _ in 0..10 {
+            enqueue(&db, "noop", big, 25).await;
+        }
+    }
+    for i in 0..40 {
+        skiplock::store::limits::pause(&db.pool, &format!("held-{i:02}"))
+            .await
+            .unwrap();
+    }
+    let op = Operator::new(&db).await;
+    let mut c = cmd(&op.url);
+    c.args(["web", "--listen", "127.0.0.1:0"])
+        .env_remove("SKIPLOCK_WEB_TOKEN")
+        .env_remove("SKIPLOCK_WEB_LISTEN")
+        .env("SKIPLOCK_TOP_QUEUES", "42");
+    let console = Served::start(c, LIMIT);
+    let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
+    let (status, body) = get(&http, &format!("{}/metrics", console.base), None).await;
+    assert_eq!(status, 200, "{body}");
+    let s = parse(&body);
+    let series = |name: &str| s.iter().filter(|x| x.metric == name).count();
+    // 42 listed: the 40 paused ones first, then the two deepest.
+    assert_eq!(series("skiplock_queue_paused"), 42);
+    assert_eq!(
+        series("skiplock_queue_depth"),
+        2 * 3,
+        "paused queues without jobs have none"
+    );
+    assert_eq!(series("skiplock_queue_oldest_wait_seconds"), 2);
+    assert_eq!(
+        value(
+            &s,
+            "skiplock_queue_depth",
+            &[("queue", "big-1"), ("state", "available")]
+        ),
+        Some(10.0)
+    );
+    assert_eq!(
+        value(
+            &s,
+            "skiplock_queue_depth",
+            &[("queue", "big-3"), ("state", "available")]
+        ),
+        None
+    );
+    assert_eq!(
+        value(&s, "skiplock_queue_paused", &[("queue", "held-07")]),
+        Some(1.0)
+    );
+    // The other 301 queues (big-3 and the small ones) in one set of series.
+    assert_eq!(value(&s, "skiplock_other_queues", &[]), Some(301.0));
+    assert_eq!(
+        value(&s, "skiplock_other_queues_depth", &[("state", "available")]),
+        Some(310.0)
+    );
+    assert_eq!(value(&s, "skiplock_other_queues_paused", &[]), Some(0.0));
+    assert!(
+        body.lines().count() < 200,
+        "{} lines for 343 queues",
+        body.lines().count()
+    );
+}

@@ -27,14 +27,36 @@ const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// Starts `skiplock web` against `url` on `listen` (port 0: any free port) with `token`.
 fn start_console(url: &str, listen: &str, token: Option<&str>) -> Served {
+    start_console_with(url, listen, token, &[])
+}
+
+/// [`start_console`] with more settings.
+fn start_console_with(
+    url: &str,
+    listen: &str,
+    token: Option<&str>,
+    settings: &[(&str, &str)],
+) -> Served {
     let mut c = cmd(url);
     c.args(["web", "--listen", listen])
         .env_remove("SKIPLOCK_WEB_TOKEN")
+        .env_remove("SKIPLOCK_WEB_READ_TOKEN")
+        .env_remove("SKIPLOCK_WEB_HOSTS")
+        .env_remove("SKIPLOCK_WEB_HTTPS")
+        .env_remove("SKIPLOCK_TOP_QUEUES")
         .env_remove("SKIPLOCK_WEB_LISTEN");
     if let Some(t) = token {
         c.env("SKIPLOCK_WEB_TOKEN", t);
     }
+    for (k, v) in settings {
+        c.env(k, v);
+    }
     Served::start(c, LIMIT)
+}
+
+/// The console's port.
+fn port_of(s: &Served) -> u16 {
+    s.base.rsplit(':').next().unwrap().parse().unwrap()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -719,8 +741,14 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
         async move {
             let r = h.post(url).form(&form).send().await.unwrap();
             let status = r.status();
+            let location = r
+                .headers()
+                .get("location")
+                .map(|l| l.to_str().unwrap().to_string())
+                .unwrap_or_default();
             let body = r.text().await.unwrap();
             assert_eq!(status, 303, "{path}: {body}");
+            location
         }
     };
     post(format!("/jobs/{}/retry", ids[0]), vec![]).await;
@@ -787,14 +815,15 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
     // Queue control: Pause, then Resume, from the overview's buttons.
     let overview = body_of(&h, &console.url("/")).await;
     assert!(overview.contains("action=\"/queues/pause\""), "{overview}");
-    post("/queues/pause".into(), vec![("queue", "ops".into())]).await;
+    // The message comes back through the one-shot id in the redirect (src/web/flash.rs).
+    let back = post("/queues/pause".into(), vec![("queue", "ops".into())]).await;
     let paused: Vec<bool> =
         sqlx::query_scalar("SELECT paused FROM skiplock.queues WHERE queue = 'ops'")
             .fetch_all(&db.pool)
             .await
             .unwrap();
     assert_eq!(paused, [true]);
-    let overview = body_of(&h, &console.url("/?paused=ops")).await;
+    let overview = body_of(&h, &console.url(&back)).await;
     assert!(overview.contains("Queue ops is paused"), "{overview}");
     assert!(overview.contains("action=\"/queues/resume\""), "{overview}");
     post("/queues/resume".into(), vec![("queue", "ops".into())]).await;
@@ -1101,5 +1130,556 @@ async fn the_assets_are_embedded() {
     assert!(
         !body.contains("src=\"http") && !body.contains("href=\"http"),
         "nothing from another server"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Hardening: host names, bounded pages, logins, sessions, read-only, messages, timeouts
+// ---------------------------------------------------------------------------------------
+
+/// Whether the server at `addr` closes a connection that sent `partial` (a request head
+/// that never ends) within `limit`: read until end of stream (a 408 may come first).
+async fn closes_a_slow_connection(addr: &str, partial: &str, limit: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(partial.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(limit, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn a_dns_rebinding_page_can_neither_read_nor_change_the_console() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let ids = enqueue(&db, "noop", "default", 1).await;
+    let id = ids[0];
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+    let port = port_of(&console);
+    let h = http();
+    let evil = format!("rebind.attacker.example:{port}");
+    // The browser's view after the attacker's name points at 127.0.0.1: every page, and
+    // /metrics, is refused.
+    for path in [
+        format!("/jobs/{id}"),
+        "/".into(),
+        "/metrics".into(),
+        "/login".into(),
+    ] {
+        let r = h
+            .get(console.url(&path))
+            .header("host", &evil)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 421, "{path}");
+        let body = r.text().await.unwrap();
+        assert!(
+            !body.contains("\"n\"") && !body.contains("name=\"csrf\""),
+            "{path}: {body}"
+        );
+    }
+    // The console's own names are answered.
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let r = h
+            .get(console.url("/"))
+            .header("host", &host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{host}");
+    }
+    // The report's POST (with a CSRF pair a same-origin script could have read): refused,
+    // and the job stays as it was.
+    let page = body_of(&h, &console.url(&format!("/jobs/{id}"))).await;
+    let csrf = csrf_in(&page);
+    let cancel = console.url(&format!("/jobs/{id}/cancel"));
+    let r = h
+        .post(&cancel)
+        .header("host", &evil)
+        .header("origin", format!("http://{evil}"))
+        .header("sec-fetch-site", "same-origin")
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 421);
+    assert_eq!(state_of(&db, id).await, "available");
+    // An Origin that is not one of the console's names is refused even with its own Host.
+    let r = h
+        .post(&cancel)
+        .header("origin", format!("http://{evil}"))
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(state_of(&db, id).await, "available");
+    // The same POST from the console's own origin works.
+    let r = h
+        .post(&cancel)
+        .header("origin", format!("http://localhost:{port}"))
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(state_of(&db, id).await, "cancelled");
+    drop(console);
+
+    // On every interface with a token: IP literals and the listed public names only.
+    let console = start_console_with(
+        &op.url,
+        "0.0.0.0:0",
+        Some(TOKEN),
+        &[("SKIPLOCK_WEB_HOSTS", "console.example.com")],
+    );
+    let port = port_of(&console);
+    for (host, status) in [
+        (format!("127.0.0.1:{port}"), 200),
+        ("console.example.com".to_string(), 200),
+        (format!("rebind.attacker.example:{port}"), 421),
+        ("attacker.example".to_string(), 421),
+    ] {
+        let r = h
+            .get(console.url("/"))
+            .header("host", &host)
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{host}");
+    }
+}
+
+/// `n` queues `prefix-0001…` with one available job each, in one statement.
+async fn many_queues(db: &TestDb, prefix: &str, n: i32) {
+    sqlx::query(
+        "SELECT skiplock.enqueue('noop', '{}', $1 || '-' || lpad(g::text, 4, '0'))
+         FROM generate_series(1, $2) g",
+    )
+    .bind(prefix)
+    .bind(n)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_overview_lists_the_deepest_queues_and_adds_up_the_rest() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    many_queues(&db, "small", 300).await;
+    for big in ["big-1", "big-2", "big-3"] {
+        enqueue(&db, "noop", big, 10).await;
+    }
+    // A paused queue with no jobs is listed first: its Resume button stays at hand.
+    skiplock::store::limits::pause(&db.pool, "held")
+        .await
+        .unwrap();
+    let console = start_console_with(
+        &op.url,
+        "127.0.0.1:0",
+        None,
+        &[("SKIPLOCK_TOP_QUEUES", "3")],
+    );
+    let page = body_of(&http(), &console.url("/")).await;
+    let listed: Vec<&str> = page
+        .split("<tr data-queue=\"")
+        .skip(1)
+        .map(|r| r.split('"').next().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        ["big-1", "big-2", "held"],
+        "by name, paused first then deepest"
+    );
+    assert_eq!(page.matches("<tr data-queue=").count(), 3);
+    // One line for the other 301 queues (big-3 and the 300 small ones), with their jobs.
+    let rest = page
+        .split("id=\"other-queues\"")
+        .nth(1)
+        .expect("the line adding up the rest");
+    let rest = rest.split("</tr>").next().unwrap();
+    assert!(rest.contains("data-queues=\"301\""), "{rest}");
+    assert!(
+        rest.contains("data-state=\"available\">310<"),
+        "300 small + 10 of big-3: {rest}"
+    );
+    // The totals still count every queue.
+    let foot = page.split("<tfoot>").nth(1).unwrap();
+    assert!(foot.contains(">330<"), "{foot}");
+}
+
+#[tokio::test]
+async fn invisible_characters_are_shown_escaped_and_buttons_still_name_the_queue() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let queue = "q\u{202e}lave\u{200b}";
+    let ids = enqueue(&db, "kind\u{2066}x", queue, 1).await;
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+    let h = http();
+    let overview = body_of(&h, &console.url("/")).await;
+    let job = body_of(&h, &console.url(&format!("/jobs/{}", ids[0]))).await;
+    for (what, page) in [("overview", &overview), ("job", &job)] {
+        assert!(page.contains("q\\u{202e}lave\\u{200b}"), "{what}: {page}");
+        let shown: String = page
+            .split("<input")
+            .map(|part| part.split_once('>').map_or(part, |(_, after)| after))
+            .collect();
+        for c in ['\u{202e}', '\u{200b}', '\u{2066}'] {
+            assert!(!shown.contains(c), "{what} shows {c:?} raw");
+        }
+    }
+    assert!(job.contains("kind\\u{2066}x"), "{job}");
+    // The Pause button posts the queue's real name (not its escape).
+    let csrf = csrf_in(&overview);
+    let r = h
+        .post(console.url("/queues/pause"))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("queue", {
+                let at = overview.find("name=\"queue\" value=\"").unwrap() + 20;
+                &overview[at..at + overview[at..].find('"').unwrap()]
+            }),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let paused: Vec<String> = sqlx::query_scalar("SELECT queue FROM skiplock.queues WHERE paused")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(paused, [queue]);
+}
+
+#[tokio::test]
+async fn wrong_tokens_lock_a_client_out_and_weak_tokens_are_refused_at_start() {
+    for weak in ["aaaaaaaaaaaaaaaaaaaa", "abababababababababab"] {
+        let out = cmd("postgres://nobody@127.0.0.1:1/none")
+            .args(["web", "--listen", "127.0.0.1:0"])
+            .env("SKIPLOCK_WEB_TOKEN", weak)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("SKIPLOCK_WEB_TOKEN")
+                && err.contains("distinct characters")
+                && !err.contains(weak),
+            "{err}"
+        );
+    }
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let console = start_console(&op.url, "127.0.0.1:0", Some(TOKEN));
+    let h = http();
+    let login = body_of(&h, &console.url("/login")).await;
+    let csrf = csrf_in(&login);
+    let attempt = |token: &str| {
+        h.post(console.url("/login"))
+            .form(&[("csrf", csrf.as_str()), ("token", token), ("next", "/")])
+            .send()
+    };
+    for i in 0..5 {
+        let r = attempt(&format!("wrong-token-number-{i}-xyz"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "attempt {i}");
+    }
+    // Locked out: even the right token is not looked at, and no session is made.
+    let r = attempt(TOKEN).await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().get("retry-after").is_some());
+    assert!(r.headers().get("set-cookie").is_none());
+    let r = h
+        .get(console.url("/jobs"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        429,
+        "a bearer token is a login of its own, limited alike"
+    );
+    let r = h
+        .get(console.url("/jobs"))
+        .bearer_auth("wrong-token-wrong-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+}
+
+/// Logs in with `token` through the form; returns the Set-Cookie header of the session.
+async fn log_in(h: &reqwest::Client, console: &Served, token: &str) -> String {
+    let login = body_of(h, &console.url("/login")).await;
+    let csrf = csrf_in(&login);
+    let r = h
+        .post(console.url("/login"))
+        .form(&[("csrf", csrf.as_str()), ("token", token), ("next", "/")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    r.headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .find(|c| c.contains("skiplock_session="))
+        .expect("a session cookie")
+}
+
+#[tokio::test]
+async fn a_session_is_random_ends_at_logout_and_is_secure_behind_https() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let console = start_console(&op.url, "127.0.0.1:0", Some(TOKEN));
+    let h = http();
+    let first = log_in(&h, &console, TOKEN).await;
+    let second = log_in(&http(), &console, TOKEN).await;
+    let value = |c: &str| c.split(';').next().unwrap().to_string();
+    assert_ne!(value(&first), value(&second), "each login its own session");
+    let copy = value(&first);
+    let with_copy = |path: &str| {
+        reqwest::Client::new()
+            .get(console.url(path))
+            .header("cookie", copy.clone())
+            .send()
+    };
+    assert_eq!(with_copy("/jobs").await.unwrap().status(), 200);
+    // Log out: the session ends on the server, so a kept copy of the cookie opens nothing.
+    let page = body_of(&h, &console.url("/")).await;
+    let r = h
+        .post(console.url("/logout"))
+        .form(&[("csrf", csrf_in(&page))])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(with_copy("/jobs").await.unwrap().status(), 401);
+    drop(console);
+
+    // Behind a TLS proxy: Secure, __Host- prefixed cookies.
+    let console = start_console_with(
+        &op.url,
+        "127.0.0.1:0",
+        Some(TOKEN),
+        &[("SKIPLOCK_WEB_HTTPS", "true")],
+    );
+    let r = http().get(console.url("/login")).send().await.unwrap();
+    let csrf_cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        csrf_cookie.starts_with("__Host-skiplock_csrf=") && csrf_cookie.contains("; Secure"),
+        "{csrf_cookie}"
+    );
+    let nonce = value(&csrf_cookie);
+    let page = r.text().await.unwrap();
+    let r = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(console.url("/login"))
+        .header("cookie", nonce)
+        .form(&[("csrf", csrf_in(&page).as_str()), ("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let session = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        session.starts_with("__Host-skiplock_session=")
+            && session.contains("; Secure")
+            && session.contains("Path=/")
+            && !session.contains("Domain"),
+        "{session}"
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_login_reads_every_page_and_presses_no_button() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let ids = enqueue(&db, "noop", "ro", 2).await;
+    finish(&db, &ids[..1], "discarded", Some("boom")).await;
+    let packet = packet_ready(&db, "ro").await;
+    const READ: &str = "read-only-token-9876543210";
+    let console = start_console_with(
+        &op.url,
+        "127.0.0.1:0",
+        Some(TOKEN),
+        &[("SKIPLOCK_WEB_READ_TOKEN", READ)],
+    );
+    // A scraper's bearer read token: /metrics and pages, nothing else.
+    let r = http()
+        .get(console.url("/metrics"))
+        .bearer_auth(READ)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let h = http();
+    log_in(&h, &console, READ).await;
+    let page = body_of(&h, &console.url("/")).await;
+    assert!(page.contains("read-only login"), "{page}");
+    let csrf = csrf_in(&page);
+    for path in ["/jobs", "/packets", "/crawl", &format!("/jobs/{}", ids[0])] {
+        body_of(&h, &console.url(path)).await;
+    }
+    let posts: Vec<(String, Vec<(&str, String)>)> = vec![
+        ("/queues/pause".into(), vec![("queue", "ro".into())]),
+        ("/queues/resume".into(), vec![("queue", "ro".into())]),
+        (format!("/jobs/{}/retry", ids[0]), vec![]),
+        (format!("/jobs/{}/cancel", ids[1]), vec![]),
+        (
+            "/jobs/bulk".into(),
+            vec![
+                ("action", "cancel".into()),
+                ("confirm", "yes".into()),
+                ("queue", "ro".into()),
+            ],
+        ),
+        (format!("/packets/{packet}/take"), vec![]),
+        (format!("/packets/{packet}/complete"), vec![]),
+        (
+            format!("/packets/{packet}/retry"),
+            vec![("reason", "x".into())],
+        ),
+        (
+            "/crawl/pack-now".into(),
+            vec![("host", "example.com".into())],
+        ),
+    ];
+    for (path, mut form) in posts {
+        form.push(("csrf", csrf.clone()));
+        let r = h.post(console.url(&path)).form(&form).send().await.unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+    }
+    for bearer in [READ] {
+        let r = http()
+            .post(console.url("/queues/pause"))
+            .bearer_auth(bearer)
+            .form(&[("queue", "ro")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403);
+    }
+    assert_eq!(state_of(&db, ids[0]).await, "discarded");
+    assert_eq!(state_of(&db, ids[1]).await, "available");
+    let paused: i64 = sqlx::query_scalar("SELECT count(*) FROM skiplock.queues")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(paused, 0);
+    let state: String =
+        sqlx::query_scalar("SELECT state::text FROM skiplock.packets WHERE id = $1")
+            .bind(packet)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(state, "ready_for_review");
+    // The write token's login presses buttons as before.
+    let w = http();
+    log_in(&w, &console, TOKEN).await;
+    let page = body_of(&w, &console.url("/")).await;
+    let r = w
+        .post(console.url(&format!("/jobs/{}/retry", ids[0])))
+        .form(&[("csrf", csrf_in(&page))])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(state_of(&db, ids[0]).await, "available");
+}
+
+#[tokio::test]
+async fn a_link_cannot_make_the_console_say_anything() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let ids = enqueue(&db, "noop", "default", 1).await;
+    finish(&db, &ids, "discarded", Some("x")).await;
+    let id = ids[0];
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+    let h = http();
+    for path in [
+        "/?paused=default.%20SECURITY%20NOTICE:%20visit%20http://evil.example".to_string(),
+        "/?resumed=SECURITY%20NOTICE".into(),
+        format!("/jobs/{id}?done=retried"),
+        "/jobs?done=bulk-retry&n=99999".into(),
+        "/crawl?packed=SECURITY%20NOTICE".into(),
+        "/?flash=00112233445566778899aabbccddeeff".into(),
+    ] {
+        let page = body_of(&h, &console.url(&path)).await;
+        assert!(!page.contains("id=\"flash\""), "{path}: {page}");
+        assert!(!page.contains("SECURITY NOTICE") && !page.contains("available again"));
+    }
+    // A real press shows its message once, in this browser only.
+    let page = body_of(&h, &console.url(&format!("/jobs/{id}"))).await;
+    let r = h
+        .post(console.url(&format!("/jobs/{id}/retry")))
+        .form(&[("csrf", csrf_in(&page))])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let to = r.headers()["location"].to_str().unwrap().to_string();
+    assert!(to.contains("flash="), "{to}");
+    let elsewhere = body_of(&http(), &console.url(&to)).await;
+    assert!(!elsewhere.contains("id=\"flash\""), "another browser");
+    let page = body_of(&h, &console.url(&to)).await;
+    assert!(page.contains("is available again"), "{page}");
+    let again = body_of(&h, &console.url(&to)).await;
+    assert!(!again.contains("id=\"flash\""), "shown once");
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_its_headers_slowly_is_closed() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let console = start_console_with(
+        &op.url,
+        "127.0.0.1:0",
+        Some(TOKEN),
+        &[("SKIPLOCK_WEB_READ_TIMEOUT", "1s")],
+    );
+    let addr = console.base.trim_start_matches("http://").to_string();
+    // Generous deadline: the point is that it closes at all (it used to stay open).
+    assert!(
+        closes_a_slow_connection(
+            &addr,
+            "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a",
+            LIMIT
+        )
+        .await,
+        "a half-sent request head kept its connection open"
+    );
+    assert!(
+        closes_a_slow_connection(&addr, "", LIMIT).await,
+        "a silent connection stayed open"
+    );
+    // Normal requests are served as before.
+    assert_eq!(
+        http()
+            .get(console.url("/login"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
     );
 }

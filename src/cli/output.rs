@@ -15,18 +15,32 @@ use serde::Serialize;
 /// differently from what it is.
 fn is_unsafe(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+        || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
 }
 
 /// `s` with control and invisible formatting characters written as escapes (`\n`, `\t`,
 /// `\r`, `\x1b`, `\u{202e}`), so a value can never steer the terminal or break a line.
 pub fn escape(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(is_unsafe) {
+    escape_unless(s, |_| false)
+}
+
+/// [`escape`] for text that may span lines (the console's pages, where a `<pre>` of JSON
+/// keeps its line breaks and tabs): the same characters written as the same escapes, but
+/// `\n` and `\t` left as they are. The console shows every value through this
+/// (src/web/format.rs, `ConsoleHtml`), so a queue `q\u{202e}evil` reads the same on a page as
+/// in `skiplock stats`.
+pub fn escape_invisible(s: &str) -> Cow<'_, str> {
+    escape_unless(s, |c| c == '\n' || c == '\t')
+}
+
+fn escape_unless(s: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !s.chars().any(|c| is_unsafe(c) && !keep(c)) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
+            c if keep(c) => out.push(c),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
@@ -119,6 +133,19 @@ mod tests {
         assert_eq!(escape("\x07\x7f\u{9b}"), "\\x07\\x7f\\x9b");
         assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
         assert_eq!(escape("\u{0}"), "\\x00");
+        for c in [
+            '\u{202a}', '\u{2066}', '\u{2069}', '\u{200b}', '\u{200f}', '\u{feff}',
+        ] {
+            assert_eq!(escape(&c.to_string()), format!("\\u{{{:x}}}", c as u32));
+        }
+    }
+
+    #[test]
+    fn multi_line_text_keeps_its_lines_and_loses_its_invisible_characters() {
+        assert_eq!(escape_invisible("{\n\t\"a\": 1\n}"), "{\n\t\"a\": 1\n}");
+        assert_eq!(escape_invisible("q\u{202e}evil"), "q\\u{202e}evil");
+        assert_eq!(escape_invisible("a\rb\x1b"), "a\\rb\\x1b");
+        assert_eq!(escape_invisible("zero\u{200b}width"), "zero\\u{200b}width");
     }
 
     #[test]

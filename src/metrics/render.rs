@@ -1,7 +1,14 @@
 //! The database's part of a scrape in Prometheus text format: queue depth and the oldest
 //! waiting job per queue, packets per state, and whether the read succeeded. Pure: the
 //! snapshot comes from [`crate::store::metrics::snapshot`].
+//!
+//! Per-queue series are bounded: only the snapshot's first N queues (`SKIPLOCK_TOP_QUEUES`,
+//! paused first, then by live jobs) have them, and the rest are added up in the
+//! `skiplock_other_queues*` series, so any number of queue names costs a scrape N + 1
+//! lines per family. Rendering looks each listed queue's settings up in a map, never by a
+//! scan of every setting row (cost linear in queues plus settings).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -17,6 +24,14 @@ pub const QUEUE_PAUSED: &str = "skiplock_queue_paused";
 /// The limits set on a queue (label `limit`: `concurrency`, `key_concurrency`,
 /// `key_starts_per_second`); a limit that is not set is absent.
 pub const QUEUE_LIMIT: &str = "skiplock_queue_limit";
+/// Queues past the first N, whose jobs the `skiplock_other_queues_*` series add up.
+pub const OTHER_QUEUES: &str = "skiplock_other_queues";
+/// Live jobs per state over the queues past the first N.
+pub const OTHER_DEPTH: &str = "skiplock_other_queues_depth";
+/// Age of the oldest due, waiting job over the queues past the first N.
+pub const OTHER_OLDEST_WAIT: &str = "skiplock_other_queues_oldest_wait_seconds";
+/// Paused queues among those past the first N.
+pub const OTHER_PAUSED: &str = "skiplock_other_queues_paused";
 /// Packets per state.
 pub const PACKETS: &str = "skiplock_packets";
 /// 1 when the scrape's database read succeeded.
@@ -77,13 +92,16 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
     let Some(snap) = snap else {
         return out;
     };
+    // Queues with only control settings and no live job have no depth series (as before
+    // the bound): their three counts are zero.
+    let live = |q: &&crate::store::metrics::QueueDepth| q.available + q.scheduled + q.running > 0;
     header(
         &mut out,
         QUEUE_DEPTH,
-        "Live jobs per queue: available (due now), scheduled (due later), running. Queues without live jobs are absent.",
+        "Live jobs per queue: available (due now), scheduled (due later), running. Queues without live jobs are absent; only the first SKIPLOCK_TOP_QUEUES queues (paused first, then most live jobs) are listed, the rest are in skiplock_other_queues_depth.",
     );
-    for q in &snap.queues {
-        let queue = escape(&q.queue);
+    for q in snap.queues.iter().filter(live) {
+        let queue = escape(q.queue.as_deref().unwrap_or_default());
         for (state, n) in [
             ("available", q.available),
             ("scheduled", q.scheduled),
@@ -98,44 +116,40 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
     header(
         &mut out,
         OLDEST_WAIT,
-        "Age of the oldest job that is due and waiting, per queue (0: none waits).",
+        "Age of the oldest job that is due and waiting, per listed queue (0: none waits).",
     );
-    for q in &snap.queues {
+    for q in snap.queues.iter().filter(live) {
         let _ = writeln!(
             out,
             "{OLDEST_WAIT}{{queue=\"{}\"}} {}",
-            escape(&q.queue),
+            escape(q.queue.as_deref().unwrap_or_default()),
             value(q.oldest_wait_seconds.max(0.0))
         );
     }
     header(
         &mut out,
         QUEUE_PAUSED,
-        "1 when the queue is paused (no job of it is claimed), else 0; per queue with live jobs or control settings.",
+        "1 when the queue is paused (no job of it is claimed), else 0; per listed queue with live jobs or control settings.",
     );
-    let mut names: Vec<&str> = snap
-        .queues
-        .iter()
-        .map(|q| q.queue.as_str())
-        .chain(snap.control.iter().map(|c| c.queue.as_str()))
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    for name in names {
-        let paused = snap.control.iter().any(|c| c.queue == name && c.paused);
+    for q in &snap.queues {
         let _ = writeln!(
             out,
             "{QUEUE_PAUSED}{{queue=\"{}\"}} {}",
-            escape(name),
-            u8::from(paused)
+            escape(q.queue.as_deref().unwrap_or_default()),
+            u8::from(q.paused)
         );
     }
     header(
         &mut out,
         QUEUE_LIMIT,
-        "Limits set on a queue: concurrency (running, all workers), key_concurrency (running per limit_key), key_starts_per_second (rate per limit_key). Unset limits are absent.",
+        "Limits set on a listed queue: concurrency (running, all workers), key_concurrency (running per limit_key), key_starts_per_second (rate per limit_key). Unset limits are absent.",
     );
-    for c in &snap.control {
+    let control: HashMap<&str, &crate::store::metrics::QueueControl> =
+        snap.control.iter().map(|c| (c.queue.as_str(), c)).collect();
+    for q in &snap.queues {
+        let Some(c) = q.queue.as_deref().and_then(|n| control.get(n)) else {
+            continue;
+        };
         let queue = escape(&c.queue);
         for (limit, v) in [
             ("concurrency", c.concurrency.map(f64::from)),
@@ -151,6 +165,51 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
             }
         }
     }
+    let none = crate::store::metrics::QueueDepth {
+        queue: None,
+        available: 0,
+        scheduled: 0,
+        running: 0,
+        oldest_wait_seconds: 0.0,
+        paused: false,
+        queues: 0,
+        paused_queues: 0,
+    };
+    let o = snap.others.as_ref().unwrap_or(&none);
+    header(
+        &mut out,
+        OTHER_QUEUES,
+        "Queues past the first SKIPLOCK_TOP_QUEUES, which have no per-queue series; skiplock_other_queues_* add them up.",
+    );
+    let _ = writeln!(out, "{OTHER_QUEUES} {}", o.queues);
+    header(
+        &mut out,
+        OTHER_DEPTH,
+        "Live jobs of the queues past the first SKIPLOCK_TOP_QUEUES, added up, per state.",
+    );
+    for (state, n) in [
+        ("available", o.available),
+        ("scheduled", o.scheduled),
+        ("running", o.running),
+    ] {
+        let _ = writeln!(out, "{OTHER_DEPTH}{{state=\"{state}\"}} {n}");
+    }
+    header(
+        &mut out,
+        OTHER_OLDEST_WAIT,
+        "Age of the oldest job that is due and waiting in any queue past the first SKIPLOCK_TOP_QUEUES (0: none waits).",
+    );
+    let _ = writeln!(
+        out,
+        "{OTHER_OLDEST_WAIT} {}",
+        value(o.oldest_wait_seconds.max(0.0))
+    );
+    header(
+        &mut out,
+        OTHER_PAUSED,
+        "Paused queues among those past the first SKIPLOCK_TOP_QUEUES.",
+    );
+    let _ = writeln!(out, "{OTHER_PAUSED} {}", o.paused_queues);
     header(&mut out, PACKETS, "Packets per state.");
     for state in PacketState::ALL {
         let n: i64 = snap
@@ -186,14 +245,28 @@ mod tests {
 
     #[test]
     fn queues_and_every_packet_state_are_rendered() {
+        let depth = |name: &str, available: i64, paused: bool| QueueDepth {
+            queue: Some(name.into()),
+            available,
+            scheduled: u8::from(available > 0).into(),
+            running: 2 * i64::from(available > 0),
+            oldest_wait_seconds: 4.25,
+            paused,
+            queues: 1,
+            paused_queues: paused.into(),
+        };
         let snap = Snapshot {
-            queues: vec![QueueDepth {
-                queue: "we\"ird".into(),
-                available: 3,
-                scheduled: 1,
-                running: 2,
-                oldest_wait_seconds: 4.25,
-            }],
+            queues: vec![depth("held", 0, true), depth("we\"ird", 3, false)],
+            others: Some(QueueDepth {
+                queue: None,
+                available: 40,
+                scheduled: 0,
+                running: 1,
+                oldest_wait_seconds: 9.0,
+                paused: true,
+                queues: 300,
+                paused_queues: 2,
+            }),
             packets: vec![PacketCount {
                 state: PacketState::InReview,
                 packets: 7,
@@ -220,6 +293,15 @@ mod tests {
         ));
         assert!(!t.contains("limit=\"key_concurrency\""));
         assert!(t.contains("skiplock_packets{state=\"queued\"} 0\n"));
+        assert!(
+            !t.contains("skiplock_queue_depth{queue=\"held\""),
+            "a queue with settings and no live job has no depth series"
+        );
+        assert!(t.contains("skiplock_other_queues 300\n"));
+        assert!(t.contains("skiplock_other_queues_depth{state=\"available\"} 40\n"));
+        assert!(t.contains("skiplock_other_queues_depth{state=\"running\"} 1\n"));
+        assert!(t.contains("skiplock_other_queues_oldest_wait_seconds 9\n"));
+        assert!(t.contains("skiplock_other_queues_paused 2\n"));
         assert_eq!(value(f64::INFINITY), "+Inf");
         assert_eq!(value(f64::NAN), "NaN");
     }

@@ -3,17 +3,25 @@
 //!
 //! The worker's endpoint has no token, so like the console it listens on loopback unless
 //! told otherwise: a non-loopback address needs `SKIPLOCK_METRICS_ALLOW_REMOTE=true` (the
-//! series hold queue and kind names and counts, never arguments or errors). The database
+//! series hold queue and kind names and counts, never arguments or errors). Like the
+//! console it answers only for its own host names (DNS rebinding, [`crate::web::hosts`];
+//! more names in `SKIPLOCK_METRICS_HOSTS`), and closes connections that do not send their
+//! headers within `SKIPLOCK_METRICS_READ_TIMEOUT` ([`crate::web::server`]). The database
 //! read uses a pool of its own (one connection) and a short statement timeout, so a scrape
-//! never takes a connection the worker needs and never waits long.
+//! never takes a connection the worker needs and never waits long; its per-queue series are
+//! bounded by `SKIPLOCK_TOP_QUEUES` ([`super::render`]).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use axum::Router;
-use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
-use axum::response::IntoResponse;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::http::header::{CONTENT_TYPE, HOST};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
@@ -26,6 +34,9 @@ use crate::store::Pool;
 pub const LISTEN_SETTING: &str = "SKIPLOCK_METRICS_LISTEN";
 /// Whether a worker's endpoint may listen on a non-loopback address.
 pub const ALLOW_REMOTE_SETTING: &str = "SKIPLOCK_METRICS_ALLOW_REMOTE";
+/// The longest a scraper may take to send a request's headers (and an idle connection stays
+/// open): [`crate::web::server::serve`].
+pub const READ_TIMEOUT_SETTING: &str = "SKIPLOCK_METRICS_READ_TIMEOUT";
 /// The longest a scrape's database read may take (statement timeout, and the whole read
 /// including waiting for the connection).
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -52,13 +63,13 @@ pub fn listen_decision(
     ))
 }
 
-/// The database's part of a scrape: the snapshot within [`SCRAPE_TIMEOUT`], or a report
-/// that it failed (logged at warn).
-pub async fn database_text(pool: &Pool) -> String {
+/// The database's part of a scrape, per-queue series for the `top` queues: the snapshot
+/// within [`SCRAPE_TIMEOUT`], or a report that it failed (logged at warn).
+pub async fn database_text(pool: &Pool, top: usize) -> String {
     let began = Instant::now();
     let snap = match tokio::time::timeout(
         SCRAPE_TIMEOUT,
-        crate::store::metrics::snapshot(pool, SCRAPE_TIMEOUT),
+        crate::store::metrics::snapshot(pool, SCRAPE_TIMEOUT, top),
     )
     .await
     {
@@ -81,6 +92,31 @@ pub async fn database_text(pool: &Pool) -> String {
 struct Endpoint {
     handle: PrometheusHandle,
     pool: Pool,
+    top: usize,
+}
+
+/// Refuses (421) a request whose `Host` is not one of the endpoint's own names: a scrape
+/// from a DNS-rebinding page would otherwise read every queue and kind name.
+async fn check_host(
+    State(hosts): State<Arc<crate::web::hosts::AllowedHosts>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    if host.as_deref().is_some_and(|h| hosts.host_ok(h)) {
+        next.run(req).await
+    } else {
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            hosts.refusal(host.as_deref()),
+        )
+            .into_response()
+    }
 }
 
 async fn scrape(State(e): State<Endpoint>) -> impl IntoResponse {
@@ -89,18 +125,29 @@ async fn scrape(State(e): State<Endpoint>) -> impl IntoResponse {
     if !body.is_empty() && !body.ends_with('\n') {
         body.push('\n');
     }
-    body.push_str(&database_text(&e.pool).await);
+    body.push_str(&database_text(&e.pool, e.top).await);
     ([(CONTENT_TYPE, TEXT_FORMAT)], body)
 }
 
-/// The endpoint's router: `GET /metrics` (the recorder's series, then the database's).
-pub fn router(handle: PrometheusHandle, scrape_pool: Pool) -> Router {
+/// The endpoint's router: `GET /metrics` (the recorder's series, then the database's, for
+/// the `top` queues), only for the `hosts` names.
+pub fn router(
+    handle: PrometheusHandle,
+    scrape_pool: Pool,
+    hosts: crate::web::hosts::AllowedHosts,
+    top: usize,
+) -> Router {
     Router::new()
         .route("/metrics", get(scrape))
         .with_state(Endpoint {
             handle,
             pool: scrape_pool,
+            top,
         })
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(hosts),
+            check_host,
+        ))
 }
 
 /// A pool for scrapes: one lazily opened worker session on the same database as `pool`.
@@ -124,12 +171,25 @@ pub async fn start(
         .map_err(|e| invalid(format!("invalid address {listen}: {e}")))?
         .collect();
     listen_decision(listen, &addrs, allow_remote).map_err(invalid)?;
+    let hosts_setting = crate::web::hosts::METRICS_HOSTS_SETTING;
+    let extra_hosts =
+        crate::web::hosts::parse_hosts(&crate::config::env_opt(hosts_setting).unwrap_or_default())
+            .map_err(|m| Error::config(hosts_setting, m))?;
+    let read_timeout = crate::config::env_duration(
+        READ_TIMEOUT_SETTING,
+        crate::web::server::DEFAULT_READ_TIMEOUT,
+    )?;
+    let top = crate::config::env_usize(
+        crate::web::TOP_QUEUES_SETTING,
+        crate::web::DEFAULT_TOP_QUEUES,
+    )?;
     let listener = tokio::net::TcpListener::bind(addrs[0])
         .await
         .map_err(|e| invalid(format!("cannot listen on {}: {e}", addrs[0])))?;
     let bound = listener.local_addr().map_err(Error::Io)?;
     let handle = super::install()?;
-    let app = router(handle.clone(), scrape_pool);
+    let hosts = crate::web::hosts::AllowedHosts::new(bound, extra_hosts, hosts_setting);
+    let app = router(handle.clone(), scrape_pool, hosts, top);
     let task = tokio::spawn(async move {
         let upkeep = {
             let (handle, stop) = (handle.clone(), stop.clone());
@@ -142,9 +202,8 @@ pub async fn start(
                 }
             })
         };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
+        if let Err(e) =
+            crate::web::server::serve(listener, app, read_timeout, stop.cancelled_owned()).await
         {
             tracing::error!(error = %e, "metrics endpoint stopped");
         }

@@ -10,11 +10,12 @@ use super::types::PacketState;
 use super::{Executor, Pool, sql};
 use crate::error::Result;
 
-/// One queue's live jobs.
+/// One queue's live jobs (or, as [`Snapshot::others`], the sum over the queues past the
+/// first N).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct QueueDepth {
-    /// Queue name.
-    pub queue: String,
+    /// Queue name (`None`: the sum over the rest).
+    pub queue: Option<String>,
     /// Available and due now.
     pub available: i64,
     /// Available, due later (retries, snoozes, scheduled jobs).
@@ -23,6 +24,12 @@ pub struct QueueDepth {
     pub running: i64,
     /// Age of the oldest due job (0 when none waits).
     pub oldest_wait_seconds: f64,
+    /// Paused (any of the rest, for the sum).
+    pub paused: bool,
+    /// Queues it stands for (1, or how many the sum adds up).
+    pub queues: i64,
+    /// Paused queues among them.
+    pub paused_queues: i64,
 }
 
 /// How many packets are in one state.
@@ -52,8 +59,10 @@ pub struct QueueControl {
 /// Everything a scrape reads.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
-    /// Per queue, ordered by name.
+    /// Per queue, the first N (paused first, then by live jobs), ordered by name.
     pub queues: Vec<QueueDepth>,
+    /// The sum over the queues past the first N (`None`: there are none).
+    pub others: Option<QueueDepth>,
     /// Per packet state that has packets.
     pub packets: Vec<PacketCount>,
     /// Per queue with control settings, ordered by name.
@@ -70,9 +79,11 @@ pub async fn scrape_timeout<'e, E: Executor<'e>>(exec: E, timeout: Duration) -> 
     Ok(())
 }
 
-/// Live jobs per queue.
-pub async fn queue_depth<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueDepth>> {
+/// Live jobs per queue: the `top` queues (paused first, then by live jobs), ordered by name,
+/// then one row adding up the rest (queue `None`), if any (`sql/metrics/queue_depth.sql`).
+pub async fn queue_depth<'e, E: Executor<'e>>(exec: E, top: usize) -> Result<Vec<QueueDepth>> {
     Ok(sqlx::query_as(sql!("metrics", "queue_depth"))
+        .bind(i64::try_from(top).unwrap_or(i64::MAX))
         .fetch_all(exec)
         .await?)
 }
@@ -91,17 +102,21 @@ pub async fn queue_control<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueCont
         .await?)
 }
 
-/// Reads a [`Snapshot`] in one transaction (rolled back: it only reads) whose statements
-/// may run `timeout` at most.
-pub async fn snapshot(pool: &Pool, timeout: Duration) -> Result<Snapshot> {
+/// Reads a [`Snapshot`] of the `top` queues in one transaction (rolled back: it only reads)
+/// whose statements may run `timeout` at most.
+pub async fn snapshot(pool: &Pool, timeout: Duration, top: usize) -> Result<Snapshot> {
     let mut tx = pool.begin().await?;
     scrape_timeout(&mut *tx, timeout).await?;
-    let queues = queue_depth(&mut *tx).await?;
+    let (queues, others): (Vec<_>, Vec<_>) = queue_depth(&mut *tx, top)
+        .await?
+        .into_iter()
+        .partition(|q| q.queue.is_some());
     let packets = packet_states(&mut *tx).await?;
     let control = queue_control(&mut *tx).await?;
     tx.rollback().await?;
     Ok(Snapshot {
         queues,
+        others: others.into_iter().next(),
         packets,
         control,
     })

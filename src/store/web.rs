@@ -54,11 +54,11 @@ fn state_param(f: &JobFilter) -> Option<StateParam> {
     f.state.map(StateParam)
 }
 
-/// One queue's line on the overview.
+/// One queue's line on the overview, or the line adding up the queues past the first N.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct QueueCounts {
-    /// Queue name.
-    pub queue: String,
+    /// Queue name (`None`: the line adding up the rest).
+    pub queue: Option<String>,
     /// Available and due.
     pub available: i64,
     /// Available, due later (scheduled, snoozed or retrying after a backoff).
@@ -83,12 +83,17 @@ pub struct QueueCounts {
     pub key_rate: Option<i32>,
     /// The rate's period in seconds.
     pub key_period_secs: Option<f64>,
+    /// How many queues the line stands for (1, or the rest's count).
+    pub queues: i64,
 }
 
-/// Per queue: jobs by state and the oldest waiting job's age.
-pub async fn queue_counts(pool: &PgPool) -> Result<Vec<QueueCounts>> {
+/// Per queue: jobs by state and the oldest waiting job's age, for the `top` queues ranked
+/// paused first and then by live jobs, plus one line adding up the rest
+/// (`sql/web/queue_counts.sql`).
+pub async fn queue_counts(pool: &PgPool, top: usize) -> Result<Vec<QueueCounts>> {
     Ok(
         sqlx::query_as(include_str!("../../sql/web/queue_counts.sql"))
+            .bind(i64::try_from(top).unwrap_or(i64::MAX))
             .fetch_all(pool)
             .await?,
     )

@@ -1,43 +1,77 @@
 //! Who may use the console, and proof that a change was asked for by its own pages.
 //!
 //! - **Where it listens.** Loopback by default. A `--listen` address that is not loopback
-//!   (`0.0.0.0`, a LAN address, a name resolving to one) is refused unless
-//!   `SKIPLOCK_WEB_TOKEN` is set ([`listen_decision`]).
-//! - **The token.** When it is set, every request needs it, wherever the console listens:
-//!   the login form trades it for a cookie (`HttpOnly`, `SameSite=Strict`) holding an HMAC
-//!   of the token (never the token itself), or a script sends `Authorization: Bearer TOKEN`.
-//!   Every comparison is constant-time.
+//!   (`0.0.0.0`, a LAN address, a name resolving to one) is refused unless a token is set
+//!   ([`listen_decision`]). Whatever the address, only requests for the console's own host
+//!   names are answered ([`super::hosts`]).
+//! - **Tokens.** `SKIPLOCK_WEB_TOKEN` opens everything; `SKIPLOCK_WEB_READ_TOKEN` opens every
+//!   page and `/metrics` but no button (every POST but log in and log out is refused with
+//!   403). When either is set, every request needs one: the login form trades it for a
+//!   session (a random id in an `HttpOnly`, `SameSite=Strict` cookie, kept on the server with
+//!   its expiry and forgotten at logout), or a script sends `Authorization: Bearer TOKEN`.
+//!   Tokens are checked for length and variety at start-up ([`check_token`]); every
+//!   comparison is constant-time; wrong tokens are limited per client address
+//!   ([`LoginLimiter`]).
+//! - **TLS.** The console serves plain HTTP; behind a TLS-terminating proxy,
+//!   `SKIPLOCK_WEB_HTTPS=true` makes its cookies `Secure` and `__Host-` prefixed (a setting,
+//!   not a header a client could send).
 //! - **CSRF.** Every state-changing request is a POST carrying a `csrf` form field: an HMAC,
 //!   under a key only the server knows, of a random nonce kept in the browser's
 //!   `skiplock_csrf` cookie. Another site can neither read the field nor forge it, and
-//!   `SameSite=Strict` keeps the cookies off its requests anyway; a cross-site `Origin` or
-//!   `Sec-Fetch-Site` is refused as well.
+//!   `SameSite=Strict` keeps the cookies off its requests anyway; a cross-site
+//!   `Sec-Fetch-Site`, or an `Origin` that is not one of the console's own names, is
+//!   refused as well.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, COOKIE};
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// The login cookie.
+use super::hosts::AllowedHosts;
+
+/// The login cookie (`__Host-` prefixed behind TLS: [`Auth::session_cookie`]).
 pub const SESSION_COOKIE: &str = "skiplock_session";
-/// The CSRF nonce cookie.
+/// The CSRF nonce cookie (`__Host-` prefixed behind TLS: [`Auth::csrf_cookie`]).
 pub const CSRF_COOKIE: &str = "skiplock_csrf";
 /// The form field carrying the CSRF token.
 pub const CSRF_FIELD: &str = "csrf";
-/// The setting holding the token.
+/// The setting holding the token that opens everything.
 pub const TOKEN_SETTING: &str = "SKIPLOCK_WEB_TOKEN";
+/// The setting holding the read-only token (pages and `/metrics`, no buttons).
+pub const READ_TOKEN_SETTING: &str = "SKIPLOCK_WEB_READ_TOKEN";
+/// The setting saying browsers reach the console over https (a TLS proxy in front).
+pub const HTTPS_SETTING: &str = "SKIPLOCK_WEB_HTTPS";
+/// The setting of how long a login lasts.
+pub const SESSION_TTL_SETTING: &str = "SKIPLOCK_WEB_SESSION_TTL";
+/// Default of `SKIPLOCK_WEB_SESSION_TTL`.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// Shortest token accepted: a guessable token would make the login form an open door.
 pub const MIN_TOKEN_LEN: usize = 16;
+/// Fewest distinct characters a token must have (`aaaaaaaaaaaaaaaa` is 16 long and one
+/// guess away; 24 random hex digits have 16 distinct ones almost surely).
+pub const MIN_TOKEN_DISTINCT: usize = 8;
 /// Longest token accepted.
 pub const MAX_TOKEN_LEN: usize = 1024;
+/// Wrong tokens one client address may send per [`LOGIN_LOCKOUT`] before it is refused.
+pub const LOGIN_FAILURES: u32 = 5;
+/// How long a client address that sent [`LOGIN_FAILURES`] wrong tokens is refused.
+pub const LOGIN_LOCKOUT: Duration = Duration::from_secs(60);
+/// Client addresses the login limiter remembers (older ones are forgotten first).
+const LIMITER_CAPACITY: usize = 10_000;
+/// Sessions kept at most (the one expiring soonest is dropped first).
+const MAX_SESSIONS: usize = 10_000;
 /// Characters of a CSRF nonce (hex of 16 random bytes).
 const NONCE_LEN: usize = 32;
 
-/// Checks a `SKIPLOCK_WEB_TOKEN` value: 16 to 1024 visible ASCII characters (no spaces), so
-/// it is not trivially guessed and fits in a header. The message never quotes the token.
+/// Checks a token setting's value: 16 to 1024 visible ASCII characters (no spaces), at
+/// least 8 of them distinct, so it is not trivially guessed and fits in a header. The
+/// message never quotes the token.
 pub fn check_token(token: &str) -> Result<(), String> {
     let n = token.chars().count();
     if n < MIN_TOKEN_LEN {
@@ -52,6 +86,16 @@ pub fn check_token(token: &str) -> Result<(), String> {
         return Err(
             "must be visible ASCII characters only (no spaces or control characters)".into(),
         );
+    }
+    let mut seen = [false; 128];
+    for b in token.bytes() {
+        seen[b as usize] = true;
+    }
+    let distinct = seen.iter().filter(|s| **s).count();
+    if distinct < MIN_TOKEN_DISTINCT {
+        return Err(format!(
+            "has only {distinct} distinct characters; a token must be random, with at least {MIN_TOKEN_DISTINCT} distinct characters (e.g. `openssl rand -hex 24`)"
+        ));
     }
     Ok(())
 }
@@ -83,69 +127,184 @@ fn hmac(key: &[u8], msg: &[u8]) -> [u8; 32] {
     m.finalize().into_bytes().into()
 }
 
-/// The console's secrets: the token (if any) and the CSRF key.
-pub struct Auth {
-    /// HMAC of the token under a fixed label: what a login cookie holds.
-    session: Option<[u8; 32]>,
-    /// HMAC key of the CSRF tokens.
-    csrf_key: [u8; 32],
-    /// The token, for comparing a bearer header (through HMACs, constant-time).
-    token: Option<Vec<u8>>,
+/// What a request may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Every page and `/metrics`; no button.
+    Read,
+    /// Everything.
+    Write,
 }
 
+/// Who a request says it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Identity {
+    /// Let in: no token is set, or a live session.
+    Known(Access),
+    /// A right bearer token (a login of its own: refused while the address is locked out).
+    Bearer(Access),
+    /// A bearer token that is no token of this console (counts against the login limit).
+    WrongBearer,
+    /// No session and no bearer token.
+    Unknown,
+}
+
+struct Session {
+    access: Access,
+    expires: Instant,
+}
+
+/// The console's secrets and sessions.
+pub struct Auth {
+    /// HMAC key of the CSRF tokens.
+    csrf_key: [u8; 32],
+    /// The write token, hashed for constant-time comparison.
+    write: Option<[u8; 32]>,
+    /// The read-only token, hashed the same way.
+    read: Option<[u8; 32]>,
+    /// Live sessions by the SHA-256 of their cookie value (the value itself is never kept).
+    sessions: Mutex<HashMap<[u8; 32], Session>>,
+    /// How long a login lasts.
+    ttl: Duration,
+    /// Browsers reach the console over https: cookies are `Secure` and `__Host-`.
+    https: bool,
+    /// Wrong tokens per client address.
+    pub limiter: LoginLimiter,
+}
+
+const COMPARE_KEY: &[u8] = b"skiplock web compare v1";
+
 impl Auth {
-    /// Builds the secrets. With a token the CSRF key is derived from it, so forms stay valid
-    /// across restarts; without one it is random per process.
-    pub fn new(token: Option<&str>) -> Auth {
-        let csrf_key = match token {
-            Some(t) => hmac(t.as_bytes(), b"skiplock web csrf key v1"),
-            None => rand::random(),
-        };
+    /// Builds the secrets with a write token, a read-only token (either may be absent),
+    /// how long a login lasts and whether browsers use https. The CSRF key is random per
+    /// process: sessions live in memory, so a restart logs everyone out and forms made by
+    /// the previous process are stale anyway.
+    pub fn new(write: Option<&str>, read: Option<&str>, ttl: Duration, https: bool) -> Auth {
         Auth {
-            session: token.map(|t| hmac(t.as_bytes(), b"skiplock web session v1")),
-            csrf_key,
-            token: token.map(|t| t.as_bytes().to_vec()),
+            csrf_key: rand::random(),
+            write: write.map(|t| hmac(COMPARE_KEY, t.as_bytes())),
+            read: read.map(|t| hmac(COMPARE_KEY, t.as_bytes())),
+            sessions: Mutex::new(HashMap::new()),
+            ttl,
+            https,
+            limiter: LoginLimiter::default(),
         }
     }
 
-    /// Whether requests need the token.
+    /// Whether requests need a token.
     pub fn required(&self) -> bool {
-        self.session.is_some()
+        self.write.is_some() || self.read.is_some()
     }
 
-    /// The login cookie's value (hex), when a token is set.
-    pub fn session_value(&self) -> Option<String> {
-        self.session.map(hex::encode)
+    /// Whether cookies are `Secure` (browsers use https).
+    pub fn https(&self) -> bool {
+        self.https
     }
 
-    /// Whether `given` is the token (constant-time: both sides are hashed first, so neither
-    /// content nor length leaks through timing).
-    pub fn token_matches(&self, given: &str) -> bool {
-        match &self.token {
-            None => false,
-            Some(t) => {
-                let key = b"skiplock web compare v1";
-                bool::from(hmac(key, t).ct_eq(&hmac(key, given.as_bytes())))
-            }
+    /// The login cookie's name.
+    pub fn session_cookie(&self) -> &'static str {
+        if self.https {
+            "__Host-skiplock_session"
+        } else {
+            SESSION_COOKIE
         }
     }
 
-    /// Whether a request may see the console: no token set, a login cookie holding the
-    /// session value, or `Authorization: Bearer TOKEN`.
-    pub fn authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(session) = self.session_value() else {
-            return true;
-        };
-        if let Some(c) = cookie(headers, SESSION_COOKIE)
-            && bool::from(c.as_bytes().ct_eq(session.as_bytes()))
+    /// The CSRF nonce cookie's name.
+    pub fn csrf_cookie(&self) -> &'static str {
+        if self.https {
+            "__Host-skiplock_csrf"
+        } else {
+            CSRF_COOKIE
+        }
+    }
+
+    /// What `given` opens, if it is one of the tokens (constant-time: both sides are
+    /// hashed first, so neither content nor length leaks through timing, and both tokens
+    /// are compared every time).
+    pub fn token_access(&self, given: &str) -> Option<Access> {
+        let g = hmac(COMPARE_KEY, given.as_bytes());
+        let is = |t: &Option<[u8; 32]>| t.as_ref().is_some_and(|t| bool::from(t.ct_eq(&g)));
+        let (w, r) = (is(&self.write), is(&self.read));
+        if w {
+            Some(Access::Write)
+        } else if r {
+            Some(Access::Read)
+        } else {
+            None
+        }
+    }
+
+    /// Starts a session for `access`; returns the cookie value (32 random bytes, hex).
+    pub fn open_session(&self, access: Access) -> String {
+        let id: [u8; 32] = rand::random();
+        let value = hex::encode(id);
+        let now = Instant::now();
+        let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if s.len() >= MAX_SESSIONS {
+            s.retain(|_, v| v.expires > now);
+        }
+        if s.len() >= MAX_SESSIONS
+            && let Some(k) = s.iter().min_by_key(|(_, v)| v.expires).map(|(k, _)| *k)
         {
-            return true;
+            s.remove(&k);
         }
-        headers
+        s.insert(
+            Sha256::digest(value.as_bytes()).into(),
+            Session {
+                access,
+                expires: now + self.ttl,
+            },
+        );
+        value
+    }
+
+    /// Forgets the session of this request's cookie (logout): the cookie opens nothing
+    /// afterwards, even if a copy of it was kept.
+    pub fn close_session(&self, headers: &HeaderMap) {
+        if let Some(c) = cookie(headers, self.session_cookie()) {
+            let key: [u8; 32] = Sha256::digest(c.as_bytes()).into();
+            self.sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&key);
+        }
+    }
+
+    fn session_access(&self, value: &str) -> Option<Access> {
+        // Looked up by hash: the map's comparisons never touch the secret itself.
+        let key: [u8; 32] = Sha256::digest(value.as_bytes()).into();
+        let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        match s.get(&key) {
+            Some(v) if v.expires > Instant::now() => Some(v.access),
+            Some(_) => {
+                s.remove(&key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Who a request is: no token set (everything), a live session, or a bearer token.
+    pub fn identify(&self, headers: &HeaderMap) -> Identity {
+        if !self.required() {
+            return Identity::Known(Access::Write);
+        }
+        if let Some(a) = cookie(headers, self.session_cookie()).and_then(|c| self.session_access(c))
+        {
+            return Identity::Known(a);
+        }
+        match headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| self.token_matches(t.trim()))
+        {
+            Some(t) => match self.token_access(t.trim()) {
+                Some(a) => Identity::Bearer(a),
+                None => Identity::WrongBearer,
+            },
+            None => Identity::Unknown,
+        }
     }
 
     /// The CSRF token that goes with `nonce` (hex).
@@ -161,6 +320,81 @@ impl Auth {
             }
             _ => false,
         }
+    }
+
+    /// A `Set-Cookie` value for the console's cookies: `HttpOnly`, `SameSite=Strict`, whole
+    /// site, gone when the browser closes (`delete`: deleted now); `Secure` behind https.
+    pub fn set_cookie(&self, name: &str, value: &str, delete: bool) -> String {
+        let mut c = format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict");
+        if self.https {
+            c.push_str("; Secure");
+        }
+        if delete {
+            c.push_str("; Max-Age=0");
+        }
+        c
+    }
+}
+
+/// Wrong tokens per client address: after [`LOGIN_FAILURES`] of them the address is refused
+/// (429, without looking at the token) until [`LOGIN_LOCKOUT`] has passed since its last
+/// wrong one. IPv6 clients count per /64, the block one machine usually holds. Memory is
+/// bounded ([`LIMITER_CAPACITY`] addresses).
+#[derive(Default)]
+pub struct LoginLimiter {
+    failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+}
+
+/// The key a client address counts under.
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+impl LoginLimiter {
+    /// How much longer `ip` is refused (`None`: it may try).
+    pub fn locked(&self, ip: IpAddr) -> Option<Duration> {
+        let f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        match f.get(&client_key(ip)) {
+            Some((n, last)) if *n >= LOGIN_FAILURES => LOGIN_LOCKOUT.checked_sub(last.elapsed()),
+            _ => None,
+        }
+    }
+
+    /// Counts a wrong token from `ip`.
+    pub fn failed(&self, ip: IpAddr) {
+        let now = Instant::now();
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if f.len() >= LIMITER_CAPACITY {
+            f.retain(|_, (_, last)| now.duration_since(*last) < LOGIN_LOCKOUT);
+        }
+        if f.len() >= LIMITER_CAPACITY
+            && let Some(k) = f.iter().min_by_key(|(_, (_, last))| *last).map(|(k, _)| *k)
+        {
+            f.remove(&k);
+        }
+        let e = f.entry(client_key(ip)).or_insert((0, now));
+        if now.duration_since(e.1) >= LOGIN_LOCKOUT {
+            e.0 = 0;
+        }
+        e.0 += 1;
+        e.1 = now;
+    }
+
+    /// Forgets `ip`'s wrong tokens (it logged in).
+    pub fn succeeded(&self, ip: IpAddr) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&client_key(ip));
     }
 }
 
@@ -186,40 +420,21 @@ pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .map(|(_, v)| v.trim())
 }
 
-/// A `Set-Cookie` value for the console's cookies: `HttpOnly`, `SameSite=Strict`, whole
-/// site, gone when the browser closes (`max_age` zero: deleted now).
-pub fn set_cookie(name: &str, value: &str, delete: bool) -> String {
-    let mut c = format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict");
-    if delete {
-        c.push_str("; Max-Age=0");
-    }
-    c
-}
-
 /// Whether a POST comes from another site: `Sec-Fetch-Site: cross-site`/`same-site`, or an
-/// `Origin` whose host and port differ from the request's `Host`. Requests without these
-/// headers (curl, old browsers) are judged by the CSRF token alone.
-pub fn cross_site(headers: &HeaderMap) -> bool {
+/// `Origin` that is not one of the console's own names (not merely the request's own
+/// `Host`: under DNS rebinding both name the attacker). Requests without these headers
+/// (curl, old browsers) are judged by the CSRF token alone.
+pub fn cross_site(headers: &HeaderMap, hosts: &AllowedHosts) -> bool {
     if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
         && matches!(site, "cross-site" | "same-site")
     {
         return true;
     }
-    let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    if origin == "null" {
-        return true;
+    match headers.get("origin").map(|v| v.to_str()) {
+        None => false,
+        Some(Ok(origin)) => !hosts.origin_ok(origin),
+        Some(Err(_)) => true,
     }
-    let host = headers
-        .get("host")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let origin_host = origin
-        .split_once("://")
-        .map(|(_, rest)| rest.trim_end_matches('/'))
-        .unwrap_or("");
-    !origin_host.eq_ignore_ascii_case(host)
 }
 
 /// Where to go after logging in: only a path on this console (`/…`, not `//host`), else `/`.
@@ -279,51 +494,149 @@ mod tests {
         assert!(check_token("0123456789abcdef\n").is_err());
         assert!(check_token("0123456789abcdéf").is_err());
         assert!(check_token(&"x".repeat(2000)).is_err());
+        // Long enough but hardly random.
+        for weak in [
+            "aaaaaaaaaaaaaaaa",
+            "abababababababababab",
+            "abcabcabcabcabcabc1",
+        ] {
+            let e = check_token(weak).unwrap_err();
+            assert!(
+                e.contains("distinct characters") && !e.contains(weak),
+                "{e}"
+            );
+        }
+        assert!(check_token("abcdefgh12345678").is_ok());
     }
 
-    #[test]
-    fn the_token_opens_the_console_by_cookie_or_bearer_and_nothing_else() {
-        let open = Auth::new(None);
-        assert!(!open.required() && open.authorized(&HeaderMap::new()));
-        assert!(!open.token_matches(""));
-
-        let a = Auth::new(Some("0123456789abcdef"));
-        assert!(a.required());
-        assert!(!a.authorized(&HeaderMap::new()));
-        assert!(a.token_matches("0123456789abcdef"));
-        assert!(!a.token_matches("0123456789abcdeF") && !a.token_matches(""));
-        let session = a.session_value().unwrap();
-        assert!(!session.contains("0123456789abcdef"));
+    fn with_cookie(name: &str, value: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(
             COOKIE,
-            HeaderValue::from_str(&format!("other=1; {SESSION_COOKIE}={session}")).unwrap(),
+            HeaderValue::from_str(&format!("other=1; {name}={value}")).unwrap(),
         );
-        assert!(a.authorized(&h));
-        h.insert(
-            COOKIE,
-            HeaderValue::from_static("skiplock_session=0123456789abcdef"),
+        h
+    }
+
+    #[test]
+    fn a_session_is_random_server_side_expires_and_ends_at_logout() {
+        let open = Auth::new(None, None, DEFAULT_SESSION_TTL, false);
+        assert!(!open.required());
+        assert_eq!(
+            open.identify(&HeaderMap::new()),
+            Identity::Known(Access::Write)
         );
-        assert!(!a.authorized(&h), "the raw token is not a session cookie");
+        assert_eq!(open.token_access(""), None);
+
+        let a = Auth::new(
+            Some("0123456789abcdef"),
+            Some("read-only-0123456789"),
+            DEFAULT_SESSION_TTL,
+            false,
+        );
+        assert!(a.required());
+        assert_eq!(a.identify(&HeaderMap::new()), Identity::Unknown);
+        assert_eq!(a.token_access("0123456789abcdef"), Some(Access::Write));
+        assert_eq!(a.token_access("read-only-0123456789"), Some(Access::Read));
+        assert_eq!(a.token_access("0123456789abcdeF"), None);
+        let s1 = a.open_session(Access::Write);
+        let s2 = a.open_session(Access::Write);
+        assert_ne!(s1, s2, "every login gets its own random session");
+        assert!(!s1.contains("0123456789abcdef"));
+        let h = with_cookie(SESSION_COOKIE, &s1);
+        assert_eq!(a.identify(&h), Identity::Known(Access::Write));
+        let r = a.open_session(Access::Read);
+        assert_eq!(
+            a.identify(&with_cookie(SESSION_COOKIE, &r)),
+            Identity::Known(Access::Read)
+        );
+        // Logging out ends this session only.
+        a.close_session(&h);
+        assert_eq!(a.identify(&h), Identity::Unknown);
+        assert_eq!(
+            a.identify(&with_cookie(SESSION_COOKIE, &s2)),
+            Identity::Known(Access::Write)
+        );
+        // The raw token, or a made-up value, is no session.
+        assert_eq!(
+            a.identify(&with_cookie(SESSION_COOKIE, "0123456789abcdef")),
+            Identity::Unknown
+        );
         let mut b = HeaderMap::new();
         b.insert(
             AUTHORIZATION,
-            HeaderValue::from_static("Bearer 0123456789abcdef"),
+            HeaderValue::from_static("Bearer read-only-0123456789"),
         );
-        assert!(a.authorized(&b));
+        assert_eq!(a.identify(&b), Identity::Bearer(Access::Read));
         b.insert(
             AUTHORIZATION,
             HeaderValue::from_static("Bearer wrong-wrong-wrong"),
         );
-        assert!(!a.authorized(&b));
-        // Another token's cookie does not open this console.
-        let other = Auth::new(Some("fedcba9876543210"));
-        assert_ne!(other.session_value(), a.session_value());
+        assert_eq!(a.identify(&b), Identity::WrongBearer);
+        // A session past its expiry opens nothing.
+        let short = Auth::new(Some("0123456789abcdef"), None, Duration::ZERO, false);
+        let s = short.open_session(Access::Write);
+        assert_eq!(
+            short.identify(&with_cookie(SESSION_COOKIE, &s)),
+            Identity::Unknown
+        );
+    }
+
+    #[test]
+    fn behind_https_the_cookies_are_secure_and_host_prefixed() {
+        let a = Auth::new(Some("0123456789abcdef"), None, DEFAULT_SESSION_TTL, true);
+        assert_eq!(a.session_cookie(), "__Host-skiplock_session");
+        assert_eq!(a.csrf_cookie(), "__Host-skiplock_csrf");
+        let c = a.set_cookie(a.session_cookie(), "v", false);
+        assert!(
+            c.contains("; Secure") && c.contains("Path=/") && !c.contains("Domain"),
+            "{c}"
+        );
+        let s = a.open_session(Access::Write);
+        assert_eq!(
+            a.identify(&with_cookie("__Host-skiplock_session", &s)),
+            Identity::Known(Access::Write)
+        );
+        assert_eq!(
+            a.identify(&with_cookie(SESSION_COOKIE, &s)),
+            Identity::Unknown,
+            "behind https only the prefixed cookie counts"
+        );
+        let plain = Auth::new(None, None, DEFAULT_SESSION_TTL, false);
+        assert!(!plain.set_cookie(CSRF_COOKIE, "v", false).contains("Secure"));
+    }
+
+    #[test]
+    fn wrong_tokens_lock_an_address_out_and_a_login_forgets_them() {
+        let l = LoginLimiter::default();
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        let other: IpAddr = "192.0.2.8".parse().unwrap();
+        for _ in 0..LOGIN_FAILURES - 1 {
+            l.failed(ip);
+        }
+        assert_eq!(l.locked(ip), None);
+        l.failed(ip);
+        assert!(l.locked(ip).is_some_and(|d| d <= LOGIN_LOCKOUT));
+        assert_eq!(l.locked(other), None, "per address");
+        l.succeeded(ip);
+        assert_eq!(l.locked(ip), None);
+        // IPv6 counts per /64.
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2::ffff".parse().unwrap();
+        for _ in 0..LOGIN_FAILURES {
+            l.failed(a);
+        }
+        assert!(l.locked(b).is_some());
+        // Bounded memory: many addresses never grow it past its capacity.
+        for i in 0..(LIMITER_CAPACITY as u32 + 10) {
+            l.failed(IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i)));
+        }
+        assert!(l.failures.lock().unwrap().len() <= LIMITER_CAPACITY);
     }
 
     #[test]
     fn a_csrf_token_belongs_to_its_nonce_and_its_console() {
-        let a = Auth::new(None);
+        let a = Auth::new(None, None, DEFAULT_SESSION_TTL, false);
         let n = new_nonce();
         assert!(valid_nonce(&n));
         let t = a.csrf_token(&n);
@@ -334,31 +647,42 @@ mod tests {
         assert!(!a.csrf_ok(Some(&n), Some("")));
         assert!(!a.csrf_ok(Some("short"), Some(&a.csrf_token("short"))));
         assert!(
-            !Auth::new(None).csrf_ok(Some(&n), Some(&t)),
+            !Auth::new(None, None, DEFAULT_SESSION_TTL, false).csrf_ok(Some(&n), Some(&t)),
             "another process's key"
         );
-        // With a token the key survives a restart.
-        let k1 = Auth::new(Some("0123456789abcdef"));
-        let k2 = Auth::new(Some("0123456789abcdef"));
-        assert_eq!(k1.csrf_token(&n), k2.csrf_token(&n));
     }
 
     #[test]
     fn cross_site_posts_and_open_redirects_are_recognised() {
+        let hosts = AllowedHosts::new(
+            "127.0.0.1:8080".parse().unwrap(),
+            Vec::new(),
+            super::super::hosts::WEB_HOSTS_SETTING,
+        );
         let mut h = HeaderMap::new();
-        assert!(!cross_site(&h));
+        assert!(!cross_site(&h, &hosts));
         h.insert("host", HeaderValue::from_static("127.0.0.1:8080"));
         h.insert("origin", HeaderValue::from_static("http://127.0.0.1:8080"));
-        assert!(!cross_site(&h));
+        assert!(!cross_site(&h, &hosts));
         h.insert("origin", HeaderValue::from_static("http://evil.example"));
-        assert!(cross_site(&h));
+        assert!(cross_site(&h, &hosts));
         h.insert("origin", HeaderValue::from_static("null"));
-        assert!(cross_site(&h));
+        assert!(cross_site(&h, &hosts));
+        // A rebound name: Origin and Host agree, and both are the attacker's.
+        h.insert(
+            "host",
+            HeaderValue::from_static("rebind.attacker.example:8080"),
+        );
+        h.insert(
+            "origin",
+            HeaderValue::from_static("http://rebind.attacker.example:8080"),
+        );
+        assert!(cross_site(&h, &hosts));
         let mut s = HeaderMap::new();
         s.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
-        assert!(cross_site(&s));
+        assert!(cross_site(&s, &hosts));
         s.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
-        assert!(!cross_site(&s));
+        assert!(!cross_site(&s, &hosts));
 
         assert_eq!(
             safe_next(Some("/jobs?state=discarded")),

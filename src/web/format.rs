@@ -3,6 +3,20 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
+/// The escaper of every value the console's templates print (src/web/askama.toml): the
+/// CLI's escapes for control and invisible formatting characters first
+/// ([`crate::cli::output::escape_invisible`]: a bidi override `U+202E` shows as `\u{202e}`
+/// instead of reversing the text after it, a zero-width space as `\u{200b}` instead of
+/// making two names look alike), then askama's HTML escaping.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConsoleHtml;
+
+impl askama::filters::Escaper for ConsoleHtml {
+    fn write_escaped_str<W: std::fmt::Write>(&self, dest: W, string: &str) -> std::fmt::Result {
+        askama::filters::Html.write_escaped_str(dest, &crate::cli::output::escape_invisible(string))
+    }
+}
+
 /// A time as `2026-12-01 06:30:12Z` (UTC, to the second); `None` as `-`.
 pub fn time(t: Option<DateTime<Utc>>) -> String {
     match t {
@@ -83,6 +97,30 @@ pub fn json(v: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(askama::Template)]
+    #[template(
+        source = "<p title=\"{{ v }}\">{{ v }}</p><input value=\"{{ v|e(\"form\") }}\">",
+        ext = "html",
+        config = "src/web/askama.toml"
+    )]
+    struct Probe<'a> {
+        v: &'a str,
+    }
+
+    #[test]
+    fn pages_show_invisible_characters_escaped_and_forms_post_them_back_as_they_are() {
+        use askama::Template as _;
+        let html = Probe {
+            v: "q\u{202e}<evil>\u{200b}",
+        }
+        .render()
+        .unwrap();
+        assert_eq!(
+            html,
+            "<p title=\"q\\u{202e}&#60;evil&#62;\\u{200b}\">q\\u{202e}&#60;evil&#62;\\u{200b}</p><input value=\"q\u{202e}&#60;evil&#62;\u{200b}\">"
+        );
+    }
 
     #[test]
     fn ages_show_their_two_largest_units() {

@@ -1,6 +1,8 @@
-//! The one middleware every request passes: method check, the token, the CSRF nonce cookie,
-//! the CSRF check of every POST (the form body is read here, so no handler can forget it),
-//! and the security headers of every response.
+//! The one middleware every request passes: method check, the `Host` check (DNS
+//! rebinding, [`super::hosts`]), the token or session (with the login limit), read-only
+//! logins kept off every button, the CSRF nonce cookie, the CSRF check of every POST (the
+//! form body is read here, so no handler can forget it), and the security headers of every
+//! response.
 
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
@@ -13,16 +15,26 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 
 use super::AppState;
-use super::auth::{self, CSRF_COOKIE, CSRF_FIELD};
+use super::auth::{self, Access, CSRF_FIELD, Identity};
 use super::pages::login;
 
 /// The largest form body accepted (the biggest form is a retry reason).
 const MAX_FORM: usize = 64 * 1024;
 
 /// The browser's CSRF nonce for this request (from its cookie, or a fresh one the response
-/// sets); pages put [`auth::Auth::csrf_token`] of it into their forms.
+/// sets); pages put [`auth::Auth::csrf_token`] of it into their forms. With it, what the
+/// request may do (a read-only login's pages offer no buttons).
 #[derive(Debug, Clone)]
-pub struct CsrfNonce(pub String);
+pub struct CsrfNonce(pub String, pub Access);
+
+/// The client's address (the login limit counts per address).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientIp(pub std::net::IpAddr);
+
+/// The paths a POST may reach with a read-only login: logging in and out.
+fn read_only_may_post(path: &str) -> bool {
+    path == "/login" || path == "/logout"
+}
 
 fn refused(status: StatusCode, message: &str) -> Response {
     let body = format!(
@@ -33,6 +45,19 @@ fn refused(status: StatusCode, message: &str) -> Response {
         message
     );
     (status, Html(body)).into_response()
+}
+
+/// 429 for a client address locked out by the login limit.
+pub fn too_many(left: Option<std::time::Duration>) -> Response {
+    let secs = left.map_or(auth::LOGIN_LOCKOUT.as_secs(), |d| d.as_secs() + 1);
+    let mut r = refused(
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!("refused: too many wrong tokens from this address; try again in {secs} s"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+        r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+    }
+    r
 }
 
 /// The form field `name` of an `application/x-www-form-urlencoded` body.
@@ -51,42 +76,84 @@ pub async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Resp
             "only GET and POST are served",
         );
     }
+    // Before anything else, even the login form: a request for a name that is not the
+    // console's own may come from a DNS-rebinding page (src/web/hosts.rs).
+    let host = req
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    if !host.as_deref().is_some_and(|h| st.hosts.host_ok(h)) {
+        return refused(
+            StatusCode::MISDIRECTED_REQUEST,
+            &st.hosts.refusal(host.as_deref()),
+        );
+    }
     let path = req.uri().path().to_string();
-    let from_cookie = auth::cookie(req.headers(), CSRF_COOKIE)
+    let ip = super::server::peer(&req).ip();
+    let from_cookie = auth::cookie(req.headers(), st.auth.csrf_cookie())
         .filter(|n| auth::valid_nonce(n))
         .map(str::to_string);
     let fresh = from_cookie.is_none();
     let nonce = from_cookie.clone().unwrap_or_else(auth::new_nonce);
     let public = path == "/login" || path.starts_with("/assets/");
+    let identity = st.auth.identify(req.headers());
+    let locked = st.auth.limiter.locked(ip);
+    let bearer = matches!(identity, Identity::Bearer(_) | Identity::WrongBearer);
+    if identity == Identity::WrongBearer && locked.is_none() {
+        tracing::warn!(client = %ip, "console request refused: wrong bearer token");
+        st.auth.limiter.failed(ip);
+    }
+    // A bearer token is a login attempt of its own: while the address is locked out it is
+    // not looked at, right or wrong (else the lockout would still answer every guess).
+    let access = match identity {
+        Identity::Known(a) => Some(a),
+        Identity::Bearer(a) if locked.is_none() => Some(a),
+        _ => None,
+    };
 
-    let mut resp = if st.auth.required() && !public && !st.auth.authorized(req.headers()) {
-        // Refused: the login form, with this page to come back to.
-        let next_path = req
-            .uri()
-            .path_and_query()
-            .map(|p| p.as_str().to_string())
-            .filter(|_| method == Method::GET);
-        login::render(
-            &st,
-            &nonce,
-            next_path.as_deref(),
-            Some("This console needs its token."),
-            StatusCode::UNAUTHORIZED,
+    let mut resp = if st.auth.required() && !public && access.is_none() {
+        if bearer && locked.is_some() {
+            too_many(locked)
+        } else {
+            // Refused: the login form, with this page to come back to.
+            let next_path = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_string())
+                .filter(|_| method == Method::GET);
+            login::render(
+                &st,
+                &nonce,
+                next_path.as_deref(),
+                Some("This console needs its token."),
+                StatusCode::UNAUTHORIZED,
+            )
+        }
+    } else if method == Method::POST && access == Some(Access::Read) && !read_only_may_post(&path) {
+        refused(
+            StatusCode::FORBIDDEN,
+            "refused: this is a read-only login (SKIPLOCK_WEB_READ_TOKEN); log in with SKIPLOCK_WEB_TOKEN to press buttons",
         )
     } else if method == Method::POST {
-        if auth::cross_site(req.headers()) {
+        if auth::cross_site(req.headers(), &st.hosts) {
             refused(
                 StatusCode::FORBIDDEN,
                 "refused: this request came from another site",
             )
         } else {
             let (parts, body) = req.into_parts();
-            match to_bytes(body, MAX_FORM).await {
+            match tokio::time::timeout(st.read_timeout, to_bytes(body, MAX_FORM)).await {
                 Err(_) => refused(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "refused: the form's body did not arrive in time",
+                ),
+                Ok(Err(_)) => refused(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "refused: the form is larger than 64 KiB",
                 ),
-                Ok(bytes) => {
+                Ok(Ok(bytes)) => {
                     let field = form_field(&bytes, CSRF_FIELD);
                     if !st.auth.csrf_ok(from_cookie.as_deref(), field.as_deref()) {
                         refused(
@@ -95,7 +162,9 @@ pub async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Resp
                         )
                     } else {
                         let mut req = Request::from_parts(parts, Body::from(bytes));
-                        req.extensions_mut().insert(CsrfNonce(nonce.clone()));
+                        req.extensions_mut()
+                            .insert(CsrfNonce(nonce.clone(), access.unwrap_or(Access::Read)));
+                        req.extensions_mut().insert(ClientIp(ip));
                         next.run(req).await
                     }
                 }
@@ -103,12 +172,17 @@ pub async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Resp
         }
     } else {
         let mut req = req;
-        req.extensions_mut().insert(CsrfNonce(nonce.clone()));
+        req.extensions_mut()
+            .insert(CsrfNonce(nonce.clone(), access.unwrap_or(Access::Read)));
+        req.extensions_mut().insert(ClientIp(ip));
         next.run(req).await
     };
 
     let h = resp.headers_mut();
-    if fresh && let Ok(v) = HeaderValue::from_str(&auth::set_cookie(CSRF_COOKIE, &nonce, false)) {
+    if fresh
+        && let Ok(v) =
+            HeaderValue::from_str(&st.auth.set_cookie(st.auth.csrf_cookie(), &nonce, false))
+    {
         h.append(SET_COOKIE, v);
     }
     h.insert(

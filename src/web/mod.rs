@@ -3,7 +3,9 @@
 //!
 //! - [`pages`]: one module per page (overview, jobs, packets, crawl, login); askama
 //!   templates in `src/web/templates/`, compiled into the binary.
-//! - [`auth`]: loopback by default, the token, the login cookie, CSRF on every POST.
+//! - [`auth`]: loopback by default, the tokens, server-side sessions, the login limit,
+//!   CSRF on every POST; [`hosts`]: the `Host` names it answers for; [`flash`]: one-shot
+//!   messages; [`server`]: the HTTP server with its read timeout.
 //! - [`assets`], [`chart`], [`format`]: the embedded stylesheet and script, the SVG
 //!   throughput chart, how times and sizes read.
 //! - Statements: [`crate::store::web`]. Reads only; every button calls a SQL API function,
@@ -15,9 +17,12 @@
 pub mod assets;
 pub mod auth;
 pub mod chart;
+pub mod flash;
 pub mod format;
 mod guard;
+pub mod hosts;
 pub mod pages;
+pub mod server;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,6 +52,14 @@ pub const BULK_MAX: i32 = 10_000;
 pub const BOARD_PER_STATE: i64 = 50;
 /// Seconds between automatic refreshes of the overview and crawl pages.
 pub const REFRESH_SECS: u32 = 5;
+/// The setting of how many queues the overview and `/metrics` list one by one.
+pub const TOP_QUEUES_SETTING: &str = "SKIPLOCK_TOP_QUEUES";
+/// Default of `SKIPLOCK_TOP_QUEUES`: the overview and `/metrics` list the 50 deepest queues
+/// (most live jobs) by name and add up the rest in one line / one `queue="(other)"` series,
+/// so 100,000 queue names cost a page and a scrape no more than 50 do.
+pub const DEFAULT_TOP_QUEUES: usize = 50;
+/// The setting of the read timeout ([`server::serve`]).
+pub const READ_TIMEOUT_SETTING: &str = "SKIPLOCK_WEB_READ_TIMEOUT";
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -57,6 +70,14 @@ pub struct AppState {
     pub auth: Arc<auth::Auth>,
     /// The database login, shown in the header.
     pub db_user: Arc<str>,
+    /// The `Host` names the console answers for.
+    pub hosts: Arc<hosts::AllowedHosts>,
+    /// Messages waiting to be shown once.
+    pub flash: Arc<flash::Flashes>,
+    /// Queues the overview and `/metrics` list one by one ([`DEFAULT_TOP_QUEUES`]).
+    pub top_queues: usize,
+    /// The longest a client may take to send a request's headers, or a form's body.
+    pub read_timeout: Duration,
 }
 
 /// Builds the console's router (every page, the assets, the login, the guard).
@@ -96,7 +117,7 @@ pub fn router(state: AppState) -> Router {
 async fn metrics(
     axum::extract::State(st): axum::extract::State<AppState>,
 ) -> impl axum::response::IntoResponse {
-    let body = crate::metrics::serve::database_text(&st.pool).await;
+    let body = crate::metrics::serve::database_text(&st.pool, st.top_queues).await;
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -117,14 +138,15 @@ pub async fn resolve_listen(listen: &str, token_set: bool) -> Result<SocketAddr>
     Ok(addrs[0])
 }
 
-/// Serves the console on `listener` until `shutdown` completes.
+/// Serves the console on `listener` until `shutdown` completes; a connection that does not
+/// send a request's headers within `read_timeout` is closed ([`server::serve`]).
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
+    read_timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
+    server::serve(listener, router(state), read_timeout, shutdown)
         .await
         .map_err(Error::Io)
 }

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::{Layout, PageError, html, q, see_other};
+use super::{Layout, PageError, html, q, see_other_with};
 use crate::store::web as store;
 use crate::web::guard::CsrfNonce;
 use crate::web::{AppState, REFRESH_SECS, format};
@@ -67,8 +67,8 @@ struct CrawlPage {
 /// The pack-now message.
 #[derive(Debug, Default, Deserialize)]
 pub struct CrawlQuery {
-    /// The host just packed.
-    pub packed: Option<String>,
+    /// The message's id (src/web/flash.rs).
+    pub flash: Option<String>,
 }
 
 /// `GET /crawl`.
@@ -85,9 +85,7 @@ pub async fn page(
     let hosts_cut = hosts.len() as i64 > MAX_HOSTS;
     let mut layout = Layout::new(&st, &nonce, "Crawl", "crawl");
     layout.refresh = REFRESH_SECS;
-    layout.flash_ok = cq
-        .packed
-        .map(|h| format!("{h} will be packed now (its do-the-packing job is due)."));
+    layout.take_flash(&st, &nonce, cq.flash.as_deref());
     html(&CrawlPage {
         layout,
         hosts_cut,
@@ -239,5 +237,13 @@ pub async fn pack_now(
     store::pack_now(&st.pool, &host)
         .await
         .map_err(|e| PageError::from(e).back("/crawl").framed(&st, &nonce))?;
-    Ok(see_other(&format!("/crawl?packed={}", q(host.trim()))))
+    Ok(see_other_with(
+        &st,
+        &nonce,
+        "/crawl",
+        format!(
+            "{} will be packed now (its do-the-packing job is due).",
+            host.trim()
+        ),
+    ))
 }

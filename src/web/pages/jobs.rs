@@ -10,7 +10,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Layout, PageError, html, q, see_other};
+use super::{Layout, PageError, html, q, see_other_with};
 use crate::queue::JobState;
 use crate::store::web::{self as store, JobFilter, Page};
 use crate::web::guard::CsrfNonce;
@@ -36,10 +36,8 @@ pub struct JobsQuery {
     pub before: Option<String>,
     /// Newer than this id.
     pub after: Option<String>,
-    /// What was just done (a message code).
-    pub done: Option<String>,
-    /// How many it touched.
-    pub n: Option<String>,
+    /// The message after a bulk press (a one-shot id, src/web/flash.rs).
+    pub flash: Option<String>,
 }
 
 fn text_field(what: &str, v: Option<&str>, max: usize) -> Result<Option<String>, String> {
@@ -93,7 +91,7 @@ pub fn parse_page(before: Option<&str>, after: Option<&str>) -> Result<Page, Str
     }
 }
 
-/// `/jobs?…` for `f`, plus `extra` (`before=…`, `done=…`).
+/// `/jobs?…` for `f`, plus `extra` (`before=…`, `after=…`).
 pub fn list_url(f: &JobFilter, extra: &[(&str, String)]) -> String {
     let mut parts: Vec<String> = Vec::new();
     if let Some(s) = f.state {
@@ -234,23 +232,7 @@ pub async fn list(
         _ => None,
     };
     let mut layout = Layout::new(&st, &nonce, "Jobs", "jobs");
-    let n =
-        qs.n.as_deref()
-            .and_then(|n| n.parse::<i64>().ok())
-            .unwrap_or(0);
-    layout.flash_ok = match qs.done.as_deref() {
-        Some("bulk-retry") => Some(format!(
-            "Retried {} jobs (at most {} per press; press again for more).",
-            format::count(n),
-            format::count(BULK_MAX.into())
-        )),
-        Some("bulk-cancel") => Some(format!(
-            "Cancelled {} jobs (at most {} per press; press again for more).",
-            format::count(n),
-            format::count(BULK_MAX.into())
-        )),
-        _ => None,
-    };
+    layout.take_flash(&st, &nonce, qs.flash.as_deref());
     let (mut kinds, mut queue_names) = (Vec::new(), Vec::new());
     for c in choices {
         if c.what == "kind" {
@@ -372,11 +354,11 @@ struct JobPage {
     can_cancel: bool,
 }
 
-/// What was done, for the job page's message.
+/// The message after a button (a one-shot id, src/web/flash.rs).
 #[derive(Debug, Default, Deserialize)]
 pub struct DoneQuery {
-    /// `retried` or `cancelled`.
-    pub done: Option<String>,
+    /// The message's id.
+    pub flash: Option<String>,
 }
 
 /// `GET /jobs/{id}`.
@@ -396,11 +378,7 @@ pub async fn show(
                 .framed(&st, &nonce)
         })?;
     let mut layout = Layout::new(&st, &nonce, format!("Job {id}"), "jobs");
-    layout.flash_ok = match dq.done.as_deref() {
-        Some("retried") => Some(format!("Job {id} is available again.")),
-        Some("cancelled") => Some(format!("Job {id} is cancelled.")),
-        _ => None,
-    };
+    layout.take_flash(&st, &nonce, dq.flash.as_deref());
     html(&JobPage {
         layout,
         id,
@@ -450,7 +428,12 @@ pub async fn retry(
             .back(format!("/jobs/{id}"))
             .framed(&st, &nonce)
     })?;
-    Ok(see_other(&format!("/jobs/{id}?done=retried")))
+    Ok(see_other_with(
+        &st,
+        &nonce,
+        &format!("/jobs/{id}"),
+        format!("Job {id} is available again."),
+    ))
 }
 
 /// `POST /jobs/{id}/cancel`.
@@ -465,7 +448,12 @@ pub async fn cancel(
             .back(format!("/jobs/{id}"))
             .framed(&st, &nonce)
     })?;
-    Ok(see_other(&format!("/jobs/{id}?done=cancelled")))
+    Ok(see_other_with(
+        &st,
+        &nonce,
+        &format!("/jobs/{id}"),
+        format!("Job {id} is cancelled."),
+    ))
 }
 
 /// The bulk form.
@@ -507,15 +495,15 @@ pub async fn bulk(
     }
     let back = list_url(&f, &[]);
     let framed = |e: crate::Error| PageError::from(e).back(back.clone()).framed(&st, &nonce);
-    let (code, n) = match form.action.as_deref() {
+    let (done, n) = match form.action.as_deref() {
         Some("retry") => (
-            "bulk-retry",
+            "Retried",
             store::retry_jobs(&st.pool, &f, BULK_MAX)
                 .await
                 .map_err(framed)?,
         ),
         Some("cancel") => (
-            "bulk-cancel",
+            "Cancelled",
             store::cancel_jobs(&st.pool, &f, BULK_MAX)
                 .await
                 .map_err(framed)?,
@@ -528,10 +516,12 @@ pub async fn bulk(
             ));
         }
     };
-    Ok(see_other(&list_url(
-        &f,
-        &[("done", code.to_string()), ("n", n.to_string())],
-    )))
+    let said = format!(
+        "{done} {} jobs (at most {} per press; press again for more).",
+        format::count(n),
+        format::count(BULK_MAX.into())
+    );
+    Ok(see_other_with(&st, &nonce, &list_url(&f, &[]), said))
 }
 
 #[cfg(test)]

@@ -1,18 +1,20 @@
-//! The login form (only when `SKIPLOCK_WEB_TOKEN` is set): trades the token for the session
-//! cookie; and logging out.
+//! The login form (only when `SKIPLOCK_WEB_TOKEN` or `SKIPLOCK_WEB_READ_TOKEN` is set):
+//! trades a token for a fresh server-side session (src/web/auth.rs), at most
+//! [`auth::LOGIN_FAILURES`] wrong tokens per client address and lockout; and logging out,
+//! which ends the session on the server.
 
 use askama::Template;
 use axum::Extension;
 use axum::extract::{Form, Query, State};
 use axum::http::header::SET_COOKIE;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 
 use super::see_other;
 use crate::web::AppState;
-use crate::web::auth::{self, SESSION_COOKIE};
-use crate::web::guard::CsrfNonce;
+use crate::web::auth;
+use crate::web::guard::{ClientIp, CsrfNonce};
 
 #[derive(Template)]
 #[template(path = "login.html", config = "src/web/askama.toml")]
@@ -75,13 +77,20 @@ pub struct LoginForm {
 pub async fn submit(
     State(st): State<AppState>,
     Extension(nonce): Extension<CsrfNonce>,
+    Extension(ClientIp(ip)): Extension<ClientIp>,
     Form(f): Form<LoginForm>,
 ) -> Response {
-    let Some(session) = st.auth.session_value() else {
+    if !st.auth.required() {
         return see_other("/");
-    };
-    if !st.auth.token_matches(f.token.as_deref().unwrap_or("")) {
-        tracing::warn!("console login refused: wrong token");
+    }
+    // A locked-out address is refused without looking at the token, so guessing costs
+    // LOGIN_LOCKOUT per LOGIN_FAILURES tries.
+    if let Some(left) = st.auth.limiter.locked(ip) {
+        return crate::web::guard::too_many(Some(left));
+    }
+    let Some(access) = st.auth.token_access(f.token.as_deref().unwrap_or("")) else {
+        st.auth.limiter.failed(ip);
+        tracing::warn!(client = %ip, "console login refused: wrong token");
         return render(
             &st,
             &nonce.0,
@@ -89,18 +98,26 @@ pub async fn submit(
             Some("That is not the console's token."),
             StatusCode::UNAUTHORIZED,
         );
-    }
+    };
+    st.auth.limiter.succeeded(ip);
+    let session = st.auth.open_session(access);
     let mut resp = see_other(&auth::safe_next(f.next.as_deref()));
-    if let Ok(v) = HeaderValue::from_str(&auth::set_cookie(SESSION_COOKIE, &session, false)) {
+    if let Ok(v) = HeaderValue::from_str(&st.auth.set_cookie(
+        st.auth.session_cookie(),
+        &session,
+        false,
+    )) {
         resp.headers_mut().append(SET_COOKIE, v);
     }
     resp
 }
 
-/// `POST /logout`.
-pub async fn logout() -> Response {
+/// `POST /logout`: the session ends on the server too, so a copy of the cookie opens
+/// nothing afterwards.
+pub async fn logout(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    st.auth.close_session(&headers);
     let mut resp = see_other("/login");
-    if let Ok(v) = HeaderValue::from_str(&auth::set_cookie(SESSION_COOKIE, "", true)) {
+    if let Ok(v) = HeaderValue::from_str(&st.auth.set_cookie(st.auth.session_cookie(), "", true)) {
         resp.headers_mut().append(SET_COOKIE, v);
     }
     resp

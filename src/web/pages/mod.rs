@@ -29,6 +29,8 @@ pub struct Layout {
     pub db_user: String,
     /// Whether to offer "Log out" (a token is set).
     pub logout: bool,
+    /// A read-only login: no buttons are offered (every POST would be refused).
+    pub read_only: bool,
     /// Stylesheet and script URLs.
     pub css: String,
     /// See `css`.
@@ -59,6 +61,7 @@ impl Layout {
             csrf: st.auth.csrf_token(&nonce.0),
             db_user: st.db_user.to_string(),
             logout: st.auth.required(),
+            read_only: nonce.1 == crate::web::auth::Access::Read,
             css: super::assets::css_url(),
             js: super::assets::js_url(),
             version: env!("CARGO_PKG_VERSION"),
@@ -68,6 +71,22 @@ impl Layout {
             flash_err: None,
         }
     }
+}
+
+impl Layout {
+    /// Shows the one-shot message `id` (the `flash` query parameter) if it is this
+    /// browser's (src/web/flash.rs).
+    pub fn take_flash(&mut self, st: &AppState, nonce: &CsrfNonce, id: Option<&str>) {
+        self.flash_ok = st.flash.take(&nonce.0, id);
+    }
+}
+
+/// 303 to `to` carrying the one-shot message `text` for this browser (src/web/flash.rs):
+/// the URL holds only a random id, so no link can make a page say something.
+pub fn see_other_with(st: &AppState, nonce: &CsrfNonce, to: &str, text: String) -> Response {
+    let id = st.flash.put(&nonce.0, text);
+    let sep = if to.contains('?') { '&' } else { '?' };
+    see_other(&format!("{to}{sep}flash={id}"))
 }
 
 /// A page that could not be shown or an action that was refused, rendered as a page with the
@@ -152,6 +171,7 @@ impl IntoResponse for PageError {
             csrf: String::new(),
             db_user: "-".into(),
             logout: false,
+            read_only: false,
             css: super::assets::css_url(),
             js: super::assets::js_url(),
             version: env!("CARGO_PKG_VERSION"),

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::{Layout, PageError, html, q, see_other};
+use super::{Layout, PageError, html, q, see_other_with};
 use crate::store::web as store;
 use crate::web::guard::CsrfNonce;
 use crate::web::{AppState, LIVE_WORKER_SECS, REFRESH_SECS, chart, format};
@@ -47,6 +47,16 @@ pub struct QueueRow {
     pub limits: String,
 }
 
+/// The line adding up the queues past the first N (`SKIPLOCK_TOP_QUEUES`).
+pub struct RestRow {
+    /// How many queues it adds up, as shown.
+    pub queues: String,
+    /// Their counts by state, added up.
+    pub cells: Vec<Cell>,
+    /// Age of the oldest due waiting job among them.
+    pub oldest: String,
+}
+
 /// One worker's row.
 pub struct WorkerRow {
     /// Worker id.
@@ -70,6 +80,7 @@ pub struct WorkerRow {
 struct OverviewPage {
     layout: Layout,
     queues: Vec<QueueRow>,
+    rest: Option<RestRow>,
     totals: Vec<Cell>,
     chart: String,
     completed_hour: String,
@@ -89,13 +100,11 @@ fn cells(c: &store::QueueCounts) -> Vec<Cell> {
     ]
 }
 
-/// The message after a Pause / Resume button.
+/// The message after a Pause / Resume button (a one-shot id, src/web/flash.rs).
 #[derive(Debug, Default, Deserialize)]
 pub struct OverviewQuery {
-    /// The queue just paused.
-    pub paused: Option<String>,
-    /// The queue just resumed.
-    pub resumed: Option<String>,
+    /// The message's id.
+    pub flash: Option<String>,
 }
 
 /// A queue's limits as one line (empty: none).
@@ -116,13 +125,13 @@ pub async fn page(
     Query(oq): Query<OverviewQuery>,
 ) -> Result<Response, PageError> {
     let (counts, minutes, workers) = tokio::try_join!(
-        store::queue_counts(&st.pool),
+        store::queue_counts(&st.pool, st.top_queues),
         store::throughput(&st.pool),
         store::live_workers(&st.pool, LIVE_WORKER_SECS),
     )
     .map_err(|e| PageError::from(e).framed(&st, &nonce))?;
     let mut total = store::QueueCounts {
-        queue: String::new(),
+        queue: None,
         available: 0,
         scheduled: 0,
         running: 0,
@@ -135,6 +144,7 @@ pub async fn page(
         key_concurrency: None,
         key_rate: None,
         key_period_secs: None,
+        queues: 0,
     };
     for c in &counts {
         total.available += c.available;
@@ -143,6 +153,7 @@ pub async fn page(
         total.completed += c.completed;
         total.discarded += c.discarded;
         total.cancelled += c.cancelled;
+        total.queues += c.queues;
     }
     let bars: Vec<chart::Bar> = minutes
         .iter()
@@ -154,26 +165,28 @@ pub async fn page(
         .collect();
     let mut layout = Layout::new(&st, &nonce, "Overview", "overview");
     layout.refresh = REFRESH_SECS;
-    layout.flash_ok = match (oq.paused, oq.resumed) {
-        (Some(q), _) => Some(format!(
-            "Queue {q} is paused: no worker claims from it (running jobs finish)."
-        )),
-        (None, Some(q)) => Some(format!("Queue {q} is resumed.")),
-        _ => None,
-    };
+    layout.take_flash(&st, &nonce, oq.flash.as_deref());
     html(&OverviewPage {
         layout,
         queues: counts
             .iter()
-            .map(|c| QueueRow {
-                queue: c.queue.clone(),
-                queue_q: q(&c.queue),
-                cells: cells(c),
-                oldest: format::age_opt(c.oldest_wait_secs),
-                paused: c.paused,
-                limits: limits_text(c),
+            .filter_map(|c| {
+                let name = c.queue.as_deref()?;
+                Some(QueueRow {
+                    queue: name.to_string(),
+                    queue_q: q(name),
+                    cells: cells(c),
+                    oldest: format::age_opt(c.oldest_wait_secs),
+                    paused: c.paused,
+                    limits: limits_text(c),
+                })
             })
             .collect(),
+        rest: counts.iter().find(|c| c.queue.is_none()).map(|c| RestRow {
+            queues: format::count(c.queues),
+            cells: cells(c),
+            oldest: format::age_opt(c.oldest_wait_secs),
+        }),
         totals: cells(&total),
         chart: chart::throughput_svg(&bars),
         completed_hour: format::count(minutes.iter().map(|m| m.completed).sum()),
@@ -224,8 +237,12 @@ async fn pause_or_resume(
         crate::store::limits::resume(&st.pool, &queue).await
     };
     done.map_err(|e| PageError::from(e).back("/").framed(&st, &nonce))?;
-    let said = if pause { "paused" } else { "resumed" };
-    Ok(see_other(&format!("/?{said}={}", q(&queue))))
+    let said = if pause {
+        format!("Queue {queue} is paused: no worker claims from it (running jobs finish).")
+    } else {
+        format!("Queue {queue} is resumed.")
+    };
+    Ok(see_other_with(&st, &nonce, "/", said))
 }
 
 /// `POST /queues/pause` (`skiplock.pause_queue`).
