@@ -305,4 +305,44 @@ mod tests {
         assert_eq!(value(f64::INFINITY), "+Inf");
         assert_eq!(value(f64::NAN), "NaN");
     }
+
+    #[test]
+    fn per_queue_series_follow_the_listed_queues_not_every_setting_row() {
+        // 5,000 paused queues with settings, 50 listed: the per-queue families hold 50
+        // queues, each looked up once in a map (the render is linear in queues plus
+        // settings, not their product).
+        let control: Vec<QueueControl> = (0..5000)
+            .map(|i| QueueControl {
+                queue: format!("p{i:04}"),
+                paused: true,
+                concurrency: Some(1),
+                key_concurrency: None,
+                key_rate_per_second: None,
+            })
+            .collect();
+        let queues: Vec<QueueDepth> = (0..50)
+            .map(|i| QueueDepth {
+                queue: Some(format!("p{i:04}")),
+                available: 1,
+                scheduled: 0,
+                running: 0,
+                oldest_wait_seconds: 1.0,
+                paused: true,
+                queues: 1,
+                paused_queues: 1,
+            })
+            .collect();
+        let snap = Snapshot {
+            queues,
+            others: None,
+            packets: vec![],
+            control,
+        };
+        let t = database(Some(&snap), Duration::ZERO);
+        let count = |prefix: &str| t.lines().filter(|l| l.starts_with(prefix)).count();
+        assert_eq!(count("skiplock_queue_paused{"), 50);
+        assert_eq!(count("skiplock_queue_limit{"), 50);
+        assert_eq!(count("skiplock_queue_depth{"), 150);
+        assert!(t.contains("skiplock_other_queues 0\n"));
+    }
 }
