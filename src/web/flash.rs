@@ -2,7 +2,7 @@
 //! text on the server under a random id and redirects to `…?flash=ID`; the page shows it
 //! once and forgets it. A link can carry only an id, never text, and an id opens only for
 //! the browser that pressed the button (it is bound to its CSRF nonce), so no one can make
-//! the console show words it did not say (docs/console.md, "Messages").
+//! the console show words it did not say (docs/console.md, "Access", messages).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

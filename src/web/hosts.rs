@@ -5,7 +5,7 @@
 //! then treats the console as the attacker's own origin, sends `Host: attacker.example:PORT`
 //! and an `Origin` with the same name, and lets the page read every answer. Only the
 //! `Host` tells such a request apart, so both servers refuse every `Host` that is not one of
-//! their own names (docs/console.md, "Host names"):
+//! their own names (docs/console.md, "Access", host names):
 //!
 //! - the listen address itself (`127.0.0.1:8080`, `[::1]:8080`);
 //! - on loopback, `localhost:PORT`, `127.0.0.1:PORT` and `[::1]:PORT`;

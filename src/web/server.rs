@@ -5,9 +5,9 @@
 //!
 //! hyper's header-read timer runs while it waits for a request's head, and it restarts when
 //! a kept-alive connection waits for its next request: one setting bounds both the time to
-//! send headers and how long an idle connection stays open (docs/console.md, "Timeouts").
-//! Each request carries its peer address as `ConnectInfo<SocketAddr>` (the login limit is
-//! per client address).
+//! send headers and how long an idle connection stays open (docs/console.md, "Access",
+//! timeouts). Each request carries its peer address as `ConnectInfo<SocketAddr>` (the login
+//! limit is per client address).
 
 use std::net::SocketAddr;
 use std::time::Duration;
