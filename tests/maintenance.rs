@@ -1151,3 +1151,95 @@ async fn the_reaper_keeps_held_jobs_and_discards_abandoned_ones_with_the_reason(
     live_worker(p, "elsewhere", &["noop"]).await;
     assert_eq!(r.reap_once().await.unwrap(), 0);
 }
+
+/// A periodic job whose unique_key another kind in another queue holds (due in 9999) cannot
+/// be enqueued; the scheduler records that and enqueues every other periodic job, `reap` and
+/// `retain` included, then enqueues it on a later tick once the key is free.
+#[tokio::test]
+async fn a_squatted_unique_key_stops_no_other_periodic_job() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let squatter: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('squat', '{}', 'elsewhere', run_at => '9999-01-01', unique_key => 'nightly:example')",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    let jobs = PeriodicJobs::from_toml(
+        "[[job]]\nname = \"nightly-pack\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\nunique_key = \"nightly:example\"\n\n\
+         [[job]]\nname = \"other\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\n",
+    )
+    .unwrap();
+    let retention = Retention {
+        settings: RetentionSettings {
+            interval: EVERY,
+            ..RetentionSettings::default()
+        },
+    };
+    let parts =
+        maintenance::parts_from(reaper(p, Duration::from_secs(3600)), retention, jobs).unwrap();
+    let s = parts.scheduler;
+    let names = || async {
+        let n: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT name FROM skiplock.periodic_runs WHERE job_id IS NOT NULL ORDER BY 1",
+        )
+        .fetch_all(p)
+        .await
+        .unwrap();
+        n
+    };
+    wait_for(
+        "reap, retain and the other periodic job enqueued",
+        Duration::from_secs(60),
+        || async {
+            let _ = s.tick_once(p).await;
+            (names().await == ["other", "reap", "retain"]).then_some(())
+        },
+    )
+    .await;
+    // The failure is on record, for `skiplock periodic` to show.
+    let error: Option<String> = sqlx::query_scalar(
+        "SELECT last_error FROM skiplock.periodic_jobs WHERE name = 'nightly-pack'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    let error = error.expect("the failed enqueue is recorded");
+    assert!(error.contains("nightly:example"), "{error}");
+    let (code, out, err) = run_cmd(&db.url, &["periodic"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("nightly-pack"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("failed") && line.contains("nightly:example"),
+        "{line}"
+    );
+
+    // The key freed, a later tick enqueues it and clears the record.
+    sqlx::query("SELECT skiplock.cancel($1)")
+        .bind(squatter)
+        .execute(p)
+        .await
+        .unwrap();
+    wait_for(
+        "the freed periodic job enqueued",
+        Duration::from_secs(60),
+        || async {
+            let _ = s.tick_once(p).await;
+            names()
+                .await
+                .contains(&"nightly-pack".to_string())
+                .then_some(())
+        },
+    )
+    .await;
+    let error: Option<String> = sqlx::query_scalar(
+        "SELECT last_error FROM skiplock.periodic_jobs WHERE name = 'nightly-pack'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(error, None);
+}

@@ -55,6 +55,9 @@ struct PeriodicLine {
     last_job_state: Option<String>,
     next_run: Option<DateTime<Utc>>,
     declared_by: Option<String>,
+    /// Why its latest enqueue failed (none since its last successful one: `None`).
+    last_error: Option<String>,
+    last_error_at: Option<DateTime<Utc>>,
     /// What to show when no worker has declared it yet.
     #[serde(skip)]
     source: &'static str,
@@ -84,6 +87,8 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
             last_job_id: r.last_job_id,
             last_job_state: r.last_job_state.map(|s| s.to_string()),
             declared_by: Some(r.declared_by),
+            last_error: r.last_error,
+            last_error_at: r.last_error_at,
             source: "",
         })
         .collect();
@@ -109,6 +114,8 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
                 last_job_state: None,
                 next_run: j.schedule.next_after(now),
                 declared_by: None,
+                last_error: None,
+                last_error_at: None,
                 source,
             });
         }
@@ -133,6 +140,15 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
                 ),
                 (Some(p), None) => ts(Some(p)),
                 _ => "never".into(),
+            };
+            // A failing enqueue shows in place of the last run it stops.
+            let last = match &l.last_error {
+                Some(e) => format!(
+                    "failed {}: {} (last run {last})",
+                    ts(l.last_error_at),
+                    truncate(e, 120)
+                ),
+                None => last,
             };
             vec![
                 l.name.clone(),

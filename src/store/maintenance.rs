@@ -271,6 +271,23 @@ pub async fn enqueue_periodic<'e, E: Executor<'e>>(
         .await?)
 }
 
+/// Records that period `period_start` of periodic job `name` could not be enqueued, with
+/// `error` (shown by `skiplock periodic` until the job's next successful enqueue).
+pub async fn record_periodic_failure<'e, E: Executor<'e>>(
+    exec: E,
+    name: &str,
+    period_start: DateTime<Utc>,
+    error: &str,
+) -> Result<()> {
+    sqlx::query(sql!("maintenance", "record_periodic_failure"))
+        .bind(name)
+        .bind(period_start)
+        .bind(error)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
 /// A periodic job as declared by a worker, with its latest run.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct DeclaredPeriodic {
@@ -291,6 +308,11 @@ pub struct DeclaredPeriodic {
     pub last_job_id: Option<i64>,
     /// That job's state (`None`: gone, or never run).
     pub last_job_state: Option<JobState>,
+    /// Why its latest failed enqueue failed (`None`: none since its last successful one).
+    pub last_error: Option<String>,
+    /// When that was.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub last_error_at: Option<DateTime<Utc>>,
 }
 
 /// Every periodic job workers declared, by name.
