@@ -1243,3 +1243,68 @@ async fn a_squatted_unique_key_stops_no_other_periodic_job() {
     .unwrap();
     assert_eq!(error, None);
 }
+
+/// The same squat against a worker process (the review's reproduction): reap, retain and the
+/// file's other job run period after period, and the refused job is logged at WARN once, not
+/// on every tick of every period.
+#[tokio::test]
+async fn a_worker_process_warns_once_about_a_squatted_periodic_job_and_runs_the_rest() {
+    let db = TestDb::new().await;
+    sqlx::query(
+        "SELECT skiplock.enqueue('squat', '{}', 'elsewhere', run_at => '9999-01-01', unique_key => 'nightly:example')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("periodic3.toml");
+    std::fs::write(
+        &file,
+        "[[job]]\nname = \"nightly-pack\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\nunique_key = \"nightly:example\"\n\n\
+         [[job]]\nname = \"other\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\n",
+    )
+    .unwrap();
+    let mut child = spawn_worker_process(
+        &db.url,
+        &["--queues", "per=2", "--log-format", "json"],
+        &[
+            ("SKIPLOCK_PERIODIC_FILE", file.to_str().unwrap()),
+            ("SKIPLOCK_REAPER_INTERVAL", "1s"),
+        ],
+    );
+    let err = drain_stderr(&mut child);
+    wait_for(
+        "three periods each of reap, retain and the other job",
+        Duration::from_secs(90),
+        || async {
+            let n = count(
+                &db.pool,
+                "SELECT coalesce(min(c), 0) FROM (SELECT name, count(*) AS c FROM skiplock.periodic_runs \
+                 WHERE name IN ('reap', 'retain', 'other') GROUP BY name HAVING count(*) > 0) r \
+                 WHERE (SELECT count(DISTINCT name) FROM skiplock.periodic_runs WHERE name IN ('reap', 'retain', 'other')) = 3",
+            )
+            .await;
+            (n >= 3).then_some(())
+        },
+    )
+    .await;
+    sigterm(&child);
+    wait_exit(&mut child).await;
+    let err = err.join().unwrap();
+    let warns: Vec<serde_json::Value> = err
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["level"] == "WARN" && v["fields"]["periodic"] == "nightly-pack")
+        .collect();
+    assert_eq!(warns.len(), 1, "{warns:?}");
+    let msg = warns[0]["fields"]["error"].as_str().unwrap();
+    assert!(msg.contains("nightly:example"), "{msg}");
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'nightly-pack'"
+        )
+        .await,
+        0
+    );
+}
