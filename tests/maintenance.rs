@@ -1093,6 +1093,13 @@ async fn the_reaper_keeps_held_jobs_and_discards_abandoned_ones_with_the_reason(
     let key_held = old_job(p, "noop", "per-key", Some("k"), "available", "3 days").await;
     let queue_held = old_job(p, "noop", "capped", None, "available", "3 days").await;
     let unhandled = old_job(p, "nobody-handles", "default", None, "available", "3 days").await;
+    // A live worker serving only queue `mine` handles `picky` there, not elsewhere.
+    let picky_worker = "INSERT INTO skiplock.workers (id, host, pid, kinds, queues) \
+                        VALUES ('picky', 'h', 2, '{picky}', '{mine}') \
+                        ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()";
+    sqlx::query(picky_worker).execute(p).await.unwrap();
+    let unserved = old_job(p, "picky", "default", None, "available", "3 days").await;
+    let served = old_job(p, "picky", "mine", None, "available", "3 days").await;
     // Abandoned: due for days with nothing holding it back (a job without a limit_key is
     // never held by a key's limits), and an attempt running for days.
     let abandoned = old_job(p, "noop", "default", None, "available", "3 days").await;
@@ -1107,6 +1114,7 @@ async fn the_reaper_keeps_held_jobs_and_discards_abandoned_ones_with_the_reason(
     )
     .await;
     live_worker(p, "elsewhere", &["noop"]).await;
+    sqlx::query(picky_worker).execute(p).await.unwrap();
     let n = r.reap_once().await.unwrap();
     for (what, id) in [
         ("a paused queue's job", paused),
@@ -1114,6 +1122,10 @@ async fn the_reaper_keeps_held_jobs_and_discards_abandoned_ones_with_the_reason(
         ("a job held by its key's concurrency", key_held),
         ("a job held by the queue's concurrency", queue_held),
         ("a job of a kind no live worker handles", unhandled),
+        (
+            "a job of a kind no live worker handles in its queue",
+            unserved,
+        ),
     ] {
         assert_eq!(
             state_or_gone(p, id).await.as_deref(),
@@ -1121,8 +1133,8 @@ async fn the_reaper_keeps_held_jobs_and_discards_abandoned_ones_with_the_reason(
             "the reaper took {what}"
         );
     }
-    assert_eq!(n, 3);
-    for id in [abandoned, unkeyed, stuck] {
+    assert_eq!(n, 4);
+    for id in [abandoned, unkeyed, served, stuck] {
         let (state, finalized, error, args): (String, bool, String, serde_json::Value) =
             sqlx::query_as(
                 "SELECT state::text, finalized_at IS NOT NULL, errors -> -1 ->> 'error', args \

@@ -15,15 +15,24 @@ SELECT now() AS db_now, j.id, j.kind, j.queue, j.args::text AS args, j.state, j.
        h.queue_paused, h.queue_limited, h.claimable
 FROM skiplock.jobs j
 LEFT JOIN skiplock.queues c ON c.queue = j.queue
+-- What the live workers handle, read once per statement (not once per row, which also made
+-- the planner's estimate, on a workers table without statistics, large enough to JIT-compile
+-- the query): the kinds of workers serving every queue, and [kind, queue] pairs of the others.
+CROSS JOIN (
+    SELECT coalesce((SELECT array_agg(k) FROM skiplock.workers w, unnest(w.kinds) k
+                     WHERE w.heartbeat_at > now() - make_interval(secs => $3)
+                       AND cardinality(w.queues) = 0), '{}') AS every_queue,
+           coalesce((SELECT jsonb_agg(jsonb_build_array(k, q))
+                     FROM skiplock.workers w, unnest(w.kinds) k, unnest(w.queues) q
+                     WHERE w.heartbeat_at > now() - make_interval(secs => $3)), '[]') AS pairs
+) lw
 CROSS JOIN LATERAL (
     SELECT coalesce(c.paused, false) AS queue_paused,
            (c.concurrency IS NOT NULL
             OR (j.limit_key IS NOT NULL
                 AND (c.key_concurrency IS NOT NULL OR c.key_rate IS NOT NULL))) AS queue_limited,
-           EXISTS (SELECT 1 FROM skiplock.workers w
-                   WHERE w.heartbeat_at > now() - make_interval(secs => $3)
-                     AND j.kind = ANY(w.kinds)
-                     AND (cardinality(w.queues) = 0 OR j.queue = ANY(w.queues))) AS claimable
+           (j.kind = ANY(lw.every_queue) OR lw.pairs @> jsonb_build_array(jsonb_build_array(j.kind, j.queue)))
+               AS claimable
 ) h
 -- Written as one branch per state so the planner reads only the two partial indexes of
 -- unfinished rows (jobs_claim_idx, jobs_running_key_idx), never the finished bulk of the table.
