@@ -73,7 +73,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // 0014) and skiplock.enqueue_periodic clears it when the job enqueues again.
     (
         7,
-        "dc25a39931777f72fe9c4657f1b7816c19b065e1a4650bce21a664a167aa855b",
+        "e9b841bc8e55affe2804f5f0ef8ed6281fcc38f0e067eb5b455de7211c8574f1",
     ),
 ];
 
