@@ -58,7 +58,7 @@ async fn reap_results(pool: &PgPool) -> Vec<serde_json::Value> {
 }
 
 /// Every reap result says the guard held exactly while the process was younger than the
-/// maximum age (whole seconds in both), and a guarded run deleted nothing.
+/// maximum age (whole seconds in both), and a guarded run discarded nothing.
 fn assert_guard_consistent(results: &[serde_json::Value]) {
     for r in results {
         let (up, max) = (
@@ -67,7 +67,7 @@ fn assert_guard_consistent(results: &[serde_json::Value]) {
         );
         assert_eq!(r["guarded"], json!(up < max), "{r}");
         if up < max {
-            assert_eq!(r["deleted"], 0, "{r}");
+            assert_eq!(r["discarded"], 0, "{r}");
         }
     }
 }
@@ -82,6 +82,23 @@ async fn insert(pool: &PgPool, sql_values: &str) -> i64 {
     .unwrap()
 }
 
+/// Whether job `id` is still waiting (its row there, `available`).
+async fn waiting(pool: &PgPool, id: i64) -> bool {
+    state_or_gone(pool, id).await.as_deref() == Some("available")
+}
+
+/// Whether job `id` was discarded (its row kept) by the reaper, with the reason in its errors.
+async fn reaped(pool: &PgPool, id: i64) -> bool {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM skiplock.jobs WHERE id = $1 AND state = 'discarded' \
+         AND finalized_at IS NOT NULL AND errors -> -1 ->> 'error' LIKE 'reaped: %')",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
 async fn exists(pool: &PgPool, id: i64) -> bool {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM skiplock.jobs WHERE id = $1)")
         .bind(id)
@@ -91,7 +108,7 @@ async fn exists(pool: &PgPool, id: i64) -> bool {
 }
 
 /// Records, for every deleted job row, when it went, its state then, and how old its attempt
-/// and heartbeat were at that moment.
+/// and heartbeat were at that moment (the reaper deletes none: it discards).
 async fn log_deletions(pool: &PgPool) {
     sqlx::raw_sql(
         "CREATE TABLE deleted_log (id bigint, at timestamptz, state text,
@@ -114,14 +131,16 @@ async fn log_deletions(pool: &PgPool) {
 async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
     let db = TestDb::new().await;
     log_deletions(&db.pool).await;
+    // A kind a live worker elsewhere handles: nothing holds these jobs back.
+    live_worker(&db.pool, "elsewhere", &["abandoned"]).await;
     let stale = insert(
         &db.pool,
-        "('nobody-handles', '{}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
+        "('abandoned', '{}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
     )
     .await;
     let future = insert(
         &db.pool,
-        "('nobody-handles', '{}', 'available', now() + interval '1 day', now() - interval '5 days', NULL, NULL)",
+        "('abandoned', '{}', 'available', now() + interval '1 day', now() - interval '5 days', NULL, NULL)",
     )
     .await;
 
@@ -130,32 +149,38 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
     let young = reaper(&db.pool, Duration::from_secs(3600));
     assert_eq!(young.reap_once().await.unwrap(), 0);
     assert!(
-        exists(&db.pool, stale).await,
-        "a young reaper must not delete"
+        waiting(&db.pool, stale).await,
+        "a young reaper must not discard"
     );
     let worker = start_worker(&db.pool, fast_settings(), |b| with_maintenance(b, &young));
     wait_for(
         "two reap jobs run by the worker",
         Duration::from_secs(60),
-        || async { (young.runs() >= 3).then_some(()) },
+        || async {
+            live_worker(&db.pool, "elsewhere", &["abandoned"]).await;
+            (young.runs() >= 3).then_some(())
+        },
     )
     .await;
     worker.stop().await.unwrap();
-    assert!(exists(&db.pool, stale).await, "deleted by a young reaper");
-    assert_eq!(young.deleted(), 0);
+    assert!(
+        waiting(&db.pool, stale).await,
+        "discarded by a young reaper"
+    );
+    assert_eq!(young.discarded(), 0);
     // Each run is a completed `reap` job whose result says the guard held.
     let results = reap_results(&db.pool).await;
     assert!(results.len() >= 2, "{results:?}");
     for r in &results {
         assert_eq!(
-            (&r["guarded"], &r["deleted"], &r["max_age_s"]),
+            (&r["guarded"], &r["discarded"], &r["max_age_s"]),
             (&json!(true), &json!(0), &json!(3600)),
             "{r}"
         );
     }
 
-    // A reaper with a 3 s maximum age deletes the row once it has been up that long, and not
-    // before: its deletion comes at least 3 s after it was built (database clock).
+    // A reaper with a 3 s maximum age discards the row once it has been up that long, and not
+    // before: its discard comes at least 3 s after it was built (database clock).
     let built_at: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
         .fetch_one(&db.pool)
         .await
@@ -165,38 +190,47 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
     wait_for(
         "the stale row to be reaped",
         Duration::from_secs(60),
-        || async { (!exists(&db.pool, stale).await).then_some(()) },
+        || async {
+            live_worker(&db.pool, "elsewhere", &["abandoned"]).await;
+            reaped(&db.pool, stale).await.then_some(())
+        },
     )
     .await;
-    let deleted_at: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("SELECT at FROM deleted_log WHERE id = $1")
+    let discarded_at: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT finalized_at FROM skiplock.jobs WHERE id = $1")
             .bind(stale)
             .fetch_one(&db.pool)
             .await
             .unwrap();
     assert!(
-        deleted_at - built_at >= chrono::Duration::from_std(MAX_AGE).unwrap(),
-        "deleted {} after the reaper was built, before its uptime reached {MAX_AGE:?}",
-        deleted_at - built_at
+        discarded_at - built_at >= chrono::Duration::from_std(MAX_AGE).unwrap(),
+        "discarded {} after the reaper was built, before its uptime reached {MAX_AGE:?}",
+        discarded_at - built_at
     );
-    assert_eq!(reaper.deleted(), 1);
+    assert_eq!(reaper.discarded(), 1);
 
     // The future-scheduled row created days ago is judged again and again and stays.
     let runs = reaper.runs();
     wait_for("two more reaper runs", Duration::from_secs(60), || async {
+        live_worker(&db.pool, "elsewhere", &["abandoned"]).await;
         (reaper.runs() >= runs + 2).then_some(())
     })
     .await;
     assert!(
-        exists(&db.pool, future).await,
+        waiting(&db.pool, future).await,
         "a future-scheduled job is never too old"
     );
-    assert_eq!(reaper.deleted(), 1);
+    assert_eq!(reaper.discarded(), 1);
     worker.stop().await.unwrap();
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM deleted_log").await,
+        0,
+        "the reaper deleted a row"
+    );
 
-    // The run that deleted the row is on record, with the uptime that allowed it.
+    // The run that discarded the row is on record, with the uptime that allowed it.
     let results = reap_results(&db.pool).await;
-    let deleting: Vec<_> = results.iter().filter(|r| r["deleted"] == 1).collect();
+    let deleting: Vec<_> = results.iter().filter(|r| r["discarded"] == 1).collect();
     assert_eq!(deleting.len(), 1, "{results:?}");
     assert_eq!(deleting[0]["guarded"], false);
     assert!(deleting[0]["uptime_s"].as_u64().unwrap() >= MAX_AGE.as_secs());
@@ -246,18 +280,28 @@ async fn running_job_with_live_worker_is_kept_until_its_attempt_is_max_age_old()
     wait_for(
         "the running job to be reaped",
         Duration::from_secs(60),
-        || async { (!exists(&db.pool, id).await).then_some(()) },
+        || async { reaped(&db.pool, id).await.then_some(()) },
     )
     .await;
-    let (state, attempt_age, heartbeat_age): (String, f64, f64) = sqlx::query_as(
-        "SELECT state, extract(epoch FROM attempt_age)::float8, extract(epoch FROM heartbeat_age)::float8 \
-         FROM deleted_log WHERE id = $1",
+    // Discarded, not deleted; judged while it ran (its error names the running attempt).
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM deleted_log").await,
+        0,
+        "the reaper deleted a row"
+    );
+    let (error, attempt_age, heartbeat_age): (String, f64, f64) = sqlx::query_as(
+        "SELECT errors -> -1 ->> 'error', extract(epoch FROM finalized_at - attempted_at)::float8, \
+                extract(epoch FROM finalized_at - heartbeat_at)::float8 \
+         FROM skiplock.jobs WHERE id = $1",
     )
     .bind(id)
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert_eq!(state, "running", "the reaper deleted the job while it ran");
+    assert!(
+        error.starts_with("reaped: attempt 1 running since"),
+        "{error}"
+    );
     assert!(
         attempt_age > 3.0,
         "reaped when its attempt was only {attempt_age} s old"
@@ -269,7 +313,7 @@ async fn running_job_with_live_worker_is_kept_until_its_attempt_is_max_age_old()
         heartbeat_age < window,
         "heartbeat was {heartbeat_age} s old (rescue window {window} s)"
     );
-    assert_eq!(reaper.deleted(), 1);
+    assert_eq!(reaper.discarded(), 1);
     worker.stop().await.unwrap();
 }
 
@@ -565,54 +609,72 @@ async fn reap_cli_dry_run_lists_and_reap_waits_for_a_worker_up_long_enough() {
     let db = TestDb::new().await;
     let stale = insert(
         &db.pool,
-        "('nobody-handles', '{\"marker\": \"cli\"}', 'available', now() - interval '3 days', now() - interval '3 days', NULL, NULL)",
+        "('abandoned', '{\"marker\": \"cli\"}', 'available', now() - interval '3 days', now() - interval '3 days', NULL, NULL)",
     )
     .await;
     let fresh = insert(
         &db.pool,
-        "('nobody-handles', '{}', 'available', now() - interval '1 day', now() - interval '1 day', NULL, NULL)",
+        "('abandoned', '{}', 'available', now() - interval '1 day', now() - interval '1 day', NULL, NULL)",
+    )
+    .await;
+    // Held: no live worker handles its kind. Never listed, never taken.
+    let unhandled = insert(
+        &db.pool,
+        "('nobody-handles', '{}', 'available', now() - interval '3 days', now() - interval '3 days', NULL, NULL)",
     )
     .await;
 
+    // A live worker that handles the kind, just started: the uptime guard holds.
+    sqlx::query(
+        "INSERT INTO skiplock.workers (id, host, pid, started_at, heartbeat_at, kinds) \
+         VALUES ('new-timer', 'h', 1, now(), now(), '{abandoned}')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let (code, out, err) = run_cmd(&db.url, &["reap", "--dry-run"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.lines().any(|l| l.starts_with(&format!("{stale} "))),
         "{out}"
     );
+    for id in [fresh, unhandled] {
+        assert!(
+            !out.lines().any(|l| l.starts_with(&format!("{id} "))),
+            "{out}"
+        );
+    }
     assert!(
-        !out.lines().any(|l| l.starts_with(&format!("{fresh} "))),
+        out.contains("1 job(s) past the maximum age of 2days")
+            && out.contains("the uptime guard holds"),
         "{out}"
     );
-    assert!(
-        out.contains("1 job(s) past the maximum age of 2days") && out.contains("no live worker"),
-        "{out}"
-    );
-    assert!(exists(&db.pool, stale).await);
+    assert!(waiting(&db.pool, stale).await);
 
-    // No worker has been up for 48 h: nothing is deleted.
+    // No worker has been up for 48 h: nothing is discarded.
     let (code, out, err) = run_cmd(&db.url, &["reap"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("deleted nothing"), "{out}");
-    assert!(exists(&db.pool, stale).await);
+    assert!(out.contains("discarded nothing"), "{out}");
+    assert!(waiting(&db.pool, stale).await);
 
     // A live worker up for three days lifts the guard.
     sqlx::query(
-        "INSERT INTO skiplock.workers (id, host, pid, started_at, heartbeat_at) \
-         VALUES ('old-timer', 'h', 1, now() - interval '3 days', now())",
+        "UPDATE skiplock.workers SET started_at = now() - interval '3 days', heartbeat_at = now() \
+         WHERE id = 'new-timer'",
     )
     .execute(&db.pool)
     .await
     .unwrap();
     let (code, out, err) = run_cmd(&db.url, &["reap"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("deleted 1 job"), "{out}");
+    assert!(out.contains("discarded 1 job"), "{out}");
     assert!(
-        err.contains("reaper deleted a job") && err.contains("cli"),
-        "{err}"
+        err.contains("reaper discarded a job") && !err.contains("marker"),
+        "the log names the job, not its args: {err}"
     );
-    assert!(!exists(&db.pool, stale).await);
-    assert!(exists(&db.pool, fresh).await);
+    assert!(reaped(&db.pool, stale).await);
+    assert!(waiting(&db.pool, fresh).await);
+    assert!(waiting(&db.pool, unhandled).await);
 
     let (code, _, err) = run_cmd(&db.url, &["reap", "--dry-run"]);
     assert_eq!(code, 0, "{err}");
@@ -628,11 +690,17 @@ async fn reap_cli_dry_run_lists_and_reap_waits_for_a_worker_up_long_enough() {
 #[tokio::test]
 async fn worker_process_reaps_with_a_warn_log_free_of_the_password() {
     let db = TestDb::new().await;
+    live_worker(&db.pool, "elsewhere", &["abandoned"]).await;
     let stale = insert(
         &db.pool,
-        "('nobody-handles', '{\"marker\": \"stale-args\"}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
+        "('abandoned', '{\"marker\": \"stale-args\"}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
     )
     .await;
+    // A key period longer than the maximum age: warned about (once), its jobs left alone.
+    sqlx::query("SELECT skiplock.set_key_limit('slow', NULL, 1, '30 days')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     // Trust auth ignores the password, so the URL still connects.
     let mut url = url::Url::parse(&db.url).unwrap();
     url.set_password(Some("s3cr3tpw")).unwrap();
@@ -648,7 +716,10 @@ async fn worker_process_reaps_with_a_warn_log_free_of_the_password() {
     wait_for(
         "the worker process to reap",
         Duration::from_secs(60),
-        || async { (!exists(&db.pool, stale).await).then_some(()) },
+        || async {
+            live_worker(&db.pool, "elsewhere", &["abandoned"]).await;
+            reaped(&db.pool, stale).await.then_some(())
+        },
     )
     .await;
     sigterm(&child);
@@ -662,25 +733,44 @@ async fn worker_process_reaps_with_a_warn_log_free_of_the_password() {
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| {
-            v["fields"]["message"] == "reaper deleted a job left unfinished past the maximum age"
+            v["fields"]["message"] == "reaper discarded a job left unfinished past the maximum age"
         })
         .unwrap_or_else(|| panic!("no reaper line:\n{err}"));
     assert_eq!(warn["level"], "WARN", "{warn}");
     let f = &warn["fields"];
     assert_eq!(f["job.id"], json!(stale), "{warn}");
-    assert_eq!(f["job.kind"], "nobody-handles", "{warn}");
+    assert_eq!(f["job.kind"], "abandoned", "{warn}");
     assert_eq!(f["job.queue"], "default", "{warn}");
     assert_eq!(f["job.state"], "available", "{warn}");
-    assert_eq!(f["job.args"], r#"{"marker":"stale-args"}"#, "{warn}");
+    // The args stay in the kept row, not in the log.
+    assert!(!err.contains("stale-args"), "{warn}");
+    let periods: Vec<serde_json::Value> = err
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("a queue's key rate period is longer"))
+        })
+        .collect();
+    assert_eq!(periods.len(), 1, "warned once: {periods:?}");
+    assert_eq!(periods[0]["level"], "WARN");
+    assert_eq!(
+        (
+            &periods[0]["fields"]["queue"],
+            &periods[0]["fields"]["key_period"]
+        ),
+        (&json!("slow"), &json!("30days"))
+    );
     for ts in ["job.created_at", "job.scheduled_at"] {
         let t = f[ts]
             .as_str()
             .unwrap_or_else(|| panic!("{ts} missing in {warn}"));
         assert!(chrono::DateTime::parse_from_rfc3339(t).is_ok(), "{ts}={t}");
     }
-    // The run that deleted it is a `reap` job row with its result.
+    // The run that discarded it is a `reap` job row with its result.
     let results = reap_results(&db.pool).await;
-    let deleting: Vec<_> = results.iter().filter(|r| r["deleted"] == 1).collect();
+    let deleting: Vec<_> = results.iter().filter(|r| r["discarded"] == 1).collect();
     assert_eq!(deleting.len(), 1, "{results:?}");
     assert_eq!(deleting[0]["guarded"], false);
     assert_guard_consistent(&results);
@@ -698,7 +788,7 @@ async fn the_reap_job_never_deletes_its_own_row() {
     .await;
     let stale = insert(
         &db.pool,
-        "('nobody-handles', '{}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
+        "('abandoned', '{}', 'available', now() - interval '2 days', now() - interval '2 days', NULL, NULL)",
     )
     .await;
     let r = reaper(&db.pool, Duration::from_secs(1));
@@ -708,7 +798,8 @@ async fn the_reap_job_never_deletes_its_own_row() {
         || async { (r.uptime() >= Duration::from_secs(1)).then_some(()) },
     )
     .await;
-    // Run as job `own`, it deletes the other row and spares its own.
+    // Run as job `own`, it discards the other row and spares its own.
+    live_worker(&db.pool, "elsewhere", &["abandoned"]).await;
     let outcome = r
         .run(
             JobContext::detached(db.pool.clone(), own, "reap"),
@@ -720,17 +811,18 @@ async fn the_reap_job_never_deletes_its_own_row() {
         panic!("{outcome:?}")
     };
     assert_eq!(
-        (&result["deleted"], &result["guarded"]),
+        (&result["discarded"], &result["guarded"]),
         (&json!(1), &json!(false))
     );
-    assert!(!exists(&db.pool, stale).await);
-    assert!(
-        exists(&db.pool, own).await,
-        "the reap job deleted its own row"
+    assert!(reaped(&db.pool, stale).await);
+    assert_eq!(
+        state_or_gone(&db.pool, own).await.as_deref(),
+        Some("running"),
+        "the reap job discarded its own row"
     );
-    // Any other run deletes it (so the test above can fail).
+    // Any other run discards it (so the test above can fail).
     assert_eq!(r.reap_once().await.unwrap(), 1);
-    assert!(!exists(&db.pool, own).await);
+    assert!(reaped(&db.pool, own).await);
 }
 
 #[tokio::test]
@@ -818,13 +910,13 @@ async fn reap_and_retain_run_once_per_period_across_two_worker_processes() {
     assert!(results.len() >= 3, "{results:?}");
     for r in &results {
         assert_eq!(
-            (&r["guarded"], &r["deleted"], &r["max_age_s"]),
+            (&r["guarded"], &r["discarded"], &r["max_age_s"]),
             (&json!(true), &json!(0), &json!(3600)),
             "{r}"
         );
         assert!(r["uptime_s"].as_u64().unwrap() < 3600, "{r}");
     }
-    assert!(exists(&db.pool, stale).await, "deleted while young");
+    assert!(waiting(&db.pool, stale).await, "discarded while young");
     let retained: Vec<serde_json::Value> = sqlx::query_scalar(
         "SELECT result FROM skiplock.jobs WHERE kind = 'retain' AND state = 'completed'",
     )
@@ -923,4 +1015,308 @@ async fn the_builder_installs_maintenance_by_default_and_can_leave_it_out() {
     .await;
     stop.cancel();
     h.await.unwrap().unwrap();
+}
+
+/// A worker row with a fresh heartbeat that handles `kinds` in every queue: for the reaper,
+/// a job such a worker could claim is not held back for want of a worker. Calling it again
+/// refreshes the heartbeat (a real worker sends one every few seconds).
+async fn live_worker(pool: &PgPool, id: &str, kinds: &[&str]) {
+    let kinds: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
+    sqlx::query(
+        "INSERT INTO skiplock.workers (id, host, pid, kinds) VALUES ($1, 'elsewhere', 1, $2) \
+         ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), kinds = EXCLUDED.kinds",
+    )
+    .bind(id)
+    .bind(kinds)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// A job of `kind` in `queue` (with `limit_key`) in `state`, due (and, when running, started)
+/// `ago` ago.
+async fn old_job(
+    pool: &PgPool,
+    kind: &str,
+    queue: &str,
+    key: Option<&str>,
+    state: &str,
+    ago: &str,
+) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, queue, limit_key, args, state, attempt, scheduled_at, created_at, attempted_at) \
+         VALUES ($1, $2, $3, '{\"important\": \"invoice 42\"}', $4::text::skiplock.job_state, \
+                 CASE WHEN $4 = 'running' THEN 1 ELSE 0 END, now() - $5::interval, now() - $5::interval, \
+                 CASE WHEN $4 = 'running' THEN now() - $5::interval END) RETURNING id",
+    )
+    .bind(kind)
+    .bind(queue)
+    .bind(key)
+    .bind(state)
+    .bind(ago)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A job's state, or `None` when its row is gone.
+async fn state_or_gone(pool: &PgPool, id: i64) -> Option<String> {
+    sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+}
+
+/// Held jobs (a paused queue's backlog, jobs a key rate, a key's or the queue's concurrency
+/// holds back, a kind no live worker handles) are waiting, not abandoned: a reaper past its
+/// uptime guard with a one-second maximum age leaves them alone. What it does take (a due job
+/// nothing holds, a job running for days) is discarded with the reason in `errors`, its row
+/// and args kept (docs/maintenance.md, "The reaper").
+#[tokio::test]
+async fn the_reaper_keeps_held_jobs_and_discards_abandoned_ones_with_the_reason() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    live_worker(p, "elsewhere", &["noop"]).await;
+    sqlx::raw_sql(
+        "SELECT skiplock.pause_queue('held');
+         SELECT skiplock.set_key_limit('slow', NULL, 1, '30 days');
+         SELECT skiplock.set_key_limit('per-key', 1);
+         SELECT skiplock.set_queue_limit('capped', 1);
+         INSERT INTO skiplock.key_rates (queue, limit_key, tat) VALUES ('slow', 'tenantA', now() + interval '29 days');",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    let paused = old_job(p, "noop", "held", None, "available", "3 days").await;
+    let rate_held = old_job(p, "noop", "slow", Some("tenantA"), "available", "3 days").await;
+    let key_held = old_job(p, "noop", "per-key", Some("k"), "available", "3 days").await;
+    let queue_held = old_job(p, "noop", "capped", None, "available", "3 days").await;
+    let unhandled = old_job(p, "nobody-handles", "default", None, "available", "3 days").await;
+    // A live worker serving only queue `mine` handles `picky` there, not elsewhere.
+    let picky_worker = "INSERT INTO skiplock.workers (id, host, pid, kinds, queues) \
+                        VALUES ('picky', 'h', 2, '{picky}', '{mine}') \
+                        ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()";
+    sqlx::query(picky_worker).execute(p).await.unwrap();
+    let unserved = old_job(p, "picky", "default", None, "available", "3 days").await;
+    let served = old_job(p, "picky", "mine", None, "available", "3 days").await;
+    // Abandoned: due for days with nothing holding it back (a job without a limit_key is
+    // never held by a key's limits), and an attempt running for days.
+    let abandoned = old_job(p, "noop", "default", None, "available", "3 days").await;
+    let unkeyed = old_job(p, "noop", "slow", None, "available", "3 days").await;
+    let stuck = old_job(p, "noop", "default", None, "running", "3 days").await;
+
+    let r = reaper(p, Duration::from_secs(1));
+    wait_for(
+        "the reaper to be up a second",
+        Duration::from_secs(30),
+        || async { (r.uptime() >= Duration::from_secs(1)).then_some(()) },
+    )
+    .await;
+    live_worker(p, "elsewhere", &["noop"]).await;
+    sqlx::query(picky_worker).execute(p).await.unwrap();
+    let n = r.reap_once().await.unwrap();
+    for (what, id) in [
+        ("a paused queue's job", paused),
+        ("a job held by its key's rate", rate_held),
+        ("a job held by its key's concurrency", key_held),
+        ("a job held by the queue's concurrency", queue_held),
+        ("a job of a kind no live worker handles", unhandled),
+        (
+            "a job of a kind no live worker handles in its queue",
+            unserved,
+        ),
+    ] {
+        assert_eq!(
+            state_or_gone(p, id).await.as_deref(),
+            Some("available"),
+            "the reaper took {what}"
+        );
+    }
+    assert_eq!(n, 4);
+    for id in [abandoned, unkeyed, served, stuck] {
+        let (state, finalized, error, args): (String, bool, String, serde_json::Value) =
+            sqlx::query_as(
+                "SELECT state::text, finalized_at IS NOT NULL, errors -> -1 ->> 'error', args \
+                 FROM skiplock.jobs WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(p)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("job {id} was deleted, not discarded"));
+        assert_eq!((state.as_str(), finalized), ("discarded", true), "job {id}");
+        assert!(
+            error.starts_with("reaped: ") && error.contains("1s"),
+            "job {id}: {error}"
+        );
+        assert_eq!(args, json!({"important": "invoice 42"}));
+    }
+    let running: String =
+        sqlx::query_scalar("SELECT errors -> -1 ->> 'error' FROM skiplock.jobs WHERE id = $1")
+            .bind(stuck)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert!(running.contains("running"), "{running}");
+    // Discarded rows are retention's now; the next run finds nothing.
+    live_worker(p, "elsewhere", &["noop"]).await;
+    assert_eq!(r.reap_once().await.unwrap(), 0);
+}
+
+/// A periodic job whose unique_key another kind in another queue holds (due in 9999) cannot
+/// be enqueued; the scheduler records that and enqueues every other periodic job, `reap` and
+/// `retain` included, then enqueues it on a later tick once the key is free.
+#[tokio::test]
+async fn a_squatted_unique_key_stops_no_other_periodic_job() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let squatter: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('squat', '{}', 'elsewhere', run_at => '9999-01-01', unique_key => 'nightly:example')",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    let jobs = PeriodicJobs::from_toml(
+        "[[job]]\nname = \"nightly-pack\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\nunique_key = \"nightly:example\"\n\n\
+         [[job]]\nname = \"other\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\n",
+    )
+    .unwrap();
+    let retention = Retention {
+        settings: RetentionSettings {
+            interval: EVERY,
+            ..RetentionSettings::default()
+        },
+    };
+    let parts =
+        maintenance::parts_from(reaper(p, Duration::from_secs(3600)), retention, jobs).unwrap();
+    let s = parts.scheduler;
+    let names = || async {
+        let n: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT name FROM skiplock.periodic_runs WHERE job_id IS NOT NULL ORDER BY 1",
+        )
+        .fetch_all(p)
+        .await
+        .unwrap();
+        n
+    };
+    wait_for(
+        "reap, retain and the other periodic job enqueued",
+        Duration::from_secs(60),
+        || async {
+            let _ = s.tick_once(p).await;
+            (names().await == ["other", "reap", "retain"]).then_some(())
+        },
+    )
+    .await;
+    // The failure is on record, for `skiplock periodic` to show.
+    let error: Option<String> = sqlx::query_scalar(
+        "SELECT last_error FROM skiplock.periodic_jobs WHERE name = 'nightly-pack'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    let error = error.expect("the failed enqueue is recorded");
+    assert!(error.contains("nightly:example"), "{error}");
+    let (code, out, err) = run_cmd(&db.url, &["periodic"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("nightly-pack"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("failed") && line.contains("nightly:example"),
+        "{line}"
+    );
+
+    // The key freed, a later tick enqueues it and clears the record.
+    sqlx::query("SELECT skiplock.cancel($1)")
+        .bind(squatter)
+        .execute(p)
+        .await
+        .unwrap();
+    wait_for(
+        "the freed periodic job enqueued",
+        Duration::from_secs(60),
+        || async {
+            let _ = s.tick_once(p).await;
+            names()
+                .await
+                .contains(&"nightly-pack".to_string())
+                .then_some(())
+        },
+    )
+    .await;
+    let error: Option<String> = sqlx::query_scalar(
+        "SELECT last_error FROM skiplock.periodic_jobs WHERE name = 'nightly-pack'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(error, None);
+}
+
+/// The same squat against a worker process (the review's reproduction): reap, retain and the
+/// file's other job run period after period, and the refused job is logged at WARN once, not
+/// on every tick of every period.
+#[tokio::test]
+async fn a_worker_process_warns_once_about_a_squatted_periodic_job_and_runs_the_rest() {
+    let db = TestDb::new().await;
+    sqlx::query(
+        "SELECT skiplock.enqueue('squat', '{}', 'elsewhere', run_at => '9999-01-01', unique_key => 'nightly:example')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("periodic3.toml");
+    std::fs::write(
+        &file,
+        "[[job]]\nname = \"nightly-pack\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\nunique_key = \"nightly:example\"\n\n\
+         [[job]]\nname = \"other\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\n",
+    )
+    .unwrap();
+    let mut child = spawn_worker_process(
+        &db.url,
+        &["--queues", "per=2", "--log-format", "json"],
+        &[
+            ("SKIPLOCK_PERIODIC_FILE", file.to_str().unwrap()),
+            ("SKIPLOCK_REAPER_INTERVAL", "1s"),
+        ],
+    );
+    let err = drain_stderr(&mut child);
+    wait_for(
+        "three periods each of reap, retain and the other job",
+        Duration::from_secs(90),
+        || async {
+            let n = count(
+                &db.pool,
+                "SELECT coalesce(min(c), 0) FROM (SELECT name, count(*) AS c FROM skiplock.periodic_runs \
+                 WHERE name IN ('reap', 'retain', 'other') GROUP BY name HAVING count(*) > 0) r \
+                 WHERE (SELECT count(DISTINCT name) FROM skiplock.periodic_runs WHERE name IN ('reap', 'retain', 'other')) = 3",
+            )
+            .await;
+            (n >= 3).then_some(())
+        },
+    )
+    .await;
+    sigterm(&child);
+    wait_exit(&mut child).await;
+    let err = err.join().unwrap();
+    let warns: Vec<serde_json::Value> = err
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["level"] == "WARN" && v["fields"]["periodic"] == "nightly-pack")
+        .collect();
+    assert_eq!(warns.len(), 1, "{warns:?}");
+    let msg = warns[0]["fields"]["error"].as_str().unwrap();
+    assert!(msg.contains("nightly:example"), "{msg}");
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'nightly-pack'"
+        )
+        .await,
+        0
+    );
 }

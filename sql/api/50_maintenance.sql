@@ -8,7 +8,10 @@
 --   * the periodic job has never run and the period started before `first_after` (the
 --     caller's start): a newly declared job starts with its next fire time, not at deploy.
 -- The run row and the job are written in one transaction, so a period is never recorded
--- without its job or enqueued twice.
+-- without its job or enqueued twice: an enqueue that raises (its unique_key held by another
+-- kind or queue, say) records nothing, and the scheduler tries the period again on its next
+-- tick, recording the failure in skiplock.periodic_jobs meanwhile; an enqueue that succeeds
+-- clears that record.
 CREATE OR REPLACE FUNCTION skiplock.enqueue_periodic(
     name text,
     period_start timestamptz,
@@ -53,6 +56,11 @@ BEGIN
                                enqueue_periodic.unique_key, enqueue_periodic.on_conflict);
     UPDATE skiplock.periodic_runs r SET job_id = new_id
     WHERE r.name = enqueue_periodic.name AND r.period_start = enqueue_periodic.period_start;
+    -- A failed enqueue of an earlier period is over (recorded by the scheduler,
+    -- sql/maintenance/record_periodic_failure.sql); the guard keeps the common case a read.
+    UPDATE skiplock.periodic_jobs p
+    SET last_error = NULL, last_error_at = NULL, last_error_period = NULL
+    WHERE p.name = enqueue_periodic.name AND p.last_error IS NOT NULL;
     RETURN new_id;
 END;
 $$;

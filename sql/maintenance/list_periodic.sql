@@ -1,6 +1,8 @@
--- Periodic jobs as declared by workers, with their latest run and that job's state.
+-- Periodic jobs as declared by workers, with their latest run, that job's state, and the
+-- latest failed enqueue (cleared by the next successful one).
 SELECT p.name, p.schedule, p.kind, p.queue, p.args, p.declared_by, p.declared_at,
-       r.period_start AS last_period, r.job_id AS last_job_id, j.state AS last_job_state
+       r.period_start AS last_period, r.job_id AS last_job_id, j.state AS last_job_state,
+       p.last_error, p.last_error_at
 FROM skiplock.periodic_jobs p
 LEFT JOIN LATERAL (
     SELECT pr.period_start, pr.job_id FROM skiplock.periodic_runs pr

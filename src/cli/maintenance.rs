@@ -2,10 +2,11 @@
 //! among them the built-in `reap` and `retain`) and `skiplock reap [--dry-run]` (the reaper,
 //! run once by hand, outside the `reap` job).
 //!
-//! `skiplock reap` without `--dry-run` deletes what the reaper would delete, with the same
-//! uptime guard applied to the worker fleet instead of this short-lived command: it deletes
-//! only if some live worker (heartbeat within `SKIPLOCK_RESCUE_AFTER`) has been up for at
-//! least `SKIPLOCK_REAPER_MAX_AGE`. Otherwise it deletes nothing and says why: right after an
+//! `skiplock reap` without `--dry-run` discards what the reaper would discard (abandoned jobs,
+//! never held ones; each with the reason in its `errors`), with the same uptime guard applied
+//! to the worker fleet instead of this short-lived command: it discards only if some live
+//! worker (heartbeat within `SKIPLOCK_RESCUE_AFTER`) has been up for at least
+//! `SKIPLOCK_REAPER_MAX_AGE`. Otherwise it discards nothing and says why: right after an
 //! outage every row looks stale, and that is exactly when an operator reaches for the command.
 
 use chrono::{DateTime, Utc};
@@ -31,7 +32,7 @@ pub struct PeriodicArgs {
 /// `skiplock reap [--dry-run]`.
 #[derive(Debug, Args)]
 pub struct ReapArgs {
-    /// List what would be deleted, delete nothing.
+    /// List what would be discarded, discard nothing.
     #[arg(long)]
     pub dry_run: bool,
     /// With --dry-run: list at most this many.
@@ -54,6 +55,9 @@ struct PeriodicLine {
     last_job_state: Option<String>,
     next_run: Option<DateTime<Utc>>,
     declared_by: Option<String>,
+    /// Why its latest enqueue failed (none since its last successful one: `None`).
+    last_error: Option<String>,
+    last_error_at: Option<DateTime<Utc>>,
     /// What to show when no worker has declared it yet.
     #[serde(skip)]
     source: &'static str,
@@ -83,6 +87,8 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
             last_job_id: r.last_job_id,
             last_job_state: r.last_job_state.map(|s| s.to_string()),
             declared_by: Some(r.declared_by),
+            last_error: r.last_error,
+            last_error_at: r.last_error_at,
             source: "",
         })
         .collect();
@@ -108,6 +114,8 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
                 last_job_state: None,
                 next_run: j.schedule.next_after(now),
                 declared_by: None,
+                last_error: None,
+                last_error_at: None,
                 source,
             });
         }
@@ -132,6 +140,15 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
                 ),
                 (Some(p), None) => ts(Some(p)),
                 _ => "never".into(),
+            };
+            // A failing enqueue shows in place of the last run it stops.
+            let last = match &l.last_error {
+                Some(e) => format!(
+                    "failed {}: {} (last run {last})",
+                    ts(l.last_error_at),
+                    truncate(e, 120)
+                ),
+                None => last,
             };
             vec![
                 l.name.clone(),
@@ -159,7 +176,7 @@ pub async fn periodic(url: Option<&str>, a: PeriodicArgs) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Whether the fleet's uptime lets the reaper delete, and a sentence saying why (not).
+/// Whether the fleet's uptime lets the reaper discard, and a sentence saying why (not).
 fn fleet_guard(
     now: DateTime<Utc>,
     oldest: Option<DateTime<Utc>>,
@@ -203,11 +220,13 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
 
     if a.dry_run {
         let (_, jobs) = reaper::preview(&pool, settings.max_age, a.limit).await?;
+        // Held jobs (paused queue, limits, no worker for the kind) are never listed: the
+        // reaper never takes them (docs/maintenance.md, "The reaper").
         if a.json {
             return print_json(&jobs.iter().map(CandidateJson::from).collect::<Vec<_>>());
         }
         if jobs.is_empty() {
-            say!("no unfinished job is older than {max}");
+            say!("no unfinished job is abandoned past {max} (held jobs are never reaped)");
             return Ok(());
         }
         let rows: Vec<Vec<String>> = jobs
@@ -221,7 +240,7 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
                     ts(j.scheduled_at),
                     ts(j.attempted_at),
                     ts(Some(j.created_at)),
-                    truncate(&j.args.to_string(), 60),
+                    truncate(&j.args, 60),
                 ]
             })
             .collect();
@@ -239,9 +258,9 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
             &rows,
         );
         let verdict = if allowed {
-            "`skiplock reap` would delete them now"
+            "`skiplock reap` would discard them now"
         } else {
-            "`skiplock reap` would delete none yet"
+            "`skiplock reap` would discard none yet"
         };
         say!(
             "{} job(s) past the maximum age of {max}; {verdict}: {why}",
@@ -251,15 +270,17 @@ pub async fn reap(url: Option<&str>, a: ReapArgs) -> anyhow::Result<()> {
     }
 
     let Some(started) = oldest.filter(|_| allowed) else {
-        say!("deleted nothing: {why}");
+        say!("discarded nothing: {why}");
         return Ok(());
     };
     let progress = crate::progress::Progress::spinner("reap");
-    progress.message(format!("deleting jobs unfinished past {max}, in batches"));
+    progress.message(format!("discarding jobs abandoned past {max}, in batches"));
     let n = reaper::reap(&pool, settings.max_age, None, move |_| started).await;
     progress.clear();
     let n = n?;
-    say!("deleted {n} job(s) unfinished past the maximum age of {max}");
+    say!(
+        "discarded {n} job(s) abandoned past the maximum age of {max} (the reason is in their errors; retention deletes them after SKIPLOCK_RETAIN_FAILED)"
+    );
     Ok(())
 }
 
@@ -269,7 +290,8 @@ struct CandidateJson<'a> {
     kind: &'a str,
     queue: &'a str,
     state: &'a str,
-    args: &'a serde_json::Value,
+    /// As the database prints it (never decoded, so any row can be listed).
+    args: &'a str,
     scheduled_at: Option<DateTime<Utc>>,
     attempted_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,

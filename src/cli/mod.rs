@@ -74,7 +74,7 @@ pub enum Command {
     Packet(packets::PacketArgs),
     /// List periodic jobs and when they next run.
     Periodic(maintenance::PeriodicArgs),
-    /// Delete unfinished jobs left behind past the maximum age (see --dry-run).
+    /// Discard abandoned jobs left unfinished past the maximum age, never held ones (see --dry-run).
     Reap(maintenance::ReapArgs),
     /// The operator console in the browser (default http://127.0.0.1:8080/).
     Web(web::WebArgs),

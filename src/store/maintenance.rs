@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use serde_json::Value;
-
 use super::time::{DbTime, DbTimeOpt};
 use super::{Executor, sql};
 use crate::error::Result;
 use crate::queue::{JobState, NewJob};
+use chrono::{DateTime, Utc};
 
 /// The database's clock.
 pub async fn db_now<'e, E: Executor<'e>>(exec: E) -> Result<DateTime<Utc>> {
@@ -21,7 +19,8 @@ pub async fn db_now<'e, E: Executor<'e>>(exec: E) -> Result<DateTime<Utc>> {
     )
 }
 
-/// What the reaper needs to know about a job to judge it.
+/// What the reaper needs to know about a job to judge it: its timestamps, and whether
+/// something holds it back (for an `available` job; see `reaper::is_too_old`).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ReapCandidate {
     /// Row id.
@@ -30,8 +29,9 @@ pub struct ReapCandidate {
     pub kind: String,
     /// Queue name.
     pub queue: String,
-    /// Arguments (logged on deletion).
-    pub args: Value,
+    /// Arguments as the database prints them (text, never decoded: any jsonb the table holds
+    /// can be listed, however deep or large its numbers).
+    pub args: String,
     /// Its state.
     pub state: JobState,
     /// Attempts so far.
@@ -50,6 +50,13 @@ pub struct ReapCandidate {
     /// Last heartbeat of a running attempt.
     #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
     pub heartbeat_at: Option<DateTime<Utc>>,
+    /// Its queue is paused.
+    pub queue_paused: bool,
+    /// A limit of its queue may be what keeps it waiting: the queue's concurrency, or (for a
+    /// job with a `limit_key`) a key's concurrency or rate.
+    pub queue_limited: bool,
+    /// Some live worker handles its kind in its queue (could claim it).
+    pub claimable: bool,
 }
 
 /// A candidate with the database's `now()` it was read at.
@@ -63,48 +70,76 @@ pub struct CandidateRow {
     pub job: ReapCandidate,
 }
 
-/// Up to `limit` unfinished jobs that may be older than `max_age`, locked (`FOR UPDATE SKIP
-/// LOCKED`) until the transaction ends so no worker claims one while the reaper decides.
-/// The same candidate query as [`reap_candidates_preview`] (`reap_candidates.sql`).
+/// Up to `limit` unfinished jobs that may be abandoned (older than `max_age`, not held; a
+/// worker is live with a heartbeat within `live_within`), locked (`FOR UPDATE SKIP LOCKED`)
+/// until the transaction ends so no worker claims one while the reaper decides. The same
+/// candidate query as [`reap_candidates_preview`] (`reap_candidates.sql`).
 pub async fn reap_candidates_locked<'e, E: Executor<'e>>(
     exec: E,
     max_age: Duration,
+    live_within: Duration,
     limit: i64,
 ) -> Result<Vec<CandidateRow>> {
     Ok(sqlx::query_as(concat!(
         include_str!("../../sql/maintenance/reap_candidates.sql"),
-        "LIMIT $2 FOR UPDATE SKIP LOCKED"
+        "LIMIT $2 FOR UPDATE OF j SKIP LOCKED"
     ))
     .bind(max_age.as_secs_f64())
     .bind(limit)
+    .bind(live_within.as_secs_f64())
     .fetch_all(exec)
     .await?)
 }
 
-/// Up to `limit` unfinished jobs that may be older than `max_age`, in id order, unlocked
+/// Up to `limit` unfinished jobs that may be abandoned, in id order, unlocked
 /// (`skiplock reap --dry-run`).
 pub async fn reap_candidates_preview<'e, E: Executor<'e>>(
     exec: E,
     max_age: Duration,
+    live_within: Duration,
     limit: i64,
 ) -> Result<Vec<CandidateRow>> {
     Ok(sqlx::query_as(concat!(
         include_str!("../../sql/maintenance/reap_candidates.sql"),
-        "ORDER BY id LIMIT $2"
+        "ORDER BY j.id LIMIT $2"
     ))
     .bind(max_age.as_secs_f64())
     .bind(limit)
+    .bind(live_within.as_secs_f64())
     .fetch_all(exec)
     .await?)
 }
 
-/// Deletes the jobs `ids` the reaper judged too old (still unfinished); returns how many.
-pub async fn reap_delete<'e, E: Executor<'e>>(exec: E, ids: &[i64]) -> Result<u64> {
-    Ok(sqlx::query(sql!("maintenance", "reap_delete"))
+/// Discards the jobs `ids` the reaper judged abandoned (still unfinished), each with the
+/// reason in its `errors` naming the maximum age `max_age` (as written, e.g. `2days`);
+/// returns how many.
+pub async fn reap_discard<'e, E: Executor<'e>>(exec: E, ids: &[i64], max_age: &str) -> Result<u64> {
+    Ok(sqlx::query(sql!("maintenance", "reap_discard"))
         .bind(ids)
+        .bind(max_age)
         .execute(exec)
         .await?
         .rows_affected())
+}
+
+/// A queue whose per-key rate period is longer than the reaper's maximum age.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct LongKeyPeriod {
+    /// The queue.
+    pub queue: String,
+    /// Its key rate period, in seconds.
+    pub period_s: f64,
+}
+
+/// The queues (at most 100) whose per-key rate period is longer than `max_age`.
+pub async fn long_key_periods<'e, E: Executor<'e>>(
+    exec: E,
+    max_age: Duration,
+) -> Result<Vec<LongKeyPeriod>> {
+    Ok(sqlx::query_as(sql!("maintenance", "long_key_periods"))
+        .bind(max_age.as_secs_f64())
+        .fetch_all(exec)
+        .await?)
 }
 
 /// When the longest-running live worker started, and the database's `now()`.
@@ -236,6 +271,23 @@ pub async fn enqueue_periodic<'e, E: Executor<'e>>(
         .await?)
 }
 
+/// Records that period `period_start` of periodic job `name` could not be enqueued, with
+/// `error` (shown by `skiplock periodic` until the job's next successful enqueue).
+pub async fn record_periodic_failure<'e, E: Executor<'e>>(
+    exec: E,
+    name: &str,
+    period_start: DateTime<Utc>,
+    error: &str,
+) -> Result<()> {
+    sqlx::query(sql!("maintenance", "record_periodic_failure"))
+        .bind(name)
+        .bind(period_start)
+        .bind(error)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
 /// A periodic job as declared by a worker, with its latest run.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct DeclaredPeriodic {
@@ -256,6 +308,11 @@ pub struct DeclaredPeriodic {
     pub last_job_id: Option<i64>,
     /// That job's state (`None`: gone, or never run).
     pub last_job_state: Option<JobState>,
+    /// Why its latest failed enqueue failed (`None`: none since its last successful one).
+    pub last_error: Option<String>,
+    /// When that was.
+    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    pub last_error_at: Option<DateTime<Utc>>,
 }
 
 /// Every periodic job workers declared, by name.

@@ -69,6 +69,12 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         6,
         "1a2acf0cf4982b9563c7b0d1a9af4ab8b8a5a30d333a30bdccd66d86bcc7bc7a",
     ),
+    // A periodic job's latest failed enqueue is recorded in skiplock.periodic_jobs (migration
+    // 0014) and skiplock.enqueue_periodic clears it when the job enqueues again.
+    (
+        7,
+        "e9b841bc8e55affe2804f5f0ef8ed6281fcc38f0e067eb5b455de7211c8574f1",
+    ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

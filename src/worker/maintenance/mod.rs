@@ -133,7 +133,10 @@ pub fn parts_from(
     retention: retention::Retention,
     jobs: periodic::PeriodicJobs,
 ) -> Result<Parts> {
-    let jobs = jobs.extend(builtin_jobs(&reaper.settings(), &retention.settings)?);
+    // The built-in jobs first: each job's enqueue is independent of the others'
+    // (`periodic::Scheduler::tick_once`), and `reap` and `retain` also never wait behind a
+    // user job's statement within a tick.
+    let jobs = builtin_jobs(&reaper.settings(), &retention.settings)?.extend(jobs);
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     let scheduler = periodic::Scheduler::new(jobs, format!("{host}:{}", std::process::id()))?;
     Ok(Parts {

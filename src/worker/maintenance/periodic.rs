@@ -294,7 +294,13 @@ impl PeriodicJobs {
                 .priority(e.priority.unwrap_or(0))
                 .max_attempts(e.max_attempts.unwrap_or(25));
             if let Some(k) = e.unique_key {
-                job = job.unique_key(k, OnConflict::Keep);
+                let span = k.span();
+                job = job.unique_key(k.into_inner(), OnConflict::Keep);
+                // Refused here, at load, not on every tick: the database refuses every
+                // enqueue of such a key (skiplock._reserved_key_prefix).
+                if let Some(prefix) = reserved_key(&job) {
+                    return Err(at(span, &reserved_key_message(prefix)));
+                }
             }
             out = out.add(PeriodicJob {
                 name,
@@ -341,10 +347,16 @@ struct FileEntry {
     queue: Option<String>,
     priority: Option<i16>,
     max_attempts: Option<i32>,
-    unique_key: Option<String>,
+    unique_key: Option<toml::Spanned<String>>,
 }
 
 /// Enqueues each periodic job once per period. Run by every worker process.
+///
+/// Each job is enqueued on its own: one whose enqueue the database refuses (its unique_key
+/// held by another kind or queue, say) is logged, recorded in `skiplock.periodic_jobs` for
+/// `skiplock periodic`, and tried again on the next tick, while every other job goes on
+/// (docs/maintenance.md, "When an enqueue fails"). Jobs are enqueued in the order given;
+/// [`super::parts_from`] puts the built-in `reap` and `retain` first.
 #[derive(Clone)]
 pub struct Scheduler {
     jobs: Arc<Vec<PeriodicJob>>,
@@ -356,14 +368,60 @@ pub struct Scheduler {
 
 #[derive(Default)]
 struct SchedulerState {
-    declared: bool,
+    /// The jobs declared in `skiplock.periodic_jobs` so far.
+    declared: BTreeSet<String>,
     /// The last period this process has settled per job (enqueued, or found taken).
     settled: HashMap<String, DateTime<Utc>>,
+    /// Per job whose enqueue is failing: what was last logged and recorded.
+    failing: HashMap<String, Failing>,
+}
+
+/// A job whose enqueue is failing, as this process last reported it.
+struct Failing {
+    /// The error last logged at WARN, and when.
+    warned: String,
+    warned_at: std::time::Instant,
+    /// The period last recorded in the database, with its error.
+    recorded: Option<(DateTime<Utc>, String)>,
+    /// Failed attempts since the WARN (logged at DEBUG).
+    since_warn: u64,
+}
+
+/// A failing job's WARN is repeated (with the count of failures since) at most this often,
+/// unless its error changes: a job retried every tick must not flood the log.
+pub const REWARN_AFTER: Duration = Duration::from_secs(300);
+
+/// Whether `e` says the database could not be reached (every job of the tick would fail the
+/// same way after a pool timeout each), rather than that it refused this one job.
+fn unreachable(e: &Error) -> bool {
+    match e {
+        Error::Database(sqlx::Error::Database(_)) | Error::Refused { .. } => false,
+        Error::Database(_) | Error::Unavailable(_) | Error::Io(_) => true,
+        _ => false,
+    }
+}
+
+/// Refuses a periodic job whose unique_key is in a built-in workflow's namespace: every
+/// enqueue of it would fail (`skiplock.enqueue` refuses such keys). The prefix found.
+fn reserved_key(job: &NewJob) -> Option<&'static str> {
+    let key = job.unique_key.as_deref()?;
+    crate::store::names::RESERVED_KEY_PREFIXES
+        .iter()
+        .copied()
+        .find(|p| key.starts_with(p))
+}
+
+fn reserved_key_message(prefix: &str) -> String {
+    format!(
+        "unique_key starts with {prefix}, a prefix reserved for the built-in workflows ({})",
+        crate::store::names::RESERVED_KEY_PREFIXES.join(", ")
+    )
 }
 
 impl Scheduler {
-    /// Builds a scheduler; fails on duplicate names. `declared_by` names this process in
-    /// `skiplock.periodic_jobs` (e.g. host and pid).
+    /// Builds a scheduler; fails on duplicate names and on a unique_key in a built-in
+    /// workflow's namespace (`fetch:`, `pack:`, `packet:`). `declared_by` names this process
+    /// in `skiplock.periodic_jobs` (e.g. host and pid).
     pub fn new(jobs: PeriodicJobs, declared_by: impl Into<String>) -> Result<Self> {
         let mut seen = BTreeSet::new();
         for j in &jobs.jobs {
@@ -371,6 +429,13 @@ impl Scheduler {
                 return Err(Error::Invalid(format!(
                     "periodic job {:?} is declared twice",
                     j.name
+                )));
+            }
+            if let Some(prefix) = reserved_key(&j.job) {
+                return Err(Error::Invalid(format!(
+                    "periodic job {:?}: {}",
+                    j.name,
+                    reserved_key_message(prefix)
                 )));
             }
         }
@@ -388,22 +453,31 @@ impl Scheduler {
         &self.jobs
     }
 
-    /// One tick: declares the jobs (first tick only), then enqueues every job whose current
-    /// period this process has not settled yet. Returns how many jobs it enqueued.
+    /// One tick: declares the jobs not declared yet, then enqueues every job whose current
+    /// period this process has not settled yet, each on its own (a refused enqueue is logged
+    /// and recorded, and the job tried again next tick). Returns how many jobs it enqueued;
+    /// fails only when the database cannot be reached (the supervisor then waits and retries).
     pub async fn tick_once(&self, pool: &Pool) -> Result<u64> {
-        let declared = self.state.lock().unwrap().declared;
-        if !declared {
-            for j in self.jobs.iter() {
-                let schedule = j.schedule.describe();
-                let d = PeriodicDecl {
-                    name: &j.name,
-                    schedule: &schedule,
-                    job: &j.job,
-                    declared_by: &self.declared_by,
-                };
-                store::maintenance::declare_periodic(pool, d).await?;
+        for j in self.jobs.iter() {
+            if self.state.lock().unwrap().declared.contains(&j.name) {
+                continue;
             }
-            self.state.lock().unwrap().declared = true;
+            let schedule = j.schedule.describe();
+            let d = PeriodicDecl {
+                name: &j.name,
+                schedule: &schedule,
+                job: &j.job,
+                declared_by: &self.declared_by,
+            };
+            match store::maintenance::declare_periodic(pool, d).await {
+                Ok(()) => {}
+                Err(e) if unreachable(&e) => return Err(e),
+                // Listed by `skiplock periodic` or not, the job is still scheduled.
+                Err(e) => {
+                    tracing::warn!(periodic = %j.name, error = %e, "could not declare periodic job")
+                }
+            }
+            self.state.lock().unwrap().declared.insert(j.name.clone());
         }
         let now = Utc::now();
         let mut enqueued = 0u64;
@@ -420,7 +494,14 @@ impl Scheduler {
                 first_after: self.started_at,
                 job: &j.job,
             };
-            let id = store::maintenance::enqueue_periodic(pool, run).await?;
+            let id = match store::maintenance::enqueue_periodic(pool, run).await {
+                Ok(id) => id,
+                Err(e) if unreachable(&e) => return Err(e),
+                Err(e) => {
+                    self.failed(pool, j, period, &e).await;
+                    continue;
+                }
+            };
             match id {
                 Some(id) => {
                     enqueued += 1;
@@ -430,13 +511,58 @@ impl Scheduler {
                     tracing::debug!(periodic = %j.name, period = %period.to_rfc3339(), "periodic period already enqueued (or not due for a first run)");
                 }
             }
-            self.state
-                .lock()
-                .unwrap()
-                .settled
-                .insert(j.name.clone(), period);
+            let mut st = self.state.lock().unwrap();
+            if let Some(f) = st.failing.remove(&j.name) {
+                tracing::info!(periodic = %j.name, period = %period.to_rfc3339(), failures = f.since_warn + 1, "periodic job enqueues again");
+            }
+            st.settled.insert(j.name.clone(), period);
         }
         Ok(enqueued)
+    }
+
+    /// A refused enqueue of `j`'s `period`: logged at WARN the first time, when its error
+    /// changes, and every [`REWARN_AFTER`] (DEBUG otherwise), and recorded in the database
+    /// once per period and error. The period stays unsettled: the next tick tries it again.
+    async fn failed(&self, pool: &Pool, j: &PeriodicJob, period: DateTime<Utc>, e: &Error) {
+        let msg = e.to_string();
+        let (warn, since, record) = {
+            let mut st = self.state.lock().unwrap();
+            let f = st.failing.entry(j.name.clone()).or_insert_with(|| Failing {
+                warned: String::new(),
+                warned_at: std::time::Instant::now(),
+                recorded: None,
+                since_warn: 0,
+            });
+            let warn = f.warned != msg || f.warned_at.elapsed() >= REWARN_AFTER;
+            let since = f.since_warn;
+            if warn {
+                f.warned = msg.clone();
+                f.warned_at = std::time::Instant::now();
+                f.since_warn = 0;
+            } else {
+                f.since_warn += 1;
+            }
+            let record = f.recorded.as_ref() != Some(&(period, msg.clone()));
+            if record {
+                f.recorded = Some((period, msg.clone()));
+            }
+            (warn, since, record)
+        };
+        if warn {
+            tracing::warn!(periodic = %j.name, period = %period.to_rfc3339(), job.kind = %j.job.kind, job.queue = %j.job.queue, error = %msg, failures_since_last_warning = since, "could not enqueue periodic job; the others go on, this one is tried again next tick");
+        } else {
+            tracing::debug!(periodic = %j.name, period = %period.to_rfc3339(), error = %msg, "could not enqueue periodic job (again)");
+        }
+        if record
+            && let Err(e) =
+                store::maintenance::record_periodic_failure(pool, &j.name, period, &msg).await
+        {
+            tracing::debug!(periodic = %j.name, error = %e, "could not record the failed enqueue");
+            // Not recorded: try recording again on the next failure.
+            if let Some(f) = self.state.lock().unwrap().failing.get_mut(&j.name) {
+                f.recorded = None;
+            }
+        }
     }
 }
 
@@ -608,6 +734,37 @@ mod tests {
         ] {
             assert!(!err(text).contains("hunter2"), "{}", err(text));
         }
+    }
+
+    #[test]
+    fn reserved_unique_keys_are_refused_when_the_file_is_loaded() {
+        for prefix in crate::store::names::RESERVED_KEY_PREFIXES {
+            let text = format!(
+                "[[job]]\nname='x'\nevery='1m'\nkind='noop'\nunique_key='{prefix}hunter2'\n"
+            );
+            let e = PeriodicJobs::from_toml(&text).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "line 5, column 12: unique_key starts with {prefix}, a prefix reserved for the built-in workflows (fetch:, pack:, packet:)"
+                )
+            );
+        }
+        // A key that merely contains one is fine.
+        let ok = "[[job]]\nname='x'\nevery='1m'\nkind='noop'\nunique_key='nightly:packet:1'\n";
+        assert!(PeriodicJobs::from_toml(ok).is_ok());
+        // The same rule for a job declared in code, named in the error.
+        let j = PeriodicJob::every(
+            "nightly",
+            Duration::from_secs(60),
+            NewJob::new("noop", serde_json::json!({})).unique_key("packet:1", OnConflict::Keep),
+        )
+        .unwrap();
+        let e = Scheduler::new(PeriodicJobs::new().add(j), "t")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("\"nightly\"") && e.contains("packet:"), "{e}");
     }
 
     #[test]

@@ -1,17 +1,21 @@
-//! The reaper: deletes unfinished jobs (available or running) left behind far longer than any
-//! job should wait or run, so a stuck row cannot sit in the queue forever.
+//! The reaper: discards unfinished jobs (available or running) abandoned far longer than any
+//! job should wait or run, so a stuck row cannot sit in the queue forever. It never takes a
+//! job that is held rather than abandoned (a paused queue's, one a limit keeps waiting, one
+//! no live worker handles), and what it takes it discards with the reason in `errors`, never
+//! deletes: the row stays until retention deletes discarded rows (docs/maintenance.md, "The
+//! reaper").
 //!
 //! It runs as a periodic job of kind [`KIND`] (`reap`), declared by every worker that
 //! registers the maintenance jobs ([`super::register_all`]) and enqueued once per
 //! `SKIPLOCK_REAPER_INTERVAL` across all processes, so each run is a row an operator can read
 //! with psql: its `result` says what it did ([`ReapRun`]). The [`Reaper`] is the handler. It
 //! remembers when it was built (the process's start, in memory) and, until this process has
-//! been up for the maximum age, deletes nothing: after an outage every row would otherwise
-//! look stale. Every deletion is logged at WARN with the whole job (id, kind, queue, state,
-//! args, timestamps), so nothing disappears without a trace.
+//! been up for the maximum age, takes nothing: after an outage every row would otherwise
+//! look stale. Every discard is also logged at WARN (id, kind, queue, state, timestamps).
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -37,11 +41,16 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
 pub const BATCH: i64 = 500;
 /// Batches per run at most; the next run continues.
 pub const MAX_BATCHES: usize = 20;
+/// A worker is live for the reaper while its last heartbeat is this recent (the window
+/// `skiplock stats` reports unhandled kinds by; workers send one every 15 s at most, see
+/// `worker::heartbeat`): a job no live worker handles in its queue is held, not abandoned.
+pub const LIVE_WITHIN: Duration = Duration::from_secs(120);
 
 /// The reaper's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReaperSettings {
-    /// An unfinished job older than this is deleted (`SKIPLOCK_REAPER_MAX_AGE`, 48h).
+    /// An unfinished job abandoned for longer than this is discarded
+    /// (`SKIPLOCK_REAPER_MAX_AGE`, 48h).
     pub max_age: Duration,
     /// Time between runs, the period of the `reap` job (`SKIPLOCK_REAPER_INTERVAL`, 30s, at
     /// least 1s); the `retain` job runs on it too.
@@ -72,11 +81,11 @@ impl ReaperSettings {
 }
 
 /// What one run of the reaper did: the `result` of its `reap` job, e.g.
-/// `{"deleted": 3, "guarded": false, "uptime_s": 180000, "max_age_s": 172800}`.
+/// `{"discarded": 3, "guarded": false, "uptime_s": 180000, "max_age_s": 172800}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ReapRun {
-    /// Jobs deleted.
-    pub deleted: u64,
+    /// Jobs discarded.
+    pub discarded: u64,
     /// The uptime guard held: the process was younger than the maximum age, nothing was read.
     pub guarded: bool,
     /// How long the process running it had been up (whole seconds).
@@ -86,16 +95,32 @@ pub struct ReapRun {
 }
 
 /// Whether the uptime guard holds for a process up for `uptime`: until it has been up for the
-/// whole maximum age, the reaper deletes nothing (after an outage every row looks stale).
+/// whole maximum age, the reaper takes nothing (after an outage every row looks stale).
 pub fn guarded(uptime: Duration, max_age: Duration) -> bool {
     uptime < max_age
 }
 
-/// Whether the reaper may delete `job` at `now`, in a process whose reaper started at
+/// What holds an `available` job back, if anything: its queue is paused, a limit of its
+/// queue may be what keeps it waiting, or no live worker handles its kind in its queue. Such a
+/// job is waiting, not abandoned, however long it has waited: the reaper never takes it.
+pub fn hold(job: &ReapCandidate) -> Option<&'static str> {
+    if job.queue_paused {
+        Some("its queue is paused")
+    } else if job.queue_limited {
+        Some("a limit of its queue holds it")
+    } else if !job.claimable {
+        Some("no live worker handles its kind in its queue")
+    } else {
+        None
+    }
+}
+
+/// Whether the reaper may discard `job` at `now`, in a process whose reaper started at
 /// `started_at`. The one place the rule lives:
 ///
 /// - nothing is too old until the process has been up for at least `max_age` (uptime guard);
 /// - finished jobs (completed, discarded, cancelled) are retention's business, never the reaper's;
+/// - an available job that something holds ([`hold`]) is never too old: it waits by design;
 /// - a job scheduled in the future is never too old, however long ago it was created;
 /// - a running job is judged by `attempted_at`, any other by `scheduled_at` (when it became
 ///   due); if that one is missing the other is used, and if neither is set, `created_at`;
@@ -114,6 +139,7 @@ pub fn is_too_old(
     }
     let running = match job.state {
         JobState::Running => true,
+        JobState::Available if hold(job).is_some() => return false,
         JobState::Available => false,
         _ => return false,
     };
@@ -129,7 +155,7 @@ pub fn is_too_old(
     now.signed_duration_since(reference) > max_age
 }
 
-/// Deletes unfinished jobs past the maximum age; the handler of the `reap` job. Cheap to
+/// Discards abandoned jobs past the maximum age; the handler of the `reap` job. Cheap to
 /// clone: clones share the start instant and counters (tests and callers can watch the one
 /// the worker runs).
 #[derive(Clone)]
@@ -142,7 +168,9 @@ pub struct Reaper {
 struct Inner {
     started: Instant,
     runs: AtomicU64,
-    deleted: AtomicU64,
+    discarded: AtomicU64,
+    /// The key period this process last warned about per queue (warned once, not per run).
+    warned: Mutex<HashMap<String, u64>>,
 }
 
 impl Reaper {
@@ -154,7 +182,8 @@ impl Reaper {
             inner: Arc::new(Inner {
                 started: Instant::now(),
                 runs: AtomicU64::new(0),
-                deleted: AtomicU64::new(0),
+                discarded: AtomicU64::new(0),
+                warned: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -174,23 +203,27 @@ impl Reaper {
         self.inner.runs.load(Ordering::SeqCst)
     }
 
-    /// Jobs deleted so far.
-    pub fn deleted(&self) -> u64 {
-        self.inner.deleted.load(Ordering::SeqCst)
+    /// Jobs discarded so far.
+    pub fn discarded(&self) -> u64 {
+        self.inner.discarded.load(Ordering::SeqCst)
     }
 
-    /// One run on its own pool (outside a `reap` job); returns how many jobs it deleted.
+    /// One run on its own pool (outside a `reap` job); returns how many jobs it discarded.
     pub async fn reap_once(&self) -> Result<u64> {
-        Ok(self.reap_with(&self.pool, None).await?.deleted)
+        Ok(self.reap_with(&self.pool, None).await?.discarded)
     }
 
-    /// One run: deletes too-old jobs in batches of [`BATCH`] (at most [`MAX_BATCHES`]), never
-    /// job `spare` (the `reap` job running it). Does nothing, not even a query, while the
-    /// uptime guard holds.
+    /// One run: warns about key periods longer than the maximum age (once per queue and
+    /// period, [`warn_long_key_periods`]), then discards too-old jobs in batches of [`BATCH`]
+    /// (at most [`MAX_BATCHES`]), never job `spare` (the `reap` job running it). Reads no job
+    /// while the uptime guard holds.
     pub async fn reap_with(&self, pool: &Pool, spare: Option<i64>) -> Result<ReapRun> {
         let uptime = self.uptime();
         let guarded = guarded(uptime, self.settings.max_age);
-        let deleted = if guarded {
+        // Before the guard: the first run comes one interval after the worker's start, so
+        // this is the start-up warning too, not one two days later.
+        self.warn_long_key_periods(pool).await?;
+        let discarded = if guarded {
             0
         } else {
             let started = self.inner.started;
@@ -201,14 +234,41 @@ impl Reaper {
             })
             .await?
         };
-        self.inner.deleted.fetch_add(deleted, Ordering::SeqCst);
+        self.inner.discarded.fetch_add(discarded, Ordering::SeqCst);
         self.inner.runs.fetch_add(1, Ordering::SeqCst);
         Ok(ReapRun {
-            deleted,
+            discarded,
             guarded,
             uptime_s: uptime.as_secs(),
             max_age_s: self.settings.max_age.as_secs(),
         })
+    }
+
+    /// Warns (once per queue and period in this process) about every queue whose per-key
+    /// rate period is longer than the maximum age: its keyed jobs may wait longer than that
+    /// by design. The reaper leaves them alone (a limit holds them, [`hold`]), but a maximum
+    /// age chosen as "nothing waits longer" no longer says what it meant. `set_key_limit`
+    /// cannot refuse such a period itself: the maximum age is a worker setting, not in the
+    /// database. Returns the queues found.
+    pub async fn warn_long_key_periods(
+        &self,
+        pool: &Pool,
+    ) -> Result<Vec<store::maintenance::LongKeyPeriod>> {
+        let long = store::maintenance::long_key_periods(pool, self.settings.max_age).await?;
+        let mut warned = self.inner.warned.lock().unwrap();
+        for q in &long {
+            let secs = q.period_s.round() as u64;
+            if warned.insert(q.queue.clone(), secs) == Some(secs) {
+                continue;
+            }
+            tracing::warn!(
+                queue = %q.queue,
+                key_period = %humantime::format_duration(Duration::from_secs(secs)),
+                max_age = %humantime::format_duration(self.settings.max_age),
+                "a queue's key rate period is longer than SKIPLOCK_REAPER_MAX_AGE: its keyed jobs may wait longer than the maximum age (the reaper leaves held jobs alone)"
+            );
+        }
+        Ok(long)
     }
 }
 
@@ -221,23 +281,23 @@ impl Handler for Reaper {
     }
     async fn run(&self, ctx: JobContext, _args: IgnoredAny) -> HandlerResult {
         let run = self.reap_with(&ctx.pool, Some(ctx.id)).await?;
-        if run.deleted > 0 {
+        if run.discarded > 0 {
             tracing::info!(
                 job.id = ctx.id,
-                deleted = run.deleted,
-                "reaper run deleted jobs"
+                discarded = run.discarded,
+                "reaper run discarded jobs"
             );
         }
         Ok(Outcome::CompleteWith(serde_json::to_value(run)?))
     }
 }
 
-/// Deletes the jobs [`is_too_old`] condemns, batch by batch, each batch in a transaction that
-/// holds the candidates' row locks from the decision to the delete (so a job claimed in the
-/// meantime is never deleted as stale). Job `spare` is never deleted (the `reap` job that
-/// runs this must not delete its own row mid-run, however small the maximum age).
-/// `started_at` maps the database's `now()` to the start the uptime guard measures from.
-/// Logs each deletion at WARN.
+/// Discards the jobs [`is_too_old`] condemns, batch by batch, each batch in a transaction that
+/// holds the candidates' row locks from the decision to the discard (so a job claimed in the
+/// meantime is never discarded as stale), each with the reason in its `errors`. Job `spare`
+/// is never taken (the `reap` job that runs this must not discard its own row mid-run,
+/// however small the maximum age). `started_at` maps the database's `now()` to the start the
+/// uptime guard measures from. Logs each discard at WARN.
 pub async fn reap(
     pool: &Pool,
     max_age: Duration,
@@ -247,7 +307,9 @@ pub async fn reap(
     let mut total = 0u64;
     for _ in 0..MAX_BATCHES {
         let mut tx = pool.begin().await?;
-        let rows = store::maintenance::reap_candidates_locked(&mut *tx, max_age, BATCH).await?;
+        let rows =
+            store::maintenance::reap_candidates_locked(&mut *tx, max_age, LIVE_WITHIN, BATCH)
+                .await?;
         let fetched = rows.len();
         let doomed: Vec<ReapCandidate> = rows
             .into_iter()
@@ -260,12 +322,13 @@ pub async fn reap(
             break;
         }
         let ids: Vec<i64> = doomed.iter().map(|j| j.id).collect();
-        let deleted = store::maintenance::reap_delete(&mut *tx, &ids).await?;
+        let max = humantime::format_duration(max_age).to_string();
+        let discarded = store::maintenance::reap_discard(&mut *tx, &ids, &max).await?;
         tx.commit().await?;
         for j in &doomed {
             log_reaped(j, max_age);
         }
-        total += deleted;
+        total += discarded;
         if (fetched as i64) < BATCH {
             break;
         }
@@ -281,25 +344,25 @@ fn log_reaped(j: &ReapCandidate, max_age: Duration) {
         job.queue = %j.queue,
         job.state = %j.state,
         job.attempt = j.attempt,
-        job.args = %j.args,
         job.created_at = %j.created_at.to_rfc3339(),
         job.scheduled_at = %t(j.scheduled_at),
         job.attempted_at = %t(j.attempted_at),
         job.attempted_by = j.attempted_by.as_deref().unwrap_or("-"),
         job.heartbeat_at = %t(j.heartbeat_at),
         max_age = %humantime::format_duration(max_age),
-        "reaper deleted a job left unfinished past the maximum age"
+        "reaper discarded a job left unfinished past the maximum age"
     );
 }
 
-/// The jobs that are past the maximum age right now, ignoring the uptime guard (what
-/// `skiplock reap --dry-run` lists), with the database's `now()`.
+/// The jobs that are abandoned past the maximum age right now, ignoring the uptime guard
+/// (what `skiplock reap --dry-run` lists), with the database's `now()`.
 pub async fn preview(
     pool: &Pool,
     max_age: Duration,
     limit: i64,
 ) -> Result<(DateTime<Utc>, Vec<ReapCandidate>)> {
-    let rows = store::maintenance::reap_candidates_preview(pool, max_age, limit).await?;
+    let rows =
+        store::maintenance::reap_candidates_preview(pool, max_age, LIVE_WITHIN, limit).await?;
     let now = match rows.first() {
         Some(r) => r.db_now,
         None => store::maintenance::db_now(pool).await?,
@@ -345,7 +408,7 @@ mod tests {
             id: 1,
             kind: "k".into(),
             queue: "default".into(),
-            args: serde_json::json!({}),
+            args: "{}".into(),
             state,
             attempt: 0,
             scheduled_at: None,
@@ -353,6 +416,9 @@ mod tests {
             attempted_at: None,
             attempted_by: None,
             heartbeat_at: None,
+            queue_paused: false,
+            queue_limited: false,
+            claimable: true,
         }
     }
 
@@ -420,6 +486,31 @@ mod tests {
     }
 
     #[test]
+    fn a_held_available_job_is_never_too_old_a_running_one_still_is() {
+        type Set = fn(&mut ReapCandidate);
+        let holds: [(Set, &str); 3] = [
+            (|j| j.queue_paused = true, "its queue is paused"),
+            (|j| j.queue_limited = true, "a limit of its queue holds it"),
+            (
+                |j| j.claimable = false,
+                "no live worker handles its kind in its queue",
+            ),
+        ];
+        for (set, why) in holds {
+            let mut j = job(JobState::Available);
+            j.scheduled_at = Some(ago(90 * 86_400));
+            assert!(is_too_old(&j, t0(), old_start(), MAX), "{why}: unheld");
+            set(&mut j);
+            assert_eq!(hold(&j), Some(why));
+            assert!(!is_too_old(&j, t0(), old_start(), MAX), "{why}");
+            // A running attempt is not held by anything: it is judged by its age.
+            j.state = JobState::Running;
+            j.attempted_at = Some(ago(3601));
+            assert!(is_too_old(&j, t0(), old_start(), MAX), "{why}: running");
+        }
+    }
+
+    #[test]
     fn finished_states_are_never_reaped() {
         // (An unknown state can no longer reach the rule: `state` is a JobState, and the
         // store refuses to decode a label it does not know.)
@@ -448,7 +539,7 @@ mod tests {
     fn uptime_guard_holds_until_the_process_is_max_age_old() {
         let mut j = job(JobState::Available);
         j.scheduled_at = Some(ago(10 * 86_400));
-        // Up for one microsecond less than the maximum age: nothing is deleted.
+        // Up for one microsecond less than the maximum age: nothing is taken.
         let young = ago(3600) + chrono::Duration::microseconds(1);
         assert!(!is_too_old(&j, t0(), young, MAX));
         // Up for exactly the maximum age: the guard is over.
@@ -472,14 +563,14 @@ mod tests {
     #[test]
     fn a_run_is_reported_as_the_jobs_result() {
         let run = ReapRun {
-            deleted: 3,
+            discarded: 3,
             guarded: false,
             uptime_s: 180_000,
             max_age_s: 172_800,
         };
         assert_eq!(
             serde_json::to_value(run).unwrap(),
-            serde_json::json!({"deleted": 3, "guarded": false, "uptime_s": 180000, "max_age_s": 172800})
+            serde_json::json!({"discarded": 3, "guarded": false, "uptime_s": 180000, "max_age_s": 172800})
         );
     }
 
