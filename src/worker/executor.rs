@@ -6,16 +6,16 @@ use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use futures::FutureExt;
-use serde_json::Value;
-
 use super::handler::{ErasedHandler, JobContext};
 use super::outcome::Attempt;
+use crate::queue::RawArgs;
 
-/// Runs `handler` on `args` under its timeout (or `default_timeout`).
+/// Runs `handler` on `args` under its timeout (or `default_timeout`). The handler parses
+/// the args itself, so args it cannot read fail this job alone (src/queue/args.rs).
 pub async fn execute(
     handler: Option<ErasedHandler>,
     ctx: JobContext,
-    args: Value,
+    args: RawArgs,
     default_timeout: Duration,
 ) -> Attempt {
     let Some(h) = handler else {
