@@ -503,3 +503,60 @@ async fn bad_args_of_builtin_kinds_discard_the_job_with_the_decode_error() {
     // The table survived the hostile strings.
     assert_eq!(count_state(&db.pool, "completed").await, 2);
 }
+
+/// Inserts, as the superuser the test pool logs in as (past enqueue's check), a job whose
+/// args are valid jsonb that serde_json cannot read; returns its id.
+async fn insert_unreadable(db: &TestDb, args: &str) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, args, queue) VALUES ('zzz', $1::text::jsonb, 'nowhere') RETURNING id",
+    )
+    .bind(args)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn job_views_show_args_serde_json_cannot_read_as_text() {
+    // README "Bad input and the answer it gets": `skiplock job`, `skiplock jobs` and the
+    // console's job page read args as text, so a row written past enqueue's check is shown,
+    // not an error.
+    let db = TestDb::new().await;
+    let deep = format!("{}1{}", "{\"a\": ".repeat(300), "}".repeat(300));
+    let cases = [(deep.as_str(), "{\"a\": {\"a\": "), (r#"{"x": 1e400}"#, "{\"x\": 1000000")];
+    let console = {
+        let mut c = cmd(&db.url);
+        c.args(["web", "--listen", "127.0.0.1:0"])
+            .env_remove("SKIPLOCK_WEB_TOKEN")
+            .env_remove("SKIPLOCK_WEB_LISTEN");
+        Served::start(c, Duration::from_secs(60))
+    };
+    for (args, shown) in cases {
+        let id = insert_unreadable(&db, args).await;
+        let (code, out, err) = run_cmd(&db.url, &["job", &id.to_string()]);
+        assert_eq!(code, 0, "{err}");
+        let line = out.lines().find(|l| l.starts_with("args:")).unwrap_or("");
+        assert!(line.contains(shown), "{line:.200}");
+        let (code, out, err) = run_cmd(&db.url, &["job", &id.to_string(), "--json"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(shown), "{out:.200}");
+        let (code, out, err) = run_cmd(&db.url, &["jobs", "--queue", "nowhere"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(&id.to_string()), "{out:.200}");
+        // The library's readers too (the console's reader, and `get_job`).
+        let row = skiplock::store::web::job(&db.pool, id).await.unwrap().unwrap();
+        assert_eq!(row.id, id);
+        let row = skiplock::store::jobs::get_job(&db.pool, id).await.unwrap();
+        assert_eq!(row.id, id);
+        let page = reqwest::get(console.url(&format!("/jobs/{id}")))
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200, "/jobs/{id}");
+        let body = page.text().await.unwrap();
+        let text = ["&#34;", "&quot;", "&#x22;"]
+            .iter()
+            .fold(body, |b, q| b.replace(q, "\""));
+        let at = text.find("<pre").unwrap_or(0);
+        assert!(text[at..].contains(shown), "{:.2000}", &text[at..]);
+    }
+}
