@@ -560,3 +560,67 @@ async fn job_views_show_args_serde_json_cannot_read_as_text() {
         assert!(text[at..].contains(shown), "{:.2000}", &text[at..]);
     }
 }
+
+#[tokio::test]
+async fn enqueue_refuses_args_serde_json_cannot_read_naming_the_problem() {
+    // README "Bad input and the answer it gets": valid jsonb the worker could not decode
+    // (serde_json reads at most 127 nested arrays/objects, and numbers within f64) is refused
+    // by every enqueue path, so it never reaches a claim.
+    let db = TestDb::new().await;
+    let nest = |d: usize| format!("{}1{}", "{\"a\": ".repeat(d), "}".repeat(d));
+    let arrays = |d: usize| format!("{{\"a\": {}1{}}}", "[".repeat(d - 1), "]".repeat(d - 1));
+    let too_deep = "nested 128 or more levels deep";
+    let too_big = "outside the range of a 64-bit float";
+    let refused: Vec<(String, &str)> = vec![
+        (nest(300), too_deep),
+        (nest(128), too_deep),
+        (arrays(128), too_deep),
+        (r#"{"x": 1e400}"#.into(), too_big),
+        (r#"{"x": -1e400}"#.into(), too_big),
+        (r#"{"x": [1, {"y": 1.7976931348623159e308}]}"#.into(), too_big),
+    ];
+    let accepted: Vec<String> = vec![
+        nest(127),
+        arrays(127),
+        r#"{"x": 1e308, "y": -1e308, "z": 1.7976931348623157e308, "w": 1e-400}"#.into(),
+        format!(r#"{{"s": "{}"}}"#, "[{".repeat(200)),
+    ];
+    for (args, want) in &refused {
+        for sql in [
+            "SELECT skiplock.enqueue('noop', $1::text::jsonb)",
+            "SELECT skiplock.enqueue('noop', $1::text::jsonb, unique_key => 'k')",
+            "SELECT skiplock.enqueue_many('noop', ARRAY['{}'::jsonb, '{}', $1::text::jsonb])",
+        ] {
+            let e = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(args)
+                .execute(&db.pool)
+                .await
+                .expect_err(sql)
+                .to_string();
+            assert!(e.contains(want), "{sql} {args:.60}: {e}");
+            if sql.contains("enqueue_many") {
+                assert!(e.contains("args[3]"), "{e}");
+            }
+        }
+    }
+    // A value built in Rust has no depth limit, and serializes: the library's enqueue is
+    // refused the same way (it goes through skiplock.enqueue).
+    let deep = (0..127).fold(json!(1), |v, _| json!({ "a": v }));
+    let e = enqueue(&db.pool, &NewJob::new("noop", json!({ "a": deep })))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains(too_deep), "{e}");
+    for args in &accepted {
+        sqlx::query("SELECT skiplock.enqueue('noop', $1::text::jsonb)")
+            .bind(args)
+            .execute(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{args:.60}: {e}"));
+        sqlx::query("SELECT skiplock.enqueue_many('noop', ARRAY[$1::text::jsonb])")
+            .bind(args)
+            .execute(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{args:.60}: {e}"));
+    }
+    assert_eq!(count_state(&db.pool, "available").await, 8);
+}

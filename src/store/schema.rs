@@ -69,6 +69,12 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         6,
         "1a2acf0cf4982b9563c7b0d1a9af4ab8b8a5a30d333a30bdccd66d86bcc7bc7a",
     ),
+    // Enqueue refuses args a worker could not read (skiplock._unreadable_args: 128 or more
+    // nested levels, a number outside the range of an f64).
+    (
+        7,
+        "329559ce10d16e66f5d1c0528e019a99a500bfd65d1ec746e8a03ccf8ab0f242",
+    ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
