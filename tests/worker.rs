@@ -982,3 +982,48 @@ async fn a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs() 
     }
 }
 
+
+#[tokio::test]
+async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
+    // docs/reliability.md "Errors": a 520 KB message is cut to 8 KiB (with a marker of what
+    // was cut) in each stored error and in each WARN line, so an enqueuer cannot amplify its
+    // input by max_attempts into the row and the logs.
+    const CAP: usize = 8 * 1024;
+    let db = TestDb::new().await;
+    let huge = "é".repeat(260_000);
+    let id = enqueue(
+        &db.pool,
+        &NewJob::new("fail", json!({ "message": huge })).max_attempts(3),
+    )
+    .await
+    .unwrap();
+    let mut child = spawn_worker_process(
+        &db.url,
+        &["--queues", "default=1", "--exit-when-idle", "--log-format", "json"],
+        &[("SKIPLOCK_BACKOFF_UNIT", "1ms")],
+    );
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let log = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let status = wait_exit_within(&mut child, Duration::from_secs(120)).await;
+    let log = log.join().unwrap();
+    assert!(status.success(), "{:.2000}", log);
+    let r = jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!((r.state.as_str(), r.attempt), ("discarded", 3));
+    let errors = r.errors.as_array().unwrap();
+    assert_eq!(errors.len(), 3, "{:.300}", r.errors);
+    for e in errors {
+        let msg = e["error"].as_str().unwrap();
+        assert!(msg.len() <= CAP, "a stored error of {} bytes", msg.len());
+        assert!(msg.starts_with("éé") && msg.contains("bytes cut"), "{msg:.100}");
+    }
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("job failed")).collect();
+    assert_eq!(failed.len(), 3, "{:.2000}", log);
+    for l in log.lines() {
+        // The capped message plus the line's other fields (JSON escapes é as itself).
+        assert!(l.len() <= CAP + 1024, "a log line of {} bytes", l.len());
+    }
+}
