@@ -523,7 +523,10 @@ async fn job_views_show_args_serde_json_cannot_read_as_text() {
     // not an error.
     let db = TestDb::new().await;
     let deep = format!("{}1{}", "{\"a\": ".repeat(300), "}".repeat(300));
-    let cases = [(deep.as_str(), "{\"a\": {\"a\": "), (r#"{"x": 1e400}"#, "{\"x\": 1000000")];
+    let cases = [
+        (deep.as_str(), "{\"a\": {\"a\": "),
+        (r#"{"x": 1e400}"#, "{\"x\": 1000000"),
+    ];
     let console = {
         let mut c = cmd(&db.url);
         c.args(["web", "--listen", "127.0.0.1:0"])
@@ -544,7 +547,10 @@ async fn job_views_show_args_serde_json_cannot_read_as_text() {
         assert_eq!(code, 0, "{err}");
         assert!(out.contains(&id.to_string()), "{out:.200}");
         // The library's readers too (the console's reader, and `get_job`).
-        let row = skiplock::store::web::job(&db.pool, id).await.unwrap().unwrap();
+        let row = skiplock::store::web::job(&db.pool, id)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(row.id, id);
         let row = skiplock::store::jobs::get_job(&db.pool, id).await.unwrap();
         assert_eq!(row.id, id);
@@ -577,7 +583,10 @@ async fn enqueue_refuses_args_serde_json_cannot_read_naming_the_problem() {
         (arrays(128), too_deep),
         (r#"{"x": 1e400}"#.into(), too_big),
         (r#"{"x": -1e400}"#.into(), too_big),
-        (r#"{"x": [1, {"y": 1.7976931348623159e308}]}"#.into(), too_big),
+        (
+            r#"{"x": [1, {"y": 1.7976931348623159e308}]}"#.into(),
+            too_big,
+        ),
     ];
     let accepted: Vec<String> = vec![
         nest(127),

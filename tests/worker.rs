@@ -967,13 +967,12 @@ async fn a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs() 
             assert_eq!((r.state.as_str(), r.attempt), ("completed", 1), "{want}");
         }
         // Read as SQL: this test is about the worker, not about `get_job`.
-        let (state, attempt, errors): (String, i32, serde_json::Value) = sqlx::query_as(
-            "SELECT state::text, attempt, errors FROM skiplock.jobs WHERE id = $1",
-        )
-        .bind(bad)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+        let (state, attempt, errors): (String, i32, serde_json::Value) =
+            sqlx::query_as("SELECT state::text, attempt, errors FROM skiplock.jobs WHERE id = $1")
+                .bind(bad)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
         assert_eq!((state.as_str(), attempt), ("discarded", 1), "{want}");
         let msg = errors[0]["error"].as_str().unwrap_or_default();
         assert!(msg.contains(want), "{msg}");
@@ -981,7 +980,6 @@ async fn a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs() 
         assert_eq!(count_state(&db.pool, "available").await, 0);
     }
 }
-
 
 #[tokio::test]
 async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
@@ -999,7 +997,13 @@ async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
     .unwrap();
     let mut child = spawn_worker_process(
         &db.url,
-        &["--queues", "default=1", "--exit-when-idle", "--log-format", "json"],
+        &[
+            "--queues",
+            "default=1",
+            "--exit-when-idle",
+            "--log-format",
+            "json",
+        ],
         &[("SKIPLOCK_BACKOFF_UNIT", "1ms")],
     );
     let mut stderr = child.stderr.take().expect("stderr piped");
@@ -1018,7 +1022,10 @@ async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
     for e in errors {
         let msg = e["error"].as_str().unwrap();
         assert!(msg.len() <= CAP, "a stored error of {} bytes", msg.len());
-        assert!(msg.starts_with("éé") && msg.contains("bytes cut"), "{msg:.100}");
+        assert!(
+            msg.starts_with("éé") && msg.contains("bytes cut"),
+            "{msg:.100}"
+        );
     }
     let failed: Vec<&str> = log.lines().filter(|l| l.contains("job failed")).collect();
     assert_eq!(failed.len(), 3, "{:.2000}", log);

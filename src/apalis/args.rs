@@ -186,7 +186,10 @@ mod tests {
     fn args_serde_json_cannot_read_name_the_problem() {
         let deep = RawArgs::new(format!("{}1{}", "[".repeat(300), "]".repeat(300)));
         let e = decode_raw_args::<Value>(&deep).unwrap_err();
-        assert!(e.contains("undecodable args") && e.contains("recursion limit"), "{e}");
+        assert!(
+            e.contains("undecodable args") && e.contains("recursion limit"),
+            "{e}"
+        );
         let e = decode_raw_args::<Value>(&RawArgs::new(r#"{"x": 1e400}"#)).unwrap_err();
         assert!(e.contains("number out of range"), "{e}");
         let ok = RawArgs::new(r#"{"value": 42}"#);

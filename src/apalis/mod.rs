@@ -47,7 +47,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 pub use args::{
-    JobOptions, TaskFields, WRAP_KEY, decode_args, decode_raw_args, encode_args, new_job, skiplock_priority,
+    JobOptions, TaskFields, WRAP_KEY, decode_args, decode_raw_args, encode_args, new_job,
+    skiplock_priority,
 };
 pub use layer::{SkiplockLayer, SkiplockService, error_message, is_abort};
 

@@ -155,7 +155,13 @@ mod tests {
     #[test]
     fn serde_json_reads_every_number_up_to_the_largest_f64() {
         // The bound enqueue enforces: |x| <= 1.7976931348623157e308.
-        for ok in ["1e308", "-1e308", "1.7976931348623157e308", "1e-400", "-1e-400"] {
+        for ok in [
+            "1e308",
+            "-1e308",
+            "1.7976931348623157e308",
+            "1e-400",
+            "-1e-400",
+        ] {
             let a = RawArgs::new(format!(r#"{{"x": {ok}}}"#));
             assert!(a.to_value().is_ok(), "{ok}");
         }

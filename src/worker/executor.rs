@@ -5,10 +5,10 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use futures::FutureExt;
 use super::handler::{ErasedHandler, JobContext};
 use super::outcome::{Attempt, cap_error_owned};
 use crate::queue::RawArgs;
+use futures::FutureExt;
 
 /// Runs `handler` on `args` under its timeout (or `default_timeout`). The handler parses
 /// the args itself, so args it cannot read fail this job alone (src/queue/args.rs).

@@ -95,13 +95,18 @@ pub fn cap_error(message: &str) -> Cow<'_, str> {
     if message.len() <= MAX_ERROR_BYTES {
         return Cow::Borrowed(message);
     }
-    let marker = |cut: usize| format!(" … [{cut} bytes cut: errors are capped at {MAX_ERROR_BYTES} bytes]");
+    let marker =
+        |cut: usize| format!(" … [{cut} bytes cut: errors are capped at {MAX_ERROR_BYTES} bytes]");
     // The marker for the whole length is at least as long as the one for any cut.
     let mut keep = MAX_ERROR_BYTES - marker(message.len()).len();
     while !message.is_char_boundary(keep) {
         keep -= 1;
     }
-    Cow::Owned(format!("{}{}", &message[..keep], marker(message.len() - keep)))
+    Cow::Owned(format!(
+        "{}{}",
+        &message[..keep],
+        marker(message.len() - keep)
+    ))
 }
 
 /// [`cap_error`] of an owned message (no copy when it fits).
@@ -214,7 +219,12 @@ mod tests {
         assert_eq!(cap_error("short"), "short");
         let fits = "x".repeat(MAX_ERROR_BYTES);
         assert!(matches!(cap_error(&fits), Cow::Borrowed(_)));
-        for (unit, n) in [("x", 520_000), ("é", 300_000), ("日本", 100_000), ("🦀", 2049)] {
+        for (unit, n) in [
+            ("x", 520_000),
+            ("é", 300_000),
+            ("日本", 100_000),
+            ("🦀", 2049),
+        ] {
             let m = unit.repeat(n);
             let c = cap_error(&m);
             assert!(c.len() <= MAX_ERROR_BYTES, "{unit}: {}", c.len());
@@ -238,7 +248,11 @@ mod tests {
         ] {
             let a = decide(1, 1, 3, result, Utc::now(), P, 0.5);
             let e = a.error.unwrap();
-            assert!(e.len() <= MAX_ERROR_BYTES && e.contains("bytes cut"), "{}", e.len());
+            assert!(
+                e.len() <= MAX_ERROR_BYTES && e.contains("bytes cut"),
+                "{}",
+                e.len()
+            );
         }
     }
 
