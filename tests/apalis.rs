@@ -941,3 +941,55 @@ async fn an_apalis_worker_keeps_a_queues_pause_and_its_concurrency_limit() {
         "at most 2 handlers at once under the limit, saw {most}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apalis_row_serde_json_cannot_read_is_discarded_alone_and_its_batch_runs() {
+    // Valid jsonb serde_json refuses (too deep; a number outside f64), written by a superuser
+    // past enqueue's check: the storage decodes each claimed job's args on its own, so this
+    // row is discarded with the decode error and the rest of its claim batch runs.
+    let db = TestDb::new().await;
+    let deep = format!("{}1{}", "{\"n\": ".repeat(300), "}".repeat(300));
+    let mut bad = Vec::new();
+    for (args, want) in [
+        (deep.as_str(), "recursion limit exceeded"),
+        (r#"{"n": 1e400}"#, "number out of range"),
+    ] {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO skiplock.jobs (kind, args, priority, max_attempts) \
+             VALUES ('apalis-work', $1::text::jsonb, -5, 3) RETURNING id",
+        )
+        .bind(args)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        bad.push((id, want));
+    }
+    let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-work")
+        .settings(settings())
+        .concurrency(20);
+    push_works(&storage, 0..19).await;
+    let seen: Seen = Default::default();
+    let ctx = WorkerContext::new("apalis-poison");
+    let worker = WorkerBuilder::new(&ctx)
+        .backend(storage)
+        .concurrency(20)
+        .data(seen.clone())
+        .build(record);
+    let handle = spawn(worker.run());
+    wait_all_finished(&db.pool, Duration::from_secs(120)).await;
+    stop(&ctx, handle).await;
+
+    assert_eq!(seen.lock().unwrap().len(), 19, "every readable job ran");
+    assert_eq!(count_state(&db.pool, "completed").await, 19);
+    for (id, want) in bad {
+        let (state, attempt, errors): (String, i32, serde_json::Value) =
+            sqlx::query_as("SELECT state::text, attempt, errors FROM skiplock.jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!((state.as_str(), attempt), ("discarded", 1), "{want}");
+        let msg = errors[0]["error"].as_str().unwrap_or_default();
+        assert!(msg.contains(want), "{msg}");
+    }
+}

@@ -460,7 +460,7 @@ async fn bad_args_of_builtin_kinds_discard_the_job_with_the_decode_error() {
         ),
         ("fail", json!({"message": 5}), "discarded", "invalid type"),
         ("fail", json!({"message": evil}), "discarded", evil),
-        ("fail", json!({"message": long}), "discarded", &long),
+        ("fail", json!({"message": long}), "discarded", &long[..8000]),
         (
             "noop",
             json!({"anything": [1, {"goes": null}], "q": evil}),
@@ -502,4 +502,134 @@ async fn bad_args_of_builtin_kinds_discard_the_job_with_the_decode_error() {
     }
     // The table survived the hostile strings.
     assert_eq!(count_state(&db.pool, "completed").await, 2);
+}
+
+/// Inserts, as the superuser the test pool logs in as (past enqueue's check), a job whose
+/// args are valid jsonb that serde_json cannot read; returns its id.
+async fn insert_unreadable(db: &TestDb, args: &str) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, args, queue) VALUES ('zzz', $1::text::jsonb, 'nowhere') RETURNING id",
+    )
+    .bind(args)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn job_views_show_args_serde_json_cannot_read_as_text() {
+    // README "Bad input and the answer it gets": `skiplock job`, `skiplock jobs` and the
+    // console's job page read args as text, so a row written past enqueue's check is shown,
+    // not an error.
+    let db = TestDb::new().await;
+    let deep = format!("{}1{}", "{\"a\": ".repeat(300), "}".repeat(300));
+    let cases = [
+        (deep.as_str(), "{\"a\": {\"a\": "),
+        (r#"{"x": 1e400}"#, "{\"x\": 1000000"),
+    ];
+    let console = {
+        let mut c = cmd(&db.url);
+        c.args(["web", "--listen", "127.0.0.1:0"])
+            .env_remove("SKIPLOCK_WEB_TOKEN")
+            .env_remove("SKIPLOCK_WEB_LISTEN");
+        Served::start(c, Duration::from_secs(60))
+    };
+    for (args, shown) in cases {
+        let id = insert_unreadable(&db, args).await;
+        let (code, out, err) = run_cmd(&db.url, &["job", &id.to_string()]);
+        assert_eq!(code, 0, "{err}");
+        let line = out.lines().find(|l| l.starts_with("args:")).unwrap_or("");
+        assert!(line.contains(shown), "{line:.200}");
+        let (code, out, err) = run_cmd(&db.url, &["job", &id.to_string(), "--json"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(shown), "{out:.200}");
+        let (code, out, err) = run_cmd(&db.url, &["jobs", "--queue", "nowhere"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(&id.to_string()), "{out:.200}");
+        // The library's readers too (the console's reader, and `get_job`).
+        let row = skiplock::store::web::job(&db.pool, id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.id, id);
+        let row = skiplock::store::jobs::get_job(&db.pool, id).await.unwrap();
+        assert_eq!(row.id, id);
+        let page = reqwest::get(console.url(&format!("/jobs/{id}")))
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200, "/jobs/{id}");
+        let body = page.text().await.unwrap();
+        let text = ["&#34;", "&quot;", "&#x22;"]
+            .iter()
+            .fold(body, |b, q| b.replace(q, "\""));
+        let at = text.find("<pre").unwrap_or(0);
+        assert!(text[at..].contains(shown), "{:.2000}", &text[at..]);
+    }
+}
+
+#[tokio::test]
+async fn enqueue_refuses_args_serde_json_cannot_read_naming_the_problem() {
+    // README "Bad input and the answer it gets": valid jsonb the worker could not decode
+    // (serde_json reads at most 127 nested arrays/objects, and numbers within f64) is refused
+    // by every enqueue path, so it never reaches a claim.
+    let db = TestDb::new().await;
+    let nest = |d: usize| format!("{}1{}", "{\"a\": ".repeat(d), "}".repeat(d));
+    let arrays = |d: usize| format!("{{\"a\": {}1{}}}", "[".repeat(d - 1), "]".repeat(d - 1));
+    let too_deep = "nested 128 or more levels deep";
+    let too_big = "outside the range of a 64-bit float";
+    let refused: Vec<(String, &str)> = vec![
+        (nest(300), too_deep),
+        (nest(128), too_deep),
+        (arrays(128), too_deep),
+        (r#"{"x": 1e400}"#.into(), too_big),
+        (r#"{"x": -1e400}"#.into(), too_big),
+        (
+            r#"{"x": [1, {"y": 1.7976931348623159e308}]}"#.into(),
+            too_big,
+        ),
+    ];
+    let accepted: Vec<String> = vec![
+        nest(127),
+        arrays(127),
+        r#"{"x": 1e308, "y": -1e308, "z": 1.7976931348623157e308, "w": 1e-400}"#.into(),
+        format!(r#"{{"s": "{}"}}"#, "[{".repeat(200)),
+    ];
+    for (args, want) in &refused {
+        for sql in [
+            "SELECT skiplock.enqueue('noop', $1::text::jsonb)",
+            "SELECT skiplock.enqueue('noop', $1::text::jsonb, unique_key => 'k')",
+            "SELECT skiplock.enqueue_many('noop', ARRAY['{}'::jsonb, '{}', $1::text::jsonb])",
+        ] {
+            let e = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(args)
+                .execute(&db.pool)
+                .await
+                .expect_err(sql)
+                .to_string();
+            assert!(e.contains(want), "{sql} {args:.60}: {e}");
+            if sql.contains("enqueue_many") {
+                assert!(e.contains("args[3]"), "{e}");
+            }
+        }
+    }
+    // A value built in Rust has no depth limit, and serializes: the library's enqueue is
+    // refused the same way (it goes through skiplock.enqueue).
+    let deep = (0..127).fold(json!(1), |v, _| json!({ "a": v }));
+    let e = enqueue(&db.pool, &NewJob::new("noop", json!({ "a": deep })))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains(too_deep), "{e}");
+    for args in &accepted {
+        sqlx::query("SELECT skiplock.enqueue('noop', $1::text::jsonb)")
+            .bind(args)
+            .execute(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{args:.60}: {e}"));
+        sqlx::query("SELECT skiplock.enqueue_many('noop', ARRAY[$1::text::jsonb])")
+            .bind(args)
+            .execute(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{args:.60}: {e}"));
+    }
+    assert_eq!(count_state(&db.pool, "available").await, 8);
 }

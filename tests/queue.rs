@@ -354,7 +354,7 @@ async fn enqueue_many_returns_ids_in_order() {
     assert_eq!(ids.len(), 100);
     for (i, id) in ids.iter().enumerate() {
         let row = jobs::get_job(&db.pool, *id).await.unwrap();
-        assert_eq!(row.args["n"], i as i64);
+        assert_eq!(row.args.to_value().unwrap()["n"], i as i64);
         assert_eq!(row.queue, "bulk");
     }
     let bad_args = [json!({}), json!([1])];
@@ -1044,7 +1044,12 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
             "{key}: the late ack of the taken attempt must not land on the new one"
         );
         assert_eq!(
-            (r.args, r.priority, r.attempt, r.max_attempts),
+            (
+                r.args.to_value().unwrap(),
+                r.priority,
+                r.attempt,
+                r.max_attempts
+            ),
             (json!({"v": 2}), -1, 1, 6),
             "{key}: attempt 1 may still be acked, so counting goes on (5 more tries)"
         );

@@ -913,3 +913,124 @@ async fn only_queues_a_producer_waits_on_are_notified() {
     let rows = count(&db.pool, "SELECT count(*) FROM skiplock.waiting").await;
     assert_eq!(rows, 0, "a clean exit leaves no registration behind");
 }
+
+/// Args nested `depth` levels deep (`{"a": {"a": … 1}}`), as JSON text.
+fn nested_args(depth: usize) -> String {
+    format!("{}1{}", "{\"a\": ".repeat(depth), "}".repeat(depth))
+}
+
+#[tokio::test]
+async fn a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs() {
+    // Valid jsonb that serde_json refuses (too deep; a number outside f64), written by a
+    // superuser past enqueue's check (README "Bad input and the answer it gets"): each such
+    // row fails alone, with the decode error recorded, and the 19 innocent jobs claimed in
+    // the same batch run. With `exit_when_idle` the worker exits only when nothing is left.
+    for (poison, want) in [
+        (nested_args(300), "recursion limit exceeded"),
+        (r#"{"x": 1e400}"#.to_string(), "number out of range"),
+    ] {
+        let db = TestDb::new().await;
+        let bad: i64 = sqlx::query_scalar(
+            "INSERT INTO skiplock.jobs (kind, args, priority, max_attempts) \
+             VALUES ('noop', $1::text::jsonb, -5, 3) RETURNING id",
+        )
+        .bind(&poison)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        let innocent = enqueue_many(
+            &db.pool,
+            ManyJobs {
+                kind: "noop",
+                args: &vec![json!({"n": 1}); 19],
+                queue: "default",
+                run_at: None,
+                priority: 0,
+                limit_key: None,
+            },
+        )
+        .await
+        .unwrap();
+        let mut settings = fast_settings();
+        settings.queues = Some([("default".to_string(), 20)].into());
+        let w = start_worker(&db.pool, settings, |mut b| {
+            builtin::register(b.registry_mut());
+            b.exit_when_idle(true)
+        });
+        tokio::time::timeout(Duration::from_secs(120), w.handle)
+            .await
+            .expect("the idle worker exits")
+            .unwrap()
+            .unwrap();
+        for id in &innocent {
+            let r = jobs::get_job(&db.pool, *id).await.unwrap();
+            assert_eq!((r.state.as_str(), r.attempt), ("completed", 1), "{want}");
+        }
+        // Read as SQL: this test is about the worker, not about `get_job`.
+        let (state, attempt, errors): (String, i32, serde_json::Value) =
+            sqlx::query_as("SELECT state::text, attempt, errors FROM skiplock.jobs WHERE id = $1")
+                .bind(bad)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!((state.as_str(), attempt), ("discarded", 1), "{want}");
+        let msg = errors[0]["error"].as_str().unwrap_or_default();
+        assert!(msg.contains(want), "{msg}");
+        assert_eq!(count_state(&db.pool, "running").await, 0);
+        assert_eq!(count_state(&db.pool, "available").await, 0);
+    }
+}
+
+#[tokio::test]
+async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
+    // docs/reliability.md "Errors": a 520 KB message is cut to 8 KiB (with a marker of what
+    // was cut) in each stored error and in each WARN line, so an enqueuer cannot amplify its
+    // input by max_attempts into the row and the logs.
+    const CAP: usize = 8 * 1024;
+    let db = TestDb::new().await;
+    let huge = "é".repeat(260_000);
+    let id = enqueue(
+        &db.pool,
+        &NewJob::new("fail", json!({ "message": huge })).max_attempts(3),
+    )
+    .await
+    .unwrap();
+    let mut child = spawn_worker_process(
+        &db.url,
+        &[
+            "--queues",
+            "default=1",
+            "--exit-when-idle",
+            "--log-format",
+            "json",
+        ],
+        &[("SKIPLOCK_BACKOFF_UNIT", "1ms")],
+    );
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let log = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let status = wait_exit_within(&mut child, Duration::from_secs(120)).await;
+    let log = log.join().unwrap();
+    assert!(status.success(), "{:.2000}", log);
+    let r = jobs::get_job(&db.pool, id).await.unwrap();
+    assert_eq!((r.state.as_str(), r.attempt), ("discarded", 3));
+    let errors = r.errors.as_array().unwrap();
+    assert_eq!(errors.len(), 3, "{:.300}", r.errors);
+    for e in errors {
+        let msg = e["error"].as_str().unwrap();
+        assert!(msg.len() <= CAP, "a stored error of {} bytes", msg.len());
+        assert!(
+            msg.starts_with("éé") && msg.contains("bytes cut"),
+            "{msg:.100}"
+        );
+    }
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("job failed")).collect();
+    assert_eq!(failed.len(), 3, "{:.2000}", log);
+    for l in log.lines() {
+        // The capped message plus the line's other fields (JSON escapes é as itself).
+        assert!(l.len() <= CAP + 1024, "a log line of {} bytes", l.len());
+    }
+}

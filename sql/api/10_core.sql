@@ -62,6 +62,24 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
            END
 $$;
 
+-- Why a worker could not read these args, or NULL when it can. Valid jsonb is not always JSON
+-- that serde_json (which reads every job's args: src/queue/args.rs) accepts: it refuses 128 or
+-- more nested arrays/objects (its recursion limit) and numbers outside the range of an f64.
+-- Such args would be discarded by the worker ("invalid args …"), so enqueue refuses them at
+-- once, naming the problem (tests/bad_input.rs
+-- enqueue_refuses_args_serde_json_cannot_read_naming_the_problem). A container at level 127
+-- (the root object is level 0) is the 128th nested one. Two scans of the document, without a
+-- query: about a microsecond for a small job (docs/reliability.md, "Bad args").
+CREATE OR REPLACE FUNCTION skiplock._unreadable_args(args jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN jsonb_path_exists(args, 'strict $.**{127} ? (@.type() == "object" || @.type() == "array")')
+            THEN 'are nested 128 or more levels deep (a worker reads at most 127 nested arrays and objects)'
+        WHEN jsonb_path_exists(args, 'strict $.** ? (@.type() == "number" && (@ > 1.7976931348623157e308 || @ < -1.7976931348623157e308))')
+            THEN 'hold a number outside the range of a 64-bit float (a worker reads at most ±1.7976931348623157e308)'
+    END
+$$;
+
 -- Validation shared by every enqueue path: one clear error per kind of bad input.
 CREATE OR REPLACE FUNCTION skiplock._check_job(kind text, args jsonb, queue text, priority smallint, max_attempts integer)
 RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
@@ -80,6 +98,9 @@ BEGIN
     END IF;
     IF octet_length(args::text) > 524288 THEN
         RAISE EXCEPTION 'skiplock: job args are % bytes (at most 524288)', octet_length(args::text) USING ERRCODE = '22023';
+    END IF;
+    IF skiplock._unreadable_args(args) IS NOT NULL THEN
+        RAISE EXCEPTION 'skiplock: job args %', skiplock._unreadable_args(args) USING ERRCODE = '22023';
     END IF;
     IF max_attempts IS NULL OR max_attempts < 1 THEN
         RAISE EXCEPTION 'skiplock: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
@@ -228,6 +249,7 @@ BEGIN
            _enqueue.kind <> '' AND length(_enqueue.kind) <= 200
            AND _enqueue.queue <> '' AND length(_enqueue.queue) <= 200
            AND jsonb_typeof(_enqueue.args) = 'object' AND octet_length(_enqueue.args::text) <= 524288
+           AND skiplock._unreadable_args(_enqueue.args) IS NULL
            AND _enqueue.max_attempts >= 1 AND _enqueue.priority IS NOT NULL
            AND (_enqueue.run_at IS NULL OR skiplock._time_ok(_enqueue.run_at))
            AND _enqueue.on_conflict IN ('keep', 'replace')
@@ -352,7 +374,8 @@ $$;
 -- At most `enqueue_many.max_rows` jobs (100,000) and `enqueue_many.max_bytes` of args
 -- (32 MiB as JSON text, all rows together) per call (skiplock.settings): one call cannot
 -- write an unbounded amount. The checks read each row's size once, in the same pass as the
--- per-row check that was already there.
+-- per-row check that was already there, which also refuses args a worker could not read
+-- (skiplock._unreadable_args).
 -- limit_key (0008): every job of the call gets it (NULL: none); the 5-argument form of
 -- earlier versions is dropped so that old call forms resolve to this one.
 DROP FUNCTION IF EXISTS skiplock.enqueue_many(text, jsonb[], text, timestamptz, smallint);
@@ -371,6 +394,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     bad integer;
+    unreadable integer;
     total bigint;
     ids bigint[];
     max_rows bigint := skiplock._limit('enqueue_many.max_rows');
@@ -384,12 +408,17 @@ BEGIN
             cardinality(enqueue_many.args), max_rows USING ERRCODE = '22023';
     END IF;
     SELECT min(t.ord) FILTER (WHERE t.a IS NULL OR jsonb_typeof(t.a) <> 'object' OR t.n > 524288),
+           min(t.ord) FILTER (WHERE skiplock._unreadable_args(t.a) IS NOT NULL),
            sum(t.n)
-    INTO bad, total
+    INTO bad, unreadable, total
     FROM (SELECT u.a, u.ord, octet_length(u.a::text) AS n
           FROM unnest(enqueue_many.args) WITH ORDINALITY AS u(a, ord)) AS t;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'skiplock: args[%] must be a JSON object of at most 524288 bytes', bad USING ERRCODE = '22023';
+    END IF;
+    IF unreadable IS NOT NULL THEN
+        RAISE EXCEPTION 'skiplock: args[%] %', unreadable,
+            skiplock._unreadable_args(enqueue_many.args[array_lower(enqueue_many.args, 1) + unreadable - 1]) USING ERRCODE = '22023';
     END IF;
     IF total > max_bytes THEN
         RAISE EXCEPTION 'skiplock: enqueue_many got % bytes of args (at most % per call, setting enqueue_many.max_bytes)',

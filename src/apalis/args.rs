@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::queue::{NewJob, OnConflict};
+use crate::queue::{NewJob, OnConflict, RawArgs};
 
 /// The key under which arguments that are not a JSON object are stored (skiplock's `args`
 /// must be an object): `42` is stored as `{"value": 42}`.
@@ -30,6 +30,16 @@ pub fn encode_args<A: Serialize>(args: &A) -> Result<Value> {
             Value::Object(m)
         }
     })
+}
+
+/// Reads a claimed job's args as stored: parsed here, one job at a time, so args serde_json
+/// cannot read (too deep, a number outside `f64`: src/queue/args.rs) discard this job alone
+/// with the error, as any other undecodable args do.
+pub fn decode_raw_args<A: DeserializeOwned>(a: &RawArgs) -> std::result::Result<A, String> {
+    let v = a
+        .to_value()
+        .map_err(|e| format!("undecodable args for this apalis handler: {e}"))?;
+    decode_args(&v)
 }
 
 /// Reads arguments stored by [`encode_args`] (or written by hand): the object itself first,
@@ -170,6 +180,20 @@ mod tests {
             h
         );
         assert_eq!(decode_args::<()>(&encode_args(&()).unwrap()).unwrap(), ());
+    }
+
+    #[test]
+    fn args_serde_json_cannot_read_name_the_problem() {
+        let deep = RawArgs::new(format!("{}1{}", "[".repeat(300), "]".repeat(300)));
+        let e = decode_raw_args::<Value>(&deep).unwrap_err();
+        assert!(
+            e.contains("undecodable args") && e.contains("recursion limit"),
+            "{e}"
+        );
+        let e = decode_raw_args::<Value>(&RawArgs::new(r#"{"x": 1e400}"#)).unwrap_err();
+        assert!(e.contains("number out of range"), "{e}");
+        let ok = RawArgs::new(r#"{"value": 42}"#);
+        assert_eq!(decode_raw_args::<u32>(&ok).unwrap(), 42);
     }
 
     #[test]

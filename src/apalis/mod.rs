@@ -47,7 +47,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 pub use args::{
-    JobOptions, TaskFields, WRAP_KEY, decode_args, encode_args, new_job, skiplock_priority,
+    JobOptions, TaskFields, WRAP_KEY, decode_args, decode_raw_args, encode_args, new_job,
+    skiplock_priority,
 };
 pub use layer::{SkiplockLayer, SkiplockService, error_message, is_abort};
 
@@ -277,7 +278,7 @@ async fn write_jobs(pool: Pool, jobs: Vec<NewJob>) -> Result<()> {
 impl<Args: DeserializeOwned + Send + 'static> SkiplockStorage<Args> {
     /// The apalis task for claimed `job`, or the ack that discards it (undecodable args).
     fn to_task(&self, engine: &Engine, job: Job) -> Option<Task<Args>> {
-        match decode_args::<Args>(&job.args) {
+        match decode_raw_args::<Args>(&job.args) {
             Ok(args) => {
                 let meta = SkiplockJob {
                     id: job.id,

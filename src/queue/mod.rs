@@ -6,6 +6,7 @@
 //! States: `available` → `running` → `completed` | `discarded` | `cancelled`, and back to
 //! `available` on a retryable error, a snooze, a rescue or a shutdown.
 
+pub mod args;
 pub mod backoff;
 pub mod enqueue;
 pub mod typed;
@@ -16,6 +17,7 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use args::RawArgs;
 pub use enqueue::{NewJob, OnConflict};
 pub use typed::{JobArgs, JobOptions};
 
@@ -94,8 +96,9 @@ pub struct Job {
     pub kind: String,
     /// The queue it was claimed from.
     pub queue: String,
-    /// Handler arguments (a JSON object).
-    pub args: serde_json::Value,
+    /// Handler arguments (a JSON object), as stored: each job's handler parses them, so a
+    /// row serde_json cannot read fails alone ([`args`]).
+    pub args: RawArgs,
     /// Smaller runs first.
     pub priority: i16,
     /// This attempt's number, starting at 1.
@@ -120,8 +123,8 @@ pub struct JobRow {
     pub kind: String,
     /// Queue name.
     pub queue: String,
-    /// Arguments.
-    pub args: serde_json::Value,
+    /// Arguments, as stored (shown as text even when serde_json cannot read them: [`args`]).
+    pub args: RawArgs,
     /// Its state.
     pub state: JobState,
     /// Priority (smaller first).

@@ -69,8 +69,12 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         6,
         "1a2acf0cf4982b9563c7b0d1a9af4ab8b8a5a30d333a30bdccd66d86bcc7bc7a",
     ),
-    // A periodic job's latest failed enqueue is recorded in skiplock.periodic_jobs (migration
-    // 0014) and skiplock.enqueue_periodic clears it when the job enqueues again.
+    // Hardening: enqueue refuses args a worker could not read (skiplock._unreadable_args) and
+    // jobs in skiplock's own and the workflows' queues and kinds (skiplock._reserved_job);
+    // unique keys are per kind and queue, and a replace records the args it overwrote
+    // (migration 0013); the limited claim is set-based and bounded by keys examined
+    // (migration 0012); a periodic job's latest failed enqueue is recorded in
+    // skiplock.periodic_jobs (migration 0014).
     (
         7,
         "e9b841bc8e55affe2804f5f0ef8ed6281fcc38f0e067eb5b455de7211c8574f1",

@@ -89,6 +89,15 @@ pub fn count(n: i64) -> String {
     out
 }
 
+/// A job's args pretty-printed for a `<pre>` block, or, when serde_json cannot read them (a
+/// row written past enqueue's check: src/queue/args.rs), the text as stored.
+pub fn args(a: &crate::queue::RawArgs) -> String {
+    match a.to_value() {
+        Ok(v) => json(&v),
+        Err(_) => a.to_string(),
+    }
+}
+
 /// JSON pretty-printed for a `<pre>` block (the template escapes it).
 pub fn json(v: &serde_json::Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())

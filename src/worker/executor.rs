@@ -5,17 +5,17 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use futures::FutureExt;
-use serde_json::Value;
-
 use super::handler::{ErasedHandler, JobContext};
-use super::outcome::Attempt;
+use super::outcome::{Attempt, cap_error_owned};
+use crate::queue::RawArgs;
+use futures::FutureExt;
 
-/// Runs `handler` on `args` under its timeout (or `default_timeout`).
+/// Runs `handler` on `args` under its timeout (or `default_timeout`). The handler parses
+/// the args itself, so args it cannot read fail this job alone (src/queue/args.rs).
 pub async fn execute(
     handler: Option<ErasedHandler>,
     ctx: JobContext,
-    args: Value,
+    args: RawArgs,
     default_timeout: Duration,
 ) -> Attempt {
     let Some(h) = handler else {
@@ -23,9 +23,16 @@ pub async fn execute(
     };
     let timeout = h.timeout().unwrap_or(default_timeout);
     let fut = AssertUnwindSafe(h.call(ctx, args)).catch_unwind();
+    // Messages capped here, before the worker logs the attempt and acks it (the ack caps
+    // again, a no-op then): neither the log line nor `errors` holds more than
+    // MAX_ERROR_BYTES of a message (docs/reliability.md, "Errors").
     match tokio::time::timeout(timeout, fut).await {
         Err(_) => Attempt::TimedOut(timeout),
-        Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
+        Ok(Err(panic)) => Attempt::Panicked(cap_error_owned(panic_message(panic.as_ref()))),
+        Ok(Ok(Err(mut e))) => {
+            e.message = cap_error_owned(e.message);
+            Attempt::Returned(Err(e))
+        }
         Ok(Ok(result)) => Attempt::Returned(result),
     }
 }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::{HandlerResult, JobError};
+use crate::queue::RawArgs;
 use crate::queue::typed::JobArgs;
 use crate::store::Pool;
 
@@ -79,8 +79,9 @@ impl JobContext {
 
 /// A job handler for one kind.
 ///
-/// `Args` is deserialised from the job's `args`; if that fails the job is discarded with the
-/// decode error (retrying would fail the same way).
+/// `Args` is deserialised from the job's `args` (straight from the stored text, when the job
+/// starts); if that fails the job is discarded with the decode error (retrying would fail the
+/// same way), and no other job is affected (src/queue/args.rs).
 pub trait Handler: Send + Sync + 'static {
     /// The job's arguments.
     type Args: DeserializeOwned + Send + 'static;
@@ -143,7 +144,7 @@ impl<A, F> FnHandler<A, F> {
 /// A boxed handler future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-type ErasedFn = dyn Fn(JobContext, Value) -> BoxFuture<HandlerResult> + Send + Sync;
+type ErasedFn = dyn Fn(JobContext, RawArgs) -> BoxFuture<HandlerResult> + Send + Sync;
 
 /// A type-erased handler: decode, then run.
 #[derive(Clone)]
@@ -153,8 +154,8 @@ pub struct ErasedHandler {
 }
 
 impl ErasedHandler {
-    /// Runs the handler on raw JSON args.
-    pub fn call(&self, ctx: JobContext, args: Value) -> BoxFuture<HandlerResult> {
+    /// Runs the handler on the job's args as stored (it parses them).
+    pub fn call(&self, ctx: JobContext, args: RawArgs) -> BoxFuture<HandlerResult> {
         (self.call)(ctx, args)
     }
     /// The handler's own timeout, if any.
@@ -180,10 +181,10 @@ impl Registry {
         let kind = handler.kind().to_string();
         let timeout = handler.timeout();
         let h = Arc::new(handler);
-        let call = move |ctx: JobContext, args: Value| -> BoxFuture<HandlerResult> {
+        let call = move |ctx: JobContext, args: RawArgs| -> BoxFuture<HandlerResult> {
             let h = h.clone();
             Box::pin(async move {
-                let args: H::Args = serde_json::from_value(args).map_err(|e| {
+                let args: H::Args = args.parse().map_err(|e| {
                     JobError::discard(format!("invalid args for kind {}: {e}", ctx.kind))
                 })?;
                 h.run(ctx, args).await

@@ -1,6 +1,7 @@
 //! What a handler returns, and the pure decision that turns an attempt's result into the
 //! job's next state (an [`Ack`]).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -81,6 +82,41 @@ pub enum Attempt {
     Released,
 }
 
+/// The most bytes of an error message stored in a job's `errors` and written in the worker's
+/// log line, per attempt (docs/reliability.md, "Errors"): a handler's error can hold anything
+/// a job's args or a remote answer put in it, and without a cap one enqueue of a huge message
+/// is stored and logged whole on every attempt.
+pub const MAX_ERROR_BYTES: usize = 8 * 1024;
+
+/// `message` cut to at most [`MAX_ERROR_BYTES`] bytes, on a UTF-8 character boundary, ending
+/// with a marker that says how many bytes were cut; unchanged when it fits. The one place
+/// errors are capped: the ack ([`decide`]) and the log line (the executor's attempt) use it.
+pub fn cap_error(message: &str) -> Cow<'_, str> {
+    if message.len() <= MAX_ERROR_BYTES {
+        return Cow::Borrowed(message);
+    }
+    let marker =
+        |cut: usize| format!(" … [{cut} bytes cut: errors are capped at {MAX_ERROR_BYTES} bytes]");
+    // The marker for the whole length is at least as long as the one for any cut.
+    let mut keep = MAX_ERROR_BYTES - marker(message.len()).len();
+    while !message.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    Cow::Owned(format!(
+        "{}{}",
+        &message[..keep],
+        marker(message.len() - keep)
+    ))
+}
+
+/// [`cap_error`] of an owned message (no copy when it fits).
+pub fn cap_error_owned(message: String) -> String {
+    match cap_error(&message) {
+        Cow::Borrowed(_) => message,
+        Cow::Owned(capped) => capped,
+    }
+}
+
 /// The retry policy of a worker.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -122,6 +158,7 @@ pub fn decide(
         result: None,
     };
     let fail = |message: String, retryable: bool| {
+        let message = cap_error_owned(message);
         if retryable && attempt < max_attempts {
             Ack {
                 state: JobState::Available,
@@ -154,7 +191,7 @@ pub fn decide(
         },
         Attempt::Returned(Ok(Outcome::Cancel(reason))) => Ack {
             state: JobState::Cancelled,
-            error: Some(format!("cancelled by handler: {reason}")),
+            error: Some(cap_error_owned(format!("cancelled by handler: {reason}"))),
             ..base
         },
         Attempt::Returned(Err(e)) => fail(e.message, e.retryable),
@@ -176,6 +213,48 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_are_capped_on_a_char_boundary_with_a_marker_of_what_was_cut() {
+        assert_eq!(cap_error("short"), "short");
+        let fits = "x".repeat(MAX_ERROR_BYTES);
+        assert!(matches!(cap_error(&fits), Cow::Borrowed(_)));
+        for (unit, n) in [
+            ("x", 520_000),
+            ("é", 300_000),
+            ("日本", 100_000),
+            ("🦀", 2049),
+        ] {
+            let m = unit.repeat(n);
+            let c = cap_error(&m);
+            assert!(c.len() <= MAX_ERROR_BYTES, "{unit}: {}", c.len());
+            assert!(c.len() > MAX_ERROR_BYTES - 100, "{unit}: {}", c.len());
+            let (kept, marker) = c.split_once(" … [").unwrap();
+            assert!(m.starts_with(kept), "{unit}");
+            let cut = m.len() - kept.len();
+            assert_eq!(
+                marker,
+                format!("{cut} bytes cut: errors are capped at {MAX_ERROR_BYTES} bytes]"),
+                "{unit}"
+            );
+        }
+        // Through the ack: a failure, a panic and a handler's cancel reason.
+        let huge = "e".repeat(520_000);
+        for result in [
+            Attempt::Returned(Err(JobError::retry(huge.clone()))),
+            Attempt::Returned(Err(JobError::discard(huge.clone()))),
+            Attempt::Panicked(huge.clone()),
+            Attempt::Returned(Ok(Outcome::Cancel(huge.clone()))),
+        ] {
+            let a = decide(1, 1, 3, result, Utc::now(), P, 0.5);
+            let e = a.error.unwrap();
+            assert!(
+                e.len() <= MAX_ERROR_BYTES && e.contains("bytes cut"),
+                "{}",
+                e.len()
+            );
+        }
+    }
 
     #[test]
     fn a_huge_delay_is_capped_instead_of_overflowing() {

@@ -397,7 +397,7 @@ pub async fn show(
         attempted_at: format::time(j.attempted_at),
         heartbeat_at: format::time(j.heartbeat_at),
         finalized_at: format::time(j.finalized_at),
-        args: format::json(&j.args),
+        args: format::args(&j.args),
         result: j
             .result
             .as_ref()
