@@ -69,6 +69,13 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         6,
         "1a2acf0cf4982b9563c7b0d1a9af4ab8b8a5a30d333a30bdccd66d86bcc7bc7a",
     ),
+    // skiplock._claim_limited picks under a key's limits with set queries over the keys
+    // (jobs_key_claim_idx, skiplock.key_scans, `claim_limited.max_keys`: migration 0012), and
+    // both claims discard a row whose attempt counter is at its maximum instead of failing.
+    (
+        7,
+        "d3f4d127bb5b0883b345eba27a7843ece4ee6e07895f4cbc127c6e57283c0480",
+    ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
