@@ -1078,7 +1078,10 @@ async fn claim_noop(p: &sqlx::PgPool, queue: &str, limit: usize) -> limits::Limi
 }
 
 async fn db_now(p: &sqlx::PgPool) -> chrono::DateTime<chrono::Utc> {
-    sqlx::query_scalar("SELECT now()").fetch_one(p).await.unwrap()
+    sqlx::query_scalar("SELECT now()")
+        .fetch_one(p)
+        .await
+        .unwrap()
 }
 
 /// The report's freeze, with 10,000 keys: a queue with a per-key rate of one start an hour,
@@ -1139,15 +1142,24 @@ async fn blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else() {
     // Sorts after every blocked key: the last the walk reaches.
     let fresh = enqueue(
         p,
-        &NewJob::new("noop", json!({})).queue("tenants").limit_key("zz-fresh"),
+        &NewJob::new("noop", json!({}))
+            .queue("tenants")
+            .limit_key("zz-fresh"),
     )
     .await
     .unwrap();
-    sqlx::query("ANALYZE skiplock.jobs").execute(p).await.unwrap();
+    sqlx::query("ANALYZE skiplock.jobs")
+        .execute(p)
+        .await
+        .unwrap();
 
     let got = claim_noop(p, "tenants", 10).await;
     let ids: Vec<i64> = got.jobs.iter().map(|j| j.id).collect();
-    assert_eq!(ids, vec![victim], "the next claim takes the job without a key");
+    assert_eq!(
+        ids,
+        vec![victim],
+        "the next claim takes the job without a key"
+    );
     let now = db_now(p).await;
     assert!(got.wait_until.is_some_and(|w| w <= now), "{got:?}");
 
@@ -1166,7 +1178,10 @@ async fn blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else() {
             got.wait_until.is_some_and(|w| w <= now),
             "claim {claims} left keys unexamined: it must ask for the next claim now: {got:?}"
         );
-        assert!(claims <= most, "the fresh key was not reached in {claims} claims");
+        assert!(
+            claims <= most,
+            "the fresh key was not reached in {claims} claims"
+        );
     };
     let soon = db_now(p).await + chrono::TimeDelta::minutes(50);
     assert!(
@@ -1174,7 +1189,11 @@ async fn blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else() {
         "the walk's end names the blocked keys' next start: {last:?}"
     );
     assert_eq!(
-        count(p, "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'").await,
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'"
+        )
+        .await,
         2,
         "no blocked key started"
     );
@@ -1193,7 +1212,8 @@ async fn blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else() {
         .unwrap();
         sqlx::query("ROLLBACK").execute(&mut *c).await.unwrap();
         let top = &plan[0]["Plan"];
-        buffers = top["Shared Hit Blocks"].as_i64().unwrap() + top["Shared Read Blocks"].as_i64().unwrap();
+        buffers = top["Shared Hit Blocks"].as_i64().unwrap()
+            + top["Shared Read Blocks"].as_i64().unwrap();
     }
     assert!(
         buffers <= 40 * max_keys + 1000,
@@ -1237,16 +1257,17 @@ async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row_in_a_limited_c
         let got = claim_noop(p, q, 10).await;
         let ids: Vec<i64> = got.jobs.iter().map(|j| j.id).collect();
         assert_eq!(ids, vec![next], "{q}");
-        let (state, errors): (String, serde_json::Value) = sqlx::query_as(
-            "SELECT state::text, errors FROM skiplock.jobs WHERE id = $1",
-        )
-        .bind(poison)
-        .fetch_one(p)
-        .await
-        .unwrap();
+        let (state, errors): (String, serde_json::Value) =
+            sqlx::query_as("SELECT state::text, errors FROM skiplock.jobs WHERE id = $1")
+                .bind(poison)
+                .fetch_one(p)
+                .await
+                .unwrap();
         assert_eq!(state, "discarded", "{q}");
         assert!(
-            errors.to_string().contains("attempt counter is at its maximum"),
+            errors
+                .to_string()
+                .contains("attempt counter is at its maximum"),
             "{q}: {errors}"
         );
     }
@@ -1258,5 +1279,78 @@ async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row_in_a_limited_c
     .fetch_one(p)
     .await
     .unwrap();
-    assert!(tat_steps <= 12.5, "{tat_steps} s: more than one start of 12 s counted");
+    assert!(
+        tat_steps <= 12.5,
+        "{tat_steps} s: more than one start of 12 s counted"
+    );
+}
+
+/// The worker follows a claim that left keys unexamined at once: with a poll interval of an
+/// hour, only that makes it reach a key behind 1,000 blocked ones when one claim examines 100.
+#[tokio::test]
+async fn a_worker_claims_again_at_once_while_keys_are_left_unexamined() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    sqlx::query("UPDATE skiplock.settings SET value = 100 WHERE name = 'claim_limited.max_keys'")
+        .execute(p)
+        .await
+        .unwrap();
+    limits::set_key_limit(
+        p,
+        "tenants",
+        KeyLimit {
+            concurrency: None,
+            rate: Some(Rate {
+                count: 1,
+                period: Duration::from_secs(3600),
+            }),
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO skiplock.jobs (kind, queue, limit_key, priority)
+         SELECT 'noop', 'tenants', 't' || lpad(g::text, 4, '0'), -100 FROM generate_series(1, 1000) g",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO skiplock.key_rates (queue, limit_key, tat)
+         SELECT 'tenants', 't' || lpad(g::text, 4, '0'), now() + interval '1 hour'
+         FROM generate_series(1, 1000) g",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    let fresh = enqueue(
+        p,
+        &NewJob::new("noop", json!({}))
+            .queue("tenants")
+            .limit_key("zz-fresh"),
+    )
+    .await
+    .unwrap();
+    let settings = skiplock::config::QueueSettings {
+        queues: Some([("tenants".to_string(), 2)].into_iter().collect()),
+        poll_interval: Duration::from_secs(3600),
+        ..fast_settings()
+    };
+    let w = start_builtin(p, settings);
+    wait_completed(
+        p,
+        &[fresh],
+        "the fresh key's job, behind 1,000 blocked keys",
+    )
+    .await;
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs WHERE state <> 'available'"
+        )
+        .await,
+        1,
+        "no blocked key started"
+    );
+    w.stop().await.unwrap();
 }

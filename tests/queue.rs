@@ -1167,7 +1167,9 @@ async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row() {
             .await
             .unwrap();
     assert!(
-        errors.to_string().contains("attempt counter is at its maximum"),
+        errors
+            .to_string()
+            .contains("attempt counter is at its maximum"),
         "{errors}"
     );
 }
