@@ -1059,3 +1059,298 @@ async fn concurrent_changes_to_different_key_limits_both_land() {
         })
     );
 }
+
+/// One limited claim of `limit` noop jobs from `queue` for worker "test".
+async fn claim_noop(p: &sqlx::PgPool, queue: &str, limit: usize) -> limits::LimitedClaim {
+    let kinds = vec!["noop".to_string()];
+    limits::claim_limited(
+        p,
+        ClaimParams {
+            queue,
+            kinds: &kinds,
+            limit,
+            worker: "test",
+        },
+        0,
+    )
+    .await
+    .unwrap()
+}
+
+async fn db_now(p: &sqlx::PgPool) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT now()")
+        .fetch_one(p)
+        .await
+        .unwrap()
+}
+
+/// The report's freeze, with 10,000 keys: a queue with a per-key rate of one start an hour,
+/// whose head (priority and `run_at` are the enqueuer's to choose) holds one job of each of
+/// 10,000 keys that already used their start. A job without a key is not held back by any
+/// key's limit: the next claim takes it. A job of a key never seen is taken too, once the
+/// claims' walk over the keys reaches it: each claim examines at most
+/// `claim_limited.max_keys` keys (here 100) and, while keys are left, names its own clock as
+/// `wait_until` (the worker claims again at once); the claim that ends the walk names the
+/// earliest start the blocked keys' rate allows. The work of one claim is bounded by the keys
+/// it examines, not by the blocked jobs in front: counted in buffers, which are no timing.
+#[tokio::test]
+async fn blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let max_keys = 100i64;
+    sqlx::query("UPDATE skiplock.settings SET value = $1 WHERE name = 'claim_limited.max_keys'")
+        .bind(max_keys)
+        .execute(p)
+        .await
+        .unwrap();
+    limits::set_key_limit(
+        p,
+        "tenants",
+        KeyLimit {
+            concurrency: None,
+            rate: Some(Rate {
+                count: 1,
+                period: Duration::from_secs(3600),
+            }),
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO skiplock.jobs (kind, args, queue, limit_key, priority, scheduled_at)
+         SELECT 'noop', '{\"b\": 1}', 'tenants', 't' || lpad(g::text, 5, '0'), -100, '1970-01-02'
+         FROM generate_series(1, 10000) g",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    // Each key's one start of the hour is used (the state its first job's start left).
+    sqlx::query(
+        "INSERT INTO skiplock.key_rates (queue, limit_key, tat)
+         SELECT 'tenants', 't' || lpad(g::text, 5, '0'), now() + interval '1 hour'
+         FROM generate_series(1, 10000) g",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    let victim = enqueue(
+        p,
+        &NewJob::new("noop", json!({"victim": true})).queue("tenants"),
+    )
+    .await
+    .unwrap();
+    // Sorts after every blocked key: the last the walk reaches.
+    let fresh = enqueue(
+        p,
+        &NewJob::new("noop", json!({}))
+            .queue("tenants")
+            .limit_key("zz-fresh"),
+    )
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE skiplock.jobs")
+        .execute(p)
+        .await
+        .unwrap();
+
+    let got = claim_noop(p, "tenants", 10).await;
+    let ids: Vec<i64> = got.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(
+        ids,
+        vec![victim],
+        "the next claim takes the job without a key"
+    );
+    let now = db_now(p).await;
+    assert!(got.wait_until.is_some_and(|w| w <= now), "{got:?}");
+
+    let most = 10_001 / max_keys + 1;
+    let mut claims = 1;
+    let last = loop {
+        let got = claim_noop(p, "tenants", 10).await;
+        claims += 1;
+        let ids: Vec<i64> = got.jobs.iter().map(|j| j.id).collect();
+        if !ids.is_empty() {
+            assert_eq!(ids, vec![fresh]);
+            break got;
+        }
+        let now = db_now(p).await;
+        assert!(
+            got.wait_until.is_some_and(|w| w <= now),
+            "claim {claims} left keys unexamined: it must ask for the next claim now: {got:?}"
+        );
+        assert!(
+            claims <= most,
+            "the fresh key was not reached in {claims} claims"
+        );
+    };
+    let soon = db_now(p).await + chrono::TimeDelta::minutes(50);
+    assert!(
+        last.wait_until.is_some_and(|w| w > soon),
+        "the walk's end names the blocked keys' next start: {last:?}"
+    );
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'"
+        )
+        .await,
+        2,
+        "no blocked key started"
+    );
+
+    // The buffers one claim touches (a warm one: the second on its connection).
+    let mut c = p.acquire().await.unwrap();
+    let mut buffers = 0;
+    for _ in 0..2 {
+        sqlx::query("BEGIN").execute(&mut *c).await.unwrap();
+        let plan: serde_json::Value = sqlx::query_scalar(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+             SELECT * FROM skiplock._claim_limited('tenants', ARRAY['noop'], 10, 'test', 0)",
+        )
+        .fetch_one(&mut *c)
+        .await
+        .unwrap();
+        sqlx::query("ROLLBACK").execute(&mut *c).await.unwrap();
+        let top = &plan[0]["Plan"];
+        buffers = top["Shared Hit Blocks"].as_i64().unwrap()
+            + top["Shared Read Blocks"].as_i64().unwrap();
+    }
+    assert!(
+        buffers <= 40 * max_keys + 1000,
+        "one claim touched {buffers} buffers for {max_keys} keys examined"
+    );
+}
+
+/// A row whose attempt counter is at the integer maximum (only a trusted role can write one)
+/// at the head of a limited queue fails alone: discarded with the reason in its errors, while
+/// the claim takes the job behind it. Under a concurrency limit and under a key's rate.
+#[tokio::test]
+async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row_in_a_limited_claim() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    limits::set_queue_limit(p, "capped", Some(5)).await.unwrap();
+    limits::set_key_limit(
+        p,
+        "keyed",
+        KeyLimit {
+            concurrency: Some(2),
+            rate: Some(Rate {
+                count: 5,
+                period: Duration::from_secs(60),
+            }),
+        },
+    )
+    .await
+    .unwrap();
+    for q in ["capped", "keyed"] {
+        let poison: i64 = sqlx::query_scalar(
+            "INSERT INTO skiplock.jobs (kind, queue, limit_key, attempt, max_attempts, priority)
+             VALUES ('noop', $1, 'k', 2147483647, 2147483647, -5) RETURNING id",
+        )
+        .bind(q)
+        .fetch_one(p)
+        .await
+        .unwrap();
+        let next = enqueue(p, &NewJob::new("noop", json!({})).queue(q).limit_key("k"))
+            .await
+            .unwrap();
+        let got = claim_noop(p, q, 10).await;
+        let ids: Vec<i64> = got.jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, vec![next], "{q}");
+        let (state, errors): (String, serde_json::Value) =
+            sqlx::query_as("SELECT state::text, errors FROM skiplock.jobs WHERE id = $1")
+                .bind(poison)
+                .fetch_one(p)
+                .await
+                .unwrap();
+        assert_eq!(state, "discarded", "{q}");
+        assert!(
+            errors
+                .to_string()
+                .contains("attempt counter is at its maximum"),
+            "{q}: {errors}"
+        );
+    }
+    // The discarded row spent none of the key's starts: one start recorded for the one job.
+    let tat_steps: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM tat - now())::float8 FROM skiplock.key_rates
+         WHERE queue = 'keyed' AND limit_key = 'k'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(
+        tat_steps <= 12.5,
+        "{tat_steps} s: more than one start of 12 s counted"
+    );
+}
+
+/// The worker follows a claim that left keys unexamined at once: with a poll interval of an
+/// hour, only that makes it reach a key behind 1,000 blocked ones when one claim examines 100.
+#[tokio::test]
+async fn a_worker_claims_again_at_once_while_keys_are_left_unexamined() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    sqlx::query("UPDATE skiplock.settings SET value = 100 WHERE name = 'claim_limited.max_keys'")
+        .execute(p)
+        .await
+        .unwrap();
+    limits::set_key_limit(
+        p,
+        "tenants",
+        KeyLimit {
+            concurrency: None,
+            rate: Some(Rate {
+                count: 1,
+                period: Duration::from_secs(3600),
+            }),
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO skiplock.jobs (kind, queue, limit_key, priority)
+         SELECT 'noop', 'tenants', 't' || lpad(g::text, 4, '0'), -100 FROM generate_series(1, 1000) g",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO skiplock.key_rates (queue, limit_key, tat)
+         SELECT 'tenants', 't' || lpad(g::text, 4, '0'), now() + interval '1 hour'
+         FROM generate_series(1, 1000) g",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    let fresh = enqueue(
+        p,
+        &NewJob::new("noop", json!({}))
+            .queue("tenants")
+            .limit_key("zz-fresh"),
+    )
+    .await
+    .unwrap();
+    let settings = skiplock::config::QueueSettings {
+        queues: Some([("tenants".to_string(), 2)].into_iter().collect()),
+        poll_interval: Duration::from_secs(3600),
+        ..fast_settings()
+    };
+    let w = start_builtin(p, settings);
+    wait_completed(
+        p,
+        &[fresh],
+        "the fresh key's job, behind 1,000 blocked keys",
+    )
+    .await;
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs WHERE state <> 'available'"
+        )
+        .await,
+        1,
+        "no blocked key started"
+    );
+    w.stop().await.unwrap();
+}

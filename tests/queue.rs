@@ -1135,3 +1135,46 @@ async fn count_all(db: &TestDb) -> i64 {
         .await
         .unwrap()
 }
+
+/// A row whose attempt counter is at the integer maximum (only a trusted role can write one)
+/// at the head of a queue fails alone: the claim discards it with the reason in its errors and
+/// takes the jobs behind it, instead of failing on `integer out of range` at every try.
+#[tokio::test]
+async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row() {
+    let db = TestDb::new().await;
+    let poison: i64 = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, attempt, max_attempts, priority)
+         VALUES ('noop', 2147483647, 2147483647, -5) RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let next = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    let got = claim(
+        &db.pool,
+        ClaimParams {
+            queue: "default",
+            kinds: &kinds(&["noop"]),
+            limit: 10,
+            worker: "w",
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![next]);
+    assert_eq!(state_of(&db, poison).await, "discarded");
+    let errors: serde_json::Value =
+        sqlx::query_scalar("SELECT errors FROM skiplock.jobs WHERE id = $1")
+            .bind(poison)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        errors
+            .to_string()
+            .contains("attempt counter is at its maximum"),
+        "{errors}"
+    );
+}

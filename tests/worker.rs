@@ -1033,4 +1033,52 @@ async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
         // The capped message plus the line's other fields (JSON escapes é as itself).
         assert!(l.len() <= CAP + 1024, "a log line of {} bytes", l.len());
     }
+
+/// Queue discovery cannot be starved by queues named to sort first: with `SKIPLOCK_MAX_QUEUES`
+/// at 3 and three queues `!0001`… that each keep one long job running (their producers stay,
+/// idle but for that job), a job in `default` is still claimed: it takes the place of the
+/// producer whose queue has been drained the longest, whose job runs on.
+#[tokio::test]
+async fn a_capped_worker_serves_a_queue_behind_busy_ones_named_first() {
+    let db = TestDb::new().await;
+    let mut long = Vec::new();
+    for q in ["!0001", "!0002", "!0003"] {
+        long.push(
+            enqueue(
+                &db.pool,
+                &NewJob::new("sleep", json!({"ms": 600_000})).queue(q),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let settings = QueueSettings {
+        queues: None,
+        max_queues: 3,
+        ..fast_settings()
+    };
+    let w = start_builtin(&db.pool, settings);
+    wait_for(
+        "the three long jobs running",
+        Duration::from_secs(60),
+        || async { (count_state(&db.pool, "running").await == 3).then_some(()) },
+    )
+    .await;
+    let victim = enqueue(&db.pool, &NewJob::new("noop", json!({"victim": 1})))
+        .await
+        .unwrap();
+    wait_job(&db.pool, victim, "the job in default to complete", |r| {
+        r.state.as_str() == "completed"
+    })
+    .await;
+    // The producers that made room left their jobs running.
+    let running: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE id = ANY($1) AND state = 'running'",
+    )
+    .bind(&long)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(running, 3);
+    w.stop().await.unwrap();
 }

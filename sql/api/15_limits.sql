@@ -148,19 +148,112 @@ BEGIN
 END;
 $$;
 
+-- Per key of `keys` (of queue `q`, under a key concurrency and a rate of `step` per start
+-- with burst tolerance `tau`; NULL: no such limit), at `t`: the starts its concurrency allows
+-- (its limit less its running jobs, jobs_running_key_idx), the starts its rate allows now
+-- (GCRA, skiplock.key_rates: the k-th start from `base` is allowed while
+-- base + k * step - tau <= t, `base` being its tat, or t for a key with no row or a tat
+-- passed), both at most `most`, and the least of the two (`may`).
+CREATE OR REPLACE FUNCTION skiplock._key_allowances(q text, keys text[], key_concurrency integer,
+                                                    step interval, tau interval, t timestamptz,
+                                                    most integer)
+RETURNS TABLE (k text, by_conc integer, by_rate integer, may integer, base timestamptz)
+-- PL/pgSQL for its cached plan (an SQL function's query is planned at every call).
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH ks AS (
+        SELECT DISTINCT u.k FROM unnest(_key_allowances.keys) AS u(k) WHERE u.k IS NOT NULL
+    ), busy AS (
+        SELECT j.limit_key AS k, count(*) AS running FROM skiplock.jobs j
+        WHERE _key_allowances.key_concurrency IS NOT NULL AND j.state = 'running'
+          AND j.queue = _key_allowances.q AND j.limit_key IS NOT NULL
+        GROUP BY j.limit_key
+    ), lim AS (
+        SELECT ks.k,
+               CASE WHEN _key_allowances.key_concurrency IS NULL THEN _key_allowances.most
+                    ELSE greatest(least(_key_allowances.key_concurrency - coalesce(b.running, 0),
+                                        _key_allowances.most), 0) END::integer AS by_conc,
+               CASE WHEN _key_allowances.step IS NULL THEN _key_allowances.most
+                    ELSE greatest(least(floor(extract(epoch FROM (_key_allowances.t + _key_allowances.tau)
+                                                               - greatest(kr.tat, _key_allowances.t))
+                                              / extract(epoch FROM _key_allowances.step)) + 1,
+                                        _key_allowances.most), 0) END::integer AS by_rate,
+               greatest(kr.tat, _key_allowances.t) AS base
+        FROM ks
+        LEFT JOIN busy b ON b.k = ks.k
+        -- One primary-key probe per key (never a scan of the queue's rows: a queue may
+        -- hold many more keys than one claim examines).
+        LEFT JOIN LATERAL (SELECT r.tat FROM skiplock.key_rates r
+                           WHERE _key_allowances.step IS NOT NULL
+                             AND r.queue = _key_allowances.q AND r.limit_key = ks.k
+                           OFFSET 0) kr ON true
+    )
+    SELECT lim.k, lim.by_conc, lim.by_rate, least(lim.by_conc, lim.by_rate), lim.base FROM lim;
+END;
+$$;
+
+-- The earliest start a key's rate allows next among the keys that had a due job left because
+-- of their rate (not of their running count, not of the claim's size): per key (`keys`, with
+-- `by_conc`, `by_rate` and `base` from skiplock._key_allowances), its jobs taken (`took`: one
+-- entry per job) and its due jobs looked at (`due`: likewise). NULL: no such key (or no rate).
+CREATE OR REPLACE FUNCTION skiplock._key_next_start(keys text[], by_conc integer[], by_rate integer[],
+                                                    base timestamptz[], took text[], due text[],
+                                                    step interval, tau interval)
+RETURNS timestamptz LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN (
+    WITH a AS (
+        SELECT u.k, u.c, u.r, u.b FROM unnest(keys, by_conc, by_rate, base) AS u(k, c, r, b)
+    ), tk AS (
+        SELECT x.k, count(*) AS n FROM unnest(took) AS x(k) GROUP BY x.k
+    ), du AS (
+        SELECT x.k, count(*) AS n FROM unnest(due) AS x(k) GROUP BY x.k
+    )
+    SELECT min(a.b + coalesce(tk.n, 0) * step - tau)
+    FROM a JOIN du ON du.k = a.k LEFT JOIN tk ON tk.k = a.k
+    WHERE step IS NOT NULL AND du.n > coalesce(tk.n, 0)
+      AND coalesce(tk.n, 0) >= a.r AND coalesce(tk.n, 0) < a.c);
+END;
+$$;
+
 -- The claim of a controlled queue (one with a row in skiplock.queues). Returns the claimed
 -- jobs (the columns of sql/queue/claim.sql) and always one extra row with id NULL that says
 -- whether the queue is still controlled (false: use the plain claim again), the earliest
 -- time a job skipped for a key's rate becomes allowed (NULL: none, or unknown: a running job
--- must finish first) and how many jobs the queue let this claim buffer at most (`buffer_room`,
--- below; NULL: no bound). Every column repeats those three.
+-- must finish first; the claim's own clock when keys are left for the next claim to examine,
+-- below) and how many jobs the queue let this claim buffer at most (`buffer_room`, below;
+-- NULL: no bound). Every column repeats those three.
 --
 -- Limited claims of one queue are serialized by the lock on its row; every later statement
 -- of this (volatile) function takes a fresh snapshot, so the running jobs counted include
 -- those the previous claimer committed. Jobs that may not start are not touched: they spend
 -- no attempt and no worker slot. A job without limit_key is never held back by a key's
--- limits, only by the queue's concurrency. The scan for startable jobs reads at most
--- 10 windows of 1000 due jobs, each window skipping the keys found blocked so far.
+-- limits, only by the queue's concurrency.
+--
+-- Under a key's limits the pick is one set query over the keys, not a scan of the queue's
+-- jobs in order (keys blocked at the head of the queue froze a scan that had to step over
+-- their jobs; tests/limits.rs `blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else`):
+-- the keys with available jobs, walked with a loose index scan of jobs_key_claim_idx
+-- (migrations/0012_claim_limited.sql), each with its allowance (its key concurrency less its
+-- running jobs, read through jobs_running_key_idx; the starts its rate allows now, from its
+-- GCRA state in skiplock.key_rates: a start while tat - tau <= t, each start moving tat on by
+-- one step), each giving at most that many of its first due jobs; with the first due jobs
+-- without a key, the first `free` of them in claim order (priority, scheduled_at, id) are
+-- claimed. One claim examines at most `claim_limited.max_keys` keys (skiplock.settings,
+-- 1000): a queue with more has its walk resume after the last key examined at its next claim
+-- (skiplock.key_scans), and the claim reports its own clock as `wait_until`, so the worker
+-- claims again at once rather than at its next poll; once the walk reaches the last key, it
+-- reports the earliest rate-allowed start of the whole walk and the next one begins at the
+-- first key. So a claim's work is bounded by that number of keys (each one index probe for
+-- the walk, one for its first jobs, one in key_rates), and no key waits more than
+-- (keys / max_keys) claims to be examined.
+--
+-- A row whose attempt counter is at its maximum (2147483647; only a trusted role can write
+-- one) cannot be counted once more: it is discarded with the reason in its errors instead of
+-- failing the whole claim (as in sql/queue/claim.sql).
 --
 -- `n` jobs are for the worker's free slots; `ahead` more may go into its buffer (claim-ahead,
 -- SQL API 6), but only in a queue whose one limit is its concurrency (a key's rate counts a
@@ -187,17 +280,22 @@ DECLARE
     -- The buffer's share of the room (see above; NULL: no bound), reported to the worker.
     room integer := 0;
     picked bigint[] := '{}';
-    blocked text[] := '{}';
-    key_counts jsonb := '{}';
     next_at timestamptz;
-    r record;
     k_count integer;
-    k_tat timestamptz;
     step interval;
     tau interval;
-    passes integer := 0;
-    seen integer;
     t timestamptz;
+    -- The walk over the keys (see above).
+    max_keys integer;
+    scan skiplock.key_scans;
+    keys text[];
+    more boolean;
+    head_rows integer;
+    head_keys text[];
+    walk_keys text[];
+    free_b integer;
+    per_key integer;
+    cut boolean;
 BEGIN
     SELECT * INTO ctl FROM skiplock.queues c WHERE c.queue = q FOR UPDATE;
     is_controlled := FOUND;
@@ -240,63 +338,135 @@ BEGIN
             step := ctl.key_period / ctl.key_rate;
             tau := ctl.key_period - step;
         END IF;
-        LOOP
-            passes := passes + 1;
-            seen := 0;
-            FOR r IN
-                SELECT j.id, j.limit_key FROM skiplock.jobs j
-                WHERE j.state = 'available' AND j.queue = q AND j.scheduled_at <= now()
-                  AND j.kind = ANY(kinds)
-                  AND NOT (j.id = ANY(picked))
-                  AND (j.limit_key IS NULL OR NOT (j.limit_key = ANY(blocked)))
-                ORDER BY j.priority, j.scheduled_at, j.id
-                LIMIT 1000
-            LOOP
-                seen := seen + 1;
-                IF r.limit_key IS NOT NULL THEN
-                    CONTINUE WHEN r.limit_key = ANY(blocked);
-                    IF ctl.key_concurrency IS NOT NULL THEN
-                        IF NOT key_counts ? r.limit_key THEN
-                            SELECT count(*) INTO k_count FROM skiplock.jobs j
-                            WHERE j.state = 'running' AND j.queue = q AND j.limit_key = r.limit_key;
-                            key_counts := key_counts || jsonb_build_object(r.limit_key, k_count);
-                        END IF;
-                        IF (key_counts->>r.limit_key)::integer >= ctl.key_concurrency THEN
-                            blocked := blocked || r.limit_key;
-                            CONTINUE;
-                        END IF;
-                    END IF;
-                    IF ctl.key_rate IS NOT NULL THEN
-                        -- The key's start, if its rate allows one now: one statement when
-                        -- it does (the common case), a read to tell a blocked key from a new
-                        -- one when it does not.
-                        UPDATE skiplock.key_rates kr SET tat = greatest(kr.tat, t) + step
-                        WHERE kr.queue = q AND kr.limit_key = r.limit_key AND kr.tat - tau <= t;
-                        IF NOT FOUND THEN
-                            SELECT kr.tat INTO k_tat FROM skiplock.key_rates kr
-                            WHERE kr.queue = q AND kr.limit_key = r.limit_key;
-                            IF k_tat IS NOT NULL THEN
-                                blocked := blocked || r.limit_key;
-                                next_at := least(next_at, k_tat - tau);
-                                CONTINUE;
-                            END IF;
-                            INSERT INTO skiplock.key_rates AS kr (queue, limit_key, tat)
-                            VALUES (q, r.limit_key, t + step)
-                            ON CONFLICT ON CONSTRAINT key_rates_pkey
-                            DO UPDATE SET tat = greatest(kr.tat, t) + step;
-                        END IF;
-                    END IF;
-                    IF ctl.key_concurrency IS NOT NULL THEN
-                        key_counts := key_counts || jsonb_build_object(r.limit_key,
-                                                                       (key_counts->>r.limit_key)::integer + 1);
-                    END IF;
-                END IF;
-                picked := picked || r.id;
-                free := free - 1;
-                EXIT WHEN free <= 0;
-            END LOOP;
-            EXIT WHEN free <= 0 OR seen < 1000 OR passes >= 10;
-        END LOOP;
+        -- 1. The head of the queue in claim order (when the limits leave room, the whole
+        --    answer): each key's first rows of the head, as many as its allowance.
+        head_rows := least(greatest(free + free / 4, 100), 1000);
+        WITH head AS (
+            SELECT j.id, j.limit_key AS k, j.priority, j.scheduled_at FROM skiplock.jobs j
+            WHERE j.state = 'available' AND j.queue = q AND j.scheduled_at <= now()
+              AND j.kind = ANY(kinds)
+            ORDER BY j.priority, j.scheduled_at, j.id
+            LIMIT head_rows
+        ), allowed AS (
+            SELECT a.* FROM skiplock._key_allowances(q, ARRAY(SELECT DISTINCT h.k FROM head h),
+                                                     ctl.key_concurrency, step, tau, t, free) a
+        ), ranked AS (
+            SELECT h.*, row_number() OVER (PARTITION BY h.k ORDER BY h.priority, h.scheduled_at, h.id) AS rn
+            FROM head h
+        ), chosen AS (
+            SELECT r.id, r.k FROM ranked r LEFT JOIN allowed a ON a.k = r.k
+            WHERE r.k IS NULL OR r.rn <= a.may
+            ORDER BY r.priority, r.scheduled_at, r.id
+            LIMIT free
+        )
+        SELECT (SELECT count(*) FROM head),
+               ARRAY(SELECT DISTINCT h.k FROM head h WHERE h.k IS NOT NULL),
+               (SELECT coalesce(array_agg(ch.id), '{}') FROM chosen ch),
+               skiplock._key_next_start(
+                   ARRAY(SELECT a.k FROM allowed a), ARRAY(SELECT a.by_conc FROM allowed a),
+                   ARRAY(SELECT a.by_rate FROM allowed a), ARRAY(SELECT a.base FROM allowed a),
+                   ARRAY(SELECT ch.k FROM chosen ch WHERE ch.k IS NOT NULL),
+                   ARRAY(SELECT h.k FROM head h WHERE h.k IS NOT NULL), step, tau)
+        INTO k_count, head_keys, picked, next_at;
+
+        -- 2. The head was not all the queue's due work, and its keys' limits left slots
+        --    unfilled: the pick over the keys (see above) for the rest, among the keys the
+        --    head did not hold (its keys' jobs beyond it come later in claim order than every
+        --    job of the head, as do the jobs without a key it did not hold).
+        IF k_count >= head_rows AND cardinality(picked) < free THEN
+            free_b := free - cardinality(picked);
+            SELECT least(greatest(coalesce(max(s.value), 250), 1), 1000000)::integer INTO max_keys
+            FROM skiplock.settings s WHERE s.name = 'claim_limited.max_keys';
+            SELECT * INTO scan FROM skiplock.key_scans ks WHERE ks.queue = q;
+            -- The keys to examine: up to max_keys + 1 (one more tells whether keys are
+            -- left), after the last one the previous claim examined, else from the first.
+            IF scan.after_key IS NULL THEN
+                WITH RECURSIVE w AS (
+                    (SELECT j.limit_key AS k, 1 AS i FROM skiplock.jobs j
+                     WHERE j.state = 'available' AND j.queue = q AND j.limit_key IS NOT NULL
+                     ORDER BY j.limit_key LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT j.limit_key FROM skiplock.jobs j
+                            WHERE j.state = 'available' AND j.queue = q AND j.limit_key > w.k
+                            ORDER BY j.limit_key LIMIT 1), w.i + 1
+                    FROM w WHERE w.k IS NOT NULL AND w.i <= max_keys
+                )
+                SELECT coalesce(array_agg(w.k ORDER BY w.i), '{}') INTO keys FROM w WHERE w.k IS NOT NULL;
+            ELSE
+                WITH RECURSIVE w AS (
+                    (SELECT j.limit_key AS k, 1 AS i FROM skiplock.jobs j
+                     WHERE j.state = 'available' AND j.queue = q AND j.limit_key > scan.after_key
+                     ORDER BY j.limit_key LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT j.limit_key FROM skiplock.jobs j
+                            WHERE j.state = 'available' AND j.queue = q AND j.limit_key > w.k
+                            ORDER BY j.limit_key LIMIT 1), w.i + 1
+                    FROM w WHERE w.k IS NOT NULL AND w.i <= max_keys
+                )
+                SELECT coalesce(array_agg(w.k ORDER BY w.i), '{}') INTO keys FROM w WHERE w.k IS NOT NULL;
+            END IF;
+            more := cardinality(keys) > max_keys;
+            keys := keys[1:max_keys];
+            -- The head's keys were weighed above.
+            walk_keys := ARRAY(SELECT unnest(keys) EXCEPT SELECT unnest(head_keys));
+            -- Each key gives at most its share of the claim (and one more row, to tell
+            -- whether a job was left): the rows read stay near free + 2 * keys.
+            per_key := ceil(free_b::numeric / greatest(cardinality(walk_keys), 1))::integer;
+
+            WITH allowed AS (
+                SELECT a.* FROM skiplock._key_allowances(q, walk_keys, ctl.key_concurrency, step, tau, t, free_b) a
+            ), cand AS (
+                SELECT c.id, c.priority, c.scheduled_at, a.k, c.rn, a.may
+                FROM allowed a
+                CROSS JOIN LATERAL (
+                    SELECT j.id, j.priority, j.scheduled_at,
+                           row_number() OVER (ORDER BY j.priority, j.scheduled_at, j.id) AS rn
+                    FROM skiplock.jobs j
+                    WHERE j.state = 'available' AND j.queue = q AND j.limit_key = a.k
+                      AND j.scheduled_at <= now() AND j.kind = ANY(kinds)
+                    ORDER BY j.priority, j.scheduled_at, j.id
+                    -- A key its running count blocks needs no look (it names no time).
+                    LIMIT CASE WHEN a.by_conc = 0 THEN 0 ELSE least(a.may, per_key) + 1 END) c
+                UNION ALL
+                SELECT j.id, j.priority, j.scheduled_at, NULL, 1, 1
+                FROM (SELECT j.id, j.priority, j.scheduled_at FROM skiplock.jobs j
+                      WHERE j.state = 'available' AND j.queue = q AND j.limit_key IS NULL
+                        AND j.scheduled_at <= now() AND j.kind = ANY(kinds)
+                      ORDER BY j.priority, j.scheduled_at, j.id
+                      LIMIT free) j
+                WHERE j.id NOT IN (SELECT unnest(picked))
+            ), chosen AS (
+                SELECT c.id, c.k FROM cand c WHERE c.rn <= c.may
+                ORDER BY c.priority, c.scheduled_at, c.id
+                LIMIT free_b
+            )
+            SELECT picked || (SELECT coalesce(array_agg(ch.id), '{}') FROM chosen ch),
+                   least(next_at,
+                   skiplock._key_next_start(
+                       ARRAY(SELECT a.k FROM allowed a), ARRAY(SELECT a.by_conc FROM allowed a),
+                       ARRAY(SELECT a.by_rate FROM allowed a), ARRAY(SELECT a.base FROM allowed a),
+                       ARRAY(SELECT ch.k FROM chosen ch WHERE ch.k IS NOT NULL),
+                       ARRAY(SELECT c.k FROM cand c WHERE c.k IS NOT NULL), step, tau)),
+                   -- A key's share cut off jobs its limits allowed.
+                   EXISTS (SELECT 1 FROM cand c WHERE c.k IS NOT NULL AND c.rn > per_key AND c.rn <= c.may)
+            INTO picked, next_at, cut;
+
+            IF more THEN
+                INSERT INTO skiplock.key_scans AS ks (queue, after_key, wait_until)
+                VALUES (q, keys[max_keys], next_at)
+                ON CONFLICT ON CONSTRAINT key_scans_pkey
+                DO UPDATE SET after_key = EXCLUDED.after_key,
+                              wait_until = least(ks.wait_until, EXCLUDED.wait_until);
+            ELSIF scan.queue IS NOT NULL THEN
+                DELETE FROM skiplock.key_scans ks WHERE ks.queue = q;
+                next_at := least(next_at, scan.wait_until);
+            END IF;
+            IF more OR (cut AND cardinality(picked) < free) THEN
+                -- Keys are left unexamined, or with jobs their share left out: the worker
+                -- claims again at once rather than at its next poll.
+                next_at := t;
+            END IF;
+        END IF;
     END IF;
 
     IF cardinality(picked) > 0 THEN
@@ -305,18 +475,38 @@ BEGIN
             SELECT j.id FROM skiplock.jobs j
             WHERE j.id = ANY(picked) AND j.state = 'available'
             FOR UPDATE SKIP LOCKED
+        ), claimed AS (
+            UPDATE skiplock.jobs j
+            SET state = CASE WHEN j.attempt < 2147483647 THEN 'running'
+                             ELSE 'discarded' END::skiplock.job_state,
+                attempt = least(j.attempt, 2147483646) + 1,
+                -- The start the key rates counted (see t above).
+                attempted_at = t,
+                attempted_by = worker,
+                heartbeat_at = now(),
+                finalized_at = CASE WHEN j.attempt < 2147483647 THEN j.finalized_at ELSE now() END,
+                errors = CASE WHEN j.attempt < 2147483647 THEN j.errors
+                              ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                                  'attempt', j.attempt, 'at', now(),
+                                  'error', 'discarded at claim: its attempt counter is at its maximum (2147483647) and cannot count another attempt'))
+                         END
+            FROM locked
+            WHERE j.id = locked.id
+            RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts,
+                      j.scheduled_at, j.created_at, j.attempted_at, j.limit_key, j.state
+        ), rated AS (
+            -- Each key's starts move its GCRA state on by one step each (see above).
+            INSERT INTO skiplock.key_rates AS kr (queue, limit_key, tat)
+            SELECT q, c.limit_key, t + count(*) * step
+            FROM claimed c
+            WHERE ctl.key_rate IS NOT NULL AND c.state = 'running' AND c.limit_key IS NOT NULL
+            GROUP BY c.limit_key
+            ON CONFLICT ON CONSTRAINT key_rates_pkey
+            DO UPDATE SET tat = greatest(kr.tat, t) + (EXCLUDED.tat - t)
         )
-        UPDATE skiplock.jobs j
-        SET state = 'running',
-            attempt = j.attempt + 1,
-            -- The start the key rates counted (see t above).
-            attempted_at = t,
-            attempted_by = worker,
-            heartbeat_at = now()
-        FROM locked
-        WHERE j.id = locked.id
-        RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts,
-                  j.scheduled_at, j.created_at, j.attempted_at, true, next_at, room;
+        SELECT c.id, c.kind, c.queue, c.args, c.priority, c.attempt, c.max_attempts,
+               c.scheduled_at, c.created_at, c.attempted_at, true, next_at, room
+        FROM claimed c WHERE c.state = 'running';
     END IF;
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint,
         NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,

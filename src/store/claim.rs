@@ -37,18 +37,20 @@ pub async fn claim<'e, E: Executor<'e>>(exec: E, p: ClaimParams<'_>) -> Result<V
         .await?)
 }
 
-/// Up to `limit` distinct queues, other than `served`, that hold due jobs of `kinds` (for
-/// workers that serve every queue).
+/// Up to `limit` distinct queues, other than `served`, that hold due jobs of `kinds`, in name
+/// order after `after` (None: from the first), for workers that serve every queue.
 pub async fn discover_queues<'e, E: Executor<'e>>(
     exec: E,
     kinds: &[String],
     served: &[String],
     limit: usize,
+    after: Option<&str>,
 ) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(sql!("queue", "discover_queues"))
         .bind(kinds)
         .bind(served)
         .bind(limit.min(i64::MAX as usize) as i64)
+        .bind(after)
         .fetch_all(exec)
         .await?)
 }

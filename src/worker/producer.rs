@@ -63,6 +63,14 @@ pub(crate) struct Producer {
     pub one_at_a_time: AtomicBool,
     /// Retire after this long without work (queues discovered at run time only).
     pub retire_after: Option<Duration>,
+    /// Since when its claims have found its queue drained (None: its last claim came back
+    /// full, was held back by a limit or a pause, or none has answered yet). A worker at its
+    /// `SKIPLOCK_MAX_QUEUES` asks the producer idle the longest to make room for a queue with
+    /// due jobs (`super::queues`).
+    idle_since: Mutex<Option<Instant>>,
+    /// Asked to make room for another queue: it claims no more and retires as soon as no
+    /// claim is in flight and its buffer is empty (its started jobs run on).
+    pub give_way: AtomicBool,
 }
 
 impl Producer {
@@ -81,6 +89,22 @@ impl Producer {
             buffer: Mutex::new(VecDeque::new()),
             one_at_a_time: AtomicBool::new(false),
             retire_after,
+            idle_since: Mutex::new(None),
+            give_way: AtomicBool::new(false),
+        }
+    }
+
+    /// Since when its claims have found the queue drained (see the field).
+    pub fn idle_since(&self) -> Option<Instant> {
+        *self.idle_since.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_idle(&self, idle: bool) {
+        let mut since = self.idle_since.lock().unwrap_or_else(|p| p.into_inner());
+        match (idle, *since) {
+            (true, None) => *since = Some(Instant::now()),
+            (false, _) => *since = None,
+            (true, Some(_)) => {}
         }
     }
 
@@ -353,7 +377,13 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         };
         // Not while buffered jobs wait to be put back: that waits for no claim in flight,
         // and a drain that keeps claiming would put it off while they count as running.
-        if inflight.len() < max_inflight && backlog && retry_at.is_none() && !put_back {
+        let giving_way = p.give_way.load(Ordering::Relaxed);
+        if inflight.len() < max_inflight
+            && backlog
+            && retry_at.is_none()
+            && !put_back
+            && !giving_way
+        {
             let decision = next_claim(
                 free,
                 buffered,
@@ -378,10 +408,13 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         if buffered > 0 || slots.available_permits() < limit {
             last_work = Instant::now();
         }
-        // Never with a claim in flight: its jobs would have nobody to start them.
+        // Never with a claim in flight: its jobs would have nobody to start them; when making
+        // room, not with jobs in the buffer either (they would wait for the rescuer).
         if inflight.is_empty()
-            && p.retire_after
+            && (p
+                .retire_after
                 .is_some_and(|after| last_work.elapsed() >= after)
+                || giving_way && p.buffer().is_empty())
         {
             if waiting
                 && let Err(e) = waiting_remove(&shared.pool, &shared.worker_id, &p.queue).await
@@ -411,6 +444,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                         }
                         controlled = c;
                         held_back = held && !backlog;
+                        p.set_idle(!backlog && !held);
                         wait_until = until;
                         if !backlog && !waiting {
                             register = true;

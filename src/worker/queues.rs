@@ -6,6 +6,13 @@
 //! discovery). It runs at most `SKIPLOCK_MAX_QUEUES` producers, and a producer whose queue
 //! stayed empty for [`RETIRE_AFTER_POLLS`] poll intervals retires. A NOTIFY payload never
 //! creates a producer: any login may send one.
+//!
+//! At the cap, no queue waits for good behind others: discovery goes round the queues in
+//! name order from where the last one stopped (so queues named to sort first cannot keep
+//! the others from being found), and a queue with due jobs that finds no room takes the place
+//! of the producer whose claims have found its queue drained the longest (at least one poll
+//! interval): that producer claims no more and retires, its started jobs run on
+//! (`tests/worker.rs`, `a_capped_worker_serves_a_queue_behind_busy_ones_named_first`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +50,17 @@ pub(crate) struct Queues {
     discover: bool,
     /// A hint that a discovery may find something (an unknown queue was named).
     hint: Notify,
+}
+
+/// Where the next discovery starts, given how many queues this one asked for (`asked`) and
+/// found: after the last queue found when it found as many as it asked for (more may
+/// follow), else from the first again.
+pub(crate) fn next_discovery_start(found: &[String], asked: usize) -> Option<String> {
+    if asked > 0 && found.len() >= asked {
+        found.last().cloned()
+    } else {
+        None
+    }
 }
 
 impl Queues {
@@ -108,12 +126,39 @@ impl Queues {
         true
     }
 
-    /// Forgets an idle producer; a wake that reached it meanwhile becomes a discovery hint.
+    /// Forgets an idle producer; a wake that reached it meanwhile becomes a discovery hint,
+    /// and so does the room a producer made for a waiting queue.
     fn retire(&self, p: &Producer) {
         self.map().remove(&p.queue);
-        tracing::info!(queue = %p.queue, "queue idle; its producer retired");
+        if p.give_way.load(Ordering::Relaxed) {
+            tracing::info!(queue = %p.queue, "queue idle; its producer retired to make room for a queue with due jobs");
+            self.hint.notify_one();
+        } else {
+            tracing::info!(queue = %p.queue, "queue idle; its producer retired");
+        }
         if p.wake.notified().now_or_never().is_some() {
             self.hint.notify_one();
+        }
+    }
+
+    /// Asks up to `n` producers whose claims have found their queue drained for at least
+    /// `min_idle` (the longest idle first) to make room for queues with due jobs.
+    fn make_room(&self, n: usize, min_idle: Duration) {
+        let mut idle: Vec<(Instant, Arc<Producer>)> = self
+            .map()
+            .values()
+            .filter(|p| !p.give_way.load(Ordering::Relaxed))
+            .filter_map(|p| {
+                p.idle_since()
+                    .filter(|t| t.elapsed() >= min_idle)
+                    .map(|t| (t, p.clone()))
+            })
+            .collect();
+        idle.sort_by_key(|(t, _)| *t);
+        for (_, p) in idle.into_iter().take(n) {
+            tracing::debug!(queue = %p.queue, "asking an idle producer to make room");
+            p.give_way.store(true, Ordering::Relaxed);
+            p.wake.notify_one();
         }
     }
 
@@ -154,6 +199,8 @@ impl Queues {
         let mut backoff = Backoff::new(CLAIM_BACKOFF.0, DISCOVERY_BACKOFF_MAX);
         let debounce = DISCOVERY_DEBOUNCE.min(sh.settings.poll_interval);
         let mut warned: Option<Instant> = None;
+        // Where this discovery starts (see `next_discovery_start`).
+        let mut after: Option<String> = None;
         loop {
             let served: Vec<String> = self.map().keys().cloned().collect();
             let room = sh.settings.max_queues.saturating_sub(served.len());
@@ -164,18 +211,21 @@ impl Queues {
                 tracing::debug!(error = %e, "could not register as waiting on every queue");
             }
             // One more than there is room for, to know whether queues are left waiting.
-            match discover_queues(&sh.pool, &sh.kinds, &served, room + 1).await {
+            match self.discover(&served, room + 1, &mut after).await {
                 Ok(found) => {
                     backoff.reset();
                     let waiting = found
                         .iter()
                         .filter(|q| !self.start(q, DEFAULT_QUEUE_CONCURRENCY))
                         .count();
+                    if waiting > 0 {
+                        self.make_room(waiting, sh.settings.poll_interval);
+                    }
                     if waiting > 0 && warned.is_none_or(|t| t.elapsed() >= CAP_WARNING_EVERY) {
                         warned = Some(Instant::now());
                         tracing::warn!(
                             max_queues = sh.settings.max_queues,
-                            "more queues have due jobs than SKIPLOCK_MAX_QUEUES producers may serve; they wait until a producer retires"
+                            "more queues have due jobs than SKIPLOCK_MAX_QUEUES producers may serve; they take the places of producers whose queues are drained"
                         );
                     }
                 }
@@ -204,6 +254,30 @@ impl Queues {
     }
 }
 
+impl Queues {
+    /// Up to `want` queues with due jobs not in `served`, in name order from `after` (and on
+    /// from the first queue when the names run out), which it moves on for the next one.
+    async fn discover(
+        &self,
+        served: &[String],
+        want: usize,
+        after: &mut Option<String>,
+    ) -> Result<Vec<String>> {
+        let sh = &self.shared;
+        let mut found =
+            discover_queues(&sh.pool, &sh.kinds, served, want, after.as_deref()).await?;
+        if found.len() < want && after.is_some() {
+            // The end of the names: the rest from the first.
+            let mut skip = served.to_vec();
+            skip.extend(found.iter().cloned());
+            let rest = want - found.len();
+            found.extend(discover_queues(&sh.pool, &sh.kinds, &skip, rest, None).await?);
+        }
+        *after = next_discovery_start(&found, want);
+        Ok(found)
+    }
+}
+
 /// After a producer failed: puts back the jobs it claimed but never started (retried with
 /// backoff while the database is unavailable; given up once the worker stops, when the
 /// shutdown sweep does it).
@@ -227,5 +301,24 @@ async fn return_orphans(sh: &Shared, p: &Producer) {
                 tokio::time::sleep(delay).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovery_goes_round_the_queue_names() {
+        let found = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // As many as asked for: more may follow, the next one starts after the last.
+        assert_eq!(
+            next_discovery_start(&found(&["a", "b"]), 2).as_deref(),
+            Some("b")
+        );
+        // Fewer: every queue was seen, the next one starts at the first.
+        assert_eq!(next_discovery_start(&found(&["a"]), 2), None);
+        assert_eq!(next_discovery_start(&found(&[]), 1), None);
+        assert_eq!(next_discovery_start(&found(&[]), 0), None);
     }
 }
