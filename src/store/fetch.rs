@@ -23,6 +23,26 @@ pub async fn request<'e, E: Executor<'e>>(
         .await?)
 }
 
+/// Sets the fetch queue's politeness (`skiplock.set_politeness`): per host key one fetch at
+/// a time and one start per `period` (more than 0, at most a day). The worker role writes
+/// the fetch queue's row only through this function (`sql/api/90_roles.sql`).
+pub async fn set_politeness<'e, E: Executor<'e>>(exec: E, period: std::time::Duration) -> Result<()> {
+    sqlx::query(sql!("fetch", "set_politeness"))
+        .bind(period.as_secs_f64())
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// The `limit_key` of job `id` (`None`: none, or no such job).
+pub async fn job_limit_key<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar::<_, Option<String>>(sql!("fetch", "job_limit_key"))
+        .bind(id)
+        .fetch_optional(exec)
+        .await?
+        .flatten())
+}
+
 /// What a fetch needs to know about a page before deciding.
 #[derive(Debug, Clone, Default, sqlx::FromRow)]
 pub struct Known {

@@ -69,6 +69,15 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         6,
         "1a2acf0cf4982b9563c7b0d1a9af4ab8b8a5a30d333a30bdccd66d86bcc7bc7a",
     ),
+    // Unique keys per kind and queue (migration 0013; ON CONFLICT targets and holder lookups
+    // follow); a replace records the args it overwrote; skiplock.enqueue and enqueue_many
+    // refuse skiplock's own queues and the workflows' queues and kinds (skiplock._reserved_job);
+    // URLs capped at 2000 bytes; pack_now refuses a host without pages; the worker role writes
+    // skiplock.queues only through skiplock.set_politeness and the other setters it keeps.
+    (
+        7,
+        "6796ce56415dfe8c87bd32e86f64d22a699dd0f1ac79bbebcffbc7b57c166166",
+    ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
