@@ -1127,7 +1127,10 @@ async fn built_in_queues_and_kinds_are_reserved_to_their_own_functions() {
             .await
             .unwrap_err()
             .to_string();
-        assert!(e.contains("reserved for skiplock's own functions") && e.contains(use_), "{e}");
+        assert!(
+            e.contains("reserved for skiplock's own functions") && e.contains(use_),
+            "{e}"
+        );
         let e = skiplock::store::jobs::enqueue_many(
             p,
             skiplock::store::jobs::ManyJobs {
@@ -1178,8 +1181,12 @@ async fn built_in_queues_and_kinds_are_reserved_to_their_own_functions() {
             .unwrap();
     assert_eq!(
         made,
-        [("fetch", "fetch"), ("timer-reset", "pack"), ("process-packet", "packets")]
-            .map(|(k, q)| (k.to_string(), q.to_string()))
+        [
+            ("fetch", "fetch"),
+            ("timer-reset", "pack"),
+            ("process-packet", "packets")
+        ]
+        .map(|(k, q)| (k.to_string(), q.to_string()))
     );
     // And the scheduler (a worker-role function) enqueues the maintenance jobs.
     let id: Option<i64> = sqlx::query_scalar(
@@ -1230,7 +1237,10 @@ async fn unique_keys_are_per_kind_and_queue_and_a_replace_records_what_it_overwr
         "SELECT skiplock.enqueue('send_invoice', '{\"to\": \"a@b\"}', 'billing', unique_key => 'invoice:42', on_conflict => 'replace')",
     )
     .await;
-    assert_eq!(mine_too, mine, "the key is still shared within its kind and queue");
+    assert_eq!(
+        mine_too, mine,
+        "the key is still shared within its kind and queue"
+    );
     let other_kind = one(
         &m,
         "SELECT skiplock.enqueue('send_invoice', '{}', 'junkq', unique_key => 'invoice:42', on_conflict => 'replace')",
@@ -1259,7 +1269,10 @@ async fn unique_keys_are_per_kind_and_queue_and_a_replace_records_what_it_overwr
     assert_eq!(args, json!({"to": "mallory@evil"}));
     let entries = errors.as_array().unwrap();
     assert_eq!(entries.len(), 1, "{errors}");
-    assert_eq!(entries[0]["replaced_args"], r#"{"to": "alice@corp"}"#, "{errors}");
+    assert_eq!(
+        entries[0]["replaced_args"], r#"{"to": "alice@corp"}"#,
+        "{errors}"
+    );
     assert_eq!(entries[0]["truncated"], false);
     assert!(
         entries[0]["error"]
@@ -1276,11 +1289,12 @@ async fn unique_keys_are_per_kind_and_queue_and_a_replace_records_what_it_overwr
         )
         .await;
     }
-    let n: i32 = sqlx::query_scalar("SELECT jsonb_array_length(errors) FROM skiplock.jobs WHERE id = $1")
-        .bind(order)
-        .fetch_one(p)
-        .await
-        .unwrap();
+    let n: i32 =
+        sqlx::query_scalar("SELECT jsonb_array_length(errors) FROM skiplock.jobs WHERE id = $1")
+            .bind(order)
+            .fetch_one(p)
+            .await
+            .unwrap();
     assert_eq!(n, 1);
     // Large args are kept in part, and say so.
     one(
@@ -1293,13 +1307,17 @@ async fn unique_keys_are_per_kind_and_queue_and_a_replace_records_what_it_overwr
         "SELECT skiplock.enqueue('send_invoice', '{}', 'billing', unique_key => 'order:7', on_conflict => 'replace')",
     )
     .await;
-    let last: serde_json::Value = sqlx::query_scalar("SELECT errors -> -1 FROM skiplock.jobs WHERE id = $1")
-        .bind(order)
-        .fetch_one(p)
-        .await
-        .unwrap();
+    let last: serde_json::Value =
+        sqlx::query_scalar("SELECT errors -> -1 FROM skiplock.jobs WHERE id = $1")
+            .bind(order)
+            .fetch_one(p)
+            .await
+            .unwrap();
     assert_eq!(last["truncated"], true);
-    assert_eq!(last["replaced_args"].as_str().unwrap().chars().count(), 2000);
+    assert_eq!(
+        last["replaced_args"].as_str().unwrap().chars().count(),
+        2000
+    );
 
     // Retry and the statements that send jobs back look at the key within its kind and
     // queue: a finished job is retried next to an available job of another kind with its key.
@@ -1311,8 +1329,18 @@ async fn unique_keys_are_per_kind_and_queue_and_a_replace_records_what_it_overwr
         .unwrap();
     assert_eq!(retried, "available");
     // ... and still refused next to one of its own kind and queue.
-    exec(p, &format!("UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE id = {squat}")).await;
-    one(&m, "SELECT skiplock.enqueue('junk', '{}', 'junkq', unique_key => 'invoice:42')").await;
+    exec(
+        p,
+        &format!(
+            "UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE id = {squat}"
+        ),
+    )
+    .await;
+    one(
+        &m,
+        "SELECT skiplock.enqueue('junk', '{}', 'junkq', unique_key => 'invoice:42')",
+    )
+    .await;
     let e = sqlx::query("SELECT skiplock.retry($1)")
         .bind(squat)
         .execute(p)
@@ -1346,7 +1374,12 @@ async fn the_worker_role_cannot_delete_or_loosen_the_fetch_politeness() {
     ] {
         refused(&wp, sql, "permission denied").await;
     }
-    refused(&wp, "SELECT skiplock.set_politeness(interval '0')", "politeness must be more than 0s").await;
+    refused(
+        &wp,
+        "SELECT skiplock.set_politeness(interval '0')",
+        "politeness must be more than 0s",
+    )
+    .await;
     sqlx::query("SELECT skiplock.set_politeness(interval '3 seconds')")
         .execute(&wp)
         .await
@@ -1381,15 +1414,17 @@ async fn overlong_urls_are_refused_by_request_fetch_and_skipped_by_a_crawl() {
     )
     .await;
     assert!(msg.contains("invalid URL"), "{msg}");
-    let crawl: i64 = sqlx::query_scalar("SELECT skiplock.request_fetch('http://a.example/', full => true)")
-        .fetch_one(p)
-        .await
-        .unwrap();
-    let crawl_id: i64 = sqlx::query_scalar("SELECT (args->>'crawl')::bigint FROM skiplock.jobs WHERE id = $1")
-        .bind(crawl)
-        .fetch_one(p)
-        .await
-        .unwrap();
+    let crawl: i64 =
+        sqlx::query_scalar("SELECT skiplock.request_fetch('http://a.example/', full => true)")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    let crawl_id: i64 =
+        sqlx::query_scalar("SELECT (args->>'crawl')::bigint FROM skiplock.jobs WHERE id = $1")
+            .bind(crawl)
+            .fetch_one(p)
+            .await
+            .unwrap();
     let n: i32 = sqlx::query_scalar("SELECT skiplock._crawl_request($1, $2, false)")
         .bind(crawl_id)
         .bind(vec![long.clone(), "http://a.example/b".to_string()])
@@ -1418,7 +1453,10 @@ async fn pack_now_refuses_a_host_without_pages() {
             .await
             .unwrap_err();
         assert_eq!(sqlstate(&e), "22023", "{host}: {e}");
-        assert!(e.to_string().contains("has no fetched pages"), "{host}: {e}");
+        assert!(
+            e.to_string().contains("has no fetched pages"),
+            "{host}: {e}"
+        );
     }
     assert_eq!(count(p, "SELECT count(*) FROM skiplock.jobs").await, 0);
     exec(

@@ -219,3 +219,16 @@ BEGIN
     PERFORM skiplock.set_key_limit('fetch', 1, 1, set_politeness.period);
 END;
 $$;
+
+-- The host key (the politeness limit_key) skiplock._request_fetch gives a fetch of `url`, or
+-- NULL for a URL it refuses: what the fetch handler checks a job's limit_key against
+-- (src/workflows/fetch/mod.rs, `misplaced`). The SQL's spelling is the one the limit counts
+-- (the url crate spells a few hosts differently, e.g. IPv4-mapped IPv6 literals).
+CREATE OR REPLACE FUNCTION skiplock._fetch_host_key(url text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN skiplock._url_host_key(skiplock._normalize_url(url));
+EXCEPTION WHEN invalid_parameter_value THEN
+    RETURN NULL;
+END;
+$$;

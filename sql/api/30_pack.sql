@@ -140,3 +140,14 @@ FULL JOIN (
     FROM skiplock.jobs j
     WHERE j.kind = 'do-the-packing' AND j.state = 'available' AND j.unique_key IS NOT NULL
 ) t ON t.host = p.host;
+
+-- The pack queue's per-key concurrency of 1 (one pack per host runs at a time; do-the-packing
+-- jobs carry their host as limit_key), a rate an operator set on the queue kept: what a
+-- worker's pack start hook sets. The worker role may not call the key-limit setters
+-- (sql/api/90_roles.sql: the queue controls are the owner's), so it does this through here.
+CREATE OR REPLACE FUNCTION skiplock.set_one_pack_per_host()
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM skiplock.change_key_limit('pack', true, 1, false, NULL, NULL);
+END;
+$$;

@@ -1,2 +1,4 @@
--- The limit_key of job $1 (the fetch handler checks it against the URL's host key).
-SELECT limit_key FROM skiplock.jobs WHERE id = $1
+-- Job $1's limit_key, and the host key its URL ($2) must have as limit_key
+-- (skiplock._fetch_host_key; NULL: a URL the SQL API refuses).
+SELECT j.limit_key, skiplock._fetch_host_key($2) AS expected
+FROM skiplock.jobs j WHERE j.id = $1

@@ -52,14 +52,26 @@ pub const MAINTENANCE_KINDS: &[&str] = &["reap", "retain"];
 pub const RESERVED_QUEUES: &[(&str, &str)] = &[
     (FETCH_QUEUE, "skiplock.request_fetch"),
     (PACK_QUEUE, "skiplock.timer_reset or skiplock.pack_now"),
-    (PACKET_QUEUE, "skiplock.submit_packet or skiplock.retry_packet"),
+    (
+        PACKET_QUEUE,
+        "skiplock.submit_packet or skiplock.retry_packet",
+    ),
 ];
 /// The built-in workflows' kinds, likewise.
 pub const RESERVED_KINDS: &[(&str, &str)] = &[
     (FETCH_KIND, "skiplock.request_fetch"),
-    (TIMER_RESET_KIND, "skiplock.timer_reset or skiplock.pack_now"),
-    (DO_THE_PACKING_KIND, "skiplock.timer_reset or skiplock.pack_now"),
-    (PACKET_KIND, "skiplock.submit_packet or skiplock.retry_packet"),
+    (
+        TIMER_RESET_KIND,
+        "skiplock.timer_reset or skiplock.pack_now",
+    ),
+    (
+        DO_THE_PACKING_KIND,
+        "skiplock.timer_reset or skiplock.pack_now",
+    ),
+    (
+        PACKET_KIND,
+        "skiplock.submit_packet or skiplock.retry_packet",
+    ),
 ];
 /// What `skiplock._reserved_job` names for the maintenance queue and kinds.
 pub const MAINTENANCE_USE: &str =
@@ -75,7 +87,11 @@ pub fn reserved_job(kind: &str, queue: &str) -> Option<&'static str> {
     // In the SQL's order: the first workflow whose kind or queue matches.
     let workflows: [(&[&str], &str, &str); 3] = [
         (&[FETCH_KIND], FETCH_QUEUE, RESERVED_QUEUES[0].1),
-        (&[TIMER_RESET_KIND, DO_THE_PACKING_KIND], PACK_QUEUE, RESERVED_QUEUES[1].1),
+        (
+            &[TIMER_RESET_KIND, DO_THE_PACKING_KIND],
+            PACK_QUEUE,
+            RESERVED_QUEUES[1].1,
+        ),
         (&[PACKET_KIND], PACKET_QUEUE, RESERVED_QUEUES[2].1),
     ];
     workflows
@@ -264,7 +280,10 @@ mod tests {
             ),
             format!("THEN '{}'", MAINTENANCE_USE.replace('\'', "''")),
         ] {
-            assert!(body.contains(&part), "10_core.sql's _reserved_job must have {part}");
+            assert!(
+                body.contains(&part),
+                "10_core.sql's _reserved_job must have {part}"
+            );
         }
         let mut listed: Vec<String> = literals(body)
             .into_iter()
@@ -280,7 +299,10 @@ mod tests {
         want.sort();
         want.dedup();
         listed.dedup();
-        assert_eq!(listed, want, "10_core.sql's _reserved_job lists other queues and kinds than store::names");
+        assert_eq!(
+            listed, want,
+            "10_core.sql's _reserved_job lists other queues and kinds than store::names"
+        );
         for (name, use_) in RESERVED_QUEUES.iter().chain(RESERVED_KINDS) {
             assert_eq!(
                 reserved_job(name, "x").or(reserved_job("x", name)),
@@ -296,11 +318,17 @@ mod tests {
     #[test]
     fn reserved_jobs_name_the_function_to_use() {
         assert_eq!(reserved_job("noop", "default"), None);
-        assert_eq!(reserved_job("sleep", "skiplock.maintenance"), Some(MAINTENANCE_USE));
+        assert_eq!(
+            reserved_job("sleep", "skiplock.maintenance"),
+            Some(MAINTENANCE_USE)
+        );
         assert_eq!(reserved_job("reap", "default"), Some(MAINTENANCE_USE));
         assert_eq!(reserved_job("sleep", "packets"), Some(RESERVED_QUEUES[2].1));
         assert_eq!(reserved_job("fetch", "other"), Some(RESERVED_QUEUES[0].1));
-        assert_eq!(reserved_job("timer-reset", "default"), Some(RESERVED_QUEUES[1].1));
+        assert_eq!(
+            reserved_job("timer-reset", "default"),
+            Some(RESERVED_QUEUES[1].1)
+        );
         assert_eq!(reserved_job("fetchy", "fetchq"), None);
     }
 }

@@ -76,7 +76,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // skiplock.queues only through skiplock.set_politeness and the other setters it keeps.
     (
         7,
-        "6796ce56415dfe8c87bd32e86f64d22a699dd0f1ac79bbebcffbc7b57c166166",
+        "0e392562620f613721ffd7ee8932fa87bd8e7a8d4ffdc50c45d8d83b88e73490",
     ),
 ];
 

@@ -241,13 +241,15 @@ fn sha256_hex(parts: &[&str]) -> String {
     hex::encode(h.finalize())
 }
 
-/// Why a fetch job of `queue` with `limit_key` may not fetch a URL of host key `host`, if it
-/// may not: politeness is the fetch queue's per-key limit on the host key, so a job
+/// Why a fetch job of `queue` with `limit_key` may not fetch a URL whose host key is
+/// `expected` (as `skiplock._fetch_host_key` spells it; `None`: the SQL refuses the URL), if
+/// it may not: politeness is the fetch queue's per-key limit on the host key, so a job
 /// elsewhere, or under another key (or none), would skip it. `skiplock._request_fetch` always
 /// writes both right; the generic enqueue refuses kind `fetch` (`skiplock._reserved_job`); this
 /// catches a row a trusted role wrote by hand.
-pub fn misplaced(queue: &str, limit_key: Option<&str>, host: &str) -> Option<String> {
-    (queue != QUEUE || limit_key != Some(host)).then(|| {
+pub fn misplaced(queue: &str, limit_key: Option<&str>, expected: Option<&str>) -> Option<String> {
+    let host = expected.unwrap_or("(none: the SQL API refuses this URL)");
+    (queue != QUEUE || expected.is_none() || limit_key != expected).then(|| {
         format!(
             "a fetch job of host {host} must be in queue {QUEUE} with limit_key {host} (per-host politeness), not in queue {queue} with limit_key {}: request fetches with skiplock.request_fetch",
             limit_key.unwrap_or("NULL")
@@ -259,8 +261,12 @@ impl Fetch<'_> {
     async fn run(&self, ctx: &JobContext, args: FetchArgs) -> HandlerResult {
         let url = normalize(&args.url).map_err(JobError::discard)?;
         let host = host_key(&url);
-        let limit_key = store::fetch::job_limit_key(self.pool, ctx.id).await?;
-        if let Some(why) = misplaced(&ctx.queue, limit_key.as_deref(), &host) {
+        let key = store::fetch::job_host_key(self.pool, ctx.id, &args.url).await?;
+        if let Some(why) = misplaced(
+            &ctx.queue,
+            key.limit_key.as_deref(),
+            key.expected.as_deref(),
+        ) {
             return Err(JobError::discard(why));
         }
         let path = target(&url);
