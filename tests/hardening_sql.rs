@@ -1361,7 +1361,8 @@ async fn unique_keys_are_per_kind_and_queue_and_a_replace_records_what_it_overwr
 async fn the_worker_role_cannot_delete_or_loosen_the_fetch_politeness() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    exec(p, "SELECT skiplock.set_politeness(interval '2 seconds')").await;
+    // The politeness a worker sets at start (as the owner here, with the general setter).
+    exec(p, "SELECT skiplock.set_key_limit('fetch', 1, 1, interval '2 seconds')").await;
     let wrk = LoginRole::new(&db, Some("skiplock_worker")).await;
     let wp = wrk.pool(&db).await;
     for sql in [
