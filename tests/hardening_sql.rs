@@ -1362,7 +1362,11 @@ async fn the_worker_role_cannot_delete_or_loosen_the_fetch_politeness() {
     let db = TestDb::new().await;
     let p = &db.pool;
     // The politeness a worker sets at start (as the owner here, with the general setter).
-    exec(p, "SELECT skiplock.set_key_limit('fetch', 1, 1, interval '2 seconds')").await;
+    exec(
+        p,
+        "SELECT skiplock.set_key_limit('fetch', 1, 1, interval '2 seconds')",
+    )
+    .await;
     let wrk = LoginRole::new(&db, Some("skiplock_worker")).await;
     let wp = wrk.pool(&db).await;
     for sql in [
