@@ -337,6 +337,14 @@ pub fn env_opt_duration(name: &str) -> Result<Option<Duration>> {
     }
 }
 
+/// Whether `skiplock worker` registers the diagnostic kinds `noop`, `sleep` and `fail`
+/// (`SKIPLOCK_DIAGNOSTIC_KINDS`, default on: the tour, the scripts and the benchmarks use
+/// them). Off in production: any enqueuer can otherwise occupy a slot of any queue it may
+/// enqueue into for up to `SKIPLOCK_JOB_TIMEOUT` per attempt with one `sleep` job.
+pub fn diagnostic_kinds() -> Result<bool> {
+    env_bool("SKIPLOCK_DIAGNOSTIC_KINDS", true)
+}
+
 /// Reads a boolean setting (`true/false/1/0/yes/no/on/off`), or its default.
 pub fn env_bool(name: &str, default: bool) -> Result<bool> {
     match checked_var(name)? {

@@ -901,3 +901,57 @@ async fn sql_and_worker_normalise_urls_alike() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), a.to_string());
 }
+
+/// A fetch job that is not where the per-host politeness applies to it (another queue, or a
+/// limit_key other than its URL's host key, or none) is discarded with the reason and never
+/// fetched: only a trusted role can write one (skiplock.enqueue refuses kind `fetch`), and on
+/// the old code ten of them fetched one host ten times in a second. And a page with one
+/// link over the URL cap still has its other links requested (on the old code its fetch
+/// failed on every attempt on the crawl's index).
+#[tokio::test]
+async fn a_fetch_job_outside_its_hosts_politeness_is_discarded_and_an_overlong_link_skipped() {
+    let db = TestDb::new().await;
+    let long = format!("/{}", "x".repeat(3000));
+    let srv = Server::start(&[
+        ("/", html("Home", &[long.as_str(), "/a"])),
+        ("/a", html("A", &[])),
+    ])
+    .await;
+    let w = start(&db.pool, settings(Schedule::default(), 20));
+    let url = srv.url("/");
+    let mut misplaced = Vec::new();
+    for (queue, key) in [
+        ("fetch", Some("wrong.example")),
+        ("fetch", None),
+        ("default", Some(srv.host.as_str())),
+    ] {
+        let id: i64 = sqlx::query_scalar(
+            "SELECT skiplock._enqueue('fetch', jsonb_build_object('url', $1::text, 'force', true), $2, now(), 0::smallint, 1, NULL, 'keep', $3)",
+        )
+        .bind(&url)
+        .bind(queue)
+        .bind(key)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        misplaced.push(id);
+    }
+    for id in misplaced {
+        let (state, _, errors) = finished(&db.pool, id).await;
+        assert_eq!(state, "discarded", "{errors}");
+        assert!(
+            errors.to_string().contains("per-host politeness"),
+            "{errors}"
+        );
+    }
+    assert_eq!(srv.times().len(), 0, "nothing was fetched");
+
+    let root = request(&db.pool, &url, false, true).await;
+    let (state, result, errors) = finished(&db.pool, root).await;
+    assert_eq!(state, "completed", "{errors}");
+    assert_eq!(result["fetched"], true, "{result}");
+    fetches_finished(&db.pool).await;
+    assert_eq!(srv.hits("/a"), 1);
+    assert_eq!(srv.hits(&long), 0);
+    w.stop().await.unwrap();
+}

@@ -142,12 +142,14 @@ async fn non_finite_and_absurd_times_are_refused_at_every_entry_point() {
     let p = &db.pool;
     let range = "must be a finite time from 1970-01-01 to 9999-12-31 (UTC)";
     for (sql, what) in [
+        // (Jobs in the workflows' queues go through skiplock._enqueue, the workflows' path:
+        // skiplock.enqueue refuses those queues before it looks at the time.)
         (
-            "SELECT skiplock.enqueue('noop', '{}', queue => 'fetch', run_at => '-infinity')",
+            "SELECT skiplock._enqueue('noop', '{}', 'fetch', '-infinity', 0::smallint, 25, NULL, 'keep')",
             "run_at",
         ),
         (
-            "SELECT skiplock.enqueue('timer-reset', '{\"host\": \"h\"}', 'pack', 'infinity')",
+            "SELECT skiplock._enqueue('timer-reset', '{\"host\": \"h\"}', 'pack', 'infinity', 0::smallint, 25, NULL, 'keep')",
             "run_at",
         ),
         (
@@ -697,7 +699,7 @@ async fn workflow_keys_are_reserved_so_no_caller_can_squat_or_steer_them() {
 
 /// A squatter on `packet:N` (left by an older release, or put there by a trusted role) and a
 /// packet whose recovery fails neither stop a worker's start-up nor block submissions: the
-/// squatter is cancelled with the reason, the poisoned packet is skipped (and logged), the
+/// squatter (of another kind and queue) blocks nothing, the poisoned packet is skipped (and logged), the
 /// others are recovered and processed. On the old code start-up recovery failed and the
 /// worker exited.
 #[tokio::test]
@@ -756,19 +758,17 @@ async fn a_squatted_key_or_a_poisoned_packet_never_stops_start_up_or_submissions
         packets::get(p, ids[1]).await.unwrap().state,
         PacketState::Queued
     );
-    let squatter_errors: serde_json::Value = sqlx::query_scalar(
-        "SELECT errors FROM skiplock.jobs WHERE kind = 'evil' AND unique_key = $1",
+    // Keys are namespaced by kind and queue (migrations/0013_enqueue_namespaces.sql): the
+    // squatter holds a key of its own kind and queue, which blocks nothing, so it is left as
+    // it is (earlier versions had to cancel it).
+    let squatter: (String, serde_json::Value) = sqlx::query_as(
+        "SELECT state::text, errors FROM skiplock.jobs WHERE kind = 'evil' AND unique_key = $1",
     )
     .bind(format!("packet:{}", ids[0]))
     .fetch_one(p)
     .await
     .unwrap();
-    assert!(
-        squatter_errors
-            .to_string()
-            .contains("is reserved for process-packet jobs"),
-        "{squatter_errors}"
-    );
+    assert_eq!(squatter, ("available".to_string(), json!([])));
     // A submission whose key is squatted goes through, and is processed.
     let src = frames(dir.path(), "next");
     let id = packets::submit(p, src.to_str().unwrap(), None, None)
@@ -1073,4 +1073,406 @@ async fn a_member_of_skiplock_owner_migrates_without_being_a_superuser() {
         .unwrap();
     assert_eq!(job_state(&db.pool, id).await, JobState::Available.as_str());
     dp.close().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Built-in queues and kinds, namespaced keys, the politeness row, URL and pack caps
+// ---------------------------------------------------------------------------------------
+
+/// An enqueuer cannot put a job into skiplock's own queues (`skiplock.` prefix) or a built-in
+/// workflow's queue, nor a job of a workflow's (or the maintenance) kind anywhere, from SQL
+/// (enqueue, enqueue_many) or Rust: the error names the function to use. On the old code one
+/// `sleep` in `packets` (concurrency 1) stopped the packet pipeline, two in
+/// `skiplock.maintenance` stopped reaping. The workflows' own functions and the scheduler's
+/// enqueue of the maintenance jobs still work.
+#[tokio::test]
+async fn built_in_queues_and_kinds_are_reserved_to_their_own_functions() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let app = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let ap = app.pool(&db).await;
+    for (kind, queue, use_) in [
+        ("sleep", "packets", "skiplock.submit_packet"),
+        ("sleep", "skiplock.maintenance", "maintenance"),
+        ("noop", "skiplock.anything", "maintenance"),
+        ("reap", "default", "maintenance"),
+        ("retain", "default", "maintenance"),
+        ("fetch", "fetch", "skiplock.request_fetch"),
+        ("fetch", "default", "skiplock.request_fetch"),
+        ("sleep", "fetch", "skiplock.request_fetch"),
+        ("timer-reset", "default", "skiplock.timer_reset"),
+        ("do-the-packing", "pack", "skiplock.pack_now"),
+        ("noop", "pack", "skiplock.timer_reset"),
+        ("process-packet", "default", "skiplock.submit_packet"),
+    ] {
+        for sql in [
+            format!(
+                "SELECT skiplock.enqueue('{kind}', '{{\"ms\": 3600000}}', '{queue}', priority => (-32768)::smallint)"
+            ),
+            format!("SELECT skiplock.enqueue_many('{kind}', ARRAY['{{}}'::jsonb], '{queue}')"),
+        ] {
+            let e = sqlx::query(AssertSqlSafe(sql.clone()))
+                .execute(&ap)
+                .await
+                .expect_err(&sql);
+            assert_eq!(sqlstate(&e), "22023", "{sql}: {e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("is reserved for skiplock's own functions") && msg.contains(use_),
+                "{sql}: {msg}"
+            );
+        }
+        // Rust says the same before the round trip.
+        let e = skiplock::store::jobs::enqueue(p, &NewJob::new(kind, json!({})).queue(queue))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("reserved for skiplock's own functions") && e.contains(use_),
+            "{e}"
+        );
+        let e = skiplock::store::jobs::enqueue_many(
+            p,
+            skiplock::store::jobs::ManyJobs {
+                kind,
+                args: &[json!({})],
+                queue,
+                run_at: None,
+                priority: 0,
+                limit_key: None,
+            },
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("reserved for skiplock's own functions"), "{e}");
+    }
+    assert_eq!(count(p, "SELECT count(*) FROM skiplock.jobs").await, 0);
+    // Names that only look alike are anyone's.
+    for sql in [
+        "SELECT skiplock.enqueue('sleep', '{\"ms\": 1}', 'packets2')",
+        "SELECT skiplock.enqueue('fetchy', '{}', 'skiplock')",
+        "SELECT skiplock.enqueue('noop', '{}', 'my.skiplock.queue')",
+    ] {
+        sqlx::query(sql)
+            .execute(&ap)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    // The workflows' own entry points still put their jobs there.
+    let dir = tempfile::tempdir().unwrap();
+    for sql in [
+        "SELECT skiplock.request_fetch('http://a.example/')".to_string(),
+        "SELECT skiplock.timer_reset('a.example')".to_string(),
+        format!(
+            "SELECT skiplock.submit_packet('{}')",
+            frames(dir.path(), "f").display()
+        ),
+    ] {
+        sqlx::query(AssertSqlSafe(sql.clone()))
+            .execute(&ap)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let made: Vec<(String, String)> =
+        sqlx::query_as("SELECT kind, queue FROM skiplock.jobs WHERE queue IN ('fetch', 'pack', 'packets') ORDER BY id")
+            .fetch_all(p)
+            .await
+            .unwrap();
+    assert_eq!(
+        made,
+        [
+            ("fetch", "fetch"),
+            ("timer-reset", "pack"),
+            ("process-packet", "packets")
+        ]
+        .map(|(k, q)| (k.to_string(), q.to_string()))
+    );
+    // And the scheduler (a worker-role function) enqueues the maintenance jobs.
+    let id: Option<i64> = sqlx::query_scalar(
+        "SELECT skiplock.enqueue_periodic('reap', now(), '-infinity', 'reap', '{}', 'skiplock.maintenance', 0::smallint, 1)",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(id.is_some());
+    ap.close().await;
+}
+
+/// Unique keys belong to a kind and a queue: a job of another kind or queue with the same
+/// key no longer blocks a tenant's keyed enqueue (on the old code it failed for as long as
+/// the squatter waited), a replace that changes a waiting job's args records the args it
+/// overwrote and the login that did it (on the old code they were gone without trace), and a
+/// replace with the same args (a debounce) records nothing.
+#[tokio::test]
+async fn unique_keys_are_per_kind_and_queue_and_a_replace_records_what_it_overwrote() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let alice = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let mallory = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let (a, m) = (alice.pool(&db).await, mallory.pool(&db).await);
+    let one = |pool: &PgPool, sql: &str| {
+        let (pool, sql) = (pool.clone(), sql.to_string());
+        async move {
+            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.clone()))
+                .fetch_one(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        }
+    };
+    // Squatting another kind and queue's key blocks nothing.
+    let squat = one(
+        &m,
+        "SELECT skiplock.enqueue('junk', '{}', 'junkq', run_at => '9999-12-31', unique_key => 'invoice:42')",
+    )
+    .await;
+    let mine = one(
+        &a,
+        "SELECT skiplock.enqueue('send_invoice', '{\"to\": \"a@b\"}', 'billing', unique_key => 'invoice:42')",
+    )
+    .await;
+    assert_ne!(mine, squat);
+    let mine_too = one(
+        &a,
+        "SELECT skiplock.enqueue('send_invoice', '{\"to\": \"a@b\"}', 'billing', unique_key => 'invoice:42', on_conflict => 'replace')",
+    )
+    .await;
+    assert_eq!(
+        mine_too, mine,
+        "the key is still shared within its kind and queue"
+    );
+    let other_kind = one(
+        &m,
+        "SELECT skiplock.enqueue('send_invoice', '{}', 'junkq', unique_key => 'invoice:42', on_conflict => 'replace')",
+    )
+    .await;
+    assert!(![mine, squat].contains(&other_kind));
+
+    // A replace records what it overwrote, and who did it.
+    let order = one(
+        &a,
+        "SELECT skiplock.enqueue('send_invoice', '{\"to\": \"alice@corp\"}', 'billing', unique_key => 'order:7')",
+    )
+    .await;
+    let same = one(
+        &m,
+        "SELECT skiplock.enqueue('send_invoice', '{\"to\": \"mallory@evil\"}', 'billing', unique_key => 'order:7', on_conflict => 'replace')",
+    )
+    .await;
+    assert_eq!(same, order);
+    let (args, errors): (serde_json::Value, serde_json::Value) =
+        sqlx::query_as("SELECT args, errors FROM skiplock.jobs WHERE id = $1")
+            .bind(order)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(args, json!({"to": "mallory@evil"}));
+    let entries = errors.as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{errors}");
+    assert_eq!(
+        entries[0]["replaced_args"], r#"{"to": "alice@corp"}"#,
+        "{errors}"
+    );
+    assert_eq!(entries[0]["truncated"], false);
+    assert!(
+        entries[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("replaced by {}", mallory.name)),
+        "{errors}"
+    );
+    // The same args again (a debounce moving the time only) record nothing.
+    for _ in 0..3 {
+        one(
+            &m,
+            "SELECT skiplock.enqueue('send_invoice', '{\"to\": \"mallory@evil\"}', 'billing', run_at => now() + interval '1 minute', unique_key => 'order:7', on_conflict => 'replace')",
+        )
+        .await;
+    }
+    let n: i32 =
+        sqlx::query_scalar("SELECT jsonb_array_length(errors) FROM skiplock.jobs WHERE id = $1")
+            .bind(order)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(n, 1);
+    // Large args are kept in part, and say so.
+    one(
+        &a,
+        "SELECT skiplock.enqueue('send_invoice', jsonb_build_object('blob', repeat('x', 100000)), 'billing', unique_key => 'order:7', on_conflict => 'replace')",
+    )
+    .await;
+    one(
+        &a,
+        "SELECT skiplock.enqueue('send_invoice', '{}', 'billing', unique_key => 'order:7', on_conflict => 'replace')",
+    )
+    .await;
+    let last: serde_json::Value =
+        sqlx::query_scalar("SELECT errors -> -1 FROM skiplock.jobs WHERE id = $1")
+            .bind(order)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(last["truncated"], true);
+    assert_eq!(
+        last["replaced_args"].as_str().unwrap().chars().count(),
+        2000
+    );
+
+    // Retry and the statements that send jobs back look at the key within its kind and
+    // queue: a finished job is retried next to an available job of another kind with its key.
+    exec(p, "UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE id = (SELECT id FROM skiplock.jobs WHERE kind = 'junk')").await;
+    let retried: String = sqlx::query_scalar("SELECT skiplock.retry($1)::text")
+        .bind(squat)
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(retried, "available");
+    // ... and still refused next to one of its own kind and queue.
+    exec(
+        p,
+        &format!(
+            "UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE id = {squat}"
+        ),
+    )
+    .await;
+    one(
+        &m,
+        "SELECT skiplock.enqueue('junk', '{}', 'junkq', unique_key => 'invoice:42')",
+    )
+    .await;
+    let e = sqlx::query("SELECT skiplock.retry($1)")
+        .bind(squat)
+        .execute(p)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505", "{e}");
+    let n = count(p, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'skiplock' AND indexname = 'jobs_unique_available_idx'").await;
+    assert_eq!(n, 0, "the key-only index is gone");
+    a.close().await;
+    m.close().await;
+}
+
+/// The fetch queue's politeness row is the owner's: a worker login cannot delete or change
+/// it, directly or through the key-limit setters (on the old code a DELETE removed the
+/// politeness until a worker restarted); it sets a politeness only through
+/// skiplock.set_politeness, and still claims from the limited queue.
+#[tokio::test]
+async fn the_worker_role_cannot_delete_or_loosen_the_fetch_politeness() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    // The politeness a worker sets at start (as the owner here, with the general setter).
+    exec(
+        p,
+        "SELECT skiplock.set_key_limit('fetch', 1, 1, interval '2 seconds')",
+    )
+    .await;
+    let wrk = LoginRole::new(&db, Some("skiplock_worker")).await;
+    let wp = wrk.pool(&db).await;
+    for sql in [
+        "DELETE FROM skiplock.queues WHERE queue = 'fetch'",
+        "UPDATE skiplock.queues SET key_rate = NULL, key_period = NULL WHERE queue = 'fetch'",
+        "INSERT INTO skiplock.queues (queue) VALUES ('other')",
+        "TRUNCATE skiplock.queues CASCADE",
+        "SELECT skiplock.set_key_limit('fetch')",
+        "SELECT skiplock.change_key_limit('fetch', true, NULL, true, NULL, NULL)",
+    ] {
+        refused(&wp, sql, "permission denied").await;
+    }
+    refused(
+        &wp,
+        "SELECT skiplock.set_politeness(interval '0')",
+        "politeness must be more than 0s",
+    )
+    .await;
+    sqlx::query("SELECT skiplock.set_politeness(interval '3 seconds')")
+        .execute(&wp)
+        .await
+        .unwrap();
+    let row: (Option<i32>, Option<i32>, Option<f64>) = sqlx::query_as(
+        "SELECT key_concurrency, key_rate, extract(epoch FROM key_period)::float8 FROM skiplock.queues WHERE queue = 'fetch'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(row, (Some(1), Some(1), Some(3.0)));
+    // The limited claim locks the queue's row: still allowed.
+    sqlx::query("SELECT * FROM skiplock._claim_limited('fetch', ARRAY['fetch'], 1, 'w')")
+        .fetch_all(&wp)
+        .await
+        .unwrap();
+    wp.close().await;
+}
+
+/// A URL over 2000 bytes is refused by request_fetch with a clear error (on the old code:
+/// "index row size 3040 exceeds btree version 4 maximum 2704"), and a crawl's overlong link
+/// is skipped while its other links are requested.
+#[tokio::test]
+async fn overlong_urls_are_refused_by_request_fetch_and_skipped_by_a_crawl() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let long = format!("http://a.example/{}", "x".repeat(3000));
+    let msg = refused(
+        p,
+        &format!("SELECT skiplock.request_fetch('{long}', full => true)"),
+        "is 3017 bytes long (at most 2000)",
+    )
+    .await;
+    assert!(msg.contains("invalid URL"), "{msg}");
+    let crawl: i64 =
+        sqlx::query_scalar("SELECT skiplock.request_fetch('http://a.example/', full => true)")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    let crawl_id: i64 =
+        sqlx::query_scalar("SELECT (args->>'crawl')::bigint FROM skiplock.jobs WHERE id = $1")
+            .bind(crawl)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    let n: i32 = sqlx::query_scalar("SELECT skiplock._crawl_request($1, $2, false)")
+        .bind(crawl_id)
+        .bind(vec![long.clone(), "http://a.example/b".to_string()])
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(
+        count(p, "SELECT count(*) FROM skiplock.jobs WHERE kind = 'fetch' AND args->>'url' = 'http://a.example/b'").await,
+        1
+    );
+}
+
+/// pack_now of a host with no fetched pages is refused with a clear error (on the old code
+/// each call for `..`, `.` or any made-up name wrote a 36 KiB artifact and a packs row).
+#[tokio::test]
+async fn pack_now_refuses_a_host_without_pages() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let app = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let ap = app.pool(&db).await;
+    for host in ["..", ".", "%2e%2e", "made-up.example"] {
+        let e = sqlx::query("SELECT skiplock.pack_now($1)")
+            .bind(host)
+            .execute(&ap)
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&e), "22023", "{host}: {e}");
+        assert!(
+            e.to_string().contains("has no fetched pages"),
+            "{host}: {e}"
+        );
+    }
+    assert_eq!(count(p, "SELECT count(*) FROM skiplock.jobs").await, 0);
+    exec(
+        p,
+        "INSERT INTO skiplock.pages (url, host, path, title, body, last_fetched, next_fetch)
+         VALUES ('http://real.example/', 'real.example', '/', 't', 'b', now(), now())",
+    )
+    .await;
+    sqlx::query("SELECT skiplock.pack_now('Real.Example')")
+        .execute(&ap)
+        .await
+        .unwrap();
+    ap.close().await;
 }

@@ -491,6 +491,14 @@ async fn a_worker_exiting_when_idle_does_not_wait_for_a_paused_queue() {
 #[tokio::test]
 async fn a_pack_timer_is_limited_by_its_host() {
     let db = TestDb::new().await;
+    // pack_now packs only a host with fetched pages.
+    sqlx::query(
+        "INSERT INTO skiplock.pages (url, host, path, title, body, last_fetched, next_fetch)
+         VALUES ('http://example.test/', 'example.test', '/', 't', 'b', now(), now())",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let id: i64 = sqlx::query_scalar("SELECT skiplock.pack_now('example.test')")
         .fetch_one(&db.pool)
         .await

@@ -353,9 +353,10 @@ async fn a_pack_with_a_later_timer_pending_skips_and_pack_now_brings_the_timer_f
 
     timer_reset(&db.pool, host).await;
     let (timer_id, _) = wait_for("a timer", LONG, || async { timer(&db.pool, host).await }).await;
-    // A stray do-the-packing (no unique key, due now) finds the live timer and skips.
+    // A stray do-the-packing (no unique key, due now; a trusted role's, as skiplock.enqueue
+    // refuses the pack queue) finds the live timer and skips.
     let stray: i64 = sqlx::query_scalar(
-        "SELECT skiplock.enqueue('do-the-packing', jsonb_build_object('host', $1::text), 'pack')",
+        "SELECT skiplock._enqueue('do-the-packing', jsonb_build_object('host', $1::text), 'pack', now(), 0::smallint, 25, NULL, 'keep')",
     )
     .bind(host)
     .fetch_one(&db.pool)
@@ -696,6 +697,8 @@ async fn pack_arm_keeps_one_timer_caps_it_never_pulls_it_back_and_leaves_pack_no
         (id, created, at)
     }
     let h = "arm.test";
+    // pack_now (below) needs a host with pages.
+    insert_page(&db.pool, h, "/", "Arm", Some("armed")).await;
     let (id, created, s1) = arm(&db.pool, h, 600, 3600).await;
     assert!(s1 > created);
     // A shorter quiet period applied later never pulls the timer back.

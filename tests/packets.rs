@@ -179,8 +179,9 @@ async fn full_lifecycle_with_the_builtin_manifest() {
     let (code, _, err) = run_cmd(&db.url, &["packet", "complete", &id.to_string()]);
     assert_eq!(code, 1, "completing twice is refused: {err}");
 
-    // A stale duplicate job for a packet that is no longer queued does nothing.
-    let dup: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('process-packet', jsonb_build_object('packet_id', $1::bigint), 'packets')")
+    // A stale duplicate job for a packet that is no longer queued does nothing (a trusted
+    // role's: skiplock.enqueue refuses the packets queue).
+    let dup: i64 = sqlx::query_scalar("SELECT skiplock._enqueue('process-packet', jsonb_build_object('packet_id', $1::bigint), 'packets', now(), 0::smallint, 25, NULL, 'keep')")
         .bind(id)
         .fetch_one(&db.pool)
         .await

@@ -895,14 +895,17 @@ async fn replace_of_a_pending_retry_from_rust_takes_everything_given_and_starts_
     assert_eq!(r.priority, -5);
     assert_eq!(r.max_attempts, 7);
     assert_eq!(r.attempt, 0, "a pending retry starts again at attempt 0");
-    // Kept: id, kind, queue, key, created_at and the earlier errors.
+    // Kept: id, kind, queue, key, created_at and the earlier errors; the replace adds one
+    // entry with the args it overwrote (README "Replace").
     assert_eq!(
         (r.kind.as_str(), r.queue.as_str(), r.state.as_str()),
         ("noop", "default", "available")
     );
     assert_eq!(r.unique_key.as_deref(), Some("k"));
     assert_eq!(r.created_at, before.created_at);
-    assert_eq!(r.errors, before.errors);
+    let entries = r.errors.as_array().unwrap();
+    assert_eq!(&entries[..2], before.errors.as_array().unwrap().as_slice());
+    assert_eq!(entries[2]["replaced_args"], r#"{"v": 1}"#);
     let errors: Vec<(i64, String)> = r
         .errors
         .as_array()
@@ -915,7 +918,8 @@ async fn replace_of_a_pending_retry_from_rust_takes_everything_given_and_starts_
             )
         })
         .collect();
-    assert_eq!(errors, vec![(1, "boom 1".into()), (2, "boom 2".into())]);
+    assert_eq!(errors[..2], [(1, "boom 1".into()), (2, "boom 2".into())]);
+    assert!(errors[2].1.starts_with("replaced by "), "{errors:?}");
     assert_eq!(count_all(&db).await, 1, "no second row for the key");
 }
 
@@ -957,7 +961,8 @@ async fn replace_of_a_pending_retry_from_sql_takes_priority_and_max_attempts() {
         .unwrap();
     assert_eq!(
         (args, priority, attempt, max_attempts, errors),
-        (json!({"v": 2}), -2, 0, 10, 24)
+        (json!({"v": 2}), -2, 0, 10, 25),
+        "the 24 errors, and the replaced args"
     );
     // The next claim is attempt 1 of 10.
     let jobs = claim(
@@ -1177,4 +1182,55 @@ async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row() {
             .contains("attempt counter is at its maximum"),
         "{errors}"
     );
+}
+
+/// `SKIPLOCK_DIAGNOSTIC_KINDS=off` keeps `skiplock worker` from registering `noop`, `sleep`
+/// and `fail` (registered, they let any enqueuer hold a worker slot with one `sleep` job until
+/// the job timeout): their jobs stay waiting, as jobs
+/// of a kind nobody handles do. The default (on) still runs them.
+#[tokio::test]
+async fn the_diagnostic_kinds_can_be_turned_off() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    let run = |setting: Option<&str>| {
+        let mut c = support::cmd(&db.url);
+        c.args(["worker", "--exit-when-idle", "--queues", "default=1"])
+            .stdin(std::process::Stdio::null());
+        match setting {
+            Some(v) => c.env("SKIPLOCK_DIAGNOSTIC_KINDS", v),
+            None => c.env_remove("SKIPLOCK_DIAGNOSTIC_KINDS"),
+        };
+        c.output().unwrap()
+    };
+    let out = run(Some("off"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(state_of(&db, id).await, "available");
+    let kinds: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT unnest(kinds) FROM skiplock.workers ORDER BY 1")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap_or_default();
+    assert!(!kinds.iter().any(|k| k == "noop"), "{kinds:?}");
+    let out = run(Some("maybe"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("SKIPLOCK_DIAGNOSTIC_KINDS"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(state_of(&db, id).await, "completed");
 }

@@ -36,19 +36,25 @@ DROP FUNCTION IF EXISTS skiplock._supersede_requeued();
 -- The rule of the statements that send running jobs back to `available` (sql/queue/ack_many.sql,
 -- rescue.sql, release_orphans.sql): for the jobs one statement sends back (`ids`, their
 -- `keys`, and whether each really goes back rather than being discarded), the job that
--- supersedes each keyed one: an available job holding its key, else the newest job of the
--- statement going back with it. NULL: none (the job goes back). The statements cancel a
+-- supersedes each keyed one: an available job of its kind and queue holding its key, else
+-- the newest job of the statement going back with it (of the same kind and queue). NULL: none (the job goes back). The statements cancel a
 -- superseded job instead, with the reason in its errors, so the work runs once.
 CREATE OR REPLACE FUNCTION skiplock._superseded_by(ids bigint[], keys text[], back boolean[])
 RETURNS TABLE (id bigint, holder bigint) LANGUAGE sql STABLE AS $$
+    -- A key is shared only by jobs of one kind and queue (the unique index, migrations/
+    -- 0013_enqueue_namespaces.sql): each keyed job's kind and queue, read from the statement's
+    -- snapshot (before it updates the rows), scope both the holder and the partition.
     SELECT k.id,
            CASE WHEN k.back AND k.key IS NOT NULL THEN
                coalesce((SELECT o.id FROM skiplock.jobs o
-                         WHERE o.unique_key = k.key AND o.state = 'available' AND o.id <> k.id
+                         WHERE o.kind = s.kind AND o.queue = s.queue AND o.unique_key = k.key
+                           AND o.state = 'available' AND o.id <> k.id
                          LIMIT 1),
-                        nullif(max(k.id) FILTER (WHERE k.back) OVER (PARTITION BY k.key), k.id))
+                        nullif(max(k.id) FILTER (WHERE k.back) OVER (PARTITION BY s.kind, s.queue, k.key), k.id))
            END
     FROM unnest(ids, keys, back) AS k(id, key, back)
+    LEFT JOIN LATERAL (SELECT j.kind, j.queue FROM skiplock.jobs j
+                       WHERE j.id = k.id AND k.key IS NOT NULL) s ON true
 $$;
 
 -- The `errors` entry of a job of attempt `attempt` superseded by job `holder` on `key`, as a
@@ -153,50 +159,49 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
                 WHEN starts_with(key, 'packet:') THEN 'packet:' END
 $$;
 
--- A workflow found its reserved `key` held by a waiting job of another kind or queue (only a
--- trusted role can have put it there since 0006, or an older release): that job is cancelled,
--- with the reason in its errors, so the workflow's own job can take the key. Returns whether
--- a job was cancelled (the caller then tries again).
-CREATE OR REPLACE FUNCTION skiplock._evict_key_squatter(key text, kind text, queue text)
-RETURNS boolean LANGUAGE plpgsql AS $$
+-- The queues and kinds skiplock's own functions own: the `skiplock.` queue prefix (the
+-- worker's maintenance jobs, `reap` and `retain`, in queue skiplock.maintenance, enqueued by
+-- skiplock.enqueue_periodic), and each built-in workflow's queue and kinds (fetch; pack with
+-- timer-reset and do-the-packing; packets with process-packet). A generic enqueue of such a
+-- job is refused (skiplock.enqueue, skiplock.enqueue_many, and the Rust API before the round
+-- trip), naming the function to use: a caller could otherwise fill a workflow's queue (the
+-- packets queue runs one job at a time across all workers), stop maintenance, or write a
+-- fetch job that skips the per-host politeness. The workflows' own functions go through
+-- skiplock._enqueue or their own upserts. Returns the function(s) to use instead, or NULL.
+-- One expression, so Postgres inlines it: no query per enqueue. Rust twin:
+-- store::names::RESERVED_QUEUE_PREFIX, RESERVED_QUEUES and RESERVED_KINDS (a test checks
+-- both lists).
+CREATE OR REPLACE FUNCTION skiplock._reserved_job(kind text, queue text)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN starts_with(queue, 'skiplock.') OR kind IN ('reap', 'retain')
+                    THEN 'the worker''s own maintenance (periodic jobs: skiplock.enqueue_periodic)'
+                WHEN kind = 'fetch' OR queue = 'fetch'
+                    THEN 'skiplock.request_fetch'
+                WHEN kind IN ('timer-reset', 'do-the-packing') OR queue = 'pack'
+                    THEN 'skiplock.timer_reset or skiplock.pack_now'
+                WHEN kind = 'process-packet' OR queue = 'packets'
+                    THEN 'skiplock.submit_packet or skiplock.retry_packet' END
+$$;
+
+-- Refuses a job of a reserved queue or kind (skiplock._reserved_job), naming what to use.
+CREATE OR REPLACE FUNCTION skiplock._check_reserved_job(kind text, queue text)
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    use text := skiplock._reserved_job(kind, queue);
 BEGIN
-    IF skiplock._reserved_key_prefix(_evict_key_squatter.key) IS NULL THEN
-        RETURN false;
+    IF use IS NOT NULL THEN
+        RAISE EXCEPTION 'skiplock: a % job in queue % is reserved for skiplock''s own functions: use %',
+            quote_literal(kind), quote_literal(queue), use USING ERRCODE = '22023';
     END IF;
-    UPDATE skiplock.jobs j
-    SET state = 'cancelled', finalized_at = now(),
-        errors = j.errors || jsonb_build_array(jsonb_build_object(
-            'attempt', j.attempt, 'at', now(),
-            'error', format('cancelled: unique_key %s is reserved for %s jobs in queue %s',
-                            j.unique_key, _evict_key_squatter.kind, _evict_key_squatter.queue)))
-    WHERE j.unique_key = _evict_key_squatter.key AND j.state = 'available'
-      AND (j.kind <> _evict_key_squatter.kind OR j.queue <> _evict_key_squatter.queue);
-    IF FOUND THEN
-        RAISE WARNING 'skiplock: cancelled a % job squatting the reserved unique_key %',
-            _evict_key_squatter.kind, quote_literal(_evict_key_squatter.key);
-        RETURN true;
-    END IF;
-    RETURN false;
 END;
 $$;
 
--- A unique key is shared only by jobs of one kind and queue: a caller may not take over (or
--- be handed) a waiting job of another kind through its key. Raises if an available job of
--- another kind or queue holds `key`.
-CREATE OR REPLACE FUNCTION skiplock._check_key_holder(key text, kind text, queue text)
-RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    hk text;
-    hq text;
-BEGIN
-    SELECT j.kind, j.queue INTO hk, hq FROM skiplock.jobs j
-    WHERE j.unique_key = _check_key_holder.key AND j.state = 'available';
-    IF FOUND AND (hk <> _check_key_holder.kind OR hq <> _check_key_holder.queue) THEN
-        RAISE EXCEPTION 'skiplock: unique_key % is held by a waiting job of another kind or queue', quote_literal(_check_key_holder.key)
-            USING ERRCODE = '23505';
-    END IF;
-END;
-$$;
+-- Unique keys are namespaced by kind and queue (migrations/0013_enqueue_namespaces.sql): a
+-- job of another kind or queue holding the same key no longer conflicts with a workflow's
+-- job, so the squatter eviction and the holder check of earlier versions (each a scan of the
+-- key outside the new index) have nothing left to do.
+DROP FUNCTION IF EXISTS skiplock._evict_key_squatter(text, text, text);
+DROP FUNCTION IF EXISTS skiplock._check_key_holder(text, text, text);
 
 -- Whether an attempt of a job was ever taken away from its worker (rescued: sql/queue/rescue.sql
 -- writes 'rescued: …'; or cancelled while running: skiplock.cancel). That worker may still be
@@ -208,6 +213,24 @@ RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
                                                            THEN errors ELSE '[]' END) AS e(x)
                    WHERE jsonb_typeof(e.x) = 'object'
                      AND (starts_with(e.x->>'error', 'rescued:') OR e.x->>'error' = 'cancelled while running'))
+$$;
+
+-- How much of the args a replace overwrote its `errors` entry keeps (characters of their
+-- JSON text): enough to see what was there, bounded so repeated replaces of large args
+-- cannot grow a row without limit faster than the args themselves.
+CREATE OR REPLACE FUNCTION skiplock._replaced_args_max() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 2000 $$;
+
+-- The `errors` entry a replace that changed a waiting job's args appends (skiplock._enqueue):
+-- {attempt, at, error: 'replaced by <login>', replaced_args: <the old args' JSON text, at
+-- most skiplock._replaced_args_max characters>, truncated: whether it was cut}.
+CREATE OR REPLACE FUNCTION skiplock._replaced_entry(attempt integer, old_args jsonb)
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'at', now(),
+        'error', format('replaced by %s: the args before are in replaced_args', session_user),
+        'replaced_args', left(old_args::text, skiplock._replaced_args_max()),
+        'truncated', length(old_args::text) > skiplock._replaced_args_max()))
 $$;
 
 -- Enqueue one job, any key allowed: the body of skiplock.enqueue, and what the workflows'
@@ -279,24 +302,26 @@ BEGIN
     END IF;
 
     IF _enqueue.on_conflict = 'replace' THEN
+        -- The key is the job's within its kind and queue (the unique index, migrations/
+        -- 0013_enqueue_namespaces.sql): a job of another kind or queue with the same key is
+        -- another job. A replace that changes the args records the args it overwrote, and who
+        -- replaced them (the login: session_user, not the functions' owner), in the job's
+        -- errors, at most skiplock._replaced_args_max characters of them: the original args
+        -- are never lost without trace. Identical args (a debounce that only moves the time)
+        -- record nothing, so a debounced row does not grow.
         INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
         VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
                 _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key, _enqueue.limit_key)
-        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
         DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at,
             priority = EXCLUDED.priority, limit_key = EXCLUDED.limit_key,
             attempt = CASE WHEN skiplock._attempt_taken_away(j.errors) THEN j.attempt ELSE 0 END,
             max_attempts = CASE WHEN skiplock._attempt_taken_away(j.errors)
                                 THEN least(j.attempt::bigint + EXCLUDED.max_attempts, 2147483647)::integer
-                                ELSE EXCLUDED.max_attempts END
-            WHERE j.kind = EXCLUDED.kind AND j.queue = EXCLUDED.queue
+                                ELSE EXCLUDED.max_attempts END,
+            errors = CASE WHEN j.args = EXCLUDED.args THEN j.errors
+                          ELSE j.errors || skiplock._replaced_entry(j.attempt, j.args) END
         RETURNING id INTO new_id;
-        IF new_id IS NULL THEN
-            -- The key's holder is of another kind or queue: refuse, naming why.
-            PERFORM skiplock._check_key_holder(_enqueue.unique_key, _enqueue.kind, _enqueue.queue);
-            RAISE EXCEPTION 'skiplock: unique_key % is held by a waiting job of another kind or queue', quote_literal(_enqueue.unique_key)
-                USING ERRCODE = '23505';
-        END IF;
         -- The insert trigger sees only inserted rows: a waiting job moved to now needs its own
         -- wake-up (a second NOTIFY for an insert is folded into one by Postgres).
         IF coalesce(_enqueue.run_at, now()) <= now() THEN
@@ -305,22 +330,23 @@ BEGIN
         RETURN new_id;
     END IF;
 
-    -- 'keep': insert unless an available job holds the key; if one does, return it. The job
-    -- may be claimed between the two statements, so loop until one of them answers.
+    -- 'keep': insert unless an available job of this kind and queue holds the key; if one
+    -- does, return it. The job may be claimed between the two statements, so loop until one
+    -- of them answers.
     LOOP
         INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
         VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
                 _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key, _enqueue.limit_key)
-        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
         DO NOTHING
         RETURNING id INTO new_id;
         IF new_id IS NOT NULL THEN
             RETURN new_id;
         END IF;
         SELECT j.id INTO new_id FROM skiplock.jobs j
-        WHERE j.unique_key = _enqueue.unique_key AND j.state = 'available';
+        WHERE j.kind = _enqueue.kind AND j.queue = _enqueue.queue
+          AND j.unique_key = _enqueue.unique_key AND j.state = 'available';
         IF new_id IS NOT NULL THEN
-            PERFORM skiplock._check_key_holder(_enqueue.unique_key, _enqueue.kind, _enqueue.queue);
             RETURN new_id;
         END IF;
     END LOOP;
@@ -328,7 +354,8 @@ END;
 $$;
 
 -- Enqueue one job (the public entry point; see skiplock._enqueue for keys and conflicts).
--- A unique_key in a built-in workflow's namespace (skiplock._reserved_key_prefix) is refused.
+-- A unique_key in a built-in workflow's namespace (skiplock._reserved_key_prefix) is refused,
+-- and so is a job of a reserved queue or kind (skiplock._reserved_job).
 -- limit_key: see skiplock._enqueue (the 8-argument form of earlier versions is dropped so
 -- that old call forms resolve to this one).
 DROP FUNCTION IF EXISTS skiplock.enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
@@ -354,6 +381,9 @@ BEGIN
     IF reserved IS NOT NULL THEN
         RAISE EXCEPTION 'skiplock: unique_key prefix % is reserved for the built-in workflows (use their own functions: request_fetch, timer_reset, pack_now, submit_packet)',
             quote_literal(reserved) USING ERRCODE = '22023';
+    END IF;
+    IF skiplock._reserved_job(enqueue.kind, enqueue.queue) IS NOT NULL THEN
+        PERFORM skiplock._check_reserved_job(enqueue.kind, enqueue.queue);
     END IF;
     RETURN skiplock._enqueue(enqueue.kind, enqueue.args, enqueue.queue, enqueue.run_at, enqueue.priority,
                              enqueue.max_attempts, enqueue.unique_key, enqueue.on_conflict,
@@ -401,6 +431,8 @@ DECLARE
     max_bytes bigint := skiplock._limit('enqueue_many.max_bytes');
 BEGIN
     PERFORM skiplock._check_job(enqueue_many.kind, '{}'::jsonb, enqueue_many.queue, enqueue_many.priority, 1);
+    -- As skiplock.enqueue: a reserved queue or kind is refused.
+    PERFORM skiplock._check_reserved_job(enqueue_many.kind, enqueue_many.queue);
     PERFORM skiplock._check_time('run_at', enqueue_many.run_at);
     PERFORM skiplock._check_limit_key(enqueue_many.limit_key);
     IF coalesce(cardinality(enqueue_many.args), 0) > max_rows THEN
@@ -489,7 +521,8 @@ BEGIN
     END IF;
     IF cur <> 'available' AND EXISTS (
         SELECT 1 FROM skiplock.jobs o, skiplock.jobs j
-        WHERE j.id = retry.id AND o.unique_key = j.unique_key AND o.state = 'available' AND o.id <> j.id) THEN
+        WHERE j.id = retry.id AND o.kind = j.kind AND o.queue = j.queue AND o.unique_key = j.unique_key
+          AND o.state = 'available' AND o.id <> j.id) THEN
         RAISE EXCEPTION 'skiplock: job % cannot be retried: another available job holds its unique_key', retry.id
             USING ERRCODE = '23505';
     END IF;
@@ -556,7 +589,7 @@ BEGIN
     PERFORM skiplock._check_bulk('retry_jobs', retry_jobs.state,
                                  ARRAY['completed', 'discarded', 'cancelled']::skiplock.job_state[], retry_jobs.max_rows);
     WITH locked AS (
-        SELECT j.id, j.unique_key
+        SELECT j.id, j.kind, j.queue, j.unique_key
         FROM skiplock.jobs j
         WHERE j.state IN ('completed', 'discarded', 'cancelled')
           AND skiplock._job_matches(j, retry_jobs.state, retry_jobs.kind, retry_jobs.queue, retry_jobs.search)
@@ -565,12 +598,13 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), pick AS (
         SELECT l.id FROM (
-            SELECT l.id, l.unique_key,
-                   row_number() OVER (PARTITION BY l.unique_key ORDER BY l.id DESC) AS rn
+            SELECT l.id, l.kind, l.queue, l.unique_key,
+                   row_number() OVER (PARTITION BY l.kind, l.queue, l.unique_key ORDER BY l.id DESC) AS rn
             FROM locked l) l
         WHERE l.unique_key IS NULL
            OR (l.rn = 1 AND NOT EXISTS (SELECT 1 FROM skiplock.jobs o
-                                        WHERE o.unique_key = l.unique_key AND o.state = 'available'))
+                                        WHERE o.kind = l.kind AND o.queue = l.queue
+                                          AND o.unique_key = l.unique_key AND o.state = 'available'))
     ), moved AS (
         UPDATE skiplock.jobs j
         SET state = 'available', scheduled_at = now(), finalized_at = NULL,

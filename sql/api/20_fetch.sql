@@ -51,8 +51,12 @@ BEGIN
         RAISE EXCEPTION 'skiplock: invalid URL: its host is % characters long (at most 253)', length(host)
             USING ERRCODE = '22023';
     END IF;
-    IF length(url) > 8000 THEN
-        RAISE EXCEPTION 'skiplock: invalid URL: it is % characters long (at most 8000)', length(url)
+    -- A URL is a key of btree indexes (crawl_pages' primary key, pages, the job's unique_key):
+    -- past about 2.7 KB an index row no longer fits and the insert fails with an obscure
+    -- error. skiplock::workflows::fetch::normalize::MAX_URL_BYTES is the same cap (the link
+    -- extractor skips a longer link).
+    IF octet_length(url) > 2000 THEN
+        RAISE EXCEPTION 'skiplock: invalid URL: it is % bytes long (at most 2000)', octet_length(url)
             USING ERRCODE = '22023';
     END IF;
     port := nullif(ltrim(hp[2], ':'), '');
@@ -130,15 +134,15 @@ BEGIN
         END IF;
         INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, unique_key, limit_key)
         VALUES ('fetch', a, 'fetch', now(), key, skiplock._url_host_key(u))
-        ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
         DO NOTHING
         RETURNING id INTO jid;
         IF jid IS NOT NULL THEN
             RETURN jid;
         END IF;
-        -- A job of another kind or queue holds the reserved key (a squatter): it is
-        -- cancelled and this one goes in on the next turn (skiplock._evict_key_squatter).
-        PERFORM skiplock._evict_key_squatter(key, 'fetch', 'fetch');
+        -- The pending job was claimed between the two statements: try again. (Keys are
+        -- namespaced by kind and queue, migrations/0013_enqueue_namespaces.sql: no job of
+        -- another kind or queue can hold this one.)
     END LOOP;
 END;
 $$;
@@ -175,9 +179,12 @@ DECLARE
     u text;
     n integer := 0;
 BEGIN
+    -- A URL over the cap (skiplock._normalize_url) is skipped, not an error: one overlong link
+    -- must not fail the fetch of the page that has it (the worker skips them first).
     FOR u IN
         INSERT INTO skiplock.crawl_pages (crawl_id, url)
         SELECT _crawl_request.crawl_id, t.u FROM unnest(_crawl_request.urls) AS t(u)
+        WHERE octet_length(t.u) <= 2000
         ON CONFLICT DO NOTHING
         RETURNING url
     LOOP
@@ -193,3 +200,35 @@ $$;
 -- SKIPLOCK_POLITENESS), enforced when a job is claimed (sql/api/15_limits.sql).
 DROP FUNCTION IF EXISTS skiplock._fetch_slot(bigint, text, interval, interval);
 DROP FUNCTION IF EXISTS skiplock._fetch_release(text, interval);
+
+-- Sets the fetch queue's politeness (what SKIPLOCK_POLITENESS asks a worker for, set by its
+-- start hook): per host key one fetch at a time and one start per `period`, the same limits
+-- skiplock.set_key_limit('fetch', 1, 1, period) writes. The worker role has no write
+-- privilege on skiplock.queues and may not call set_key_limit (sql/api/90_roles.sql): the
+-- fetch queue's row is the owner's, so a worker login can neither delete the politeness
+-- nor loosen it to "no limit"; it can only set a politeness, which is its configuration's
+-- job. Clearing it (politeness 0s) is the owner's: `skiplock queue limit fetch`.
+CREATE OR REPLACE FUNCTION skiplock.set_politeness(period interval)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF set_politeness.period IS NULL OR set_politeness.period <= interval '0'
+       OR set_politeness.period > interval '1 day' THEN
+        RAISE EXCEPTION 'skiplock: politeness must be more than 0s and at most 1 day, got % (to clear it, the owner runs skiplock queue limit fetch)',
+            coalesce(set_politeness.period::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    PERFORM skiplock.set_key_limit('fetch', 1, 1, set_politeness.period);
+END;
+$$;
+
+-- The host key (the politeness limit_key) skiplock._request_fetch gives a fetch of `url`, or
+-- NULL for a URL it refuses: what the fetch handler checks a job's limit_key against
+-- (src/workflows/fetch/mod.rs, `misplaced`). The SQL's spelling is the one the limit counts
+-- (the url crate spells a few hosts differently, e.g. IPv4-mapped IPv6 literals).
+CREATE OR REPLACE FUNCTION skiplock._fetch_host_key(url text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN skiplock._url_host_key(skiplock._normalize_url(url));
+EXCEPTION WHEN invalid_parameter_value THEN
+    RETURN NULL;
+END;
+$$;

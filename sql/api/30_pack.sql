@@ -33,7 +33,10 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN skiplock.enqueue('timer-reset', jsonb_build_object('host', skiplock._pack_host(timer_reset.host)), 'pack');
+    -- skiplock._enqueue, not skiplock.enqueue: the pack queue and its kinds are reserved to
+    -- these functions (skiplock._reserved_job).
+    RETURN skiplock._enqueue('timer-reset', jsonb_build_object('host', skiplock._pack_host(timer_reset.host)), 'pack',
+                             now(), 0::smallint, 25, NULL, 'keep');
 END;
 $$;
 
@@ -66,25 +69,19 @@ BEGIN
         RAISE EXCEPTION 'skiplock: quiet and max_wait must be durations from 0s to 100 years' USING ERRCODE = '22023';
     END IF;
     PERFORM skiplock._check_time('the pack timer', clock_timestamp() + least(pack_arm_at.quiet, pack_arm_at.max_wait));
-    -- The key is reserved for this workflow: a job of another kind holding it goes first.
-    PERFORM skiplock._evict_key_squatter(skiplock.pack_key(h), 'do-the-packing', 'pack');
     -- limit_key: the host (the pack queue's per-key concurrency 1: one pack per host runs).
     INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key, limit_key)
     VALUES ('do-the-packing', jsonb_build_object('host', h), 'pack',
             skiplock._pack_next_fire(clock_timestamp(), pack_arm_at.quiet, pack_arm_at.max_wait, NULL, NULL),
             skiplock.pack_key(h), h)
-    ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+    ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
     DO UPDATE SET scheduled_at = CASE
             WHEN coalesce((j.args ->> 'now')::boolean, false) THEN j.scheduled_at
             -- clock_timestamp(), not now(): the time this reset lands.
             ELSE skiplock._pack_next_fire(clock_timestamp(), pack_arm_at.quiet, pack_arm_at.max_wait,
                                           j.created_at, j.scheduled_at)
         END
-        WHERE j.kind = 'do-the-packing' AND j.queue = 'pack'
     RETURNING j.id, j.scheduled_at INTO timer_id, fires_at;
-    IF timer_id IS NULL THEN
-        PERFORM skiplock._check_key_holder(skiplock.pack_key(h), 'do-the-packing', 'pack');
-    END IF;
 END;
 $$;
 
@@ -96,7 +93,8 @@ $$;
 
 -- Pack a host at once: the host's pending timer (if any) is brought to now and marked
 -- {"now": true} so it packs even if a reset arrives meanwhile; otherwise a new one is made.
--- Returns the do-the-packing job's id.
+-- Returns the do-the-packing job's id. A host with no fetched page is refused: a pack of it
+-- would only write an empty artifact (and a `packs` row) per call, without limit.
 CREATE OR REPLACE FUNCTION skiplock.pack_now(host text) RETURNS bigint
 LANGUAGE plpgsql 
 -- Runs with the owner's rights so that the skiplock_enqueuer role needs no table privileges.
@@ -107,17 +105,16 @@ DECLARE
     h text := skiplock._pack_host(pack_now.host);
     timer_id bigint;
 BEGIN
-    PERFORM skiplock._evict_key_squatter(skiplock.pack_key(h), 'do-the-packing', 'pack');
+    IF NOT EXISTS (SELECT 1 FROM skiplock.pages p WHERE p.host = h) THEN
+        RAISE EXCEPTION 'skiplock: host % has no fetched pages: nothing to pack', quote_literal(h)
+            USING ERRCODE = '22023';
+    END IF;
     INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, unique_key, limit_key)
     VALUES ('do-the-packing', jsonb_build_object('host', h, 'now', true), 'pack', now(), skiplock.pack_key(h), h)
-    ON CONFLICT (unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+    ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
     DO UPDATE SET scheduled_at = least(j.scheduled_at, now()),
                   args = j.args || jsonb_build_object('now', true)
-        WHERE j.kind = 'do-the-packing' AND j.queue = 'pack'
     RETURNING j.id INTO timer_id;
-    IF timer_id IS NULL THEN
-        PERFORM skiplock._check_key_holder(skiplock.pack_key(h), 'do-the-packing', 'pack');
-    END IF;
     -- The insert trigger wakes workers only for inserted rows; an updated timer needs this.
     PERFORM pg_notify('skiplock_wake', 'pack');
     RETURN timer_id;
@@ -143,3 +140,14 @@ FULL JOIN (
     FROM skiplock.jobs j
     WHERE j.kind = 'do-the-packing' AND j.state = 'available' AND j.unique_key IS NOT NULL
 ) t ON t.host = p.host;
+
+-- The pack queue's per-key concurrency of 1 (one pack per host runs at a time; do-the-packing
+-- jobs carry their host as limit_key), a rate an operator set on the queue kept: what a
+-- worker's pack start hook sets. The worker role may not call the key-limit setters
+-- (sql/api/90_roles.sql: the queue controls are the owner's), so it does this through here.
+CREATE OR REPLACE FUNCTION skiplock.set_one_pack_per_host()
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM skiplock.change_key_limit('pack', true, 1, false, NULL, NULL);
+END;
+$$;

@@ -130,14 +130,14 @@ CREATE TRIGGER packet_events_no_truncate BEFORE TRUNCATE ON skiplock.packet_even
 
 -- Enqueues the packet's process-packet job (queue `packets`) and records it on the packet.
 -- The unique key (reserved: skiplock._reserved_key_prefix) keeps at most one waiting job per
--- packet; a job of another kind holding it is cancelled first, so another caller's job can
--- never make a submit, a retry or recovery fail.
+-- packet; keys are namespaced by kind and queue (migrations/0013_enqueue_namespaces.sql), so
+-- a job of another kind or queue with the same key is another job and can never make a
+-- submit, a retry or recovery fail.
 CREATE OR REPLACE FUNCTION skiplock._packet_enqueue(id bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     job bigint;
 BEGIN
-    PERFORM skiplock._evict_key_squatter('packet:' || _packet_enqueue.id, 'process-packet', 'packets');
     job := skiplock._enqueue('process-packet', jsonb_build_object('packet_id', _packet_enqueue.id),
                              'packets', now(), 0::smallint, 5, 'packet:' || _packet_enqueue.id, 'keep');
     UPDATE skiplock.packets p SET job_id = job WHERE p.id = _packet_enqueue.id;

@@ -51,9 +51,19 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    new_id := skiplock.enqueue(enqueue_periodic.kind, enqueue_periodic.args, enqueue_periodic.queue, now(),
-                               enqueue_periodic.priority, enqueue_periodic.max_attempts,
-                               enqueue_periodic.unique_key, enqueue_periodic.on_conflict);
+    -- The built-in maintenance jobs live in skiplock's own queue (`skiplock.` prefix), which
+    -- skiplock.enqueue refuses (skiplock._reserved_job): the scheduler, a worker-role
+    -- function, may put jobs there; every other periodic job obeys skiplock.enqueue's rules.
+    IF starts_with(enqueue_periodic.queue, 'skiplock.')
+       AND skiplock._reserved_key_prefix(enqueue_periodic.unique_key) IS NULL THEN
+        new_id := skiplock._enqueue(enqueue_periodic.kind, enqueue_periodic.args, enqueue_periodic.queue, now(),
+                                    enqueue_periodic.priority, enqueue_periodic.max_attempts,
+                                    enqueue_periodic.unique_key, enqueue_periodic.on_conflict);
+    ELSE
+        new_id := skiplock.enqueue(enqueue_periodic.kind, enqueue_periodic.args, enqueue_periodic.queue, now(),
+                                   enqueue_periodic.priority, enqueue_periodic.max_attempts,
+                                   enqueue_periodic.unique_key, enqueue_periodic.on_conflict);
+    END IF;
     UPDATE skiplock.periodic_runs r SET job_id = new_id
     WHERE r.name = enqueue_periodic.name AND r.period_start = enqueue_periodic.period_start;
     -- A failed enqueue of an earlier period is over (recorded by the scheduler,

@@ -8,8 +8,9 @@
 --                      SECURITY DEFINER, see sql/api/10_core.sql).
 --   skiplock_worker    what `skiplock worker` needs: rows of the skiplock tables, their
 --                      sequences, every skiplock function, the migrations table (read); but
---                      the packet history only to read, packets never to delete, and the
---                      limits in skiplock.settings only to read.
+--                      the packet history only to read, packets never to delete, the
+--                      limits in skiplock.settings and the queue controls in skiplock.queues
+--                      only to read (the fetch politeness through skiplock.set_politeness).
 --   skiplock_operator  what the console (`skiplock web`) needs: read every skiplock table and
 --                      view; retry and cancel jobs (one or in bulk), move packets (take,
 --                      complete, retry) and pack a host now, only through those functions
@@ -150,6 +151,23 @@ BEGIN
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.settings FROM skiplock_worker';
         -- Only `skiplock migrate` (the owner) records the SQL API's version.
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.schema_info FROM skiplock_worker';
+        -- Queue control (limits, pause) is the owner's and the operator's, through the
+        -- SECURITY DEFINER functions of sql/api/15_limits.sql: a worker login may not delete
+        -- or loosen a row, the fetch queue's politeness above all (it sets that one only
+        -- through skiplock.set_politeness). UPDATE of updated_at alone stays: the limited claim
+        -- locks the queue's row (SELECT ... FOR UPDATE needs UPDATE on some column) and
+        -- writes nothing. The key-limit setters go with it; set_queue_limit stays (the packet
+        -- workflow sets its queue's concurrency at start, and it cannot remove a key limit).
+        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.queues FROM skiplock_worker';
+        EXECUTE 'GRANT UPDATE (updated_at) ON skiplock.queues TO skiplock_worker';
+        FOR f IN
+            SELECT p.oid::regprocedure::text
+            FROM pg_catalog.pg_proc p
+            JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = 'skiplock' AND p.proname IN ('set_key_limit', 'change_key_limit')
+        LOOP
+            EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM skiplock_worker', f);
+        END LOOP;
         -- The worker checks at start that every migration was applied.
         IF mig IS NOT NULL THEN
             EXECUTE format('GRANT SELECT ON %s TO skiplock_worker', mig);

@@ -9,4 +9,5 @@ LEFT JOIN skiplock.jobs t
        ON t.unique_key = skiplock.pack_key($2)
       AND t.state = 'available'
       AND t.kind = 'do-the-packing'
+      AND t.queue = 'pack'
       AND t.id <> $1

@@ -62,7 +62,11 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
         .as_ref()
         .map(|q| q.keys().cloned().collect());
     let mut builder = Worker::builder(pool.clone(), settings).exit_when_idle(a.exit_when_idle);
-    builtin::register(builder.registry_mut());
+    // The diagnostic kinds are a convenience of the tour and the scripts, and a `sleep` job
+    // holds a slot for up to the job timeout: a setting turns them off (docs/security.md).
+    if config::diagnostic_kinds()? {
+        builtin::register(builder.registry_mut());
+    }
     builder = crate::workflows::register_all(builder, workflows)?;
     builder = builder.maintenance(maintenance);
     let worker = builder.build();

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::store::names::{DEFAULT_QUEUE, RESERVED_KEY_PREFIXES};
+use crate::store::names::{DEFAULT_QUEUE, RESERVED_KEY_PREFIXES, reserved_job};
 
 /// What to do when an available job already holds the new job's `unique_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -179,6 +179,19 @@ pub fn check_key(key: Option<&str>) -> Result<()> {
     match key.and_then(|k| RESERVED_KEY_PREFIXES.iter().find(|p| k.starts_with(*p))) {
         Some(p) => Err(Error::Invalid(format!(
             "unique_key prefix '{p}' is reserved for the built-in workflows (use their own functions, e.g. request_fetch, timer_reset, pack_now, submit_packet)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a job of a queue or kind reserved to skiplock's own functions, naming the function
+/// to use, before the round trip (`skiplock._reserved_job` in `sql/api/10_core.sql` is the
+/// rule the database enforces; [`reserved_job`] its twin): the built-in workflows' queues
+/// and kinds, and the `skiplock.` queues of the maintenance jobs.
+pub fn check_reserved_job(kind: &str, queue: &str) -> Result<()> {
+    match reserved_job(kind, queue) {
+        Some(use_) => Err(Error::Invalid(format!(
+            "a '{kind}' job in queue '{queue}' is reserved for skiplock's own functions: use {use_}"
         ))),
         None => Ok(()),
     }

@@ -23,6 +23,42 @@ pub async fn request<'e, E: Executor<'e>>(
         .await?)
 }
 
+/// Sets the fetch queue's politeness (`skiplock.set_politeness`): per host key one fetch at
+/// a time and one start per `period` (more than 0, at most a day). The worker role writes
+/// the fetch queue's row only through this function (`sql/api/90_roles.sql`).
+pub async fn set_politeness<'e, E: Executor<'e>>(
+    exec: E,
+    period: std::time::Duration,
+) -> Result<()> {
+    sqlx::query(sql!("fetch", "set_politeness"))
+        .bind(period.as_secs_f64())
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// A fetch job's politeness key: the `limit_key` it has and the one its URL must have.
+#[derive(Debug, Clone, Default, sqlx::FromRow)]
+pub struct JobHostKey {
+    /// The job's `limit_key` (`None`: none).
+    pub limit_key: Option<String>,
+    /// The host key `skiplock._request_fetch` gives its URL (`None`: a URL the SQL refuses).
+    pub expected: Option<String>,
+}
+
+/// The `limit_key` of fetch job `id` and the one its `url` must have (`skiplock._fetch_host_key`);
+/// both `None` when there is no such job.
+pub async fn job_host_key<'e, E: Executor<'e>>(exec: E, id: i64, url: &str) -> Result<JobHostKey> {
+    Ok(
+        sqlx::query_as::<_, JobHostKey>(sql!("fetch", "job_limit_key"))
+            .bind(id)
+            .bind(url)
+            .fetch_optional(exec)
+            .await?
+            .unwrap_or_default(),
+    )
+}
+
 /// What a fetch needs to know about a page before deciding.
 #[derive(Debug, Clone, Default, sqlx::FromRow)]
 pub struct Known {

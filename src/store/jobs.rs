@@ -11,12 +11,12 @@ use sqlx::postgres::PgRow;
 use super::time::{DbTime, DbTimeOpt};
 use super::{Executor, sql};
 use crate::error::{Error, Result};
-use crate::queue::enqueue::{check_key, check_nul};
+use crate::queue::enqueue::{check_key, check_nul, check_reserved_job};
 use crate::queue::{JobRow, JobState, NewJob};
 
 /// Enqueues one job and returns its id (or the id of the available job holding its key).
-/// Refused before the round trip: NUL characters, a reserved key prefix, a time skiplock
-/// cannot store.
+/// Refused before the round trip: NUL characters, a reserved key prefix, a reserved queue or
+/// kind (`check_reserved_job`), a time skiplock cannot store.
 pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<i64> {
     check_nul(
         &job.kind,
@@ -26,6 +26,7 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<i64> 
         &[&job.args],
     )?;
     check_key(job.unique_key.as_deref())?;
+    check_reserved_job(&job.kind, &job.queue)?;
     if let Some(t) = job.run_at {
         crate::dbtime::check("run_at", t)?;
     }
@@ -69,6 +70,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         jobs.limit_key,
         &jobs.args.iter().collect::<Vec<_>>(),
     )?;
+    check_reserved_job(jobs.kind, jobs.queue)?;
     if let Some(t) = jobs.run_at {
         crate::dbtime::check("run_at", t)?;
     }

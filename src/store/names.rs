@@ -41,6 +41,65 @@ pub const CHAOS_RECORD_KIND: &str = "chaos_record";
 /// them in the database): a generic enqueue may not create or replace such a key.
 pub const RESERVED_KEY_PREFIXES: &[&str] = &[FETCH_KEY_PREFIX, PACK_KEY_PREFIX, PACKET_KEY_PREFIX];
 
+/// Queue-name prefix of skiplock's own queues (the maintenance jobs' `skiplock.maintenance`).
+pub const RESERVED_QUEUE_PREFIX: &str = "skiplock.";
+/// Kinds of the maintenance jobs (the reaper's and retention's), enqueued only by the
+/// scheduler into `skiplock.maintenance`.
+pub const MAINTENANCE_KINDS: &[&str] = &["reap", "retain"];
+
+/// The built-in workflows' queues, each reserved to the workflow's own functions
+/// (`skiplock._reserved_job` enforces them in the database, with the function to use).
+pub const RESERVED_QUEUES: &[(&str, &str)] = &[
+    (FETCH_QUEUE, "skiplock.request_fetch"),
+    (PACK_QUEUE, "skiplock.timer_reset or skiplock.pack_now"),
+    (
+        PACKET_QUEUE,
+        "skiplock.submit_packet or skiplock.retry_packet",
+    ),
+];
+/// The built-in workflows' kinds, likewise.
+pub const RESERVED_KINDS: &[(&str, &str)] = &[
+    (FETCH_KIND, "skiplock.request_fetch"),
+    (
+        TIMER_RESET_KIND,
+        "skiplock.timer_reset or skiplock.pack_now",
+    ),
+    (
+        DO_THE_PACKING_KIND,
+        "skiplock.timer_reset or skiplock.pack_now",
+    ),
+    (
+        PACKET_KIND,
+        "skiplock.submit_packet or skiplock.retry_packet",
+    ),
+];
+/// What `skiplock._reserved_job` names for the maintenance queue and kinds.
+pub const MAINTENANCE_USE: &str =
+    "the worker's own maintenance (periodic jobs: skiplock.enqueue_periodic)";
+
+/// The function(s) to use instead when a generic enqueue of a `kind` job into `queue` is
+/// refused (the Rust twin of `skiplock._reserved_job`), or `None`: a job any caller may
+/// enqueue.
+pub fn reserved_job(kind: &str, queue: &str) -> Option<&'static str> {
+    if queue.starts_with(RESERVED_QUEUE_PREFIX) || MAINTENANCE_KINDS.contains(&kind) {
+        return Some(MAINTENANCE_USE);
+    }
+    // In the SQL's order: the first workflow whose kind or queue matches.
+    let workflows: [(&[&str], &str, &str); 3] = [
+        (&[FETCH_KIND], FETCH_QUEUE, RESERVED_QUEUES[0].1),
+        (
+            &[TIMER_RESET_KIND, DO_THE_PACKING_KIND],
+            PACK_QUEUE,
+            RESERVED_QUEUES[1].1,
+        ),
+        (&[PACKET_KIND], PACKET_QUEUE, RESERVED_QUEUES[2].1),
+    ];
+    workflows
+        .iter()
+        .find(|(kinds, q, _)| kinds.contains(&kind) || *q == queue)
+        .map(|(_, _, u)| *u)
+}
+
 /// Every shared name, with where the SQL must use it.
 pub const ALL: &[(&str, &[&str])] = &[
     (DEFAULT_QUEUE, &["api/10_core.sql"]),
@@ -203,5 +262,73 @@ mod tests {
             let case = format!("WHEN starts_with(key, '{p}') THEN '{p}'");
             assert!(core.contains(&case), "10_core.sql must have {case}");
         }
+        // The reserved queues and kinds are the ones skiplock._reserved_job lists, each with
+        // the same function to use, and nothing else.
+        let start = core
+            .find("FUNCTION skiplock._reserved_job(")
+            .expect("10_core.sql defines skiplock._reserved_job");
+        let body = &core[start..start + core[start..].find("$$;").unwrap()];
+        for part in [
+            format!("starts_with(queue, '{RESERVED_QUEUE_PREFIX}')"),
+            format!(
+                "kind IN ({})",
+                MAINTENANCE_KINDS
+                    .iter()
+                    .map(|k| format!("'{k}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            format!("THEN '{}'", MAINTENANCE_USE.replace('\'', "''")),
+        ] {
+            assert!(
+                body.contains(&part),
+                "10_core.sql's _reserved_job must have {part}"
+            );
+        }
+        let mut listed: Vec<String> = literals(body)
+            .into_iter()
+            .filter(|l| !l.contains(' ') && !l.contains('.'))
+            .collect();
+        listed.sort();
+        let mut want: Vec<String> = RESERVED_QUEUES
+            .iter()
+            .chain(RESERVED_KINDS)
+            .map(|(n, _)| n.to_string())
+            .chain(MAINTENANCE_KINDS.iter().map(|k| k.to_string()))
+            .collect();
+        want.sort();
+        want.dedup();
+        listed.dedup();
+        assert_eq!(
+            listed, want,
+            "10_core.sql's _reserved_job lists other queues and kinds than store::names"
+        );
+        for (name, use_) in RESERVED_QUEUES.iter().chain(RESERVED_KINDS) {
+            assert_eq!(
+                reserved_job(name, "x").or(reserved_job("x", name)),
+                Some(*use_)
+            );
+            assert!(
+                body.contains(&format!("THEN '{use_}'")),
+                "10_core.sql must name {use_}"
+            );
+        }
+    }
+
+    #[test]
+    fn reserved_jobs_name_the_function_to_use() {
+        assert_eq!(reserved_job("noop", "default"), None);
+        assert_eq!(
+            reserved_job("sleep", "skiplock.maintenance"),
+            Some(MAINTENANCE_USE)
+        );
+        assert_eq!(reserved_job("reap", "default"), Some(MAINTENANCE_USE));
+        assert_eq!(reserved_job("sleep", "packets"), Some(RESERVED_QUEUES[2].1));
+        assert_eq!(reserved_job("fetch", "other"), Some(RESERVED_QUEUES[0].1));
+        assert_eq!(
+            reserved_job("timer-reset", "default"),
+            Some(RESERVED_QUEUES[1].1)
+        );
+        assert_eq!(reserved_job("fetchy", "fetchq"), None);
     }
 }

@@ -20,6 +20,15 @@ pub async fn timer_reset<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<i64
         .await?)
 }
 
+/// Gives the pack queue a per-key concurrency of 1, keeping its key rate
+/// (`skiplock.set_one_pack_per_host`).
+pub async fn one_pack_per_host<'e, E: Executor<'e>>(exec: E) -> Result<()> {
+    sqlx::query(sql!("pack", "one_pack_per_host"))
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
 /// Packs `host` at once (`skiplock.pack_now`); returns the `do-the-packing` job's id.
 pub async fn pack_now<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<i64> {
     Ok(sqlx::query_scalar(sql!("pack", "pack_now"))

@@ -168,6 +168,15 @@ mod tests {
     }
 
     #[test]
+    fn a_link_over_the_url_cap_is_skipped_and_the_others_kept() {
+        let long = format!("/{}", "x".repeat(3000));
+        let html = format!(r#"<a href="/a">A</a> <a href="{long}">long</a> <a href="/b">B</a>"#);
+        let e = extract(&html, &Url::parse("http://example.com/").unwrap());
+        let links: Vec<&str> = e.links.iter().map(Url::as_str).collect();
+        assert_eq!(links, ["http://example.com/a", "http://example.com/b"]);
+    }
+
+    #[test]
     fn broken_html_still_extracts() {
         let e = extract(
             "<title>x</title><p>unclosed <div>text",

@@ -24,7 +24,6 @@ use url::Url;
 
 use crate::config::{env_bool, env_duration, env_string, env_usize};
 use crate::error::{Error, Result};
-use crate::queue::NewJob;
 use crate::store::fetch::PageStatus;
 use crate::store::{self, Pool, names};
 use crate::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
@@ -137,15 +136,23 @@ pub fn politeness_limit(politeness: Duration) -> store::limits::KeyLimit {
 }
 
 /// The start-up hook that makes `SKIPLOCK_POLITENESS` the fetch queue's per-host limits
-/// (`skiplock.set_key_limit('fetch', 1, 1, politeness)`): a fetch whose host had a start
-/// less than `politeness` ago, or has a fetch running, is not claimed at all (no attempt, no
-/// worker slot, no snooze) and is claimed as soon as the host allows. The spacing is start
-/// to start (claim to claim). The last worker to start sets the value: set the same
-/// everywhere.
+/// (`skiplock.set_politeness`, the limits of [`politeness_limit`]): a fetch whose host had a
+/// start less than `politeness` ago, or has a fetch running, is not claimed at all (no
+/// attempt, no worker slot, no snooze) and is claimed as soon as the host allows. The
+/// spacing is start to start (claim to claim). The last worker to start sets the value: set
+/// the same everywhere. 0s sets nothing: the worker role may set a politeness but never
+/// remove one (the fetch queue's row is the owner's, `sql/api/90_roles.sql`); to clear an
+/// earlier one the owner runs `skiplock queue limit fetch` (docs/fetch.md).
 fn politeness_hook(politeness: Duration) -> crate::worker::StartHook {
     Box::new(move |pool: Pool| {
         Box::pin(async move {
-            store::limits::set_key_limit(&pool, QUEUE, politeness_limit(politeness)).await
+            if politeness.is_zero() {
+                tracing::info!(
+                    "SKIPLOCK_POLITENESS=0s: the fetch queue's politeness is left as it is (the owner clears it with `skiplock queue limit fetch`)"
+                );
+                return Ok(());
+            }
+            store::fetch::set_politeness(&pool, politeness).await
         })
     })
 }
@@ -213,7 +220,7 @@ impl Handler for FetchHandler {
             client: &self.client,
             pool: &ctx.pool,
         }
-        .run(args)
+        .run(&ctx, args)
         .await
     }
 }
@@ -234,10 +241,34 @@ fn sha256_hex(parts: &[&str]) -> String {
     hex::encode(h.finalize())
 }
 
+/// Why a fetch job of `queue` with `limit_key` may not fetch a URL whose host key is
+/// `expected` (as `skiplock._fetch_host_key` spells it; `None`: the SQL refuses the URL), if
+/// it may not: politeness is the fetch queue's per-key limit on the host key, so a job
+/// elsewhere, or under another key (or none), would skip it. `skiplock._request_fetch` always
+/// writes both right; the generic enqueue refuses kind `fetch` (`skiplock._reserved_job`); this
+/// catches a row a trusted role wrote by hand.
+pub fn misplaced(queue: &str, limit_key: Option<&str>, expected: Option<&str>) -> Option<String> {
+    let host = expected.unwrap_or("(none: the SQL API refuses this URL)");
+    (queue != QUEUE || expected.is_none() || limit_key != expected).then(|| {
+        format!(
+            "a fetch job of host {host} must be in queue {QUEUE} with limit_key {host} (per-host politeness), not in queue {queue} with limit_key {}: request fetches with skiplock.request_fetch",
+            limit_key.unwrap_or("NULL")
+        )
+    })
+}
+
 impl Fetch<'_> {
-    async fn run(&self, args: FetchArgs) -> HandlerResult {
+    async fn run(&self, ctx: &JobContext, args: FetchArgs) -> HandlerResult {
         let url = normalize(&args.url).map_err(JobError::discard)?;
         let host = host_key(&url);
+        let key = store::fetch::job_host_key(self.pool, ctx.id, &args.url).await?;
+        if let Some(why) = misplaced(
+            &ctx.queue,
+            key.limit_key.as_deref(),
+            key.expected.as_deref(),
+        ) {
+            return Err(JobError::discard(why));
+        }
         let path = target(&url);
         if !self.s.schedule.is_allowed(&host) {
             return Err(JobError::discard(format!(
@@ -488,9 +519,8 @@ impl Fetch<'_> {
         )
         .await?;
         if changed {
-            let reset = NewJob::new(names::TIMER_RESET_KIND, json!({"host": host}))
-                .queue(names::PACK_QUEUE);
-            store::jobs::enqueue(&mut *tx, &reset).await?;
+            // The pack queue is reserved to its functions (`skiplock._reserved_job`).
+            store::pack::timer_reset(&mut *tx, host).await?;
         }
         tx.commit().await.map_err(Error::from)?;
         let requested = self.walk(args, &links).await?;

@@ -7,6 +7,11 @@ use std::net::IpAddr;
 
 use url::Url;
 
+/// The longest URL skiplock fetches, in bytes (`skiplock._normalize_url` has the same cap):
+/// a URL is a key of btree indexes (the crawl's pages, the pages, the fetch job's unique
+/// key), whose rows must stay under about 2.7 KB.
+pub const MAX_URL_BYTES: usize = 2000;
+
 /// Parses and normalises a URL to fetch; the error says what is wrong with it.
 pub fn normalize(s: &str) -> Result<Url, String> {
     let t = s.trim();
@@ -16,7 +21,18 @@ pub fn normalize(s: &str) -> Result<Url, String> {
     let mut u = Url::parse(t).map_err(|e| format!("invalid URL {t:?}: {e}"))?;
     check(&u, t)?;
     u.set_fragment(None);
+    check_len(&u)?;
     Ok(u)
+}
+
+fn check_len(u: &Url) -> Result<(), String> {
+    if u.as_str().len() > MAX_URL_BYTES {
+        return Err(format!(
+            "invalid URL: it is {} bytes long (at most {MAX_URL_BYTES})",
+            u.as_str().len()
+        ));
+    }
+    Ok(())
 }
 
 fn check(u: &Url, shown: &str) -> Result<(), String> {
@@ -38,11 +54,13 @@ fn check(u: &Url, shown: &str) -> Result<(), String> {
 }
 
 /// Resolves a link found on a page against the page's URL; `None` for links that are not
-/// http(s) pages (mailto:, javascript:, broken).
+/// http(s) pages (mailto:, javascript:, broken) or longer than [`MAX_URL_BYTES`] (skipped,
+/// so one overlong link never fails the fetch of the page that has it).
 pub fn resolve_link(base: &Url, href: &str) -> Option<Url> {
     let mut u = base.join(href.trim()).ok()?;
     check(&u, href).ok()?;
     u.set_fragment(None);
+    check_len(&u).ok()?;
     Some(u)
 }
 

@@ -241,17 +241,11 @@ pub fn register_with(mut builder: WorkerBuilder, settings: PackSettings) -> Resu
 /// The start-up hook that gives the pack queue a per-key concurrency of 1 (do-the-packing
 /// jobs carry their host as limit_key): a second pack of a host is not claimed while one
 /// runs, instead of being claimed and snoozed. A rate an operator set on the queue is kept.
-/// The host's lock row stays as the guard (a rescued pack that still runs holds it).
+/// The host's lock row stays as the guard (a rescued pack that still runs holds it). Set
+/// through `skiplock.set_one_pack_per_host`: the worker role may not call the key-limit
+/// setters (`sql/api/90_roles.sql`).
 fn one_pack_per_host_hook() -> crate::worker::StartHook {
     Box::new(|pool: crate::store::Pool| {
-        Box::pin(async move {
-            use crate::store::limits;
-            let rate = limits::key_rate(&pool, names::PACK_QUEUE).await?;
-            let limit = limits::KeyLimit {
-                concurrency: Some(1),
-                rate,
-            };
-            limits::set_key_limit(&pool, names::PACK_QUEUE, limit).await
-        })
+        Box::pin(async move { crate::store::pack::one_pack_per_host(&pool).await })
     })
 }
