@@ -77,7 +77,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // skiplock.periodic_jobs (migration 0014).
     (
         7,
-        "e9b841bc8e55affe2804f5f0ef8ed6281fcc38f0e067eb5b455de7211c8574f1",
+        "effc02b1b413cea4859cdf5a81d9a676830c1d0bc7530da49114677f14083ed0",
     ),
 ];
 
