@@ -1033,6 +1033,7 @@ async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
         // The capped message plus the line's other fields (JSON escapes é as itself).
         assert!(l.len() <= CAP + 1024, "a log line of {} bytes", l.len());
     }
+}
 
 /// Queue discovery cannot be starved by queues named to sort first: with `SKIPLOCK_MAX_QUEUES`
 /// at 3 and three queues `!0001`… that each keep one long job running (their producers stay,
