@@ -905,11 +905,12 @@ async fn the_audit_trail_cannot_be_forged() {
 async fn enqueue_many_caps_rows_and_bytes_per_call() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    let defaults: Vec<(String, i64)> =
-        sqlx::query_as("SELECT name, value FROM skiplock.settings ORDER BY name")
-            .fetch_all(p)
-            .await
-            .unwrap();
+    let defaults: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT name, value FROM skiplock.settings WHERE name LIKE 'enqueue_many.%' ORDER BY name",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
     assert_eq!(
         defaults,
         vec![
