@@ -1164,19 +1164,22 @@ async fn the_reaper_keeps_held_jobs_and_discards_abandoned_ones_with_the_reason(
     assert_eq!(r.reap_once().await.unwrap(), 0);
 }
 
-/// A periodic job whose unique_key another kind in another queue holds (due in 9999) cannot
-/// be enqueued; the scheduler records that and enqueues every other periodic job, `reap` and
-/// `retain` included, then enqueues it on a later tick once the key is free.
+const REFUSE_KEY: &str = "CREATE FUNCTION public.refuse_periodic_key() RETURNS trigger LANGUAGE plpgsql AS $$ \
+     BEGIN RAISE EXCEPTION 'unique_key nightly:example is refused by a trigger'; END $$; \
+     CREATE TRIGGER refuse_periodic_key BEFORE INSERT ON skiplock.jobs FOR EACH ROW \
+     WHEN (NEW.unique_key = 'nightly:example') EXECUTE FUNCTION public.refuse_periodic_key()";
+
+/// A periodic job the database refuses to enqueue stops no other periodic job: the scheduler
+/// records the failure and enqueues every other periodic job, `reap` and `retain` included,
+/// then enqueues it on a later tick once the cause is gone. Unique keys are per kind and queue
+/// (tests/hardening_sql.rs), so another tenant can no longer squat a periodic job's key; the
+/// refusal here comes from a trusted role's trigger (`refuse_periodic_key`), standing in for
+/// any error an enqueue can meet.
 #[tokio::test]
 async fn a_squatted_unique_key_stops_no_other_periodic_job() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    let squatter: i64 = sqlx::query_scalar(
-        "SELECT skiplock.enqueue('squat', '{}', 'elsewhere', run_at => '9999-01-01', unique_key => 'nightly:example')",
-    )
-    .fetch_one(p)
-    .await
-    .unwrap();
+    sqlx::raw_sql(REFUSE_KEY).execute(p).await.unwrap();
     let jobs = PeriodicJobs::from_toml(
         "[[job]]\nname = \"nightly-pack\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\nunique_key = \"nightly:example\"\n\n\
          [[job]]\nname = \"other\"\nevery = \"1s\"\nkind = \"noop\"\nqueue = \"per\"\n",
@@ -1229,9 +1232,8 @@ async fn a_squatted_unique_key_stops_no_other_periodic_job() {
         "{line}"
     );
 
-    // The key freed, a later tick enqueues it and clears the record.
-    sqlx::query("SELECT skiplock.cancel($1)")
-        .bind(squatter)
+    // The cause gone, a later tick enqueues it and clears the record.
+    sqlx::query("DROP TRIGGER refuse_periodic_key ON skiplock.jobs")
         .execute(p)
         .await
         .unwrap();
@@ -1256,18 +1258,13 @@ async fn a_squatted_unique_key_stops_no_other_periodic_job() {
     assert_eq!(error, None);
 }
 
-/// The same squat against a worker process (the review's reproduction): reap, retain and the
-/// file's other job run period after period, and the refused job is logged at WARN once, not
-/// on every tick of every period.
+/// The same refusal against a worker process: reap, retain and the file's other job run period
+/// after period, and the refused job is logged at WARN once, not on every tick of every
+/// period.
 #[tokio::test]
 async fn a_worker_process_warns_once_about_a_squatted_periodic_job_and_runs_the_rest() {
     let db = TestDb::new().await;
-    sqlx::query(
-        "SELECT skiplock.enqueue('squat', '{}', 'elsewhere', run_at => '9999-01-01', unique_key => 'nightly:example')",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    sqlx::raw_sql(REFUSE_KEY).execute(&db.pool).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("periodic3.toml");
     std::fs::write(
