@@ -904,9 +904,9 @@ async fn sql_and_worker_normalise_urls_alike() {
 
 /// A fetch job that is not where the per-host politeness applies to it (another queue, or a
 /// limit_key other than its URL's host key, or none) is discarded with the reason and never
-/// fetched: only a trusted role can write one (skiplock.enqueue refuses kind `fetch`), and on
-/// the old code ten of them fetched one host ten times in a second. And a page with one
-/// link over the URL cap still has its other links requested (on the old code its fetch
+/// fetched: only a trusted role can write one (skiplock.enqueue refuses kind `fetch`), and
+/// without this check ten of them fetched one host ten times in a second. And a page with one
+/// link over the URL cap still has its other links requested (without the guard its fetch
 /// failed on every attempt on the crawl's index).
 #[tokio::test]
 async fn a_fetch_job_outside_its_hosts_politeness_is_discarded_and_an_overlong_link_skipped() {

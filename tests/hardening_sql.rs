@@ -1082,7 +1082,7 @@ async fn a_member_of_skiplock_owner_migrates_without_being_a_superuser() {
 
 /// An enqueuer cannot put a job into skiplock's own queues (`skiplock.` prefix) or a built-in
 /// workflow's queue, nor a job of a workflow's (or the maintenance) kind anywhere, from SQL
-/// (enqueue, enqueue_many) or Rust: the error names the function to use. On the old code one
+/// (enqueue, enqueue_many) or Rust: the error names the function to use. Unreserved, one
 /// `sleep` in `packets` (concurrency 1) stopped the packet pipeline, two in
 /// `skiplock.maintenance` stopped reaping. The workflows' own functions and the scheduler's
 /// enqueue of the maintenance jobs still work.
@@ -1201,9 +1201,9 @@ async fn built_in_queues_and_kinds_are_reserved_to_their_own_functions() {
 }
 
 /// Unique keys belong to a kind and a queue: a job of another kind or queue with the same
-/// key no longer blocks a tenant's keyed enqueue (on the old code it failed for as long as
+/// key no longer blocks a tenant's keyed enqueue (without the guard it failed for as long as
 /// the squatter waited), a replace that changes a waiting job's args records the args it
-/// overwrote and the login that did it (on the old code they were gone without trace), and a
+/// overwrote and the login that did it (without the guard they were gone without trace), and a
 /// replace with the same args (a debounce) records nothing.
 #[tokio::test]
 async fn unique_keys_are_per_kind_and_queue_and_a_replace_records_what_it_overwrote() {
@@ -1355,7 +1355,7 @@ async fn unique_keys_are_per_kind_and_queue_and_a_replace_records_what_it_overwr
 }
 
 /// The fetch queue's politeness row is the owner's: a worker login cannot delete or change
-/// it, directly or through the key-limit setters (on the old code a DELETE removed the
+/// it, directly or through the key-limit setters (without the guard a DELETE removed the
 /// politeness until a worker restarted); it sets a politeness only through
 /// skiplock.set_politeness, and still claims from the limited queue.
 #[tokio::test]
@@ -1405,7 +1405,7 @@ async fn the_worker_role_cannot_delete_or_loosen_the_fetch_politeness() {
     wp.close().await;
 }
 
-/// A URL over 2000 bytes is refused by request_fetch with a clear error (on the old code:
+/// A URL over 2000 bytes is refused by request_fetch with a clear error (without the guard:
 /// "index row size 3040 exceeds btree version 4 maximum 2704"), and a crawl's overlong link
 /// is skipped while its other links are requested.
 #[tokio::test]
@@ -1444,7 +1444,7 @@ async fn overlong_urls_are_refused_by_request_fetch_and_skipped_by_a_crawl() {
     );
 }
 
-/// pack_now of a host with no fetched pages is refused with a clear error (on the old code
+/// pack_now of a host with no fetched pages is refused with a clear error (unchecked,
 /// each call for `..`, `.` or any made-up name wrote a 36 KiB artifact and a packs row).
 #[tokio::test]
 async fn pack_now_refuses_a_host_without_pages() {

@@ -1092,7 +1092,7 @@ async fn db_now(p: &sqlx::PgPool) -> chrono::DateTime<chrono::Utc> {
         .unwrap()
 }
 
-/// The report's freeze, with 10,000 keys: a queue with a per-key rate of one start an hour,
+/// A frozen key-rate queue, with 10,000 keys: a queue with a per-key rate of one start an hour,
 /// whose head (priority and `run_at` are the enqueuer's to choose) holds one job of each of
 /// 10,000 keys that already used their start. A job without a key is not held back by any
 /// key's limit: the next claim takes it. A job of a key never seen is taken too, once the

@@ -1201,7 +1201,7 @@ async fn a_dns_rebinding_page_can_neither_read_nor_change_the_console() {
             .unwrap();
         assert_eq!(r.status(), 200, "{host}");
     }
-    // The report's POST (with a CSRF pair a same-origin script could have read): refused,
+    // The rebinding POST (with a CSRF pair a same-origin script could have read): refused,
     // and the job stays as it was.
     let page = body_of(&h, &console.url(&format!("/jobs/{id}"))).await;
     let csrf = csrf_in(&page);
