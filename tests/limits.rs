@@ -984,7 +984,7 @@ async fn a_wake_up_that_arrives_during_a_claim_is_not_lost() {
     let gate = skiplock::worker::faults::gate_claims(&id);
     // A wake-up of no consequence starts a claim, which sees the slot taken and waits at
     // the gate.
-    sqlx::query("SELECT pg_notify('skiplock_wake', 'slot')")
+    sqlx::query("SELECT pg_notify(skiplock._wake_channel(), 'slot')")
         .execute(p)
         .await
         .unwrap();

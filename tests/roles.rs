@@ -22,8 +22,14 @@ impl LoginRole {
     async fn new(db: &TestDb, grant: &str) -> LoginRole {
         let name = format!("skiplock_t_{:012x}", rand::random::<u64>() >> 16);
         let password = format!("pw{:016x}secret", rand::random::<u64>());
+        // No grant: a login with none of skiplock's roles.
+        let member = if grant.is_empty() {
+            String::new()
+        } else {
+            format!(" IN ROLE {grant}")
+        };
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE {grant}"
+            "CREATE ROLE {name} LOGIN PASSWORD '{password}'{member}"
         )))
         .execute(&db.pool)
         .await
@@ -77,7 +83,10 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
     .await
     .unwrap();
     let mut listener = PgListener::connect_with(&db.pool).await.unwrap();
-    listener.listen("skiplock_wake").await.unwrap();
+    let channel = skiplock::store::notify::wake_channel(&db.pool)
+        .await
+        .unwrap();
+    listener.listen(&channel).await.unwrap();
 
     let id: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('noop', $1, queue => 'mine')")
         .bind(json!({"n": 1}))
@@ -413,4 +422,78 @@ async fn an_enqueuer_can_call_every_workflow_entry_point() {
         n, 5,
         "two fetches, a timer-reset, a pack timer, a packet's job"
     );
+}
+
+/// Wake-ups name queues only to skiplock's roles (docs/security.md, "Wake-ups"). Postgres lets
+/// any login LISTEN on any channel; the channel's name is a secret of the owner and the worker
+/// role. A login without grants that listens on the fixed name earlier releases used hears
+/// nothing, and neither it nor the operator can read the name, while a worker-role listener on
+/// the real channel gets the queue name of an enqueue, a pause and a resume.
+#[tokio::test]
+async fn a_login_without_grants_hears_no_queue_names() {
+    let db = TestDb::new().await;
+    // A producer waiting on every queue, so an enqueue notifies.
+    sqlx::raw_sql(
+        "INSERT INTO skiplock.workers (id, host, pid) VALUES ('w', 'h', 1);
+         INSERT INTO skiplock.waiting (queue, worker) VALUES ('', 'w')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let nobody = LoginRole::new(&db, "").await;
+    let worker = LoginRole::new(&db, "skiplock_worker").await;
+    let enqueuer = LoginRole::new(&db, "skiplock_enqueuer").await;
+    let operator = LoginRole::new(&db, "skiplock_operator").await;
+    let connect = |url: String| async move {
+        PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .unwrap()
+    };
+    let nobody_pool = connect(nobody.url(&db)).await;
+    let worker_pool = connect(worker.url(&db)).await;
+    let enqueuer_pool = connect(enqueuer.url(&db)).await;
+    let operator_pool = connect(operator.url(&db)).await;
+    for (pool, who) in [(&nobody_pool, "no grants"), (&operator_pool, "operator")] {
+        let e = sqlx::query_scalar::<_, String>("SELECT channel FROM skiplock.wake_channel")
+            .fetch_one(pool)
+            .await
+            .expect_err(who)
+            .to_string();
+        assert!(e.contains("permission denied"), "{who}: {e}");
+    }
+    let mut eavesdropper = PgListener::connect(&nobody.url(&db)).await.unwrap();
+    eavesdropper.listen("skiplock_wake").await.unwrap();
+    let channel = skiplock::store::notify::wake_channel(&worker_pool)
+        .await
+        .unwrap();
+    assert!(channel.starts_with("skiplock_wake_"), "{channel}");
+    let mut listener = PgListener::connect(&worker.url(&db)).await.unwrap();
+    listener.listen(&channel).await.unwrap();
+
+    let secret = "payroll-secret-tenant";
+    sqlx::query("SELECT skiplock.enqueue('noop', '{}', $1)")
+        .bind(secret)
+        .execute(&enqueuer_pool)
+        .await
+        .expect("enqueue as the enqueuer");
+    for f in ["pause_queue", "resume_queue"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT skiplock.{f}($1)")))
+            .bind(secret)
+            .execute(&operator_pool)
+            .await
+            .expect(f);
+    }
+    // The positive control: all three reached the worker role's listener.
+    for what in ["enqueue", "pause", "resume"] {
+        let n = tokio::time::timeout(Duration::from_secs(30), listener.recv())
+            .await
+            .unwrap_or_else(|_| panic!("the {what} wake-up within 30 s"))
+            .unwrap();
+        assert_eq!(n.payload(), secret, "{what}");
+    }
+    // Sent at the same commits, so anything meant for the old name would be here by now.
+    let heard = tokio::time::timeout(Duration::from_secs(2), eavesdropper.recv()).await;
+    assert!(heard.is_err(), "a login without grants heard {heard:?}");
 }

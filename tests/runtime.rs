@@ -357,10 +357,12 @@ async fn notify_payloads_create_no_producers() {
         (n == 1).then_some(())
     })
     .await;
-    sqlx::query("SELECT pg_notify('skiplock_wake', 'x' || g) FROM generate_series(1, 500) g")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "SELECT pg_notify(skiplock._wake_channel(), 'x' || g) FROM generate_series(1, 500) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("real"))
         .await
         .unwrap();

@@ -892,7 +892,10 @@ async fn only_queues_a_producer_waits_on_are_notified() {
     let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
         .await
         .unwrap();
-    listener.listen("skiplock_wake").await.unwrap();
+    let channel = skiplock::store::notify::wake_channel(&db.pool)
+        .await
+        .unwrap();
+    listener.listen(&channel).await.unwrap();
     enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("unserved"))
         .await
         .unwrap();

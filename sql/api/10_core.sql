@@ -1,6 +1,15 @@
 -- skiplock core SQL API: enqueue from any language, cancel, retry, and a stats view.
 -- Installed (CREATE OR REPLACE) by `skiplock migrate` after the schema migrations.
 
+-- The channel every wake-up is sent on (migrations/0015_wake_channel.sql): a secret of the
+-- owner and the worker role, so a login without skiplock's grants that LISTENs learns no
+-- queue name (docs/security.md, "Wake-ups"). One inlined read of a one-row table; a deleted
+-- row falls back to the old fixed name rather than failing every enqueue.
+CREATE OR REPLACE FUNCTION skiplock._wake_channel() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT w.channel FROM skiplock.wake_channel w), 'skiplock_wake')
+$$;
+
 -- Wake idle workers once per statement (not per row) for every queue that got a job due now
 -- and that some producer waits on (skiplock.waiting; '' stands for every queue): a commit
 -- that notified takes a server-wide lock, so notifying nobody would serialise every
@@ -10,7 +19,7 @@
 CREATE OR REPLACE FUNCTION skiplock._notify_inserted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM pg_notify('skiplock_wake', q.queue)
+    PERFORM pg_notify(skiplock._wake_channel(), q.queue)
     FROM (SELECT DISTINCT n.queue FROM new_rows n
           WHERE n.state = 'available' AND n.scheduled_at <= now()) AS q
     WHERE EXISTS (SELECT 1 FROM skiplock.waiting w WHERE w.queue IN (q.queue, ''));
@@ -325,7 +334,7 @@ BEGIN
         -- The insert trigger sees only inserted rows: a waiting job moved to now needs its own
         -- wake-up (a second NOTIFY for an insert is folded into one by Postgres).
         IF coalesce(_enqueue.run_at, now()) <= now() THEN
-            PERFORM pg_notify('skiplock_wake', _enqueue.queue);
+            PERFORM pg_notify(skiplock._wake_channel(), _enqueue.queue);
         END IF;
         RETURN new_id;
     END IF;
@@ -498,7 +507,7 @@ BEGIN
     -- A running job no longer counts against its queue's concurrency limits: a producer held
     -- back by one claims at once (delivered at commit), not at its next poll.
     IF cur = 'running' THEN
-        PERFORM pg_notify('skiplock_wake', q);
+        PERFORM pg_notify(skiplock._wake_channel(), q);
     END IF;
     RETURN 'cancelled';
 END;
@@ -530,7 +539,7 @@ BEGIN
     SET state = 'available', scheduled_at = now(), finalized_at = NULL,
         max_attempts = greatest(j.max_attempts, j.attempt + 1)
     WHERE j.id = retry.id;
-    PERFORM pg_notify('skiplock_wake', q);
+    PERFORM pg_notify(skiplock._wake_channel(), q);
     RETURN 'available';
 END;
 $$;
@@ -613,7 +622,7 @@ BEGIN
         WHERE j.id = pick.id
         RETURNING j.queue
     ), woken AS (
-        SELECT pg_notify('skiplock_wake', q.queue) FROM (SELECT DISTINCT m.queue FROM moved m) q
+        SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT m.queue FROM moved m) q
     )
     SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken) INTO n, woken_queues;
     RETURN n;
@@ -654,7 +663,7 @@ BEGIN
     ), woken AS (
         -- As skiplock.cancel: a queue whose running jobs were cancelled has slots free under
         -- its concurrency limits; a producer held back by one claims at once.
-        SELECT pg_notify('skiplock_wake', q.queue)
+        SELECT pg_notify(skiplock._wake_channel(), q.queue)
         FROM (SELECT DISTINCT l.queue FROM locked l JOIN moved m ON m.id = l.id
               WHERE l.state = 'running') q
     )

@@ -40,7 +40,7 @@ BEGIN
     VALUES (set_queue_limit.queue, set_queue_limit.concurrency)
     ON CONFLICT ON CONSTRAINT queues_pkey DO UPDATE SET concurrency = EXCLUDED.concurrency, updated_at = now();
     PERFORM skiplock._queue_tidy(set_queue_limit.queue);
-    PERFORM pg_notify('skiplock_wake', set_queue_limit.queue);
+    PERFORM pg_notify(skiplock._wake_channel(), set_queue_limit.queue);
 END;
 $$;
 
@@ -77,7 +77,7 @@ BEGIN
         DELETE FROM skiplock.key_rates kr WHERE kr.queue = set_key_limit.queue;
     END IF;
     PERFORM skiplock._queue_tidy(set_key_limit.queue);
-    PERFORM pg_notify('skiplock_wake', set_key_limit.queue);
+    PERFORM pg_notify(skiplock._wake_channel(), set_key_limit.queue);
 END;
 $$;
 
@@ -126,7 +126,7 @@ BEGIN
     INSERT INTO skiplock.queues AS c (queue, paused) VALUES (pause_queue.queue, true)
     ON CONFLICT ON CONSTRAINT queues_pkey DO UPDATE SET paused = true, updated_at = now();
     -- Workers holding jobs of the queue claimed ahead put them back at once (SQL API 6).
-    PERFORM pg_notify('skiplock_wake', pause_queue.queue);
+    PERFORM pg_notify(skiplock._wake_channel(), pause_queue.queue);
     RETURN NOT coalesce(was, false);
 END;
 $$;
@@ -143,7 +143,7 @@ BEGIN
     WHERE c.queue = resume_queue.queue AND c.paused;
     was := FOUND;
     PERFORM skiplock._queue_tidy(resume_queue.queue);
-    PERFORM pg_notify('skiplock_wake', resume_queue.queue);
+    PERFORM pg_notify(skiplock._wake_channel(), resume_queue.queue);
     RETURN was;
 END;
 $$;

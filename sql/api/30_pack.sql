@@ -116,7 +116,7 @@ BEGIN
                   args = j.args || jsonb_build_object('now', true)
     RETURNING j.id INTO timer_id;
     -- The insert trigger wakes workers only for inserted rows; an updated timer needs this.
-    PERFORM pg_notify('skiplock_wake', 'pack');
+    PERFORM pg_notify(skiplock._wake_channel(), 'pack');
     RETURN timer_id;
 END;
 $$;

@@ -355,7 +355,7 @@ BEGIN
     ORDER BY j.scheduled_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
     IF next_job IS NOT NULL THEN
         UPDATE skiplock.jobs j SET scheduled_at = now() WHERE j.id = next_job;
-        PERFORM pg_notify('skiplock_wake', q);
+        PERFORM pg_notify(skiplock._wake_channel(), q);
     END IF;
 END;
 $$;

@@ -151,6 +151,8 @@ BEGIN
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.settings FROM skiplock_worker';
         -- Only `skiplock migrate` (the owner) records the SQL API's version.
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.schema_info FROM skiplock_worker';
+        -- The wake-up channel's name is read (to LISTEN on it), never changed.
+        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.wake_channel FROM skiplock_worker';
         -- Queue control (limits, pause) is the owner's and the operator's, through the
         -- SECURITY DEFINER functions of sql/api/15_limits.sql: a worker login may not delete
         -- or loosen a row, the fetch queue's politeness above all (it sets that one only
@@ -180,6 +182,9 @@ BEGIN
         -- migrate, so a table added later is readable too.
         EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA skiplock TO skiplock_operator';
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA skiplock FROM skiplock_operator';
+        -- Except the wake-up channel's name: the console does not LISTEN, and whoever knows
+        -- the name hears every queue's wake-ups (migrations/0015_wake_channel.sql).
+        EXECUTE 'REVOKE SELECT ON skiplock.wake_channel FROM skiplock_operator';
         -- The console checks at start that every migration was applied.
         IF mig IS NOT NULL THEN
             EXECUTE format('GRANT SELECT ON %s TO skiplock_operator', mig);

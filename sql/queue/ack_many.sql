@@ -3,7 +3,7 @@
 -- newer attempt. Returns the ids that were written.
 --
 -- A job leaving `running` frees a slot of its queue's concurrency limits: for a queue with
--- a concurrency limit (queue or per key) the statement sends NOTIFY skiplock_wake '<queue>'
+-- a concurrency limit (queue or per key) the statement sends a NOTIFY '<queue>' on skiplock._wake_channel()
 -- (delivered at commit, once per queue and transaction), so a producer held back by the
 -- limit in another process claims again at once, not at its next poll. For other queues it
 -- costs one probe of skiplock.queues' primary key per distinct queue of the batch, in this
@@ -64,7 +64,7 @@ WHERE j.id = a.id
 RETURNING j.id, j.queue
 ),
 woken AS (
-    SELECT pg_notify('skiplock_wake', q.queue)
+    SELECT pg_notify(skiplock._wake_channel(), q.queue)
     FROM (SELECT DISTINCT acked.queue FROM acked) q
     WHERE EXISTS (SELECT 1 FROM skiplock.queues c
                   WHERE c.queue = q.queue

@@ -3,7 +3,7 @@
 -- They go back to `available` at once with reason $5 in `errors`. The attempt is given back
 -- unless $4: then the failure involved this job alone and may be its fault, so the attempt
 -- counts (and a job out of attempts is discarded), which keeps a poison row from looping.
--- Each queue that got jobs back is woken (NOTIFY skiplock_wake '<queue>', once per queue, at
+-- Each queue that got jobs back is woken (a NOTIFY '<queue>' on skiplock._wake_channel(), once per queue, at
 -- commit), so other workers claim them at once, not at their next poll.
 WITH mine AS (
     SELECT j.id, j.unique_key, NOT ($4 AND j.attempt >= j.max_attempts) AS back
@@ -44,7 +44,7 @@ WHERE j.id = h.id
 RETURNING j.id, j.state, j.queue
 ),
 woken AS (
-    SELECT pg_notify('skiplock_wake', q.queue) FROM (SELECT DISTINCT released.queue FROM released) q
+    SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT released.queue FROM released) q
 )
 -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
 SELECT released.id, released.state FROM released WHERE (SELECT count(*) FROM woken) >= 0

@@ -24,7 +24,7 @@ held AS (
           FROM stale s) k,
          skiplock._superseded_by(k.ids, k.keys, k.back) h
 ),
--- Each queue that got jobs back is woken (NOTIFY skiplock_wake '<queue>', once per queue,
+-- Each queue that got jobs back is woken (a NOTIFY '<queue>' on skiplock._wake_channel(), once per queue,
 -- at commit): an idle producer claims them at once instead of at its next poll, and one held
 -- back by a concurrency limit gets the slot the dead attempt held.
 rescued AS (
@@ -44,7 +44,7 @@ WHERE j.id = h.id
 RETURNING j.id, j.kind, j.state, j.queue
 ),
 woken AS (
-    SELECT pg_notify('skiplock_wake', q.queue) FROM (SELECT DISTINCT rescued.queue FROM rescued) q
+    SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT rescued.queue FROM rescued) q
 )
 -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
 SELECT rescued.id, rescued.kind, rescued.state FROM rescued WHERE (SELECT count(*) FROM woken) >= 0

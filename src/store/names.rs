@@ -1,13 +1,11 @@
 //! Names the SQL API and the Rust code both spell: job kinds and queues of the built-in
-//! workflows, the unique-key prefixes they own, the wake-up channel and lock rows. Rust uses
+//! workflows, the unique-key prefixes they own and lock rows. Rust uses
 //! these constants; the SQL files use the same literals, and the test below fails when the
 //! two drift apart (a constant the SQL no longer uses, or a near miss such as
 //! `'process_packet'` in the SQL).
 
 /// The queue a job goes to when none is named.
 pub const DEFAULT_QUEUE: &str = "default";
-/// The channel inserting a due job notifies (payload: its queue).
-pub const WAKE_CHANNEL: &str = "skiplock_wake";
 
 /// Kind of a fetch job.
 pub const FETCH_KIND: &str = "fetch";
@@ -103,10 +101,6 @@ pub fn reserved_job(kind: &str, queue: &str) -> Option<&'static str> {
 /// Every shared name, with where the SQL must use it.
 pub const ALL: &[(&str, &[&str])] = &[
     (DEFAULT_QUEUE, &["api/10_core.sql"]),
-    (
-        WAKE_CHANNEL,
-        &["api/10_core.sql", "api/30_pack.sql", "api/40_packets.sql"],
-    ),
     (FETCH_KIND, &["api/20_fetch.sql"]),
     (FETCH_QUEUE, &["api/20_fetch.sql"]),
     (FETCH_KEY_PREFIX, &["api/10_core.sql", "api/20_fetch.sql"]),

@@ -74,10 +74,11 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // unique keys are per kind and queue, and a replace records the args it overwrote
     // (migration 0013); the limited claim is set-based and bounded by keys examined
     // (migration 0012); a periodic job's latest failed enqueue is recorded in
-    // skiplock.periodic_jobs (migration 0014).
+    // skiplock.periodic_jobs (migration 0014); wake-ups go to a channel whose name only the
+    // owner and the worker role can read (migration 0015).
     (
         7,
-        "effc02b1b413cea4859cdf5a81d9a676830c1d0bc7530da49114677f14083ed0",
+        "7f4ff62135b04688b6a22e1286f7c1798f6dd0cbbdf1ddbc497fd72e6fe42633",
     ),
 ];
 

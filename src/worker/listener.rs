@@ -1,5 +1,6 @@
-//! LISTEN/NOTIFY wake-ups. Inserting a due job sends `NOTIFY skiplock_wake, '<queue>'` (a
-//! statement trigger, once per statement and queue); a listener task turns that into a wake
+//! LISTEN/NOTIFY wake-ups. Inserting a due job sends a NOTIFY with its queue as the payload on
+//! the wake-up channel (`skiplock._wake_channel()`, a name only skiplock's owner and worker
+//! role can read; a statement trigger, once per statement and queue); a listener task turns that into a wake
 //! signal for the queue's producer. The fallback poll covers anything missed. A payload is
 //! only a hint: the worker never starts serving a queue because a notification named it.
 
@@ -27,7 +28,7 @@ pub enum Wake {
 pub const RECONNECT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(5));
 
-/// Listens on [`crate::store::names::WAKE_CHANNEL`] until `stop`, calling `on_wake` for every notification.
+/// Listens on the wake-up channel ([`crate::store::notify::wake_channel`]) until `stop`, calling `on_wake` for every notification.
 /// Survives database restarts: it reports [`Wake::Lost`], reconnects with a capped
 /// backoff and reports [`Wake::All`] once listening again.
 pub async fn listen(pool: Pool, stop: CancellationToken, on_wake: impl Fn(Wake) + Send + Sync) {
