@@ -982,14 +982,6 @@ async fn an_apalis_row_serde_json_cannot_read_is_discarded_alone_and_its_batch_r
     assert_eq!(seen.lock().unwrap().len(), 19, "every readable job ran");
     assert_eq!(count_state(&db.pool, "completed").await, 19);
     for (id, want) in bad {
-        let (state, attempt, errors): (String, i32, serde_json::Value) =
-            sqlx::query_as("SELECT state::text, attempt, errors FROM skiplock.jobs WHERE id = $1")
-                .bind(id)
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
-        assert_eq!((state.as_str(), attempt), ("discarded", 1), "{want}");
-        let msg = errors[0]["error"].as_str().unwrap_or_default();
-        assert!(msg.contains(want), "{msg}");
+        assert_discarded_at_first_attempt(&db.pool, id, want).await;
     }
 }

@@ -550,25 +550,6 @@ async fn fetches_by_status_and_packs_are_counted() {
     sigterm(&worker.child);
 }
 
-/// Whether the server at `addr` closes a connection that sent `partial` (a request head
-/// that never ends) within `limit`: read until end of stream (a 408 may come first).
-async fn closes_a_slow_connection(addr: &str, partial: &str, limit: Duration) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(partial.as_bytes()).await.unwrap();
-    let mut buf = [0u8; 1024];
-    tokio::time::timeout(limit, async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .is_ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_endpoint_answers_only_its_own_names_and_closes_slow_connections() {
     let db = TestDb::new().await;

@@ -1137,25 +1137,6 @@ async fn the_assets_are_embedded() {
 // Hardening: host names, bounded pages, logins, sessions, read-only, messages, timeouts
 // ---------------------------------------------------------------------------------------
 
-/// Whether the server at `addr` closes a connection that sent `partial` (a request head
-/// that never ends) within `limit`: read until end of stream (a 408 may come first).
-async fn closes_a_slow_connection(addr: &str, partial: &str, limit: Duration) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(partial.as_bytes()).await.unwrap();
-    let mut buf = [0u8; 1024];
-    tokio::time::timeout(limit, async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .is_ok()
-}
-
 #[tokio::test]
 async fn a_dns_rebinding_page_can_neither_read_nor_change_the_console() {
     let db = TestDb::new().await;

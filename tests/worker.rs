@@ -970,15 +970,7 @@ async fn a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs() 
             assert_eq!((r.state.as_str(), r.attempt), ("completed", 1), "{want}");
         }
         // Read as SQL: this test is about the worker, not about `get_job`.
-        let (state, attempt, errors): (String, i32, serde_json::Value) =
-            sqlx::query_as("SELECT state::text, attempt, errors FROM skiplock.jobs WHERE id = $1")
-                .bind(bad)
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
-        assert_eq!((state.as_str(), attempt), ("discarded", 1), "{want}");
-        let msg = errors[0]["error"].as_str().unwrap_or_default();
-        assert!(msg.contains(want), "{msg}");
+        assert_discarded_at_first_attempt(&db.pool, bad, want).await;
         assert_eq!(count_state(&db.pool, "running").await, 0);
         assert_eq!(count_state(&db.pool, "available").await, 0);
     }

@@ -380,31 +380,20 @@ BEGIN
             SELECT * INTO scan FROM skiplock.key_scans ks WHERE ks.queue = q;
             -- The keys to examine: up to max_keys + 1 (one more tells whether keys are
             -- left), after the last one the previous claim examined, else from the first.
-            IF scan.after_key IS NULL THEN
-                WITH RECURSIVE w AS (
-                    (SELECT j.limit_key AS k, 1 AS i FROM skiplock.jobs j
-                     WHERE j.state = 'available' AND j.queue = q AND j.limit_key IS NOT NULL
-                     ORDER BY j.limit_key LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT j.limit_key FROM skiplock.jobs j
-                            WHERE j.state = 'available' AND j.queue = q AND j.limit_key > w.k
-                            ORDER BY j.limit_key LIMIT 1), w.i + 1
-                    FROM w WHERE w.k IS NOT NULL AND w.i <= max_keys
-                )
-                SELECT coalesce(array_agg(w.k ORDER BY w.i), '{}') INTO keys FROM w WHERE w.k IS NOT NULL;
-            ELSE
-                WITH RECURSIVE w AS (
-                    (SELECT j.limit_key AS k, 1 AS i FROM skiplock.jobs j
-                     WHERE j.state = 'available' AND j.queue = q AND j.limit_key > scan.after_key
-                     ORDER BY j.limit_key LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT j.limit_key FROM skiplock.jobs j
-                            WHERE j.state = 'available' AND j.queue = q AND j.limit_key > w.k
-                            ORDER BY j.limit_key LIMIT 1), w.i + 1
-                    FROM w WHERE w.k IS NOT NULL AND w.i <= max_keys
-                )
-                SELECT coalesce(array_agg(w.k ORDER BY w.i), '{}') INTO keys FROM w WHERE w.k IS NOT NULL;
-            END IF;
+            -- No key is '' (skiplock._check_limit_key), and a deterministic collation orders
+            -- '' before every other text, so `> ''` starts from the first key.
+            WITH RECURSIVE w AS (
+                (SELECT j.limit_key AS k, 1 AS i FROM skiplock.jobs j
+                 WHERE j.state = 'available' AND j.queue = q
+                   AND j.limit_key > coalesce(scan.after_key, '')
+                 ORDER BY j.limit_key LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.limit_key FROM skiplock.jobs j
+                        WHERE j.state = 'available' AND j.queue = q AND j.limit_key > w.k
+                        ORDER BY j.limit_key LIMIT 1), w.i + 1
+                FROM w WHERE w.k IS NOT NULL AND w.i <= max_keys
+            )
+            SELECT coalesce(array_agg(w.k ORDER BY w.i), '{}') INTO keys FROM w WHERE w.k IS NOT NULL;
             more := cardinality(keys) > max_keys;
             keys := keys[1:max_keys];
             -- The head's keys were weighed above.

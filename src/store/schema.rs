@@ -78,7 +78,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // owner and the worker role can read (migration 0015).
     (
         7,
-        "7f4ff62135b04688b6a22e1286f7c1798f6dd0cbbdf1ddbc497fd72e6fe42633",
+        "0ceb2a0e2bed1cc9b9766aaef605e7be573e6a149b699fcca60f544f126bb7d6",
     ),
 ];
 

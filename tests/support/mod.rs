@@ -436,3 +436,36 @@ pub async fn wait_exit_within(child: &mut Child, limit: Duration) -> std::proces
     })
     .await
 }
+
+/// Whether the server at `addr` closes a connection that sent `partial` (a request head
+/// that never ends) within `limit`: read until end of stream (a 408 may come first).
+pub async fn closes_a_slow_connection(addr: &str, partial: &str, limit: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(partial.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(limit, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// Job `id` was discarded at its first attempt with an error containing `want` (read as SQL,
+/// not through `get_job`, so that a row `get_job` could not read is checked too).
+pub async fn assert_discarded_at_first_attempt(pool: &PgPool, id: i64, want: &str) {
+    let (state, attempt, errors): (String, i32, serde_json::Value) =
+        sqlx::query_as("SELECT state::text, attempt, errors FROM skiplock.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), attempt), ("discarded", 1), "{want}");
+    let msg = errors[0]["error"].as_str().unwrap_or_default();
+    assert!(msg.contains(want), "{msg}");
+}
