@@ -207,6 +207,13 @@ async fn stale_row_survives_the_young_reaper_and_goes_after_its_uptime() {
         "discarded {} after the reaper was built, before its uptime reached {MAX_AGE:?}",
         discarded_at - built_at
     );
+    // The run counts its discards once its statement has committed: wait for the count.
+    wait_for(
+        "the reaper to count its discard",
+        Duration::from_secs(60),
+        || async { (reaper.discarded() >= 1).then_some(()) },
+    )
+    .await;
     assert_eq!(reaper.discarded(), 1);
 
     // The future-scheduled row created days ago is judged again and again and stays.
