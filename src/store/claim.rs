@@ -6,7 +6,7 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use super::time::{DbTime, DbTimeOpt};
-use super::{Executor, sql};
+use super::{Executor, Pool, sql};
 use crate::error::Result;
 use crate::queue::Job;
 
@@ -23,18 +23,33 @@ pub struct ClaimParams<'a> {
     pub worker: &'a str,
 }
 
-/// Claims up to `p.limit` due jobs of `p.kinds` from `p.queue` for `p.worker`.
-pub async fn claim<'e, E: Executor<'e>>(exec: E, p: ClaimParams<'_>) -> Result<Vec<Job>> {
+/// Claims up to `p.limit` due jobs of `p.kinds` from `p.queue` for `p.worker`. A claimed row
+/// whose attempt counter is at its maximum is discarded with the reason and left out (see
+/// `sql/queue/claim.sql`): a second statement, only when such a row comes back.
+pub async fn claim(pool: &Pool, p: ClaimParams<'_>) -> Result<Vec<Job>> {
     if p.limit == 0 || p.kinds.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(sqlx::query_as(sql!("queue", "claim"))
+    let mut jobs: Vec<Job> = sqlx::query_as(sql!("queue", "claim"))
         .bind(p.queue)
         .bind(p.kinds)
         .bind(p.limit.min(i64::MAX as usize) as i64)
         .bind(p.worker)
-        .fetch_all(exec)
-        .await?)
+        .fetch_all(pool)
+        .await?;
+    let overflow: Vec<i64> = jobs
+        .iter()
+        .filter(|j| j.attempt == i32::MAX)
+        .map(|j| j.id)
+        .collect();
+    if !overflow.is_empty() {
+        sqlx::query(sql!("queue", "discard_overflow"))
+            .bind(&overflow)
+            .execute(pool)
+            .await?;
+        jobs.retain(|j| j.attempt != i32::MAX);
+    }
+    Ok(jobs)
 }
 
 /// Up to `limit` distinct queues, other than `served`, that hold due jobs of `kinds`, in name
