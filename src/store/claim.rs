@@ -6,7 +6,7 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use super::time::{DbTime, DbTimeOpt};
-use super::{Executor, Pool, sql};
+use super::{Executor, sql};
 use crate::error::Result;
 use crate::queue::Job;
 
@@ -26,16 +26,21 @@ pub struct ClaimParams<'a> {
 /// Claims up to `p.limit` due jobs of `p.kinds` from `p.queue` for `p.worker`. A claimed row
 /// whose attempt counter is at its maximum is discarded with the reason and left out (see
 /// `sql/queue/claim.sql`): a second statement, only when such a row comes back.
-pub async fn claim(pool: &Pool, p: ClaimParams<'_>) -> Result<Vec<Job>> {
+pub async fn claim<'c, A>(exec: A, p: ClaimParams<'_>) -> Result<Vec<Job>>
+where
+    A: sqlx::Acquire<'c, Database = sqlx::Postgres>,
+{
     if p.limit == 0 || p.kinds.is_empty() {
         return Ok(Vec::new());
     }
+    // One connection for both statements (a pool's, or the caller's transaction).
+    let mut conn = exec.acquire().await?;
     let mut jobs: Vec<Job> = sqlx::query_as(sql!("queue", "claim"))
         .bind(p.queue)
         .bind(p.kinds)
         .bind(p.limit.min(i64::MAX as usize) as i64)
         .bind(p.worker)
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await?;
     let overflow: Vec<i64> = jobs
         .iter()
@@ -45,7 +50,7 @@ pub async fn claim(pool: &Pool, p: ClaimParams<'_>) -> Result<Vec<Job>> {
     if !overflow.is_empty() {
         sqlx::query(sql!("queue", "discard_overflow"))
             .bind(&overflow)
-            .execute(pool)
+            .execute(&mut *conn)
             .await?;
         jobs.retain(|j| j.attempt != i32::MAX);
     }
