@@ -15,6 +15,7 @@ pub mod enqueue;
 pub mod limits;
 pub mod meter;
 pub mod peers;
+pub mod pressure;
 pub mod stats;
 use crate::store::bench as store;
 use enqueue::Through;

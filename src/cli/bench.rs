@@ -71,6 +71,39 @@ pub struct BenchArgs {
     /// (`scripts/bench --apalis` builds it).
     #[arg(long)]
     pub apalis: bool,
+    /// Instead of the usual figures: sustained load while Postgres cannot vacuum. A producer
+    /// offers `--rate` jobs/s to one `skiplock worker --queues default=N` (and to Graphile
+    /// Worker unless --skip-graphile) through a clean phase, a pressure phase (a held
+    /// transaction id, or four REPEATABLE READ readers) and a recovery phase.
+    #[arg(long)]
+    pub pressure: bool,
+    /// Offered jobs/s of --pressure.
+    #[arg(long, default_value_t = 2000.0)]
+    pub rate: f64,
+    /// Seconds of --pressure's clean phase.
+    #[arg(long, default_value_t = 60)]
+    pub clean_secs: u64,
+    /// Seconds of --pressure's pressure phase.
+    #[arg(long, default_value_t = 600)]
+    pub pressure_secs: u64,
+    /// Seconds of --pressure's recovery phase.
+    #[arg(long, default_value_t = 120)]
+    pub recovery_secs: u64,
+    /// --pressure's scenarios, comma-separated: held-xmin, readers.
+    #[arg(long, default_value = "held-xmin,readers")]
+    pub scenarios: String,
+    /// The worker's concurrency under --pressure (`--queues default=N`).
+    #[arg(long, default_value_t = 50)]
+    pub worker_concurrency: usize,
+    /// With --pressure: also find the highest rate each queue sustains clean.
+    #[arg(long)]
+    pub ramp: bool,
+    /// Seconds of each step of --ramp.
+    #[arg(long, default_value_t = 20)]
+    pub ramp_secs: u64,
+    /// With --pressure: write a picture (SVG) of completion rate and pickup p95 over time.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
 }
 
 fn rate(s: Option<&Stat>) -> String {
@@ -386,6 +419,9 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
     if a.apalis {
         return run_apalis(&server, &a).await;
     }
+    if a.pressure {
+        return run_pressure(&server, a).await;
+    }
     let worker_bin = if a.skip_processes {
         None
     } else {
@@ -428,6 +464,64 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+/// `skiplock bench --pressure`.
+async fn run_pressure(server: &str, a: BenchArgs) -> anyhow::Result<()> {
+    use super::check_flag;
+    use crate::bench::pressure::{self, PressureOptions, Scenario};
+    check_flag(
+        "--worker-concurrency",
+        a.worker_concurrency as i128,
+        1,
+        10_000,
+    )?;
+    check_flag("--clean-secs", a.clean_secs.into(), 5, 86_400)?;
+    check_flag("--pressure-secs", a.pressure_secs.into(), 5, 86_400)?;
+    check_flag("--recovery-secs", a.recovery_secs.into(), 5, 86_400)?;
+    check_flag("--ramp-secs", a.ramp_secs.into(), 10, 3600)?;
+    if !(a.rate.is_finite() && (1.0..=1_000_000.0).contains(&a.rate)) {
+        anyhow::bail!("--rate must be 1 to 1000000 jobs/s, got {}", a.rate);
+    }
+    let scenarios = a
+        .scenarios
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(Scenario::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    let o = PressureOptions {
+        rate: a.rate,
+        clean: std::time::Duration::from_secs(a.clean_secs),
+        pressure: std::time::Duration::from_secs(a.pressure_secs),
+        recovery: std::time::Duration::from_secs(a.recovery_secs),
+        scenarios,
+        concurrency: a.worker_concurrency,
+        worker_bin: std::env::current_exe()?,
+        graphile: (!a.skip_graphile).then(|| Graphile {
+            node: a.node.clone(),
+            dir: a.graphile_dir.clone(),
+        }),
+        ramp: a.ramp,
+        ramp_step: std::time::Duration::from_secs(a.ramp_secs),
+    };
+    let progress = crate::progress::Progress::spinner("bench");
+    let report = pressure::run(server, &o, |m| {
+        progress.line(&format!("bench: {m}"));
+        progress.message(m.to_string());
+    })
+    .await;
+    progress.clear();
+    let report = report?;
+    if let Some(path) = &a.svg {
+        std::fs::write(path, pressure::svg(&report))
+            .map_err(|e| anyhow::anyhow!("bench: cannot write {}: {e}", path.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", pressure::render(&report));
     }
     Ok(())
 }

@@ -313,6 +313,110 @@ pub(crate) async fn pages_fetched(p: &PgPool) -> Result<i64> {
         .await?)
 }
 
+/// Pickup latencies (ms) of the jobs completed with finalized_at in (`from`, `to`] (epoch s).
+pub(crate) async fn pressure_completed(p: &PgPool, from: f64, to: f64) -> Result<Vec<f64>> {
+    Ok(sqlx::query_scalar(sql!("bench", "pressure_completed"))
+        .bind(from)
+        .bind(to)
+        .fetch_all(p)
+        .await?)
+}
+
+/// Dead tuples of the tables of `schema` (the statistics' figure).
+pub(crate) async fn pressure_dead_tuples(p: &PgPool, schema: &str) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql!("bench", "pressure_dead_tuples"))
+        .bind(schema)
+        .fetch_one(p)
+        .await?)
+}
+
+/// `n` no-op jobs in one `enqueue_many` call.
+pub(crate) async fn pressure_enqueue(p: &PgPool, n: i32) -> Result<()> {
+    sqlx::query(sql!("bench", "pressure_enqueue"))
+        .bind(n)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+/// `n` no-op Graphile Worker jobs carrying the producer's clock `t_ms`.
+pub(crate) async fn pressure_enqueue_graphile(p: &PgPool, n: i32, t_ms: f64) -> Result<()> {
+    sqlx::query(sql!("bench", "pressure_enqueue_graphile"))
+        .bind(n)
+        .bind(t_ms)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+/// Registered worker processes.
+pub(crate) async fn pressure_workers(p: &PgPool) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql!("bench", "pressure_workers"))
+        .fetch_one(p)
+        .await?)
+}
+
+/// A session holding a transaction id (the vacuum horizon) until [`Holder::end`].
+pub(crate) struct Holder(sqlx::PgConnection);
+
+/// Opens the holder's transaction and takes its transaction id.
+pub(crate) async fn pressure_holder(url: &str) -> Result<Holder> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(url).await?;
+    sqlx::query("BEGIN").execute(&mut c).await?;
+    sqlx::query(sql!("bench", "pressure_hold"))
+        .execute(&mut c)
+        .await?;
+    Ok(Holder(c))
+}
+
+impl Holder {
+    /// Rolls the transaction back and closes the session.
+    pub(crate) async fn end(mut self) {
+        use sqlx::Connection;
+        let _ = sqlx::query("ROLLBACK").execute(&mut self.0).await;
+        let _ = self.0.close().await;
+    }
+}
+
+/// A session in one long `REPEATABLE READ` transaction that counts a queue's table.
+pub(crate) struct Reader {
+    conn: sqlx::PgConnection,
+    graphile: bool,
+}
+
+/// Opens a reader's transaction on the table of `schema` (skiplock or graphile_worker).
+pub(crate) async fn pressure_reader(url: &str, schema: &str) -> Result<Reader> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut conn)
+        .await?;
+    Ok(Reader {
+        conn,
+        graphile: schema == "graphile_worker",
+    })
+}
+
+impl Reader {
+    /// One count of the table (the first one takes the transaction's snapshot).
+    pub(crate) async fn count(&mut self) -> Result<i64> {
+        let q = if self.graphile {
+            sql!("bench", "pressure_read_graphile")
+        } else {
+            sql!("bench", "pressure_read_skiplock")
+        };
+        Ok(sqlx::query_scalar(q).fetch_one(&mut self.conn).await?)
+    }
+
+    /// Ends the transaction and closes the session.
+    pub(crate) async fn end(mut self) {
+        use sqlx::Connection;
+        let _ = sqlx::query("COMMIT").execute(&mut self.conn).await;
+        let _ = self.conn.close().await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

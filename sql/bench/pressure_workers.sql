@@ -1,0 +1,2 @@
+-- Worker processes registered (the pressure benchmark waits for its worker).
+SELECT count(*) FROM skiplock.workers
