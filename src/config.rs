@@ -33,6 +33,8 @@ pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_FETCH_COOLDOWN: Duration = Duration::from_millis(2);
 /// Jobs a queue's producer may hold claimed beyond its free slots (`SKIPLOCK_CLAIM_AHEAD`).
 pub const DEFAULT_CLAIM_AHEAD: usize = 200;
+/// Default of [`QueueSettings::claim_lookback`].
+pub const DEFAULT_CLAIM_LOOKBACK: Duration = Duration::from_secs(1);
 /// Default time the first acknowledgement of a batch waits for company.
 pub const DEFAULT_ACK_DELAY: Duration = Duration::from_millis(2);
 /// Default size of the database connection pool of one process's handlers.
@@ -277,6 +279,8 @@ pub fn duration_range(name: &str) -> (Duration, Duration) {
         "SKIPLOCK_BACKOFF_UNIT" => (Duration::ZERO, secs(DAY)),
         "SKIPLOCK_BACKOFF_MAX" => (Duration::ZERO, secs(365 * DAY)),
         "SKIPLOCK_FETCH_COOLDOWN" | "SKIPLOCK_ACK_DELAY" => (Duration::ZERO, secs(1)),
+        // A claim re-reads this much of each lane it found empty (src/worker/cursor.rs).
+        "SKIPLOCK_CLAIM_LOOKBACK" => (Duration::ZERO, secs(HOUR)),
         "SKIPLOCK_PACKET_TIMEOUT" => (MS, secs(7 * DAY)),
         "SKIPLOCK_POLITENESS" => (Duration::ZERO, secs(DAY)),
         "SKIPLOCK_FETCH_TIMEOUT" => (MS, secs(HOUR)),
@@ -492,6 +496,11 @@ pub struct QueueSettings {
     /// Most queues a worker serving every queue runs producers for at once
     /// (`SKIPLOCK_MAX_QUEUES`, 100).
     pub max_queues: usize,
+    /// How far before its last claim a producer's next claim reads a lane it found empty
+    /// (`SKIPLOCK_CLAIM_LOOKBACK`, 1s): a job whose transaction commits later than this after
+    /// its `scheduled_at` waits for the producer's next claim from the start of every lane
+    /// (`worker::cursor`; docs/internals.md, "Claims when Postgres cannot vacuum").
+    pub claim_lookback: Duration,
 }
 
 impl Default for QueueSettings {
@@ -513,6 +522,7 @@ impl Default for QueueSettings {
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             max_queues: DEFAULT_MAX_QUEUES,
+            claim_lookback: DEFAULT_CLAIM_LOOKBACK,
         }
     }
 }
@@ -548,6 +558,7 @@ impl QueueSettings {
             statement_timeout: env_duration("SKIPLOCK_STATEMENT_TIMEOUT", d.statement_timeout)?,
             lock_timeout: env_duration("SKIPLOCK_LOCK_TIMEOUT", d.lock_timeout)?,
             max_queues: env_usize("SKIPLOCK_MAX_QUEUES", d.max_queues)?,
+            claim_lookback: env_duration("SKIPLOCK_CLAIM_LOOKBACK", d.claim_lookback)?,
         };
         s.validate()?;
         Ok(s)
@@ -573,6 +584,7 @@ impl QueueSettings {
             ("SKIPLOCK_BACKOFF_MAX", self.backoff_max),
             ("SKIPLOCK_FETCH_COOLDOWN", self.fetch_cooldown),
             ("SKIPLOCK_ACK_DELAY", self.ack_delay),
+            ("SKIPLOCK_CLAIM_LOOKBACK", self.claim_lookback),
         ] {
             check_duration(name, d)?;
         }

@@ -16,9 +16,16 @@ $$;
 -- enqueue's commit for nothing. A statement trigger covers skiplock.enqueue, enqueue_many and
 -- plain INSERTs from psql alike; owner's rights, so an inserting role needs no access to
 -- skiplock.waiting.
+--
+-- The same trigger registers the statement's lanes (skiplock.lanes; the claim reads a queue
+-- lane by lane): one probe of the lanes' primary key per lane of the statement, which writes
+-- nothing when the lane is known.
 CREATE OR REPLACE FUNCTION skiplock._notify_inserted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    INSERT INTO skiplock.lanes (queue, priority)
+    SELECT DISTINCT n.queue, n.priority FROM new_rows n
+    ON CONFLICT DO NOTHING;
     PERFORM pg_notify(skiplock._wake_channel(), q.queue)
     FROM (SELECT DISTINCT n.queue FROM new_rows n
           WHERE n.state = 'available' AND n.scheduled_at <= now()) AS q
@@ -331,8 +338,12 @@ BEGIN
             errors = CASE WHEN j.args = EXCLUDED.args THEN j.errors
                           ELSE j.errors || skiplock._replaced_entry(j.attempt, j.args) END
         RETURNING id INTO new_id;
-        -- The insert trigger sees only inserted rows: a waiting job moved to now needs its own
-        -- wake-up (a second NOTIFY for an insert is folded into one by Postgres).
+        -- The insert trigger sees only inserted rows: a replace that moved the job to another
+        -- priority registers that lane itself (the claim reads lane by lane), and a waiting
+        -- job moved to now needs its own wake-up (a second NOTIFY for an insert is folded
+        -- into one by Postgres).
+        INSERT INTO skiplock.lanes (queue, priority) VALUES (_enqueue.queue, _enqueue.priority)
+        ON CONFLICT DO NOTHING;
         IF coalesce(_enqueue.run_at, now()) <= now() THEN
             PERFORM pg_notify(skiplock._wake_channel(), _enqueue.queue);
         END IF;
@@ -359,6 +370,104 @@ BEGIN
             RETURN new_id;
         END IF;
     END LOOP;
+END;
+$$;
+
+-- The claim (sql/queue/claim.sql calls it): up to n + ahead due jobs of `kinds` from queue `q`
+-- move to `running` for `worker`, in claim order (priority, then scheduled_at, then id), with
+-- SKIP LOCKED so many workers claim side by side. A queue with a row in skiplock.queues
+-- (limited or paused) is claimed through skiplock._claim_limited instead (n for free slots,
+-- `ahead` more for the worker's buffer, within its limits).
+--
+-- Lanes. Each priority of a queue is a lane (skiplock.lanes); a lane is read from
+-- `lane_since` on (per lane in `lane_priority`; a lane not named is read from its start), not
+-- from the head of jobs_claim_idx. The index keeps an entry for every job claimed since the
+-- vacuum horizon was pinned (a long transaction, a REPEATABLE READ report, a replication slot
+-- left behind): dead to everyone, but vacuum may not remove it, and a scan from the head has
+-- to step over each one, so without the bound every claim would cost more with every job run
+-- since (docs/internals.md, "Claims when Postgres cannot vacuum"). The worker keeps where each
+-- lane's scan may start (src/worker/cursor.rs): a little before the claim time of its last
+-- claim that found the lane empty. NULL arrays: a claim from the start of every lane, which
+-- also registers a lane a plain UPDATE of `priority` or `queue` made without one (the worker
+-- sends such a claim first, after a failure, and then as often as their cost allows).
+--
+-- Returns the claimed jobs, then one row with id NULL: the claim's clock (`attempted_at`),
+-- the lanes it read to their end (`exhausted`), and for a controlled queue what
+-- skiplock._claim_limited reports (`controlled`, `wait_until`, `buffer_room`).
+--
+-- A row whose attempt counter is already at its maximum (2147483647: only a trusted role can
+-- write one) keeps it rather than failing every claim of its queue on `integer out of range`;
+-- store::claim discards such a row with the reason (sql/queue/discard_overflow.sql).
+CREATE OR REPLACE FUNCTION skiplock._claim(q text, kinds text[], n integer, worker text, ahead integer,
+                                           lane_priority smallint[], lane_since timestamptz[])
+RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint, attempt integer,
+               max_attempts integer, scheduled_at timestamptz, created_at timestamptz,
+               attempted_at timestamptz, controlled boolean, wait_until timestamptz,
+               buffer_room integer, exhausted smallint[])
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    want integer := greatest(coalesce(n, 0), 0) + greatest(coalesce(ahead, 0), 0);
+    picked tid[] := '{}';
+    got tid[];
+    lane record;
+    read_out smallint[] := '{}';
+BEGIN
+    IF EXISTS (SELECT 1 FROM skiplock.queues c WHERE c.queue = q) THEN
+        RETURN QUERY SELECT l.*, NULL::smallint[] FROM skiplock._claim_limited(q, kinds, n, worker, ahead) l;
+        RETURN;
+    END IF;
+    IF want > 0 AND coalesce(cardinality(kinds), 0) > 0 THEN
+        IF lane_priority IS NULL THEN
+            -- From the start: first register the queue's lanes that have available jobs and no
+            -- row (a loose index scan, one probe per priority).
+            INSERT INTO skiplock.lanes AS l (queue, priority)
+            WITH RECURSIVE p AS (
+                (SELECT j.priority FROM skiplock.jobs j
+                 WHERE j.state = 'available' AND j.queue = q
+                 ORDER BY j.priority LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.priority FROM skiplock.jobs j
+                        WHERE j.state = 'available' AND j.queue = q AND j.priority > p.priority
+                        ORDER BY j.priority LIMIT 1)
+                FROM p WHERE p.priority IS NOT NULL
+            )
+            SELECT q, p.priority FROM p WHERE p.priority IS NOT NULL
+            ON CONFLICT DO NOTHING;
+        END IF;
+        FOR lane IN
+            SELECT l.priority AS p, coalesce(c.since, '-infinity') AS since
+            FROM skiplock.lanes l
+            LEFT JOIN unnest(lane_priority, lane_since) AS c(p, since) ON c.p = l.priority
+            WHERE l.queue = q
+            ORDER BY l.priority
+        LOOP
+            got := ARRAY(SELECT j.ctid FROM skiplock.jobs j
+                         WHERE j.state = 'available' AND j.queue = q AND j.priority = lane.p
+                           AND j.scheduled_at >= lane.since AND j.scheduled_at <= now()
+                           AND j.kind = ANY(kinds)
+                         ORDER BY j.scheduled_at, j.id
+                         LIMIT want - cardinality(picked)
+                         FOR UPDATE SKIP LOCKED);
+            picked := picked || got;
+            EXIT WHEN cardinality(picked) >= want;
+            read_out := read_out || lane.p;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+    UPDATE skiplock.jobs j
+    SET state = 'running',
+        attempt = least(j.attempt, 2147483646) + 1,
+        attempted_at = now(),
+        attempted_by = worker,
+        heartbeat_at = now()
+    WHERE j.ctid = ANY(picked)
+    RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts,
+              j.scheduled_at, j.created_at, j.attempted_at, false, NULL::timestamptz,
+              NULL::integer, NULL::smallint[];
+    RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::integer,
+                        NULL::integer, NULL::timestamptz, NULL::timestamptz, now(), false,
+                        NULL::timestamptz, NULL::integer, read_out;
 END;
 $$;
 

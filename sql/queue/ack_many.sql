@@ -32,7 +32,13 @@ UPDATE skiplock.jobs j
 SET state = CASE WHEN a.holder IS NOT NULL THEN 'cancelled' ELSE a.state END,
     finalized_at = CASE WHEN a.holder IS NOT NULL OR a.state IN ('completed', 'discarded', 'cancelled')
                         THEN now() END,
-    scheduled_at = coalesce(a.scheduled_at, j.scheduled_at),
+    -- A job going back is due no earlier than this statement's clock (the database's, not
+    -- the worker's, whose clock may lag): a claim reads each lane from a little before its
+    -- own clock on (src/worker/cursor.rs), and a retry stamped with a lagging clock would sit
+    -- behind that until a claim from the start of the lane found it.
+    scheduled_at = CASE WHEN a.state = 'available'
+                        THEN greatest(coalesce(a.scheduled_at, j.scheduled_at), now())
+                        ELSE coalesce(a.scheduled_at, j.scheduled_at) END,
     attempt = CASE WHEN a.give_back THEN j.attempt - 1 ELSE j.attempt END,
     errors = CASE WHEN a.error IS NULL AND a.holder IS NULL THEN j.errors
                   ELSE j.errors

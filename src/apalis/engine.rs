@@ -27,6 +27,7 @@ use crate::store::claim::ClaimParams;
 use crate::store::heartbeat::{HeldJob, WorkerInfo, heartbeat_many, worker_remove, worker_upsert};
 use crate::store::limits::claim_any;
 use crate::store::schema::moved_after_beat;
+use crate::worker::cursor::{Answer, Cursors};
 use crate::worker::heartbeat::{interval_for, retry_backoff};
 use crate::worker::listener::{Wake, listen};
 use crate::worker::outcome::{Attempt, RetryPolicy, decide};
@@ -346,9 +347,12 @@ async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
     let mut failing = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let cooldown = e.opts.settings.fetch_cooldown;
     let mut last_claim = tokio::time::Instant::now() - cooldown;
-    // The queue has limits or is paused: claims go through the limited claim, as the native
-    // worker's do (`store::limits::claim_any`).
-    let mut controlled = false;
+    // Where each claim reads the queue's lanes from, as the native producer's
+    // (`worker::cursor`).
+    let mut cursors = Cursors::new(
+        e.opts.settings.claim_lookback,
+        e.opts.settings.poll_interval,
+    );
     loop {
         if e.claiming.is_cancelled() {
             return;
@@ -375,13 +379,29 @@ async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
                 limit: free,
                 worker: &e.worker_id,
             };
-            let answer = claim_any(&e.pool, params, free, controlled).await;
+            let sent = std::time::Instant::now();
+            let lanes = cursors.next(sent);
+            let answer = claim_any(&e.pool, params, free, lanes.as_deref()).await;
             // One claim at a time: the cooldown counts from its answer (the native producer
             // counts from the later of a claim's start and answer).
             last_claim = tokio::time::Instant::now();
             match answer {
                 Ok(got) => {
-                    controlled = got.controlled;
+                    let claimed: Vec<_> = got
+                        .jobs
+                        .iter()
+                        .map(|j| (j.priority, j.scheduled_at))
+                        .collect();
+                    cursors.answered(
+                        lanes.is_none(),
+                        sent,
+                        sent.elapsed(),
+                        Answer {
+                            clock: got.clock,
+                            exhausted: &got.exhausted,
+                            claimed: &claimed,
+                        },
+                    );
                     let jobs = got.jobs;
                     e.availability.success();
                     failing.reset();
@@ -417,6 +437,7 @@ async fn produce(e: Arc<Engine>, tx: mpsc::UnboundedSender<Job>) {
                     }
                 }
                 Err(err) => {
+                    cursors.failed();
                     e.availability.observe(&err);
                     let d = failing.next_delay();
                     tracing::warn!(error = %err, "apalis storage: claim failed; retrying in {d:?}");

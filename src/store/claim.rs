@@ -2,8 +2,9 @@
 //! kinds a worker handles to `running` (`sql/queue/claim.sql`), and the two questions a
 //! worker asks around it (which queues have work, is anything claimable at all).
 
-use sqlx::Row;
+use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
+use sqlx::{FromRow, Row};
 
 use super::time::{DbTime, DbTimeOpt};
 use super::{Executor, sql};
@@ -23,26 +24,106 @@ pub struct ClaimParams<'a> {
     pub worker: &'a str,
 }
 
-/// Claims up to `p.limit` due jobs of `p.kinds` from `p.queue` for `p.worker`. A claimed row
-/// whose attempt counter is at its maximum is discarded with the reason and left out (see
-/// `sql/queue/claim.sql`): a second statement, only when such a row comes back.
+/// Where one lane of a queue (one priority) is read from by a claim: jobs with an older
+/// `scheduled_at` are not looked at (`skiplock._claim` in `sql/api/10_core.sql` says why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneStart {
+    /// The lane's priority.
+    pub priority: i16,
+    /// The oldest `scheduled_at` the claim reads in it.
+    pub since: DateTime<Utc>,
+}
+
+/// What one claim brought back.
+#[derive(Debug, Clone, Default)]
+pub struct Claimed {
+    /// The jobs claimed, in claim order (priority, scheduled_at, id).
+    pub jobs: Vec<Job>,
+    /// The queue has limits or is paused (its claim went through `skiplock._claim_limited`).
+    pub controlled: bool,
+    /// A limit or a pause may have held jobs back.
+    pub held: bool,
+    /// When a job held back by a key's rate may start.
+    pub wait_until: Option<DateTime<Utc>>,
+    /// How many jobs the next claim may ask for the buffer (None: no bound).
+    pub buffer_room: Option<usize>,
+    /// The claim's clock (the database's), None when it said none.
+    pub clock: Option<DateTime<Utc>>,
+    /// The lanes the claim read to their end.
+    pub exhausted: Vec<i16>,
+}
+
+/// Claims up to `p.limit` due jobs of `p.kinds` from `p.queue` for `p.worker`, reading every
+/// lane from its start (`claim_from` with no lanes, every job for a free slot).
 pub async fn claim<'c, A>(exec: A, p: ClaimParams<'_>) -> Result<Vec<Job>>
 where
     A: sqlx::Acquire<'c, Database = sqlx::Postgres>,
 {
-    if p.limit == 0 || p.kinds.is_empty() {
-        return Ok(Vec::new());
+    Ok(claim_from(exec, p, p.limit, None).await?.jobs)
+}
+
+/// Claims up to `p.limit` due jobs of `p.kinds` from `p.queue` for `p.worker`
+/// (`sql/queue/claim.sql`): `free` of them for free slots, the rest for the worker's buffer (a
+/// controlled queue may give the buffer less: `skiplock._claim_limited`), each lane read from
+/// its [`LaneStart`] (`lanes` None: every lane from its start). A claimed row whose attempt
+/// counter is at its maximum is discarded with the reason and left out (a second statement,
+/// only when such a row comes back).
+pub async fn claim_from<'c, A>(
+    exec: A,
+    p: ClaimParams<'_>,
+    free: usize,
+    lanes: Option<&[LaneStart]>,
+) -> Result<Claimed>
+where
+    A: sqlx::Acquire<'c, Database = sqlx::Postgres>,
+{
+    if p.kinds.is_empty() {
+        return Ok(Claimed::default());
     }
+    let n = free.min(p.limit);
+    let ahead = p.limit - n;
+    let (priorities, since): (Option<Vec<i16>>, Option<Vec<DateTime<Utc>>>) = match lanes {
+        Some(l) => (
+            Some(l.iter().map(|l| l.priority).collect()),
+            Some(l.iter().map(|l| l.since).collect()),
+        ),
+        None => (None, None),
+    };
     // One connection for both statements (a pool's, or the caller's transaction).
     let mut conn = exec.acquire().await?;
-    let mut jobs: Vec<Job> = sqlx::query_as(sql!("queue", "claim"))
+    let rows: Vec<PgRow> = sqlx::query(sql!("queue", "claim"))
         .bind(p.queue)
         .bind(p.kinds)
-        .bind(p.limit.min(i64::MAX as usize) as i64)
+        .bind(n.min(i32::MAX as usize) as i32)
         .bind(p.worker)
+        .bind(ahead.min(i32::MAX as usize) as i32)
+        .bind(priorities)
+        .bind(since)
         .fetch_all(&mut *conn)
         .await?;
-    let overflow: Vec<i64> = jobs
+    let mut out = Claimed::default();
+    for r in &rows {
+        if r.try_get::<Option<i64>, _>("id")?.is_some() {
+            out.jobs.push(Job::from_row(r)?);
+        } else {
+            out.controlled = r.try_get::<Option<bool>, _>("controlled")?.unwrap_or(false);
+            out.wait_until = r.try_get::<DbTimeOpt, _>("wait_until")?.0;
+            out.buffer_room = r
+                .try_get::<Option<i32>, _>("buffer_room")?
+                .map(|n| n.max(0) as usize);
+            out.clock = r.try_get::<DbTimeOpt, _>("attempted_at")?.0;
+            out.exhausted = r
+                .try_get::<Option<Vec<i16>>, _>("exhausted")?
+                .unwrap_or_default();
+        }
+    }
+    out.held = out.controlled;
+    // The UPDATE returns rows in the order it met them; a buffer starts them in claim order.
+    out.jobs.sort_by(|a, b| {
+        (a.priority, a.scheduled_at, a.id).cmp(&(b.priority, b.scheduled_at, b.id))
+    });
+    let overflow: Vec<i64> = out
+        .jobs
         .iter()
         .filter(|j| j.attempt == i32::MAX)
         .map(|j| j.id)
@@ -52,9 +133,9 @@ where
             .bind(&overflow)
             .execute(&mut *conn)
             .await?;
-        jobs.retain(|j| j.attempt != i32::MAX);
+        out.jobs.retain(|j| j.attempt != i32::MAX);
     }
-    Ok(jobs)
+    Ok(out)
 }
 
 /// Up to `limit` distinct queues, other than `served`, that hold due jobs of `kinds`, in name

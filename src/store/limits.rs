@@ -10,7 +10,7 @@ use serde::Serialize;
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Row};
 
-use super::claim::ClaimParams;
+use super::claim::{ClaimParams, Claimed, LaneStart};
 use super::time::DbTimeOpt;
 use super::{Executor, sql};
 use crate::error::{Error, Result};
@@ -31,51 +31,18 @@ pub struct LimitedClaim {
     pub buffer_room: Option<usize>,
 }
 
-/// What one claim brought back.
-pub struct Claimed {
-    pub jobs: Vec<Job>,
-    /// The queue has limits or is paused (the next claim goes through the limited claim).
-    pub controlled: bool,
-    /// A limit or a pause may have held jobs back.
-    pub held: bool,
-    /// When a job held back by a key's rate may start.
-    pub wait_until: Option<DateTime<Utc>>,
-    /// How many jobs the next claim may ask for the buffer (None: no bound).
-    pub buffer_room: Option<usize>,
-}
-
-/// The claim a worker makes: the plain claim, or the limited one for a controlled queue (`controlled`: the last claim
-/// found the queue controlled). The plain claim never claims from a controlled queue, so
-/// when it comes back empty the limited one is asked, and says whether the queue is. Of the
-/// `params.limit` jobs asked for, `free` are for free slots and the rest for the buffer: the
-/// limited claim gives the buffer only part of the room a concurrency limit leaves, and
-/// nothing under a key's limits (`skiplock._claim_limited`).
+/// The claim a worker makes (`store::claim::claim_from`): the plain claim, or for a queue
+/// with limits or paused the limited one, which the database picks. Of the `params.limit`
+/// jobs asked for, `free` are for free slots and the rest for the buffer: the limited claim
+/// gives the buffer only part of the room a concurrency limit leaves, and nothing under a
+/// key's limits (`skiplock._claim_limited`).
 pub async fn claim_any(
     pool: &super::Pool,
     params: ClaimParams<'_>,
     free: usize,
-    controlled: bool,
+    lanes: Option<&[LaneStart]>,
 ) -> Result<Claimed> {
-    if !controlled {
-        let jobs = super::claim::claim(pool, params).await?;
-        if !jobs.is_empty() || params.limit == 0 || params.kinds.is_empty() {
-            return Ok(Claimed {
-                jobs,
-                controlled: false,
-                held: false,
-                wait_until: None,
-                buffer_room: None,
-            });
-        }
-    }
-    let got = claim_limited(pool, params, params.limit.saturating_sub(free)).await?;
-    Ok(Claimed {
-        jobs: got.jobs,
-        controlled: got.controlled,
-        held: got.controlled,
-        wait_until: got.wait_until,
-        buffer_room: got.buffer_room,
-    })
+    super::claim::claim_from(pool, params, free, lanes).await
 }
 
 /// Claims from a queue that has limits or is paused (`sql/queue/claim_limited.sql`): up to

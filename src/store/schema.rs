@@ -80,6 +80,14 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         7,
         "0ceb2a0e2bed1cc9b9766aaef605e7be573e6a149b699fcca60f544f126bb7d6",
     ),
+    // Claims that stay fast while Postgres cannot vacuum: skiplock._claim reads each lane of a
+    // queue (skiplock.lanes, migration 0016; one per priority) from where the worker's last
+    // claims left it, and is the one claim statement (it calls skiplock._claim_limited for a
+    // controlled queue). Workers of version 7 stop on the schema change.
+    (
+        8,
+        "8f6f3fb6f3929699b7f8143bb257c3e6b91aa9f217327afe07eda20049dab0a9",
+    ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

@@ -28,6 +28,7 @@
 mod builder;
 pub mod builtin;
 pub mod completer;
+pub(crate) mod cursor;
 pub mod executor;
 pub mod faults;
 pub mod handler;

@@ -26,6 +26,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::cursor::{Answer, Cursors};
 use super::faults::{self, Point};
 use super::handler::JobContext;
 use super::outcome::{Attempt, RetryPolicy, decide};
@@ -35,7 +36,8 @@ use crate::error::Result;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
 use crate::store::claim::ClaimParams;
-use crate::store::limits::{BufferControl, Claimed, buffer_control, claim_any};
+use crate::store::claim::Claimed;
+use crate::store::limits::{BufferControl, buffer_control, claim_any};
 use crate::store::notify::{waiting_add, waiting_remove};
 
 /// First and longest wait between two failed claims.
@@ -71,6 +73,8 @@ pub(crate) struct Producer {
     /// Asked to make room for another queue: it claims no more and retires as soon as no
     /// claim is in flight and its buffer is empty (its started jobs run on).
     pub give_way: AtomicBool,
+    /// Where its next claim reads each lane of the queue from (`super::cursor`).
+    cursors: Mutex<Cursors>,
 }
 
 impl Producer {
@@ -79,6 +83,7 @@ impl Producer {
         limit: usize,
         wake: Arc<Notify>,
         retire_after: Option<Duration>,
+        cursors: Cursors,
     ) -> Self {
         Producer {
             queue: queue.to_string(),
@@ -91,7 +96,12 @@ impl Producer {
             retire_after,
             idle_since: Mutex::new(None),
             give_way: AtomicBool::new(false),
+            cursors: Mutex::new(cursors),
         }
+    }
+
+    fn cursors(&self) -> MutexGuard<'_, Cursors> {
+        self.cursors.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Since when its claims have found the queue drained (see the field).
@@ -254,6 +264,13 @@ fn let_go_of_buffer(shared: &Shared, p: &Producer) -> usize {
 /// wake-ups when it started, and what came back.
 type ClaimFuture = BoxFuture<'static, (usize, u64, Result<Claimed>)>;
 
+/// How long a producer's claims must have come back full before it stops being registered
+/// as waiting (`skiplock.waiting`). Every registration and removal is a row written and
+/// deleted, and while Postgres cannot vacuum each one leaves a version that every insert's
+/// wake-up check (`skiplock._notify_inserted`) steps over; a queue whose claims alternate
+/// between full and short would write them several times a second.
+const UNREGISTER_AFTER: Duration = Duration::from_secs(1);
+
 /// Runs the producer until `shared.stop_claiming` (or retirement). `careful`: claim one job
 /// per statement for the first `limit` jobs (set after a failed run, so that if a row makes
 /// the producer fail again, it fails alone).
@@ -286,6 +303,8 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     // before the next claim.
     let mut waiting = false;
     let mut register = false;
+    // Since when its claims have come back full without a short one (see UNREGISTER_AFTER).
+    let mut busy_since: Option<Instant> = None;
     // Whether the queue has limits or is paused (skiplock.queues): then every claim goes
     // through skiplock._claim_limited, which gives the buffer only part of the room a
     // concurrency limit leaves (a buffered job counts against it without running) and nothing
@@ -397,7 +416,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                 ClaimNow::Now(want) => {
                     last_claim = Instant::now();
                     inflight_want += want;
-                    inflight.push(start_claim(&shared, &p, want, free, controlled, wakes));
+                    inflight.push(start_claim(&shared, &p, want, free, wakes));
                 }
                 ClaimNow::AfterCooldown => {
                     cooldown_at = Some(tokio::time::Instant::from_std(last_claim + cooldown));
@@ -431,11 +450,16 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                 // meanwhile go into the next claim rather than one claim each.
                 last_claim = Instant::now();
                 match r {
-                    Ok(Claimed { jobs, controlled: c, held, wait_until: until, buffer_room: room }) => {
+                    Ok(Claimed { jobs, controlled: c, held, wait_until: until, buffer_room: room, .. }) => {
                         buffer_room = room;
                         shared.metrics.claimed(jobs.len());
                         backoff.reset();
                         backlog = look_again(jobs.len(), want, started_at, wakes);
+                        if backlog {
+                            busy_since.get_or_insert_with(Instant::now);
+                        } else {
+                            busy_since = None;
+                        }
                         if c && !controlled && let_go_of_buffer(&shared, &p) > 0 {
                             // The plain claim took these before the queue got its control
                             // row: counted against no limit. This answer's jobs, claimed
@@ -458,7 +482,9 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
                         if careful_left == 0 {
                             p.one_at_a_time.store(false, Ordering::Relaxed);
                         }
-                        if backlog && waiting {
+                        if backlog && waiting
+                            && busy_since.is_some_and(|t| t.elapsed() >= UNREGISTER_AFTER)
+                        {
                             // Busy: inserts here need not notify anyone on this worker's
                             // account. Failing is harmless (a few needless NOTIFYs).
                             match waiting_remove(&shared.pool, &shared.worker_id, &p.queue).await {
@@ -530,12 +556,12 @@ pub(crate) fn limit_nap(
 }
 
 /// Starts one claim of up to `want` jobs; the future answers with `want` and what came back.
+/// The producer's cursors say where it reads each lane, and learn from the answer.
 fn start_claim(
     shared: &Arc<Shared>,
     p: &Arc<Producer>,
     want: usize,
     free: usize,
-    controlled: bool,
     wakes: u64,
 ) -> ClaimFuture {
     let (sh, p) = (shared.clone(), p.clone());
@@ -546,7 +572,29 @@ fn start_claim(
             limit: want,
             worker: &sh.worker_id,
         };
-        let r = claim_any(&sh.pool, params, free, controlled).await;
+        let sent = Instant::now();
+        let lanes = p.cursors().next(sent);
+        let r = claim_any(&sh.pool, params, free, lanes.as_deref()).await;
+        match &r {
+            Ok(c) => {
+                let claimed: Vec<_> = c
+                    .jobs
+                    .iter()
+                    .map(|j| (j.priority, j.scheduled_at))
+                    .collect();
+                p.cursors().answered(
+                    lanes.is_none(),
+                    sent,
+                    sent.elapsed(),
+                    Answer {
+                        clock: c.clock,
+                        exhausted: &c.exhausted,
+                        claimed: &claimed,
+                    },
+                );
+            }
+            Err(_) => p.cursors().failed(),
+        }
         faults::claim_returned(&sh.worker_id).await;
         (want, wakes, r)
     }

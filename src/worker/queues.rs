@@ -24,6 +24,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::Shared;
+use super::cursor::Cursors;
 use super::listener::Wake;
 use super::orphans::{self, count_attempt_after};
 use super::producer::{self, CLAIM_BACKOFF, Exit, Producer, RETIRE_AFTER_POLLS};
@@ -96,6 +97,10 @@ impl Queues {
             limit,
             Arc::new(Notify::new()),
             retire_after,
+            Cursors::new(
+                self.shared.settings.claim_lookback,
+                self.shared.settings.poll_interval,
+            ),
         ));
         map.insert(queue.to_string(), p.clone());
         drop(map);
