@@ -47,11 +47,18 @@ const V5: Release = Release {
     api_hash: "a3aaf7dea943f65f01329514e69110028aa84d61d903033ea32c8c153b053d21",
 };
 
-/// The previous release: SQL API version 6.
+/// SQL API version 6.
 const V6: Release = Release {
     fixture: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-6"),
     api_version: 6,
     api_hash: "1a2acf0cf4982b9563c7b0d1a9af4ab8b8a5a30d333a30bdccd66d86bcc7bc7a",
+};
+
+/// The previous release: SQL API version 7.
+const V7: Release = Release {
+    fixture: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-7"),
+    api_version: 7,
+    api_hash: "0ceb2a0e2bed1cc9b9766aaef605e7be573e6a149b699fcca60f544f126bb7d6",
 };
 
 /// A release whose schema a fixture holds verbatim.
@@ -369,11 +376,16 @@ async fn migrate_as_release(pool: &PgPool, r: &Release) {
 
 #[tokio::test]
 async fn a_previous_release_database_keeps_working_after_migrate() {
-    keeps_working_after_migrate(&V6).await;
+    keeps_working_after_migrate(&V7).await;
 }
 
 #[tokio::test]
 async fn the_release_before_it_keeps_working_after_migrate_too() {
+    keeps_working_after_migrate(&V6).await;
+}
+
+#[tokio::test]
+async fn a_release_api_5_database_keeps_working_after_migrate_too() {
     keeps_working_after_migrate(&V5).await;
 }
 
@@ -432,6 +444,30 @@ async fn keeps_working_after_migrate(r: &Release) {
     )
     .await;
     let crashed: i64 = one(p, "SELECT id FROM skiplock.jobs WHERE queue = 'crashed'").await;
+    // Jobs in every other state, in several priorities (the claim reads a queue priority by
+    // priority since API 8: each must still be found): waiting at priorities -5 and 3, one
+    // due a day ago, one due in two seconds; finished ones at priority 7 (completed,
+    // discarded, cancelled), the discarded one retried after the upgrade.
+    exec(
+        p,
+        "SELECT skiplock.enqueue('noop', queue => 'lanes', priority => (-5)::smallint);
+         SELECT skiplock.enqueue('noop', queue => 'lanes', priority => 3::smallint);
+         SELECT skiplock.enqueue('noop', queue => 'lanes', run_at => now() - interval '1 day');
+         SELECT skiplock.enqueue('noop', queue => 'lanes', run_at => now() + interval '2 seconds');
+         SELECT skiplock.enqueue_many('noop', array_fill('{}'::jsonb, ARRAY[3]), queue => 'finished',
+                                      priority => 7::smallint);
+         UPDATE skiplock.jobs SET state = (ARRAY['completed', 'discarded', 'cancelled'])
+                    [row_number]::skiplock.job_state, finalized_at = now(), attempt = 1
+         FROM (SELECT id, row_number() OVER (ORDER BY id) FROM skiplock.jobs
+               WHERE queue = 'finished') f
+         WHERE skiplock.jobs.id = f.id;",
+    )
+    .await;
+    let discarded: i64 = one(
+        p,
+        "SELECT id FROM skiplock.jobs WHERE queue = 'finished' AND state = 'discarded'",
+    )
+    .await;
 
     skiplock::store::schema::migrate(p).await.unwrap();
     skiplock::store::schema::ensure_ready(p).await.unwrap();
@@ -474,15 +510,19 @@ async fn keeps_working_after_migrate(r: &Release) {
         1
     );
 
-    // The dead worker's job goes back (the rescuer's statement, run now), then a worker of
-    // this release finishes every job of the unpaused queues, and none of the held one.
+    // The dead worker's job goes back (the rescuer's statement, run now), the discarded job
+    // is retried, then a worker of this release finishes every job of the unpaused queues,
+    // and none of the held one.
     rescue_now(p, crashed).await;
+    exec(p, &format!("SELECT skiplock.retry({discarded})")).await;
     let mut qs = fast_settings();
     qs.queues = Some(BTreeMap::from([
         ("default".to_string(), 4),
         ("keyed".to_string(), 2),
         ("held".to_string(), 1),
         ("crashed".to_string(), 1),
+        ("lanes".to_string(), 2),
+        ("finished".to_string(), 1),
     ]));
     let worker = start_worker(p, qs, |mut b| {
         skiplock::worker::builtin::register(b.registry_mut());
@@ -494,7 +534,8 @@ async fn keeps_working_after_migrate(r: &Release) {
         || async {
             let n: i64 = count(
                 p,
-                "SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed' AND queue <> 'held'",
+                "SELECT count(*) FROM skiplock.jobs
+                 WHERE state NOT IN ('completed', 'cancelled') AND queue <> 'held'",
             )
             .await;
             (n == 0).then_some(())
@@ -502,7 +543,9 @@ async fn keeps_working_after_migrate(r: &Release) {
     )
     .await;
     worker.stop().await.unwrap();
-    assert_eq!(count_state(p, "completed").await, 34);
+    // 34 of the queues above, 4 waiting in lanes, the one completed before and the retried one.
+    assert_eq!(count_state(p, "completed").await, 40);
+    assert_eq!(count_state(p, "cancelled").await, 1);
     assert_eq!(
         one::<String>(
             p,

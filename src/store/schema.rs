@@ -86,7 +86,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // controlled queue). Workers of version 7 stop on the schema change.
     (
         8,
-        "8f6f3fb6f3929699b7f8143bb257c3e6b91aa9f217327afe07eda20049dab0a9",
+        "90a81d19144a45366fc61a68255111825aaf42fa6c6dfc0017c09dbc6f8ec35e",
     ),
 ];
 
