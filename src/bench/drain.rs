@@ -148,3 +148,73 @@ pub(crate) async fn processes(
         idle_pct: None,
     })
 }
+
+/// The concurrency of the one-process CLI drain with `--queues` (as a user sets it for short
+/// jobs; the in-process drain's is `--concurrency`).
+pub const CLI_CONCURRENCY: usize = 100;
+
+/// How a one-process CLI drain runs `skiplock worker`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cli {
+    /// `--queues default=100` ([`CLI_CONCURRENCY`]; maintenance on).
+    Queue,
+    /// No flags: every queue at the default concurrency, found by queue discovery.
+    NoFlags,
+}
+
+/// One `skiplock worker --exit-when-idle` process, as users run it (maintenance on), drains
+/// the `n` due noop jobs: jobs/s from just before the process starts to its last ack, and the
+/// time from that start to its first claim (ms), both on the database's clock.
+pub(crate) async fn cli(
+    url: &str,
+    n: usize,
+    how: Cli,
+    worker_bin: &Path,
+    monitor: &PgPool,
+) -> Result<(f64, f64)> {
+    let t0 = store::clock(monitor).await?;
+    let mut cmd = tokio::process::Command::new(worker_bin);
+    cmd.args(["worker", "--exit-when-idle"]);
+    if how == Cli::Queue {
+        cmd.arg("--queues")
+            .arg(format!("default={CLI_CONCURRENCY}"));
+    }
+    let mut child = cmd
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            Error::Other(format!(
+                "bench: cannot start {} worker: {e}",
+                worker_bin.display()
+            ))
+        })?;
+    let limit = Duration::from_secs(600) + Duration::from_millis(n as u64 * 10);
+    let status = tokio::time::timeout(limit, child.wait())
+        .await
+        .map_err(|_| {
+            Error::Other(format!(
+                "bench: the one-process CLI drain did not finish within {}s",
+                limit.as_secs()
+            ))
+        })??;
+    if !status.success() {
+        return Err(Error::Other(format!(
+            "bench: the `skiplock worker` of the CLI drain exited with {status}"
+        )));
+    }
+    let (completed, last) = store::drain_end(monitor).await?;
+    let first = store::first_claim(monitor).await?;
+    match (last, first) {
+        (Some(last), Some(first)) if completed as usize == n => Ok((
+            n as f64 / (last - t0).max(1e-6),
+            (first - t0).max(0.0) * 1000.0,
+        )),
+        _ => Err(Error::Other(format!(
+            "bench: the CLI drain completed {completed} of {n} jobs"
+        ))),
+    }
+}

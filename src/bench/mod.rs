@@ -214,6 +214,17 @@ pub struct BenchReport {
     pub server_cpu_to_ceiling: Option<Stat>,
     /// multi-process drain / drain, per run.
     pub processes_to_drain: Option<Stat>,
+    /// jobs/s of one `skiplock worker --exit-when-idle --queues default=100` process, as users
+    /// run it (maintenance on), from just before its start to its last ack.
+    pub drain_cli: Option<Stat>,
+    /// The same with no flags (every queue, the default concurrency).
+    pub drain_cli_default: Option<Stat>,
+    /// ms from that process's start to its first claim (`--queues default=100`).
+    pub first_claim_ms: Option<Stat>,
+    /// drain_cli / graphile, per run.
+    pub cli_to_graphile: Option<Stat>,
+    /// drain_cli_default / drain_cli, per run.
+    pub cli_default_to_cli: Option<Stat>,
     /// The drain with a per-key rate that never binds ([`limits::KEYS`] keys).
     pub drain_key_rate: Option<DrainFigures>,
     /// The drain with a queue concurrency limit that never binds.
@@ -384,7 +395,10 @@ fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> Option<f64>) 
 
 /// The medians the targets are checked on.
 fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
-    let stats: [(&str, Option<&Stat>); 14] = [
+    let stats: [(&str, Option<&Stat>); 17] = [
+        ("cli_to_graphile", r.cli_to_graphile.as_ref()),
+        ("cli_default_to_cli", r.cli_default_to_cli.as_ref()),
+        ("first_claim_ms", r.first_claim_ms.as_ref()),
         ("drain_to_graphile", r.drain_to_graphile.as_ref()),
         ("drain_to_ceiling", r.drain_to_ceiling.as_ref()),
         ("idle_pct", r.drain.idle_pct.as_ref()),
@@ -441,6 +455,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
     let mut ceil2 = vec![];
     let (mut keyed, mut qlim, mut crawls) = (vec![], vec![], vec![]);
+    let (mut cli, mut cli_default, mut cli_first) = (vec![], vec![], vec![]);
     let mut graphile_version = None;
     for run in 1..=o.runs {
         let step = |what: &str| progress(&format!("run {run}/{}: {what}", o.runs));
@@ -473,6 +488,31 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             reset(&monitor).await?;
             fill_noop(&monitor, o.jobs).await?;
             procs.push(drain::processes(url, o, o.jobs, bin, &monitor, &meter).await?);
+        }
+
+        if let (false, Some(bin)) = (o.skip_processes, &o.worker_bin) {
+            for (how, what) in [
+                (
+                    drain::Cli::Queue,
+                    format!("--queues default={}", drain::CLI_CONCURRENCY),
+                ),
+                (drain::Cli::NoFlags, "no flags".to_string()),
+            ] {
+                step(&format!(
+                    "drain {} jobs, one `skiplock worker --exit-when-idle` ({what})",
+                    o.jobs
+                ));
+                reset(&monitor).await?;
+                fill_noop(&monitor, o.jobs).await?;
+                let (rate, first_ms) = drain::cli(url, o.jobs, how, bin, &monitor).await?;
+                match how {
+                    drain::Cli::Queue => {
+                        cli.push(rate);
+                        cli_first.push(first_ms);
+                    }
+                    drain::Cli::NoFlags => cli_default.push(rate),
+                }
+            }
         }
 
         if !o.skip_limits {
@@ -610,6 +650,14 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         wal_to_graphile: ratios(&drains, &graph, |r| Some(r.usage.wal_bytes_per_job)),
         server_cpu_to_ceiling: ratios(&drains, &ceil, |r| r.usage.server_us_per_job),
         processes_to_drain: ratios(&procs, &drains, throughput),
+        drain_cli: Stat::of_some(&cli),
+        drain_cli_default: Stat::of_some(&cli_default),
+        first_claim_ms: Stat::of_some(&cli_first),
+        cli_to_graphile: per_run_ratio(
+            &cli,
+            &graph.iter().map(|r| r.jobs_per_s).collect::<Vec<_>>(),
+        ),
+        cli_default_to_cli: per_run_ratio(&cli_default, &cli),
         key_rate_to_drain: ratios(&keyed, &drains, throughput),
         queue_limit_to_drain: ratios(&qlim, &drains, throughput),
         drain_key_rate: DrainFigures::of(&keyed),

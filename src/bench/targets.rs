@@ -119,6 +119,28 @@ pub const TARGETS: &[Target] = &[
         bound: 0.8,
         unit: "×",
     },
+    // `skiplock worker` as users run it (the CLI, maintenance on), one process.
+    Target {
+        key: "cli_to_graphile",
+        label: "skiplock worker --queues default=100 / graphile",
+        cmp: Cmp::AtLeast,
+        bound: 1.3,
+        unit: "×",
+    },
+    Target {
+        key: "cli_default_to_cli",
+        label: "skiplock worker (no flags) / with --queues",
+        cmp: Cmp::AtLeast,
+        bound: 0.8,
+        unit: "×",
+    },
+    Target {
+        key: "first_claim_ms",
+        label: "skiplock worker start to first claim",
+        cmp: Cmp::AtMost,
+        bound: 100.0,
+        unit: "ms",
+    },
 ];
 
 /// The outcome of one target.

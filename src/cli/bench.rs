@@ -223,6 +223,21 @@ pub fn render(r: &BenchReport) -> String {
             rate(r.drain_processes.as_ref().map(|d| &d.jobs_per_s)),
         ),
         (
+            format!(
+                "   `skiplock worker --queues default={}`",
+                drain::CLI_CONCURRENCY
+            ),
+            rate(r.drain_cli.as_ref()),
+        ),
+        (
+            "   `skiplock worker` (no flags)".into(),
+            rate(r.drain_cli_default.as_ref()),
+        ),
+        (
+            "   its start to its first claim".into(),
+            ms(r.first_claim_ms.as_ref()),
+        ),
+        (
             "3. latency enqueue→start p50".into(),
             ms(r.latency_p50_ms.as_ref()),
         ),
@@ -340,6 +355,11 @@ pub fn render(r: &BenchReport) -> String {
             r.enqueue_many_to_plain.as_ref(),
         ),
         ("skiplock / graphile", r.drain_to_graphile.as_ref()),
+        ("skiplock worker / graphile", r.cli_to_graphile.as_ref()),
+        (
+            "skiplock worker, no flags / --queues",
+            r.cli_default_to_cli.as_ref(),
+        ),
         ("skiplock / ceiling", r.drain_to_ceiling.as_ref()),
         (
             "two-commit ceiling / ceiling",
@@ -613,6 +633,11 @@ mod tests {
             wal_to_graphile: None,
             server_cpu_to_ceiling: Some(stat(1.25)),
             processes_to_drain: None,
+            drain_cli: None,
+            drain_cli_default: None,
+            first_claim_ms: None,
+            cli_to_graphile: None,
+            cli_default_to_cli: None,
             drain_key_rate: None,
             drain_queue_limit: None,
             key_rate_to_drain: None,

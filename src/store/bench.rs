@@ -281,6 +281,13 @@ pub(crate) async fn clock(p: &PgPool) -> Result<f64> {
         .await?)
 }
 
+/// Epoch seconds of the first claim of a drain's jobs.
+pub(crate) async fn first_claim(p: &PgPool) -> Result<Option<f64>> {
+    Ok(sqlx::query_scalar(sql!("bench", "first_claim"))
+        .fetch_one(p)
+        .await?)
+}
+
 /// (completed jobs, epoch seconds of the last ack) after a multi-process drain.
 pub(crate) async fn drain_end(p: &PgPool) -> Result<(i64, Option<f64>)> {
     Ok(sqlx::query_as(sql!("bench", "drain_end"))

@@ -16,7 +16,7 @@
 //! poll; while its claims come back full it is not waiting, and unregisters.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -75,6 +75,9 @@ pub(crate) struct Producer {
     pub give_way: AtomicBool,
     /// Where its next claim reads each lane of the queue from (`super::cursor`).
     cursors: Mutex<Cursors>,
+    /// How long its jobs' handlers take, µs, a moving average (0: none finished yet); it
+    /// sizes the buffer ([`claim_ahead`]).
+    run_us: AtomicU64,
 }
 
 impl Producer {
@@ -97,6 +100,27 @@ impl Producer {
             idle_since: Mutex::new(None),
             give_way: AtomicBool::new(false),
             cursors: Mutex::new(cursors),
+            run_us: AtomicU64::new(0),
+        }
+    }
+
+    /// Records how long one of its jobs' handlers ran (a moving average over about 16 jobs).
+    fn ran(&self, took: Duration) {
+        let us = took.as_micros().clamp(1, u64::MAX as u128) as u64;
+        let old = self.run_us.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            us
+        } else {
+            old - old / 16 + us / 16
+        };
+        self.run_us.store(new.max(1), Ordering::Relaxed);
+    }
+
+    /// The average run time of its jobs so far (None: none finished yet).
+    fn run_time(&self) -> Option<Duration> {
+        match self.run_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
         }
     }
 
@@ -145,8 +169,7 @@ pub enum ClaimNow {
 
 /// Whether and how much to claim. `free`: free slots (after starting buffered jobs, so
 /// `free > 0` means the buffer is empty); `buffered`: jobs claimed ahead; `asked`: jobs the
-/// claims in flight asked for; `ahead`: the buffer's bound (`SKIPLOCK_CLAIM_AHEAD`, at most
-/// the queue's concurrency); `one_at_a_time`: after a failure; `cooled_down`: the fetch
+/// claims in flight asked for; `ahead`: the buffer's bound ([`claim_ahead`]); `one_at_a_time`: after a failure; `cooled_down`: the fetch
 /// cooldown since the last claim was sent or came back has passed.
 ///
 /// Without a buffer (`ahead == 0`: claim-ahead off, a key's limits, a binding queue limit; or
@@ -191,6 +214,31 @@ pub fn next_claim(
         ClaimNow::Now(want)
     } else {
         ClaimNow::Wait
+    }
+}
+
+/// How much queued work, per slot, a buffer holds at most: a job claimed ahead waits about
+/// this long before it starts, so a worker never sits on much more than this of the work
+/// other workers could run (long jobs are not hoarded), while short jobs are claimed in
+/// batches large enough to keep every slot busy.
+pub const BUFFER_WINDOW: Duration = Duration::from_millis(100);
+
+/// The most jobs a producer of a queue of concurrency `limit` claims ahead: `setting`
+/// (`SKIPLOCK_CLAIM_AHEAD`), but no more than [`BUFFER_WINDOW`] of work per slot for jobs that
+/// take `run_time` on average; before any of its jobs has finished (`run_time` None), no more
+/// than `limit`.
+pub fn claim_ahead(setting: usize, limit: usize, run_time: Option<Duration>) -> usize {
+    match run_time {
+        None => setting.min(limit),
+        Some(t) => {
+            let per_slot = BUFFER_WINDOW.as_secs_f64() / t.as_secs_f64().max(1e-6);
+            let room = (limit as f64 * per_slot).floor();
+            if room >= setting as f64 {
+                setting
+            } else {
+                room as usize
+            }
+        }
     }
 }
 
@@ -282,7 +330,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
     let stop = shared.stop_claiming.clone();
     let limit = p.limit;
     let slots = &p.slots;
-    let ahead = shared.settings.claim_ahead.min(limit);
+    let setting = shared.settings.claim_ahead;
     let mut careful_left = if careful { limit } else { 0 };
     p.one_at_a_time.store(careful_left > 0, Ordering::Relaxed);
     let mut backlog = true; // try at once on start
@@ -388,6 +436,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         // limit holds jobs back (a second claim would find it binding too). A limited
         // queue's claims wait for each other on the queue's row, and each counts the running
         // jobs the one before committed, so two in flight keep its limits.
+        let ahead = claim_ahead(setting, limit, p.run_time());
         let ahead_now = buffer_ahead(ahead, controlled, buffer_room);
         let max_inflight = if careful_left > 0 || held_back {
             1
@@ -680,25 +729,18 @@ fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
             );
             continue;
         };
-        spawn_job(
-            shared,
-            job,
-            permit,
-            (lost, series),
-            p.slot_freed.clone(),
-            p.wake.clone(),
-        );
+        spawn_job(shared, p, job, permit, (lost, series));
     }
 }
 
 fn spawn_job(
     shared: &Arc<Shared>,
+    p: &Arc<Producer>,
     job: Job,
     permit: OwnedSemaphorePermit,
     (lost, series): (CancellationToken, Arc<crate::metrics::JobSeries>),
-    slot_freed: Arc<Notify>,
-    wake: Arc<Notify>,
 ) {
+    let (producer, slot_freed, wake) = (p.clone(), p.slot_freed.clone(), p.wake.clone());
     let ctx = JobContext {
         id: job.id,
         kind: job.kind.clone(),
@@ -727,6 +769,7 @@ fn spawn_job(
                 .await
         };
         series.ran(began.elapsed());
+        producer.ran(began.elapsed());
         match &attempt {
             Attempt::Returned(Ok(_)) => {}
             Attempt::Returned(Err(e)) => tracing::warn!(job.id = job.id, job.kind = %job.kind,
@@ -788,6 +831,22 @@ fn wake_when_due(ack: &crate::store::ack::Ack, poll: Duration, wake: Arc<Notify>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_buffer_holds_about_a_tenth_of_a_second_of_work_per_slot() {
+        let ms = Duration::from_millis;
+        // Nothing measured yet: at most the queue's concurrency.
+        assert_eq!(claim_ahead(200, 10, None), 10);
+        assert_eq!(claim_ahead(200, 500, None), 200);
+        // Short jobs: the whole setting, whatever the concurrency.
+        assert_eq!(claim_ahead(200, 10, Some(Duration::from_micros(20))), 200);
+        // 20 ms jobs on 10 slots: 50 ms of work each.
+        assert_eq!(claim_ahead(200, 10, Some(ms(20))), 50);
+        // Jobs of a second: none ahead; a slot takes its next job when it frees.
+        assert_eq!(claim_ahead(200, 10, Some(ms(1000))), 1);
+        assert_eq!(claim_ahead(200, 4, Some(ms(1000))), 0);
+        assert_eq!(claim_ahead(0, 10, Some(Duration::from_micros(20))), 0);
+    }
 
     #[test]
     fn a_controlled_queue_buffers_no_more_than_its_last_claim_allowed() {

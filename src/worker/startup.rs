@@ -29,7 +29,12 @@ pub(crate) async fn start(
     let mut hooks_done = 0;
     loop {
         let step = async {
-            probe(&opts).await?;
+            // The pools' first connections are opened while the probe runs, side by side:
+            // each is a TCP (and TLS) handshake, and opened one after the other by the
+            // statements below they took most of a worker's start (tenths of a second with
+            // TLS). A failure here shows again in the statement that needs the connection.
+            let (probed, ()) = tokio::join!(probe(&opts), warm(runtime, handlers));
+            probed?;
             schema::ensure_ready(runtime).await?;
             worker_upsert(runtime, info).await?;
             while hooks_done < hooks.len() {
@@ -54,4 +59,18 @@ pub(crate) async fn start(
             }
         }
     }
+}
+
+/// Opens connections of both pools at once (two of the runtime's, two of the handlers'), and
+/// leaves them idle in their pools.
+async fn warm(runtime: &Pool, handlers: &Pool) {
+    let opened = futures::future::join_all(
+        [runtime, runtime, handlers, handlers]
+            .into_iter()
+            .map(|p| p.acquire()),
+    )
+    .await;
+    drop(opened);
+    // Returned to their pools by tasks of their own: let those run before the statements.
+    tokio::task::yield_now().await;
 }
