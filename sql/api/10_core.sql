@@ -373,11 +373,10 @@ BEGIN
 END;
 $$;
 
--- The claim (sql/queue/claim.sql calls it): up to n + ahead due jobs of `kinds` from queue `q`
--- move to `running` for `worker`, in claim order (priority, then scheduled_at, then id), with
--- SKIP LOCKED so many workers claim side by side. A queue with a row in skiplock.queues
--- (limited or paused) is claimed through skiplock._claim_limited instead (n for free slots,
--- `ahead` more for the worker's buffer, within its limits).
+-- The claim's pick (skiplock._claim, and skiplock._claim_limited under a queue concurrency
+-- limit): up to `want` due jobs of `kinds` in queue `q`, locked FOR UPDATE SKIP LOCKED, in
+-- claim order (priority, then scheduled_at, then id); their ctids and ids, and the lanes read
+-- to their end (`read_out`).
 --
 -- Lanes. Each priority of a queue is a lane (skiplock.lanes); a lane is read from
 -- `lane_since` on (per lane in `lane_priority`; a lane not named is read from its start), not
@@ -386,14 +385,78 @@ $$;
 -- left behind): dead to everyone, but vacuum may not remove it, and a scan from the head has
 -- to step over each one, so without the bound every claim would cost more with every job run
 -- since (docs/internals.md, "Claims when Postgres cannot vacuum"). The worker keeps where each
--- lane's scan may start (src/worker/cursor.rs): a little before the claim time of its last
--- claim that found the lane empty. NULL arrays: a claim from the start of every lane, which
--- also registers a lane a plain UPDATE of `priority` or `queue` made without one (the worker
--- sends such a claim first, after a failure, and then as often as their cost allows).
+-- lane's scan may start (src/worker/cursor.rs): a little before the clock of its last claim
+-- that found the lane empty. NULL arrays: every lane from its start, after registering the
+-- lanes of the queue's available jobs that have no row (a plain UPDATE of `priority` or
+-- `queue` can make one; a loose index scan, one probe per priority). The worker sends such a
+-- claim first, after a failure, and then as often as its cost allows.
+CREATE OR REPLACE FUNCTION skiplock._claim_lanes(q text, kinds text[], want integer,
+                                                 lane_priority smallint[], lane_since timestamptz[],
+                                                 OUT tids tid[], OUT ids bigint[], OUT read_out smallint[])
+-- See skiplock._claim: plans kept from the function's first calls must not scan the table.
+SET enable_seqscan = off
+LANGUAGE plpgsql AS $$
+DECLARE
+    lane record;
+    got_tids tid[];
+    got_ids bigint[];
+BEGIN
+    tids := '{}';
+    ids := '{}';
+    read_out := '{}';
+    IF coalesce(want, 0) <= 0 OR coalesce(cardinality(kinds), 0) = 0 THEN
+        RETURN;
+    END IF;
+    IF lane_priority IS NULL THEN
+        INSERT INTO skiplock.lanes AS l (queue, priority)
+        WITH RECURSIVE p AS (
+            (SELECT j.priority FROM skiplock.jobs j
+             WHERE j.state = 'available' AND j.queue = q
+             ORDER BY j.priority LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM skiplock.jobs j
+                    WHERE j.state = 'available' AND j.queue = q AND j.priority > p.priority
+                    ORDER BY j.priority LIMIT 1)
+            FROM p WHERE p.priority IS NOT NULL
+        )
+        SELECT q, p.priority FROM p WHERE p.priority IS NOT NULL
+        ON CONFLICT DO NOTHING;
+    END IF;
+    FOR lane IN
+        SELECT l.priority AS p, coalesce(c.since, '-infinity') AS since
+        FROM skiplock.lanes l
+        LEFT JOIN unnest(lane_priority, lane_since) AS c(p, since) ON c.p = l.priority
+        WHERE l.queue = q
+        ORDER BY l.priority
+    LOOP
+        SELECT coalesce(array_agg(x.ctid), '{}'), coalesce(array_agg(x.id), '{}')
+        INTO got_tids, got_ids
+        FROM (SELECT j.ctid, j.id FROM skiplock.jobs j
+              WHERE j.state = 'available' AND j.queue = q AND j.priority = lane.p
+                AND j.scheduled_at >= lane.since AND j.scheduled_at <= now()
+                AND j.kind = ANY(kinds)
+              ORDER BY j.scheduled_at, j.id
+              LIMIT want - cardinality(ids)
+              FOR UPDATE SKIP LOCKED) x;
+        tids := tids || got_tids;
+        ids := ids || got_ids;
+        EXIT WHEN cardinality(ids) >= want;
+        read_out := read_out || lane.p;
+    END LOOP;
+END;
+$$;
+
+-- The claim (sql/queue/claim.sql calls it): up to n + ahead due jobs of `kinds` from queue `q`
+-- move to `running` for `worker`, in claim order, each lane read from its bound
+-- (skiplock._claim_lanes says how and why), with SKIP LOCKED so many workers claim side by
+-- side. A queue with a row in skiplock.queues (limited or paused) is claimed through
+-- skiplock._claim_limited instead (n for free slots, `ahead` more for the worker's buffer,
+-- within its limits).
 --
--- Returns the claimed jobs, then one row with id NULL: the claim's clock (`attempted_at`),
+-- Returns the claimed jobs, then one row with id NULL: the claim's clock (`attempted_at`) and
 -- the lanes it read to their end (`exhausted`), and for a controlled queue what
--- skiplock._claim_limited reports (`controlled`, `wait_until`, `buffer_room`).
+-- skiplock._claim_limited reports (`controlled`, `wait_until`, `buffer_room`; its clock is
+-- NULL when its pick did not go lane by lane, and the worker's bounds then stay as they were).
 --
 -- A row whose attempt counter is already at its maximum (2147483647: only a trusted role can
 -- write one) keeps it rather than failing every claim of its queue on `integer out of range`;
@@ -408,58 +471,21 @@ RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint, 
 -- its rows by ctid; planned while the table was nearly empty (a new database, or right after
 -- a TRUNCATE), a sequential scan would look as cheap and stay the plan while the table grows,
 -- reading every row at every claim. Without sequential scans the plan is the TID scan however
--- small the table was (each of the function's other statements reads through an index too).
+-- small the table was.
 SET enable_seqscan = off
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    want integer := greatest(coalesce(n, 0), 0) + greatest(coalesce(ahead, 0), 0);
-    picked tid[] := '{}';
-    got tid[];
-    lane record;
-    read_out smallint[] := '{}';
+    pick record;
 BEGIN
     IF EXISTS (SELECT 1 FROM skiplock.queues c WHERE c.queue = q) THEN
-        RETURN QUERY SELECT l.*, NULL::smallint[] FROM skiplock._claim_limited(q, kinds, n, worker, ahead) l;
+        RETURN QUERY SELECT l.* FROM skiplock._claim_limited(q, kinds, n, worker, ahead,
+                                                             lane_priority, lane_since) l;
         RETURN;
     END IF;
-    IF want > 0 AND coalesce(cardinality(kinds), 0) > 0 THEN
-        IF lane_priority IS NULL THEN
-            -- From the start: first register the queue's lanes that have available jobs and no
-            -- row (a loose index scan, one probe per priority).
-            INSERT INTO skiplock.lanes AS l (queue, priority)
-            WITH RECURSIVE p AS (
-                (SELECT j.priority FROM skiplock.jobs j
-                 WHERE j.state = 'available' AND j.queue = q
-                 ORDER BY j.priority LIMIT 1)
-                UNION ALL
-                SELECT (SELECT j.priority FROM skiplock.jobs j
-                        WHERE j.state = 'available' AND j.queue = q AND j.priority > p.priority
-                        ORDER BY j.priority LIMIT 1)
-                FROM p WHERE p.priority IS NOT NULL
-            )
-            SELECT q, p.priority FROM p WHERE p.priority IS NOT NULL
-            ON CONFLICT DO NOTHING;
-        END IF;
-        FOR lane IN
-            SELECT l.priority AS p, coalesce(c.since, '-infinity') AS since
-            FROM skiplock.lanes l
-            LEFT JOIN unnest(lane_priority, lane_since) AS c(p, since) ON c.p = l.priority
-            WHERE l.queue = q
-            ORDER BY l.priority
-        LOOP
-            got := ARRAY(SELECT j.ctid FROM skiplock.jobs j
-                         WHERE j.state = 'available' AND j.queue = q AND j.priority = lane.p
-                           AND j.scheduled_at >= lane.since AND j.scheduled_at <= now()
-                           AND j.kind = ANY(kinds)
-                         ORDER BY j.scheduled_at, j.id
-                         LIMIT want - cardinality(picked)
-                         FOR UPDATE SKIP LOCKED);
-            picked := picked || got;
-            EXIT WHEN cardinality(picked) >= want;
-            read_out := read_out || lane.p;
-        END LOOP;
-    END IF;
+    SELECT * INTO pick FROM skiplock._claim_lanes(
+        q, kinds, greatest(coalesce(n, 0), 0) + greatest(coalesce(ahead, 0), 0),
+        lane_priority, lane_since);
     RETURN QUERY
     UPDATE skiplock.jobs j
     SET state = 'running',
@@ -467,13 +493,13 @@ BEGIN
         attempted_at = now(),
         attempted_by = worker,
         heartbeat_at = now()
-    WHERE j.ctid = ANY(picked)
+    WHERE j.ctid = ANY(pick.tids)
     RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts,
               j.scheduled_at, j.created_at, j.attempted_at, false, NULL::timestamptz,
               NULL::integer, NULL::smallint[];
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::integer,
                         NULL::integer, NULL::timestamptz, NULL::timestamptz, now(), false,
-                        NULL::timestamptz, NULL::integer, read_out;
+                        NULL::timestamptz, NULL::integer, pick.read_out;
 END;
 $$;
 

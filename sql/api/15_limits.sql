@@ -261,13 +261,24 @@ $$;
 -- half of the room the limit leaves after the free slots: a buffered job counts as running, so
 -- the limit holds, and while it binds the buffers stay empty and the room goes to slots that
 -- can run a job now (another worker's, too).
+--
+-- Lanes (API 8): under a concurrency limit alone, the pick reads each lane of the queue from
+-- the worker's bound (skiplock._claim_lanes), and the row with id NULL carries the claim's
+-- clock in `attempted_at` and the lanes read to their end in `exhausted`, as skiplock._claim's
+-- does. The pick under a key's limits reads the queue from its start (it weighs each key's
+-- first jobs, wherever they are), and reports no clock: the worker's bounds stay as they were.
 DROP FUNCTION IF EXISTS skiplock._claim_limited(text, text[], integer, text);
+DROP FUNCTION IF EXISTS skiplock._claim_limited(text, text[], integer, text, integer);
 CREATE OR REPLACE FUNCTION skiplock._claim_limited(q text, kinds text[], n integer, worker text,
-                                                   ahead integer DEFAULT 0)
+                                                   ahead integer DEFAULT 0,
+                                                   lane_priority smallint[] DEFAULT NULL,
+                                                   lane_since timestamptz[] DEFAULT NULL)
 RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint, attempt integer,
                max_attempts integer, scheduled_at timestamptz, created_at timestamptz,
                attempted_at timestamptz, controlled boolean, wait_until timestamptz,
-               buffer_room integer)
+               buffer_room integer, exhausted smallint[])
+-- See skiplock._claim: plans kept from the function's first calls must not scan the table.
+SET enable_seqscan = off
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -296,6 +307,9 @@ DECLARE
     free_b integer;
     per_key integer;
     cut boolean;
+    -- The pick went lane by lane (see above): its clock and the lanes it read to their end.
+    clock timestamptz;
+    read_out smallint[];
 BEGIN
     SELECT * INTO ctl FROM skiplock.queues c WHERE c.queue = q FOR UPDATE;
     is_controlled := FOUND;
@@ -325,14 +339,13 @@ BEGIN
     END IF;
     free := free + extra;
 
+    IF is_controlled AND NOT ctl.paused AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
+        clock := now();
+        read_out := '{}';
+    END IF;
     IF free > 0 AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
-        SELECT coalesce(array_agg(p.id), '{}') INTO picked FROM (
-            SELECT j.id FROM skiplock.jobs j
-            WHERE j.state = 'available' AND j.queue = q AND j.scheduled_at <= now()
-              AND j.kind = ANY(kinds)
-            ORDER BY j.priority, j.scheduled_at, j.id
-            LIMIT free
-            FOR UPDATE SKIP LOCKED) p;
+        SELECT p.ids, p.read_out INTO picked, read_out
+        FROM skiplock._claim_lanes(q, kinds, free, lane_priority, lane_since) p;
     ELSIF free > 0 THEN
         IF ctl.key_rate IS NOT NULL THEN
             step := ctl.key_period / ctl.key_rate;
@@ -494,12 +507,12 @@ BEGIN
             DO UPDATE SET tat = greatest(kr.tat, t) + (EXCLUDED.tat - t)
         )
         SELECT c.id, c.kind, c.queue, c.args, c.priority, c.attempt, c.max_attempts,
-               c.scheduled_at, c.created_at, c.attempted_at, true, next_at, room
+               c.scheduled_at, c.created_at, c.attempted_at, true, next_at, room, NULL::smallint[]
         FROM claimed c WHERE c.state = 'running';
     END IF;
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint,
-        NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-        is_controlled, next_at, room;
+        NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, clock,
+        is_controlled, next_at, room, read_out;
 END;
 $$;
 

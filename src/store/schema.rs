@@ -86,7 +86,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // controlled queue). Workers of version 7 stop on the schema change.
     (
         8,
-        "90a81d19144a45366fc61a68255111825aaf42fa6c6dfc0017c09dbc6f8ec35e",
+        "14ff60c97c6245acedfbbf8f7a45050fed3ca73d1e01a3e089d0d5e2b86af909",
     ),
 ];
 
