@@ -264,6 +264,7 @@ async fn migrate_is_idempotent_with_the_roles_and_revokes_public_execute() {
         assert!(
             [
                 "enqueue",
+                "enqueue_result",
                 "enqueue_many",
                 "request_fetch",
                 "timer_reset",

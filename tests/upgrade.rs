@@ -154,7 +154,7 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
          INSERT INTO skiplock.hosts (host) VALUES ('up.example');",
     )
     .await;
-    // What 0.1.0 let callers write and this release refuses (issue 11):
+    // What 0.1.0 let callers write and this release refuses (docs/errors.md):
     exec(
         p,
         // a job at -infinity in queue fetch (killed the producer), at infinity, and before 1970;
@@ -207,13 +207,13 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
         "SELECT scheduled_at FROM skiplock.jobs WHERE queue = 'parked'",
     )
     .await;
-    assert_eq!(parked, skiplock::dbtime::latest());
+    assert_eq!(parked, skiplock::time::latest());
     let early: DateTime<Utc> = one(
         p,
         "SELECT scheduled_at FROM skiplock.jobs WHERE queue = 'fetch' AND kind = 'noop'",
     )
     .await;
-    assert_eq!(early, skiplock::dbtime::earliest());
+    assert_eq!(early, skiplock::time::earliest());
     let cancelled: Vec<String> = sqlx::query_scalar(
         "SELECT kind || ' ' || unique_key FROM skiplock.jobs
          WHERE state = 'cancelled' AND errors::text LIKE '%reserved for a built-in workflow%' ORDER BY 1",
@@ -244,7 +244,7 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
     );
     assert_eq!(
         one::<DateTime<Utc>>(p, "SELECT next_fetch FROM skiplock.pages").await,
-        skiplock::dbtime::latest()
+        skiplock::time::latest()
     );
     assert_eq!(
         one::<i64>(p, "SELECT count(*) FROM skiplock.periodic_runs").await,
@@ -629,4 +629,162 @@ async fn a_running_worker_stops_when_another_release_migrates_the_schema() {
     );
     // It stopped gracefully: its row is gone.
     assert_eq!(count(p, "SELECT count(*) FROM skiplock.workers").await, 0);
+}
+
+/// The schema of a database as a sorted list of lines, one per column, constraint, index,
+/// trigger, function, type and table option of schema `skiplock` (the migrations' own records
+/// left out: a database of an earlier release has its history besides them).
+async fn schema_lines(p: &PgPool) -> Vec<String> {
+    let mut lines: Vec<String> = sqlx::query_scalar(
+        "SELECT format('column %s.%s %s %s %s', c.relname, a.attname,
+                       format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                       pg_get_expr(d.adbin, d.adrelid))
+         FROM pg_attribute a
+         JOIN pg_class c ON c.oid = a.attrelid
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+         WHERE n.nspname = 'skiplock' AND c.relkind IN ('r', 'v') AND a.attnum > 0
+           AND NOT a.attisdropped AND c.relname NOT LIKE 'migrations\\_%'
+         UNION ALL
+         SELECT format('constraint %s.%s %s', c.relname, k.conname, pg_get_constraintdef(k.oid))
+         FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'skiplock' AND c.relname NOT LIKE 'migrations\\_%'
+         UNION ALL
+         SELECT format('index %s', i.indexdef) FROM pg_indexes i
+         WHERE i.schemaname = 'skiplock' AND i.tablename NOT LIKE 'migrations\\_%'
+         UNION ALL
+         SELECT format('options %s %s', c.relname, c.reloptions) FROM pg_class c
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'skiplock' AND c.reloptions IS NOT NULL
+         UNION ALL
+         SELECT format('trigger %s %s', c.relname, pg_get_triggerdef(t.oid))
+         FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'skiplock' AND NOT t.tgisinternal
+         UNION ALL
+         SELECT format('function %s %s', p.oid::regprocedure, md5(pg_get_functiondef(p.oid)))
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'skiplock' AND p.prokind IN ('f', 'p')
+         UNION ALL
+         SELECT format('type %s %s', t.typname,
+                       (SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
+                        FROM pg_enum e WHERE e.enumtypid = t.oid))
+         FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+         WHERE n.nspname = 'skiplock' AND t.typtype IN ('e', 'c') AND t.typrelid = 0
+            OR n.nspname = 'skiplock' AND t.typtype = 'c'
+               AND (SELECT c.relkind FROM pg_class c WHERE c.oid = t.typrelid) = 'c'
+         UNION ALL
+         SELECT format('setting %s %s', s.name, s.value) FROM skiplock.settings s
+         UNION ALL
+         SELECT format('lock %s', l.name) FROM skiplock.locks l
+         UNION ALL
+         SELECT format('reserved %s %s %s %s', r.part, r.what, r.name, r.use_instead)
+         FROM skiplock.reserved_names r",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    lines.sort();
+    lines
+}
+
+/// A database an earlier release migrated ends, after `skiplock migrate`, with exactly the
+/// schema a new database gets: the history's last state is each part's baseline, so nothing
+/// differs between the two paths (a column, a constraint's name, an index, a function).
+#[tokio::test]
+async fn a_migrated_database_of_an_earlier_release_has_the_schema_of_a_new_one() {
+    let fresh = TestDb::new().await;
+    let old = TestDb::empty().await;
+    migrate_as_release(&old.pool, &V7).await;
+    skiplock::store::schema::migrate(&old.pool).await.unwrap();
+    let (a, b) = (
+        schema_lines(&fresh.pool).await,
+        schema_lines(&old.pool).await,
+    );
+    let only_fresh: Vec<&String> = a.iter().filter(|l| !b.contains(l)).collect();
+    let only_old: Vec<&String> = b.iter().filter(|l| !a.contains(l)).collect();
+    assert!(
+        only_fresh.is_empty() && only_old.is_empty(),
+        "a new database has {only_fresh:#?}\nan upgraded one has {only_old:#?}"
+    );
+    assert!(
+        a.len() > 300,
+        "{} lines: the query read the schema",
+        a.len()
+    );
+}
+
+/// A program built without the workflows installs no workflow table, type or reserved name;
+/// a program with them, migrating the same database later, adds its parts, and a workflow
+/// refuses to start until it has.
+#[tokio::test]
+async fn a_core_only_database_has_no_workflow_part_until_a_program_with_one_migrates_it() {
+    use skiplock::store::schema;
+    let db = TestDb::empty().await;
+    let p = &db.pool;
+    schema::migrate_parts(p, &[&schema::CORE]).await.unwrap();
+    let workflow_tables =
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                           WHERE n.nspname = 'skiplock'
+                             AND c.relname IN ('pages', 'hosts', 'crawls', 'crawl_pages', 'packs',
+                                               'packets', 'packet_events')";
+    assert_eq!(count(p, workflow_tables).await, 0);
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM pg_type WHERE typname = 'packet_state'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.reserved_names WHERE part <> 'core'"
+        )
+        .await,
+        0
+    );
+    // The core works: a job in what would be a workflow's queue is anybody's here.
+    exec(
+        p,
+        "SELECT skiplock.enqueue('noop', queue => 'fetch', unique_key => 'fetch:x')",
+    )
+    .await;
+    let e = schema::ensure_part(p, "packets")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the packets workflow's schema is not installed"),
+        "{e}"
+    );
+
+    schema::migrate(p).await.unwrap();
+    assert_eq!(count(p, workflow_tables).await, 7);
+    schema::ensure_part(p, "packets").await.unwrap();
+    schema::ensure_part(p, "fetch").await.unwrap();
+    // The workflows' names are reserved from now on; the job enqueued before stays.
+    let e = sqlx::query("SELECT skiplock.enqueue('noop', queue => 'fetch')")
+        .execute(p)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("reserved for skiplock's own functions: use skiplock.request_fetch"),
+        "{e}"
+    );
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs WHERE queue = 'fetch'"
+        )
+        .await,
+        1
+    );
+    // A core-only program migrating again leaves the workflows in place.
+    schema::migrate_parts(p, &[&schema::CORE]).await.unwrap();
+    assert_eq!(count(p, workflow_tables).await, 7);
+    schema::ensure_part(p, "packets").await.unwrap();
 }

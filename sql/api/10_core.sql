@@ -1,7 +1,7 @@
 -- skiplock core SQL API: enqueue from any language, cancel, retry, and a stats view.
 -- Installed (CREATE OR REPLACE) by `skiplock migrate` after the schema migrations.
 
--- The channel every wake-up is sent on (migrations/0015_wake_channel.sql): a secret of the
+-- The channel every wake-up is sent on (migrations/history/0015_wake_channel.sql): a secret of the
 -- owner and the worker role, so a login without skiplock's grants that LISTENs learns no
 -- queue name (docs/security.md, "Wake-ups"). One inlined read of a one-row table; a deleted
 -- row falls back to the old fixed name rather than failing every enqueue.
@@ -41,16 +41,16 @@ CREATE TRIGGER jobs_notify_insert AFTER INSERT ON skiplock.jobs
 
 -- A keyed job going back to `available` (retry, snooze, rescue, shutdown) while another
 -- available job already holds its unique_key is cancelled, superseded by the holder, by the
--- statements that send jobs back (sql/queue/ack_many.sql, rescue.sql, release_orphans.sql;
+-- statements that send jobs back (sql/queue/ack_many.sql, rescue.sql, release_unstarted.sql;
 -- skiplock.retry refuses it, retry_jobs skips it). Earlier versions did this in a BEFORE UPDATE
 -- row trigger, which made Postgres lock and WAL-log every row of every claim, ack and
--- heartbeat before updating it (issue 13): dropped here. A plain UPDATE from psql that would
+-- heartbeat before updating it (docs/internals.md): dropped here. A plain UPDATE from psql that would
 -- put a second available job on a key fails on the unique index and changes nothing.
 DROP TRIGGER IF EXISTS jobs_requeue_unique ON skiplock.jobs;
 DROP FUNCTION IF EXISTS skiplock._supersede_requeued();
 
 -- The rule of the statements that send running jobs back to `available` (sql/queue/ack_many.sql,
--- rescue.sql, release_orphans.sql): for the jobs one statement sends back (`ids`, their
+-- rescue.sql, release_unstarted.sql): for the jobs one statement sends back (`ids`, their
 -- `keys`, and whether each really goes back rather than being discarded), the job that
 -- supersedes each keyed one: an available job of its kind and queue holding its key, else
 -- the newest job of the statement going back with it (of the same kind and queue). NULL: none (the job goes back). The statements cancel a
@@ -147,9 +147,9 @@ BEGIN
 END;
 $$;
 
--- Refuses a time skiplock cannot store (the range is skiplock._time_ok, migrations/0006):
+-- Refuses a time skiplock cannot store (the range is skiplock._time_ok, migrations/history/0006):
 -- NULL passes (callers coalesce it to now()), 'infinity', '-infinity' and absurd years do not.
--- The wording matches src/dbtime.rs.
+-- The wording matches src/time/mod.rs.
 CREATE OR REPLACE FUNCTION skiplock._check_time(what text, t timestamptz)
 RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -160,44 +160,8 @@ BEGIN
 END;
 $$;
 
--- The unique-key namespaces the built-in workflows own: `fetch:<url>` (fetch), `pack:<host>`
--- (the pack timer), `packet:<id>` (packet processing). Only the workflows' own functions
--- (request_fetch, timer_reset / pack_arm / pack_now, submit_packet / retry_packet / recovery)
--- create or replace such keys, through skiplock._enqueue or their own upserts; a generic
--- enqueue with one is refused, so no caller can squat a workflow's key or steer its job.
--- Returns the reserved prefix `key` starts with, or NULL (also for a NULL key). One
--- expression, so Postgres inlines it: no query per enqueue. Rust twin:
--- store::names::RESERVED_KEY_PREFIXES (a test checks both lists).
-CREATE OR REPLACE FUNCTION skiplock._reserved_key_prefix(key text)
-RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN starts_with(key, 'fetch:') THEN 'fetch:'
-                WHEN starts_with(key, 'pack:') THEN 'pack:'
-                WHEN starts_with(key, 'packet:') THEN 'packet:' END
-$$;
-
--- The queues and kinds skiplock's own functions own: the `skiplock.` queue prefix (the
--- worker's maintenance jobs, `reap` and `retain`, in queue skiplock.maintenance, enqueued by
--- skiplock.enqueue_periodic), and each built-in workflow's queue and kinds (fetch; pack with
--- timer-reset and do-the-packing; packets with process-packet). A generic enqueue of such a
--- job is refused (skiplock.enqueue, skiplock.enqueue_many, and the Rust API before the round
--- trip), naming the function to use: a caller could otherwise fill a workflow's queue (the
--- packets queue runs one job at a time across all workers), stop maintenance, or write a
--- fetch job that skips the per-host politeness. The workflows' own functions go through
--- skiplock._enqueue or their own upserts. Returns the function(s) to use instead, or NULL.
--- One expression, so Postgres inlines it: no query per enqueue. Rust twin:
--- store::names::RESERVED_QUEUE_PREFIX, RESERVED_QUEUES and RESERVED_KINDS (a test checks
--- both lists).
-CREATE OR REPLACE FUNCTION skiplock._reserved_job(kind text, queue text)
-RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN starts_with(queue, 'skiplock.') OR kind IN ('reap', 'retain')
-                    THEN 'the worker''s own maintenance (periodic jobs: skiplock.enqueue_periodic)'
-                WHEN kind = 'fetch' OR queue = 'fetch'
-                    THEN 'skiplock.request_fetch'
-                WHEN kind IN ('timer-reset', 'do-the-packing') OR queue = 'pack'
-                    THEN 'skiplock.timer_reset or skiplock.pack_now'
-                WHEN kind = 'process-packet' OR queue = 'packets'
-                    THEN 'skiplock.submit_packet or skiplock.retry_packet' END
-$$;
+-- Reserved names (skiplock._reserved_key_prefix, skiplock._reserved_job): built from
+-- skiplock.reserved_names by sql/api/80_reserved.sql, after every part has written its rows.
 
 -- Refuses a job of a reserved queue or kind (skiplock._reserved_job), naming what to use.
 CREATE OR REPLACE FUNCTION skiplock._check_reserved_job(kind text, queue text)
@@ -212,24 +176,16 @@ BEGIN
 END;
 $$;
 
--- Unique keys are namespaced by kind and queue (migrations/0013_enqueue_namespaces.sql): a
+-- Unique keys are namespaced by kind and queue (migrations/history/0013_enqueue_namespaces.sql): a
 -- job of another kind or queue holding the same key no longer conflicts with a workflow's
 -- job, so the squatter eviction and the holder check of earlier versions (each a scan of the
 -- key outside the new index) have nothing left to do.
 DROP FUNCTION IF EXISTS skiplock._evict_key_squatter(text, text, text);
 DROP FUNCTION IF EXISTS skiplock._check_key_holder(text, text, text);
 
--- Whether an attempt of a job was ever taken away from its worker (rescued: sql/queue/rescue.sql
--- writes 'rescued: …'; or cancelled while running: skiplock.cancel). That worker may still be
--- running it and send a late ack for that attempt number, fenced off only as long as no later
--- claim gets the same number again: a replace then keeps counting attempts (skiplock._enqueue).
-CREATE OR REPLACE FUNCTION skiplock._attempt_taken_away(errors jsonb)
-RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(errors) = 'array'
-                                                           THEN errors ELSE '[]' END) AS e(x)
-                   WHERE jsonb_typeof(e.x) = 'object'
-                     AND (starts_with(e.x->>'error', 'rescued:') OR e.x->>'error' = 'cancelled while running'))
-$$;
+-- Earlier releases read whether an attempt was taken away from the text of `errors`; the
+-- column jobs.taken_attempt says it now (migrations/core/0004_taken_attempt.sql).
+DROP FUNCTION IF EXISTS skiplock._attempt_taken_away(jsonb);
 
 -- How much of the args a replace overwrote its `errors` entry keeps (characters of their
 -- JSON text): enough to see what was there, bounded so repeated replaces of large args
@@ -249,14 +205,16 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
         'truncated', length(old_args::text) > skiplock._replaced_args_max()))
 $$;
 
--- Enqueue one job, any key allowed: the body of skiplock.enqueue, and what the workflows'
--- own functions call for their reserved keys. Not executable by skiplock_enqueuer. With a
+-- Enqueue one job, any key allowed: the body of skiplock.enqueue and skiplock.enqueue_result,
+-- and (through skiplock._enqueue) what the workflows' own functions call for their reserved
+-- keys. Not executable by skiplock_enqueuer. Returns the job's id and what happened (`outcome`:
+-- inserted, deduplicated or replaced). With a
 -- unique_key already held by an available job, 'keep' returns that job's id untouched and
 -- 'replace' updates that job with what the caller gave (the debounce primitive): args,
 -- scheduled_at, priority and max_attempts, and the attempt count starts again at 0 (a job
 -- waiting for a retry gets the new max_attempts in full; earlier errors stay in `errors`).
 -- Kept: id, kind, queue, unique_key, created_at, errors. One exception keeps the ack fence
--- sound: if an attempt was ever taken away from a worker (skiplock._attempt_taken_away), that
+-- sound: if an attempt was ever taken away from a worker (jobs.taken_attempt is set), that
 -- worker's late ack carries an attempt number no later claim may reuse, so `attempt` is kept
 -- and max_attempts becomes attempt + the given max_attempts (the same full budget).
 -- Safe under concurrent callers: no unique violation escapes.
@@ -264,6 +222,130 @@ $$;
 -- The 8-argument form of earlier versions is dropped first: with it left in place, a call
 -- without limit_key would be ambiguous.
 DROP FUNCTION IF EXISTS skiplock._enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
+CREATE OR REPLACE FUNCTION skiplock._enqueue_outcome(
+    kind text,
+    args jsonb,
+    queue text,
+    run_at timestamptz,
+    priority smallint,
+    max_attempts integer,
+    unique_key text,
+    on_conflict text,
+    limit_key text DEFAULT NULL,
+    OUT job_id bigint,
+    OUT outcome skiplock.enqueue_outcome
+)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    new_id bigint;
+    inserted boolean;
+BEGIN
+    -- Every rule at once, as one plpgsql expression (no query): the checks below are a query
+    -- each, and together took about a third of a single enqueue's time, so they run
+    -- only when something is wrong, to name it. The conjunction is exactly their rules.
+    IF NOT coalesce(
+           _enqueue_outcome.kind <> '' AND length(_enqueue_outcome.kind) <= 200
+           AND _enqueue_outcome.queue <> '' AND length(_enqueue_outcome.queue) <= 200
+           AND jsonb_typeof(_enqueue_outcome.args) = 'object' AND octet_length(_enqueue_outcome.args::text) <= 524288
+           AND skiplock._unreadable_args(_enqueue_outcome.args) IS NULL
+           AND _enqueue_outcome.max_attempts >= 1 AND _enqueue_outcome.priority IS NOT NULL
+           AND (_enqueue_outcome.run_at IS NULL OR skiplock._time_ok(_enqueue_outcome.run_at))
+           AND _enqueue_outcome.on_conflict IN ('keep', 'replace')
+           AND (_enqueue_outcome.unique_key IS NULL OR octet_length(_enqueue_outcome.unique_key) <= 1000)
+           AND (_enqueue_outcome.limit_key IS NULL OR (_enqueue_outcome.limit_key <> '' AND octet_length(_enqueue_outcome.limit_key) <= 1000)),
+           false) THEN
+        PERFORM skiplock._check_job(_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, _enqueue_outcome.priority, _enqueue_outcome.max_attempts);
+        PERFORM skiplock._check_time('run_at', _enqueue_outcome.run_at);
+        IF _enqueue_outcome.on_conflict IS NULL OR _enqueue_outcome.on_conflict NOT IN ('keep', 'replace') THEN
+            RAISE EXCEPTION 'skiplock: on_conflict must be ''keep'' or ''replace'', got %', quote_nullable(_enqueue_outcome.on_conflict)
+                USING ERRCODE = '22023';
+        END IF;
+        -- A long key would fail later with an obscure "index row size exceeds btree maximum".
+        IF octet_length(_enqueue_outcome.unique_key) > 1000 THEN
+            RAISE EXCEPTION 'skiplock: unique_key is % bytes long (at most 1000)', octet_length(_enqueue_outcome.unique_key)
+                USING ERRCODE = '22023';
+        END IF;
+        PERFORM skiplock._check_limit_key(_enqueue_outcome.limit_key);
+    END IF;
+
+    IF _enqueue_outcome.unique_key IS NULL THEN
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, limit_key)
+        VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
+                _enqueue_outcome.priority, _enqueue_outcome.max_attempts, _enqueue_outcome.limit_key)
+        RETURNING id INTO new_id;
+        job_id := new_id;
+        outcome := 'inserted';
+        RETURN;
+    END IF;
+
+    IF _enqueue_outcome.on_conflict = 'replace' THEN
+        -- The key is the job's within its kind and queue (the unique index, migrations/
+        -- 0013_enqueue_namespaces.sql): a job of another kind or queue with the same key is
+        -- another job. A replace that changes the args records the args it overwrote, and who
+        -- replaced them (the login: session_user, not the functions' owner), in the job's
+        -- errors, at most skiplock._replaced_args_max characters of them: the original args
+        -- are never lost without trace. Identical args (a debounce that only moves the time)
+        -- record nothing, so a debounced row does not grow.
+        INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
+        VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
+                _enqueue_outcome.priority, _enqueue_outcome.max_attempts, _enqueue_outcome.unique_key, _enqueue_outcome.limit_key)
+        ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at,
+            priority = EXCLUDED.priority, limit_key = EXCLUDED.limit_key,
+            attempt = CASE WHEN j.taken_attempt IS NOT NULL THEN j.attempt ELSE 0 END,
+            max_attempts = CASE WHEN j.taken_attempt IS NOT NULL
+                                THEN least(j.attempt::bigint + EXCLUDED.max_attempts, 2147483647)::integer
+                                ELSE EXCLUDED.max_attempts END,
+            errors = CASE WHEN j.args = EXCLUDED.args THEN j.errors
+                          ELSE j.errors || skiplock._replaced_entry(j.attempt, j.args) END
+        -- xmax is 0 on a row this statement inserted, this transaction's id on one it updated.
+        RETURNING id, (xmax = 0) INTO new_id, inserted;
+        -- The insert trigger sees only inserted rows: a replace that moved the job to another
+        -- priority registers that lane itself (the claim reads lane by lane), and a waiting
+        -- job moved to now needs its own wake-up (a second NOTIFY for an insert is folded
+        -- into one by Postgres).
+        INSERT INTO skiplock.lanes (queue, priority) VALUES (_enqueue_outcome.queue, _enqueue_outcome.priority)
+        ON CONFLICT DO NOTHING;
+        IF coalesce(_enqueue_outcome.run_at, now()) <= now() THEN
+            PERFORM pg_notify(skiplock._wake_channel(), _enqueue_outcome.queue);
+        END IF;
+        job_id := new_id;
+        outcome := CASE WHEN inserted THEN 'inserted' ELSE 'replaced' END;
+        RETURN;
+    END IF;
+
+    -- 'keep': insert unless an available job of this kind and queue holds the key; if one
+    -- does, return it. The job may be claimed between the two statements, so loop until one
+    -- of them answers.
+    LOOP
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
+        VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
+                _enqueue_outcome.priority, _enqueue_outcome.max_attempts, _enqueue_outcome.unique_key, _enqueue_outcome.limit_key)
+        ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+        DO NOTHING
+        RETURNING id INTO new_id;
+        IF new_id IS NOT NULL THEN
+            job_id := new_id;
+            outcome := 'inserted';
+            RETURN;
+        END IF;
+        SELECT j.id INTO new_id FROM skiplock.jobs j
+        WHERE j.kind = _enqueue_outcome.kind AND j.queue = _enqueue_outcome.queue
+          AND j.unique_key = _enqueue_outcome.unique_key AND j.state = 'available';
+        IF new_id IS NOT NULL THEN
+            job_id := new_id;
+            outcome := 'deduplicated';
+            RETURN;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- skiplock._enqueue_outcome's id alone: what the workflows' own functions call for their
+-- reserved keys (the 9-argument form; earlier versions' body). Not executable by
+-- skiplock_enqueuer.
 CREATE OR REPLACE FUNCTION skiplock._enqueue(
     kind text,
     args jsonb,
@@ -275,102 +357,9 @@ CREATE OR REPLACE FUNCTION skiplock._enqueue(
     on_conflict text,
     limit_key text DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE plpgsql
-AS $$
-#variable_conflict use_column
-DECLARE
-    new_id bigint;
-BEGIN
-    -- Every rule at once, as one plpgsql expression (no query): the checks below are a query
-    -- each, and together took about a third of a single enqueue's time (issue 13), so they run
-    -- only when something is wrong, to name it. The conjunction is exactly their rules.
-    IF NOT coalesce(
-           _enqueue.kind <> '' AND length(_enqueue.kind) <= 200
-           AND _enqueue.queue <> '' AND length(_enqueue.queue) <= 200
-           AND jsonb_typeof(_enqueue.args) = 'object' AND octet_length(_enqueue.args::text) <= 524288
-           AND skiplock._unreadable_args(_enqueue.args) IS NULL
-           AND _enqueue.max_attempts >= 1 AND _enqueue.priority IS NOT NULL
-           AND (_enqueue.run_at IS NULL OR skiplock._time_ok(_enqueue.run_at))
-           AND _enqueue.on_conflict IN ('keep', 'replace')
-           AND (_enqueue.unique_key IS NULL OR octet_length(_enqueue.unique_key) <= 1000)
-           AND (_enqueue.limit_key IS NULL OR (_enqueue.limit_key <> '' AND octet_length(_enqueue.limit_key) <= 1000)),
-           false) THEN
-        PERFORM skiplock._check_job(_enqueue.kind, _enqueue.args, _enqueue.queue, _enqueue.priority, _enqueue.max_attempts);
-        PERFORM skiplock._check_time('run_at', _enqueue.run_at);
-        IF _enqueue.on_conflict IS NULL OR _enqueue.on_conflict NOT IN ('keep', 'replace') THEN
-            RAISE EXCEPTION 'skiplock: on_conflict must be ''keep'' or ''replace'', got %', quote_nullable(_enqueue.on_conflict)
-                USING ERRCODE = '22023';
-        END IF;
-        -- A long key would fail later with an obscure "index row size exceeds btree maximum".
-        IF octet_length(_enqueue.unique_key) > 1000 THEN
-            RAISE EXCEPTION 'skiplock: unique_key is % bytes long (at most 1000)', octet_length(_enqueue.unique_key)
-                USING ERRCODE = '22023';
-        END IF;
-        PERFORM skiplock._check_limit_key(_enqueue.limit_key);
-    END IF;
-
-    IF _enqueue.unique_key IS NULL THEN
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, limit_key)
-        VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
-                _enqueue.priority, _enqueue.max_attempts, _enqueue.limit_key)
-        RETURNING id INTO new_id;
-        RETURN new_id;
-    END IF;
-
-    IF _enqueue.on_conflict = 'replace' THEN
-        -- The key is the job's within its kind and queue (the unique index, migrations/
-        -- 0013_enqueue_namespaces.sql): a job of another kind or queue with the same key is
-        -- another job. A replace that changes the args records the args it overwrote, and who
-        -- replaced them (the login: session_user, not the functions' owner), in the job's
-        -- errors, at most skiplock._replaced_args_max characters of them: the original args
-        -- are never lost without trace. Identical args (a debounce that only moves the time)
-        -- record nothing, so a debounced row does not grow.
-        INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
-        VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
-                _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key, _enqueue.limit_key)
-        ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
-        DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at,
-            priority = EXCLUDED.priority, limit_key = EXCLUDED.limit_key,
-            attempt = CASE WHEN skiplock._attempt_taken_away(j.errors) THEN j.attempt ELSE 0 END,
-            max_attempts = CASE WHEN skiplock._attempt_taken_away(j.errors)
-                                THEN least(j.attempt::bigint + EXCLUDED.max_attempts, 2147483647)::integer
-                                ELSE EXCLUDED.max_attempts END,
-            errors = CASE WHEN j.args = EXCLUDED.args THEN j.errors
-                          ELSE j.errors || skiplock._replaced_entry(j.attempt, j.args) END
-        RETURNING id INTO new_id;
-        -- The insert trigger sees only inserted rows: a replace that moved the job to another
-        -- priority registers that lane itself (the claim reads lane by lane), and a waiting
-        -- job moved to now needs its own wake-up (a second NOTIFY for an insert is folded
-        -- into one by Postgres).
-        INSERT INTO skiplock.lanes (queue, priority) VALUES (_enqueue.queue, _enqueue.priority)
-        ON CONFLICT DO NOTHING;
-        IF coalesce(_enqueue.run_at, now()) <= now() THEN
-            PERFORM pg_notify(skiplock._wake_channel(), _enqueue.queue);
-        END IF;
-        RETURN new_id;
-    END IF;
-
-    -- 'keep': insert unless an available job of this kind and queue holds the key; if one
-    -- does, return it. The job may be claimed between the two statements, so loop until one
-    -- of them answers.
-    LOOP
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
-        VALUES (_enqueue.kind, _enqueue.args, _enqueue.queue, coalesce(_enqueue.run_at, now()),
-                _enqueue.priority, _enqueue.max_attempts, _enqueue.unique_key, _enqueue.limit_key)
-        ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
-        DO NOTHING
-        RETURNING id INTO new_id;
-        IF new_id IS NOT NULL THEN
-            RETURN new_id;
-        END IF;
-        SELECT j.id INTO new_id FROM skiplock.jobs j
-        WHERE j.kind = _enqueue.kind AND j.queue = _enqueue.queue
-          AND j.unique_key = _enqueue.unique_key AND j.state = 'available';
-        IF new_id IS NOT NULL THEN
-            RETURN new_id;
-        END IF;
-    END LOOP;
-END;
+LANGUAGE sql AS $$
+    SELECT e.job_id FROM skiplock._enqueue_outcome(kind, args, queue, run_at, priority, max_attempts,
+                                                   unique_key, on_conflict, limit_key) e
 $$;
 
 -- The claim's pick (skiplock._claim, and skiplock._claim_limited under a queue concurrency
@@ -624,11 +613,11 @@ BEGIN
 END;
 $$;
 
--- Enqueue one job (the public entry point; see skiplock._enqueue for keys and conflicts).
--- A unique_key in a built-in workflow's namespace (skiplock._reserved_key_prefix) is refused,
--- and so is a job of a reserved queue or kind (skiplock._reserved_job).
--- limit_key: see skiplock._enqueue (the 8-argument form of earlier versions is dropped so
--- that old call forms resolve to this one).
+-- Enqueue one job (the public entry point; see skiplock._enqueue_outcome for keys and
+-- conflicts): returns its id. A unique_key in a reserved namespace (skiplock._reserved_key_prefix)
+-- is refused, and so is a job of a reserved queue or kind (skiplock._reserved_job).
+-- limit_key: see skiplock._enqueue_outcome (the 8-argument form of earlier versions is dropped
+-- so that old call forms resolve to this one).
 DROP FUNCTION IF EXISTS skiplock.enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
 CREATE OR REPLACE FUNCTION skiplock.enqueue(
     kind text,
@@ -647,22 +636,65 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    reserved text := skiplock._reserved_key_prefix(enqueue.unique_key);
+    r record;
 BEGIN
-    IF reserved IS NOT NULL THEN
-        RAISE EXCEPTION 'skiplock: unique_key prefix % is reserved for the built-in workflows (use their own functions: request_fetch, timer_reset, pack_now, submit_packet)',
-            quote_literal(reserved) USING ERRCODE = '22023';
-    END IF;
-    IF skiplock._reserved_job(enqueue.kind, enqueue.queue) IS NOT NULL THEN
-        PERFORM skiplock._check_reserved_job(enqueue.kind, enqueue.queue);
-    END IF;
-    RETURN skiplock._enqueue(enqueue.kind, enqueue.args, enqueue.queue, enqueue.run_at, enqueue.priority,
-                             enqueue.max_attempts, enqueue.unique_key, enqueue.on_conflict,
-                             enqueue.limit_key);
+    PERFORM skiplock._check_enqueue_names(enqueue.kind, enqueue.queue, enqueue.unique_key);
+    SELECT * INTO r FROM skiplock._enqueue_outcome(enqueue.kind, enqueue.args, enqueue.queue,
+        enqueue.run_at, enqueue.priority, enqueue.max_attempts, enqueue.unique_key,
+        enqueue.on_conflict, enqueue.limit_key);
+    RETURN r.job_id;
 END;
 $$;
 
--- A limit from skiplock.settings (migrations/0006_hardening.sql seeds them; only the owner
+-- skiplock.enqueue that also says what happened: one row (id, outcome), outcome `inserted`
+-- (a new job), `deduplicated` (an available job of the kind and queue held the unique_key and
+-- was left as it was: on_conflict 'keep') or `replaced` (that job was updated: 'replace').
+CREATE OR REPLACE FUNCTION skiplock.enqueue_result(
+    kind text,
+    args jsonb DEFAULT '{}',
+    queue text DEFAULT 'default',
+    run_at timestamptz DEFAULT now(),
+    priority smallint DEFAULT 0,
+    max_attempts integer DEFAULT 25,
+    unique_key text DEFAULT NULL,
+    on_conflict text DEFAULT 'keep',
+    limit_key text DEFAULT NULL
+) RETURNS TABLE (id bigint, outcome skiplock.enqueue_outcome)
+LANGUAGE plpgsql
+-- Owner's rights, fixed search_path: see skiplock.enqueue.
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM skiplock._check_enqueue_names(enqueue_result.kind, enqueue_result.queue,
+                                          enqueue_result.unique_key);
+    RETURN QUERY SELECT e.job_id, e.outcome FROM skiplock._enqueue_outcome(
+        enqueue_result.kind, enqueue_result.args, enqueue_result.queue, enqueue_result.run_at,
+        enqueue_result.priority, enqueue_result.max_attempts, enqueue_result.unique_key,
+        enqueue_result.on_conflict, enqueue_result.limit_key) e;
+END;
+$$;
+
+-- Refuses a generic enqueue of a reserved unique-key prefix, queue or kind, naming what to use
+-- instead (skiplock.reserved_names). Each check runs its query only for a name that is
+-- reserved: an ordinary enqueue pays one inlined CASE per rule.
+CREATE OR REPLACE FUNCTION skiplock._check_enqueue_names(kind text, queue text, unique_key text)
+RETURNS void LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    reserved text := skiplock._reserved_key_prefix(_check_enqueue_names.unique_key);
+BEGIN
+    IF reserved IS NOT NULL THEN
+        RAISE EXCEPTION 'skiplock: unique_key prefix % is reserved for skiplock''s own functions (use %)',
+            quote_literal(reserved),
+            (SELECT r.use_instead FROM skiplock.reserved_names r
+             WHERE r.what = 'key_prefix' AND r.name = reserved) USING ERRCODE = '22023';
+    END IF;
+    IF skiplock._reserved_job(_check_enqueue_names.kind, _check_enqueue_names.queue) IS NOT NULL THEN
+        PERFORM skiplock._check_reserved_job(_check_enqueue_names.kind, _check_enqueue_names.queue);
+    END IF;
+END;
+$$;
+
+-- A limit from skiplock.settings (migrations/history/0006_hardening.sql seeds them; only the owner
 -- may change them). A deleted row falls back to the seeded default.
 CREATE OR REPLACE FUNCTION skiplock._limit(name text) RETURNS bigint
 LANGUAGE sql STABLE AS $$
@@ -742,7 +774,8 @@ $$;
 
 -- Cancel a job that has not finished. A running job's late acknowledgement is fenced off
 -- (the row is no longer `running`); the interrupted attempt is recorded in `errors` as
--- {attempt, at, error: 'cancelled while running'} (skiplock._attempt_taken_away reads it) and
+-- {attempt, at, error: 'cancelled while running'}, the attempt is recorded as taken away
+-- (jobs.taken_attempt: a replace keeps counting from it, skiplock._enqueue) and
 -- the stale `heartbeat_at` is cleared, so the row itself says an attempt was cut short.
 -- SECURITY DEFINER (fixed search_path, every name qualified), like retry and the bulk
 -- functions below: the operator role (skiplock_operator, the console's login) may cancel and
@@ -764,7 +797,8 @@ BEGIN
         errors = CASE WHEN cur = 'running'
                       THEN j.errors || jsonb_build_array(jsonb_build_object(
                                'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
-                      ELSE j.errors END
+                      ELSE j.errors END,
+        taken_attempt = CASE WHEN cur = 'running' THEN j.attempt ELSE j.taken_attempt END
     WHERE j.id = cancel.id;
     -- A running job no longer counts against its queue's concurrency limits: a producer held
     -- back by one claims at once (delivered at commit), not at its next poll.
@@ -919,7 +953,8 @@ BEGIN
             errors = CASE WHEN j.state = 'running'
                           THEN j.errors || jsonb_build_array(jsonb_build_object(
                                    'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
-                          ELSE j.errors END
+                          ELSE j.errors END,
+            taken_attempt = CASE WHEN j.state = 'running' THEN j.attempt ELSE j.taken_attempt END
         FROM locked WHERE j.id = locked.id
         RETURNING j.id
     ), woken AS (
@@ -936,7 +971,7 @@ END;
 $$;
 
 -- Counts per queue and state, for psql and `skiplock stats`, with the queue's control
--- settings (skiplock.queues, sql/api/15_limits.sql; NULL: no limit).
+-- settings (skiplock.queues, sql/api/15_control.sql; NULL: no limit).
 CREATE OR REPLACE VIEW skiplock.queue_stats AS
 SELECT s.queue, s.state, s.count, s.oldest_scheduled_at,
        coalesce(c.paused, false) AS paused, c.concurrency, c.key_concurrency, c.key_rate, c.key_period

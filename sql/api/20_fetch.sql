@@ -2,6 +2,16 @@
 -- functions the `fetch` handler uses for full crawls (politeness is a per-host rate limit).
 -- Installed (CREATE OR REPLACE) by `skiplock migrate`.
 
+-- The names this workflow's own functions enqueue under, reserved from the generic enqueue
+-- (skiplock.reserved_names; sql/api/80_reserved.sql builds the checks): a fetch job:
+-- `fetch:<url>` keys, kind and queue `fetch` (skiplock.request_fetch writes them with the
+-- URL's host as the limit key, so a generic enqueue could skip the per-host politeness).
+INSERT INTO skiplock.reserved_names (part, what, name, use_instead) VALUES
+    ('fetch', 'kind', 'fetch', 'skiplock.request_fetch'),
+    ('fetch', 'queue', 'fetch', 'skiplock.request_fetch'),
+    ('fetch', 'key_prefix', 'fetch:', 'skiplock.request_fetch')
+ON CONFLICT (what, name) DO UPDATE SET part = EXCLUDED.part, use_instead = EXCLUDED.use_instead;
+
 -- Normalises an http(s) URL the way the handler does for ordinary URLs: lower-case scheme
 -- and host, default port dropped, empty path -> '/', `.` and `..` segments resolved
 -- (RFC 3986 5.2.4), fragment dropped. Refuses anything
@@ -141,7 +151,7 @@ BEGIN
             RETURN jid;
         END IF;
         -- The pending job was claimed between the two statements: try again. (Keys are
-        -- namespaced by kind and queue, migrations/0013_enqueue_namespaces.sql: no job of
+        -- namespaced by kind and queue, migrations/history/0013_enqueue_namespaces.sql: no job of
         -- another kind or queue can hold this one.)
     END LOOP;
 END;
@@ -197,7 +207,7 @@ $$;
 
 -- The per-host politeness slot and lease of release 0.1 are gone: politeness is the fetch
 -- queue's per-key rate limit (skiplock.set_key_limit, set by workers at start from
--- SKIPLOCK_POLITENESS), enforced when a job is claimed (sql/api/15_limits.sql).
+-- SKIPLOCK_POLITENESS), enforced when a job is claimed (sql/api/15_control.sql).
 DROP FUNCTION IF EXISTS skiplock._fetch_slot(bigint, text, interval, interval);
 DROP FUNCTION IF EXISTS skiplock._fetch_release(text, interval);
 

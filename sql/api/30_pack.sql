@@ -1,6 +1,16 @@
 -- pack SQL API: the debounced pack timer of a host is its single available `do-the-packing`
 -- row (unique_key 'pack:<host>', queue 'pack'). Nothing is held in any process's memory.
 
+-- The names this workflow's own functions enqueue under, reserved from the generic enqueue
+-- (skiplock.reserved_names; sql/api/80_reserved.sql builds the checks): the pack timer:
+-- `pack:<host>` keys, its kinds and queue `pack`.
+INSERT INTO skiplock.reserved_names (part, what, name, use_instead) VALUES
+    ('pack', 'kind', 'timer-reset', 'skiplock.timer_reset or skiplock.pack_now'),
+    ('pack', 'kind', 'do-the-packing', 'skiplock.timer_reset or skiplock.pack_now'),
+    ('pack', 'queue', 'pack', 'skiplock.timer_reset or skiplock.pack_now'),
+    ('pack', 'key_prefix', 'pack:', 'skiplock.timer_reset or skiplock.pack_now')
+ON CONFLICT (what, name) DO UPDATE SET part = EXCLUDED.part, use_instead = EXCLUDED.use_instead;
+
 -- The unique key of a host's pack timer.
 CREATE OR REPLACE FUNCTION skiplock.pack_key(host text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT 'pack:' || host $$;

@@ -1,4 +1,4 @@
--- The packet pipeline's SQL API (issue 5): the transition table and the trigger that
+-- The packet pipeline's SQL API (docs/packets.md): the transition table and the trigger that
 -- enforces it, submit, the operator actions, the worker's start/finish steps (with the
 -- cross-process concurrency gate) and start-up recovery. Re-applied by every `migrate`.
 --
@@ -12,6 +12,16 @@
 -- checks recovery's conditions itself: the guard trigger lets that move through only when it
 -- runs as the table's owner, so no setting a caller can change unlocks it.
 -- The history (packet_events) is append-only for every role but its owner.
+
+-- The names this workflow's own functions enqueue under, reserved from the generic enqueue
+-- (skiplock.reserved_names; sql/api/80_reserved.sql builds the checks): packet processing:
+-- `packet:<id>` keys, kind `process-packet` and queue `packets` (one packet at a time across
+-- all workers).
+INSERT INTO skiplock.reserved_names (part, what, name, use_instead) VALUES
+    ('packets', 'kind', 'process-packet', 'skiplock.submit_packet or skiplock.retry_packet'),
+    ('packets', 'queue', 'packets', 'skiplock.submit_packet or skiplock.retry_packet'),
+    ('packets', 'key_prefix', 'packet:', 'skiplock.submit_packet or skiplock.retry_packet')
+ON CONFLICT (what, name) DO UPDATE SET part = EXCLUDED.part, use_instead = EXCLUDED.use_instead;
 
 -- The transition table, the SQL twin of transitions::mover() in Rust (a test checks that
 -- both agree on every pair): who may move a packet from `f` to `t`, or NULL if nobody may.
@@ -130,7 +140,7 @@ CREATE TRIGGER packet_events_no_truncate BEFORE TRUNCATE ON skiplock.packet_even
 
 -- Enqueues the packet's process-packet job (queue `packets`) and records it on the packet.
 -- The unique key (reserved: skiplock._reserved_key_prefix) keeps at most one waiting job per
--- packet; keys are namespaced by kind and queue (migrations/0013_enqueue_namespaces.sql), so
+-- packet; keys are namespaced by kind and queue (migrations/history/0013_enqueue_namespaces.sql), so
 -- a job of another kind or queue with the same key is another job and can never make a
 -- submit, a retry or recovery fail.
 CREATE OR REPLACE FUNCTION skiplock._packet_enqueue(id bigint) RETURNS bigint
@@ -275,7 +285,7 @@ $$;
 -- other session can hold a start up); the gate is held only for this short transaction, and
 -- a start that finds it held answers 'busy' like one that finds no room (the job snoozes and
 -- asks again; older workers understand the answer too).
--- Returns a skiplock.packet_start_result (migrations/0007_store.sql): outcome 'started',
+-- Returns a skiplock.packet_start_result (migrations/history/0007_store.sql): outcome 'started',
 -- 'busy' (no room, or the gate is held: wait and try again), 'stale' with the packet's
 -- `state` when it is no longer queued (NULL state: it is gone; a late job: do nothing), or
 -- 'duplicate' with the `owner_job` when another live job owns the queued packet (do nothing).

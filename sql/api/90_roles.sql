@@ -113,26 +113,21 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA skiplock FROM PUBLIC;
 DO $grants$
 DECLARE
     f text;
-    mig regclass := pg_catalog.to_regclass('_sqlx_migrations');
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'skiplock_enqueuer') THEN
         EXECUTE 'GRANT USAGE ON SCHEMA skiplock TO skiplock_enqueuer';
         EXECUTE 'GRANT SELECT ON skiplock.queue_stats TO skiplock_enqueuer';
         -- The CLI checks that every migration was applied, and the SQL API's version,
         -- before it enqueues.
-        IF mig IS NOT NULL THEN
-            EXECUTE format('GRANT SELECT ON %s TO skiplock_enqueuer', mig);
-        END IF;
-        EXECUTE 'GRANT SELECT ON skiplock.schema_info TO skiplock_enqueuer';
-        -- The enqueue-style functions that exist now (the workflow ones may not, yet), by
-        -- name, with every overload.
+        EXECUTE 'GRANT SELECT ON skiplock.migrations_core, skiplock.schema_info TO skiplock_enqueuer';
+        -- The core's enqueue functions, by name, with every overload (each workflow part's
+        -- roles file grants its own: sql/api/9*_roles.sql).
         FOR f IN
             SELECT p.oid::regprocedure::text
             FROM pg_catalog.pg_proc p
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
             WHERE n.nspname = 'skiplock'
-              AND p.proname IN ('enqueue', 'enqueue_many', 'request_fetch', 'timer_reset',
-                                'pack_now', 'submit_packet')
+              AND p.proname IN ('enqueue', 'enqueue_result', 'enqueue_many')
         LOOP
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO skiplock_enqueuer', f);
         END LOOP;
@@ -143,18 +138,17 @@ BEGIN
         EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA skiplock TO skiplock_worker';
         EXECUTE 'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA skiplock TO skiplock_worker';
         EXECUTE 'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA skiplock TO skiplock_worker';
-        -- The packet history is append-only (its trigger writes it as the owner; a trigger
-        -- also refuses changes by anyone else); deleting a packet would delete its history;
-        -- the limits are the owner's to set.
-        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.packet_events FROM skiplock_worker';
-        EXECUTE 'REVOKE DELETE, TRUNCATE ON skiplock.packets FROM skiplock_worker';
+        -- The limits are the owner's to set.
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.settings FROM skiplock_worker';
+        -- Which build installed each part is `skiplock migrate`'s to record, like the SQL
+        -- API's version below; so are the reserved names.
+        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.schema_parts, skiplock.reserved_names FROM skiplock_worker';
         -- Only `skiplock migrate` (the owner) records the SQL API's version.
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.schema_info FROM skiplock_worker';
         -- The wake-up channel's name is read (to LISTEN on it), never changed.
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.wake_channel FROM skiplock_worker';
         -- Queue control (limits, pause) is the owner's and the operator's, through the
-        -- SECURITY DEFINER functions of sql/api/15_limits.sql: a worker login may not delete
+        -- SECURITY DEFINER functions of sql/api/15_control.sql: a worker login may not delete
         -- or loosen a row, the fetch queue's politeness above all (it sets that one only
         -- through skiplock.set_politeness). UPDATE of updated_at alone stays: the limited claim
         -- locks the queue's row (SELECT ... FOR UPDATE needs UPDATE on some column) and
@@ -170,10 +164,6 @@ BEGIN
         LOOP
             EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM skiplock_worker', f);
         END LOOP;
-        -- The worker checks at start that every migration was applied.
-        IF mig IS NOT NULL THEN
-            EXECUTE format('GRANT SELECT ON %s TO skiplock_worker', mig);
-        END IF;
     END IF;
 
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'skiplock_operator') THEN
@@ -183,12 +173,8 @@ BEGIN
         EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA skiplock TO skiplock_operator';
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA skiplock FROM skiplock_operator';
         -- Except the wake-up channel's name: the console does not LISTEN, and whoever knows
-        -- the name hears every queue's wake-ups (migrations/0015_wake_channel.sql).
+        -- the name hears every queue's wake-ups (migrations/history/0015_wake_channel.sql).
         EXECUTE 'REVOKE SELECT ON skiplock.wake_channel FROM skiplock_operator';
-        -- The console checks at start that every migration was applied.
-        IF mig IS NOT NULL THEN
-            EXECUTE format('GRANT SELECT ON %s TO skiplock_operator', mig);
-        END IF;
         -- The console's buttons (every one SECURITY DEFINER) and the filter helpers its job
         -- list shares with the bulk functions; by name, with every overload.
         FOR f IN
@@ -196,8 +182,7 @@ BEGIN
             FROM pg_catalog.pg_proc p
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
             WHERE n.nspname = 'skiplock'
-              AND p.proname IN ('cancel', 'retry', 'cancel_jobs', 'retry_jobs', 'take_packet',
-                                'complete_packet', 'retry_packet', 'pack_now',
+              AND p.proname IN ('cancel', 'retry', 'cancel_jobs', 'retry_jobs',
                                 'pause_queue', 'resume_queue',
                                 '_job_matches', '_like_pattern')
         LOOP

@@ -3,7 +3,7 @@
 -- Nothing is rescued until the server itself has been up for a whole window: after a
 -- restart every heartbeat is stale only because nobody could write one (the workers write
 -- theirs as soon as they reconnect). The rescuer's process adds its own, wider guard
--- (src/maintenance/rescuer.rs) for outages that were not restarts.
+-- (src/worker/rescuer.rs) for outages that were not restarts.
 WITH stale AS (
     SELECT id, unique_key, attempt < max_attempts AS back
     FROM skiplock.jobs
@@ -35,6 +35,9 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded'
     finalized_at = CASE WHEN j.attempt >= j.max_attempts OR h.holder IS NOT NULL THEN now() END,
     scheduled_at = now(),
     heartbeat_at = NULL,
+    -- Its worker may still be running this attempt and ack it (fenced off as long as no
+    -- later claim reuses the number: a replace keeps counting from here, skiplock._enqueue).
+    taken_attempt = j.attempt,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'at', now(),
         'error', format('rescued: worker %s sent no heartbeat since %s', j.attempted_by, j.heartbeat_at)))

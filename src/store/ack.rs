@@ -1,6 +1,6 @@
 //! Writing outcomes: many acknowledgements in one fenced statement
-//! (`sql/queue/ack_many.sql`; the worker's completer batches them), and putting back jobs a
-//! worker claimed but never started (`sql/queue/release_orphans.sql`).
+//! (`sql/queue/ack_many.sql`; the worker's ack writer batches them), and putting back jobs a
+//! worker claimed but never started (`sql/queue/release_unstarted.sql`).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -56,9 +56,9 @@ pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Vec<
         .await?)
 }
 
-/// What [`release_orphans`] puts back.
+/// What [`release_unstarted`] puts back.
 #[derive(Debug, Clone, Copy)]
-pub struct OrphanParams<'a> {
+pub struct ReleaseParams<'a> {
     /// The worker that claimed them.
     pub worker: &'a str,
     /// Only jobs of this queue (`None`: every queue).
@@ -66,13 +66,13 @@ pub struct OrphanParams<'a> {
     /// The ids the worker still holds: never released.
     pub held: &'a [i64],
     /// Whether the released jobs use up their attempt (see
-    /// `worker::orphans::count_attempt_after`).
+    /// `worker::release::count_attempt_after`).
     pub count_attempt: bool,
     /// Why, appended to each job's `errors`.
     pub reason: &'a str,
 }
 
-/// A job [`release_orphans`] put back.
+/// A job [`release_unstarted`] put back.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ReleasedJob {
     /// Job id.
@@ -84,11 +84,11 @@ pub struct ReleasedJob {
 
 /// Puts back every job `p.worker` claimed (from `p.queue`) that is still `running` and not in
 /// `p.held`.
-pub async fn release_orphans<'e, E: Executor<'e>>(
+pub async fn release_unstarted<'e, E: Executor<'e>>(
     exec: E,
-    p: OrphanParams<'_>,
+    p: ReleaseParams<'_>,
 ) -> Result<Vec<ReleasedJob>> {
-    Ok(sqlx::query_as(sql!("queue", "release_orphans"))
+    Ok(sqlx::query_as(sql!("queue", "release_unstarted"))
         .bind(p.worker)
         .bind(p.queue)
         .bind(p.held)

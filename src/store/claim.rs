@@ -6,10 +6,10 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Row};
 
-use super::time::{DbTime, DbTimeOpt};
 use super::{Executor, sql};
 use crate::error::Result;
 use crate::queue::Job;
+use crate::time::{DbTime, DbTimeOpt};
 
 /// What one claim asks for.
 #[derive(Debug, Clone, Copy)]

@@ -1,7 +1,7 @@
 //! The fetch workflow's statements (`sql/fetch/`): the guestbook rows in `skiplock.pages`,
 //! the robots.txt cache in `skiplock.hosts`, and the requests a fetch makes for other pages
 //! (crawl links, redirect targets). Politeness is the fetch queue's per-host rate limit
-//! (`store::limits`), enforced at claim time.
+//! (`store::control`), enforced at claim time.
 
 use chrono::{DateTime, Utc};
 
@@ -63,7 +63,7 @@ pub async fn job_host_key<'e, E: Executor<'e>>(exec: E, id: i64, url: &str) -> R
 #[derive(Debug, Clone, Default, sqlx::FromRow)]
 pub struct Known {
     /// When it is due (`None`: never scheduled).
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub next_fetch: Option<DateTime<Utc>>,
     /// Validator for the conditional GET.
     pub etag: Option<String>,
@@ -193,7 +193,7 @@ pub struct RobotsRow {
     /// The HTTP status of the robots.txt request.
     pub robots_status: Option<i32>,
     /// When it was fetched.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub robots_fetched_at: Option<DateTime<Utc>>,
 }
 

@@ -8,16 +8,16 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use super::time::{DbTime, DbTimeOpt};
 use super::{Executor, sql};
 use crate::error::{Error, Result};
 use crate::queue::enqueue::{check_key, check_nul, check_reserved_job};
-use crate::queue::{JobRow, JobState, NewJob};
+use crate::queue::{Enqueued, JobRow, JobState, NewJob};
+use crate::time::{DbTime, DbTimeOpt};
 
-/// Enqueues one job and returns its id (or the id of the available job holding its key).
-/// Refused before the round trip: NUL characters, a reserved key prefix, a reserved queue or
-/// kind (`check_reserved_job`), a time skiplock cannot store.
-pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<i64> {
+/// Enqueues one job: its id (or the id of the available job holding its key) and what the
+/// enqueue did. Refused before the round trip: NUL characters, a reserved key prefix, a
+/// reserved queue or kind (`check_reserved_job`), a time skiplock cannot store.
+pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enqueued> {
     check_nul(
         &job.kind,
         &job.queue,
@@ -28,9 +28,9 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<i64> 
     check_key(job.unique_key.as_deref())?;
     check_reserved_job(&job.kind, &job.queue)?;
     if let Some(t) = job.run_at {
-        crate::dbtime::check("run_at", t)?;
+        crate::time::check("run_at", t)?;
     }
-    Ok(sqlx::query_scalar(sql!("queue", "enqueue"))
+    let (id, outcome): (i64, String) = sqlx::query_as(sql!("queue", "enqueue"))
         .bind(&job.kind)
         .bind(&job.args)
         .bind(&job.queue)
@@ -41,7 +41,11 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<i64> 
         .bind(job.on_conflict.as_str())
         .bind(&job.limit_key)
         .fetch_one(exec)
-        .await?)
+        .await?;
+    Ok(Enqueued {
+        id,
+        outcome: outcome.parse().map_err(Error::Other)?,
+    })
 }
 
 /// Many jobs of one kind, for [`enqueue_many`].
@@ -72,7 +76,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
     )?;
     check_reserved_job(jobs.kind, jobs.queue)?;
     if let Some(t) = jobs.run_at {
-        crate::dbtime::check("run_at", t)?;
+        crate::time::check("run_at", t)?;
     }
     Ok(sqlx::query_scalar(sql!("queue", "enqueue_many"))
         .bind(jobs.kind)
@@ -145,7 +149,7 @@ pub struct QueueStat {
     /// How many jobs.
     pub count: i64,
     /// Oldest `scheduled_at` among them.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub oldest_scheduled_at: Option<DateTime<Utc>>,
 }
 

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use super::time::{DbTime, DbTimeOpt};
 use super::{Executor, sql};
 use crate::error::Result;
 use crate::queue::{JobState, NewJob};
+use crate::time::{DbTime, DbTimeOpt};
 use chrono::{DateTime, Utc};
 
 /// The database's clock.
@@ -37,18 +37,18 @@ pub struct ReapCandidate {
     /// Attempts so far.
     pub attempt: i32,
     /// When it became (or becomes) due.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub scheduled_at: Option<DateTime<Utc>>,
     /// When it was enqueued.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub created_at: DateTime<Utc>,
     /// When the current or last attempt started.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub attempted_at: Option<DateTime<Utc>>,
     /// The worker of that attempt.
     pub attempted_by: Option<String>,
     /// Last heartbeat of a running attempt.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub heartbeat_at: Option<DateTime<Utc>>,
     /// Its queue is paused.
     pub queue_paused: bool,
@@ -63,7 +63,7 @@ pub struct ReapCandidate {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct CandidateRow {
     /// The database's clock.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub db_now: DateTime<Utc>,
     /// The job.
     #[sqlx(flatten)]
@@ -302,7 +302,7 @@ pub struct DeclaredPeriodic {
     /// The process that declared it last.
     pub declared_by: String,
     /// The latest period enqueued.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub last_period: Option<DateTime<Utc>>,
     /// That period's job.
     pub last_job_id: Option<i64>,
@@ -311,7 +311,7 @@ pub struct DeclaredPeriodic {
     /// Why its latest failed enqueue failed (`None`: none since its last successful one).
     pub last_error: Option<String>,
     /// When that was.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub last_error_at: Option<DateTime<Utc>>,
 }
 

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "packets")]
 use super::types::PacketState;
 use super::{Executor, Pool, sql};
 use crate::error::Result;
@@ -32,6 +33,7 @@ pub struct QueueDepth {
     pub paused_queues: i64,
 }
 
+#[cfg(feature = "packets")]
 /// How many packets are in one state.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct PacketCount {
@@ -64,6 +66,7 @@ pub struct Snapshot {
     /// The sum over the queues past the first N (`None`: there are none).
     pub others: Option<QueueDepth>,
     /// Per packet state that has packets.
+    #[cfg(feature = "packets")]
     pub packets: Vec<PacketCount>,
     /// Per queue with control settings, ordered by name.
     pub control: Vec<QueueControl>,
@@ -88,6 +91,7 @@ pub async fn queue_depth<'e, E: Executor<'e>>(exec: E, top: usize) -> Result<Vec
         .await?)
 }
 
+#[cfg(feature = "packets")]
 /// Packets per state.
 pub async fn packet_states<'e, E: Executor<'e>>(exec: E) -> Result<Vec<PacketCount>> {
     Ok(sqlx::query_as(sql!("metrics", "packet_states"))
@@ -111,12 +115,14 @@ pub async fn snapshot(pool: &Pool, timeout: Duration, top: usize) -> Result<Snap
         .await?
         .into_iter()
         .partition(|q| q.queue.is_some());
+    #[cfg(feature = "packets")]
     let packets = packet_states(&mut *tx).await?;
     let control = queue_control(&mut *tx).await?;
     tx.rollback().await?;
     Ok(Snapshot {
         queues,
         others: others.into_iter().next(),
+        #[cfg(feature = "packets")]
         packets,
         control,
     })

@@ -11,8 +11,8 @@
 //!   verbs (`packets::start`, `jobs::cancel_job`), with `_many` when the statement takes
 //!   arrays (`heartbeat_many`, `ack_many`). Areas: `queue` ([`jobs`], [`claim`], [`ack`],
 //!   [`heartbeat`], [`rescue`]), `maintenance`, `fetch`, `pack`, `packets`, [`metrics`]
-//!   (what a scrape reads), `schema`, and the dev tools' `bench` and `chaos` (their modules
-//!   say so; nothing else calls them).
+//!   (what a scrape reads), `schema`. (The dev tools' statements, `bench` and `chaos`, are in
+//!   the binary's modules of those names: they are not part of the library.)
 //! - **Typed in, typed out.** More than about three parameters come as a struct; every row is
 //!   a named `FromRow` struct (no tuples); states are enums mapped to the database's enum
 //!   types ([`types`]); times are read through [`time::DbTime`] so no stored value can panic.
@@ -27,25 +27,24 @@
 //!   checks that version at start ([`schema::ensure_ready`]).
 
 pub mod ack;
-#[doc(hidden)]
-pub mod bench;
-#[doc(hidden)]
-pub mod chaos;
 pub mod claim;
+pub mod control;
+#[cfg(feature = "fetch")]
 pub mod fetch;
 pub mod heartbeat;
 pub mod jobs;
-pub mod limits;
 pub mod maintenance;
 pub mod metrics;
 pub mod names;
 pub mod notify;
+#[cfg(feature = "pack")]
 pub mod pack;
+#[cfg(feature = "packets")]
 pub mod packets;
 pub mod rescue;
 pub mod schema;
 pub mod session;
-pub mod time;
+pub(crate) mod testing;
 pub mod types;
 pub mod web;
 

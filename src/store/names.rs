@@ -35,67 +35,153 @@ pub const PACKET_PROCESSING_LOCK: &str = "packets.processing";
 /// Kind of the chaos runs' jobs (a dev tool: `skiplock chaos`).
 pub const CHAOS_RECORD_KIND: &str = "chaos_record";
 
-/// Unique-key prefixes the built-in workflows own (`skiplock._reserved_key_prefix` enforces
-/// them in the database): a generic enqueue may not create or replace such a key.
-pub const RESERVED_KEY_PREFIXES: &[&str] = &[FETCH_KEY_PREFIX, PACK_KEY_PREFIX, PACKET_KEY_PREFIX];
-
 /// Queue-name prefix of skiplock's own queues (the maintenance jobs' `skiplock.maintenance`).
 pub const RESERVED_QUEUE_PREFIX: &str = "skiplock.";
 /// Kinds of the maintenance jobs (the reaper's and retention's), enqueued only by the
 /// scheduler into `skiplock.maintenance`.
 pub const MAINTENANCE_KINDS: &[&str] = &["reap", "retain"];
-
-/// The built-in workflows' queues, each reserved to the workflow's own functions
-/// (`skiplock._reserved_job` enforces them in the database, with the function to use).
-pub const RESERVED_QUEUES: &[(&str, &str)] = &[
-    (FETCH_QUEUE, "skiplock.request_fetch"),
-    (PACK_QUEUE, "skiplock.timer_reset or skiplock.pack_now"),
-    (
-        PACKET_QUEUE,
-        "skiplock.submit_packet or skiplock.retry_packet",
-    ),
-];
-/// The built-in workflows' kinds, likewise.
-pub const RESERVED_KINDS: &[(&str, &str)] = &[
-    (FETCH_KIND, "skiplock.request_fetch"),
-    (
-        TIMER_RESET_KIND,
-        "skiplock.timer_reset or skiplock.pack_now",
-    ),
-    (
-        DO_THE_PACKING_KIND,
-        "skiplock.timer_reset or skiplock.pack_now",
-    ),
-    (
-        PACKET_KIND,
-        "skiplock.submit_packet or skiplock.retry_packet",
-    ),
-];
-/// What `skiplock._reserved_job` names for the maintenance queue and kinds.
+/// What a refused enqueue of a maintenance job is told to use.
 pub const MAINTENANCE_USE: &str =
     "the worker's own maintenance (periodic jobs: skiplock.enqueue_periodic)";
 
-/// The function(s) to use instead when a generic enqueue of a `kind` job into `queue` is
-/// refused (the Rust twin of `skiplock._reserved_job`), or `None`: a job any caller may
-/// enqueue.
-pub fn reserved_job(kind: &str, queue: &str) -> Option<&'static str> {
-    if queue.starts_with(RESERVED_QUEUE_PREFIX) || MAINTENANCE_KINDS.contains(&kind) {
-        return Some(MAINTENANCE_USE);
+/// What a reserved name is (the `what` of `skiplock.reserved_names`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// A job kind.
+    Kind,
+    /// A queue.
+    Queue,
+    /// Every queue whose name starts with it.
+    QueuePrefix,
+    /// Every unique key that starts with it.
+    KeyPrefix,
+}
+
+/// A name only skiplock's own functions may enqueue under: the Rust twin of a row of
+/// `skiplock.reserved_names`, which each part's SQL API file writes (sql/api/80_reserved.sql
+/// builds the database's checks from them; tests/roles.rs checks both agree).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReservedName {
+    /// The part that reserves it (`core`, `fetch`, `pack`, `packets`).
+    pub part: &'static str,
+    pub what: Reserved,
+    pub name: &'static str,
+    /// What a refused enqueue is told to use instead.
+    pub use_instead: &'static str,
+}
+
+const fn reserved(
+    part: &'static str,
+    what: Reserved,
+    name: &'static str,
+    use_instead: &'static str,
+) -> ReservedName {
+    ReservedName {
+        part,
+        what,
+        name,
+        use_instead,
     }
-    // In the SQL's order: the first workflow whose kind or queue matches.
-    let workflows: [(&[&str], &str, &str); 3] = [
-        (&[FETCH_KIND], FETCH_QUEUE, RESERVED_QUEUES[0].1),
-        (
-            &[TIMER_RESET_KIND, DO_THE_PACKING_KIND],
-            PACK_QUEUE,
-            RESERVED_QUEUES[1].1,
-        ),
-        (&[PACKET_KIND], PACKET_QUEUE, RESERVED_QUEUES[2].1),
+}
+
+/// The core's reserved names (sql/api/80_reserved.sql).
+pub const CORE_RESERVED: &[ReservedName] = &[
+    reserved(
+        "core",
+        Reserved::QueuePrefix,
+        RESERVED_QUEUE_PREFIX,
+        MAINTENANCE_USE,
+    ),
+    reserved("core", Reserved::Kind, "reap", MAINTENANCE_USE),
+    reserved("core", Reserved::Kind, "retain", MAINTENANCE_USE),
+];
+/// The fetch workflow's (sql/api/20_fetch.sql).
+#[cfg(feature = "fetch")]
+pub const FETCH_RESERVED: &[ReservedName] = &[
+    reserved(
+        "fetch",
+        Reserved::Kind,
+        FETCH_KIND,
+        "skiplock.request_fetch",
+    ),
+    reserved(
+        "fetch",
+        Reserved::Queue,
+        FETCH_QUEUE,
+        "skiplock.request_fetch",
+    ),
+    reserved(
+        "fetch",
+        Reserved::KeyPrefix,
+        FETCH_KEY_PREFIX,
+        "skiplock.request_fetch",
+    ),
+];
+/// The pack workflow's (sql/api/30_pack.sql).
+#[cfg(feature = "pack")]
+pub const PACK_RESERVED: &[ReservedName] = &[
+    reserved("pack", Reserved::Kind, TIMER_RESET_KIND, PACK_USE),
+    reserved("pack", Reserved::Kind, DO_THE_PACKING_KIND, PACK_USE),
+    reserved("pack", Reserved::Queue, PACK_QUEUE, PACK_USE),
+    reserved("pack", Reserved::KeyPrefix, PACK_KEY_PREFIX, PACK_USE),
+];
+#[cfg(feature = "pack")]
+const PACK_USE: &str = "skiplock.timer_reset or skiplock.pack_now";
+/// The packet pipeline's (sql/api/40_packets.sql).
+#[cfg(feature = "packets")]
+pub const PACKETS_RESERVED: &[ReservedName] = &[
+    reserved("packets", Reserved::Kind, PACKET_KIND, PACKETS_USE),
+    reserved("packets", Reserved::Queue, PACKET_QUEUE, PACKETS_USE),
+    reserved(
+        "packets",
+        Reserved::KeyPrefix,
+        PACKET_KEY_PREFIX,
+        PACKETS_USE,
+    ),
+];
+#[cfg(feature = "packets")]
+const PACKETS_USE: &str = "skiplock.submit_packet or skiplock.retry_packet";
+
+/// Every reserved name of the parts this program has, the core's first (the order
+/// `skiplock._reserved_job` checks them in).
+pub fn reserved_names() -> Vec<ReservedName> {
+    let parts: &[&[ReservedName]] = &[
+        CORE_RESERVED,
+        #[cfg(feature = "fetch")]
+        FETCH_RESERVED,
+        #[cfg(feature = "pack")]
+        PACK_RESERVED,
+        #[cfg(feature = "packets")]
+        PACKETS_RESERVED,
     ];
-    workflows
-        .iter()
-        .find(|(kinds, q, _)| kinds.contains(&kind) || *q == queue)
-        .map(|(_, _, u)| *u)
+    parts.concat()
+}
+
+/// The reserved prefix `key` starts with (the Rust twin of `skiplock._reserved_key_prefix`,
+/// for the parts this program has), or `None`.
+pub fn reserved_key_prefix(key: &str) -> Option<ReservedName> {
+    reserved_names()
+        .into_iter()
+        .filter(|r| r.what == Reserved::KeyPrefix && key.starts_with(r.name))
+        .max_by_key(|r| r.name.len())
+}
+
+/// What to use instead when a generic enqueue of a `kind` job into `queue` is refused (the
+/// Rust twin of `skiplock._reserved_job`, for the parts this program has), or `None`: a job any
+/// caller may enqueue. The core's names first, then each part's in turn, as the SQL checks.
+pub fn reserved_job(kind: &str, queue: &str) -> Option<&'static str> {
+    let mut names = reserved_names();
+    // The SQL orders the groups by part (the core first) and then by what to use.
+    names.sort_by_key(|r| (r.part != "core", r.part, r.use_instead));
+    names
+        .into_iter()
+        .find(|r| match r.what {
+            Reserved::Kind => r.name == kind,
+            Reserved::Queue => r.name == queue,
+            Reserved::QueuePrefix => queue.starts_with(r.name),
+            Reserved::KeyPrefix => false,
+        })
+        .map(|r| r.use_instead)
 }
 
 /// Every shared name, with where the SQL must use it.
@@ -103,20 +189,17 @@ pub const ALL: &[(&str, &[&str])] = &[
     (DEFAULT_QUEUE, &["api/10_core.sql"]),
     (FETCH_KIND, &["api/20_fetch.sql"]),
     (FETCH_QUEUE, &["api/20_fetch.sql"]),
-    (FETCH_KEY_PREFIX, &["api/10_core.sql", "api/20_fetch.sql"]),
+    (FETCH_KEY_PREFIX, &["api/20_fetch.sql"]),
     (PACK_QUEUE, &["api/30_pack.sql"]),
     (TIMER_RESET_KIND, &["api/30_pack.sql"]),
     (
         DO_THE_PACKING_KIND,
         &["api/30_pack.sql", "pack/pending.sql"],
     ),
-    (PACK_KEY_PREFIX, &["api/10_core.sql", "api/30_pack.sql"]),
+    (PACK_KEY_PREFIX, &["api/30_pack.sql"]),
     (PACKET_KIND, &["api/40_packets.sql"]),
     (PACKET_QUEUE, &["api/40_packets.sql"]),
-    (
-        PACKET_KEY_PREFIX,
-        &["api/10_core.sql", "api/40_packets.sql"],
-    ),
+    (PACKET_KEY_PREFIX, &["api/40_packets.sql"]),
     (PACKET_PROCESSING_LOCK, &["api/40_packets.sql"]),
     (
         CHAOS_RECORD_KIND,
@@ -244,69 +327,6 @@ mod tests {
                 }
             }
         }
-        // The reserved prefixes are the ones skiplock._reserved_key_prefix lists.
-        let core = &files["api/10_core.sql"];
-        let listed = core.matches("WHEN starts_with(key, '").count();
-        assert_eq!(
-            listed,
-            RESERVED_KEY_PREFIXES.len(),
-            "10_core.sql lists other prefixes than store::names"
-        );
-        for p in RESERVED_KEY_PREFIXES {
-            let case = format!("WHEN starts_with(key, '{p}') THEN '{p}'");
-            assert!(core.contains(&case), "10_core.sql must have {case}");
-        }
-        // The reserved queues and kinds are the ones skiplock._reserved_job lists, each with
-        // the same function to use, and nothing else.
-        let start = core
-            .find("FUNCTION skiplock._reserved_job(")
-            .expect("10_core.sql defines skiplock._reserved_job");
-        let body = &core[start..start + core[start..].find("$$;").unwrap()];
-        for part in [
-            format!("starts_with(queue, '{RESERVED_QUEUE_PREFIX}')"),
-            format!(
-                "kind IN ({})",
-                MAINTENANCE_KINDS
-                    .iter()
-                    .map(|k| format!("'{k}'"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            format!("THEN '{}'", MAINTENANCE_USE.replace('\'', "''")),
-        ] {
-            assert!(
-                body.contains(&part),
-                "10_core.sql's _reserved_job must have {part}"
-            );
-        }
-        let mut listed: Vec<String> = literals(body)
-            .into_iter()
-            .filter(|l| !l.contains(' ') && !l.contains('.'))
-            .collect();
-        listed.sort();
-        let mut want: Vec<String> = RESERVED_QUEUES
-            .iter()
-            .chain(RESERVED_KINDS)
-            .map(|(n, _)| n.to_string())
-            .chain(MAINTENANCE_KINDS.iter().map(|k| k.to_string()))
-            .collect();
-        want.sort();
-        want.dedup();
-        listed.dedup();
-        assert_eq!(
-            listed, want,
-            "10_core.sql's _reserved_job lists other queues and kinds than store::names"
-        );
-        for (name, use_) in RESERVED_QUEUES.iter().chain(RESERVED_KINDS) {
-            assert_eq!(
-                reserved_job(name, "x").or(reserved_job("x", name)),
-                Some(*use_)
-            );
-            assert!(
-                body.contains(&format!("THEN '{use_}'")),
-                "10_core.sql must name {use_}"
-            );
-        }
     }
 
     #[test]
@@ -317,12 +337,21 @@ mod tests {
             Some(MAINTENANCE_USE)
         );
         assert_eq!(reserved_job("reap", "default"), Some(MAINTENANCE_USE));
-        assert_eq!(reserved_job("sleep", "packets"), Some(RESERVED_QUEUES[2].1));
-        assert_eq!(reserved_job("fetch", "other"), Some(RESERVED_QUEUES[0].1));
+        #[cfg(feature = "packets")]
+        assert_eq!(reserved_job("sleep", "packets"), Some(PACKETS_USE));
+        #[cfg(feature = "fetch")]
         assert_eq!(
-            reserved_job("timer-reset", "default"),
-            Some(RESERVED_QUEUES[1].1)
+            reserved_job("fetch", "other"),
+            Some("skiplock.request_fetch")
         );
+        #[cfg(feature = "pack")]
+        assert_eq!(reserved_job("timer-reset", "default"), Some(PACK_USE));
         assert_eq!(reserved_job("fetchy", "fetchq"), None);
+        #[cfg(feature = "pack")]
+        assert_eq!(
+            reserved_key_prefix("pack:example.org").map(|r| r.use_instead),
+            Some(PACK_USE)
+        );
+        assert_eq!(reserved_key_prefix("packing:x"), None);
     }
 }

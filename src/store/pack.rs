@@ -43,7 +43,7 @@ pub struct Timer {
     /// The timer's job (`do-the-packing`).
     pub timer_id: i64,
     /// When it fires.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub fires_at: DateTime<Utc>,
 }
 
@@ -67,15 +67,15 @@ pub async fn arm<'e, E: Executor<'e>>(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
 pub struct Pending {
     /// The database clock.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub now: DateTime<Utc>,
     /// When the job's window began (its `created_at`; `None` if the job is gone).
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub window_start: Option<DateTime<Utc>>,
     /// The host's other, pending timer, if any.
     pub pending_id: Option<i64>,
     /// When that timer fires.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub pending_at: Option<DateTime<Utc>>,
 }
 
@@ -122,7 +122,7 @@ pub struct PageRow {
     /// Body text.
     pub body: Option<String>,
     /// When the page was last fetched.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub last_fetched: Option<DateTime<Utc>>,
 }
 
@@ -175,7 +175,7 @@ pub struct PackStatus {
     /// The host.
     pub host: Option<String>,
     /// Its last pack.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub packed_at: Option<DateTime<Utc>>,
     /// Pages in it.
     pub pages: Option<i64>,
@@ -192,7 +192,7 @@ pub struct PackStatus {
     /// The pending timer's job.
     pub timer_job_id: Option<i64>,
     /// When the pending timer fires.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub timer_at: Option<DateTime<Utc>>,
 }
 

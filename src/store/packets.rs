@@ -27,10 +27,10 @@ pub struct Packet {
     /// The job that last took charge of it.
     pub job_id: Option<i64>,
     /// Submitted at.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub created_at: DateTime<Utc>,
     /// Last change.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub updated_at: DateTime<Utc>,
 }
 
@@ -48,7 +48,7 @@ pub struct PacketEvent {
     #[sqlx(rename = "to_state")]
     pub to: PacketState,
     /// When.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub at: DateTime<Utc>,
     /// Who: an operator, `worker:<id>`, or `recovery`.
     pub actor: String,

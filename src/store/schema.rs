@@ -1,14 +1,26 @@
 //! Installing and checking the schema, and the version of the SQL API.
 //!
-//! `skiplock migrate` ([`migrate`]) runs the sqlx migrations (tables, append-only:
-//! `migrations/`), then re-applies the SQL API (`sql/api/*.sql`: functions, views, triggers,
-//! `CREATE OR REPLACE`, so those files are the single source of truth) and records in
-//! `skiplock.schema_info` which API it installed: [`API_VERSION`] and a hash of the API
-//! files and migrations ([`api_hash`]). Every worker and CLI command that needs the schema
-//! checks that record first ([`ensure_ready`]) and refuses, in one line, to run against an
-//! older API ("run `skiplock migrate`") or a newer one; `migrate` refuses to downgrade.
+//! The schema comes in parts ([`Part`]; docs/internals.md, "The schema in parts"): the core
+//! (the queue) and each built-in workflow a program is built with (cargo features `fetch`,
+//! `pack`, `packets`). A part has its migrations (`migrations/<part>/`: tables, types and
+//! indexes, append-only, recorded in `skiplock.migrations_<part>`) and its SQL API files
+//! (`sql/api/*.sql`: functions, views, triggers, `CREATE OR REPLACE`, so those files are the
+//! single source of truth). `skiplock migrate` ([`migrate`]) runs the migrations of every part
+//! the program has, re-applies their SQL API in file order, and records what it installed: the
+//! core's [`API_VERSION`] and hash ([`api_hash`]) in `skiplock.schema_info`, each workflow
+//! part's hash ([`part_hash`]) in `skiplock.schema_parts`. A part the program lacks is left as
+//! it is, so a core-only program and one with the workflows can share a database. Every worker
+//! and CLI command that needs the schema checks the core's record first ([`ensure_ready`]),
+//! and a workflow checks its part's ([`ensure_part`]); each refuses, in one line, to run
+//! against an older API ("run `skiplock migrate`") or a newer one; `migrate` refuses to
+//! downgrade.
 //!
-//! **Changing the SQL API** (any file in `sql/api/` or `migrations/`): append a line to
+//! Releases up to SQL API 7 kept one migration history for every table (`_sqlx_migrations`,
+//! `migrations/history/`). On a database one of them migrated, `migrate` first finishes that
+//! history, which left every part as its baseline (`migrations/<part>/0001_baseline.sql`) is,
+//! then records each part's baseline as applied instead of running it.
+//!
+//! **Changing the SQL API** (a core file in `sql/api/` or `migrations/`): append a line to
 //! [`API_VERSIONS`] with the next version number and the new hash, in the same commit. The
 //! unit test `the_recorded_hash_is_the_hash_of_the_api_files` fails until you do, and prints
 //! the hash to record. A version is frozen once a release carries it; until then (the last
@@ -17,12 +29,83 @@
 //! `skiplock migrate` runs again.
 
 use sha2::{Digest, Sha256};
+use sqlx::migrate::Migrator;
 
 use super::{Executor, Pool, sql};
 use crate::error::{Error, Result, SchemaMismatch};
 
-/// The embedded table migrations (`migrations/`).
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+/// The migrations of releases up to SQL API 7 (one history for every table): run only on a
+/// database one of them migrated ([`migrate`]).
+static HISTORY: Migrator = sqlx::migrate!("./migrations/history");
+
+static CORE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/core");
+#[cfg(feature = "fetch")]
+static FETCH_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/fetch");
+#[cfg(feature = "pack")]
+static PACK_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/pack");
+#[cfg(feature = "packets")]
+static PACKETS_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/packets");
+
+/// A part of skiplock's schema: its name, its migrations and where they are recorded.
+#[derive(Debug)]
+pub struct Part {
+    /// `core`, or a built-in workflow's (`fetch`, `pack`, `packets`).
+    pub name: &'static str,
+    migrations: &'static Migrator,
+    /// Where its migrations are recorded (a fixed name, never input).
+    table: &'static str,
+}
+
+/// The core: the queue, its limits and maintenance.
+pub static CORE: Part = Part {
+    name: "core",
+    migrations: &CORE_MIGRATIONS,
+    table: "skiplock.migrations_core",
+};
+/// The fetch workflow's tables (pages, hosts, crawls).
+#[cfg(feature = "fetch")]
+pub static FETCH: Part = Part {
+    name: "fetch",
+    migrations: &FETCH_MIGRATIONS,
+    table: "skiplock.migrations_fetch",
+};
+/// The pack workflow's tables.
+#[cfg(feature = "pack")]
+pub static PACK: Part = Part {
+    name: "pack",
+    migrations: &PACK_MIGRATIONS,
+    table: "skiplock.migrations_pack",
+};
+/// The packet pipeline's tables and types.
+#[cfg(feature = "packets")]
+pub static PACKETS: Part = Part {
+    name: "packets",
+    migrations: &PACKETS_MIGRATIONS,
+    table: "skiplock.migrations_packets",
+};
+
+/// The parts this program has: the core first.
+pub fn parts() -> Vec<&'static Part> {
+    vec![
+        &CORE,
+        #[cfg(feature = "fetch")]
+        &FETCH,
+        #[cfg(feature = "pack")]
+        &PACK,
+        #[cfg(feature = "packets")]
+        &PACKETS,
+    ]
+}
+
+impl Part {
+    /// Its migrations, recorded in its own table in schema `skiplock`.
+    fn migrator(&self) -> Migrator {
+        let mut m = Migrator::with_migrations(self.migrations.migrations.to_vec());
+        m.dangerous_set_table_name(self.table);
+        m.create_schema("skiplock");
+        m
+    }
+}
 
 /// Every version of the SQL API and the hash of its files, oldest first; append only. A
 /// database migrated before versions were recorded (release 0.1.0 and its successors up to
@@ -44,7 +127,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         "eae46b9dc1dd23138028a7c9585ba1eb5241b67efe4d0e0991e2c1e08e956787",
     ),
     // skiplock._enqueue runs its checks' queries only when one of their rules fails, and
-    // skiplock.enqueue the reserved-prefix query only for a key (issue 13); cancelling a
+    // skiplock.enqueue the reserved-prefix query only for a key (docs/internals.md); cancelling a
     // running job wakes its queue's producers; skiplock.change_key_limit changes one per-key
     // limit and keeps the other under the queue row's lock.
     (
@@ -52,15 +135,15 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         "85add6e9e4ed61bed0bb9c50e8eaf5e6a16cf9c0d1d42379bc7073c3445b60b7",
     ),
     // No BEFORE UPDATE row trigger on skiplock.jobs (it locked and WAL-logged every row of every
-    // claim, ack and heartbeat; issue 13): the statements that send keyed jobs back supersede
-    // them themselves. Stop workers of version 4 before migrating (README, Upgrading): their ack
+    // claim, ack and heartbeat; docs/internals.md): the statements that send keyed jobs back supersede
+    // them themselves. Stop workers of version 4 before migrating (docs/operations.md, "Upgrading"): their ack
     // statement relied on the trigger.
     (
         5,
         "a3aaf7dea943f65f01329514e69110028aa84d61d903033ea32c8c153b053d21",
     ),
     // skiplock._claim_limited claims ahead into a worker's buffer in a queue whose one limit is
-    // its concurrency (half the room the limit leaves) and reports that room (issue 14's
+    // its concurrency (half the room the limit leaves) and reports that room (docs/internals.md's
     // "limits cost nothing while they do not bind"); pausing a queue wakes its workers (to
     // put such jobs back); a key's rate is advanced with one UPDATE when it allows the start.
     // The 4-argument form is dropped: workers of version 5 stop on the schema change (their
@@ -86,40 +169,96 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // controlled queue). Workers of version 7 stop on the schema change.
     (
         8,
-        "14ff60c97c6245acedfbbf8f7a45050fed3ca73d1e01a3e089d0d5e2b86af909",
+        "d0b36482337f7117cc6747938fb3a8c7f04be90b50ef23d3f9982b271e4c9b9c",
     ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
 pub const API_VERSION: u32 = API_VERSIONS[API_VERSIONS.len() - 1].0;
 
-/// The SQL API files, applied in this order after the migrations.
-pub const API_FILES: &[(&str, &str)] = &[
-    ("sql/api/10_core.sql", sql!("api", "10_core")),
-    ("sql/api/15_limits.sql", sql!("api", "15_limits")),
-    ("sql/api/20_fetch.sql", sql!("api", "20_fetch")),
-    ("sql/api/30_pack.sql", sql!("api", "30_pack")),
-    ("sql/api/40_packets.sql", sql!("api", "40_packets")),
-    ("sql/api/50_maintenance.sql", sql!("api", "50_maintenance")),
-    ("sql/api/90_roles.sql", sql!("api", "90_roles")),
-];
-
-/// The hash of the schema this binary installs: SHA-256 over the SQL API files (names and
-/// text, line endings normalised) and the migrations (versions and sqlx checksums), hex.
-pub fn api_hash() -> String {
-    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HASH.get_or_init(compute_api_hash).clone()
+/// Every SQL API file, in the order they are applied after the migrations (a part's files
+/// only when the program has the part): the core's, each workflow's, then the core's
+/// reserved names (built from every part's rows) and roles (granted on what every part made),
+/// then each workflow's grants (applied by every program: see the list).
+pub fn api_files() -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut v = vec![
+        ("core", "sql/api/10_core.sql", sql!("api", "10_core")),
+        ("core", "sql/api/15_control.sql", sql!("api", "15_control")),
+    ];
+    #[cfg(feature = "fetch")]
+    v.push(("fetch", "sql/api/20_fetch.sql", sql!("api", "20_fetch")));
+    #[cfg(feature = "pack")]
+    v.push(("pack", "sql/api/30_pack.sql", sql!("api", "30_pack")));
+    #[cfg(feature = "packets")]
+    v.push((
+        "packets",
+        "sql/api/40_packets.sql",
+        sql!("api", "40_packets"),
+    ));
+    v.extend([
+        (
+            "core",
+            "sql/api/50_maintenance.sql",
+            sql!("api", "50_maintenance"),
+        ),
+        (
+            "core",
+            "sql/api/80_reserved.sql",
+            sql!("api", "80_reserved"),
+        ),
+        ("core", "sql/api/90_roles.sql", sql!("api", "90_roles")),
+        // A workflow's grants are applied by every program, whatever it was built with (each
+        // file does nothing for a part the database lacks): a core-only program's migrate
+        // re-grants the roles every table, and must take back what a workflow took back.
+        (
+            "core",
+            "sql/api/92_fetch_roles.sql",
+            sql!("api", "92_fetch_roles"),
+        ),
+        (
+            "core",
+            "sql/api/93_pack_roles.sql",
+            sql!("api", "93_pack_roles"),
+        ),
+        (
+            "core",
+            "sql/api/94_packets_roles.sql",
+            sql!("api", "94_packets_roles"),
+        ),
+    ]);
+    v
 }
 
-fn compute_api_hash() -> String {
+/// The hash of the core schema this binary installs: SHA-256 over the core's SQL API files
+/// (names and text, line endings normalised), the history's and the core's migrations
+/// (versions and sqlx checksums), hex.
+pub fn api_hash() -> String {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| hash_of("core", &[&HISTORY, &CORE_MIGRATIONS]))
+        .clone()
+}
+
+/// The hash of a workflow part this binary installs: the same over its SQL API files and its
+/// migrations (None: the program does not have that part).
+pub fn part_hash(part: &str) -> Option<String> {
+    let p = parts()
+        .into_iter()
+        .find(|p| p.name == part && p.name != "core")?;
+    Some(hash_of(p.name, &[p.migrations]))
+}
+
+fn hash_of(part: &str, migrators: &[&Migrator]) -> String {
     let mut h = Sha256::new();
-    for (name, sql) in API_FILES {
+    for (p, name, sql) in api_files() {
+        if p != part {
+            continue;
+        }
         h.update(name.as_bytes());
         h.update([0]);
         h.update(sql.replace("\r\n", "\n").as_bytes());
         h.update([0]);
     }
-    for m in MIGRATOR.iter() {
+    for m in migrators.iter().flat_map(|m| m.iter()) {
         h.update(m.version.to_be_bytes());
         h.update(&m.checksum);
     }
@@ -182,12 +321,46 @@ pub fn check_version(info: Option<&SchemaInfo>, binary: u32, hash: &str) -> Resu
     Ok(())
 }
 
-/// Applies the migrations and (re)installs the SQL API, under an advisory lock so several
-/// processes may migrate at once, then records [`API_VERSION`]. Refuses (before changing
-/// anything) a database migrated by a newer skiplock.
+/// Applies the migrations of every part this program has and (re)installs their SQL API,
+/// under an advisory lock so several processes may migrate at once, then records the core's
+/// [`API_VERSION`] and each workflow part's hash. Refuses (before changing anything) a
+/// database migrated by a newer skiplock. A part the program lacks is left as it is.
 pub async fn migrate(pool: &Pool) -> Result<()> {
+    migrate_parts(pool, &parts()).await
+}
+
+/// [`migrate`] for the given parts only (the core always among them): what a program built
+/// with just those parts does (tests/upgrade.rs migrates a core-only database this way).
+pub async fn migrate_parts(pool: &Pool, parts: &[&'static Part]) -> Result<()> {
+    if !parts.iter().any(|p| p.name == "core") {
+        return Err(Error::Invalid(
+            "migrate: the core part is always needed".into(),
+        ));
+    }
+    let has = |part: &str| parts.iter().any(|p| p.name == part);
     refuse_downgrade(&recorded(pool).await?)?;
-    MIGRATOR.run(pool).await?;
+    // A database of a release up to SQL API 7: its history first (development databases of
+    // this release may hold one later entry of it, which is now the core's own migration).
+    let history: bool = sqlx::query_scalar(sql!("schema", "has_history"))
+        .fetch_one(pool)
+        .await?;
+    if history {
+        let mut h = Migrator::with_migrations(HISTORY.migrations.to_vec());
+        h.set_ignore_missing(true);
+        h.run(pool).await?;
+    }
+    for part in parts {
+        let m = part.migrator();
+        let started: bool = sqlx::query_scalar(sql!("schema", "part_started"))
+            .bind(part.table)
+            .fetch_one(pool)
+            .await?;
+        if history && !started {
+            // The history made this part's baseline already: record it, do not run it.
+            m.skip(pool, Some(1)).await?;
+        }
+        m.run(pool).await?;
+    }
     let mut tx = pool.begin().await?;
     sqlx::query(sql!("schema", "api_lock"))
         .execute(&mut *tx)
@@ -197,13 +370,21 @@ pub async fn migrate(pool: &Pool) -> Result<()> {
         .fetch_optional(&mut *tx)
         .await?;
     refuse_downgrade(&info)?;
-    for (name, sql) in API_FILES {
-        sqlx::raw_sql(*sql)
+    for (_, name, sql) in api_files().into_iter().filter(|(p, _, _)| has(p)) {
+        sqlx::raw_sql(sql)
             .execute(&mut *tx)
             .await
             .map_err(|e| Error::Other(format!("installing {name}: {e}")))?;
     }
     record(&mut *tx).await?;
+    for part in parts.iter().filter(|p| p.name != "core") {
+        sqlx::query(sql!("schema", "record_part"))
+            .bind(part.name)
+            .bind(part_hash(part.name))
+            .bind(env!("CARGO_PKG_VERSION"))
+            .execute(&mut *tx)
+            .await?;
+    }
     tx.commit().await?;
     Ok(())
 }
@@ -259,16 +440,56 @@ pub async fn ensure_ready(pool: &Pool) -> Result<()> {
     let info = recorded(pool).await?;
     // A newer database first: its migrations may be ones this binary has never heard of.
     refuse_downgrade(&info)?;
-    let applied: Vec<i64> = sqlx::query_scalar(sql!("schema", "applied_migrations"))
-        .fetch_all(pool)
-        .await?;
-    if MIGRATOR.iter().any(|m| !applied.contains(&m.version)) {
+    let applied: Vec<i64> = applied(pool, &CORE).await?;
+    if CORE_MIGRATIONS
+        .iter()
+        .any(|m| !applied.contains(&m.version))
+    {
         return Err(Error::Schema(SchemaMismatch::Older {
             db: version_of(&info),
             binary: API_VERSION,
         }));
     }
     check_version(info.as_ref(), API_VERSION, &api_hash())
+}
+
+/// The migrations of `part` applied successfully (none when its record does not exist yet).
+async fn applied(pool: &Pool, part: &Part) -> Result<Vec<i64>> {
+    let started: bool = sqlx::query_scalar(sql!("schema", "part_started"))
+        .bind(part.table)
+        .fetch_one(pool)
+        .await?;
+    if !started {
+        return Ok(Vec::new());
+    }
+    let q = sql!("schema", "applied_migrations").replace("{table}", part.table);
+    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(q))
+        .fetch_all(pool)
+        .await?)
+}
+
+/// Fails unless workflow part `part` is installed as this binary installs it (its hash
+/// recorded by `skiplock migrate`): a workflow's start-up check, so a worker of a program built
+/// with a workflow refuses, in one line, a database migrated without it or by another build.
+pub async fn ensure_part(pool: &Pool, part: &str) -> Result<()> {
+    let Some(want) = part_hash(part) else {
+        return Err(Error::Other(format!(
+            "this program was built without the {part} workflow"
+        )));
+    };
+    let got: Option<(String, String)> = sqlx::query_as(sql!("schema", "part_info"))
+        .bind(part)
+        .fetch_optional(pool)
+        .await?;
+    match got {
+        Some((hash, _)) if hash == want => Ok(()),
+        Some((_, by)) => Err(Error::Other(format!(
+            "the {part} workflow's schema was installed by another build (skiplock {by}): run `skiplock migrate`"
+        ))),
+        None => Err(Error::Other(format!(
+            "the {part} workflow's schema is not installed: run `skiplock migrate` with a skiplock built with the {part} workflow"
+        ))),
+    }
 }
 
 /// How a schema's record differs from what this binary installs (`None`: it is the same), for

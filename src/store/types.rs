@@ -14,6 +14,7 @@ use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo, PgValueRef};
 use sqlx::{Decode, Encode, Postgres, Type, TypeInfo};
 
 pub use crate::queue::JobState;
+#[cfg(feature = "packets")]
 pub use crate::workflows::packets::transitions::PacketState;
 
 /// Whether a column of type `ty` can hold the enum named `name` (`schema.type`).
@@ -57,6 +58,7 @@ macro_rules! pg_enum {
 }
 
 pg_enum!(JobState, "skiplock.job_state", "skiplock._job_state");
+#[cfg(feature = "packets")]
 pg_enum!(
     PacketState,
     "skiplock.packet_state",

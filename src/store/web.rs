@@ -103,7 +103,7 @@ pub async fn queue_counts(pool: &PgPool, top: usize) -> Result<Vec<QueueCounts>>
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct MinuteCount {
     /// The minute's start.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub minute: DateTime<Utc>,
     /// Completed in it.
     pub completed: i64,
@@ -132,10 +132,10 @@ pub struct LiveWorker {
     /// Kinds it has handlers for.
     pub kinds: Vec<String>,
     /// Process start.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub started_at: DateTime<Utc>,
     /// Last heartbeat.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub heartbeat_at: DateTime<Utc>,
     /// Seconds since start (database clock).
     pub uptime_secs: f64,
@@ -185,13 +185,13 @@ pub struct JobLine {
     /// Attempt limit.
     pub max_attempts: i32,
     /// When due.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub scheduled_at: DateTime<Utc>,
     /// When enqueued.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub created_at: DateTime<Utc>,
     /// When finished.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub finalized_at: Option<DateTime<Utc>>,
     /// The args as JSON text, at most 160 characters.
     pub args_preview: String,
@@ -339,10 +339,10 @@ pub struct PacketLine {
     /// Its last process-packet job.
     pub job_id: Option<i64>,
     /// Submitted.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub created_at: DateTime<Utc>,
     /// Last change.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub updated_at: DateTime<Utc>,
 }
 
@@ -403,7 +403,7 @@ pub struct PacketEventLine {
     /// New state.
     pub to_state: String,
     /// When.
-    #[sqlx(try_from = "crate::store::time::DbTime")]
+    #[sqlx(try_from = "crate::time::DbTime")]
     pub at: DateTime<Utc>,
     /// Who.
     pub actor: String,
@@ -499,14 +499,14 @@ pub struct HostLine {
     /// Pages fetched at least once.
     pub fetched: i64,
     /// Latest fetch.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub last_fetched: Option<DateTime<Utc>>,
     /// Earliest next fetch.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub next_fetch: Option<DateTime<Utc>>,
     /// The earliest next fetch start the host's politeness (the fetch queue's per-key
     /// rate limit) allows; None: a fetch may start now.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub next_start: Option<DateTime<Utc>>,
 }
 
@@ -530,10 +530,10 @@ pub struct PageLine {
     /// Title.
     pub title: Option<String>,
     /// Last fetch.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub last_fetched: Option<DateTime<Utc>>,
     /// Next fetch due.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub next_fetch: Option<DateTime<Utc>>,
     /// Why the last request stored no content.
     pub note: Option<String>,
@@ -560,7 +560,7 @@ pub struct PackLine {
     /// Host.
     pub host: String,
     /// Last pack's upload end.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub packed_at: Option<DateTime<Utc>>,
     /// Pages in the artifact.
     pub pages: Option<i64>,
@@ -575,7 +575,7 @@ pub struct PackLine {
     /// The pending do-the-packing job.
     pub timer_job_id: Option<i64>,
     /// When it fires.
-    #[sqlx(try_from = "crate::store::time::DbTimeOpt")]
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
     pub timer_at: Option<DateTime<Utc>>,
 }
 

@@ -1,6 +1,6 @@
-//! Queue control (issue 14, issue 15): limits enforced at claim time and pause/resume.
-//! The settings live in `skiplock.queues`; the SQL API (`sql/api/15_limits.sql`) sets them
-//! and `skiplock._claim_limited` claims within them. Statements: `sql/limits/`, and
+//! Queue control (docs/concepts.md, "Limits and pause"): limits enforced at claim time and pause/resume.
+//! The settings live in `skiplock.queues`; the SQL API (`sql/api/15_control.sql`) sets them
+//! and `skiplock._claim_limited` claims within them. Statements: `sql/control/`, and
 //! `sql/queue/claim_limited.sql` for the claim.
 
 use std::time::Duration;
@@ -11,10 +11,10 @@ use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Row};
 
 use super::claim::{ClaimParams, Claimed, LaneStart};
-use super::time::DbTimeOpt;
 use super::{Executor, sql};
 use crate::error::{Error, Result};
 use crate::queue::Job;
+use crate::time::DbTimeOpt;
 
 /// What a claim of a controlled queue answered.
 #[derive(Debug, Clone, Default)]
@@ -82,7 +82,7 @@ pub async fn set_queue_limit<'e, E: Executor<'e>>(
     concurrency: Option<i32>,
 ) -> Result<()> {
     check_queue(queue)?;
-    sqlx::query(sql!("limits", "set_queue_limit"))
+    sqlx::query(sql!("control", "set_queue_limit"))
         .bind(queue)
         .bind(concurrency)
         .execute(exec)
@@ -116,7 +116,7 @@ pub async fn set_key_limit<'e, E: Executor<'e>>(
     limit: KeyLimit,
 ) -> Result<()> {
     check_queue(queue)?;
-    sqlx::query(sql!("limits", "set_key_limit"))
+    sqlx::query(sql!("control", "set_key_limit"))
         .bind(queue)
         .bind(limit.concurrency)
         .bind(limit.rate.map(|r| r.count))
@@ -145,7 +145,7 @@ pub async fn change_key_limit<'e, E: Executor<'e>>(
 ) -> Result<()> {
     check_queue(queue)?;
     let rate = change.rate.flatten();
-    sqlx::query(sql!("limits", "change_key_limit"))
+    sqlx::query(sql!("control", "change_key_limit"))
         .bind(queue)
         .bind(change.concurrency.is_some())
         .bind(change.concurrency.flatten())
@@ -160,7 +160,7 @@ pub async fn change_key_limit<'e, E: Executor<'e>>(
 /// Pauses `queue`; returns whether it was running before.
 pub async fn pause<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
     check_queue(queue)?;
-    Ok(sqlx::query_scalar(sql!("limits", "pause"))
+    Ok(sqlx::query_scalar(sql!("control", "pause"))
         .bind(queue)
         .fetch_one(exec)
         .await?)
@@ -169,7 +169,7 @@ pub async fn pause<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
 /// Resumes `queue`; returns whether it was paused.
 pub async fn resume<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
     check_queue(queue)?;
-    Ok(sqlx::query_scalar(sql!("limits", "resume"))
+    Ok(sqlx::query_scalar(sql!("control", "resume"))
         .bind(queue)
         .fetch_one(exec)
         .await?)
@@ -178,7 +178,7 @@ pub async fn resume<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
 /// The per-key rate `queue` has now (None: none).
 pub async fn key_rate<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<Option<Rate>> {
     check_queue(queue)?;
-    let row: Option<KeyRateRow> = sqlx::query_as(sql!("limits", "key_rate"))
+    let row: Option<KeyRateRow> = sqlx::query_as(sql!("control", "key_rate"))
         .bind(queue)
         .fetch_optional(exec)
         .await?;
@@ -224,7 +224,7 @@ pub fn describe_limits(
     parts
 }
 
-/// The row of `sql/limits/key_rate.sql`.
+/// The row of `sql/control/key_rate.sql`.
 #[derive(sqlx::FromRow)]
 struct KeyRateRow {
     key_rate: Option<i32>,
@@ -254,7 +254,7 @@ pub struct QueueControl {
 
 /// Every queue with control settings or live jobs.
 pub async fn list<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueControl>> {
-    Ok(sqlx::query_as(sql!("limits", "list"))
+    Ok(sqlx::query_as(sql!("control", "list"))
         .fetch_all(exec)
         .await?)
 }
@@ -280,7 +280,7 @@ pub async fn buffer_control<'e, E: Executor<'e>>(
     queue: &str,
 ) -> Result<Option<BufferControl>> {
     Ok(
-        sqlx::query_as::<_, BufferControl>(sql!("limits", "buffer_control"))
+        sqlx::query_as::<_, BufferControl>(sql!("control", "buffer_control"))
             .bind(queue)
             .fetch_optional(exec)
             .await?,
@@ -295,7 +295,7 @@ pub async fn next_key_start<'e, E: Executor<'e>>(
 ) -> Result<Option<DateTime<Utc>>> {
     check_queue(queue)?;
     crate::queue::enqueue::check_text("limit_key", Some(key))?;
-    let t: Option<DbTimeOpt> = sqlx::query_scalar(sql!("limits", "next_key_start"))
+    let t: Option<DbTimeOpt> = sqlx::query_scalar(sql!("control", "next_key_start"))
         .bind(queue)
         .bind(key)
         .fetch_optional(exec)

@@ -1,5 +1,5 @@
--- Queue control (issue 14, issue 15): limits enforced at claim time, and pause/resume.
--- State lives in skiplock.queues (migrations/0008_limits.sql). A queue without a row there
+-- Queue control (docs/concepts.md): limits enforced at claim time, and pause/resume.
+-- State lives in skiplock.queues (migrations/history/0008_limits.sql). A queue without a row there
 -- is neither limited nor paused, and its producers use the plain claim (sql/queue/claim.sql),
 -- which refuses to claim from a queue that has a row; those producers then claim through
 -- skiplock._claim_limited. Every setter below is SECURITY DEFINER (fixed search_path, every
@@ -237,7 +237,7 @@ $$;
 -- jobs in order (keys blocked at the head of the queue froze a scan that had to step over
 -- their jobs; tests/limits.rs `blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else`):
 -- the keys with available jobs, walked with a loose index scan of jobs_key_claim_idx
--- (migrations/0012_claim_limited.sql), each with its allowance (its key concurrency less its
+-- (migrations/history/0012_claim_limited.sql), each with its allowance (its key concurrency less its
 -- running jobs, read through jobs_running_key_idx; the starts its rate allows now, from its
 -- GCRA state in skiplock.key_rates: a start while tat - tau <= t, each start moving tat on by
 -- one step), each giving at most that many of its first due jobs; with the first due jobs
@@ -260,7 +260,7 @@ $$;
 -- start at the claim, and a buffered job would hold a key's slot without running), and only
 -- half of the room the limit leaves after the free slots: a buffered job counts as running, so
 -- the limit holds, and while it binds the buffers stay empty and the room goes to slots that
--- can run a job now (another worker's, too).
+-- can start a job now (another worker's, too).
 --
 -- Lanes (API 8): under a concurrency limit alone, the pick reads each lane of the queue from
 -- the worker's bound (skiplock._claim_lanes), and the row with id NULL carries the claim's
