@@ -101,7 +101,8 @@ async fn run(
     };
     settings.queues = Some([("fetch".to_string(), concurrency)].into());
     let fs = FetchSettings::new(Schedule::default(), Duration::ZERO, true);
-    let worker = fetch::register_with(Worker::builder(pool.clone(), settings), fs)?.build();
+    let worker =
+        fetch::register_with(Worker::builder(pool.clone()).settings(settings), fs)?.build();
     let stop = CancellationToken::new();
     let s = stop.clone();
     let start = Instant::now();

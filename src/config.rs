@@ -1,6 +1,6 @@
 //! Settings, read once from the environment (and a `.env` file) and validated once.
 //!
-//! Settings are values: the library takes them as arguments (`Worker::builder(pool,
+//! Settings are values: the library takes them as arguments (`Worker::builder(pool).settings(
 //! QueueSettings)`, `.maintenance(MaintenanceSettings)`, `workflows::register_all(builder,
 //! WorkflowSettings)`) and never reads the environment on its own. The `from_env`
 //! functions here and in each section's module are called at the edge only: by

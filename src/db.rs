@@ -2,11 +2,17 @@
 //! One-shot commands use [`connect`] (fails fast, clear error); worker processes use
 //! [`session`] (lazy pools, session limits, read-only refusal, waiting out outages).
 
-pub mod checkout;
-pub mod console;
-pub mod nodelay;
-pub mod outage;
-pub mod session;
+internal_mod!(checkout);
+internal_mod!(console);
+internal_mod!(nodelay);
+internal_mod!(outage);
+internal_mod!(session);
+
+/// Pool options with skiplock's connection setup (TCP_NODELAY, the session settings), for a
+/// pool built by hand; [`connect`] is the usual way in.
+pub use checkout::pool_options;
+/// The handlers' pool of a worker process, built without contacting the database.
+pub use session::handler_pool;
 
 use std::time::Duration;
 

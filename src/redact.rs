@@ -223,6 +223,7 @@ impl Write for ScrubbedWriter {
     }
 }
 
+#[cfg(feature = "cli")]
 impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for ScrubbedStderr {
     type Writer = ScrubbedWriter;
 

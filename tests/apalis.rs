@@ -1,4 +1,4 @@
-//! The apalis backend (issue 16): apalis 1.x workers on `skiplock::apalis::SkiplockStorage`,
+//! The apalis backend (docs/apalis.md): apalis 1.x workers on `skiplock::apalis::SkiplockStorage`,
 //! against a real database, next to native workers.
 
 mod support;
@@ -221,7 +221,8 @@ async fn a_failing_apalis_handler_is_retried_with_its_errors_recorded_then_disca
     // Arguments this handler cannot read: discarded at once, never run.
     let bad = enqueue(&db.pool, &NewJob::new("apalis-fail", json!({"m": "x"})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
 
     let ctx = WorkerContext::new("apalis-fail");
     let worker = WorkerBuilder::new(&ctx)
@@ -875,7 +876,7 @@ async fn an_apalis_worker_keeps_a_queues_pause_and_its_concurrency_limit() {
     .await
     .unwrap();
     let pool = PgPool::connect(&db.url).await.unwrap();
-    skiplock::store::limits::pause(&db.pool, "default")
+    skiplock::store::control::pause(&db.pool, "default")
         .await
         .unwrap();
     let storage = SkiplockStorage::<Work>::new(pool.clone(), "apalis-held")
@@ -923,10 +924,10 @@ async fn an_apalis_worker_keeps_a_queues_pause_and_its_concurrency_limit() {
     assert!(seen.lock().unwrap().is_empty());
 
     // Resumed with a concurrency limit of 2: every job runs once, never more than 2 at once.
-    skiplock::store::limits::set_queue_limit(&db.pool, "default", Some(2))
+    skiplock::store::control::set_queue_limit(&db.pool, "default", Some(2))
         .await
         .unwrap();
-    skiplock::store::limits::resume(&db.pool, "default")
+    skiplock::store::control::resume(&db.pool, "default")
         .await
         .unwrap();
     wait_all_finished(&db.pool, Duration::from_secs(300)).await;

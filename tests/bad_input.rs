@@ -1,4 +1,4 @@
-//! Bad input at every core entry point gets a clear answer (README.md, "Bad input and the answer it gets"): a one-line
+//! Bad input at every core entry point gets a clear answer (docs/errors.md): a one-line
 //! error and a non-zero exit from the CLI, a SQL error from the functions, a discarded job
 //! with the decode error recorded for job args. Never a panic or a silently dropped job.
 //! Extends the cases already in tests/cli.rs and tests/queue.rs.
@@ -124,7 +124,7 @@ async fn cli_hostile_oversized_and_out_of_range_input() {
 #[tokio::test]
 async fn settings_and_dotenv_errors_name_the_setting() {
     let db = TestDb::new().await;
-    // (setting, value, the answer README.md's table promises)
+    // (setting, value, the answer docs/errors.md promises)
     for (name, value, want) in [
         (
             "SKIPLOCK_MAX_CONNECTIONS",
@@ -379,7 +379,7 @@ async fn cancel_and_retry_refusals_carry_their_sqlstates() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    // (call, message, SQLSTATE): README.md's table of SQL answers.
+    // (call, message, SQLSTATE): docs/errors.md's table of SQL answers.
     let cases = [
         (
             format!("SELECT skiplock.cancel({finished})"),
@@ -474,7 +474,8 @@ async fn bad_args_of_builtin_kinds_discard_the_job_with_the_decode_error() {
         ids.push(
             enqueue(&db.pool, &NewJob::new(*kind, args.clone()).max_attempts(1))
                 .await
-                .unwrap(),
+                .unwrap()
+                .id,
         );
     }
     let mut settings = fast_settings();
@@ -518,7 +519,7 @@ async fn insert_unreadable(db: &TestDb, args: &str) -> i64 {
 
 #[tokio::test]
 async fn job_views_show_args_serde_json_cannot_read_as_text() {
-    // README "Bad input and the answer it gets": `skiplock job`, `skiplock jobs` and the
+    // docs/errors.md: `skiplock job`, `skiplock jobs` and the
     // console's job page read args as text, so a row written past enqueue's check is shown,
     // not an error.
     let db = TestDb::new().await;
@@ -569,7 +570,7 @@ async fn job_views_show_args_serde_json_cannot_read_as_text() {
 
 #[tokio::test]
 async fn enqueue_refuses_args_serde_json_cannot_read_naming_the_problem() {
-    // README "Bad input and the answer it gets": valid jsonb the worker could not decode
+    // docs/errors.md: valid jsonb the worker could not decode
     // (serde_json reads at most 127 nested arrays/objects, and numbers within f64) is refused
     // by every enqueue path, so it never reaches a claim.
     let db = TestDb::new().await;

@@ -1,7 +1,19 @@
-//! Limits at claim time and queue pause/resume (issue 14, issue 15 "queue control"), with
+//! Limits at claim time and queue pause/resume (docs/concepts.md, "Limits and pause"), with
 //! real worker processes (the built binary) against a real Postgres. Every wait is a
 //! condition wait with a generous deadline; what the tests assert comes from the jobs' own
 //! recorded run times (`sleep` with `record`) or the database's clock (`attempted_at`).
+
+// Some tests here need the `skiplock` binary or a built-in workflow (the default build); the
+// helpers only they use are unused in a build of the core alone.
+#![cfg_attr(
+    not(all(
+        feature = "cli",
+        feature = "fetch",
+        feature = "pack",
+        feature = "packets"
+    )),
+    allow(dead_code, unused_imports)
+)]
 
 mod support;
 
@@ -12,8 +24,8 @@ use std::time::Duration;
 use serde_json::json;
 use skiplock::queue::NewJob;
 use skiplock::store::claim::ClaimParams;
+use skiplock::store::control::{self, KeyLimit, Rate};
 use skiplock::store::jobs::{ManyJobs, enqueue, enqueue_many};
-use skiplock::store::limits::{self, KeyLimit, Rate};
 use support::*;
 
 const LONG: Duration = Duration::from_secs(120);
@@ -139,7 +151,7 @@ async fn enqueue_sleeps(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_concurrency_holds_across_processes_and_can_be_raised_at_runtime() {
     let db = TestDb::new().await;
-    limits::set_queue_limit(&db.pool, "lim", Some(2))
+    control::set_queue_limit(&db.pool, "lim", Some(2))
         .await
         .unwrap();
     let args = sleeps(12, 300);
@@ -158,7 +170,7 @@ async fn queue_concurrency_holds_across_processes_and_can_be_raised_at_runtime()
     assert_eq!(most, 2, "the limit let 2 jobs run at once");
 
     // Raised at runtime: 5 run at once (3 processes x 3 slots could run 9).
-    limits::set_queue_limit(&db.pool, "lim", Some(5))
+    control::set_queue_limit(&db.pool, "lim", Some(5))
         .await
         .unwrap();
     let args = sleeps(10, 2500);
@@ -186,7 +198,7 @@ async fn queue_concurrency_holds_across_processes_and_can_be_raised_at_runtime()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_rate_spaces_starts_of_one_key_and_lets_other_keys_run() {
     let db = TestDb::new().await;
-    limits::set_key_limit(
+    control::set_key_limit(
         &db.pool,
         "rated",
         KeyLimit {
@@ -247,7 +259,7 @@ async fn key_rate_spaces_starts_of_one_key_and_lets_other_keys_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_workers_slot_returns_after_rescue() {
     let db = TestDb::new().await;
-    limits::set_queue_limit(&db.pool, "one", Some(1))
+    control::set_queue_limit(&db.pool, "one", Some(1))
         .await
         .unwrap();
     let held = enqueue(
@@ -257,7 +269,8 @@ async fn a_killed_workers_slot_returns_after_rescue() {
             .max_attempts(1),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let mut p1 = Procs::start(&db.url, 1, &["--queues", "one=2"], &[]);
     wait_job(&db.pool, held, "the long job running", |r| {
         r.state.as_str() == "running"
@@ -265,13 +278,14 @@ async fn a_killed_workers_slot_returns_after_rescue() {
     .await;
     let next = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("one"))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     sigkill(&p1.0[0]);
     let _ = p1.0[0].wait();
     drop(p1);
     // The dead worker's job still counts: nothing may be claimed.
     let kinds = vec!["noop".to_string(), "sleep".to_string()];
-    let got = limits::claim_limited(
+    let got = control::claim_limited(
         &db.pool,
         ClaimParams {
             queue: "one",
@@ -321,7 +335,8 @@ async fn a_paused_queue_is_not_claimed_and_resumes() {
         &NewJob::new("sleep", json!({"ms": 1500})).queue("p"),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let _procs = Procs::start(
         &db.url,
         2,
@@ -337,7 +352,8 @@ async fn a_paused_queue_is_not_claimed_and_resumes() {
     assert!(out.contains("queue p paused"), "{out}");
     let second = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("p"))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     // The running job finishes.
     wait_job(
         &db.pool,
@@ -469,8 +485,9 @@ async fn a_worker_exiting_when_idle_does_not_wait_for_a_paused_queue() {
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("held"))
         .await
-        .unwrap();
-    assert!(limits::pause(&db.pool, "held").await.unwrap());
+        .unwrap()
+        .id;
+    assert!(control::pause(&db.pool, "held").await.unwrap());
     let mut procs = Procs(vec![spawn_worker_process(
         &db.url,
         &["--exit-when-idle"],
@@ -516,20 +533,20 @@ async fn a_pack_timer_is_limited_by_its_host() {
 async fn a_nul_in_a_queue_or_key_is_refused_with_a_clear_error() {
     let db = TestDb::new().await;
     for (queue, key) in [("q\0", "k"), ("q", "k\0")] {
-        let e = limits::next_key_start(&db.pool, queue, key)
+        let e = control::next_key_start(&db.pool, queue, key)
             .await
             .unwrap_err()
             .to_string();
         assert!(e.contains("NUL character"), "{queue:?} {key:?}: {e}");
     }
-    let e = limits::pause(&db.pool, "q\0")
+    let e = control::pause(&db.pool, "q\0")
         .await
         .unwrap_err()
         .to_string();
     assert!(e.contains("NUL character"), "{e}");
     // The rest of the name rule is checked before any statement too.
     for queue in [String::new(), "q".repeat(201)] {
-        let e = limits::pause(&db.pool, &queue)
+        let e = control::pause(&db.pool, &queue)
             .await
             .unwrap_err()
             .to_string();
@@ -555,7 +572,7 @@ async fn worker_id_of(pool: &sqlx::PgPool, child: &Child) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finish_in_one_process_wakes_a_producer_held_back_in_another() {
     let db = TestDb::new().await;
-    limits::set_queue_limit(&db.pool, "relay", Some(1))
+    control::set_queue_limit(&db.pool, "relay", Some(1))
         .await
         .unwrap();
     let env = [("SKIPLOCK_POLL_INTERVAL", "1h")];
@@ -565,7 +582,8 @@ async fn a_finish_in_one_process_wakes_a_producer_held_back_in_another() {
         &NewJob::new("sleep", json!({"ms": 600_000})).queue("relay"),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let mut a = Procs::start(&db.url, 1, &["--queues", "relay=1"], &env);
     let a_id = worker_id_of(&db.pool, &a.0[0]).await;
     wait_job(&db.pool, long, "the long job running in A", |r| {
@@ -581,7 +599,8 @@ async fn a_finish_in_one_process_wakes_a_producer_held_back_in_another() {
                     &NewJob::new("sleep", json!({"ms": 10})).queue("relay"),
                 )
                 .await
-                .unwrap(),
+                .unwrap()
+                .id,
             );
         }
         v
@@ -619,7 +638,7 @@ async fn a_finish_in_one_process_wakes_a_producer_held_back_in_another() {
 #[tokio::test]
 async fn pausing_a_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
     buffered_jobs_go_back(None, |p| async move {
-        limits::pause(&p, "default").await.unwrap();
+        control::pause(&p, "default").await.unwrap();
     })
     .await;
 }
@@ -630,7 +649,7 @@ async fn pausing_a_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
 #[tokio::test]
 async fn pausing_a_limited_queue_puts_back_the_jobs_waiting_in_a_workers_buffer() {
     buffered_jobs_go_back(Some(100), |p| async move {
-        limits::pause(&p, "default").await.unwrap();
+        control::pause(&p, "default").await.unwrap();
     })
     .await;
 }
@@ -640,7 +659,7 @@ async fn pausing_a_limited_queue_puts_back_the_jobs_waiting_in_a_workers_buffer(
 #[tokio::test]
 async fn lowering_a_limit_puts_back_the_jobs_waiting_in_a_workers_buffer() {
     buffered_jobs_go_back(Some(100), |p| async move {
-        limits::set_queue_limit(&p, "default", Some(1))
+        control::set_queue_limit(&p, "default", Some(1))
             .await
             .unwrap();
     })
@@ -656,7 +675,7 @@ where
 {
     let db = TestDb::new().await;
     if limit.is_some() {
-        limits::set_queue_limit(&db.pool, "default", limit)
+        control::set_queue_limit(&db.pool, "default", limit)
             .await
             .unwrap();
     }
@@ -700,7 +719,7 @@ where
 /// The limited claim fills a worker's buffer only in a queue whose one limit is its
 /// concurrency, and then with at most half the room the limit leaves after the worker's free
 /// slots: a buffered job counts as running (the limit holds), and as the limit comes to bind
-/// the buffer's share shrinks to nothing, so the room goes to slots that can run a job now.
+/// the buffer's share shrinks to nothing, so the room goes to slots that can start a job now.
 #[tokio::test]
 async fn a_limited_claim_buffers_only_half_the_room_its_limit_leaves() {
     let db = TestDb::new().await;
@@ -721,7 +740,7 @@ async fn a_limited_claim_buffers_only_half_the_room_its_limit_leaves() {
         .await
         .unwrap();
     }
-    limits::set_queue_limit(p, "capped", Some(10))
+    control::set_queue_limit(p, "capped", Some(10))
         .await
         .unwrap();
     // (free slots, asked ahead) -> (claimed, the buffer's room reported), with the running
@@ -729,7 +748,7 @@ async fn a_limited_claim_buffers_only_half_the_room_its_limit_leaves() {
     let claim = |q: &'static str, free: usize, ahead: usize| {
         let kinds = kinds.clone();
         async move {
-            let got = limits::claim_limited(
+            let got = control::claim_limited(
                 p,
                 ClaimParams {
                     queue: q,
@@ -753,7 +772,7 @@ async fn a_limited_claim_buffers_only_half_the_room_its_limit_leaves() {
     assert_eq!(running_in(p, "capped").await, 10, "the limit holds");
 
     // A key's limits: nothing ahead, whatever the room.
-    limits::set_key_limit(
+    control::set_key_limit(
         p,
         "keyed",
         KeyLimit {
@@ -765,13 +784,13 @@ async fn a_limited_claim_buffers_only_half_the_room_its_limit_leaves() {
     .unwrap();
     assert_eq!(claim("keyed", 2, 8).await, (2, Some(0), true));
     // Paused: nothing at all.
-    limits::set_key_limit(p, "keyed", KeyLimit::default())
+    control::set_key_limit(p, "keyed", KeyLimit::default())
         .await
         .unwrap();
-    limits::pause(p, "keyed").await.unwrap();
+    control::pause(p, "keyed").await.unwrap();
     assert_eq!(claim("keyed", 2, 8).await, (0, Some(0), true));
     // Resumed, no limit left: no longer controlled (the plain claim applies again).
-    limits::resume(p, "keyed").await.unwrap();
+    control::resume(p, "keyed").await.unwrap();
     assert_eq!(claim("keyed", 2, 8).await, (0, Some(0), false));
 }
 
@@ -783,7 +802,7 @@ async fn a_limited_claim_buffers_only_half_the_room_its_limit_leaves() {
 async fn a_keys_rate_allows_its_burst_in_one_claim_and_names_the_next_start() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    limits::set_key_limit(
+    control::set_key_limit(
         p,
         "rated",
         KeyLimit {
@@ -813,7 +832,7 @@ async fn a_keys_rate_allows_its_burst_in_one_claim_and_names_the_next_start() {
     }
     let kinds = vec!["noop".to_string()];
     let claim = || async {
-        limits::claim_limited(
+        control::claim_limited(
             p,
             ClaimParams {
                 queue: "rated",
@@ -876,7 +895,7 @@ async fn producer_waits_on(p: &sqlx::PgPool, queue: &str) {
 /// Takes the only slot of queue `slot` (limit 1) with a job a dead worker holds, its last
 /// heartbeat `hb_age_s` seconds ago, then enqueues a job that must wait: returns both ids.
 async fn slot_held_by_a_dead_worker(p: &sqlx::PgPool, hb_age_s: i64) -> (i64, i64) {
-    limits::set_queue_limit(p, "slot", Some(1)).await.unwrap();
+    control::set_queue_limit(p, "slot", Some(1)).await.unwrap();
     let held: i64 = sqlx::query_scalar(
         "INSERT INTO skiplock.jobs (kind, args, queue, state, attempt, attempted_at, attempted_by, heartbeat_at)
          VALUES ('sleep', '{\"ms\": 1}', 'slot', 'running', 1, now(), 'gone', now() - make_interval(secs => $1))
@@ -888,7 +907,8 @@ async fn slot_held_by_a_dead_worker(p: &sqlx::PgPool, hb_age_s: i64) -> (i64, i6
     .unwrap();
     let waiting = enqueue(p, &NewJob::new("sleep", json!({"ms": 1})).queue("slot"))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     (held, waiting)
 }
 
@@ -973,7 +993,9 @@ async fn a_wake_up_that_arrives_during_a_claim_is_not_lost() {
     let db = TestDb::new().await;
     let p = &db.pool;
     let (first, waiting) = slot_held_by_a_dead_worker(p, 0).await;
-    let mut b = skiplock::worker::Worker::builder(p.clone(), slot_settings()).without_maintenance();
+    let mut b = skiplock::worker::Worker::builder(p.clone())
+        .settings(slot_settings())
+        .without_maintenance();
     skiplock::worker::builtin::register(b.registry_mut());
     let worker = b.build();
     let id = worker.id().to_string();
@@ -1011,12 +1033,12 @@ async fn a_wake_up_that_arrives_during_a_claim_is_not_lost() {
 async fn concurrent_changes_to_different_key_limits_both_land() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    limits::set_queue_limit(p, "both", Some(10)).await.unwrap();
+    control::set_queue_limit(p, "both", Some(10)).await.unwrap();
     let mut first = p.begin().await.unwrap();
-    limits::change_key_limit(
+    control::change_key_limit(
         &mut *first,
         "both",
-        limits::KeyLimitChange {
+        control::KeyLimitChange {
             concurrency: Some(Some(5)),
             rate: None,
         },
@@ -1025,10 +1047,10 @@ async fn concurrent_changes_to_different_key_limits_both_land() {
     .unwrap();
     let p2 = p.clone();
     let second = tokio::spawn(async move {
-        limits::change_key_limit(
+        control::change_key_limit(
             &p2,
             "both",
-            limits::KeyLimitChange {
+            control::KeyLimitChange {
                 concurrency: None,
                 rate: Some(Some(Rate {
                     count: 2,
@@ -1051,7 +1073,7 @@ async fn concurrent_changes_to_different_key_limits_both_land() {
     .await;
     first.commit().await.unwrap();
     second.await.unwrap().unwrap();
-    let q = limits::list(p)
+    let q = control::list(p)
         .await
         .unwrap()
         .into_iter()
@@ -1060,7 +1082,7 @@ async fn concurrent_changes_to_different_key_limits_both_land() {
     assert_eq!(q.concurrency, Some(10));
     assert_eq!(q.key_concurrency, Some(5), "the first change is kept");
     assert_eq!(
-        limits::rate_of(q.key_rate, q.key_period_secs),
+        control::rate_of(q.key_rate, q.key_period_secs),
         Some(Rate {
             count: 2,
             period: Duration::from_secs(1)
@@ -1069,9 +1091,9 @@ async fn concurrent_changes_to_different_key_limits_both_land() {
 }
 
 /// One limited claim of `limit` noop jobs from `queue` for worker "test".
-async fn claim_noop(p: &sqlx::PgPool, queue: &str, limit: usize) -> limits::LimitedClaim {
+async fn claim_noop(p: &sqlx::PgPool, queue: &str, limit: usize) -> control::LimitedClaim {
     let kinds = vec!["noop".to_string()];
-    limits::claim_limited(
+    control::claim_limited(
         p,
         ClaimParams {
             queue,
@@ -1111,7 +1133,7 @@ async fn blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else() {
         .execute(p)
         .await
         .unwrap();
-    limits::set_key_limit(
+    control::set_key_limit(
         p,
         "tenants",
         KeyLimit {
@@ -1146,7 +1168,8 @@ async fn blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else() {
         &NewJob::new("noop", json!({"victim": true})).queue("tenants"),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     // Sorts after every blocked key: the last the walk reaches.
     let fresh = enqueue(
         p,
@@ -1155,7 +1178,8 @@ async fn blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else() {
             .limit_key("zz-fresh"),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     sqlx::query("ANALYZE skiplock.jobs")
         .execute(p)
         .await
@@ -1236,8 +1260,10 @@ async fn blocked_keys_at_the_head_of_a_queue_hold_back_nothing_else() {
 async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row_in_a_limited_claim() {
     let db = TestDb::new().await;
     let p = &db.pool;
-    limits::set_queue_limit(p, "capped", Some(5)).await.unwrap();
-    limits::set_key_limit(
+    control::set_queue_limit(p, "capped", Some(5))
+        .await
+        .unwrap();
+    control::set_key_limit(
         p,
         "keyed",
         KeyLimit {
@@ -1261,7 +1287,8 @@ async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row_in_a_limited_c
         .unwrap();
         let next = enqueue(p, &NewJob::new("noop", json!({})).queue(q).limit_key("k"))
             .await
-            .unwrap();
+            .unwrap()
+            .id;
         let got = claim_noop(p, q, 10).await;
         let ids: Vec<i64> = got.jobs.iter().map(|j| j.id).collect();
         assert_eq!(ids, vec![next], "{q}");
@@ -1303,7 +1330,7 @@ async fn a_worker_claims_again_at_once_while_keys_are_left_unexamined() {
         .execute(p)
         .await
         .unwrap();
-    limits::set_key_limit(
+    control::set_key_limit(
         p,
         "tenants",
         KeyLimit {
@@ -1338,7 +1365,8 @@ async fn a_worker_claims_again_at_once_while_keys_are_left_unexamined() {
             .limit_key("zz-fresh"),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let settings = skiplock::config::QueueSettings {
         queues: Some([("tenants".to_string(), 2)].into_iter().collect()),
         poll_interval: Duration::from_secs(3600),

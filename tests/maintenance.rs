@@ -1,6 +1,18 @@
 //! Reaper, retention and periodic jobs against a real Postgres. The reaper and retention
 //! run as the periodic jobs `reap` and `retain`: their runs are rows with results.
 
+// Some tests here need the `skiplock` binary or a built-in workflow (the default build); the
+// helpers only they use are unused in a build of the core alone.
+#![cfg_attr(
+    not(all(
+        feature = "cli",
+        feature = "fetch",
+        feature = "pack",
+        feature = "packets"
+    )),
+    allow(dead_code, unused_imports)
+)]
+
 mod support;
 
 use std::io::Read;
@@ -278,7 +290,8 @@ async fn running_job_with_live_worker_is_kept_until_its_attempt_is_max_age_old()
     .await;
     let id = skiplock::store::jobs::enqueue(&db.pool, &NewJob::new("block", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     wait_for("the job to run", Duration::from_secs(30), || async {
         (count_state(&db.pool, "running").await == 1).then_some(())
     })
@@ -444,6 +457,7 @@ async fn wait_exit(child: &mut Child) {
     wait_exit_within(child, Duration::from_secs(60)).await;
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test]
 async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
     let db = TestDb::new().await;
@@ -611,6 +625,7 @@ async fn periodic_scheduler_in_code_skips_the_first_partial_period_and_never_rep
     assert_eq!(replay, None);
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test]
 async fn reap_cli_dry_run_lists_and_reap_waits_for_a_worker_up_long_enough() {
     let db = TestDb::new().await;
@@ -694,6 +709,7 @@ async fn reap_cli_dry_run_lists_and_reap_waits_for_a_worker_up_long_enough() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("SKIPLOCK_REAPER_MAX_AGE"));
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test]
 async fn worker_process_reaps_with_a_warn_log_free_of_the_password() {
     let db = TestDb::new().await;
@@ -832,6 +848,7 @@ async fn the_reap_job_never_deletes_its_own_row() {
     assert!(reaped(&db.pool, own).await);
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test]
 async fn reap_and_retain_run_once_per_period_across_two_worker_processes() {
     let db = TestDb::new().await;
@@ -950,6 +967,7 @@ async fn reap_and_retain_run_once_per_period_across_two_worker_processes() {
     }
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test]
 async fn periodic_lists_the_builtin_jobs_before_any_worker_declared_them() {
     let db = TestDb::new().await;
@@ -978,12 +996,14 @@ async fn periodic_lists_the_builtin_jobs_before_any_worker_declared_them() {
     );
 }
 
-/// A worker built as the README shows (no maintenance call) runs the rescuer, the reaper,
+/// A worker built as examples/quickstart.rs shows (no maintenance call) runs the rescuer, the reaper,
 /// retention and the periodic scheduler; `without_maintenance` leaves the last three out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_builder_installs_maintenance_by_default_and_can_leave_it_out() {
     let db = TestDb::new().await;
-    let w = skiplock::worker::Worker::builder(db.pool.clone(), fast_settings()).build();
+    let w = skiplock::worker::Worker::builder(db.pool.clone())
+        .settings(fast_settings())
+        .build();
     let stop = tokio_util::sync::CancellationToken::new();
     let s = stop.clone();
     let h = tokio::spawn(async move { w.run(async move { s.cancelled().await }).await });
@@ -1000,7 +1020,8 @@ async fn the_builder_installs_maintenance_by_default_and_can_leave_it_out() {
     h.await.unwrap().unwrap();
 
     let db = TestDb::new().await;
-    let w = skiplock::worker::Worker::builder(db.pool.clone(), fast_settings())
+    let w = skiplock::worker::Worker::builder(db.pool.clone())
+        .settings(fast_settings())
         .without_maintenance()
         .register(skiplock::worker::builtin::Noop)
         .build();
@@ -1176,6 +1197,7 @@ const REFUSE_KEY: &str = "CREATE FUNCTION public.refuse_periodic_key() RETURNS t
      CREATE TRIGGER refuse_periodic_key BEFORE INSERT ON skiplock.jobs FOR EACH ROW \
      WHEN (NEW.unique_key = 'nightly:example') EXECUTE FUNCTION public.refuse_periodic_key()";
 
+#[cfg(feature = "cli")]
 /// A periodic job the database refuses to enqueue stops no other periodic job: the scheduler
 /// records the failure and enqueues every other periodic job, `reap` and `retain` included,
 /// then enqueues it on a later tick once the cause is gone. Unique keys are per kind and queue
@@ -1265,6 +1287,7 @@ async fn a_squatted_unique_key_stops_no_other_periodic_job() {
     assert_eq!(error, None);
 }
 
+#[cfg(feature = "cli")]
 /// The same refusal against a worker process: reap, retain and the file's other job run period
 /// after period, and the refused job is logged at WARN once, not on every tick of every
 /// period.

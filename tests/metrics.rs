@@ -266,18 +266,18 @@ async fn worker_and_console_metrics_count_what_ran_and_what_waits() {
 
     // Queue control: a paused queue and its limits (a queue with no jobs, so nothing above
     // changes).
-    skiplock::store::limits::pause(&db.pool, "frozen")
+    skiplock::store::control::pause(&db.pool, "frozen")
         .await
         .unwrap();
-    skiplock::store::limits::set_queue_limit(&db.pool, "frozen", Some(3))
+    skiplock::store::control::set_queue_limit(&db.pool, "frozen", Some(3))
         .await
         .unwrap();
-    skiplock::store::limits::set_key_limit(
+    skiplock::store::control::set_key_limit(
         &db.pool,
         "frozen",
-        skiplock::store::limits::KeyLimit {
+        skiplock::store::control::KeyLimit {
             concurrency: None,
-            rate: Some(skiplock::store::limits::Rate {
+            rate: Some(skiplock::store::control::Rate {
                 count: 2,
                 period: Duration::from_secs(1),
             }),
@@ -608,7 +608,7 @@ async fn per_queue_series_are_bounded_and_the_rest_added_up() {
         }
     }
     for i in 0..40 {
-        skiplock::store::limits::pause(&db.pool, &format!("held-{i:02}"))
+        skiplock::store::control::pause(&db.pool, &format!("held-{i:02}"))
             .await
             .unwrap();
     }

@@ -656,7 +656,7 @@ async fn concurrency_one_holds_across_two_worker_processes() {
             .unwrap();
     assert_eq!(limit, Some(1));
     let kinds = vec![packets::KIND.to_string()];
-    let got = skiplock::store::limits::claim_limited(
+    let got = skiplock::store::control::claim_limited(
         &db.pool,
         skiplock::store::claim::ClaimParams {
             queue: packets::QUEUE,

@@ -1,6 +1,18 @@
 //! The queue's SQL API and statements against a real Postgres: enqueue rules, unique keys
 //! (keep / replace, concurrent callers), bulk insert, claim, fenced acks, cancel and retry.
 
+// Some tests here need the `skiplock` binary or a built-in workflow (the default build); the
+// helpers only they use are unused in a build of the core alone.
+#![cfg_attr(
+    not(all(
+        feature = "cli",
+        feature = "fetch",
+        feature = "pack",
+        feature = "packets"
+    )),
+    allow(dead_code, unused_imports)
+)]
+
 mod support;
 
 use std::collections::HashSet;
@@ -31,7 +43,8 @@ async fn enqueue_claim_and_complete() {
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({"a": 1})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let jobs = claim(
         &db.pool,
         ClaimParams {
@@ -85,22 +98,27 @@ async fn claim_respects_queue_kind_schedule_and_priority() {
     let db = TestDb::new().await;
     let low = enqueue(&db.pool, &NewJob::new("noop", json!({})).priority(5))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let high = enqueue(&db.pool, &NewJob::new("noop", json!({})).priority(-1))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let _other_queue = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("other"))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let _other_kind = enqueue(&db.pool, &NewJob::new("mystery", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let _future = enqueue(
         &db.pool,
         &NewJob::new("noop", json!({})).run_at(Utc::now() + chrono::Duration::hours(1)),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let first = claim(
         &db.pool,
         ClaimParams {
@@ -132,7 +150,8 @@ async fn acks_are_fenced_by_attempt() {
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     claim(
         &db.pool,
         ClaimParams {
@@ -194,10 +213,12 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
     let db = TestDb::new().await;
     let a = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let b = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     claim(
         &db.pool,
         ClaimParams {
@@ -252,13 +273,15 @@ async fn unique_key_keep_and_replace() {
         &NewJob::new("noop", json!({"v": 1})).unique_key("k", OnConflict::Keep),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let kept = enqueue(
         &db.pool,
         &NewJob::new("noop", json!({"v": 2})).unique_key("k", OnConflict::Keep),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     assert_eq!(first, kept);
     assert_eq!(
         jobs::get_job(&db.pool, first).await.unwrap().args,
@@ -272,7 +295,8 @@ async fn unique_key_keep_and_replace() {
             .unique_key("k", OnConflict::Replace),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     assert_eq!(first, replaced);
     let row = jobs::get_job(&db.pool, first).await.unwrap();
     assert_eq!(row.args, json!({"v": 3}));
@@ -293,7 +317,8 @@ async fn unique_key_keep_and_replace() {
         &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     assert_ne!(fresh, first);
 }
 
@@ -316,7 +341,8 @@ async fn unique_key_is_safe_under_concurrent_callers() {
                     &NewJob::new("noop", json!({"i": i, "j": j})).unique_key("hot", mode),
                 )
                 .await
-                .expect("no unique violation may leak out");
+                .expect("no unique violation may leak out")
+                .id;
                 ids.push(id);
             }
             ids
@@ -530,10 +556,12 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
         &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let other = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     claim(
         &db.pool,
         ClaimParams {
@@ -551,7 +579,8 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
         &NewJob::new("noop", json!({})).unique_key("k", OnConflict::Keep),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     assert_ne!(first, second);
     // `first` fails and would go back to available: the batch must not fail.
     let acks = vec![
@@ -639,7 +668,8 @@ async fn two_running_with_one_key(db: &TestDb, queue: &str) -> (i64, i64) {
                 .unique_key(format!("key-{queue}"), OnConflict::Keep),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .id;
         assert_eq!(claim_noop_as_w(db, queue).await, vec![id]);
         ids.push(id);
     }
@@ -672,7 +702,8 @@ async fn keyed_jobs_going_back_together_keep_the_newest_and_the_statement_lands(
     let (older, newer) = two_running_with_one_key(&db, "acked").await;
     let other = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("acked"))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     assert_eq!(claim_noop_as_w(&db, "acked").await, vec![other]);
     let done = Ack {
         id: other,
@@ -718,9 +749,9 @@ fn retry_ack(id: i64, attempt: i32) -> Ack {
 }
 
 async fn release_all(db: &TestDb, queue: &str) -> usize {
-    skiplock::store::ack::release_orphans(
+    skiplock::store::ack::release_unstarted(
         &db.pool,
-        skiplock::store::ack::OrphanParams {
+        skiplock::store::ack::ReleaseParams {
             worker: "w",
             queue: Some(queue),
             held: &[],
@@ -778,7 +809,8 @@ async fn superseding_counts_only_jobs_that_really_go_back_and_wait() {
             .unique_key("key-waiting", OnConflict::Keep),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     sqlx::query("UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE queue = 'waiting' AND id < $1")
         .bind(running)
         .execute(&db.pool)
@@ -790,7 +822,7 @@ async fn superseding_counts_only_jobs_that_really_go_back_and_wait() {
 
 /// Claims, acks and heartbeats update every job row: a row-level BEFORE UPDATE trigger on
 /// skiplock.jobs (any, whatever its WHEN clause) makes Postgres lock and WAL-log each row
-/// before updating it, about a tenth of the drain rate and 50 bytes of WAL per job (issue 13;
+/// before updating it, about a tenth of the drain rate and 50 bytes of WAL per job (docs/performance.md;
 /// the superseding of requeued keyed jobs lives in the statements instead).
 #[tokio::test]
 async fn no_row_trigger_runs_before_updates_of_jobs() {
@@ -870,7 +902,8 @@ async fn replace_of_a_pending_retry_from_rust_takes_everything_given_and_starts_
             .unique_key("k", OnConflict::Keep),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     fail_once(&db, id, "w1").await;
     fail_once(&db, id, "w2").await;
     let before = jobs::get_job(&db.pool, id).await.unwrap();
@@ -886,7 +919,8 @@ async fn replace_of_a_pending_retry_from_rust_takes_everything_given_and_starts_
             .unique_key("k", OnConflict::Replace),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     assert_eq!(replaced, id, "replace keeps the row");
     let r = jobs::get_job(&db.pool, id).await.unwrap();
     // Changed: what the caller gave, and the attempt count.
@@ -896,7 +930,7 @@ async fn replace_of_a_pending_retry_from_rust_takes_everything_given_and_starts_
     assert_eq!(r.max_attempts, 7);
     assert_eq!(r.attempt, 0, "a pending retry starts again at attempt 0");
     // Kept: id, kind, queue, key, created_at and the earlier errors; the replace adds one
-    // entry with the args it overwrote (README "Replace").
+    // entry with the args it overwrote (docs/concepts.md, "Unique keys").
     assert_eq!(
         (r.kind.as_str(), r.queue.as_str(), r.state.as_str()),
         ("noop", "default", "available")
@@ -990,7 +1024,7 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
         let job = NewJob::new("noop", json!({"v": 1}))
             .max_attempts(3)
             .unique_key(key, OnConflict::Keep);
-        ids.push(enqueue(&db.pool, &job).await.unwrap());
+        ids.push(enqueue(&db.pool, &job).await.unwrap().id);
     }
     let (rescued, cancelled) = (ids[0], ids[1]);
     let claimed = claim(
@@ -1020,7 +1054,8 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
                 .unique_key(key, OnConflict::Replace),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .id;
         assert_eq!(replaced, id);
         let r = jobs::get_job(&db.pool, id).await.unwrap();
         let jobs = claim(
@@ -1072,7 +1107,8 @@ async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_f
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let jobs = claim(
         &db.pool,
         ClaimParams {
@@ -1126,7 +1162,8 @@ async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_f
     // A job cancelled while waiting had no attempt to interrupt: no entry.
     let waiting = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     jobs::cancel_job(&db.pool, waiting).await.unwrap();
     assert_eq!(
         jobs::get_job(&db.pool, waiting).await.unwrap().errors,
@@ -1156,7 +1193,8 @@ async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row() {
     .unwrap();
     let next = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let got = claim(
         &db.pool,
         ClaimParams {
@@ -1184,6 +1222,7 @@ async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row() {
     );
 }
 
+#[cfg(feature = "cli")]
 /// `SKIPLOCK_DIAGNOSTIC_KINDS=off` keeps `skiplock worker` from registering `noop`, `sleep`
 /// and `fail` (registered, they let any enqueuer hold a worker slot with one `sleep` job until
 /// the job timeout): their jobs stay waiting, as jobs
@@ -1193,7 +1232,8 @@ async fn the_diagnostic_kinds_can_be_turned_off() {
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let run = |setting: Option<&str>| {
         let mut c = support::cmd(&db.url);
         c.args(["worker", "--exit-when-idle", "--queues", "default=1"])

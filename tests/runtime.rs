@@ -1,4 +1,4 @@
-//! The worker runtime under attack or failure (issue 11, runtime part): supervised tasks
+//! The worker runtime under attack or failure: supervised tasks
 //! that panic are restarted and never strand a claimed job; handlers holding every one of
 //! their connections cannot starve the runtime's claims, acks and heartbeats; NOTIFY
 //! payloads create no producers, queues come from the jobs table, under a cap.
@@ -89,20 +89,24 @@ async fn a_job_that_keeps_crashing_its_producer_is_discarded_and_its_batch_mates
             .max_attempts(2),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let mut mates = Vec::new();
     for _ in 0..5 {
         mates.push(
             enqueue(&db.pool, &NewJob::new("noop", json!({})))
                 .await
-                .unwrap(),
+                .unwrap()
+                .id,
         );
     }
     let settings = QueueSettings {
         queues: queues(&[("default", 10)]),
         ..fast_settings()
     };
-    let mut b = Worker::builder(db.pool.clone(), settings).without_maintenance();
+    let mut b = Worker::builder(db.pool.clone())
+        .settings(settings)
+        .without_maintenance();
     builtin::register(b.registry_mut());
     let worker = b.build();
     // Three claims in a row fail: the first takes the whole batch (all six jobs, given
@@ -152,11 +156,13 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
         rescue_after: Duration::from_secs(2),
         ..fast_settings()
     };
-    let mut b = Worker::builder(db.pool.clone(), settings).without_maintenance();
+    let mut b = Worker::builder(db.pool.clone())
+        .settings(settings)
+        .without_maintenance();
     builtin::register(b.registry_mut());
     let worker = b.build();
     let id = worker.id().to_string();
-    faults::arm(&id, Point::CompleterFlush, 1);
+    faults::arm(&id, Point::AckWriterFlush, 1);
     faults::arm(&id, Point::Heartbeat, 1);
     faults::arm(&id, Point::Listener, 1);
     let (stop, h) = run(worker);
@@ -178,10 +184,11 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
         (n > 0 && waiting > 0).then_some(())
     })
     .await;
-    // A long job keeps the heartbeat busy; short ones go through the completer and NOTIFY.
+    // A long job keeps the heartbeat busy; short ones go through the ack writer and NOTIFY.
     let long = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     for _ in 0..10 {
         enqueue(&db.pool, &NewJob::new("noop", json!({})))
             .await
@@ -191,7 +198,7 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
         (count_state(&db.pool, "completed").await == 10).then_some(())
     })
     .await;
-    for task in ["completer", "heartbeat", "listener"] {
+    for task in ["ack writer", "heartbeat", "listener"] {
         wait_for(task, Duration::from_secs(60), || async {
             (logs.count(&["ERROR", &format!("task=\"{task}\""), "panicked"]) == 1).then_some(())
         })
@@ -275,7 +282,8 @@ async fn handlers_holding_every_connection_cannot_starve_claims_acks_or_heartbea
                 &NewJob::new("blocked", json!({})).queue("blocked"),
             )
             .await
-            .unwrap(),
+            .unwrap()
+            .id,
         );
     }
     wait_for(
@@ -365,7 +373,8 @@ async fn notify_payloads_create_no_producers() {
     .unwrap();
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("real"))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     wait_job(&db.pool, id, "the real queue's job", |r| {
         r.state.as_str() == "completed"
     })
@@ -480,7 +489,7 @@ async fn skiplocks_pools(db: &TestDb) -> [(&'static str, sqlx::PgPool); 3] {
 
 /// Every pool skiplock opens turns Nagle's algorithm off on its TCP sockets, as libpq does
 /// (sqlx 0.9.0 leaves it on: a statement sent in more than one write, a TLS record each,
-/// waited 40 ms for the server's delayed ACK; README, Performance, lever 16).
+/// waited 40 ms for the server's delayed ACK; docs/performance.md).
 #[tokio::test]
 async fn the_pools_skiplock_opens_turn_nagle_off_on_their_tcp_sockets() {
     let db = TestDb::new().await;

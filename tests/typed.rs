@@ -46,7 +46,8 @@ async fn typed_jobs_are_enqueued_in_the_callers_transaction_and_run_by_their_typ
     let mut tx = db.pool.begin().await.unwrap();
     let id = skiplock::enqueue(&mut *tx, Greet { name: "ada".into() })
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     tx.commit().await.unwrap();
     let row = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!(
@@ -63,7 +64,8 @@ async fn typed_jobs_are_enqueued_in_the_callers_transaction_and_run_by_their_typ
     };
     let a = skiplock::enqueue_with(&db.pool, Greet { name: "bob".into() }, opts())
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let b = skiplock::enqueue_with(
         &db.pool,
         Greet {
@@ -72,7 +74,8 @@ async fn typed_jobs_are_enqueued_in_the_callers_transaction_and_run_by_their_typ
         opts(),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     assert_eq!(a, b, "the key holder's id comes back");
     let row = jobs::get_job(&db.pool, a).await.unwrap();
     assert_eq!((row.queue.as_str(), row.priority), ("greetings", -2));
@@ -84,13 +87,13 @@ async fn typed_jobs_are_enqueued_in_the_callers_transaction_and_run_by_their_typ
         &NewJob::new("greet", serde_json::json!({"nom": 1})).queue("greetings"),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
 
     let w = start_worker(&db.pool, fast_settings(), |b| {
         b.register_typed(|_ctx: JobContext, job: Greet| async move {
-            Ok(Outcome::CompleteWith(
-                serde_json::json!({"hello": job.name}),
-            ))
+            // A handler may return the outcome itself (see IntoJobResult).
+            Outcome::CompleteWith(serde_json::json!({"hello": job.name}))
         })
     });
     wait_all_finished(&db.pool, Duration::from_secs(60)).await;

@@ -1267,7 +1267,7 @@ async fn the_overview_lists_the_deepest_queues_and_adds_up_the_rest() {
         enqueue(&db, "noop", big, 10).await;
     }
     // A paused queue with no jobs is listed first: its Resume button stays at hand.
-    skiplock::store::limits::pause(&db.pool, "held")
+    skiplock::store::control::pause(&db.pool, "held")
         .await
         .unwrap();
     let console = start_console_with(

@@ -2,6 +2,18 @@
 //! backoff and discard, snooze, panics and timeouts, bad args, unknown kinds, rescue of
 //! orphaned jobs, graceful shutdown, NOTIFY wake-ups and cancellation.
 
+// Some tests here need the `skiplock` binary or a built-in workflow (the default build); the
+// helpers only they use are unused in a build of the core alone.
+#![cfg_attr(
+    not(all(
+        feature = "cli",
+        feature = "fetch",
+        feature = "pack",
+        feature = "packets"
+    )),
+    allow(dead_code, unused_imports)
+)]
+
 mod support;
 
 use std::sync::Arc;
@@ -102,7 +114,8 @@ async fn errors_retry_with_backoff_then_discard() {
         &NewJob::new("fail", json!({"message": "nope"})).max_attempts(3),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let w = start_with(&db.pool, builtin::register);
     let row = wait_job(&db.pool, id, "discarded", |r| {
         r.state.as_str() == "discarded"
@@ -124,7 +137,8 @@ async fn a_retry_is_scheduled_by_the_backoff() {
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("fail", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let settings = QueueSettings {
         backoff_unit: Duration::from_secs(3600),
         ..fast_settings()
@@ -164,7 +178,8 @@ async fn snooze_does_not_use_up_attempts() {
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("snoozer", json!({})).max_attempts(1))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     let w = start_with(&db.pool, move |r| {
@@ -222,19 +237,24 @@ async fn panics_timeouts_bad_args_and_handler_cancels() {
     let db = TestDb::new().await;
     let p = enqueue(&db.pool, &NewJob::new("panics", json!({})).max_attempts(1))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let s = enqueue(&db.pool, &NewJob::new("slow", json!({})).max_attempts(1))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let bad = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": "soon"})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let c = enqueue(&db.pool, &NewJob::new("cancels", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let after = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let w = start_with(&db.pool, |r| {
         builtin::register(r);
         r.register(Panics);
@@ -277,10 +297,12 @@ async fn unknown_kinds_stay_available_and_idle_workers_exit() {
     let db = TestDb::new().await;
     let mystery = enqueue(&db.pool, &NewJob::new("mystery", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let known = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let w = start_worker(&db.pool, fast_settings(), |mut b| {
         builtin::register(b.registry_mut());
         b.exit_when_idle(true)
@@ -364,12 +386,14 @@ async fn orphaned_running_jobs_are_rescued() {
     assert_eq!(o.errors.as_array().unwrap().len(), 1, "{}", o.errors);
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test]
 async fn a_killed_worker_process_loses_no_job() {
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 60000})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let mut child = spawn_worker_process(&db.url, &[], &[("SKIPLOCK_RESCUE_AFTER", "2s")]);
     wait_job(&db.pool, id, "job running", |r| {
         r.state.as_str() == "running"
@@ -428,13 +452,16 @@ async fn graceful_shutdown_returns_unfinished_jobs_without_using_an_attempt() {
     let db = TestDb::new().await;
     let stubborn = enqueue(&db.pool, &NewJob::new("stubborn", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let sleeper = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let quick = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 1})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let settings = QueueSettings {
         shutdown_grace: Duration::from_millis(500),
         ..fast_settings()
@@ -466,12 +493,14 @@ async fn graceful_shutdown_returns_unfinished_jobs_without_using_an_attempt() {
     assert_eq!(workers, 0, "a clean exit removes the worker row");
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test]
 async fn sigterm_stops_a_worker_process_cleanly() {
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let mut child = spawn_worker_process(&db.url, &[], &[]);
     wait_job(&db.pool, id, "job running", |r| {
         r.state.as_str() == "running"
@@ -519,7 +548,8 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
     .await;
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let row = wait_job(&db.pool, id, "completed", |r| {
         r.state.as_str() == "completed"
     })
@@ -551,7 +581,8 @@ async fn cancelling_a_running_job_stops_its_handler_and_sticks() {
     executions_table(&db).await;
     let id = enqueue(&db.pool, &NewJob::new("until_lost", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     // A short window gives heartbeats every 500 ms, so the handler hears of the cancel soon.
     // A stall of this machine may let the worker's own rescuer take the job first (and the
     // worker claim it again): the assertions below hold either way.
@@ -618,7 +649,8 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
     let db = TestDb::new().await;
     let id = enqueue(&db.pool, &NewJob::new("slow_but_alive", json!({})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let saw_lost = tokio_util::sync::CancellationToken::new();
     let release = tokio_util::sync::CancellationToken::new();
     // One slot and no claim-ahead: while its handler runs, this worker cannot claim the job
@@ -719,7 +751,7 @@ fn assert_error(errors: serde_json::Value, i: usize, needle: &str) {
     );
 }
 
-/// Claim-ahead (issue 13): with every slot busy, the producer holds jobs claimed ahead in a
+/// Claim-ahead (docs/internals.md): with every slot busy, the producer holds jobs claimed ahead in a
 /// buffer. Those are `running` in the database, so they must be heartbeated like started ones,
 /// and a graceful shutdown must put them back without using up their attempt.
 #[tokio::test]
@@ -730,7 +762,8 @@ async fn jobs_claimed_ahead_are_heartbeated_and_returned_at_shutdown() {
         ids.push(
             enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
                 .await
-                .unwrap(),
+                .unwrap()
+                .id,
         );
     }
     // Two slots and two jobs of buffer: all four are claimed, two of them never start.
@@ -777,7 +810,7 @@ async fn jobs_claimed_ahead_are_heartbeated_and_returned_at_shutdown() {
     assert_eq!(unstarted, 2, "two jobs waited in the buffer");
 }
 
-/// With two claims in flight per producer (issue 13), the jobs asked for by a claim still out
+/// With two claims in flight per producer (docs/internals.md), the jobs asked for by a claim still out
 /// count as buffered: a worker never holds more than its slots plus the buffer, however many
 /// jobs wait and however often it polls.
 #[tokio::test]
@@ -811,6 +844,7 @@ async fn claims_in_flight_never_hold_more_than_the_slots_and_the_buffer() {
     assert_eq!(count_state(&db.pool, "available").await, 30);
 }
 
+#[cfg(feature = "cli")]
 /// A worker process killed while it holds jobs claimed ahead loses none: the rescuer returns
 /// the buffered ones like the started ones.
 #[tokio::test]
@@ -821,7 +855,8 @@ async fn jobs_claimed_ahead_by_a_killed_worker_are_rescued() {
         ids.push(
             enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 60000})))
                 .await
-                .unwrap(),
+                .unwrap()
+                .id,
         );
     }
     // One slot and one job of buffer (claim-ahead is at most the queue's concurrency).
@@ -868,7 +903,7 @@ async fn jobs_claimed_ahead_by_a_killed_worker_are_rescued() {
     }
 }
 
-/// Inserts notify only queues a producer waits on (issue 13: every notifying commit takes a
+/// Inserts notify only queues a producer waits on (docs/internals.md: every notifying commit takes a
 /// server-wide lock). Notifications arrive in commit order, so if the insert into the queue
 /// nobody serves had notified, its notification would come first.
 #[tokio::test]
@@ -901,7 +936,8 @@ async fn only_queues_a_producer_waits_on_are_notified() {
         .unwrap();
     let id = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("served"))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let n = tokio::time::timeout(Duration::from_secs(60), listener.recv())
         .await
         .expect("a wake-up within 60 s")
@@ -925,7 +961,7 @@ fn nested_args(depth: usize) -> String {
 #[tokio::test]
 async fn a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs() {
     // Valid jsonb that serde_json refuses (too deep; a number outside f64), written by a
-    // superuser past enqueue's check (README "Bad input and the answer it gets"): each such
+    // superuser past enqueue's check (docs/errors.md): each such
     // row fails alone, with the decode error recorded, and the 19 innocent jobs claimed in
     // the same batch run. With `exit_when_idle` the worker exits only when nothing is left.
     for (poison, want) in [
@@ -976,6 +1012,7 @@ async fn a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs() 
     }
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test]
 async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
     // docs/reliability.md "Errors": a 520 KB message is cut to 8 KiB (with a marker of what
@@ -989,7 +1026,8 @@ async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
         &NewJob::new("fail", json!({ "message": huge })).max_attempts(3),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .id;
     let mut child = spawn_worker_process(
         &db.url,
         &[
@@ -1045,7 +1083,8 @@ async fn a_capped_worker_serves_a_queue_behind_busy_ones_named_first() {
                 &NewJob::new("sleep", json!({"ms": 600_000})).queue(q),
             )
             .await
-            .unwrap(),
+            .unwrap()
+            .id,
         );
     }
     let settings = QueueSettings {
@@ -1062,7 +1101,8 @@ async fn a_capped_worker_serves_a_queue_behind_busy_ones_named_first() {
     .await;
     let victim = enqueue(&db.pool, &NewJob::new("noop", json!({"victim": 1})))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     wait_job(&db.pool, victim, "the job in default to complete", |r| {
         r.state.as_str() == "completed"
     })

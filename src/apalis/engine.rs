@@ -1,7 +1,7 @@
 //! What runs behind a [`super::SkiplockStorage`] once its apalis worker starts: the same
 //! pieces as a native worker, on the same store statements. A producer claims due jobs of
 //! the storage's kind in batches (`store::claim`, `FOR UPDATE SKIP LOCKED`) as slots free
-//! up, woken by NOTIFY (`worker::listener`) or the fallback poll; a completer writes acks
+//! up, woken by NOTIFY (`worker::listener`) or the fallback poll; an ack writer writes acks
 //! in fenced batches (`store::ack::ack_many`); a heartbeat keeps every held job and the
 //! worker's row fresh; the rescuer returns other processes' abandoned jobs; a watcher turns
 //! apalis's "shutting down" into the grace deadline for running jobs.
@@ -19,19 +19,19 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{MAX_QUEUE_CONCURRENCY, QueueSettings};
 use crate::db::outage::{Availability, Backoff, is_unavailable};
 use crate::error::{Error, Result};
-use crate::maintenance::rescuer::Rescuer;
 use crate::queue::Job;
 use crate::store::Pool;
 use crate::store::ack::{Ack, ack_many};
 use crate::store::claim::ClaimParams;
+use crate::store::control::claim_any;
 use crate::store::heartbeat::{HeldJob, WorkerInfo, heartbeat_many, worker_remove, worker_upsert};
-use crate::store::limits::claim_any;
 use crate::store::schema::moved_after_beat;
 use crate::worker::cursor::{Answer, Cursors};
 use crate::worker::heartbeat::{interval_for, retry_backoff};
 use crate::worker::listener::{Wake, listen};
 use crate::worker::outcome::{Attempt, RetryPolicy, decide};
 use crate::worker::producer::{ClaimNow, next_claim};
+use crate::worker::rescuer::Rescuer;
 
 /// The most acks written in one statement.
 const MAX_ACK_BATCH: usize = 2000;
@@ -89,7 +89,7 @@ struct Held {
 #[derive(Default)]
 struct Tasks {
     producer: Option<JoinHandle<()>>,
-    completer: Option<JoinHandle<()>>,
+    ack_writer: Option<JoinHandle<()>>,
     others: Vec<JoinHandle<()>>,
 }
 
@@ -107,7 +107,7 @@ pub(crate) struct Engine {
     claiming: CancellationToken,
     /// apalis is shutting down: running jobs have `shutdown_grace` left.
     pub shutdown: CancellationToken,
-    /// Tells the completer to write what is left and return.
+    /// Tells the ack writer to write what is left and return.
     closing: CancellationToken,
     /// Stops heartbeat, listener, rescuer and watcher.
     stop: CancellationToken,
@@ -199,7 +199,7 @@ impl Engine {
             .ok_or_else(|| Error::Invalid("apalis storage: started twice".into()))?;
         let mut tasks = lock(&self.tasks);
         tasks.producer = Some(tokio::spawn(produce(self.clone(), job_tx)));
-        tasks.completer = Some(tokio::spawn(complete(self.clone(), ack_rx)));
+        tasks.ack_writer = Some(tokio::spawn(complete(self.clone(), ack_rx)));
         tasks.others.push(tokio::spawn(heartbeat(self.clone())));
         let e = self.clone();
         tasks.others.push(tokio::spawn(async move {
@@ -249,7 +249,7 @@ impl Engine {
         self.wake.notify_one();
     }
 
-    /// Queues an ack for the completer (the job stays held, and heartbeated, until written).
+    /// Queues an ack for the ack writer (the job stays held, and heartbeated, until written).
     pub fn ack(&self, ack: Ack) {
         if let Some(h) = lock(&self.held).get_mut(&ack.id) {
             h.done = true;
@@ -297,11 +297,11 @@ impl Engine {
     ) -> Result<()> {
         self.claiming.cancel();
         self.shutdown.cancel();
-        let (producer, completer, others) = {
+        let (producer, ack_writer, others) = {
             let mut t = lock(&self.tasks);
             (
                 t.producer.take(),
-                t.completer.take(),
+                t.ack_writer.take(),
                 std::mem::take(&mut t.others),
             )
         };
@@ -317,7 +317,7 @@ impl Engine {
             }
         }
         self.closing.cancel();
-        if let Some(c) = completer
+        if let Some(c) = ack_writer
             && tokio::time::timeout(ACK_DRAIN_LIMIT + Duration::from_secs(5), c)
                 .await
                 .is_err()

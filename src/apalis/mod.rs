@@ -214,7 +214,9 @@ impl<Args: Serialize> SkiplockStorage<Args> {
             &TaskFields::default(),
             Some(opts),
         )?;
-        crate::store::jobs::enqueue(&self.pool, &job).await
+        crate::store::jobs::enqueue(&self.pool, &job)
+            .await
+            .map(|e| e.id)
     }
 
     fn task_to_job(&self, task: &Task<Args>) -> Result<NewJob> {

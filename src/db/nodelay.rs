@@ -1,13 +1,13 @@
 //! `TCP_NODELAY` on every pooled database connection skiplock opens (a one-off probe
 //! connection, closed at once, is left as it is).
 //!
-//! sqlx 0.9.0 opens its TCP sockets with Nagle's algorithm on (transact-rs/sqlx issue 4335,
+//! sqlx 0.9.0 opens its TCP sockets with Nagle's algorithm on (transact-rs/sqlx#4335,
 //! a regression of 0.9.0; fixed upstream by pull request 4336, not released as of this
 //! writing). A statement whose
 //! message leaves in more than one write (a TLS connection writes a record per 16 KiB; a
 //! batch of acks or of jobs is tens of KiB) then waits for the server's delayed ACK, 40 ms
 //! on Linux, before its last bytes are sent. With TLS on a local server that halved the
-//! drain (README, Performance, lever 16). libpq sets `TCP_NODELAY` on every connection;
+//! drain (docs/performance.md). libpq sets `TCP_NODELAY` on every connection;
 //! this does the same from the pools' `after_connect`, by finding the connection's socket
 //! among this process's descriptors: its local port is the port the server reports for
 //! the client, its peer port the server's. Best effort: nothing is set over a Unix

@@ -11,18 +11,26 @@
 //! The hot path only touches pre-registered handles: a job's series are looked up once
 //! when it is claimed ([`WorkerMetrics::series`], a read-locked map), and every update after
 //! that is an atomic add (counters) or a lock-free push (histogram samples, drained by the
-//! exporter's upkeep). README's "Metrics" section lists every series.
+//! exporter's upkeep). docs/operations.md, "Metrics", lists every series.
 
+#[cfg(feature = "prometheus")]
 pub mod render;
+#[cfg(feature = "prometheus")]
 pub mod serve;
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock, RwLock};
+#[cfg(feature = "prometheus")]
+use std::sync::OnceLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use metrics::{Counter, Histogram, Unit, counter, histogram};
+#[cfg(feature = "prometheus")]
+use metrics::Unit;
+use metrics::{Counter, Histogram, counter, histogram};
+#[cfg(feature = "prometheus")]
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+#[cfg(feature = "prometheus")]
 use crate::error::{Error, Result};
 use crate::queue::JobState;
 
@@ -32,7 +40,7 @@ pub const JOBS_FINISHED: &str = "skiplock_jobs_finished_total";
 pub const JOB_DURATION: &str = "skiplock_job_duration_seconds";
 /// Jobs per claim statement (including claims that found none).
 pub const CLAIM_BATCH: &str = "skiplock_claim_batch_size";
-/// Acks per write of the completer.
+/// Acks per write of the ack writer.
 pub const ACK_BATCH: &str = "skiplock_ack_batch_size";
 /// Jobs the rescuer returned, by kind and new state.
 pub const RESCUED: &str = "skiplock_rescued_jobs_total";
@@ -47,7 +55,7 @@ pub const PACK_DURATION: &str = "skiplock_pack_duration_seconds";
 pub const DURATION_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,
 ];
-/// Buckets of the batch-size histograms (jobs); the completer writes at most 2000 at once.
+/// Buckets of the batch-size histograms (jobs); the ack writer writes at most 2000 at once.
 pub const BATCH_BUCKETS: &[f64] = &[
     0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0,
 ];
@@ -212,8 +220,10 @@ pub fn packed(took: Duration) {
     histogram!(PACK_DURATION).record(took.as_secs_f64());
 }
 
+#[cfg(feature = "prometheus")]
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+#[cfg(feature = "prometheus")]
 /// Installs the Prometheus recorder for this process (once; later calls return the same
 /// handle) and describes every series. Fails when another recorder is already installed.
 pub fn install() -> Result<PrometheusHandle> {
@@ -235,6 +245,7 @@ pub fn install() -> Result<PrometheusHandle> {
 }
 
 /// The `# HELP` text of every series the recorder holds.
+#[cfg(feature = "prometheus")]
 fn describe() {
     use metrics::{describe_counter, describe_histogram};
     describe_counter!(
@@ -252,7 +263,7 @@ fn describe() {
         Unit::Count,
         "Jobs per claim statement (0: the claim found none)."
     );
-    describe_histogram!(ACK_BATCH, Unit::Count, "Acks per write of the completer.");
+    describe_histogram!(ACK_BATCH, Unit::Count, "Acks per write of the ack writer.");
     describe_counter!(
         RESCUED,
         Unit::Count,

@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::store::metrics::Snapshot;
+#[cfg(feature = "packets")]
 use crate::store::types::PacketState;
 
 /// Jobs per queue and live state (`available`, `scheduled`, `running`).
@@ -210,15 +211,18 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
         "Paused queues among those past the first SKIPLOCK_TOP_QUEUES.",
     );
     let _ = writeln!(out, "{OTHER_PAUSED} {}", o.paused_queues);
-    header(&mut out, PACKETS, "Packets per state.");
-    for state in PacketState::ALL {
-        let n: i64 = snap
-            .packets
-            .iter()
-            .filter(|p| p.state == state)
-            .map(|p| p.packets)
-            .sum();
-        let _ = writeln!(out, "{PACKETS}{{state=\"{}\"}} {n}", state.as_str());
+    #[cfg(feature = "packets")]
+    {
+        header(&mut out, PACKETS, "Packets per state.");
+        for state in PacketState::ALL {
+            let n: i64 = snap
+                .packets
+                .iter()
+                .filter(|p| p.state == state)
+                .map(|p| p.packets)
+                .sum();
+            let _ = writeln!(out, "{PACKETS}{{state=\"{}\"}} {n}", state.as_str());
+        }
     }
     out
 }
@@ -226,7 +230,7 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::metrics::{PacketCount, QueueControl, QueueDepth};
+    use crate::store::metrics::{QueueControl, QueueDepth};
 
     #[test]
     fn label_values_are_escaped() {
@@ -267,7 +271,8 @@ mod tests {
                 queues: 300,
                 paused_queues: 2,
             }),
-            packets: vec![PacketCount {
+            #[cfg(feature = "packets")]
+            packets: vec![crate::store::metrics::PacketCount {
                 state: PacketState::InReview,
                 packets: 7,
             }],
@@ -284,6 +289,7 @@ mod tests {
         assert!(t.contains("skiplock_queue_depth{queue=\"we\\\"ird\",state=\"available\"} 3\n"));
         assert!(t.contains("skiplock_queue_depth{queue=\"we\\\"ird\",state=\"running\"} 2\n"));
         assert!(t.contains("skiplock_queue_oldest_wait_seconds{queue=\"we\\\"ird\"} 4.25\n"));
+        #[cfg(feature = "packets")]
         assert!(t.contains("skiplock_packets{state=\"in_review\"} 7\n"));
         assert!(t.contains("skiplock_queue_paused{queue=\"held\"} 1\n"));
         assert!(t.contains("skiplock_queue_paused{queue=\"we\\\"ird\"} 0\n"));
@@ -292,6 +298,7 @@ mod tests {
             "skiplock_queue_limit{queue=\"held\",limit=\"key_starts_per_second\"} 0.5\n"
         ));
         assert!(!t.contains("limit=\"key_concurrency\""));
+        #[cfg(feature = "packets")]
         assert!(t.contains("skiplock_packets{state=\"queued\"} 0\n"));
         assert!(
             !t.contains("skiplock_queue_depth{queue=\"held\""),

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::store::names::{DEFAULT_QUEUE, RESERVED_KEY_PREFIXES, reserved_job};
+use crate::store::names::{DEFAULT_QUEUE, reserved_job, reserved_key_prefix};
 
 /// What to do when an available job already holds the new job's `unique_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -18,7 +18,7 @@ pub enum OnConflict {
     /// (debounce); its attempt count starts again at 0 and its earlier errors stay. (If an
     /// attempt was ever taken away from a worker, the count goes on and max_attempts is
     /// raised by the same amount instead, so that worker's late ack stays fenced off; see
-    /// `skiplock._enqueue` and the README.)
+    /// `skiplock._enqueue` and docs/sql-reference.md.)
     Replace,
 }
 
@@ -171,23 +171,25 @@ pub fn check_nul(
     Ok(())
 }
 
-/// Refuses a unique key in a workflow's reserved namespace, naming the prefix, before the
-/// round trip (`skiplock._reserved_key_prefix` in `sql/api/10_core.sql` is the rule the
-/// database enforces, over the same [`RESERVED_KEY_PREFIXES`]): a generic enqueue may not
-/// create or replace such a key, so no caller can squat or steer a workflow's job.
+/// Refuses a unique key in a reserved namespace, naming the prefix and what to use, before the
+/// round trip (`skiplock._reserved_key_prefix`, built by `sql/api/80_reserved.sql`, is the
+/// rule the database enforces; [`reserved_key_prefix`] its twin for the parts this program
+/// has): a generic enqueue may not create or replace such a key, so no caller can squat or
+/// steer a workflow's job.
 pub fn check_key(key: Option<&str>) -> Result<()> {
-    match key.and_then(|k| RESERVED_KEY_PREFIXES.iter().find(|p| k.starts_with(*p))) {
-        Some(p) => Err(Error::Invalid(format!(
-            "unique_key prefix '{p}' is reserved for the built-in workflows (use their own functions, e.g. request_fetch, timer_reset, pack_now, submit_packet)"
+    match key.and_then(reserved_key_prefix) {
+        Some(r) => Err(Error::Invalid(format!(
+            "unique_key prefix '{}' is reserved for skiplock's own functions (use {})",
+            r.name, r.use_instead
         ))),
         None => Ok(()),
     }
 }
 
 /// Refuses a job of a queue or kind reserved to skiplock's own functions, naming the function
-/// to use, before the round trip (`skiplock._reserved_job` in `sql/api/10_core.sql` is the
-/// rule the database enforces; [`reserved_job`] its twin): the built-in workflows' queues
-/// and kinds, and the `skiplock.` queues of the maintenance jobs.
+/// to use, before the round trip (`skiplock._reserved_job`, built by `sql/api/80_reserved.sql`,
+/// is the rule the database enforces; [`reserved_job`] its twin): the built-in workflows'
+/// queues and kinds, and the `skiplock.` queues of the maintenance jobs.
 pub fn check_reserved_job(kind: &str, queue: &str) -> Result<()> {
     match reserved_job(kind, queue) {
         Some(use_) => Err(Error::Invalid(format!(

@@ -87,6 +87,41 @@ impl FromStr for JobState {
     }
 }
 
+/// What an enqueue did (`skiplock.enqueue_outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnqueueOutcome {
+    /// A new job.
+    Inserted,
+    /// An available job of the same kind and queue held the unique key and was left as it was
+    /// ([`OnConflict::Keep`]).
+    Deduplicated,
+    /// That job was updated with what the caller gave ([`OnConflict::Replace`]).
+    Replaced,
+}
+
+impl FromStr for EnqueueOutcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "inserted" => Ok(EnqueueOutcome::Inserted),
+            "deduplicated" => Ok(EnqueueOutcome::Deduplicated),
+            "replaced" => Ok(EnqueueOutcome::Replaced),
+            other => Err(format!("unknown enqueue outcome {other:?}")),
+        }
+    }
+}
+
+/// The job an enqueue made or found, and what it did: so a caller can tell a new job from one
+/// deduplicated into an existing job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueued {
+    /// The job's id (the new job's, or the one holding the unique key).
+    pub id: i64,
+    /// What happened.
+    pub outcome: EnqueueOutcome,
+}
+
 /// A job as a worker sees it after claiming it (read by [`crate::store::claim::claim`]).
 #[derive(Debug, Clone)]
 pub struct Job {

@@ -28,6 +28,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::Enqueued;
 use super::enqueue::{NewJob, OnConflict};
 use crate::error::{Error, Result};
 use crate::store::Executor;
@@ -89,7 +90,7 @@ impl JobOptions {
         self
     }
     /// Sets the unique key and the conflict rule (`Keep`: one waiting job per key;
-    /// `Replace`: debounce, see the README's "How a job moves").
+    /// `Replace`: debounce, see docs/concepts.md, "Unique keys").
     pub fn unique_key(mut self, key: impl Into<String>, on_conflict: OnConflict) -> Self {
         self.unique_key = Some((key.into(), on_conflict));
         self
@@ -165,10 +166,10 @@ pub(crate) fn json_type(v: &serde_json::Value) -> &'static str {
     }
 }
 
-/// Enqueues a typed job with its type's default options; returns its id (or the id of the
-/// available job holding its unique key). `exec` is a pool (`&pool`) or a transaction
-/// (`&mut *tx`: the job exists only if the transaction commits).
-pub async fn enqueue<'e, E: Executor<'e>, A: JobArgs>(exec: E, args: A) -> Result<i64> {
+/// Enqueues a typed job with its type's default options: its id (or the id of the available
+/// job holding its unique key) and what the enqueue did. `exec` is a pool (`&pool`) or a
+/// transaction (`&mut *tx`: the job exists only if the transaction commits).
+pub async fn enqueue<'e, E: Executor<'e>, A: JobArgs>(exec: E, args: A) -> Result<Enqueued> {
     enqueue_with(exec, args, JobOptions::default()).await
 }
 
@@ -177,7 +178,7 @@ pub async fn enqueue_with<'e, E: Executor<'e>, A: JobArgs>(
     exec: E,
     args: A,
     options: JobOptions,
-) -> Result<i64> {
+) -> Result<Enqueued> {
     let job = NewJob::typed(&args, options)?;
     crate::store::jobs::enqueue(exec, &job).await
 }

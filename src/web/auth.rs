@@ -550,7 +550,7 @@ mod tests {
             a.identify(&with_cookie(SESSION_COOKIE, &r)),
             Identity::Known(Access::Read)
         );
-        // Logging out ends this session only.
+        // Logging out ends this login only.
         a.close_session(&h);
         assert_eq!(a.identify(&h), Identity::Unknown);
         assert_eq!(

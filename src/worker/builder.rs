@@ -1,6 +1,6 @@
 //! [`WorkerBuilder`]: what a worker runs (handlers, services, start-up hooks) and with what
 //! (pools, settings). The rescuer, the reaper, retention and the periodic-job scheduler are
-//! installed by default, so a worker built as the README shows maintains its database; each
+//! installed by default, so a worker built as examples/quickstart.rs shows maintains its database; each
 //! has an opt-out ([`WorkerBuilder::without_rescuer`], [`WorkerBuilder::without_maintenance`]).
 
 use std::future::Future;
@@ -9,7 +9,6 @@ use std::sync::Arc;
 use super::handler::{Handler, JobContext, Registry};
 use super::lifecycle::Worker;
 use super::maintenance::{self, MaintenanceSettings, periodic, reaper, retention};
-use super::outcome::HandlerResult;
 use super::service::Service;
 use super::{RUNTIME_ACQUIRE_TIMEOUT, StartHook};
 use crate::config::QueueSettings;
@@ -40,19 +39,21 @@ pub struct WorkerBuilder {
 }
 
 impl Worker {
-    /// Starts building a worker on `pool` with `settings`; the rescuer and the default
-    /// maintenance (reaper, retention, periodic scheduler) come with it.
-    pub fn builder(pool: Pool, settings: QueueSettings) -> WorkerBuilder {
-        WorkerBuilder::new(pool, settings)
+    /// Starts building a worker on `pool` (the pool handlers get, in [`JobContext::pool`]),
+    /// with the default settings, serving every queue; the rescuer and the default maintenance
+    /// (reaper, retention, periodic scheduler) come with it. Name the queues to serve with
+    /// [`WorkerBuilder::queue`], the rest with [`WorkerBuilder::settings`].
+    pub fn builder(pool: Pool) -> WorkerBuilder {
+        WorkerBuilder::new(pool)
     }
 }
 
 impl WorkerBuilder {
-    fn new(pool: Pool, settings: QueueSettings) -> Self {
+    fn new(pool: Pool) -> Self {
         WorkerBuilder {
             pool,
             runtime_pool: None,
-            settings,
+            settings: QueueSettings::default(),
             registry: Registry::new(),
             services: Vec::new(),
             hooks: Vec::new(),
@@ -62,6 +63,28 @@ impl WorkerBuilder {
         }
     }
 
+    /// The worker's settings (poll interval, timeouts, buffers, …; `QueueSettings::from_env`
+    /// at a program's edge). Queues named with [`Self::queue`] before are kept.
+    pub fn settings(mut self, settings: QueueSettings) -> Self {
+        let named = self.settings.queues.take();
+        self.settings = settings;
+        if let Some(named) = named {
+            let q = self.settings.queues.get_or_insert_with(Default::default);
+            for (name, n) in named {
+                q.insert(name, n);
+            }
+        }
+        self
+    }
+    /// Serves `queue` with `concurrency` slots (jobs of it running at once in this worker).
+    /// A worker that names no queue serves every queue, at the default concurrency each.
+    pub fn queue(mut self, queue: &str, concurrency: usize) -> Self {
+        self.settings
+            .queues
+            .get_or_insert_with(Default::default)
+            .insert(queue.to_string(), concurrency);
+        self
+    }
     /// Registers a handler for its kind.
     pub fn register<H: Handler>(mut self, h: H) -> Self {
         self.registry.register(h);
@@ -74,7 +97,8 @@ impl WorkerBuilder {
     where
         A: crate::queue::JobArgs,
         F: Fn(JobContext, A) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: super::outcome::IntoJobResult,
     {
         self.registry.register_typed(f);
         self
@@ -100,6 +124,10 @@ impl WorkerBuilder {
     /// The handlers' pool (for components built before the worker).
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+    /// The kinds registered so far (what the worker will claim).
+    pub fn kinds(&self) -> Vec<String> {
+        self.registry.kinds()
     }
     /// Uses `pool` for the runtime's own statements instead of the pool the worker builds
     /// by default (`settings.runtime_connections` connections to the handlers' database,

@@ -1,5 +1,5 @@
 //! Runs one attempt of one job: look up the handler, decode, enforce the timeout, turn a
-//! panic into an error. No SQL here; the completer writes the result.
+//! panic into an error. No SQL here; the ack writer writes the result.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;

@@ -6,6 +6,7 @@
 //! [`upload_delay`] and `claim_returned` are empty inline functions: no setting, no production code path can
 //! reach a fault.
 
+#[cfg(any(feature = "pack", feature = "fault-injection"))]
 use std::time::Duration;
 
 /// Where a fault can be injected.
@@ -14,8 +15,8 @@ pub enum Point {
     /// In a producer, after a claim returned jobs and before any of them started: the
     /// claimed batch is `running` in the database and held by nobody.
     ProducerClaimed,
-    /// In the completer, before a batch of acks is written.
-    CompleterFlush,
+    /// In the ack writer, before a batch of acks is written.
+    AckWriterFlush,
     /// In the heartbeat task, before a beat.
     Heartbeat,
     /// In the NOTIFY listener, on a notification.
@@ -57,6 +58,7 @@ mod armed {
             .push((host.to_string(), delay));
     }
 
+    #[cfg_attr(not(feature = "pack"), allow(dead_code))]
     pub fn upload_delay(host: &str) -> Option<Duration> {
         let delays = UPLOAD_DELAYS.lock().unwrap_or_else(|p| p.into_inner());
         delays.iter().find(|(h, _)| h == host).map(|(_, d)| *d)
@@ -202,6 +204,7 @@ pub fn delay_upload(host: &str, delay: Duration) {
 /// How long the pack of `host` waits before its upload: what [`delay_upload`] armed, else
 /// `SKIPLOCK_FAULT_UPLOAD_DELAY` (for a worker process a test spawns and then kills), else 0.
 #[cfg(feature = "fault-injection")]
+#[cfg_attr(not(feature = "pack"), allow(dead_code))]
 pub(crate) fn upload_delay(host: &str) -> Duration {
     armed::upload_delay(host)
         .or_else(|| {
@@ -213,7 +216,7 @@ pub(crate) fn upload_delay(host: &str) -> Duration {
 }
 
 /// No delay: fault injection is compiled out.
-#[cfg(not(feature = "fault-injection"))]
+#[cfg(all(feature = "pack", not(feature = "fault-injection")))]
 #[inline(always)]
 pub(crate) fn upload_delay(_host: &str) -> Duration {
     Duration::ZERO

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use super::outcome::{HandlerResult, JobError};
+use super::outcome::{HandlerResult, IntoJobResult, JobError};
 use crate::queue::RawArgs;
 use crate::queue::typed::JobArgs;
 use crate::store::Pool;
@@ -111,7 +111,8 @@ impl<A, F, Fut> Handler for FnHandler<A, F>
 where
     A: JobArgs,
     F: Fn(JobContext, A) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoJobResult,
 {
     type Args = A;
     fn kind(&self) -> &'static str {
@@ -121,7 +122,8 @@ where
         self.timeout
     }
     fn run(&self, ctx: JobContext, args: A) -> impl Future<Output = HandlerResult> + Send {
-        (self.f)(ctx, args)
+        let fut = (self.f)(ctx, args);
+        async move { fut.await.into_job_result() }
     }
 }
 
@@ -200,12 +202,14 @@ impl Registry {
         self
     }
 
-    /// Registers `f` as the handler of the typed job `A` (kind `A::KIND`).
+    /// Registers `f` as the handler of the typed job `A` (kind `A::KIND`); `f` returns
+    /// anything [`IntoJobResult`] takes: `()`, an outcome, `anyhow::Result<()>`, ….
     pub fn register_typed<A, F, Fut>(&mut self, f: F) -> &mut Self
     where
         A: JobArgs,
         F: Fn(JobContext, A) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoJobResult,
     {
         self.register(FnHandler::<A, F>::new(f))
     }

@@ -20,7 +20,7 @@ use super::rescuer::Rescuer;
 use super::service::{Service, supervise as supervise_service};
 use super::startup;
 use super::supervisor::supervise;
-use super::{Shared, StartHook, completer, faults, heartbeat, idle, orphans, queues, shutdown};
+use super::{Shared, StartHook, acks, faults, heartbeat, idle, queues, release, shutdown};
 use crate::config::QueueSettings;
 use crate::db::outage::Availability;
 use crate::error::{Error, Result};
@@ -56,7 +56,7 @@ pub struct Started {
     discovery: Option<JoinHandle<()>>,
     idle: CancellationToken,
     idle_check: Option<JoinHandle<()>>,
-    completer: (CancellationToken, JoinHandle<()>),
+    ack_writer: (CancellationToken, JoinHandle<()>),
     heartbeat: (CancellationToken, JoinHandle<()>),
     services: (CancellationToken, Vec<JoinHandle<()>>),
 }
@@ -87,7 +87,7 @@ impl Worker {
     }
 
     /// Phase 1: waits for the database, checks the schema, registers the worker, runs the
-    /// start-up hooks, then spawns the completer, heartbeat, services, rescuer, producers,
+    /// start-up hooks, then spawns the ack writer, heartbeat, services, rescuer, producers,
     /// listener (and queue discovery, and the idle check). Dropping the future before it
     /// returns leaves nothing running.
     pub async fn start(mut self) -> Result<Started> {
@@ -118,7 +118,7 @@ impl Worker {
         )
         .await?;
 
-        let (tx, rx) = mpsc::channel(completer::CHANNEL_CAPACITY);
+        let (tx, rx) = mpsc::channel(acks::CHANNEL_CAPACITY);
         let shared = Arc::new(Shared {
             pool: self.runtime_pool.clone(),
             handler_pool: self.pool.clone(),
@@ -138,48 +138,15 @@ impl Worker {
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
 
-        let completer_stop = CancellationToken::new();
-        let completer = {
-            let (sh, stop) = (shared.clone(), completer_stop.clone());
-            let state = Arc::new(tokio::sync::Mutex::new(completer::Completer::new(rx)));
-            tokio::spawn(async move {
-                supervise("completer", stop.clone(), |_| {
-                    completer::run(sh.clone(), state.clone(), stop.clone())
-                })
-                .await
-            })
-        };
-        let hb_stop = CancellationToken::new();
-        let hb = {
-            let (sh, stop) = (shared.clone(), hb_stop.clone());
-            tokio::spawn(async move {
-                supervise("heartbeat", stop.clone(), |_| {
-                    heartbeat::run(sh.clone(), stop.clone())
-                })
-                .await
-            })
-        };
-        let services_stop = CancellationToken::new();
-        let mut services: Vec<JoinHandle<()>> = self
-            .services
-            .into_iter()
-            .map(|s| {
-                tokio::spawn(supervise_service(
-                    s,
-                    self.pool.clone(),
-                    services_stop.clone(),
-                ))
-            })
-            .collect();
-        if self.rescuer {
-            let rescuer = Rescuer::new(self.settings.rescue_after, availability.clone());
-            services.push(tokio::spawn(supervise_service(
-                Arc::new(rescuer),
-                self.runtime_pool.clone(),
-                services_stop.clone(),
-            )));
-        }
-
+        let ack_writer = spawn_ack_writer(&shared, rx);
+        let heartbeat = spawn_heartbeat(&shared);
+        let services = spawn_services(
+            &shared,
+            self.services,
+            self.rescuer
+                .then(|| Rescuer::new(self.settings.rescue_after, availability)),
+            &self.pool,
+        );
         let discover = self.settings.queues.is_none();
         let queues = queues::Queues::new(shared.clone(), discover);
         if let Some(q) = &self.settings.queues {
@@ -187,53 +154,21 @@ impl Worker {
                 queues.start(name, *limit);
             }
         }
-        let listener = {
-            let (q, sh) = (queues.clone(), shared.clone());
-            tokio::spawn(async move {
-                supervise("listener", sh.stop_claiming.clone(), |_| {
-                    let (q, sh) = (q.clone(), sh.clone());
-                    async move {
-                        let on_wake = {
-                            let sh = sh.clone();
-                            move |w: Wake| {
-                                match &w {
-                                    Wake::Lost => sh.availability.failure(),
-                                    Wake::All => sh.availability.success(),
-                                    Wake::Queue(_) => {
-                                        faults::hit(&sh.worker_id, faults::Point::Listener)
-                                    }
-                                }
-                                q.wake(w)
-                            }
-                        };
-                        listen(sh.pool.clone(), sh.stop_claiming.clone(), on_wake).await;
-                        Ok(())
-                    }
-                })
-                .await
-            })
-        };
+        let listener = spawn_listener(&shared, &queues);
         let discovery = discover.then(|| {
             let (q, stop) = (queues.clone(), shared.stop_claiming.clone());
             tokio::spawn(async move {
                 supervise("queue discovery", stop, |_| q.clone().discover_loop()).await
             })
         });
-
         let idle = CancellationToken::new();
         let idle_check = self.exit_when_idle.then(|| {
-            let (sh, idle) = (shared.clone(), idle.clone());
-            let queues: Option<Vec<String>> = self
+            let explicit = self
                 .settings
                 .queues
                 .as_ref()
                 .map(|q| q.keys().cloned().collect());
-            tokio::spawn(async move {
-                supervise("idle check", sh.stop_claiming.clone(), |_| {
-                    idle::run(sh.clone(), queues.clone(), idle.clone())
-                })
-                .await
-            })
+            spawn_idle_check(&shared, explicit, &idle)
         });
 
         Ok(Started {
@@ -246,11 +181,109 @@ impl Worker {
             discovery,
             idle,
             idle_check,
-            completer: (completer_stop, completer),
-            heartbeat: (hb_stop, hb),
-            services: (services_stop, services),
+            ack_writer,
+            heartbeat,
+            services,
         })
     }
+}
+
+/// A task of the worker and the token that stops it.
+type Stoppable<T> = (CancellationToken, T);
+
+/// The ack writer: writes the acks handlers send, in batches (supervised).
+fn spawn_ack_writer(
+    shared: &Arc<Shared>,
+    rx: mpsc::Receiver<crate::store::ack::Ack>,
+) -> Stoppable<JoinHandle<()>> {
+    let stop = CancellationToken::new();
+    let (sh, st) = (shared.clone(), stop.clone());
+    let state = Arc::new(tokio::sync::Mutex::new(acks::AckWriter::new(rx)));
+    let task = tokio::spawn(async move {
+        supervise("ack writer", st.clone(), |_| {
+            acks::run(sh.clone(), state.clone(), st.clone())
+        })
+        .await
+    });
+    (stop, task)
+}
+
+/// The heartbeat of the worker's row and of every job it holds (supervised).
+fn spawn_heartbeat(shared: &Arc<Shared>) -> Stoppable<JoinHandle<()>> {
+    let stop = CancellationToken::new();
+    let (sh, st) = (shared.clone(), stop.clone());
+    let task = tokio::spawn(async move {
+        supervise("heartbeat", st.clone(), |_| {
+            heartbeat::run(sh.clone(), st.clone())
+        })
+        .await
+    });
+    (stop, task)
+}
+
+/// The services (maintenance, a user's own) on the handlers' pool, and the rescuer on the
+/// runtime's.
+fn spawn_services(
+    shared: &Arc<Shared>,
+    services: Vec<Arc<dyn Service>>,
+    rescuer: Option<Rescuer>,
+    handler_pool: &Pool,
+) -> Stoppable<Vec<JoinHandle<()>>> {
+    let stop = CancellationToken::new();
+    let mut tasks: Vec<JoinHandle<()>> = services
+        .into_iter()
+        .map(|s| tokio::spawn(supervise_service(s, handler_pool.clone(), stop.clone())))
+        .collect();
+    if let Some(rescuer) = rescuer {
+        tasks.push(tokio::spawn(supervise_service(
+            Arc::new(rescuer),
+            shared.pool.clone(),
+            stop.clone(),
+        )));
+    }
+    (stop, tasks)
+}
+
+/// The NOTIFY listener, waking the producers of the queues it names (supervised).
+fn spawn_listener(shared: &Arc<Shared>, queues: &Arc<queues::Queues>) -> JoinHandle<()> {
+    let (q, sh) = (queues.clone(), shared.clone());
+    tokio::spawn(async move {
+        supervise("listener", sh.stop_claiming.clone(), |_| {
+            let (q, sh) = (q.clone(), sh.clone());
+            async move {
+                let on_wake = {
+                    let sh = sh.clone();
+                    move |w: Wake| {
+                        match &w {
+                            Wake::Lost => sh.availability.failure(),
+                            Wake::All => sh.availability.success(),
+                            Wake::Queue(_) => faults::hit(&sh.worker_id, faults::Point::Listener),
+                        }
+                        q.wake(w)
+                    }
+                };
+                listen(sh.pool.clone(), sh.stop_claiming.clone(), on_wake).await;
+                Ok(())
+            }
+        })
+        .await
+    })
+}
+
+/// The check that ends an `exit_when_idle` worker once nothing in `queues` (None: any queue)
+/// is claimable and nothing runs (supervised).
+fn spawn_idle_check(
+    shared: &Arc<Shared>,
+    queues: Option<Vec<String>>,
+    idle: &CancellationToken,
+) -> JoinHandle<()> {
+    let (sh, idle) = (shared.clone(), idle.clone());
+    tokio::spawn(async move {
+        supervise("idle check", sh.stop_claiming.clone(), |_| {
+            idle::run(sh.clone(), queues.clone(), idle.clone())
+        })
+        .await
+    })
 }
 
 impl Started {
@@ -297,8 +330,8 @@ impl Started {
         // 4. Write the remaining acks, then put back anything claimed but never started (a
         //    producer that failed and could not return its batch), then stop the heartbeat
         //    and the services.
-        self.completer.0.cancel();
-        let _ = self.completer.1.await;
+        self.ack_writer.0.cancel();
+        let _ = self.ack_writer.1.await;
         release_unstarted(&shared).await;
         self.heartbeat.0.cancel();
         let _ = self.heartbeat.1.await;
@@ -328,7 +361,7 @@ impl Started {
 /// Puts back every job this worker claimed but does not hold (buffered and never started,
 /// or a producer's batch it could not return), the attempt given back.
 async fn release_unstarted(shared: &Shared) {
-    if let Err(e) = orphans::release(
+    if let Err(e) = release::unstarted(
         shared,
         None,
         false,

@@ -1,4 +1,4 @@
-//! The worker pool: wires producers (one per queue), executors, the batching completer, the
+//! The worker pool: wires producers (one per queue), executors, the batching ack writer, the
 //! heartbeat, the NOTIFY listener, the rescuer and the maintenance services, and shuts them
 //! down in order.
 //!
@@ -6,7 +6,7 @@
 //! maintenance installed by default), [`Worker`]'s lifecycle in three phases (`lifecycle.rs`:
 //! [`Worker::start`] → [`Started::wait`] → [`Started::shutdown`]; [`Worker::run`] does all
 //! three), the contracts others build on ([`handler`], [`outcome`], [`service`]), the runtime
-//! tasks (`producer`, `completer`, `heartbeat`, `listener`, [`rescuer`], …) and
+//! tasks (`producer`, `acks`, `heartbeat`, `listener`, [`rescuer`], …) and
 //! [`maintenance`] (reaper, retention, periodic jobs), which depends on those contracts only.
 //!
 //! Two pools: the handlers' (the one given to [`Worker::builder`], handed to handlers as
@@ -18,31 +18,31 @@
 //! ```no_run
 //! # async fn demo(pool: skiplock::store::Pool) -> skiplock::Result<()> {
 //! use skiplock::worker::{Worker, builtin};
-//! let worker = Worker::builder(pool, skiplock::config::QueueSettings::default())
+//! let worker = Worker::builder(pool).settings(skiplock::config::QueueSettings::default())
 //!     .register(builtin::Noop)
 //!     .build();
 //! worker.run(skiplock::worker::shutdown::signal()).await?;
 //! # Ok(()) }
 //! ```
 
+internal_mod!(acks);
 mod builder;
 pub mod builtin;
-pub mod completer;
 pub(crate) mod cursor;
-pub mod executor;
-pub mod faults;
-pub mod handler;
-pub mod heartbeat;
+internal_mod!(executor);
+internal_mod!(faults);
+internal_mod!(handler);
+internal_mod!(heartbeat);
 mod idle;
 mod lifecycle;
-pub mod listener;
+internal_mod!(listener);
 pub mod maintenance;
-pub mod orphans;
-pub mod outcome;
-pub mod producer;
+internal_mod!(outcome);
+internal_mod!(producer);
 mod queues;
-pub mod rescuer;
-pub mod service;
+internal_mod!(release);
+internal_mod!(rescuer);
+internal_mod!(service);
 pub mod shutdown;
 mod startup;
 mod supervisor;
@@ -58,7 +58,7 @@ use tokio_util::sync::CancellationToken;
 pub use builder::WorkerBuilder;
 pub use handler::{BoxFuture, FnHandler, Handler, JobContext, Registry};
 pub use lifecycle::{Started, Worker};
-pub use outcome::{HandlerResult, JobError, Outcome};
+pub use outcome::{HandlerResult, IntoJobResult, IntoOutcome, JobError, Outcome};
 pub use service::Service;
 
 use crate::config::QueueSettings;

@@ -51,21 +51,64 @@ impl JobError {
     }
 }
 
-impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
+/// Any error that displays is a retryable [`JobError`] (its alternate form, `{:#}`, which
+/// includes the chain of causes for `anyhow::Error`): `?` works in a handler on
+/// `std::io::Error`, `sqlx::Error`, `anyhow::Error`, `Box<dyn Error>`, a `String`, … For a
+/// discard, return [`JobError::discard`]. (`JobError` itself does not implement `Display`, so
+/// that this conversion can cover every type that does.)
+impl<E: std::fmt::Display> From<E> for JobError {
     fn from(e: E) -> Self {
-        let mut message = e.to_string();
-        let mut src = e.source();
-        while let Some(s) = src {
-            message.push_str(": ");
-            message.push_str(&s.to_string());
-            src = s.source();
-        }
-        JobError::retry(message)
+        JobError::retry(format!("{e:#}"))
     }
 }
 
 /// What a handler returns.
 pub type HandlerResult = Result<Outcome, JobError>;
+
+/// What a handler function may return: nothing (the job completed), an [`Outcome`], or a
+/// `Result` of either with any error that displays (`anyhow::Result<()>`, `Result<(),
+/// sqlx::Error>`, `Result<Outcome, JobError>`, …): an error is retried with a backoff, and a
+/// [`JobError::discard`] ends the job at once.
+pub trait IntoJobResult {
+    /// This value as the handler's verdict.
+    fn into_job_result(self) -> HandlerResult;
+}
+
+/// A successful handler's value: nothing (completed) or an [`Outcome`].
+pub trait IntoOutcome {
+    /// This value as an outcome.
+    fn into_outcome(self) -> Outcome;
+}
+
+impl IntoOutcome for () {
+    fn into_outcome(self) -> Outcome {
+        Outcome::Complete
+    }
+}
+
+impl IntoOutcome for Outcome {
+    fn into_outcome(self) -> Outcome {
+        self
+    }
+}
+
+impl IntoJobResult for () {
+    fn into_job_result(self) -> HandlerResult {
+        Ok(Outcome::Complete)
+    }
+}
+
+impl IntoJobResult for Outcome {
+    fn into_job_result(self) -> HandlerResult {
+        Ok(self)
+    }
+}
+
+impl<T: IntoOutcome, E: Into<JobError>> IntoJobResult for Result<T, E> {
+    fn into_job_result(self) -> HandlerResult {
+        self.map(IntoOutcome::into_outcome).map_err(Into::into)
+    }
+}
 
 /// How an attempt ended, as seen by the executor.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,12 +171,12 @@ pub struct RetryPolicy {
 
 fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     // Capped at 100 years: `now + d` panics past chrono's range (e.g. Snooze(Duration::MAX));
-    // and never outside the range the database stores (crate::dbtime), whatever `now` is.
+    // and never outside the range the database stores (crate::time), whatever `now` is.
     let cap = chrono::Duration::days(36500);
     let d = chrono::Duration::from_std(d).unwrap_or(cap).min(cap);
-    crate::dbtime::clamp(
+    crate::time::clamp(
         now.checked_add_signed(d)
-            .unwrap_or_else(crate::dbtime::latest),
+            .unwrap_or_else(crate::time::latest),
     )
 }
 
@@ -276,15 +319,15 @@ mod tests {
     #[test]
     fn snooze_and_backoff_never_leave_the_stored_range() {
         // A clock near the end of year 9999 (or past it) still yields a time the database
-        // accepts (crate::dbtime), never an overflow or a CHECK violation in the ack.
-        let late = crate::dbtime::latest() - chrono::Duration::seconds(1);
+        // accepts (crate::time), never an overflow or a CHECK violation in the ack.
+        let late = crate::time::latest() - chrono::Duration::seconds(1);
         assert_eq!(
             after(late, Duration::from_secs(3600)),
-            crate::dbtime::latest()
+            crate::time::latest()
         );
         assert_eq!(
             after(DateTime::<Utc>::MAX_UTC, Duration::MAX),
-            crate::dbtime::latest()
+            crate::time::latest()
         );
         let a = decide(
             1,
@@ -295,7 +338,7 @@ mod tests {
             P,
             0.5,
         );
-        assert!(crate::dbtime::in_range(a.scheduled_at.unwrap()));
+        assert!(crate::time::in_range(a.scheduled_at.unwrap()));
     }
     use chrono::TimeZone;
 

@@ -30,14 +30,14 @@ use super::cursor::{Answer, Cursors};
 use super::faults::{self, Point};
 use super::handler::JobContext;
 use super::outcome::{Attempt, RetryPolicy, decide};
-use super::{Running, Shared, executor, orphans};
+use super::{Running, Shared, executor, release};
 use crate::db::outage::Backoff;
 use crate::error::Result;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
 use crate::store::claim::ClaimParams;
 use crate::store::claim::Claimed;
-use crate::store::limits::{BufferControl, buffer_control, claim_any};
+use crate::store::control::{BufferControl, buffer_control, claim_any};
 use crate::store::notify::{waiting_add, waiting_remove};
 
 /// First and longest wait between two failed claims.
@@ -47,7 +47,7 @@ pub const CLAIM_BACKOFF: (Duration, Duration) =
 pub const RETIRE_AFTER_POLLS: u32 = 30;
 /// The most claim statements one producer has in flight (except after a failure, or while a
 /// limit holds jobs back): the next claim is sent before the previous one's commit is back,
-/// so the database is not left idle between them (issue 13). SKIP LOCKED keeps the two
+/// so the database is not left idle between them (docs/internals.md). SKIP LOCKED keeps the two
 /// claims apart; a limited queue's claims wait for each other on the queue's row.
 pub const MAX_CLAIMS_IN_FLIGHT: usize = 2;
 
@@ -276,7 +276,7 @@ pub fn look_again(got: usize, want: usize, started_at: u64, wakes: u64) -> bool 
 /// On every exit of a producer run (stopped, retired, or a panic unwinding it), the jobs
 /// still in its buffer stop being held: removed from `Shared::running`, they are the
 /// claimed-but-never-started jobs the worker's shutdown, or the producer's next run, puts
-/// back at once (`super::orphans`).
+/// back at once (`super::release`).
 struct BufferGuard {
     shared: Arc<Shared>,
     p: Arc<Producer>,
@@ -290,7 +290,7 @@ impl Drop for BufferGuard {
 
 /// Empties the buffer and stops holding its jobs (they are no longer in `Shared::running`);
 /// returns how many there were. They are `running` in the database until
-/// `super::orphans::release` puts them back.
+/// `super::release::unstarted` puts them back.
 fn let_go_of_buffer(shared: &Shared, p: &Producer) -> usize {
     let jobs: Vec<Job> = p.buffer().drain(..).collect();
     if jobs.is_empty() {
@@ -321,124 +321,207 @@ const UNREGISTER_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs the producer until `shared.stop_claiming` (or retirement). `careful`: claim one job
 /// per statement for the first `limit` jobs (set after a failed run, so that if a row makes
-/// the producer fail again, it fails alone).
+/// the producer fail again, it fails alone). Each turn of the loop settles what waits for no
+/// claim in flight, starts buffered jobs, sends a claim if one is due, then waits for the next
+/// event; [`ClaimLoop`] holds the state and has one method per event.
 pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) -> Exit {
     let _guard = BufferGuard {
         shared: shared.clone(),
         p: p.clone(),
     };
-    let stop = shared.stop_claiming.clone();
-    let limit = p.limit;
-    let slots = &p.slots;
-    let setting = shared.settings.claim_ahead;
-    let mut careful_left = if careful { limit } else { 0 };
-    p.one_at_a_time.store(careful_left > 0, Ordering::Relaxed);
-    let mut backlog = true; // try at once on start
-    // Wake-ups, slots freed and polls so far: a claim that started before the latest one may
-    // not have seen what it announced (a job inserted, a slot freed after the claim's
-    // snapshot), so an empty answer from it does not mean the queue is drained.
-    let mut wakes: u64 = 0;
-    let mut backoff = Backoff::new(CLAIM_BACKOFF.0, CLAIM_BACKOFF.1);
-    let mut retry_at: Option<tokio::time::Instant> = None;
-    let cooldown = shared.settings.fetch_cooldown;
-    let mut last_claim = Instant::now() - cooldown;
-    let mut last_work = Instant::now();
-    let mut inflight: FuturesUnordered<ClaimFuture> = FuturesUnordered::new();
-    // Jobs asked for by the claims in flight (see `next_claim`: with a buffer they count as
-    // buffered, without one as slots already asked for).
-    let mut inflight_want = 0usize;
-    // Registered in skiplock.waiting (as far as this run knows); `register`: (re)register
-    // before the next claim.
-    let mut waiting = false;
-    let mut register = false;
-    // Since when its claims have come back full without a short one (see UNREGISTER_AFTER).
-    let mut busy_since: Option<Instant> = None;
-    // Whether the queue has limits or is paused (skiplock.queues): then every claim goes
-    // through skiplock._claim_limited, which gives the buffer only part of the room a
-    // concurrency limit leaves (a buffered job counts against it without running) and nothing
-    // under a key's limits; otherwise the plain claim, which says so by coming back empty (it
-    // never claims from a controlled queue).
-    let mut controlled = false;
-    // For a controlled queue: how many jobs its last claim said the buffer may take at most
-    // (None: no bound). 0 while a key's limits apply or the concurrency limit binds: then the
-    // producer claims for free slots only, as without a buffer.
-    let mut buffer_room: Option<usize> = None;
-    // A limit held jobs back: claim again when one of ours finishes, and at `wait_until`.
-    let mut held_back = false;
-    // A wake-up or a poll while jobs wait in the buffer: ask whether the queue was paused or
-    // limited meanwhile (a claim would say so, but a full buffer sends none; see
-    // `buffer_may_stay`).
-    let mut check_control = false;
-    // Buffered jobs let go of because they must not start (see `buffer_may_stay`, and the
-    // plain claim's jobs once the queue became controlled): put them back once no claim is in
-    // flight (a claim in flight may have committed jobs nobody holds yet, which the release
-    // must not take).
-    let mut put_back = false;
-    // When to claim again after one of our jobs freed a slot of a held-back queue.
-    let mut settle_at: Option<tokio::time::Instant> = None;
-    let mut wait_until: Option<chrono::DateTime<chrono::Utc>> = None;
+    let mut l = ClaimLoop::new(shared, p, careful);
     loop {
-        if stop.is_cancelled() {
-            // A claim in flight may have committed: let them finish; their jobs are then
-            // released with the rest of the unstarted ones.
-            while inflight.next().await.is_some() {}
+        if l.stop.is_cancelled() {
+            l.on_stop().await;
             return Exit::Stopped;
         }
-        if check_control && inflight.is_empty() {
-            check_control = false;
+        l.settle().await;
+        start_buffered(&l.shared, &l.p);
+        let cooldown_at = l.maybe_claim();
+        if l.retire_if_due().await {
+            return Exit::Retired;
+        }
+        let poll = limit_nap(
+            l.shared.settings.poll_interval,
+            l.wait_until,
+            chrono::Utc::now(),
+        );
+        tokio::select! {
+            _ = l.stop.cancelled() => {}
+            Some((want, started_at, r)) = l.inflight.next(), if !l.inflight.is_empty() => {
+                l.on_answer(want, started_at, r).await;
+            }
+            _ = l.p.wake.notified() => l.on_wake(),
+            _ = l.p.slot_freed.notified() => l.on_slot_freed(),
+            _ = sleep_until_some(l.settle_at), if l.settle_at.is_some() => l.on_settled(),
+            _ = sleep_until_some(l.retry_at), if l.retry_at.is_some() => l.on_retry_due(),
+            _ = sleep_until_some(cooldown_at), if cooldown_at.is_some() => {}
+            _ = tokio::time::sleep(poll) => l.on_poll(),
+        }
+    }
+}
+
+/// Sleeps until `at` (the `if` guard of the select arm makes sure it is set).
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    tokio::time::sleep_until(at.unwrap_or_else(tokio::time::Instant::now)).await
+}
+
+/// The state of one run of a producer's claim loop ([`run`]).
+struct ClaimLoop {
+    shared: Arc<Shared>,
+    p: Arc<Producer>,
+    stop: CancellationToken,
+    /// Jobs still to claim one per statement (see [`run`]'s `careful`).
+    careful_left: usize,
+    /// Claim when a claim is due: try at once on start.
+    backlog: bool,
+    /// Wake-ups, slots freed and polls so far: a claim that started before the latest one may
+    /// not have seen what it announced (a job inserted, a slot freed after the claim's
+    /// snapshot), so an empty answer from it does not mean the queue is drained.
+    wakes: u64,
+    backoff: Backoff,
+    /// A failed claim: the next one waits until then.
+    retry_at: Option<tokio::time::Instant>,
+    last_claim: Instant,
+    last_work: Instant,
+    inflight: FuturesUnordered<ClaimFuture>,
+    /// Jobs asked for by the claims in flight (see `next_claim`: with a buffer they count as
+    /// buffered, without one as slots already asked for).
+    inflight_want: usize,
+    /// Registered in skiplock.waiting (as far as this run knows); `register`: (re)register
+    /// before the next claim.
+    waiting: bool,
+    register: bool,
+    /// Since when its claims have come back full without a short one (see UNREGISTER_AFTER).
+    busy_since: Option<Instant>,
+    /// Whether the queue has limits or is paused (skiplock.queues): then its claim goes
+    /// through skiplock._claim_limited, which gives the buffer only part of the room a
+    /// concurrency limit leaves (a buffered job counts against it without running) and
+    /// nothing under a key's limits.
+    controlled: bool,
+    /// For a controlled queue: how many jobs its last claim said the buffer may take at most
+    /// (None: no bound). 0 while a key's limits apply or the concurrency limit binds: then the
+    /// producer claims for free slots only, as without a buffer.
+    buffer_room: Option<usize>,
+    /// A limit held jobs back: claim again when one of ours finishes, and at `wait_until`.
+    held_back: bool,
+    /// A wake-up or a poll while jobs wait in the buffer: ask whether the queue was paused or
+    /// limited meanwhile (a claim would say so, but a full buffer sends none; see
+    /// `buffer_may_stay`).
+    check_control: bool,
+    /// Buffered jobs let go of because they must not start (see `buffer_may_stay`, and the
+    /// plain claim's jobs once the queue became controlled): put them back once no claim is
+    /// in flight (a claim in flight may have committed jobs nobody holds yet, which the
+    /// release must not take).
+    put_back: bool,
+    /// When to claim again after one of our jobs freed a slot of a held-back queue.
+    settle_at: Option<tokio::time::Instant>,
+    /// When a job held back by a key's rate may start.
+    wait_until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl ClaimLoop {
+    fn new(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) -> Self {
+        let careful_left = if careful { p.limit } else { 0 };
+        p.one_at_a_time.store(careful_left > 0, Ordering::Relaxed);
+        let stop = shared.stop_claiming.clone();
+        let cooldown = shared.settings.fetch_cooldown;
+        ClaimLoop {
+            shared,
+            p,
+            stop,
+            careful_left,
+            backlog: true,
+            wakes: 0,
+            backoff: Backoff::new(CLAIM_BACKOFF.0, CLAIM_BACKOFF.1),
+            retry_at: None,
+            last_claim: Instant::now() - cooldown,
+            last_work: Instant::now(),
+            inflight: FuturesUnordered::new(),
+            inflight_want: 0,
+            waiting: false,
+            register: false,
+            busy_since: None,
+            controlled: false,
+            buffer_room: None,
+            held_back: false,
+            check_control: false,
+            put_back: false,
+            settle_at: None,
+            wait_until: None,
+        }
+    }
+
+    /// Stopping: a claim in flight may have committed, so its answer is awaited; its jobs are
+    /// then released with the rest of the unstarted ones.
+    async fn on_stop(&mut self) {
+        while self.inflight.next().await.is_some() {}
+    }
+
+    /// What waits for no claim in flight: whether buffered jobs may still start after a
+    /// pause or a limit, putting back those that may not, and (re)registering as waiting.
+    async fn settle(&mut self) {
+        let (sh, p) = (&self.shared, &self.p);
+        if self.check_control && self.inflight.is_empty() {
+            self.check_control = false;
             if !p.buffer().is_empty() {
-                match buffer_control(&shared.pool, &p.queue).await {
+                match buffer_control(&sh.pool, &p.queue).await {
                     // No claim is in flight here, so they are put back below at once.
-                    Ok(c) if !buffer_may_stay(c, controlled) => {
-                        put_back |= let_go_of_buffer(&shared, &p) > 0;
+                    Ok(c) if !buffer_may_stay(c, self.controlled) => {
+                        self.put_back |= let_go_of_buffer(sh, p) > 0;
                     }
                     Ok(_) => {}
-                    Err(e) => shared.db_failed(&e),
+                    Err(e) => sh.db_failed(&e),
                 }
             }
         }
-        if put_back && inflight.is_empty() {
-            put_back = false;
+        if self.put_back && self.inflight.is_empty() {
+            self.put_back = false;
             // Not started before the pause or limit: they wait for it like the others (the
             // attempt given back), and count against no limit meanwhile.
-            if let Err(e) = orphans::release(
-                &shared,
+            if let Err(e) = release::unstarted(
+                sh,
                 Some(&p.queue),
                 false,
                 "released: the queue was paused or limited while the job waited in the buffer",
             )
             .await
             {
-                shared.db_failed(&e);
+                sh.db_failed(&e);
                 tracing::warn!(queue = %p.queue, error = %e, "could not put back buffered jobs; the rescuer will");
             }
         }
-        if register && inflight.is_empty() {
-            register = false;
-            match waiting_add(&shared.pool, &shared.worker_id, &p.queue).await {
+        if self.register && self.inflight.is_empty() {
+            self.register = false;
+            match waiting_add(&sh.pool, &sh.worker_id, &p.queue).await {
                 Ok(()) => {
                     // Claim once more: a job inserted before the registration was visible
                     // sent no NOTIFY.
-                    waiting = true;
-                    backlog = true;
+                    self.waiting = true;
+                    self.backlog = true;
                 }
                 Err(e) => {
-                    shared.db_failed(&e);
+                    sh.db_failed(&e);
                     tracing::debug!(queue = %p.queue, error = %e, "could not register as waiting; the poll finds new jobs");
                 }
             }
         }
-        start_buffered(&shared, &p);
-        let free = slots.available_permits();
+    }
+
+    /// Sends a claim if one is due ([`next_claim`]); returns when the cooldown ends if the
+    /// claim waits for it.
+    fn maybe_claim(&mut self) -> Option<tokio::time::Instant> {
+        let (sh, p) = (&self.shared, &self.p);
+        let limit = p.limit;
+        let free = p.slots.available_permits();
         let buffered = p.buffer().len();
-        let mut cooldown_at = None;
+        let ahead = claim_ahead(sh.settings.claim_ahead, limit, p.run_time());
+        let ahead_now = buffer_ahead(ahead, self.controlled, self.buffer_room);
         // One claim at a time after a failure (so a failure can be blamed on it) and while a
         // limit holds jobs back (a second claim would find it binding too). A limited
         // queue's claims wait for each other on the queue's row, and each counts the running
         // jobs the one before committed, so two in flight keep its limits.
-        let ahead = claim_ahead(setting, limit, p.run_time());
-        let ahead_now = buffer_ahead(ahead, controlled, buffer_room);
-        let max_inflight = if careful_left > 0 || held_back {
+        let max_inflight = if self.careful_left > 0 || self.held_back {
             1
         } else {
             MAX_CLAIMS_IN_FLIGHT
@@ -446,145 +529,166 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         // Not while buffered jobs wait to be put back: that waits for no claim in flight,
         // and a drain that keeps claiming would put it off while they count as running.
         let giving_way = p.give_way.load(Ordering::Relaxed);
-        if inflight.len() < max_inflight
-            && backlog
-            && retry_at.is_none()
-            && !put_back
+        let mut cooldown_at = None;
+        if self.inflight.len() < max_inflight
+            && self.backlog
+            && self.retry_at.is_none()
+            && !self.put_back
             && !giving_way
         {
-            let decision = next_claim(
+            let cooldown = sh.settings.fetch_cooldown;
+            match next_claim(
                 free,
                 buffered,
-                inflight_want,
+                self.inflight_want,
                 limit,
                 ahead_now,
-                careful_left > 0,
-                last_claim.elapsed() >= cooldown,
-            );
-            match decision {
+                self.careful_left > 0,
+                self.last_claim.elapsed() >= cooldown,
+            ) {
                 ClaimNow::Now(want) => {
-                    last_claim = Instant::now();
-                    inflight_want += want;
-                    inflight.push(start_claim(&shared, &p, want, free, wakes));
+                    self.last_claim = Instant::now();
+                    self.inflight_want += want;
+                    self.inflight
+                        .push(start_claim(sh, p, want, free, self.wakes));
                 }
                 ClaimNow::AfterCooldown => {
-                    cooldown_at = Some(tokio::time::Instant::from_std(last_claim + cooldown));
+                    cooldown_at = Some(tokio::time::Instant::from_std(self.last_claim + cooldown));
                 }
                 ClaimNow::Wait => {}
             }
         }
-        if buffered > 0 || slots.available_permits() < limit {
-            last_work = Instant::now();
+        if buffered > 0 || p.slots.available_permits() < limit {
+            self.last_work = Instant::now();
         }
-        // Never with a claim in flight: its jobs would have nobody to start them; when making
-        // room, not with jobs in the buffer either (they would wait for the rescuer).
-        if inflight.is_empty()
+        cooldown_at
+    }
+
+    /// Whether this run ends: a discovered queue idle for its retirement time, or asked to
+    /// make room for another queue (never with a claim in flight: its jobs would have nobody
+    /// to start them; when making room, not with jobs in the buffer either: they would wait
+    /// for the rescuer).
+    async fn retire_if_due(&mut self) -> bool {
+        let (sh, p) = (&self.shared, &self.p);
+        let giving_way = p.give_way.load(Ordering::Relaxed);
+        let retire = self.inflight.is_empty()
             && (p
                 .retire_after
-                .is_some_and(|after| last_work.elapsed() >= after)
-                || giving_way && p.buffer().is_empty())
+                .is_some_and(|after| self.last_work.elapsed() >= after)
+                || giving_way && p.buffer().is_empty());
+        if retire
+            && self.waiting
+            && let Err(e) = waiting_remove(&sh.pool, &sh.worker_id, &p.queue).await
         {
-            if waiting
-                && let Err(e) = waiting_remove(&shared.pool, &shared.worker_id, &p.queue).await
-            {
-                tracing::debug!(queue = %p.queue, error = %e, "could not unregister as waiting");
-            }
-            return Exit::Retired;
+            tracing::debug!(queue = %p.queue, error = %e, "could not unregister as waiting");
         }
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            Some((want, started_at, r)) = inflight.next(), if !inflight.is_empty() => {
-                inflight_want -= want;
-                // The cooldown counts from a claim's answer too: the slots its jobs free
-                // meanwhile go into the next claim rather than one claim each.
-                last_claim = Instant::now();
-                match r {
-                    Ok(Claimed { jobs, controlled: c, held, wait_until: until, buffer_room: room, .. }) => {
-                        buffer_room = room;
-                        shared.metrics.claimed(jobs.len());
-                        backoff.reset();
-                        backlog = look_again(jobs.len(), want, started_at, wakes);
-                        if backlog {
-                            busy_since.get_or_insert_with(Instant::now);
-                        } else {
-                            busy_since = None;
-                        }
-                        if c && !controlled && let_go_of_buffer(&shared, &p) > 0 {
-                            // The plain claim took these before the queue got its control
-                            // row: counted against no limit. This answer's jobs, claimed
-                            // within it, are held below and stay.
-                            put_back = true;
-                        }
-                        controlled = c;
-                        held_back = held && !backlog;
-                        p.set_idle(!backlog && !held);
-                        wait_until = until;
-                        if !backlog && !waiting {
-                            register = true;
-                        }
-                        if !jobs.is_empty() {
-                            faults::hit(&shared.worker_id, Point::ProducerClaimed);
-                            last_work = Instant::now();
-                            careful_left = careful_left.saturating_sub(jobs.len());
-                        }
-                        hold(&shared, &p, jobs);
-                        if careful_left == 0 {
-                            p.one_at_a_time.store(false, Ordering::Relaxed);
-                        }
-                        if backlog && waiting
-                            && busy_since.is_some_and(|t| t.elapsed() >= UNREGISTER_AFTER)
-                        {
-                            // Busy: inserts here need not notify anyone on this worker's
-                            // account. Failing is harmless (a few needless NOTIFYs).
-                            match waiting_remove(&shared.pool, &shared.worker_id, &p.queue).await {
-                                Ok(()) => waiting = false,
-                                Err(e) => shared.db_failed(&e),
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        shared.db_failed(&e);
-                        let delay = backoff.next_delay();
-                        tracing::warn!(queue = %p.queue, error = %e, "claim failed; retrying in {delay:?}");
-                        retry_at = Some(tokio::time::Instant::now() + delay);
-                    }
-                }
+        retire
+    }
+
+    /// A claim answered: hold its jobs, and learn from it whether to claim again, whether the
+    /// queue is controlled, and whether to stay registered as waiting.
+    async fn on_answer(&mut self, want: usize, started_at: u64, r: Result<Claimed>) {
+        let (sh, p) = (self.shared.clone(), self.p.clone());
+        self.inflight_want -= want;
+        // The cooldown counts from a claim's answer too: the slots its jobs free meanwhile go
+        // into the next claim rather than one claim each.
+        self.last_claim = Instant::now();
+        let c = match r {
+            Ok(c) => c,
+            Err(e) => {
+                sh.db_failed(&e);
+                let delay = self.backoff.next_delay();
+                tracing::warn!(queue = %p.queue, error = %e, "claim failed; retrying in {delay:?}");
+                self.retry_at = Some(tokio::time::Instant::now() + delay);
+                return;
             }
-            _ = p.wake.notified() => {
-                faults::producer_woken(&shared.worker_id);
-                wakes += 1;
-                backlog = true;
-                check_control = true;
-            }
-            _ = p.slot_freed.notified() => {
-                if held_back && !backlog && settle_at.is_none() {
-                    // Our job's ack is written a moment later; until then it still counts.
-                    settle_at = Some(tokio::time::Instant::now() + ACK_SETTLE);
-                }
-            }
-            _ = tokio::time::sleep_until(settle_at.unwrap_or_else(tokio::time::Instant::now)), if settle_at.is_some() => {
-                settle_at = None;
-                wakes += 1;
-                backlog = true;
-            }
-            _ = tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)), if retry_at.is_some() => {
-                retry_at = None;
-                backlog = true;
-            }
-            _ = tokio::time::sleep_until(cooldown_at.unwrap_or_else(tokio::time::Instant::now)), if cooldown_at.is_some() => {}
-            _ = tokio::time::sleep(limit_nap(shared.settings.poll_interval, wait_until, chrono::Utc::now())) => {
-                wakes += 1;
-                backlog = true;
-                // Refresh the registration (it writes nothing when the row is there; it
-                // comes back after the worker's row was forgotten, e.g. a long outage).
-                register = waiting;
-                check_control = true;
+        };
+        self.buffer_room = c.buffer_room;
+        sh.metrics.claimed(c.jobs.len());
+        self.backoff.reset();
+        self.backlog = look_again(c.jobs.len(), want, started_at, self.wakes);
+        if self.backlog {
+            self.busy_since.get_or_insert_with(Instant::now);
+        } else {
+            self.busy_since = None;
+        }
+        if c.controlled && !self.controlled && let_go_of_buffer(&sh, &p) > 0 {
+            // The plain claim took these before the queue got its control row: counted
+            // against no limit. This answer's jobs, claimed within it, are held below and stay.
+            self.put_back = true;
+        }
+        self.controlled = c.controlled;
+        self.held_back = c.held && !self.backlog;
+        p.set_idle(!self.backlog && !c.held);
+        self.wait_until = c.wait_until;
+        if !self.backlog && !self.waiting {
+            self.register = true;
+        }
+        if !c.jobs.is_empty() {
+            faults::hit(&sh.worker_id, Point::ProducerClaimed);
+            self.last_work = Instant::now();
+            self.careful_left = self.careful_left.saturating_sub(c.jobs.len());
+        }
+        hold(&sh, &p, c.jobs);
+        if self.careful_left == 0 {
+            p.one_at_a_time.store(false, Ordering::Relaxed);
+        }
+        if self.backlog
+            && self.waiting
+            && self
+                .busy_since
+                .is_some_and(|t| t.elapsed() >= UNREGISTER_AFTER)
+        {
+            // Busy: inserts here need not notify anyone on this worker's account. Failing is
+            // harmless (a few needless NOTIFYs).
+            match waiting_remove(&sh.pool, &sh.worker_id, &p.queue).await {
+                Ok(()) => self.waiting = false,
+                Err(e) => sh.db_failed(&e),
             }
         }
     }
+
+    /// A NOTIFY for the queue (an insert, a freed slot of a limited queue, a resume).
+    fn on_wake(&mut self) {
+        faults::producer_woken(&self.shared.worker_id);
+        self.wakes += 1;
+        self.backlog = true;
+        self.check_control = true;
+    }
+
+    /// One of our jobs finished.
+    fn on_slot_freed(&mut self) {
+        if self.held_back && !self.backlog && self.settle_at.is_none() {
+            // Our job's ack is written a moment later; until then it still counts.
+            self.settle_at = Some(tokio::time::Instant::now() + ACK_SETTLE);
+        }
+    }
+
+    /// The ack of a job of a held-back queue has had time to be written: claim again.
+    fn on_settled(&mut self) {
+        self.settle_at = None;
+        self.wakes += 1;
+        self.backlog = true;
+    }
+
+    /// A failed claim's backoff is over.
+    fn on_retry_due(&mut self) {
+        self.retry_at = None;
+        self.backlog = true;
+    }
+
+    /// The fallback poll (or a key rate's next allowed start).
+    fn on_poll(&mut self) {
+        self.wakes += 1;
+        self.backlog = true;
+        // Refresh the registration (it writes nothing when the row is there; it comes back
+        // after the worker's row was forgotten, e.g. a long outage).
+        self.register = self.waiting;
+        self.check_control = true;
+    }
 }
 
-/// How a finished job's ack takes to be written, about (the completer batches for a couple
+/// How a finished job's ack takes to be written, about (the ack writer batches for a couple
 /// of milliseconds): a producer held back by a limit waits this long after one of its jobs
 /// finished before it claims again, so the job no longer counts as running.
 const ACK_SETTLE: Duration = Duration::from_millis(20);
@@ -797,7 +901,7 @@ fn spawn_job(
         if sh.acks.send(ack).await.is_err() {
             tracing::error!(
                 job.id = job.id,
-                "completer gone; the rescuer will return this job"
+                "ack writer gone; the rescuer will return this job"
             );
         }
         drop(_permit);

@@ -26,8 +26,8 @@ use tokio::task::JoinHandle;
 use super::Shared;
 use super::cursor::Cursors;
 use super::listener::Wake;
-use super::orphans::{self, count_attempt_after};
 use super::producer::{self, CLAIM_BACKOFF, Exit, Producer, RETIRE_AFTER_POLLS};
+use super::release::{self, count_attempt_after};
 use super::supervisor::supervise;
 use crate::config::DEFAULT_QUEUE_CONCURRENCY;
 use crate::db::outage::Backoff;
@@ -114,7 +114,7 @@ impl Queues {
                 let (sh, p, retired) = (sh.clone(), p.clone(), retired.clone());
                 async move {
                     if restarts > 0 {
-                        return_orphans(&sh, &p).await;
+                        release_unstarted(&sh, &p).await;
                     }
                     if producer::run(sh, p, restarts > 0).await == Exit::Retired {
                         retired.store(true, Ordering::Relaxed);
@@ -286,7 +286,7 @@ impl Queues {
 /// After a producer failed: puts back the jobs it claimed but never started (retried with
 /// backoff while the database is unavailable; given up once the worker stops, when the
 /// shutdown sweep does it).
-async fn return_orphans(sh: &Shared, p: &Producer) {
+async fn release_unstarted(sh: &Shared, p: &Producer) {
     let count = count_attempt_after(p.one_at_a_time.load(Ordering::Relaxed));
     let reason = format!(
         "released: the producer of queue {} failed after claiming this job",
@@ -294,7 +294,7 @@ async fn return_orphans(sh: &Shared, p: &Producer) {
     );
     let mut backoff = Backoff::new(CLAIM_BACKOFF.0, CLAIM_BACKOFF.1);
     loop {
-        match orphans::release(sh, Some(&p.queue), count, &reason).await {
+        match release::unstarted(sh, Some(&p.queue), count, &reason).await {
             Ok(_) => return,
             Err(e) => {
                 sh.db_failed(&e);

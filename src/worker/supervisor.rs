@@ -1,7 +1,7 @@
-//! Supervision of the worker's long-running tasks (producers, completer, heartbeat, NOTIFY
+//! Supervision of the worker's long-running tasks (producers, ack writer, heartbeat, NOTIFY
 //! listener, queue discovery, idle check): a task that panics or returns an error is logged
 //! at ERROR and started again after a capped backoff, with whatever state must survive it
-//! (the completer's pending acks, a producer's slots) kept outside the task. A task that
+//! (the ack writer's pending acks, a producer's slots) kept outside the task. A task that
 //! returns `Ok` is done (it saw the stop signal, or a producer retired).
 
 use std::future::Future;
@@ -26,7 +26,7 @@ pub const STABLE_AFTER: Duration = Duration::from_secs(60);
 /// ERROR, waits (capped backoff, cut short by `stop`) and calls `start` again with the
 /// number of restarts so far, so the new run can first repair what the failed one left
 /// (e.g. a producer returns the jobs it claimed but never started). A run that failed
-/// after starting before `stop` gets one more run (the completer still drains its acks);
+/// after starting before `stop` gets one more run (the ack writer still drains its acks);
 /// a run that began after `stop` and fails ends supervision.
 pub(crate) async fn supervise<F, Fut>(task: &str, stop: CancellationToken, mut start: F)
 where

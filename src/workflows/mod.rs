@@ -5,12 +5,24 @@
 //! - [`pack`]: debounced packing of a host's pages into a SQLite artifact.
 //! - [`packets`]: the six-state packet pipeline.
 
+#[cfg(feature = "fetch")]
 pub mod fetch;
+#[cfg(feature = "pack")]
 pub mod pack;
+#[cfg(feature = "packets")]
 pub mod packets;
 
 use crate::error::Result;
-use crate::worker::WorkerBuilder;
+use crate::worker::{StartHook, WorkerBuilder};
+
+/// A workflow's first start-up hook: its part of the schema is installed as this build
+/// installs it (`store::schema::ensure_part`), so a worker with the workflow refuses, in one
+/// line, a database a program without it migrated, before any of its other hooks runs.
+pub(crate) fn part_hook(part: &'static str) -> StartHook {
+    Box::new(move |pool: crate::store::Pool| {
+        Box::pin(async move { crate::store::schema::ensure_part(&pool, part).await })
+    })
+}
 
 /// The settings of every built-in workflow.
 #[derive(Debug, Clone)]

@@ -490,7 +490,7 @@ pub async fn bulk(
         return Err(bad_request(
             &st,
             &nonce,
-            "tick \"I mean every matching job\" to run a bulk action".into(),
+            "tick \"I mean every matching job\" to apply a bulk action".into(),
         ));
     }
     let back = list_url(&f, &[]);

@@ -109,7 +109,7 @@ pub struct OverviewQuery {
 
 /// A queue's limits as one line (empty: none).
 fn limits_text(c: &store::QueueCounts) -> String {
-    use crate::store::limits::{describe_limits, rate_of};
+    use crate::store::control::{describe_limits, rate_of};
     describe_limits(
         c.concurrency,
         c.key_concurrency,
@@ -226,15 +226,15 @@ async fn pause_or_resume(
     pause: bool,
 ) -> Result<Response, PageError> {
     let queue = form.queue.unwrap_or_default();
-    if let Err(e) = crate::store::limits::check_queue(&queue) {
+    if let Err(e) = crate::store::control::check_queue(&queue) {
         return Err(PageError::refused(StatusCode::BAD_REQUEST, e.to_string())
             .back("/")
             .framed(&st, &nonce));
     }
     let done = if pause {
-        crate::store::limits::pause(&st.pool, &queue).await
+        crate::store::control::pause(&st.pool, &queue).await
     } else {
-        crate::store::limits::resume(&st.pool, &queue).await
+        crate::store::control::resume(&st.pool, &queue).await
     };
     done.map_err(|e| PageError::from(e).back("/").framed(&st, &nonce))?;
     let said = if pause {

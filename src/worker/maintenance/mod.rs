@@ -3,7 +3,7 @@
 //! periodic-job scheduler is a [`Service`] every worker process runs; the reaper and
 //! retention are periodic *jobs* (kinds `reap` and `retain`, see [`builtin_jobs`]): enqueued
 //! once per `SKIPLOCK_REAPER_INTERVAL` across all processes by the scheduler, run by
-//! whichever worker claims them, each run a row with its result. [`parts`] builds their
+//! whichever worker claims them, each run is a row with its result. [`parts`] builds their
 //! handlers together with the scheduler that enqueues them, so no worker declares a kind it
 //! cannot run. The rescuer is part of the worker runtime itself ([`rescuer`]).
 //!
@@ -20,6 +20,7 @@ use crate::config::env_duration;
 use crate::error::{Error, Result};
 use crate::queue::NewJob;
 
+#[cfg(feature = "internals")]
 pub use crate::worker::rescuer;
 pub use crate::worker::service::{Service, failure_wait_cap, supervise};
 

@@ -401,20 +401,19 @@ fn unreachable(e: &Error) -> bool {
     }
 }
 
-/// Refuses a periodic job whose unique_key is in a built-in workflow's namespace: every
-/// enqueue of it would fail (`skiplock.enqueue` refuses such keys). The prefix found.
+/// Refuses a periodic job whose unique_key is in a reserved namespace: every enqueue of it
+/// would fail (`skiplock.enqueue` refuses such keys). The prefix found.
 fn reserved_key(job: &NewJob) -> Option<&'static str> {
     let key = job.unique_key.as_deref()?;
-    crate::store::names::RESERVED_KEY_PREFIXES
-        .iter()
-        .copied()
-        .find(|p| key.starts_with(p))
+    crate::store::names::reserved_key_prefix(key).map(|r| r.name)
 }
 
 fn reserved_key_message(prefix: &str) -> String {
     format!(
-        "unique_key starts with {prefix}, a prefix reserved for the built-in workflows ({})",
-        crate::store::names::RESERVED_KEY_PREFIXES.join(", ")
+        "unique_key starts with {prefix}, a prefix reserved for skiplock's own functions (use {})",
+        crate::store::names::reserved_key_prefix(prefix)
+            .map(|r| r.use_instead)
+            .unwrap_or("skiplock's own functions")
     )
 }
 
@@ -738,7 +737,11 @@ mod tests {
 
     #[test]
     fn reserved_unique_keys_are_refused_when_the_file_is_loaded() {
-        for prefix in crate::store::names::RESERVED_KEY_PREFIXES {
+        for r in crate::store::names::reserved_names()
+            .into_iter()
+            .filter(|r| r.what == crate::store::names::Reserved::KeyPrefix)
+        {
+            let prefix = r.name;
             let text = format!(
                 "[[job]]\nname='x'\nevery='1m'\nkind='noop'\nunique_key='{prefix}hunter2'\n"
             );
@@ -746,25 +749,30 @@ mod tests {
             assert_eq!(
                 e,
                 format!(
-                    "line 5, column 12: unique_key starts with {prefix}, a prefix reserved for the built-in workflows (fetch:, pack:, packet:)"
+                    "line 5, column 12: unique_key starts with {prefix}, a prefix reserved for skiplock's own functions (use {})",
+                    r.use_instead
                 )
             );
         }
         // A key that merely contains one is fine.
         let ok = "[[job]]\nname='x'\nevery='1m'\nkind='noop'\nunique_key='nightly:packet:1'\n";
         assert!(PeriodicJobs::from_toml(ok).is_ok());
-        // The same rule for a job declared in code, named in the error.
-        let j = PeriodicJob::every(
-            "nightly",
-            Duration::from_secs(60),
-            NewJob::new("noop", serde_json::json!({})).unique_key("packet:1", OnConflict::Keep),
-        )
-        .unwrap();
-        let e = Scheduler::new(PeriodicJobs::new().add(j), "t")
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("\"nightly\"") && e.contains("packet:"), "{e}");
+        // The same rule for a job declared in code, named in the error (a prefix of the
+        // packet pipeline; the core reserves none).
+        #[cfg(feature = "packets")]
+        {
+            let j = PeriodicJob::every(
+                "nightly",
+                Duration::from_secs(60),
+                NewJob::new("noop", serde_json::json!({})).unique_key("packet:1", OnConflict::Keep),
+            )
+            .unwrap();
+            let e = Scheduler::new(PeriodicJobs::new().add(j), "t")
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("\"nightly\"") && e.contains("packet:"), "{e}");
+        }
     }
 
     #[test]

@@ -114,6 +114,7 @@ impl FetchSettings {
 pub fn register_with(builder: WorkerBuilder, settings: FetchSettings) -> Result<WorkerBuilder> {
     let politeness = settings.politeness;
     Ok(builder
+        .on_start(super::part_hook("fetch"))
         .register(FetchHandler::new(settings)?)
         .on_start(politeness_hook(politeness)))
 }
@@ -122,13 +123,13 @@ pub fn register_with(builder: WorkerBuilder, settings: FetchSettings) -> Result<
 /// as limit_key) one start per `politeness`, and one fetch at a time, so a slow answer never
 /// has a second request sent to the same host while it is in flight; none for 0s (no host
 /// coordination).
-pub fn politeness_limit(politeness: Duration) -> store::limits::KeyLimit {
+pub fn politeness_limit(politeness: Duration) -> store::control::KeyLimit {
     if politeness.is_zero() {
-        return store::limits::KeyLimit::default();
+        return store::control::KeyLimit::default();
     }
-    store::limits::KeyLimit {
+    store::control::KeyLimit {
         concurrency: Some(1),
-        rate: Some(store::limits::Rate {
+        rate: Some(store::control::Rate {
             count: 1,
             period: politeness,
         }),
@@ -544,14 +545,14 @@ mod tests {
         assert_eq!(l.concurrency, Some(1));
         assert_eq!(
             l.rate,
-            Some(store::limits::Rate {
+            Some(store::control::Rate {
                 count: 1,
                 period: Duration::from_millis(2500)
             })
         );
         assert_eq!(
             politeness_limit(Duration::ZERO),
-            store::limits::KeyLimit::default(),
+            store::control::KeyLimit::default(),
             "0s turns host coordination off"
         );
     }

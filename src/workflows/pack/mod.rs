@@ -227,7 +227,8 @@ impl Handler for DoThePacking {
 }
 
 /// Registers the pack handlers with `settings` (a bad store stops the worker at start-up).
-pub fn register_with(mut builder: WorkerBuilder, settings: PackSettings) -> Result<WorkerBuilder> {
+pub fn register_with(builder: WorkerBuilder, settings: PackSettings) -> Result<WorkerBuilder> {
+    let mut builder = builder.on_start(super::part_hook("pack"));
     let store = Store::open(&settings.store)?;
     builder.registry_mut().register(TimerReset {
         settings: settings.clone(),

@@ -104,7 +104,8 @@ impl PacketSettings {
 }
 
 /// Registers the `process-packet` handler and the start-up recovery hook with `settings`.
-pub fn register_with(mut builder: WorkerBuilder, settings: PacketSettings) -> WorkerBuilder {
+pub fn register_with(builder: WorkerBuilder, settings: PacketSettings) -> WorkerBuilder {
+    let mut builder = builder.on_start(super::part_hook("packets"));
     let recovery = settings.recovery;
     let concurrency = settings.concurrency;
     builder.registry_mut().register(ProcessPacket { settings });
@@ -119,7 +120,7 @@ pub fn register_with(mut builder: WorkerBuilder, settings: PacketSettings) -> Wo
 fn limit_hook(concurrency: usize) -> crate::worker::StartHook {
     let n = i32::try_from(concurrency.max(1)).unwrap_or(i32::MAX);
     Box::new(move |pool: Pool| {
-        Box::pin(async move { store::limits::set_queue_limit(&pool, QUEUE, Some(n)).await })
+        Box::pin(async move { store::control::set_queue_limit(&pool, QUEUE, Some(n)).await })
     })
 }
 

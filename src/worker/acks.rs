@@ -1,8 +1,8 @@
 //! Batches acknowledgements: collects outcomes for the ack delay (a few milliseconds, at most
 //! [`MAX_BATCH`] per batch) and writes them in one fenced statement. Only a batch's first
-//! outcome wakes the completer; the rest wait in the channel until the batch is due. Up to [`MAX_WRITES`] batches are written
+//! outcome wakes the ack writer; the rest wait in the channel until the batch is due. Up to [`MAX_WRITES`] batches are written
 //! at once (on their own connections), so the next batch does not wait for the previous
-//! one's commit: one ack statement at a time left the database idle between them (issue 13).
+//! one's commit: one ack statement at a time left the database idle between them (docs/internals.md).
 //! A failed write is retried with backoff; the channel's capacity gives back-pressure
 //! meanwhile, and the acks stay pending through a database outage of any length (the
 //! heartbeat keeps their jobs alive). Drains on shutdown.
@@ -33,25 +33,25 @@ pub const MAX_WRITES: usize = 2;
 pub const CHANNEL_CAPACITY: usize = 20_000;
 /// First and longest wait between two failed writes (pending acks are kept meanwhile).
 pub const ACK_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(5));
-/// How long a draining completer keeps retrying a failed write before it gives up (the
+/// How long a draining ack writer keeps retrying a failed write before it gives up (the
 /// jobs stay `running` and the rescuer returns them).
 pub const DRAIN_RETRY_LIMIT: Duration = Duration::from_secs(30);
 
 /// Batches handed to a write that has not finished, by number.
 type Writing = Arc<Mutex<BTreeMap<u64, Arc<Vec<Ack>>>>>;
 
-/// What outlives one run of the completer: the channel, the acks not yet in a batch, and
+/// What outlives one run of the ack writer: the channel, the acks not yet in a batch, and
 /// the batches being written (a run that fails leaves them here; the next one writes them).
-pub(crate) struct Completer {
+pub(crate) struct AckWriter {
     rx: mpsc::Receiver<Ack>,
     buf: Vec<Ack>,
     writing: Writing,
     next_batch: u64,
 }
 
-impl Completer {
+impl AckWriter {
     pub fn new(rx: mpsc::Receiver<Ack>) -> Self {
-        Completer {
+        AckWriter {
             rx,
             buf: Vec::new(),
             writing: Arc::new(Mutex::new(BTreeMap::new())),
@@ -79,11 +79,11 @@ async fn write(shared: Arc<Shared>, writing: Writing, n: u64, stop: Cancellation
 /// written are still there and are written again.
 pub(crate) async fn run(
     shared: Arc<Shared>,
-    state: Arc<tokio::sync::Mutex<Completer>>,
+    state: Arc<tokio::sync::Mutex<AckWriter>>,
     stop: CancellationToken,
 ) -> crate::error::Result<()> {
     let mut guard = state.lock().await;
-    let Completer {
+    let AckWriter {
         rx,
         buf,
         writing,
@@ -126,7 +126,7 @@ pub(crate) async fn run(
         let free = writes.len() < MAX_WRITES;
         tokio::select! {
             Some(()) = writes.next(), if !writes.is_empty() => {}
-            // Only the batch's first ack wakes the completer; the rest wait in the channel
+            // Only the batch's first ack wakes the ack writer; the rest wait in the channel
             // until the batch is due.
             a = rx.recv(), if due.is_none() => match a {
                 Some(a) => {
@@ -173,7 +173,7 @@ async fn flush(shared: &Shared, buf: &[Ack], stop: &CancellationToken) {
     let mut drain_started: Option<Instant> = None;
     let mut backoff = Backoff::new(ACK_BACKOFF.0, ACK_BACKOFF.1);
     loop {
-        faults::hit(&shared.worker_id, Point::CompleterFlush);
+        faults::hit(&shared.worker_id, Point::AckWriterFlush);
         match ack_many(&shared.pool, buf).await {
             Ok(written) => {
                 shared.metrics.acked(buf.len());

@@ -1,11 +1,12 @@
-//! Jobs this worker claimed but no longer holds: a producer that failed between its claim
-//! and starting the batch leaves those rows `running` with nobody to heartbeat or ack
-//! them. The producer's next run (and the worker's shutdown) puts them back at once
-//! (`sql/queue/release_orphans.sql`) rather than leaving them to the rescuer a window later.
+//! The buffer's release: jobs this worker claimed but no longer holds. A producer that failed
+//! between its claim and starting the batch leaves those rows `running` with nobody to
+//! heartbeat or ack them, and a stopping worker holds buffered jobs it will not start. The
+//! producer's next run (and the worker's shutdown) puts them back at once
+//! (`sql/queue/release_unstarted.sql`) rather than leaving them to the rescuer a window later.
 
 use super::Shared;
 use crate::error::Result;
-use crate::store::ack::{OrphanParams, release_orphans};
+use crate::store::ack::{ReleaseParams, release_unstarted};
 
 /// Whether jobs released after a producer failure use up their attempt: only when the
 /// producer was claiming one job at a time (after an earlier failure), so the failure
@@ -26,22 +27,23 @@ pub(crate) fn held(shared: &Shared) -> Vec<i64> {
         .collect()
 }
 
-/// Releases `shared`'s orphans of `queue` (or of every queue), logging each.
-pub(crate) async fn release(
+/// Puts back the jobs `shared` claimed but does not hold, of `queue` (or of every queue),
+/// logging each.
+pub(crate) async fn unstarted(
     shared: &Shared,
     queue: Option<&str>,
     count_attempt: bool,
     reason: &str,
 ) -> Result<usize> {
     let held = held(shared);
-    let p = OrphanParams {
+    let p = ReleaseParams {
         worker: &shared.worker_id,
         queue,
         held: &held,
         count_attempt,
         reason,
     };
-    let rows = release_orphans(&shared.pool, p).await?;
+    let rows = release_unstarted(&shared.pool, p).await?;
     for r in &rows {
         tracing::warn!(job.id = r.id, new_state = %r.state, "returned a job this worker claimed but never started: {reason}");
     }
