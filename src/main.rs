@@ -3,20 +3,76 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use skiplock::cli::output::escape;
-use skiplock::cli::{self, Cli, LogFormat};
+use skiplock::cli::{self, LogFormat};
 use tracing_subscriber::EnvFilter;
+
+// The dev tools are modules of the binary, not of the library: `skiplock bench` and the
+// fault-injection run (`scripts/chaos`). tests/bench.rs and tests/faults.rs compile the same
+// files (`#[path]`).
+#[cfg(all(feature = "fetch", feature = "http"))]
+mod bench;
+mod chaos;
+
+/// skiplock: a Postgres-as-queue job runner.
+#[derive(Debug, Parser)]
+#[command(name = "skiplock", version, about, long_about = None)]
+struct Args {
+    /// Postgres URL (default: DATABASE_URL from the environment or .env).
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The library's commands ([`skiplock::cli::Command`]) and the dev tools'.
+#[derive(Debug, Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Queue(cli::Command),
+    /// Measure throughput and latency against a plain-SQL ceiling.
+    #[cfg(all(feature = "fetch", feature = "http"))]
+    Bench(bench::command::BenchArgs),
+    /// Fault injection: SIGKILLed workers and a Postgres restart (scripts/chaos).
+    #[command(hide = true)]
+    Chaos(chaos::command::ChaosArgs),
+    /// A worker with only the chaos_record kind (started by `skiplock chaos`).
+    #[command(hide = true)]
+    ChaosWorker,
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let url = args.database_url.as_deref();
+    match args.command {
+        Command::Queue(command) => {
+            cli::run(cli::Cli {
+                database_url: args.database_url.clone(),
+                log_format: args.log_format,
+                command,
+            })
+            .await
+        }
+        #[cfg(all(feature = "fetch", feature = "http"))]
+        Command::Bench(a) => bench::command::run_cli(url, a).await,
+        Command::Chaos(a) => chaos::command::run(url, a).await,
+        Command::ChaosWorker => chaos::command::worker(url).await,
+    }
+}
 
 fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(skiplock::db::DEFAULT_LOG_FILTER));
     // Colours only on a terminal: logs redirected to files (scripts/chaos) stay plain text.
-    // Every log line goes through the password scrubber (see skiplock::redact).
+    // Every log line goes through the password scrubber (see skiplock::cli::ScrubbedStderr).
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(skiplock::redact::ScrubbedStderr);
+        .with_writer(skiplock::cli::ScrubbedStderr);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Text => b.init(),
@@ -35,14 +91,14 @@ fn main() -> ExitCode {
         eprintln!("error: {}", escape(&e.to_string()));
         return ExitCode::from(1);
     }
-    let cli = Cli::parse();
+    let cli = Args::parse();
     let url = cli
         .database_url
         .clone()
         .or_else(|| std::env::var("DATABASE_URL").ok())
         .unwrap_or_default();
     // Before anything can log or fail: the URL's passwords are never printed from here on.
-    skiplock::redact::register_url(&url);
+    skiplock::cli::register_url(&url);
     init_tracing(cli.log_format);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -51,7 +107,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(cli::run(cli)) {
+    match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line, the whole chain, never the database password, no raw control

@@ -5,11 +5,15 @@
 //! the smoke run of scripts/bench.
 
 mod support;
+// The benchmark is a module of the binary (src/main.rs), compiled here too.
+#[allow(dead_code)]
+#[path = "../src/bench/mod.rs"]
+mod bench;
 
 use std::path::PathBuf;
 
-use skiplock::bench::targets::Verdict;
-use skiplock::bench::{BenchOptions, TARGETS, run};
+use bench::targets::{TARGETS, Verdict};
+use bench::{BenchOptions, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_smoke_reports_every_figure_it_was_asked_for() {
@@ -70,7 +74,7 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
     assert!(r.drain_to_ceiling.as_ref().unwrap().median > 0.0);
     assert!(r.drain_to_ceiling_two_commits.as_ref().unwrap().median > 0.0);
     assert!(r.ceiling_two_commits_to_ceiling.as_ref().unwrap().median > 0.0);
-    // Issue 14: the drains under limits that never bind, and the polite crawl.
+    // The drains under limits that never bind, and the polite crawl.
     assert!(r.drain_key_rate.as_ref().unwrap().jobs_per_s.median > 0.0);
     assert!(r.drain_queue_limit.as_ref().unwrap().jobs_per_s.median > 0.0);
     assert!(r.key_rate_to_drain.as_ref().unwrap().median > 0.0);
@@ -80,7 +84,7 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
     // Politeness holds: a host's 20 starts, one per 200 ms, take at least 19 intervals, so
     // 100 hosts cannot beat 2,000 pages / 3.8 s (a little above the target's ideal of
     // hosts / interval, which rounds the first start away).
-    use skiplock::bench::limits::{CRAWL_HOSTS, CRAWL_PAGES, CRAWL_POLITENESS};
+    use bench::limits::{CRAWL_HOSTS, CRAWL_PAGES, CRAWL_POLITENESS};
     let bound = (CRAWL_HOSTS * CRAWL_PAGES) as f64
         / ((CRAWL_PAGES - 1) as f64 * CRAWL_POLITENESS.as_secs_f64());
     assert!(

@@ -1,17 +1,21 @@
-//! The fault suite (issue 8), scaled for CI: worker processes SIGKILLed at random moments,
+//! The fault suite (docs/reliability.md), scaled for CI: worker processes SIGKILLed at random moments,
 //! a Postgres restart mid-run (on a private cluster, never the shared one), a slow database
 //! with an exhausted pool, and a check that the chaos verdict itself can fail. The large
 //! run is `scripts/chaos`, with the same driver (`skiplock::chaos`).
 
 mod support;
+// The fault-injection driver is a module of the binary (src/main.rs), compiled here too.
+#[allow(dead_code)]
+#[path = "../src/chaos/mod.rs"]
+mod chaos;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use chaos::{ChaosConfig, Report, cluster::PrivateCluster};
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::json;
-use skiplock::chaos::{self, ChaosConfig, Report, cluster::PrivateCluster};
 use skiplock::worker::{Handler, HandlerResult, JobContext, Outcome};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use support::*;

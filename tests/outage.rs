@@ -1,18 +1,22 @@
-//! Database outages (issue 17), each on a private Postgres cluster the test starts, stops
+//! Database outages (docs/reliability.md), each on a private Postgres cluster the test starts, stops
 //! and starts again (never the shared server): a worker started while Postgres is down
 //! waits for it; an outage three times longer than the rescue window reruns no live job; a
 //! worker SIGKILLed during the outage has its jobs rescued one window after the return; a
 //! read-only server is refused until it is writable again.
 
 mod support;
+// The fault-injection driver is a module of the binary (src/main.rs), compiled here too.
+#[allow(dead_code)]
+#[path = "../src/chaos/mod.rs"]
+mod chaos;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use chaos::cluster::PrivateCluster;
 use serde_json::json;
-use skiplock::chaos::{self, cluster::PrivateCluster};
 use skiplock::db::outage::Backoff;
 use skiplock::db::session::CONNECT_BACKOFF;
 use sqlx::PgPool;
@@ -211,7 +215,8 @@ async fn a_worker_started_while_postgres_is_down_waits_then_runs_a_job_enqueued_
     let id =
         skiplock::store::jobs::enqueue(&pool, &skiplock::queue::NewJob::new("noop", json!({})))
             .await
-            .unwrap();
+            .unwrap()
+            .id;
     let row = wait_job(&pool, id, "the job enqueued after the start", |r| {
         r.state.as_str() == "completed"
     })
@@ -388,7 +393,8 @@ async fn a_read_only_server_is_refused_until_it_is_writable() {
     let first =
         skiplock::store::jobs::enqueue(&pool, &skiplock::queue::NewJob::new("noop", json!({})))
             .await
-            .unwrap();
+            .unwrap()
+            .id;
     sqlx::query("ALTER DATABASE outage SET default_transaction_read_only = on")
         .execute(&admin)
         .await

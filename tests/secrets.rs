@@ -5,11 +5,15 @@
 //! password is accepted there and cannot be tested on it).
 
 mod support;
+// The fault-injection driver is a module of the binary (src/main.rs), compiled here too.
+#[allow(dead_code)]
+#[path = "../src/chaos/mod.rs"]
+mod chaos;
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use skiplock::chaos::cluster::PrivateCluster;
+use chaos::cluster::PrivateCluster;
 use sqlx::postgres::PgPoolOptions;
 use support::*;
 

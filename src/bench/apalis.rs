@@ -1,5 +1,5 @@
 //! `skiplock bench --apalis` (feature `apalis-bench`): the same drain of pre-inserted jobs
-//! through one apalis worker, once on [`crate::apalis::SkiplockStorage`] and once on
+//! through one apalis worker, once on [`skiplock::apalis::SkiplockStorage`] and once on
 //! apalis-postgres's `PostgresStorage`, in the same run, on the same server, with the same
 //! handler, concurrency and pool size. Each figure is jobs/s from the worker's start to its
 //! exit after the last job (every ack written); runs alternate between the two backends.
@@ -12,8 +12,8 @@ use apalis::prelude::{Data, TaskSink, WorkerBuilder, WorkerBuilderExt, WorkerCon
 use serde::{Deserialize, Serialize};
 
 use super::{BenchDb, Stat, fill_kind, reset, store};
-use crate::error::{Error, Result};
-use crate::store::Pool as PgPool;
+use skiplock::Pool as PgPool;
+use skiplock::error::{Error, Result};
 
 /// The kind (and apalis-postgres queue) of the benchmark's jobs.
 pub const KIND: &str = "bench-apalis";
@@ -77,12 +77,12 @@ fn worker_error(e: impl std::fmt::Display) -> Error {
 async fn skiplock_drain(url: &str, monitor: &PgPool, o: &ApalisOptions) -> Result<f64> {
     reset(monitor).await?;
     fill_kind(monitor, KIND, o.jobs, |n| {
-        crate::apalis::encode_args(&BenchJob { n: n as u64 })
+        skiplock::apalis::encode_args(&BenchJob { n: n as u64 })
     })
     .await?;
     store::vacuum_jobs(monitor).await?;
     let pool = store::pool(url, o.connections).await?;
-    let storage = crate::apalis::SkiplockStorage::<BenchJob>::new(pool.clone(), KIND)
+    let storage = skiplock::apalis::SkiplockStorage::<BenchJob>::new(pool.clone(), KIND)
         .concurrency(o.concurrency);
     let done = Done {
         count: Arc::new(AtomicUsize::new(0)),
@@ -168,7 +168,7 @@ pub async fn run(
 
 async fn run_in(db: &BenchDb, o: &ApalisOptions, progress: &impl Fn(&str)) -> Result<ApalisReport> {
     let monitor = store::monitor(&db.url).await?;
-    crate::store::schema::migrate(&monitor).await?;
+    skiplock::migrate(&monitor).await?;
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for run in 0..o.runs.max(1) {
         progress(&format!(

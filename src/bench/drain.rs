@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::store::Pool as PgPool;
+use skiplock::Pool as PgPool;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::meter::{Meter, cpu_now, idle_pct};
 use super::{BenchOptions, DrainRun, store, worker_settings};
-use crate::error::{Error, Result};
-use crate::worker::{HandlerResult, JobContext, Outcome, Worker, handler::Handler};
+use skiplock::error::{Error, Result};
+use skiplock::worker::{Handler, HandlerResult, JobContext, Outcome, Worker};
 
 /// How many `skiplock worker` processes the multi-process drain starts.
 pub const PROCESSES: usize = 3;
@@ -47,7 +47,8 @@ pub(crate) async fn in_process(
     let done = Arc::new(AtomicUsize::new(0));
     let all_ran = Arc::new(Notify::new());
     // The worker under measurement runs only the benchmark's jobs (no maintenance).
-    let worker = Worker::builder(p.clone(), worker_settings(o))
+    let worker = Worker::builder(p.clone())
+        .settings(worker_settings(o))
         .without_maintenance()
         .register(CountingNoop(done.clone(), all_ran.clone(), n))
         .build();

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::stats::percentile;
 use super::{BenchOptions, store, worker_settings};
-use crate::error::{Error, Result};
-use crate::queue::NewJob;
-use crate::store::jobs::{ManyJobs, enqueue, enqueue_many};
-use crate::worker::{HandlerResult, JobContext, Outcome, Worker, handler::Handler};
+use skiplock::error::{Error, Result};
+use skiplock::queue::NewJob;
+use skiplock::worker::{Handler, HandlerResult, JobContext, Outcome, Worker};
+use skiplock::{ManyJobs, enqueue_job as enqueue, enqueue_many};
 
 /// Single calls per client at most (fewer with a small `--jobs`).
 const SINGLE_PER_CLIENT: usize = 2_000;
@@ -123,7 +123,8 @@ pub(crate) async fn many(url: &str, o: &BenchOptions, through: Through) -> Resul
 pub(crate) async fn latency(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
     let p = store::pool(url, o.connections).await?;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let worker = Worker::builder(p.clone(), worker_settings(o))
+    let worker = Worker::builder(p.clone())
+        .settings(worker_settings(o))
         .without_maintenance()
         .register(StartSignal(tx))
         .build();
@@ -134,7 +135,7 @@ pub(crate) async fn latency(url: &str, o: &BenchOptions) -> Result<(f64, f64)> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut ids = Vec::new();
     for _ in 0..o.latency_jobs {
-        let id = enqueue(&p, &NewJob::new("noop", json!({}))).await?;
+        let id = enqueue(&p, &NewJob::new("noop", json!({}))).await?.id;
         ids.push(id);
         // Wait for this one to start before the next (an idle pool each time).
         tokio::time::timeout(Duration::from_secs(10), rx.recv())

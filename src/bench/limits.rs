@@ -1,4 +1,4 @@
-//! Issue 14's benchmark parts: drains under limits that never bind (the price of the limited
+//! The benchmark's parts for limits: drains under limits that never bind (the price of the limited
 //! claim against the plain drain of the same run), and a crawl of many local hosts under
 //! politeness (pages/s against the ideal: every host starts one fetch per interval).
 
@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::meter::Meter;
 use super::{BenchOptions, DrainRun, drain, fill_noop, store};
-use crate::config::QueueSettings;
-use crate::error::{Error, Result};
-use crate::store::Pool as PgPool;
-use crate::store::limits::{self, KeyLimit, Rate};
-use crate::worker::Worker;
-use crate::workflows::fetch::{self, FetchSettings, schedule::Schedule};
+use skiplock::Pool as PgPool;
+use skiplock::admin::{self as control, KeyLimit, Rate};
+use skiplock::config::QueueSettings;
+use skiplock::error::{Error, Result};
+use skiplock::worker::Worker;
+use skiplock::workflows::fetch::{self, FetchSettings, schedule::Schedule};
 
 /// The queue the drains use.
 const QUEUE: &str = "default";
@@ -58,11 +58,11 @@ pub(crate) async fn key_rate_drain(
     monitor: &PgPool,
     meter: &Meter<'_>,
 ) -> Result<DrainRun> {
-    limits::set_key_limit(monitor, QUEUE, never_binding_rate()).await?;
+    control::set_key_limit(monitor, QUEUE, never_binding_rate()).await?;
     store::fill_keyed(monitor, o.jobs, KEYS).await?;
     store::analyze_jobs(monitor).await?;
     let r = drain::in_process(url, o, o.jobs, meter).await;
-    limits::set_key_limit(monitor, QUEUE, KeyLimit::default()).await?;
+    control::set_key_limit(monitor, QUEUE, KeyLimit::default()).await?;
     r
 }
 
@@ -86,10 +86,10 @@ pub(crate) async fn queue_limit_drain(
     meter: &Meter<'_>,
 ) -> Result<DrainRun> {
     let n = never_binding_queue_limit(o.concurrency, super::worker_settings(o).claim_ahead);
-    limits::set_queue_limit(monitor, QUEUE, Some(n)).await?;
+    control::set_queue_limit(monitor, QUEUE, Some(n)).await?;
     fill_noop(monitor, o.jobs).await?;
     let r = drain::in_process(url, o, o.jobs, meter).await;
-    limits::set_queue_limit(monitor, QUEUE, None).await?;
+    control::set_queue_limit(monitor, QUEUE, None).await?;
     r
 }
 
@@ -148,7 +148,9 @@ pub(crate) async fn crawl(url: &str, o: &BenchOptions, monitor: &PgPool) -> Resu
         ..o.worker.clone()
     };
     let worker = fetch::register_with(
-        Worker::builder(p.clone(), qs).without_maintenance(),
+        Worker::builder(p.clone())
+            .settings(qs)
+            .without_maintenance(),
         settings,
     )?
     .build();

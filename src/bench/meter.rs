@@ -12,11 +12,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::store::Pool as PgPool;
 use serde::Serialize;
+use skiplock::Pool as PgPool;
 
 use super::store;
-use crate::error::{Error, Result};
+use skiplock::error::{Error, Result};
 
 /// How long the settle step waits for the drain's connections to close.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);

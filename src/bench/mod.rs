@@ -1,6 +1,6 @@
 //! `skiplock bench`: throughput, cost and latency of the queue, measured against baselines
 //! run in the same run on the same server: what plain SQL achieves (the ceiling) and Graphile
-//! Worker (the peer). Each figure is the median of several runs, with min and max; issue 13's
+//! Worker (the peer). Each figure is the median of several runs, with min and max; the
 //! targets are checked at the end ([`targets::TARGETS`]). The benchmark creates and drops its
 //! own database.
 //!
@@ -8,8 +8,24 @@
 //! (enqueue rates, latency), `meter.rs` (idle %, WAL and commits per job), `store.rs` (every
 //! SQL statement), `stats.rs` and `targets.rs` (pure).
 
+/// The text of `sql/{area}/{name}.sql`, compiled in: this tool's statements live beside the
+/// queue's, in `sql/`, and it runs them on its own connections (it is not part of the library).
+macro_rules! sql {
+    ($area:literal, $name:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/sql/",
+            $area,
+            "/",
+            $name,
+            ".sql"
+        ))
+    };
+}
+
 #[cfg(feature = "apalis-bench")]
 pub mod apalis;
+pub mod command;
 pub mod drain;
 pub mod enqueue;
 pub mod limits;
@@ -17,24 +33,24 @@ pub mod meter;
 pub mod peers;
 pub mod pressure;
 pub mod stats;
-use crate::store::bench as store;
+pub mod store;
 use enqueue::Through;
 pub mod targets;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::store::Pool as PgPool;
 use serde::Serialize;
 use serde_json::json;
+use skiplock::Pool as PgPool;
 
-use crate::config::QueueSettings;
-use crate::error::{Error, Result};
-use crate::store::jobs::{ManyJobs, enqueue_many};
 pub use meter::Usage;
 pub use peers::Graphile;
-pub use stats::{Stat, percentile};
-pub use targets::{TARGETS, TargetResult};
+use skiplock::config::QueueSettings;
+use skiplock::error::{Error, Result};
+use skiplock::{ManyJobs, enqueue_many};
+pub use stats::Stat;
+pub use targets::TargetResult;
 
 /// What to measure and how much.
 #[derive(Debug, Clone)]
@@ -47,7 +63,7 @@ pub struct BenchOptions {
     pub concurrency: usize,
     /// Connections of the worker's pool (per process), and of the enqueue_many and ceiling loops.
     pub connections: u32,
-    /// Concurrent clients of the single-call enqueue run (issue 13's target is for 8).
+    /// Concurrent clients of the single-call enqueue run (its target is for 8).
     pub enqueue_clients: usize,
     /// Finished rows of ballast in the scale run.
     pub scale_finished: usize,
@@ -71,7 +87,7 @@ pub struct BenchOptions {
     pub skip_graphile: bool,
     /// Skip the (slow) scale run.
     pub skip_scale: bool,
-    /// Skip the drains under limits and the polite crawl (issue 14).
+    /// Skip the drains under limits and the polite crawl.
     pub skip_limits: bool,
     /// The in-process worker's settings besides queue, concurrency and pool size (`skiplock
     /// bench`: the environment's).
@@ -239,7 +255,7 @@ pub struct BenchReport {
     pub crawl_to_ideal: Option<Stat>,
     /// The medians the targets are checked on, by target key.
     pub figures: BTreeMap<String, f64>,
-    /// Issue 13's targets, checked.
+    /// The targets, checked.
     pub targets: Vec<TargetResult>,
 }
 
@@ -252,7 +268,7 @@ struct BenchDb {
 
 impl BenchDb {
     async fn create(server_url: &str) -> Result<BenchDb> {
-        let admin = crate::db::connect(server_url, 2).await?;
+        let admin = skiplock::db::connect(server_url, 2).await?;
         let name = format!("skiplock_bench_{:08x}", rand::random::<u32>());
         store::create_database(&admin, &name).await?;
         let mut u = url::Url::parse(server_url)
@@ -376,10 +392,14 @@ pub async fn run(
 /// `server_url` with `sslmode=disable` unless it names an `sslmode`: every client of the bench
 /// (skiplock, its worker processes, the ceiling, Graphile's node-pg, which uses no TLS unless
 /// told) then talks to the server the same way, and TLS, which costs a local server more than
-/// the work measured (README, Performance, lever 16), is measured only when asked for.
+/// the work measured (docs/performance.md), is measured only when asked for.
 pub fn same_transport(server_url: &str) -> Result<String> {
-    let mut u = url::Url::parse(server_url)
-        .map_err(|e| Error::config("DATABASE_URL", crate::db::scrub(&e.to_string(), server_url)))?;
+    let mut u = url::Url::parse(server_url).map_err(|e| {
+        Error::config(
+            "DATABASE_URL",
+            skiplock::db::scrub(&e.to_string(), server_url),
+        )
+    })?;
     if !u.query_pairs().any(|(k, _)| k == "sslmode") {
         u.query_pairs_mut().append_pair("sslmode", "disable");
     }
@@ -439,7 +459,7 @@ fn per_run_ratio(a: &[f64], b: &[f64]) -> Option<Stat> {
 async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Result<BenchReport> {
     let url = db.url.as_str();
     let monitor = store::monitor(url).await?;
-    crate::store::schema::migrate(&monitor).await?;
+    skiplock::migrate(&monitor).await?;
     let postgres = postgres_facts(&monitor).await?;
     let meter = meter::Meter {
         admin: &db.admin,

@@ -5,16 +5,16 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::store::Pool as PgPool;
 use serde::Deserialize;
+use skiplock::Pool as PgPool;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::ChildStdout;
 
 use super::meter::{Meter, cpu_now, idle_pct};
 use super::{BenchOptions, DrainRun, store};
-use crate::error::{Error, Result};
+use skiplock::error::{Error, Result};
 
-/// Graphile Worker's settings in the comparison (issue 13's "batched" row): 10 concurrent
+/// Graphile Worker's settings in the comparison (the "batched" row): 10 concurrent
 /// jobs, a local queue of 500 claimed ahead, completions batched with no added delay.
 pub const GRAPHILE_CONCURRENCY: usize = 10;
 /// See [`GRAPHILE_CONCURRENCY`].

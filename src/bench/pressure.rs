@@ -34,8 +34,8 @@ use tokio_util::sync::CancellationToken;
 use super::peers::Graphile;
 use super::stats::percentile;
 use super::{BenchDb, same_transport, store};
-use crate::error::{Error, Result};
-use crate::store::Pool as PgPool;
+use skiplock::Pool as PgPool;
+use skiplock::error::{Error, Result};
 
 /// What makes Postgres unable to vacuum during a scenario's pressure phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -471,7 +471,7 @@ async fn run_phases_in(
     let mut version = None;
     let mut runner = match system {
         System::Skiplock => {
-            crate::store::schema::migrate(&monitor).await?;
+            skiplock::migrate(&monitor).await?;
             let child = tokio::process::Command::new(&o.worker_bin)
                 .args(["worker", "--queues"])
                 .arg(format!("default={}", o.concurrency))

@@ -1,4 +1,4 @@
-//! Issue 13's (and 14's) targets, in one table, and the pure check of a run's figures against them.
+//! The benchmark's targets, in one table, and the pure check of a run's figures against them.
 //! Relative targets compare with a baseline measured in the same run on the same server
 //! (Graphile Worker, the plain-SQL ceiling), never with a figure from another day.
 
@@ -31,7 +31,7 @@ pub struct Target {
     pub unit: &'static str,
 }
 
-/// The targets of issue 13.
+/// The drain, enqueue and cost targets.
 pub const TARGETS: &[Target] = &[
     Target {
         key: "drain_to_graphile",
@@ -96,7 +96,7 @@ pub const TARGETS: &[Target] = &[
         bound: 0.95,
         unit: "×",
     },
-    // Issue 14: limits cost nothing much while they do not bind, and a polite crawl of many
+    // Limits cost nothing much while they do not bind, and a polite crawl of many
     // hosts runs near the pace politeness allows.
     Target {
         key: "key_rate_to_drain",

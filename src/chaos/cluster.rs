@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::error::{Error, Result};
+use skiplock::error::{Error, Result};
 
 /// A running private cluster; stopped and deleted when dropped.
 pub struct PrivateCluster {
@@ -21,7 +21,7 @@ pub struct PrivateCluster {
 /// The directory holding `initdb` and `pg_ctl`: `SKIPLOCK_PG_BIN`, else the newest
 /// `/usr/lib/postgresql/*/bin`.
 pub fn pg_bin_dir() -> Result<PathBuf> {
-    if let Some(d) = crate::config::env_opt("SKIPLOCK_PG_BIN") {
+    if let Some(d) = skiplock::config::env_opt("SKIPLOCK_PG_BIN") {
         return Ok(PathBuf::from(d));
     }
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
@@ -121,6 +121,8 @@ impl PrivateCluster {
             .arg("stop"))
     }
 
+    // Used by tests/outage.rs and tests/secrets.rs, which compile this file too.
+    #[allow(dead_code)]
     /// The server's port.
     pub fn port(&self) -> u16 {
         self.port
@@ -162,6 +164,8 @@ impl PrivateCluster {
         c
     }
 
+    // Used by tests/outage.rs and tests/secrets.rs, which compile this file too.
+    #[allow(dead_code)]
     /// Makes TCP logins need a password (SCRAM-SHA-256) while the cluster's Unix socket
     /// stays trusted for administration ([`PrivateCluster::socket_url`]), then reloads.
     /// For tests of real password authentication: the shared server trusts 127.0.0.1, so a
@@ -176,6 +180,8 @@ impl PrivateCluster {
         run(self.pg("pg_ctl").arg("-D").arg(self.data()).arg("reload"))
     }
 
+    // Used by tests/outage.rs and tests/secrets.rs, which compile this file too.
+    #[allow(dead_code)]
     /// The URL of database `db` over the cluster's Unix socket (trusted; see
     /// [`PrivateCluster::require_passwords`]).
     pub fn socket_url(&self, db: &str) -> String {

@@ -8,8 +8,25 @@
 //! The worker processes are `skiplock chaos-worker` (a hidden subcommand: the normal worker
 //! runtime with only the [`record::Record`] handler), so the faults hit the real binary.
 
+/// The text of `sql/{area}/{name}.sql`, compiled in: this tool's statements live beside the
+/// queue's, in `sql/`, and it runs them on its own connections (it is not part of the library).
+macro_rules! sql {
+    ($area:literal, $name:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/sql/",
+            $area,
+            "/",
+            $name,
+            ".sql"
+        ))
+    };
+}
+
 pub mod cluster;
+pub mod command;
 pub mod record;
+pub mod store;
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -19,9 +36,9 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use rand::Rng;
 
-use crate::error::{Error, Result};
-use crate::store::chaos as sql;
-use crate::store::{Pool, schema};
+use self::store as sql;
+use skiplock::Pool;
+use skiplock::error::{Error, Result};
 
 /// What a chaos run does.
 #[derive(Debug, Clone)]
@@ -55,7 +72,7 @@ pub struct ChaosConfig {
     /// Where worker logs go (one file per worker slot); a temp dir if `None`.
     pub log_dir: Option<PathBuf>,
     /// Shows the recorded jobs as they come in (`skiplock chaos` on a terminal).
-    pub progress: crate::progress::Progress,
+    pub progress: skiplock::progress::Progress,
 }
 
 impl ChaosConfig {
@@ -75,7 +92,7 @@ impl ChaosConfig {
             deadline: Duration::from_secs(600),
             worker_bin: worker_bin.into(),
             log_dir: None,
-            progress: crate::progress::Progress::hidden(),
+            progress: skiplock::progress::Progress::hidden(),
         }
     }
 }
@@ -278,8 +295,8 @@ pub async fn run(
         ));
     }
     let started = Instant::now();
-    let pool = crate::db::pool(url, 2, Duration::from_secs(30)).await?;
-    schema::migrate(&pool).await?;
+    let pool = skiplock::db::pool(url, 2, Duration::from_secs(30)).await?;
+    skiplock::migrate(&pool).await?;
     // The run enqueues and judges every job in the table: never mix it with real work.
     let existing = sql::job_count(&pool).await?;
     if existing > 0 {

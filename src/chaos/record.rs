@@ -6,17 +6,18 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::store::chaos::Execution;
-use crate::worker::{Handler, HandlerResult, JobContext, Outcome};
+use crate::chaos::store::Execution;
+use skiplock::worker::{Handler, HandlerResult, JobContext, Outcome};
 
 /// The kind chaos runs enqueue.
-pub const KIND: &str = crate::store::names::CHAOS_RECORD_KIND;
+pub const KIND: &str = "chaos_record";
 
 /// Args of `chaos_record`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordArgs {
-    /// The job's number in the run (for people reading the table).
+    /// The job's number in the run (for people reading the table; the handler ignores it).
+    #[allow(dead_code)]
     pub n: i64,
     /// How long to work after recording, in milliseconds.
     #[serde(default)]
@@ -38,7 +39,7 @@ impl Handler for Record {
             worker_id: &ctx.worker_id,
             pid: std::process::id() as i32,
         };
-        crate::store::chaos::record(&ctx.pool, x).await?;
+        crate::chaos::store::record(&ctx.pool, x).await?;
         if args.ms > 0 {
             tokio::time::sleep(Duration::from_millis(args.ms)).await;
         }

@@ -7,7 +7,7 @@ use clap::Args;
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
 use crate::config::parse_duration;
-use crate::queue::{JobState, NewJob, OnConflict};
+use crate::queue::{EnqueueOutcome, JobState, NewJob, OnConflict};
 use crate::store::jobs::{self, JobFilter};
 
 /// `skiplock enqueue`.
@@ -106,8 +106,21 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
             },
         );
     }
-    let id = jobs::enqueue(&pool, &job).await?;
-    say!("{id}");
+    let got = jobs::enqueue(&pool, &job).await?;
+    // stdout stays the bare id (scripts capture it); what happened goes to stderr.
+    match got.outcome {
+        EnqueueOutcome::Inserted => {}
+        EnqueueOutcome::Deduplicated => {
+            eprintln!(
+                "unique key held by available job {}: left as it was",
+                got.id
+            )
+        }
+        EnqueueOutcome::Replaced => {
+            eprintln!("unique key held by available job {}: replaced", got.id)
+        }
+    }
+    say!("{}", got.id);
     Ok(())
 }
 
@@ -281,7 +294,7 @@ pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
     let rows = jobs::queue_stats(&pool).await?;
     let unhandled = jobs::unhandled_kinds(&pool, 120.0).await?;
     let workers = jobs::live_workers(&pool, 120.0).await?;
-    let control: Vec<_> = crate::store::limits::list(&pool)
+    let control: Vec<_> = crate::store::control::list(&pool)
         .await?
         .into_iter()
         .filter(|q| {

@@ -1,8 +1,6 @@
 //! The `skiplock` command: clap definitions and dispatch. Errors bubble up as `anyhow`
 //! and `main` prints them on one line.
 
-pub mod bench;
-pub mod chaos;
 pub mod fetch;
 pub mod jobs;
 pub mod maintenance;
@@ -15,6 +13,10 @@ pub mod web;
 pub mod worker;
 
 use clap::{Parser, Subcommand};
+
+/// What a program's edge needs to log and print without leaking a database password: the
+/// log writer that scrubs every line, and the registration of the URL whose password it hides.
+pub use crate::redact::{ScrubbedStderr, register_url};
 
 use crate::config;
 use crate::store::{Pool, schema};
@@ -78,14 +80,6 @@ pub enum Command {
     Reap(maintenance::ReapArgs),
     /// The operator console in the browser (default http://127.0.0.1:8080/).
     Web(web::WebArgs),
-    /// Measure throughput and latency against a plain-SQL ceiling.
-    Bench(bench::BenchArgs),
-    /// Fault injection: SIGKILLed workers and a Postgres restart (scripts/chaos).
-    #[command(hide = true)]
-    Chaos(chaos::ChaosArgs),
-    /// A worker with only the chaos_record kind (started by `skiplock chaos`).
-    #[command(hide = true)]
-    ChaosWorker,
 }
 
 /// Refuses a numeric flag outside `min..=max` with one line naming the flag and the range
@@ -148,9 +142,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Periodic(a) => maintenance::periodic(url, a).await,
         Command::Reap(a) => maintenance::reap(url, a).await,
         Command::Web(a) => web::run(url, a).await,
-        Command::Bench(a) => bench::run_cli(url, a).await,
-        Command::Chaos(a) => chaos::run(url, a).await,
-        Command::ChaosWorker => chaos::worker(url).await,
     }
 }
 

@@ -1,5 +1,5 @@
 //! `skiplock queue`: limits at claim time (queue concurrency, per-key concurrency and rate)
-//! and pause/resume, through the SQL API (`sql/api/15_limits.sql`).
+//! and pause/resume, through the SQL API (`sql/api/15_control.sql`).
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use super::connect_migrated;
 use super::output::{print_json, print_table, say};
 use crate::config::parse_duration;
-use crate::store::limits::{self, KeyLimitChange, Rate};
+use crate::store::control::{self, KeyLimitChange, Rate};
 
 /// `skiplock queue`.
 #[derive(Debug, Args)]
@@ -69,7 +69,7 @@ pub async fn run(url: Option<&str>, a: QueueArgs) -> anyhow::Result<()> {
         QueueCommand::Pause(a) => {
             check_name(&a.queue)?;
             let pool = connect_migrated(url).await?;
-            let was_running = limits::pause(&pool, &a.queue).await?;
+            let was_running = control::pause(&pool, &a.queue).await?;
             say!(
                 "queue {} paused{}",
                 a.queue,
@@ -80,7 +80,7 @@ pub async fn run(url: Option<&str>, a: QueueArgs) -> anyhow::Result<()> {
         QueueCommand::Resume(a) => {
             check_name(&a.queue)?;
             let pool = connect_migrated(url).await?;
-            let was_paused = limits::resume(&pool, &a.queue).await?;
+            let was_paused = control::resume(&pool, &a.queue).await?;
             say!(
                 "queue {} resumed{}",
                 a.queue,
@@ -165,7 +165,7 @@ pub fn parse_rate(v: Option<&str>) -> anyhow::Result<Setting<Rate>> {
 }
 
 fn check_name(q: &str) -> anyhow::Result<()> {
-    Ok(crate::store::limits::check_queue(q)?)
+    Ok(crate::store::control::check_queue(q)?)
 }
 
 async fn limit(url: Option<&str>, a: LimitArgs) -> anyhow::Result<()> {
@@ -178,7 +178,7 @@ async fn limit(url: Option<&str>, a: LimitArgs) -> anyhow::Result<()> {
     }
     let pool = connect_migrated(url).await?;
     if concurrency != Setting::Keep {
-        limits::set_queue_limit(&pool, &a.queue, concurrency.apply(None)).await?;
+        control::set_queue_limit(&pool, &a.queue, concurrency.apply(None)).await?;
     }
     if per_key != Setting::Keep || rate != Setting::Keep {
         // One statement: the limit not given is kept as it is at that moment, even if
@@ -187,9 +187,9 @@ async fn limit(url: Option<&str>, a: LimitArgs) -> anyhow::Result<()> {
             concurrency: per_key.change(),
             rate: rate.change(),
         };
-        limits::change_key_limit(&pool, &a.queue, change).await?;
+        control::change_key_limit(&pool, &a.queue, change).await?;
     }
-    let now = limits::list(&pool).await?;
+    let now = control::list(&pool).await?;
     match now.iter().find(|q| q.queue == a.queue) {
         Some(q) => say!("queue {}: {}", q.queue, describe(q)),
         None => say!("queue {}: no limits", a.queue),
@@ -198,11 +198,11 @@ async fn limit(url: Option<&str>, a: LimitArgs) -> anyhow::Result<()> {
 }
 
 /// "concurrency 2, per key 1, rate 1/500ms, paused", or "no limits".
-pub fn describe(q: &limits::QueueControl) -> String {
-    let mut parts = limits::describe_limits(
+pub fn describe(q: &control::QueueControl) -> String {
+    let mut parts = control::describe_limits(
         q.concurrency,
         q.key_concurrency,
-        limits::rate_of(q.key_rate, q.key_period_secs),
+        control::rate_of(q.key_rate, q.key_period_secs),
     );
     if q.paused {
         parts.push("paused".into());
@@ -216,7 +216,7 @@ pub fn describe(q: &limits::QueueControl) -> String {
 
 async fn list(url: Option<&str>, a: ListArgs) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
-    let rows = limits::list(&pool).await?;
+    let rows = control::list(&pool).await?;
     if a.json {
         return print_json(&rows);
     }
@@ -226,7 +226,7 @@ async fn list(url: Option<&str>, a: ListArgs) -> anyhow::Result<()> {
             vec![
                 q.queue.clone(),
                 if q.paused { "paused" } else { "running" }.into(),
-                describe(&limits::QueueControl {
+                describe(&control::QueueControl {
                     paused: false,
                     ..q.clone()
                 }),

@@ -61,7 +61,9 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
         .queues
         .as_ref()
         .map(|q| q.keys().cloned().collect());
-    let mut builder = Worker::builder(pool.clone(), settings).exit_when_idle(a.exit_when_idle);
+    let mut builder = Worker::builder(pool.clone())
+        .settings(settings)
+        .exit_when_idle(a.exit_when_idle);
     // The diagnostic kinds are a convenience of the tour and the scripts, and a `sleep` job
     // holds a slot for up to the job timeout: a setting turns them off (docs/security.md).
     if config::diagnostic_kinds()? {

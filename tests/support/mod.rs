@@ -141,7 +141,14 @@ pub fn start_worker(
     settings: QueueSettings,
     build: impl FnOnce(WorkerBuilder) -> WorkerBuilder,
 ) -> RunningWorker {
-    run_worker(build(Worker::builder(pool.clone(), settings).without_maintenance()).build())
+    run_worker(
+        build(
+            Worker::builder(pool.clone())
+                .settings(settings)
+                .without_maintenance(),
+        )
+        .build(),
+    )
 }
 
 /// Runs a built `worker` on this runtime (for a test that needs its id before it starts).

@@ -400,7 +400,7 @@ pub fn render(r: &BenchReport) -> String {
             .collect(),
     );
     let _ = writeln!(o);
-    let _ = writeln!(o, "TARGETS (issues 13, 14)");
+    let _ = writeln!(o, "TARGETS (docs/performance.md)");
     for t in &r.targets {
         let cmp = match t.target.cmp {
             Cmp::AtLeast => "≥",
@@ -428,14 +428,14 @@ pub fn render(r: &BenchReport) -> String {
 
 /// Runs `skiplock bench`.
 pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
-    use super::check_flag;
+    use skiplock::cli::check_flag;
     check_flag("--runs", a.runs as i128, 1, 100)?;
     check_flag("--jobs", a.jobs as i128, 1000, 10_000_000)?;
     check_flag("--concurrency", a.concurrency as i128, 1, 10_000)?;
     check_flag("--connections", a.connections.into(), 2, 1000)?;
     check_flag("--scale-finished", a.scale_finished as i128, 0, 100_000_000)?;
     check_flag("--scale-future", a.scale_future as i128, 0, 100_000_000)?;
-    let server = crate::config::database_url(url)?;
+    let server = skiplock::config::database_url(url)?;
     if a.apalis {
         return run_apalis(&server, &a).await;
     }
@@ -468,11 +468,11 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
         skip_graphile: a.skip_graphile,
         skip_scale: a.skip_scale,
         skip_limits: a.skip_limits,
-        worker: crate::config::QueueSettings::from_env()?,
+        worker: skiplock::config::QueueSettings::from_env()?,
     };
     // On a terminal a spinner shows the running step and the time; each step also leaves a
     // line (plain stderr lines elsewhere, as before).
-    let progress = crate::progress::Progress::spinner("bench");
+    let progress = skiplock::progress::Progress::spinner("bench");
     let report = run(&server, &o, |m| {
         progress.line(&format!("bench: {m}"));
         progress.message(m.to_string());
@@ -490,8 +490,8 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
 
 /// `skiplock bench --pressure`.
 async fn run_pressure(server: &str, a: BenchArgs) -> anyhow::Result<()> {
-    use super::check_flag;
     use crate::bench::pressure::{self, PressureOptions, Scenario};
+    use skiplock::cli::check_flag;
     check_flag(
         "--worker-concurrency",
         a.worker_concurrency as i128,
@@ -526,7 +526,7 @@ async fn run_pressure(server: &str, a: BenchArgs) -> anyhow::Result<()> {
         ramp: a.ramp,
         ramp_step: std::time::Duration::from_secs(a.ramp_secs),
     };
-    let progress = crate::progress::Progress::spinner("bench");
+    let progress = skiplock::progress::Progress::spinner("bench");
     let report = pressure::run(server, &o, |m| {
         progress.line(&format!("bench: {m}"));
         progress.message(m.to_string());
@@ -556,7 +556,7 @@ async fn run_apalis(server: &str, a: &BenchArgs) -> anyhow::Result<()> {
         connections: a.connections,
         runs: a.runs.max(1),
     };
-    let progress = crate::progress::Progress::spinner("bench");
+    let progress = skiplock::progress::Progress::spinner("bench");
     let report = run(server, &o, |m| {
         progress.line(&format!("bench: {m}"));
         progress.message(m.to_string());
@@ -651,7 +651,7 @@ mod tests {
         let block = out.split("TARGETS").nth(1).unwrap();
         assert_eq!(
             block.lines().filter(|l| !l.trim().is_empty()).count(),
-            1 + crate::bench::TARGETS.len()
+            1 + crate::bench::targets::TARGETS.len()
         );
         assert!(block.contains("skiplock / graphile (batched)") && block.contains("0.70×"));
         assert!(

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::chaos::{self, ChaosConfig, cluster::PrivateCluster, record::Record};
-use crate::config::{self, QueueSettings, parse_duration};
-use crate::worker::{Worker, shutdown};
+use skiplock::config::{self, QueueSettings, parse_duration};
+use skiplock::worker::{Worker, shutdown};
 
 /// `skiplock chaos` flags.
 #[derive(Debug, Args)]
@@ -57,7 +57,7 @@ pub struct ChaosArgs {
 
 /// Runs the chaos scenario and prints the summary line; fails unless it is OK.
 pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
-    use super::check_flag;
+    use skiplock::cli::check_flag;
     check_flag("--jobs", a.jobs.into(), 1, 10_000_000)?;
     check_flag("--workers", a.workers as i128, 1, 64)?;
     check_flag("--kills", a.kills as i128, 0, 100_000)?;
@@ -65,8 +65,8 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
     check_flag("--max-connections", a.max_connections.into(), 2, 1000)?;
     check_flag("--work-ms", a.work_ms.into(), 0, 60_000)?;
     let d = std::time::Duration::from_secs;
-    super::check_duration_flag("--rescue-after", a.rescue_after, d(1), d(86_400))?;
-    super::check_duration_flag("--deadline", a.deadline, d(1), d(7 * 86_400))?;
+    skiplock::cli::check_duration_flag("--rescue-after", a.rescue_after, d(1), d(86_400))?;
+    skiplock::cli::check_duration_flag("--deadline", a.deadline, d(1), d(7 * 86_400))?;
     let mut cfg = ChaosConfig::new(a.jobs, std::env::current_exe()?);
     cfg.workers = a.workers.max(1);
     cfg.kills = a.kills;
@@ -85,12 +85,12 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
     cfg.rescue_after = a.rescue_after;
     cfg.deadline = a.deadline;
     cfg.log_dir = a.log_dir;
-    cfg.progress = crate::progress::Progress::bar(a.jobs, "chaos: jobs recorded");
+    cfg.progress = skiplock::progress::Progress::bar(a.jobs, "chaos: jobs recorded");
     let report = if a.pg_restart {
         let cluster = tokio::task::spawn_blocking(PrivateCluster::start).await??;
         tracing::info!(dir = %cluster.path().display(), "private Postgres cluster started");
-        let admin = crate::db::connect(&cluster.url("postgres"), 1).await?;
-        crate::store::chaos::create_database(&admin, "skiplock_chaos").await?;
+        let admin = skiplock::db::connect(&cluster.url("postgres"), 1).await?;
+        crate::chaos::store::create_database(&admin, "skiplock_chaos").await?;
         admin.close().await;
         chaos::run(&cfg, &cluster.url("skiplock_chaos"), Some(&cluster)).await?
     } else {
@@ -113,9 +113,10 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
 /// A worker with only the `chaos_record` handler, settings from the environment.
 pub async fn worker(url: Option<&str>) -> anyhow::Result<()> {
     let settings = QueueSettings::from_env()?;
-    let pool = crate::db::session::handler_pool(&config::database_url(url)?, &settings)?;
+    let pool = skiplock::db::handler_pool(&config::database_url(url)?, &settings)?;
     // Only the chaos jobs (the driver counts every row of skiplock.jobs): no maintenance.
-    let worker = Worker::builder(pool, settings)
+    let worker = Worker::builder(pool)
+        .settings(settings)
         .without_maintenance()
         .register(Record)
         .build();
