@@ -1,4 +1,4 @@
--- The packet pipeline (issue 5): packets of scanned frames, processed by machine, then
+-- The packet pipeline (docs/packets.md): packets of scanned frames, processed by machine, then
 -- checked by an operator. The state machine itself (which changes of `state` are allowed)
 -- is enforced by a trigger installed from sql/api/40_packets.sql.
 

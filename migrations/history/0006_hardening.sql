@@ -1,4 +1,4 @@
--- Hardening (issue 11), the schema side: times, reserved keys, coordination rows, limits.
+-- Hardening (docs/security.md), the schema side: times, reserved keys, coordination rows, limits.
 -- Runs on a fresh database and on one migrated by an earlier release: it first repairs rows
 -- an old database may hold (each repair says what it does and why), then adds the
 -- constraints that make such rows impossible from now on.
@@ -35,7 +35,7 @@ $$;
 -- on, sql/api/10_core.sql). Earlier releases let any enqueuer take them: a waiting job that
 -- holds one with another kind or queue, or with args that do not match its key, was put
 -- there by a caller, not by the workflow. It is cancelled, with the reason in its errors, so
--- the workflow can use its key again (issue 11: squatted keys stopped worker start-up and
+-- the workflow can use its key again (docs/security.md: squatted keys stopped worker start-up and
 -- blocked packet submissions; `replace` steered pending fetches and pack timers).
 UPDATE skiplock.jobs j
 SET state = 'cancelled',

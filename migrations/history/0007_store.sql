@@ -1,4 +1,4 @@
--- The store layer (issue 12): enum types the SQL API answers with instead of strings, and
+-- The store layer (src/store/mod.rs): enum types the SQL API answers with instead of strings, and
 -- the record of which SQL API version `skiplock migrate` installed.
 
 -- How skiplock._packet_start answered (it returned 'started' / 'busy' / 'stale:<state>' /

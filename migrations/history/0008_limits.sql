@@ -1,4 +1,4 @@
--- Limits at claim time and queue pause/resume (issue 14, issue 15 "queue control").
+-- Limits at claim time and queue pause/resume (docs/concepts.md, "Limits and pause").
 -- A queue with no row here is unlimited and unpaused: its producers keep the plain claim
 -- (sql/queue/claim.sql checks only that no row exists). A row is deleted again once nothing
 -- in it is set (skiplock._queue_tidy), so "has a row" means "is controlled".

@@ -1,4 +1,4 @@
--- Less write per job (issue 13).
+-- Less write per job (docs/performance.md).
 --
 -- The running index covered heartbeat_at, so every heartbeat of every running job was a
 -- non-HOT update: a new heap tuple on any page plus an entry in the primary key and in this

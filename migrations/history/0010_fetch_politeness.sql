@@ -1,4 +1,4 @@
--- Fetch politeness becomes the fetch queue's per-host rate limit (issue 14): fetch jobs carry
+-- Fetch politeness becomes the fetch queue's per-host rate limit (docs/fetch.md): fetch jobs carry
 -- their host key as limit_key (skiplock._request_fetch sets it from now on). Pending fetch
 -- jobs of an older release get theirs here; the host key is the normalised URL's authority,
 -- as skiplock._url_host_key computes it (sql/api/20_fetch.sql).

@@ -1,4 +1,4 @@
--- One index fewer on the claim path (issue 13).
+-- One index fewer on the claim path (docs/internals.md).
 --
 -- A claim moves a row to `running`, a non-HOT update that inserts the new version into every
 -- index whose predicate it matches: the primary key, the running index on attempted_by

@@ -35,8 +35,41 @@ use super::{Executor, Pool, sql};
 use crate::error::{Error, Result, SchemaMismatch};
 
 /// The migrations of releases up to SQL API 7 (one history for every table): run only on a
-/// database one of them migrated ([`migrate`]).
+/// database one of them migrated ([`migrate`]). Read through [`history`].
 static HISTORY: Migrator = sqlx::migrate!("./migrations/history");
+
+/// History files whose comments were reworded after the releases that applied them (their
+/// statements are unchanged; `history_rewording_changed_only_comments` checks it): the version,
+/// the sqlx checksum (SHA-384) of the text those releases applied, and the SHA-256 of that
+/// text's statements (every line that is not a `--` comment).
+const REWORDED_HISTORY: &[(i64, &str, &str)] = &[
+    (4, "ff5ae408365421039084ec4c71de7e1471bcae527185c8f55dfcc0896bed8c1b5ef9289df216ab209b821fc9f3667ace", "cfc312aa44f76b5b23b6237e14822db42ede2a846dd7eaa5ae787750d92276dd"),
+    (6, "6301bd47f963035a817a964f6b3edae1488068b35078991973aede55d4b1678a76f7d9191eb89ab5640b243b52422450", "77fbb36acc1ad6d727674c642b93ef65de8e5cab5defb1c36037e41896ca8fc9"),
+    (7, "a6b14fa62914675ee435ed321e31d7f5aaeb110243c5e062d1b6adef99b9bd757c6e52cf27bd29c2e82958578f4230ae", "8dce1d6a18aaed5553ab6335e6122dbe037e98e74aaf731dec16f98c66c21d01"),
+    (8, "2972896a0b6635abbbe6ec6d80939fdbbe9442d5674c69e830516d3cfc31630cb27464cb635eef0423939f564ceb4641", "ce16a0420bd12630e23e0ef2426ee9bd1715c58442f1a2330b343b9fbc610e98"),
+    (9, "6582e54e7d2c67b4306add6208964c4a223de0bc463194788ce54b5fb90abf68aa2db3bd15efcf7493c24ab841306c4c", "75a941d3ae12dbbf1a58fa77c92a74b95601b2ecbce30f3b3f8319fee528dbcb"),
+    (10, "21d5b8f772ac0b4627d99f89d3d24c077488ae18a41ef3e14048fb31761499a91e421dcd9b52a22d53245bef95cbb676", "28a9f2b79cb4ade6477d5405b63c12fdd63c1456abb4a71865760ed2148a7e72"),
+    (11, "d26960acb74c9f7dac46a9a891112bcae920e36469dba9dfc8ec3c695d88b80384234bfac3a12e94581e59ead7f150a6", "0f98c648f6890768c2ff186c7df50538be36d8128e481dbfb25bc6cb44fcb2f5"),
+];
+
+/// The history as the releases applied it: a reworded file keeps the checksum those releases
+/// recorded, so sqlx still validates the databases they migrated.
+fn history() -> Migrator {
+    let migrations = HISTORY
+        .migrations
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            if let Some((_, applied, _)) = REWORDED_HISTORY.iter().find(|r| r.0 == m.version) {
+                if let Ok(sum) = hex::decode(applied) {
+                    m.checksum = sum.into();
+                }
+            }
+            m
+        })
+        .collect();
+    Migrator::with_migrations(migrations)
+}
 
 static CORE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/core");
 #[cfg(feature = "fetch")]
@@ -234,7 +267,7 @@ pub fn api_files() -> Vec<(&'static str, &'static str, &'static str)> {
 /// (versions and sqlx checksums), hex.
 pub fn api_hash() -> String {
     static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HASH.get_or_init(|| hash_of("core", &[&HISTORY, &CORE_MIGRATIONS]))
+    HASH.get_or_init(|| hash_of("core", &[&history(), &CORE_MIGRATIONS]))
         .clone()
 }
 
@@ -345,7 +378,7 @@ pub async fn migrate_parts(pool: &Pool, parts: &[&'static Part]) -> Result<()> {
         .fetch_one(pool)
         .await?;
     if history {
-        let mut h = Migrator::with_migrations(HISTORY.migrations.to_vec());
+        let mut h = self::history();
         h.set_ignore_missing(true);
         h.run(pool).await?;
     }
@@ -532,6 +565,28 @@ pub async fn moved_after_beat(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn history_rewording_changed_only_comments() {
+        for m in HISTORY.migrations.iter() {
+            let Some((_, _, statements)) = REWORDED_HISTORY.iter().find(|r| r.0 == m.version)
+            else {
+                continue;
+            };
+            let text: Vec<&str> = m
+                .sql
+                .as_str()
+                .split('\n')
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect();
+            let actual = hex::encode(Sha256::digest(text.join("\n").as_bytes()));
+            assert_eq!(&actual, statements, "history migration {} changed", m.version);
+        }
+        assert_eq!(
+            history().iter().filter(|m| REWORDED_HISTORY.iter().any(|r| r.0 == m.version)).count(),
+            REWORDED_HISTORY.len()
+        );
+    }
 
     #[test]
     fn the_recorded_hash_is_the_hash_of_the_api_files() {
