@@ -11,6 +11,8 @@ use tracing_subscriber::EnvFilter;
 // The dev tools are modules of the binary, not of the library: `skiplock bench` and the
 // fault-injection run (`scripts/chaos`). tests/bench.rs and tests/faults.rs compile the same
 // files (`#[path]`).
+#[macro_use]
+mod sql_text;
 #[cfg(all(feature = "fetch", feature = "http"))]
 mod bench;
 mod chaos;

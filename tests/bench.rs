@@ -6,6 +6,9 @@
 
 mod support;
 // The benchmark is a module of the binary (src/main.rs), compiled here too.
+#[macro_use]
+#[path = "../src/sql_text.rs"]
+mod sql_text;
 #[allow(dead_code)]
 #[path = "../src/bench/mod.rs"]
 mod bench;

@@ -5,6 +5,9 @@
 
 mod support;
 // The fault-injection driver is a module of the binary (src/main.rs), compiled here too.
+#[macro_use]
+#[path = "../src/sql_text.rs"]
+mod sql_text;
 #[allow(dead_code)]
 #[path = "../src/chaos/mod.rs"]
 mod chaos;

@@ -8,20 +8,9 @@
 //! The worker processes are `skiplock chaos-worker` (a hidden subcommand: the normal worker
 //! runtime with only the [`record::Record`] handler), so the faults hit the real binary.
 
-/// The text of `sql/{area}/{name}.sql`, compiled in: this tool's statements live beside the
-/// queue's, in `sql/`, and it runs them on its own connections (it is not part of the library).
-macro_rules! sql {
-    ($area:literal, $name:literal) => {
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/sql/",
-            $area,
-            "/",
-            $name,
-            ".sql"
-        ))
-    };
-}
+// This tool's statements live beside the queue's, in `sql/` (`sql!`, src/sql_text.rs, loaded
+// by the crate that includes this module), and it runs them on its own connections: it is
+// not part of the library.
 
 pub mod cluster;
 pub mod command;

@@ -55,17 +55,6 @@ pub type Transaction<'c> = sqlx::Transaction<'c, sqlx::Postgres>;
 /// Anything a statement can run on: `&Pool`, `&mut *tx`, `&mut Connection`.
 pub use sqlx::PgExecutor as Executor;
 
-/// The text of statement `sql/<area>/<name>.sql`, embedded at build time.
-macro_rules! sql {
-    ($area:literal, $name:literal) => {
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/sql/",
-            $area,
-            "/",
-            $name,
-            ".sql"
-        ))
-    };
-}
-pub(crate) use sql;
+#[path = "../sql_text.rs"]
+mod sql_text;
+pub(crate) use sql_text::sql;

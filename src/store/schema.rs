@@ -60,10 +60,10 @@ fn history() -> Migrator {
         .iter()
         .map(|m| {
             let mut m = m.clone();
-            if let Some((_, applied, _)) = REWORDED_HISTORY.iter().find(|r| r.0 == m.version) {
-                if let Ok(sum) = hex::decode(applied) {
-                    m.checksum = sum.into();
-                }
+            if let Some((_, applied, _)) = REWORDED_HISTORY.iter().find(|r| r.0 == m.version)
+                && let Ok(sum) = hex::decode(applied)
+            {
+                m.checksum = sum.into();
             }
             m
         })
