@@ -434,12 +434,12 @@ pub fn database_url(flag: Option<&str>) -> Result<String> {
 }
 
 /// Removes the passwords (userinfo and `?password=`) from a database URL so it can be
-/// logged or printed; see [`crate::redact::redact_url`].
+/// logged or printed; see `crate::redact::redact_url`.
 pub fn redact_url(url: &str) -> String {
     crate::redact::redact_url(url)
 }
 
-/// Session limits of a worker's connections (applied by [`crate::db::session`]; a plain
+/// Session limits of a worker's connections (applied by `crate::db::session`; a plain
 /// value here so that settings do not depend on the code that connects).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionLimits {

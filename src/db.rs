@@ -1,6 +1,6 @@
 //! Connecting to Postgres with errors that name the problem and never the password.
 //! One-shot commands use [`connect`] (fails fast, clear error); worker processes use
-//! [`session`] (lazy pools, session limits, read-only refusal, waiting out outages).
+//! `session` (lazy pools, session limits, read-only refusal, waiting out outages).
 
 internal_mod!(checkout);
 internal_mod!(console);
@@ -70,13 +70,13 @@ pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
 }
 
 /// Replaces the URL's passwords (userinfo and query), and every password registered with
-/// [`crate::redact::register_url`], wherever they appear in `text`, with `***`.
+/// `crate::redact::register_url`, wherever they appear in `text`, with `***`.
 pub fn scrub(text: &str, url: &str) -> String {
     crate::redact::scrub(&crate::redact::scrub_with(text, url))
 }
 
 /// A pool of at most `max_connections` to `url`, without the probe or the session limits
-/// of [`connect`] and [`session`] (the dev tools: the benchmark and chaos runs).
+/// of [`connect`] and `session` (the dev tools: the benchmark and chaos runs).
 pub async fn pool(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<PgPool> {
     let opts = parse_url(url)?;
     Ok(checkout::pool_options()

@@ -19,7 +19,7 @@ pub enum Error {
     #[error("the database is not migrated ({0}); run `skiplock migrate` first")]
     NotMigrated(String),
     /// The database's SQL API is not the one this binary was built for (see
-    /// [`crate::store::schema`]): refused at start by every worker and CLI command, and by
+    /// `crate::store::schema`): refused at start by every worker and CLI command, and by
     /// `migrate` when the database is newer (no downgrades).
     #[error("{0}")]
     Schema(SchemaMismatch),
@@ -60,7 +60,7 @@ pub enum Error {
 // this error's message, and marking them as its source too would print it again in every
 // error chain (`error: database error: X: X: X`).
 /// Why a database's skiplock schema does not match this binary (its SQL API version is
-/// [`crate::store::schema::API_VERSION`]).
+/// `crate::store::schema::API_VERSION`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SchemaMismatch {
     /// The database's API is older (version 0: none recorded, e.g. release 0.1.0):

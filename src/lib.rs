@@ -8,12 +8,12 @@
 //! (in your transaction or on a pool), `Worker::builder(pool).settings(settings).register_typed(f)`
 //! runs it, with the rescuer, reaper, retention and periodic scheduler installed by default.
 //!
-//! Layout: [`store`] (every SQL statement, the versioned SQL API, typed rows and errors),
+//! Layout: `store` (every SQL statement, the versioned SQL API, typed rows and errors),
 //! [`queue`] (the job data model, typed jobs and the retry policy), [`worker`] (the pool that
 //! runs jobs: builder, lifecycle phases, runtime tasks, and under it [`maintenance`]: reaper,
-//! retention, periodic jobs), [`workflows`] (built-in handlers registered exactly as a user's
+//! retention, periodic jobs), `workflows` (built-in handlers registered exactly as a user's
 //! would be), [`config`] (settings as values; the environment is read only at the edge),
-//! [`cli`] (the `skiplock` command).
+//! `cli` (the `skiplock` command).
 
 /// Declares a module of the runtime's inside: crate-private, and public only with the
 /// `internals` feature, which this crate's own tests enable (Cargo.toml) so they can reach

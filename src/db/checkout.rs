@@ -34,9 +34,9 @@ pub async fn check(conn: &mut PgConnection, meta: &PoolConnectionMetadata) -> sq
 }
 
 /// Pool options with the checkout of this module instead of sqlx's ping before every use, and
-/// `TCP_NODELAY` on new connections ([`super::nodelay`]). A pool that needs its own
+/// `TCP_NODELAY` on new connections (`super::nodelay`). A pool that needs its own
 /// `before_acquire` or `after_connect` (the worker sessions') replaces them and calls
-/// [`check`] and [`super::nodelay::set`] in its own.
+/// `check` and `super::nodelay::set` in its own.
 pub fn pool_options() -> PgPoolOptions {
     PgPoolOptions::new()
         .test_before_acquire(false)

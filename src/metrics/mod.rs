@@ -3,8 +3,8 @@
 //! install its own), and what a scrape reads from the database (queue depth, packets).
 //!
 //! - `skiplock worker` with `SKIPLOCK_METRICS_LISTEN` installs the Prometheus recorder
-//!   ([`install`]) and serves `/metrics` ([`serve`]): the process's counters and
-//!   histograms, then the database's view ([`render`]).
+//!   (`install`) and serves `/metrics` (`serve`): the process's counters and
+//!   histograms, then the database's view (`render`).
 //! - `skiplock web` serves `/metrics` behind the console's auth: the database's view only
 //!   (the console runs no jobs).
 //!

@@ -173,7 +173,7 @@ pub fn check_nul(
 
 /// Refuses a unique key in a reserved namespace, naming the prefix and what to use, before the
 /// round trip (`skiplock._reserved_key_prefix`, built by `sql/api/80_reserved.sql`, is the
-/// rule the database enforces; [`reserved_key_prefix`] its twin for the parts this program
+/// rule the database enforces; `reserved_key_prefix` its twin for the parts this program
 /// has): a generic enqueue may not create or replace such a key, so no caller can squat or
 /// steer a workflow's job.
 pub fn check_key(key: Option<&str>) -> Result<()> {
@@ -188,7 +188,7 @@ pub fn check_key(key: Option<&str>) -> Result<()> {
 
 /// Refuses a job of a queue or kind reserved to skiplock's own functions, naming the function
 /// to use, before the round trip (`skiplock._reserved_job`, built by `sql/api/80_reserved.sql`,
-/// is the rule the database enforces; [`reserved_job`] its twin): the built-in workflows'
+/// is the rule the database enforces; `reserved_job` its twin): the built-in workflows'
 /// queues and kinds, and the `skiplock.` queues of the maintenance jobs.
 pub fn check_reserved_job(kind: &str, queue: &str) -> Result<()> {
     match reserved_job(kind, queue) {

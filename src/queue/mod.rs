@@ -1,6 +1,6 @@
 //! The queue's data model: a job's states, the job as a worker and as an operator sees it,
 //! a job to enqueue (with its validation), and the pure retry policy ([`backoff`]). The
-//! statements that move jobs through their states are in [`crate::store`] (enqueue:
+//! statements that move jobs through their states are in `crate::store` (enqueue:
 //! [`crate::store::jobs::enqueue`]).
 //!
 //! States: `available` → `running` → `completed` | `discarded` | `cancelled`, and back to
@@ -122,7 +122,7 @@ pub struct Enqueued {
     pub outcome: EnqueueOutcome,
 }
 
-/// A job as a worker sees it after claiming it (read by [`crate::store::claim::claim`]).
+/// A job as a worker sees it after claiming it (read by `crate::store::claim::claim`).
 #[derive(Debug, Clone)]
 pub struct Job {
     /// Row id.
@@ -149,7 +149,7 @@ pub struct Job {
 }
 
 /// A whole job row, for operators (`skiplock job`, `skiplock jobs`; read by
-/// [`crate::store::jobs::get_job`] and [`crate::store::jobs::list_jobs`]).
+/// `crate::store::jobs::get_job` and `crate::store::jobs::list_jobs`).
 #[derive(Debug, Clone, Serialize)]
 pub struct JobRow {
     /// Row id.

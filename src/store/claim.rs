@@ -169,7 +169,7 @@ pub async fn has_claimable<'e, E: Executor<'e>>(
         .await?)
 }
 
-/// The columns `sql/queue/claim.sql` returns; times through [`DbTime`] so none can panic.
+/// The columns `sql/queue/claim.sql` returns; times through `DbTime` so none can panic.
 impl<'r> sqlx::FromRow<'r, PgRow> for Job {
     fn from_row(r: &'r PgRow) -> std::result::Result<Self, sqlx::Error> {
         Ok(Job {

@@ -89,7 +89,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .await?)
 }
 
-/// Filters for [`list_jobs`].
+/// Filters for `list_jobs`.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
     /// Only this state.
@@ -188,7 +188,7 @@ pub async fn live_workers<'e, E: Executor<'e>>(exec: E, live_secs: f64) -> Resul
         .await?)
 }
 
-/// The columns of `sql/queue/get_job.sql` and `list_jobs.sql`; times through [`DbTime`] so
+/// The columns of `sql/queue/get_job.sql` and `list_jobs.sql`; times through `DbTime` so
 /// none can panic.
 impl<'r> sqlx::FromRow<'r, PgRow> for JobRow {
     fn from_row(r: &'r PgRow) -> std::result::Result<Self, sqlx::Error> {

@@ -356,7 +356,7 @@ pub fn check_version(info: Option<&SchemaInfo>, binary: u32, hash: &str) -> Resu
 
 /// Applies the migrations of every part this program has and (re)installs their SQL API,
 /// under an advisory lock so several processes may migrate at once, then records the core's
-/// [`API_VERSION`] and each workflow part's hash. Refuses (before changing anything) a
+/// `API_VERSION` and each workflow part's hash. Refuses (before changing anything) a
 /// database migrated by a newer skiplock. A part the program lacks is left as it is.
 pub async fn migrate(pool: &Pool) -> Result<()> {
     migrate_parts(pool, &parts()).await

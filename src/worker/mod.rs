@@ -5,8 +5,8 @@
 //! Where things are: [`WorkerBuilder`] (`builder.rs`: handlers, services, and the
 //! maintenance installed by default), [`Worker`]'s lifecycle in three phases (`lifecycle.rs`:
 //! [`Worker::start`] → [`Started::wait`] → [`Started::shutdown`]; [`Worker::run`] does all
-//! three), the contracts others build on ([`handler`], [`outcome`], [`service`]), the runtime
-//! tasks (`producer`, `acks`, `heartbeat`, `listener`, [`rescuer`], …) and
+//! three), the contracts others build on (`handler`, `outcome`, `service`), the runtime
+//! tasks (`producer`, `acks`, `heartbeat`, `listener`, `rescuer`, …) and
 //! [`maintenance`] (reaper, retention, periodic jobs), which depends on those contracts only.
 //!
 //! Two pools: the handlers' (the one given to [`Worker::builder`], handed to handlers as

@@ -5,7 +5,7 @@
 //! once per `SKIPLOCK_REAPER_INTERVAL` across all processes by the scheduler, run by
 //! whichever worker claims them, each run is a row with its result. [`parts`] builds their
 //! handlers together with the scheduler that enqueues them, so no worker declares a kind it
-//! cannot run. The rescuer is part of the worker runtime itself ([`rescuer`]).
+//! cannot run. The rescuer is part of the worker runtime itself (`rescuer`).
 //!
 //! This module depends on the worker's handler and service contracts; the worker's builder
 //! depends on it (to install it), and nothing in it reaches back into the builder.

@@ -6,7 +6,7 @@
 //! reaper").
 //!
 //! It runs as a periodic job of kind [`KIND`] (`reap`), declared by every worker that
-//! registers the maintenance jobs ([`super::register_all`]) and enqueued once per
+//! registers the maintenance jobs (`super::register_all`) and enqueued once per
 //! `SKIPLOCK_REAPER_INTERVAL` across all processes, so each run is a row an operator can read
 //! with psql: its `result` says what it did ([`ReapRun`]). The [`Reaper`] is the handler. It
 //! remembers when it was built (the process's start, in memory) and, until this process has
@@ -214,7 +214,7 @@ impl Reaper {
     }
 
     /// One run: warns about key periods longer than the maximum age (once per queue and
-    /// period, [`warn_long_key_periods`]), then discards too-old jobs in batches of [`BATCH`]
+    /// period, `warn_long_key_periods`), then discards too-old jobs in batches of [`BATCH`]
     /// (at most [`MAX_BATCHES`]), never job `spare` (the `reap` job running it). Reads no job
     /// while the uptime guard holds.
     pub async fn reap_with(&self, pool: &Pool, spare: Option<i64>) -> Result<ReapRun> {
