@@ -514,15 +514,17 @@ $$;
 -- job between this statement's start and its row lock (an operator's cancel at that instant),
 -- the older one is still cancelled as superseded by it (it names the job, so it can be retried).
 --
--- A function, with sequential scans off while its statement is planned: its plan is kept from
--- its first calls, and one made while the table was nearly empty (a new database) would scan
--- the whole table for every batch once it had grown (the same for skiplock._heartbeat and
--- skiplock._claim).
+-- A function whose statement is planned anew at every call (plan_cache_mode): a plan kept from
+-- its first calls, made while the table was nearly empty (a new database), would scan the whole
+-- table for every batch once it had grown. Not by turning sequential scans off, as
+-- skiplock._claim and skiplock._heartbeat do: under a queue concurrency limit that made every
+-- ack batch cost several times more (the bench's drain under a limit that never binds fell
+-- from 0.9 to 0.4 of the plain drain, docs/performance.md); one planning per batch costs less.
 CREATE OR REPLACE FUNCTION skiplock._ack(ids bigint[], attempts integer[], states skiplock.job_state[],
                                          times timestamptz[], give_backs boolean[], errs text[],
                                          results jsonb[])
 RETURNS TABLE (id bigint)
-SET enable_seqscan = off
+SET plan_cache_mode = force_custom_plan
 LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY

@@ -202,7 +202,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // controlled queue). Workers of version 7 stop on the schema change.
     (
         8,
-        "d0b36482337f7117cc6747938fb3a8c7f04be90b50ef23d3f9982b271e4c9b9c",
+        "dafc54d3d52851d4e78e3e73ae369829ca03f03aa4fda0f86df5c37ff7ac988d",
     ),
 ];
 
