@@ -439,18 +439,21 @@ async fn apalis_jobs_of_a_sigkilled_process_are_rescued_and_finished() {
         0..5,
     )
     .await;
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "apalis_child_process",
-            "--nocapture",
-        ])
-        .env("SKIPLOCK_APALIS_CHILD_URL", &db.url)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    // Killed on drop too: a failing assertion leaves no child holding the test's output.
+    let mut child = KillOnDrop(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "apalis_child_process",
+                "--nocapture",
+            ])
+            .env("SKIPLOCK_APALIS_CHILD_URL", &db.url)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     // Every job held by the child, and heartbeated by it at least once.
     wait_for(
         "the child to run all five jobs",
@@ -466,8 +469,8 @@ async fn apalis_jobs_of_a_sigkilled_process_are_rescued_and_finished() {
         },
     )
     .await;
-    sigkill(&child);
-    let _ = child.wait();
+    sigkill(&child.0);
+    let _ = child.0.wait();
     assert_eq!(
         count_state(&db.pool, "running").await,
         5,
@@ -627,6 +630,56 @@ async fn hang_and_count_drops(
     Ok(())
 }
 
+/// The worker's job timeout (`SKIPLOCK_JOB_TIMEOUT`) holds for apalis handlers as for native
+/// ones: the handler's future is dropped and the attempt fails with the timeout recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apalis_handler_past_the_job_timeout_is_stopped_and_its_attempt_fails() {
+    let db = TestDb::new().await;
+    let storage =
+        SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-timeout").settings(QueueSettings {
+            job_timeout: Duration::from_millis(300),
+            ..settings()
+        });
+    let id = storage
+        .enqueue(
+            &Work {
+                n: 1,
+                mode: String::new(),
+            },
+            &JobOptions::new().max_attempts(1),
+        )
+        .await
+        .unwrap();
+    let dropped = Arc::new(Mutex::new(0usize));
+    let ctx = WorkerContext::new("apalis-timeout");
+    let handle = spawn(
+        WorkerBuilder::new(&ctx)
+            .backend(storage)
+            .data(dropped.clone())
+            .build(hang_and_count_drops)
+            .run(),
+    );
+    let r = wait_job(&db.pool, id, "the job to time out", |r| {
+        r.state.as_str() == "discarded"
+    })
+    .await;
+    assert!(
+        r.errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 300ms"),
+        "{}",
+        r.errors
+    );
+    wait_for(
+        "the handler to be stopped",
+        Duration::from_secs(60),
+        || async { (*dropped.lock().unwrap() == 1).then_some(()) },
+    )
+    .await;
+    stop(&ctx, handle).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_running_apalis_job_stops_its_handler_and_the_worker_goes_on() {
     let db = TestDb::new().await;
@@ -745,8 +798,7 @@ async fn bad_options_and_an_unmigrated_database_stop_the_apalis_worker_with_a_cl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_apalis_worker_puts_back_what_it_never_started_and_its_running_jobs_are_rescued()
-{
+async fn a_dropped_apalis_worker_still_puts_back_everything_it_held() {
     let db = TestDb::new().await;
     let storage = SkiplockStorage::<Work>::new(db.pool.clone(), "apalis-drop")
         .settings(settings())
@@ -764,40 +816,45 @@ async fn a_dropped_apalis_worker_puts_back_what_it_never_started_and_its_running
         (count_state(&db.pool, "running").await == 5).then_some(())
     })
     .await;
-    // Dropped, not stopped: no grace, no poll_close.
+    // Dropped, not stopped: no poll_close. The storage's runtime shuts down all the same.
     handle.abort();
     let _ = handle.await;
     wait_for(
-        "the three waiting jobs back",
+        "all five back and the worker's row gone",
         Duration::from_secs(60),
         || async {
-            (count(
-                &db.pool,
-                "SELECT count(*) FROM skiplock.jobs WHERE state = 'available' AND attempt = 0",
-            )
-            .await
-                == 3)
-                .then_some(())
+            let back = count_state(&db.pool, "available").await == 5;
+            let gone = count(&db.pool, "SELECT count(*) FROM skiplock.workers").await == 0;
+            (back && gone).then_some(())
         },
     )
     .await;
-    // The two whose handlers were dropped mid-run are left to the rescuer.
-    let running: Vec<i64> =
-        sqlx::query_scalar("SELECT id FROM skiplock.jobs WHERE state = 'running'")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
-    assert_eq!(running.len(), 2);
-    for id in running {
-        rescue_now(&db.pool, id).await;
-    }
-    assert_eq!(count_state(&db.pool, "available").await, 5);
+    // The three apalis never started go back as they were; the two it dropped mid-run used
+    // up their attempt, with what happened in `errors` (retried after the backoff).
+    let rows: Vec<(i32, Option<String>)> = sqlx::query_as(
+        "SELECT attempt, errors->-1->>'error' FROM skiplock.jobs ORDER BY attempt, id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let dropped = Some("apalis dropped the handler's future before it finished".to_string());
+    assert_eq!(
+        rows,
+        vec![
+            (0, None),
+            (0, None),
+            (0, None),
+            (1, dropped.clone()),
+            (1, dropped)
+        ]
+    );
 }
 
 /// An apalis worker on `SkiplockStorage` checks the schema at every heartbeat too: once
 /// another release migrated it (its record, written here by hand), it claims nothing more
 /// with this release's statements: its job stream ends and apalis closes the storage, which
-/// puts back what it held and removes its row. Until then it runs what comes.
+/// puts back what it held and removes its row, and the worker ends with the schema error.
+/// Until then it runs what comes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apalis_worker_stops_once_another_release_migrated_the_schema() {
     let db = TestDb::new().await;
@@ -843,7 +900,16 @@ async fn an_apalis_worker_stops_once_another_release_migrated_the_schema() {
     .unwrap();
     assert_eq!(states, vec!["completed", "available"]);
     assert_eq!(seen.lock().unwrap().len(), 1);
-    stop(&ctx, handle).await;
+    // The worker ends by itself, saying why, as a native worker's `run` does.
+    let e = tokio::time::timeout(Duration::from_secs(120), handle)
+        .await
+        .expect("the apalis worker ends by itself")
+        .expect("the apalis worker task does not panic")
+        .expect_err("the apalis worker reports the schema change");
+    assert!(
+        e.to_string().contains("migrated by a newer skiplock"),
+        "{e}"
+    );
 }
 
 type InFlight = Arc<Mutex<(usize, usize)>>;

@@ -1,16 +1,15 @@
 //! The tower layer a [`super::SkiplockStorage`] gives its apalis worker. apalis puts it
 //! outside the user's middleware, so it sees each task's final result (after the user's
-//! retries, timeouts and the like) and turns it into a skiplock ack: `Ok` completes, an
-//! error retries with skiplock's backoff (discarded after `max_attempts`), an `AbortError`
-//! discards at once, a panic is an error. It also stops a handler whose job was taken away,
-//! and one still running `shutdown_grace` after apalis began shutting down (its job goes
-//! back without using up the attempt).
+//! retries, timeouts and the like) and reports it to the native worker that claimed the job
+//! (src/apalis/handoff.rs): `Ok` completes, an error retries with skiplock's backoff
+//! (discarded after `max_attempts`), an `AbortError` discards at once, a panic is an error.
+//! When the native side stops waiting (the job was taken away, timed out, or still ran when
+//! the shutdown grace ran out), it drops the user's future.
 
 use std::error::Error as StdError;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use apalis_core::error::{AbortError, BoxDynError};
@@ -20,38 +19,26 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::SkiplockJob;
-use super::engine::Engine;
-use crate::worker::outcome::{Attempt, JobError, Outcome};
+use super::handoff::{Ended, Handoff};
+use crate::worker::outcome::{JobError, Outcome};
 
-/// Adds skiplock's acknowledgements to an apalis worker's service stack.
-#[derive(Clone)]
+/// Reports each task's result to skiplock's worker.
+#[derive(Clone, Debug, Default)]
 pub struct SkiplockLayer {
-    pub(crate) engine: Arc<Engine>,
-}
-
-impl std::fmt::Debug for SkiplockLayer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SkiplockLayer")
-            .field("worker", &self.engine.worker_id)
-            .finish()
-    }
+    _private: (),
 }
 
 impl<S> Layer<S> for SkiplockLayer {
     type Service = SkiplockService<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        SkiplockService {
-            inner,
-            engine: self.engine.clone(),
-        }
+        SkiplockService { inner }
     }
 }
 
 /// The service [`SkiplockLayer`] wraps around the worker's stack.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SkiplockService<S> {
     inner: S,
-    engine: Arc<Engine>,
 }
 
 /// Whether `e`, or any error in its source chain, is apalis's [`AbortError`].
@@ -97,42 +84,37 @@ where
     }
 
     fn call(&mut self, task: Task<Args>) -> Self::Future {
-        let job = task.data().get::<SkiplockJob>().cloned();
-        let engine = self.engine.clone();
+        let handoff = task.data().get::<Handoff>().cloned();
+        let id = task.data().get::<SkiplockJob>().map(|j| j.id);
         let fut = self.inner.call(task);
         Box::pin(async move {
-            let Some(job) = job else {
+            let (Some(handoff), Some(id)) = (handoff, id) else {
                 // Not one of ours (cannot happen with SkiplockStorage as the backend).
                 return fut.await.map_err(Into::into);
             };
-            let Some(lost) = engine.lost_token(job.id) else {
-                return Err(format!("job {} is no longer held by this worker", job.id).into());
+            let Some(mut report) = handoff.start() else {
+                return Err(format!(
+                    "job {id} went back to the queue before apalis started it; not run"
+                )
+                .into());
             };
-            let grace = engine.opts.settings.shutdown_grace;
-            let shutdown = engine.shutdown.clone();
-            let cut = async move {
-                shutdown.cancelled().await;
-                tokio::time::sleep(grace).await;
-            };
-            enum End<T> {
-                Ran(std::thread::Result<T>),
-                Lost,
-                Released,
-            }
             let end = tokio::select! {
                 biased;
-                r = AssertUnwindSafe(fut).catch_unwind() => End::Ran(r),
-                _ = lost.cancelled() => End::Lost,
-                _ = cut => End::Released,
+                r = AssertUnwindSafe(fut).catch_unwind() => r,
+                _ = report.closed() => {
+                    return Err(format!(
+                        "job {id} is no longer this worker's (cancelled, rescued, timed out, or \
+                         put back at shutdown); its handler was stopped"
+                    )
+                    .into());
+                }
             };
-            let ack =
-                |result: Attempt| engine.decide(job.id, job.attempt, job.max_attempts, result);
             match end {
-                End::Ran(Ok(Ok(resp))) => {
-                    engine.ack(ack(Attempt::Returned(Ok(Outcome::Complete))));
+                Ok(Ok(resp)) => {
+                    let _ = report.send(Ended::Returned(Ok(Outcome::Complete)));
                     Ok(resp)
                 }
-                End::Ran(Ok(Err(e))) => {
+                Ok(Err(e)) => {
                     let e: BoxDynError = e.into();
                     let message = error_message(e.as_ref());
                     let err = if is_abort(e.as_ref()) {
@@ -140,30 +122,13 @@ where
                     } else {
                         JobError::retry(message)
                     };
-                    engine.ack(ack(Attempt::Returned(Err(err))));
+                    let _ = report.send(Ended::Returned(Err(err)));
                     Err(e)
                 }
-                End::Ran(Err(panic)) => {
+                Err(panic) => {
                     let msg = crate::worker::executor::panic_message(panic.as_ref());
-                    engine.ack(ack(Attempt::Panicked(msg.clone())));
+                    let _ = report.send(Ended::Panicked(msg.clone()));
                     Err(format!("handler panicked: {msg}").into())
-                }
-                End::Lost => {
-                    engine.forget(job.id);
-                    Err(format!(
-                        "job {} was taken away from this worker (cancelled or rescued); its handler was stopped",
-                        job.id
-                    )
-                    .into())
-                }
-                End::Released => {
-                    engine.ack(ack(Attempt::Released));
-                    Err(format!(
-                        "job {} was still running {} after shutdown began; put back without using up its attempt",
-                        job.id,
-                        humantime::format_duration(grace)
-                    )
-                    .into())
                 }
             }
         })

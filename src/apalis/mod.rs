@@ -19,25 +19,25 @@
 //! # }
 //! ```
 //!
-//! Jobs are plain `skiplock.jobs` rows of the storage's kind: claimed through the native
-//! worker's claim statement, acknowledged through its fenced ack statement, heartbeated and
-//! rescued like native jobs, visible to `skiplock jobs`, `stats`, psql and the console. See
-//! `docs/apalis.md` for what behaves differently from apalis-postgres.
+//! Jobs are plain `skiplock.jobs` rows of the storage's kind, claimed, heartbeated, rescued
+//! and acknowledged by a native skiplock worker inside the storage (src/apalis/runtime.rs)
+//! that hands each job to apalis to run (src/apalis/handoff.rs); they are visible to
+//! `skiplock jobs`, `stats`, psql and the console. See `docs/apalis.md` for what behaves
+//! differently from apalis-postgres.
 
 mod args;
-mod engine;
+mod handoff;
 mod layer;
+mod runtime;
 
+use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use apalis_core::backend::finalize::Ephemeral;
 use apalis_core::backend::{Backend, BackendConfig};
 use apalis_core::task::Task;
-use apalis_core::task::builder::TaskBuilder;
-use apalis_core::task::task_id::TaskId;
 use apalis_core::worker::context::WorkerContext;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
@@ -45,6 +45,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 pub use args::{
     JobOptions, TaskFields, WRAP_KEY, decode_args, decode_raw_args, encode_args, new_job,
@@ -54,11 +55,11 @@ pub use layer::{SkiplockLayer, SkiplockService, error_message, is_abort};
 
 use crate::config::{DEFAULT_QUEUE_CONCURRENCY, QueueSettings};
 use crate::error::{Error, Result};
-use crate::queue::{Job, NewJob};
+use crate::queue::NewJob;
 use crate::store::Pool;
 use crate::store::names::DEFAULT_QUEUE;
-use crate::worker::outcome::{Attempt, JobError};
-use engine::{Engine, Options};
+use handoff::Handoff;
+use runtime::{Options, Runtime};
 
 /// The skiplock row behind an apalis task, in the task's data: a handler can take it as
 /// `Data<SkiplockJob>`.
@@ -78,10 +79,17 @@ pub struct SkiplockJob {
     pub created_at: DateTime<Utc>,
 }
 
-enum State {
+type Tasks<Args> = mpsc::UnboundedReceiver<Task<Args>>;
+
+enum State<Args> {
     Idle,
-    Starting(BoxFuture<'static, Result<mpsc::UnboundedReceiver<Job>>>),
-    Running(mpsc::UnboundedReceiver<Job>),
+    Starting(BoxFuture<'static, Result<(Runtime, Tasks<Args>)>>),
+    Running {
+        tasks: Tasks<Args>,
+        /// Resolves once the runtime began shutting down (apalis stopping, the schema moved
+        /// under it): the stream ends.
+        ending: Pin<Box<WaitForCancellationFutureOwned>>,
+    },
     Closing(BoxFuture<'static, Result<()>>),
     Closed,
     Failed(String),
@@ -97,8 +105,8 @@ enum State {
 pub struct SkiplockStorage<Args> {
     pool: Pool,
     opts: Options,
-    engine: Option<Arc<Engine>>,
-    state: State,
+    runtime: Option<Runtime>,
+    state: State<Args>,
     /// Tasks pushed and not yet flushed, as jobs.
     sink_buf: Vec<NewJob>,
     sink_fut: Option<BoxFuture<'static, Result<()>>>,
@@ -120,7 +128,7 @@ impl<Args> Clone for SkiplockStorage<Args> {
         SkiplockStorage {
             pool: self.pool.clone(),
             opts: self.opts.clone(),
-            engine: None,
+            runtime: None,
             state: State::Idle,
             sink_buf: Vec::new(),
             sink_fut: None,
@@ -143,7 +151,7 @@ impl<Args> SkiplockStorage<Args> {
                 settings: QueueSettings::default(),
                 rescuer: true,
             },
-            engine: None,
+            runtime: None,
             state: State::Idle,
             sink_buf: Vec::new(),
             sink_fut: None,
@@ -193,13 +201,7 @@ impl<Args> SkiplockStorage<Args> {
     /// The id this storage's worker has in `skiplock.workers` and `attempted_by` (once its
     /// worker started).
     pub fn worker_id(&self) -> Option<&str> {
-        self.engine.as_ref().map(|e| e.worker_id.as_str())
-    }
-
-    fn engine(&mut self) -> Arc<Engine> {
-        self.engine
-            .get_or_insert_with(|| Engine::new(self.pool.clone(), self.opts.clone()))
-            .clone()
+        self.runtime.as_ref().map(|r| r.worker_id.as_str())
     }
 }
 
@@ -277,45 +279,6 @@ async fn write_jobs(pool: Pool, jobs: Vec<NewJob>) -> Result<()> {
     Ok(())
 }
 
-impl<Args: DeserializeOwned + Send + 'static> SkiplockStorage<Args> {
-    /// The apalis task for claimed `job`, or the ack that discards it (undecodable args).
-    fn to_task(&self, engine: &Engine, job: Job) -> Option<Task<Args>> {
-        match decode_raw_args::<Args>(&job.args) {
-            Ok(args) => {
-                let meta = SkiplockJob {
-                    id: job.id,
-                    kind: job.kind,
-                    queue: job.queue,
-                    attempt: job.attempt,
-                    max_attempts: job.max_attempts,
-                    created_at: job.created_at,
-                };
-                let mut b = TaskBuilder::new(args)
-                    .task_id(TaskId::from_int(job.id.max(0) as u64))
-                    .attempt(job.attempt.max(0) as usize)
-                    .max_attempts(job.max_attempts.max(0) as usize)
-                    .run_at_timestamp(job.scheduled_at.timestamp().max(0) as u64)
-                    .lock_by(Some(engine.worker_id.clone()))
-                    .data(meta);
-                if let Some(t) = job.attempted_at {
-                    b = b.lock_at(Some(t.timestamp().max(0) as u64));
-                }
-                Some(b.build())
-            }
-            Err(message) => {
-                let ack = engine.decide(
-                    job.id,
-                    job.attempt,
-                    job.max_attempts,
-                    Attempt::Returned(Err(JobError::discard(message))),
-                );
-                engine.ack(ack);
-                None
-            }
-        }
-    }
-}
-
 impl<Args: DeserializeOwned + Send + 'static> Backend for SkiplockStorage<Args> {
     type Task = Task<Args>;
     type Error = Error;
@@ -324,18 +287,23 @@ impl<Args: DeserializeOwned + Send + 'static> Backend for SkiplockStorage<Args> 
         loop {
             match &mut self.state {
                 State::Idle => {
-                    let engine = self.engine();
-                    self.state = State::Starting(engine.start(worker.clone()).boxed());
+                    let start =
+                        Runtime::start(self.pool.clone(), self.opts.clone(), worker.clone());
+                    self.state = State::Starting(start.boxed());
                 }
                 State::Starting(fut) => match fut.poll_unpin(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(rx)) => self.state = State::Running(rx),
+                    Poll::Ready(Ok((runtime, tasks))) => {
+                        let ending = Box::pin(runtime.ending.clone().cancelled_owned());
+                        self.runtime = Some(runtime);
+                        self.state = State::Running { tasks, ending };
+                    }
                     Poll::Ready(Err(e)) => {
                         self.state = State::Failed(e.to_string());
                         return Poll::Ready(Err(e));
                     }
                 },
-                State::Running(_) => return Poll::Ready(Ok(())),
+                State::Running { .. } => return Poll::Ready(Ok(())),
                 State::Failed(msg) => return Poll::Ready(Err(Error::Other(msg.clone()))),
                 State::Closing(_) | State::Closed => {
                     return Poll::Ready(Err(Error::Other("apalis storage: already closed".into())));
@@ -349,25 +317,23 @@ impl<Args: DeserializeOwned + Send + 'static> Backend for SkiplockStorage<Args> 
         cx: &mut Context<'_>,
         _worker: &WorkerContext,
     ) -> Poll<Option<Result<Task<Args>>>> {
-        let engine = self.engine();
+        let State::Running { tasks, ending } = &mut self.state else {
+            return Poll::Ready(None);
+        };
+        if ending.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
         loop {
-            let State::Running(rx) = &mut self.state else {
-                return Poll::Ready(None);
-            };
-            match rx.poll_recv(cx) {
+            match tasks.poll_recv(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Ready(Some(job)) => {
-                    let lost = engine.lost_token(job.id);
-                    if lost.as_ref().is_none_or(|t| t.is_cancelled()) {
-                        // Taken away (cancelled or rescued) before it started.
-                        engine.forget(job.id);
-                        continue;
-                    }
-                    if let Some(task) = self.to_task(&engine, job) {
-                        return Poll::Ready(Some(Ok(task)));
-                    }
-                }
+                // Skipped: put back or taken away (cancelled, rescued) while it waited here.
+                Poll::Ready(Some(task))
+                    if !task
+                        .data()
+                        .get::<Handoff>()
+                        .is_some_and(Handoff::is_waiting) => {}
+                Poll::Ready(Some(task)) => return Poll::Ready(Some(Ok(task))),
             }
         }
     }
@@ -375,14 +341,13 @@ impl<Args: DeserializeOwned + Send + 'static> Backend for SkiplockStorage<Args> 
     fn poll_close(&mut self, cx: &mut Context<'_>, _worker: &WorkerContext) -> Poll<Result<()>> {
         loop {
             match std::mem::replace(&mut self.state, State::Closed) {
-                State::Running(rx) => {
-                    let engine = self.engine();
-                    self.state = State::Closing(engine.close(Some(rx)).boxed());
-                }
-                State::Starting(_) | State::Idle => {
-                    // Dropping a start in progress: close what it may have started.
-                    let engine = self.engine();
-                    self.state = State::Closing(engine.close(None).boxed());
+                // Tasks still in the stream are dropped here: their jobs go back (handoff.rs).
+                State::Running { .. } | State::Starting(_) | State::Idle => {
+                    // A start dropped half-way leaves nothing running (`Worker::start`).
+                    match self.runtime.as_mut() {
+                        Some(rt) => self.state = State::Closing(rt.close().boxed()),
+                        None => return Poll::Ready(Ok(())),
+                    }
                 }
                 State::Closing(mut fut) => match fut.poll_unpin(cx) {
                     Poll::Pending => {
@@ -401,25 +366,13 @@ impl<Args: DeserializeOwned + Send + 'static> Backend for SkiplockStorage<Args> 
     }
 }
 
-/// A storage dropped without closing (its worker future dropped, say) stops its background
-/// tasks: claiming stops, claimed jobs not yet started go back and pending acks are written
-/// (by a task spawned on the current runtime, if there is one); jobs whose handlers were
-/// dropped mid-run are no longer heartbeated, so the rescuer returns them.
+/// A storage dropped without closing (its worker future dropped, say) shuts its runtime
+/// down all the same, in the runtime's own task: claiming stops, what it held goes back
+/// after the grace period and pending acks are written.
 impl<Args> Drop for SkiplockStorage<Args> {
     fn drop(&mut self) {
-        let Some(engine) = self.engine.take() else {
-            return;
-        };
-        let rx = match std::mem::replace(&mut self.state, State::Closed) {
-            State::Running(rx) => Some(rx),
-            State::Closing(_) | State::Starting(_) => None,
-            State::Idle | State::Closed | State::Failed(_) => return,
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(engine.close(rx));
-            }
-            Err(_) => engine.abandon(),
+        if let Some(rt) = &self.runtime {
+            rt.stop();
         }
     }
 }
@@ -436,9 +389,7 @@ impl<Args: DeserializeOwned + Send + 'static> BackendConfig for SkiplockStorage<
     }
 
     fn middleware(&mut self, _worker: &mut WorkerContext) -> SkiplockLayer {
-        SkiplockLayer {
-            engine: self.engine(),
-        }
+        SkiplockLayer::default()
     }
 }
 

@@ -36,6 +36,8 @@ pub struct WorkerBuilder {
     exit_when_idle: bool,
     rescuer: bool,
     maintenance: Maintenance,
+    /// A word in the worker's id saying what runs it (`apalis`), for operators.
+    id_label: Option<&'static str>,
 }
 
 impl Worker {
@@ -60,6 +62,7 @@ impl WorkerBuilder {
             exit_when_idle: false,
             rescuer: true,
             maintenance: Maintenance::Settings(MaintenanceSettings::default()),
+            id_label: None,
         }
     }
 
@@ -196,6 +199,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// Puts `label` in the worker's id (`host:pid:label:…`), so `skiplock workers` and
+    /// `attempted_by` show what kind of process it is.
+    #[cfg_attr(not(feature = "apalis"), allow(dead_code))]
+    pub(crate) fn id_label(mut self, label: &'static str) -> Self {
+        self.id_label = Some(label);
+        self
+    }
+
     /// Finishes the builder. A maintenance setting that turns out invalid here is reported
     /// by [`Worker::start`] (and so by [`Worker::run`]), before anything starts.
     pub fn build(mut self) -> Worker {
@@ -223,7 +234,8 @@ impl WorkerBuilder {
         }
         let host = gethostname::gethostname().to_string_lossy().into_owned();
         let pid = std::process::id() as i32;
-        let id = format!("{host}:{pid}:{:08x}", rand::random::<u32>());
+        let label = self.id_label.map(|l| format!("{l}:")).unwrap_or_default();
+        let id = format!("{host}:{pid}:{label}{:08x}", rand::random::<u32>());
         let owns_runtime_pool = self.runtime_pool.is_none();
         let runtime_pool = self.runtime_pool.unwrap_or_else(|| {
             let opts = session::worker_options(

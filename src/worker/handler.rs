@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +31,10 @@ pub struct JobContext {
     pub attempt: i32,
     /// Attempt limit.
     pub max_attempts: i32,
+    /// When the job was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When it was due (its `scheduled_at` at the claim).
+    pub scheduled_at: DateTime<Utc>,
     /// Database pool, for handlers that write their own rows.
     pub pool: Pool,
     /// The worker running it.
@@ -63,12 +68,15 @@ impl JobContext {
 
     /// A context for calling a handler outside a worker (tests, one-off runs).
     pub fn detached(pool: Pool, id: i64, kind: &str) -> Self {
+        let now = Utc::now();
         JobContext {
             id,
             kind: kind.to_string(),
             queue: crate::store::names::DEFAULT_QUEUE.into(),
             attempt: 1,
             max_attempts: 1,
+            created_at: now,
+            scheduled_at: now,
             pool,
             worker_id: Arc::from("detached"),
             shutdown: CancellationToken::new(),
@@ -183,15 +191,25 @@ impl Registry {
         let kind = handler.kind().to_string();
         let timeout = handler.timeout();
         let h = Arc::new(handler);
-        let call = move |ctx: JobContext, args: RawArgs| -> BoxFuture<HandlerResult> {
+        self.register_raw(kind, timeout, move |ctx: JobContext, args: RawArgs| {
             let h = h.clone();
             Box::pin(async move {
                 let args: H::Args = args.parse().map_err(|e| {
                     JobError::discard(format!("invalid args for kind {}: {e}", ctx.kind))
                 })?;
                 h.run(ctx, args).await
-            })
-        };
+            }) as BoxFuture<HandlerResult>
+        })
+    }
+
+    /// Registers a handler of a kind known only at run time that reads the stored args
+    /// itself (the apalis backend's hand-over to apalis, src/apalis/handoff.rs).
+    pub(crate) fn register_raw(
+        &mut self,
+        kind: String,
+        timeout: Option<Duration>,
+        call: impl Fn(JobContext, RawArgs) -> BoxFuture<HandlerResult> + Send + Sync + 'static,
+    ) -> &mut Self {
         self.handlers.insert(
             kind,
             ErasedHandler {

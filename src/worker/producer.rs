@@ -851,6 +851,8 @@ fn spawn_job(
         queue: job.queue.clone(),
         attempt: job.attempt,
         max_attempts: job.max_attempts,
+        created_at: job.created_at,
+        scheduled_at: job.scheduled_at,
         pool: shared.handler_pool.clone(),
         worker_id: shared.worker_id.clone(),
         shutdown: shared.shutdown.clone(),
