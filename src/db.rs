@@ -66,7 +66,9 @@ pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
             format!("{}: {}", redact_url(url), scrub(&e.to_string(), url)),
         )
     })?;
-    Ok(opts.application_name("skiplock"))
+    // No `extra_float_digits` in the start-up packet: PgBouncer refuses parameters it does
+    // not know (docs/operations.md, "Behind PgBouncer"); floats are read in binary anyway.
+    Ok(opts.application_name("skiplock").extra_float_digits(None))
 }
 
 /// Replaces the URL's passwords (userinfo and query), and every password registered with

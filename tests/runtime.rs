@@ -468,14 +468,16 @@ async fn nodelay_of(c: &mut sqlx::PgConnection) -> Option<bool> {
 /// One pool of each kind skiplock builds, one connection each: a worker's (lazy, session
 /// limits), a one-shot command's, and a dev tool's.
 async fn skiplocks_pools(db: &TestDb) -> [(&'static str, sqlx::PgPool); 3] {
-    let opts = skiplock::db::session::worker_options(
-        &skiplock::db::parse_url(&db.url).unwrap(),
-        QueueSettings::default().session_limits(),
-    );
+    let opts = skiplock::db::session::worker_options(&skiplock::db::parse_url(&db.url).unwrap());
     [
         (
             "worker",
-            skiplock::db::session::worker_pool(opts, 1, Duration::from_secs(10)),
+            skiplock::db::session::worker_pool(
+                opts,
+                QueueSettings::default().session_limits(),
+                1,
+                Duration::from_secs(10),
+            ),
         ),
         ("command", skiplock::db::connect(&db.url, 1).await.unwrap()),
         (

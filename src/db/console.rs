@@ -2,7 +2,8 @@
 //! statement and lock timeout (a page never waits forever on a lock or a slow search) and
 //! `plan_cache_mode = force_custom_plan`, so the job list's optional filters are planned with
 //! their values each time (a generic plan would keep `$1 IS NULL OR …` and lose the indexes),
-//! and no JIT (its compile time is most of a short page's query).
+//! and no JIT (its compile time is most of a short page's query). They are set by each
+//! session's first statement, not in the start-up packet, which PgBouncer refuses.
 
 use std::time::Duration;
 
@@ -19,18 +20,7 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// (zero: none). Fails at once, naming the (redacted) URL, when the database cannot be
 /// reached, like every one-shot command.
 pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result<PgPool> {
-    let opts = super::parse_url(url)?
-        .application_name("skiplock web")
-        .options([
-            (
-                "statement_timeout",
-                statement_timeout.as_millis().to_string(),
-            ),
-            ("lock_timeout", LOCK_TIMEOUT.as_millis().to_string()),
-            ("plan_cache_mode", "force_custom_plan".to_string()),
-            // Pages are short reads: compiling a plan (50 ms and more) costs more than it saves.
-            ("jit", "off".to_string()),
-        ]);
+    let opts = super::parse_url(url)?.application_name("skiplock web");
     let fail = |e: sqlx::Error| {
         Error::Other(format!(
             "cannot connect to the database at {}: {}",
@@ -41,6 +31,12 @@ pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result
     let probe = opts.connect().await.map_err(fail)?;
     let _ = probe.close().await;
     super::checkout::pool_options()
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                super::nodelay::set(conn).await?;
+                crate::store::session::open_console(conn, statement_timeout, LOCK_TIMEOUT).await
+            })
+        })
         .max_connections(max)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))

@@ -1,8 +1,10 @@
 //! Worker sessions: the pools a worker process uses, and waiting for the database.
 //!
-//! - Every worker session sets `statement_timeout` and `lock_timeout` (in the start-up
-//!   packet, no extra round trip), so nothing another role holds can make a worker wait
-//!   forever.
+//! - Every worker session sets `statement_timeout` and `lock_timeout` in its first statement,
+//!   the one that also checks the server is writable (no extra round trip), so nothing
+//!   another role holds can make a worker wait forever. Not in the start-up packet: PgBouncer
+//!   refuses its `options` parameter, and sqlx's `extra_float_digits` is left out for the same
+//!   reason (docs/operations.md, "Behind PgBouncer").
 //! - A new connection that lands on a read-only server (a standby after a failover, or
 //!   `default_transaction_read_only`) is refused and retried, never used. The driver
 //!   (sqlx 0.9) takes one host and ignores `target_session_attrs`, so this check is what
@@ -31,33 +33,33 @@ pub static RECYCLE: RecycleMark = RecycleMark::new();
 
 pub use crate::config::SessionLimits;
 
-/// `base` with the worker session settings added (later `-c` options win over earlier ones,
-/// so these override any the URL carried).
-pub fn worker_options(base: &PgConnectOptions, limits: SessionLimits) -> PgConnectOptions {
-    base.clone().options([
-        (
-            "statement_timeout",
-            limits.statement_timeout.as_millis().to_string(),
-        ),
-        ("lock_timeout", limits.lock_timeout.as_millis().to_string()),
-    ])
+/// `base` as a worker connects with it: no start-up parameter a connection pooler refuses
+/// (the session limits are set by [`worker_pool`]'s first statement instead).
+pub fn worker_options(base: &PgConnectOptions) -> PgConnectOptions {
+    base.clone().extra_float_digits(None)
 }
 
-/// A lazily connecting pool of at most `max` worker sessions on `opts`: read-only servers
-/// refused at connect time, connections older than a [`RECYCLE`] mark dropped at checkout.
-/// Nothing is contacted until the first statement, so it can be built while the database
-/// is down.
-pub fn worker_pool(opts: PgConnectOptions, max: u32, acquire_timeout: Duration) -> PgPool {
+/// A lazily connecting pool of at most `max` worker sessions on `opts`, each with `limits`
+/// (set after any the URL's `options` carried, so these win): read-only servers refused at
+/// connect time, connections older than a [`RECYCLE`] mark dropped at checkout. Nothing is
+/// contacted until the first statement, so it can be built while the database is down.
+pub fn worker_pool(
+    opts: PgConnectOptions,
+    limits: SessionLimits,
+    max: u32,
+    acquire_timeout: Duration,
+) -> PgPool {
     // The checkout's pool (no ping before every use); both hooks are replaced, and each calls
     // what the checkout's own did (`nodelay::set`, `checkout::check`) before its own step.
     super::checkout::pool_options()
         .max_connections(max)
         .min_connections(0)
         .acquire_timeout(acquire_timeout)
-        .after_connect(|conn, _meta| {
+        .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 super::nodelay::set(conn).await?;
-                match read_only_reason(conn).await? {
+                let flags = crate::store::session::open(conn, limits).await?;
+                match read_only_why(flags) {
                     None => Ok(()),
                     Some(why) => Err(sqlx::Error::Protocol(format!(
                         "refusing a read-only connection: {why}"
@@ -83,9 +85,10 @@ pub const HANDLER_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The handlers' pool of a `skiplock worker` process: `max_connections` worker sessions to
 /// `url`, built without contacting the database (the worker waits for it).
 pub fn handler_pool(url: &str, settings: &crate::config::QueueSettings) -> Result<PgPool> {
-    let opts = worker_options(&super::parse_url(url)?, settings.session_limits());
+    let opts = worker_options(&super::parse_url(url)?);
     Ok(worker_pool(
         opts,
+        settings.session_limits(),
         settings.max_connections,
         HANDLER_ACQUIRE_TIMEOUT,
     ))
@@ -94,14 +97,18 @@ pub fn handler_pool(url: &str, settings: &crate::config::QueueSettings) -> Resul
 /// Why the session on `conn` cannot write, if it cannot: the server is in recovery (a
 /// standby), or the session's transactions default to read-only.
 pub async fn read_only_reason(conn: &mut PgConnection) -> sqlx::Result<Option<String>> {
-    let (recovery, read_only) = crate::store::session::read_only(conn).await?;
-    Ok(if recovery {
+    Ok(read_only_why(crate::store::session::read_only(conn).await?))
+}
+
+/// Why a session cannot write, from its `(in_recovery, read_only)` flags.
+fn read_only_why((recovery, read_only): (bool, bool)) -> Option<String> {
+    if recovery {
         Some("the server is a standby in recovery (pg_is_in_recovery())".into())
     } else if read_only {
         Some("the server is read-only (default_transaction_read_only is on)".into())
     } else {
         None
-    })
+    }
 }
 
 /// Where `opts` points, for messages: never the password.
@@ -215,20 +222,10 @@ mod tests {
     }
 
     #[test]
-    fn worker_sessions_set_both_timeouts_after_the_urls_own() {
-        let o: PgConnectOptions = "postgres://u@h/d?options[statement_timeout]=5"
-            .parse()
-            .unwrap();
-        let w = worker_options(
-            &o,
-            SessionLimits {
-                statement_timeout: Duration::from_secs(60),
-                lock_timeout: Duration::from_secs(10),
-            },
-        );
-        let opts = w.get_options().unwrap();
-        let own = opts.find("statement_timeout=60000").unwrap();
-        assert!(opts.find("statement_timeout=5").unwrap() < own, "{opts}");
-        assert!(opts.contains("lock_timeout=10000"), "{opts}");
+    fn worker_sessions_send_no_start_up_parameter_a_pooler_refuses() {
+        let o: PgConnectOptions = "postgres://u@h/d".parse().unwrap();
+        let w = worker_options(&o);
+        assert_eq!(w.get_options(), None);
+        assert!(format!("{w:?}").contains("extra_float_digits: None"), "{w:?}");
     }
 }

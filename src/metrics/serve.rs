@@ -152,8 +152,8 @@ pub fn router(
 
 /// A pool for scrapes: one lazily opened worker session on the same database as `pool`.
 pub fn scrape_pool(pool: &Pool, limits: crate::db::session::SessionLimits) -> Pool {
-    let opts = crate::db::session::worker_options(&pool.connect_options(), limits);
-    crate::db::session::worker_pool(opts, 1, SCRAPE_TIMEOUT)
+    let opts = crate::db::session::worker_options(&pool.connect_options());
+    crate::db::session::worker_pool(opts, limits, 1, SCRAPE_TIMEOUT)
 }
 
 /// Installs the recorder and serves a worker's endpoint on `listen` until `stop`: checks the

@@ -18,3 +18,35 @@ pub async fn read_only(conn: &mut PgConnection) -> sqlx::Result<(bool, bool)> {
         .fetch_one(conn)
         .await
 }
+
+/// A worker session's first statement: sets its statement and lock timeouts (zero: none) and
+/// returns whether it cannot write, as [`read_only`] does.
+pub async fn open(
+    conn: &mut PgConnection,
+    limits: crate::config::SessionLimits,
+) -> sqlx::Result<(bool, bool)> {
+    let ms = |d: std::time::Duration| d.as_millis().to_string();
+    let (_, _, in_recovery, read_only): (bool, bool, bool, bool) =
+        sqlx::query_as(super::sql!("session", "open"))
+            .bind(ms(limits.statement_timeout))
+            .bind(ms(limits.lock_timeout))
+            .fetch_one(conn)
+            .await?;
+    Ok((in_recovery, read_only))
+}
+
+/// A console session's first statement: its statement and lock timeouts (zero: none), plans
+/// made per call and no JIT (src/db/console.rs).
+pub async fn open_console(
+    conn: &mut PgConnection,
+    statement_timeout: std::time::Duration,
+    lock_timeout: std::time::Duration,
+) -> sqlx::Result<()> {
+    let ms = |d: std::time::Duration| d.as_millis().to_string();
+    sqlx::query(super::sql!("session", "console"))
+        .bind(ms(statement_timeout))
+        .bind(ms(lock_timeout))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}

@@ -238,12 +238,10 @@ impl WorkerBuilder {
         let id = format!("{host}:{pid}:{label}{:08x}", rand::random::<u32>());
         let owns_runtime_pool = self.runtime_pool.is_none();
         let runtime_pool = self.runtime_pool.unwrap_or_else(|| {
-            let opts = session::worker_options(
-                &self.pool.connect_options(),
-                self.settings.session_limits(),
-            );
+            let opts = session::worker_options(&self.pool.connect_options());
             session::worker_pool(
                 opts,
+                self.settings.session_limits(),
                 self.settings.runtime_connections,
                 RUNTIME_ACQUIRE_TIMEOUT,
             )

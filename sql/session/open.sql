@@ -1,0 +1,9 @@
+-- A worker session's first statement (src/db/session.rs): sets its statement and lock
+-- timeouts (milliseconds; zero for none) and tells whether it can write (a standby in
+-- recovery cannot, nor a session whose transactions default to read-only). The timeouts are
+-- set here, not in the start-up packet's `options`, which connection poolers such as
+-- PgBouncer refuse (docs/operations.md, "Behind PgBouncer").
+SELECT set_config('statement_timeout', $1::text, false) IS NOT NULL AS statement_timeout_set,
+       set_config('lock_timeout', $2::text, false) IS NOT NULL AS lock_timeout_set,
+       pg_is_in_recovery() AS in_recovery,
+       current_setting('transaction_read_only') = 'on' AS read_only
