@@ -22,9 +22,24 @@ pub fn unavailable_sqlstate(code: &str) -> bool {
         )
 }
 
+/// Refusals a connection pooler sends with a connection-exception SQLSTATE (PgBouncer: 08P01)
+/// that waiting will not cure: a start-up parameter it does not accept, a database or user it
+/// does not know. Matched on the pooler's text, as it gives no other sign.
+pub const PERMANENT_REFUSALS: [&str; 3] = [
+    "unsupported startup parameter",
+    "no such database",
+    "no such user",
+];
+
+/// Whether a server's error `message` (with SQLSTATE `code`) is one of the
+/// [`PERMANENT_REFUSALS`].
+pub fn permanent_refusal(code: &str, message: &str) -> bool {
+    code == "08P01" && PERMANENT_REFUSALS.iter().any(|r| message.contains(r))
+}
+
 /// Whether a driver error means the database is unavailable (see [`unavailable_sqlstate`]):
 /// I/O and TLS failures, a pool that could not hand out a connection in time, a broken
-/// protocol stream, or one of those SQLSTATEs.
+/// protocol stream, or one of those SQLSTATEs, except a pooler's [`permanent_refusal`].
 pub fn sqlx_unavailable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_)
@@ -32,7 +47,9 @@ pub fn sqlx_unavailable(e: &sqlx::Error) -> bool {
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(d) => d.code().is_some_and(|c| unavailable_sqlstate(&c)),
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| unavailable_sqlstate(&c) && !permanent_refusal(&c, d.message())),
         _ => false,
     }
 }
@@ -227,6 +244,27 @@ pub fn accepts_age(age: Duration, since_mark: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_poolers_refusals_that_waiting_cannot_cure_are_permanent() {
+        for m in [
+            "unsupported startup parameter: options",
+            "no such database: jobs",
+            "no such user: bob",
+        ] {
+            assert!(permanent_refusal("08P01", m), "{m}");
+            // The same words with another SQLSTATE are the server's business, not a pooler's.
+            assert!(!permanent_refusal("08006", m), "{m}");
+        }
+        // PgBouncer's passing troubles stay outages.
+        for m in [
+            "pgbouncer cannot connect to server",
+            "query_wait_timeout",
+            "server login has been failing, try again later (server_login_retry)",
+        ] {
+            assert!(!permanent_refusal("08P01", m), "{m}");
+        }
+    }
 
     #[test]
     fn outage_sqlstates_are_retried_and_statement_errors_are_not() {

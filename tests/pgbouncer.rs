@@ -1,0 +1,226 @@
+//! skiplock behind a real PgBouncer (docs/operations.md, "Behind PgBouncer"), started by the
+//! test on a free port in front of the test server: in session mode, with no
+//! `ignore_startup_parameters` at all, a worker connects and drains its jobs with its session
+//! limits in place; a refusal that waiting cannot cure (a start-up parameter PgBouncer does not
+//! accept, a database it does not know) ends the worker's start at once with PgBouncer's words,
+//! instead of being waited out as an outage.
+//!
+//! Needs the `pgbouncer` binary (Debian's package); without it the tests say so and pass,
+//! unless `SKIPLOCK_TEST_REQUIRE_PGBOUNCER` is set (CI sets it and installs the package).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+use skiplock::config::QueueSettings;
+use skiplock::store::jobs::{ManyJobs, enqueue_many};
+use skiplock::worker::Worker;
+use support::*;
+
+/// The pgbouncer binary, or None (the test is skipped) when it is not installed and not
+/// required.
+fn pgbouncer_bin() -> Option<PathBuf> {
+    let found = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("SKIPLOCK_TEST_REQUIRE_PGBOUNCER").is_none(),
+            "pgbouncer is not installed (apt-get install pgbouncer) and SKIPLOCK_TEST_REQUIRE_PGBOUNCER is set"
+        );
+        eprintln!("pgbouncer is not installed: skipping (apt-get install pgbouncer)");
+    }
+    found
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A PgBouncer in front of the test server, stopped when dropped.
+struct Bouncer {
+    child: KillOnDrop,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Bouncer {
+    /// Starts PgBouncer in `pool_mode` serving `databases` (a `[databases]` section's lines)
+    /// and waits until it accepts connections.
+    async fn start(bin: &Path, pool_mode: &str, databases: &str) -> Bouncer {
+        let dir = tempfile::Builder::new()
+            .prefix("skiplock-pgbouncer-")
+            .tempdir()
+            .unwrap();
+        let port = free_port();
+        let users = dir.path().join("users.txt");
+        std::fs::write(&users, "\"postgres\" \"\"\n\"root\" \"\"\n").unwrap();
+        // No `ignore_startup_parameters`: skiplock must send nothing PgBouncer refuses.
+        let ini = format!(
+            "[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
+             unix_socket_dir =\nauth_type = trust\nauth_file = {users}\npool_mode = {pool_mode}\n\
+             max_client_conn = 200\ndefault_pool_size = 40\nlogfile = {log}\n",
+            users = users.display(),
+            log = dir.path().join("pgbouncer.log").display(),
+        );
+        let conf = dir.path().join("pgbouncer.ini");
+        std::fs::write(&conf, ini).unwrap();
+        // PgBouncer refuses to run as root.
+        let mut cmd = if is_root() {
+            Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        };
+        let child = cmd
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pgbouncer");
+        let b = Bouncer {
+            child: KillOnDrop(child),
+            port,
+            dir,
+        };
+        wait_for("pgbouncer to listen", Duration::from_secs(30), || async {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+        b
+    }
+
+    /// `url` with its host and port replaced by this PgBouncer's.
+    fn url(&self, url: &str) -> String {
+        let mut u = url::Url::parse(url).unwrap();
+        u.set_host(Some("127.0.0.1")).unwrap();
+        u.set_port(Some(self.port)).unwrap();
+        u.to_string()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("pgbouncer.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- pgbouncer log (pid {}) ---\n{}",
+                self.child.0.id(),
+                self.log()
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_behind_pgbouncer_in_session_mode_drains_its_jobs_with_its_session_limits() {
+    let Some(bin) = pgbouncer_bin() else { return };
+    let db = TestDb::new().await;
+    let bouncer = Bouncer::start(&bin, "session", "* = host=127.0.0.1 port=5432").await;
+    const N: usize = 2000;
+    let args = vec![json!({}); N];
+    enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "noop",
+            args: &args,
+            queue: "default",
+            run_at: None,
+            priority: 0,
+            limit_key: None,
+        },
+    )
+    .await
+    .unwrap();
+
+    let settings = QueueSettings {
+        statement_timeout: Duration::from_secs(45),
+        lock_timeout: Duration::from_secs(7),
+        ..fast_settings()
+    };
+    let url = bouncer.url(&db.url);
+    let pool = skiplock::db::handler_pool(&url, &settings).unwrap();
+    // A session through PgBouncer carries the worker's limits.
+    let (statement, lock): (String, String) = sqlx::query_as(
+        "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("a worker session through pgbouncer");
+    assert_eq!((statement.as_str(), lock.as_str()), ("45s", "7s"));
+
+    let worker = start_builtin(&pool, settings);
+    wait_all_finished(&db.pool, Duration::from_secs(300)).await;
+    worker.stop().await.unwrap();
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed' AND attempt = 1"
+        )
+        .await,
+        N as i64
+    );
+}
+
+/// Starts a worker on `url` (no connect timeout: an outage would be waited out forever) and
+/// returns its start's error, which must come at once.
+async fn start_error(url: &str) -> String {
+    let pool = skiplock::db::handler_pool(url, &fast_settings()).unwrap();
+    let worker = Worker::builder(pool)
+        .settings(fast_settings())
+        .without_maintenance()
+        .build();
+    match tokio::time::timeout(Duration::from_secs(60), worker.start()).await {
+        Err(_) => panic!("the worker's start was still waiting after 60 s: retried as an outage"),
+        Ok(Ok(_)) => panic!("the worker started"),
+        Ok(Err(e)) => e.to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_that_waiting_cannot_cure_end_a_workers_start_with_pgbouncers_words() {
+    let Some(bin) = pgbouncer_bin() else { return };
+    let db = TestDb::new().await;
+    // A start-up parameter of the user's own URL that PgBouncer does not accept.
+    let bouncer = Bouncer::start(&bin, "session", "* = host=127.0.0.1 port=5432").await;
+    let with_options = format!(
+        "{}?options=-c%20search_path%3Dskiplock",
+        bouncer.url(&db.url)
+    );
+    let e = start_error(&with_options).await;
+    assert!(e.contains("unsupported startup parameter"), "{e}");
+    assert!(e.contains("cannot connect to the database at"), "{e}");
+
+    // A database PgBouncer does not serve.
+    let narrow = Bouncer::start(&bin, "session", "elsewhere = host=127.0.0.1 port=5432").await;
+    let e = start_error(&narrow.url(&db.url)).await;
+    assert!(e.contains("no such database"), "{e}");
+}
