@@ -14,7 +14,7 @@ use serde_json::json;
 use skiplock::apalis::{JobOptions, SkiplockJob, SkiplockStorage};
 use skiplock::config::QueueSettings;
 use skiplock::queue::{NewJob, OnConflict};
-use skiplock::store::jobs::{ManyJobs, enqueue, enqueue_many, get_job};
+use skiplock::store::jobs::{enqueue, get_job};
 use sqlx::PgPool;
 use support::*;
 use tokio::task::JoinHandle;
@@ -120,20 +120,7 @@ async fn an_apalis_worker_drains_its_kind_exactly_once_next_to_a_native_worker()
         .concurrency(10);
     push_works(&storage, 0..N).await;
     // Another kind for the native worker.
-    let noop = vec![json!({}); N as usize];
-    enqueue_many(
-        &db.pool,
-        ManyJobs {
-            kind: "noop",
-            args: &noop,
-            queue: "default",
-            run_at: None,
-            priority: 0,
-            limit_key: None,
-        },
-    )
-    .await
-    .unwrap();
+    enqueue_noops(&db.pool, N as usize).await;
 
     let native = start_builtin(&db.pool, fast_settings());
     let seen: Seen = Default::default();

@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::json;
 use skiplock::config::QueueSettings;
-use skiplock::store::jobs::{ManyJobs, enqueue_many};
 use skiplock::worker::Worker;
 use support::*;
 
@@ -35,22 +33,6 @@ fn pgbouncer_bin() -> Option<PathBuf> {
         eprintln!("pgbouncer is not installed: skipping (apt-get install pgbouncer)");
     }
     found
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A PgBouncer in front of the test server, stopped when dropped.
@@ -146,20 +128,7 @@ async fn a_worker_behind_pgbouncer_in_session_mode_drains_its_jobs_with_its_sess
     let db = TestDb::new().await;
     let bouncer = Bouncer::start(&bin, "session", "* = host=127.0.0.1 port=5432").await;
     const N: usize = 2000;
-    let args = vec![json!({}); N];
-    enqueue_many(
-        &db.pool,
-        ManyJobs {
-            kind: "noop",
-            args: &args,
-            queue: "default",
-            run_at: None,
-            priority: 0,
-            limit_key: None,
-        },
-    )
-    .await
-    .unwrap();
+    enqueue_noops(&db.pool, N).await;
 
     let settings = QueueSettings {
         statement_timeout: Duration::from_secs(45),

@@ -476,3 +476,39 @@ pub async fn assert_discarded_at_first_attempt(pool: &PgPool, id: i64, want: &st
     let msg = errors[0]["error"].as_str().unwrap_or_default();
     assert!(msg.contains(want), "{msg}");
 }
+
+/// Enqueues `n` jobs of the built-in kind `noop` (empty args) in the `default` queue.
+pub async fn enqueue_noops(pool: &PgPool, n: usize) {
+    let args = vec![serde_json::json!({}); n];
+    skiplock::store::jobs::enqueue_many(
+        pool,
+        skiplock::store::jobs::ManyJobs {
+            kind: "noop",
+            args: &args,
+            queue: "default",
+            run_at: None,
+            priority: 0,
+            limit_key: None,
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// A TCP port free on 127.0.0.1 now (for a server a test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Whether the tests run as root (servers that refuse root are started as `postgres`).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
