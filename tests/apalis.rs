@@ -617,6 +617,46 @@ async fn hang_and_count_drops(
     Ok(())
 }
 
+/// Enqueues one job with `opts` on `storage` and runs an apalis worker named `name` on it
+/// whose handler hangs and counts the drops of its future; returns the job's id, the count,
+/// the worker's context and its task.
+async fn run_one_hanging(
+    storage: SkiplockStorage<Work>,
+    opts: JobOptions,
+    name: &str,
+) -> (
+    i64,
+    Arc<Mutex<usize>>,
+    WorkerContext,
+    JoinHandle<Result<(), WorkerError>>,
+) {
+    let work = Work {
+        n: 1,
+        mode: String::new(),
+    };
+    let id = storage.enqueue(&work, &opts).await.unwrap();
+    let dropped = Arc::new(Mutex::new(0usize));
+    let ctx = WorkerContext::new(name);
+    let handle = spawn(
+        WorkerBuilder::new(&ctx)
+            .backend(storage)
+            .data(dropped.clone())
+            .build(hang_and_count_drops)
+            .run(),
+    );
+    (id, dropped, ctx, handle)
+}
+
+/// Waits until the hanging handler's future was dropped once.
+async fn wait_dropped(dropped: &Arc<Mutex<usize>>) {
+    wait_for(
+        "the handler to be stopped",
+        Duration::from_secs(60),
+        || async { (*dropped.lock().unwrap() == 1).then_some(()) },
+    )
+    .await;
+}
+
 /// The worker's job timeout (`SKIPLOCK_JOB_TIMEOUT`) holds for apalis handlers as for native
 /// ones: the handler's future is dropped and the attempt fails with the timeout recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -627,25 +667,8 @@ async fn an_apalis_handler_past_the_job_timeout_is_stopped_and_its_attempt_fails
             job_timeout: Duration::from_millis(300),
             ..settings()
         });
-    let id = storage
-        .enqueue(
-            &Work {
-                n: 1,
-                mode: String::new(),
-            },
-            &JobOptions::new().max_attempts(1),
-        )
-        .await
-        .unwrap();
-    let dropped = Arc::new(Mutex::new(0usize));
-    let ctx = WorkerContext::new("apalis-timeout");
-    let handle = spawn(
-        WorkerBuilder::new(&ctx)
-            .backend(storage)
-            .data(dropped.clone())
-            .build(hang_and_count_drops)
-            .run(),
-    );
+    let (id, dropped, ctx, handle) =
+        run_one_hanging(storage, JobOptions::new().max_attempts(1), "apalis-timeout").await;
     let r = wait_job(&db.pool, id, "the job to time out", |r| {
         r.state.as_str() == "discarded"
     })
@@ -658,12 +681,7 @@ async fn an_apalis_handler_past_the_job_timeout_is_stopped_and_its_attempt_fails
         "{}",
         r.errors
     );
-    wait_for(
-        "the handler to be stopped",
-        Duration::from_secs(60),
-        || async { (*dropped.lock().unwrap() == 1).then_some(()) },
-    )
-    .await;
+    wait_dropped(&dropped).await;
     stop(&ctx, handle).await;
 }
 
@@ -678,25 +696,8 @@ async fn cancelling_a_running_apalis_job_stops_its_handler_and_the_worker_goes_o
             ..settings()
         })
         .rescuer(false);
-    let id = storage
-        .enqueue(
-            &Work {
-                n: 1,
-                mode: String::new(),
-            },
-            &JobOptions::new(),
-        )
-        .await
-        .unwrap();
-    let dropped = Arc::new(Mutex::new(0usize));
-    let ctx = WorkerContext::new("apalis-cancel");
-    let handle = spawn(
-        WorkerBuilder::new(&ctx)
-            .backend(storage)
-            .data(dropped.clone())
-            .build(hang_and_count_drops)
-            .run(),
-    );
+    let (id, dropped, ctx, handle) =
+        run_one_hanging(storage, JobOptions::new(), "apalis-cancel").await;
     wait_job(&db.pool, id, "the job to run", |r| {
         r.state.as_str() == "running"
     })
@@ -704,12 +705,7 @@ async fn cancelling_a_running_apalis_job_stops_its_handler_and_the_worker_goes_o
     skiplock::store::jobs::cancel_job(&db.pool, id)
         .await
         .unwrap();
-    wait_for(
-        "the handler to be stopped",
-        Duration::from_secs(60),
-        || async { (*dropped.lock().unwrap() == 1).then_some(()) },
-    )
-    .await;
+    wait_dropped(&dropped).await;
     // The worker goes on: a new job of the kind runs (and is cut again at stop).
     let r = get_job(&db.pool, id).await.unwrap();
     assert_eq!(r.state.as_str(), "cancelled");
