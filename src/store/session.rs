@@ -1,6 +1,8 @@
 //! What a connection's server says of the connection itself (used while connecting, by
 //! [`crate::db::nodelay`] and [`crate::db::session`]).
 
+use std::time::Duration;
+
 use sqlx::PgConnection;
 
 /// The connection's TCP ports as the server sees them: the client's (the local port of this
@@ -25,28 +27,29 @@ pub async fn open(
     conn: &mut PgConnection,
     limits: crate::config::SessionLimits,
 ) -> sqlx::Result<(bool, bool)> {
-    let ms = |d: std::time::Duration| d.as_millis().to_string();
-    let (_, _, in_recovery, read_only): (bool, bool, bool, bool) =
-        sqlx::query_as(super::sql!("session", "open"))
-            .bind(ms(limits.statement_timeout))
-            .bind(ms(limits.lock_timeout))
-            .fetch_one(conn)
-            .await?;
-    Ok((in_recovery, read_only))
+    sqlx::query_as(super::sql!("session", "open"))
+        .bind(millis(limits.statement_timeout))
+        .bind(millis(limits.lock_timeout))
+        .fetch_one(conn)
+        .await
 }
 
 /// A console session's first statement: its statement and lock timeouts (zero: none), plans
 /// made per call and no JIT (src/db/console.rs).
 pub async fn open_console(
     conn: &mut PgConnection,
-    statement_timeout: std::time::Duration,
-    lock_timeout: std::time::Duration,
+    statement_timeout: Duration,
+    lock_timeout: Duration,
 ) -> sqlx::Result<()> {
-    let ms = |d: std::time::Duration| d.as_millis().to_string();
     sqlx::query(super::sql!("session", "console"))
-        .bind(ms(statement_timeout))
-        .bind(ms(lock_timeout))
+        .bind(millis(statement_timeout))
+        .bind(millis(lock_timeout))
         .execute(conn)
         .await
         .map(|_| ())
+}
+
+/// A duration as the milliseconds `set_config` takes for a time setting.
+fn millis(d: Duration) -> String {
+    d.as_millis().to_string()
 }
