@@ -4,6 +4,7 @@
 
 internal_mod!(checkout);
 internal_mod!(console);
+internal_mod!(hosts);
 internal_mod!(nodelay);
 internal_mod!(outage);
 internal_mod!(session);
@@ -29,17 +30,7 @@ pub const DEFAULT_LOG_FILTER: &str = "info,sqlx::postgres::notice=warn";
 /// Opens a pool of at most `max_connections` to `url`. Fails fast (10 s) with a message
 /// that names the (redacted) URL when the database cannot be reached.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
-    let opts = parse_url(url)?;
-    // One direct connection first: the pool retries a refused connection until its acquire
-    // timeout and then reports only "pool timed out"; this names the real cause at once.
-    let probe = opts.connect().await.map_err(|e| {
-        Error::Other(format!(
-            "cannot connect to the database at {}: {}",
-            redact_url(url),
-            scrub(&e.to_string(), url)
-        ))
-    })?;
-    let _ = probe.close().await;
+    let opts = reachable(parse_url(url)?, url).await?;
     checkout::pool_options()
         .max_connections(max_connections)
         .min_connections(0)
@@ -55,17 +46,42 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
         })
 }
 
+/// `opts` (parsed from `url`) once a connection to it was made, pointed at the first of its
+/// hosts that accepts one (src/db/hosts.rs). One direct connection first: the pool retries a
+/// refused connection until its acquire timeout and then reports only "pool timed out"; this
+/// names the real cause at once.
+async fn reachable(opts: PgConnectOptions, url: &str) -> Result<PgConnectOptions> {
+    let fail = |why: String| {
+        Error::Other(format!(
+            "cannot connect to the database at {}: {}",
+            redact_url(url),
+            scrub(&why, url)
+        ))
+    };
+    if hosts::of(&opts).is_some() {
+        return hosts::choose(&opts, false)
+            .await
+            .map_err(|e| fail(session::reason(&e)));
+    }
+    let probe = opts.connect().await.map_err(|e| fail(e.to_string()))?;
+    let _ = probe.close().await;
+    Ok(opts)
+}
+
 /// Parses a database URL (application name `skiplock`); a bad one is a `DATABASE_URL`
 /// setting error that never shows the password.
 pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
     // From here on every log line and error of this process hides the URL's passwords.
     crate::redact::register_url(url);
-    let opts: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
-        Error::config(
-            "DATABASE_URL",
-            format!("{}: {}", redact_url(url), scrub(&e.to_string(), url)),
-        )
-    })?;
+    let bad = |why: String| Error::config("DATABASE_URL", format!("{}: {why}", redact_url(url)));
+    // Several hosts: the driver gets the first, `hosts` keeps the list (src/db/hosts.rs).
+    let (single, hosts) = hosts::split(url).map_err(|why| bad(scrub(&why, url)))?;
+    let opts: PgConnectOptions = single
+        .parse()
+        .map_err(|e: sqlx::Error| bad(scrub(&e.to_string(), url)))?;
+    if let Some(h) = hosts {
+        hosts::register(h);
+    }
     // No `extra_float_digits` in the start-up packet: PgBouncer refuses parameters it does
     // not know (docs/operations.md, "Behind PgBouncer"); floats are read in binary anyway.
     Ok(opts.application_name("skiplock").extra_float_digits(None))
@@ -80,7 +96,10 @@ pub fn scrub(text: &str, url: &str) -> String {
 /// A pool of at most `max_connections` to `url`, without the probe or the session limits
 /// of [`connect`] and `session` (the dev tools: the benchmark and chaos runs).
 pub async fn pool(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<PgPool> {
-    let opts = parse_url(url)?;
+    let mut opts = parse_url(url)?;
+    if hosts::of(&opts).is_some() {
+        opts = hosts::choose(&opts, false).await?;
+    }
     Ok(checkout::pool_options()
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)

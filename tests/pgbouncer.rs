@@ -63,19 +63,25 @@ impl Bouncer {
         );
         let conf = dir.path().join("pgbouncer.ini");
         std::fs::write(&conf, ini).unwrap();
-        // PgBouncer refuses to run as root.
-        let mut cmd = if is_root() {
+        // PgBouncer refuses to run as root: then it runs as `postgres`, as the child itself
+        // (not under `runuser`, whose death would leave it running).
+        let mut cmd = Command::new(bin);
+        if is_root() {
             Command::new("chown")
                 .args(["-R", "postgres:postgres"])
                 .arg(dir.path())
                 .status()
                 .unwrap();
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(bin);
-            c
-        } else {
-            Command::new(bin)
-        };
+            let id = |flag: &str| -> u32 {
+                let out = Command::new("id")
+                    .args([flag, "postgres"])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+            };
+            use std::os::unix::process::CommandExt;
+            cmd.uid(id("-u")).gid(id("-g"));
+        }
         let child = cmd
             .arg(&conf)
             .stdin(Stdio::null())
@@ -192,4 +198,115 @@ async fn refusals_that_waiting_cannot_cure_end_a_workers_start_with_pgbouncers_w
     let narrow = Bouncer::start(&bin, "session", "elsewhere = host=127.0.0.1 port=5432").await;
     let e = start_error(&narrow.url(&db.url)).await;
     assert!(e.contains("no such database"), "{e}");
+}
+
+/// `db_url` with `first` (host:port) put before its own host in a multi-host URL
+/// (docs/operations.md, "Several hosts in one URL").
+fn hosts_url(first: &str, db_url: &str) -> String {
+    let u = url::Url::parse(db_url).unwrap();
+    format!(
+        "postgres://{}@{first},{}:{}{}",
+        u.username(),
+        u.host_str().unwrap(),
+        u.port().unwrap_or(5432),
+        u.path()
+    )
+}
+
+/// Whether a session of `pool` can write (the host it landed on is the test server's).
+async fn writable(pool: &sqlx::PgPool) -> bool {
+    let (ro,): (String,) = sqlx::query_as("SELECT current_setting('transaction_read_only')")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    ro == "off"
+}
+
+/// Waits until every job on `db` finished, and checks that `total` completed at their first
+/// attempt (none lost, none rerun).
+async fn drained(db: &TestDb, total: usize) {
+    wait_all_finished(&db.pool, Duration::from_secs(300)).await;
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed' AND attempt = 1"
+        )
+        .await,
+        total as i64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_host_url_skips_a_host_that_is_down_or_read_only() {
+    let Some(bin) = pgbouncer_bin() else { return };
+    let db = TestDb::new().await;
+
+    // The first host refuses connections: one-shot commands and workers take the second.
+    let down = hosts_url(&format!("127.0.0.1:{}", free_port()), &db.url);
+    let pool = skiplock::db::connect(&down, 2).await.expect("connect");
+    assert!(writable(&pool).await);
+    enqueue_noops(&db.pool, 100).await;
+    let worker = start_builtin(
+        &skiplock::db::handler_pool(&down, &fast_settings()).unwrap(),
+        fast_settings(),
+    );
+    drained(&db, 100).await;
+    worker.stop().await.unwrap();
+
+    // The first host answers, but its sessions are read-only (as a standby's would be):
+    // skipped for the second, by one-shot commands and workers alike.
+    let read_only = Bouncer::start(
+        &bin,
+        "session",
+        "* = host=127.0.0.1 port=5432 connect_query='SET default_transaction_read_only = on'",
+    )
+    .await;
+    let ro_url = hosts_url(&format!("127.0.0.1:{}", read_only.port), &db.url);
+    let single = skiplock::db::connect(&read_only.url(&db.url), 1)
+        .await
+        .expect("the read-only host alone");
+    assert!(!writable(&single).await, "the first host is read-only");
+    let pool = skiplock::db::connect(&ro_url, 2).await.expect("connect");
+    assert!(writable(&pool).await);
+    enqueue_noops(&db.pool, 100).await;
+    let worker = start_builtin(
+        &skiplock::db::handler_pool(&ro_url, &fast_settings()).unwrap(),
+        fast_settings(),
+    );
+    drained(&db, 200).await;
+    worker.stop().await.unwrap();
+
+    // A target that cannot write is refused by name, never silently ignored.
+    let standby = format!("{ro_url}?target_session_attrs=standby");
+    let e = skiplock::db::connect(&standby, 1)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("target_session_attrs=standby"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_follows_a_multi_host_url_to_the_next_host_when_its_host_goes_away() {
+    let Some(bin) = pgbouncer_bin() else { return };
+    let db = TestDb::new().await;
+    let first = Bouncer::start(&bin, "session", "* = host=127.0.0.1 port=5432").await;
+    let url = hosts_url(&format!("127.0.0.1:{}", first.port), &db.url);
+    enqueue_noops(&db.pool, 300).await;
+    let worker = start_builtin(
+        &skiplock::db::handler_pool(&url, &fast_settings()).unwrap(),
+        fast_settings(),
+    );
+    drained(&db, 300).await;
+    assert!(
+        first.log().contains("login attempt"),
+        "the worker began on the first host:\n{}",
+        first.log()
+    );
+
+    // The first host dies under the running worker (its connections break, new ones are
+    // refused): the worker carries on against the second, losing and rerunning nothing.
+    drop(first);
+    enqueue_noops(&db.pool, 300).await;
+    drained(&db, 600).await;
+    worker.stop().await.unwrap();
 }

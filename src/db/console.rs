@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use sqlx::{ConnectOptions, Connection, PgPool};
+use sqlx::PgPool;
 
 use crate::config::redact_url;
 use crate::error::{Error, Result};
@@ -20,7 +20,7 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// (zero: none). Fails at once, naming the (redacted) URL, when the database cannot be
 /// reached, like every one-shot command.
 pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result<PgPool> {
-    let opts = super::parse_url(url)?.application_name("skiplock web");
+    let opts = super::reachable(super::parse_url(url)?.application_name("skiplock web"), url).await?;
     let fail = |e: sqlx::Error| {
         Error::Other(format!(
             "cannot connect to the database at {}: {}",
@@ -28,8 +28,6 @@ pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result
             super::scrub(&e.to_string(), url)
         ))
     };
-    let probe = opts.connect().await.map_err(fail)?;
-    let _ = probe.close().await;
     super::checkout::pool_options()
         .after_connect(move |conn, _meta| {
             Box::pin(async move {

@@ -132,6 +132,8 @@ impl Backoff {
 #[derive(Debug)]
 pub struct Availability {
     state: Mutex<ClockState>,
+    /// Woken by every failure (a permit is kept when nobody waits, so none is missed).
+    failed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -156,6 +158,7 @@ impl Availability {
                 up_since: None,
                 failures: 0,
             }),
+            failed: tokio::sync::Notify::new(),
         }
     }
 
@@ -172,6 +175,12 @@ impl Availability {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.up_since = None;
         s.failures += 1;
+        self.failed.notify_one();
+    }
+
+    /// Resolves at the next failure (or at once if one came since the last call).
+    pub async fn next_failure(&self) {
+        self.failed.notified().await
     }
 
     /// Records `e` as a failure if it means "unavailable"; returns whether it did.

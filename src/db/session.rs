@@ -6,14 +6,14 @@
 //!   refuses its `options` parameter, and sqlx's `extra_float_digits` is left out for the same
 //!   reason (docs/operations.md, "Behind PgBouncer").
 //! - A new connection that lands on a read-only server (a standby after a failover, or
-//!   `default_transaction_read_only`) is refused and retried, never used. The driver
-//!   (sqlx 0.9) takes one host and ignores `target_session_attrs`, so this check is what
-//!   keeps a worker off a standby; see docs/reliability.md for putting several hosts behind
-//!   one address.
+//!   `default_transaction_read_only`) is refused and retried, never used: this check is
+//!   what keeps a worker off a standby, whatever the URL's `target_session_attrs`.
 //! - Connections opened before a statement met a read-only server are dropped on their
 //!   next checkout ([`RECYCLE`]).
-//! - [`wait_for_database`] retries with a capped backoff, one log line per attempt, forever
-//!   unless bounded (`SKIPLOCK_CONNECT_TIMEOUT`).
+//! - Start-up ([`attempt_failed`]) retries with a capped backoff, one log line per attempt,
+//!   forever unless bounded (`SKIPLOCK_CONNECT_TIMEOUT`).
+//! - A URL with several hosts is split by `super::hosts`; this module's checks then pick
+//!   the host whose session can write.
 
 use std::time::Duration;
 
@@ -126,9 +126,10 @@ pub fn describe(opts: &PgConnectOptions) -> String {
     )
 }
 
-/// One connection attempt: connect, refuse a read-only server, close. A connection error
-/// that will not go away by waiting (wrong password, no such database) names the target.
-pub async fn probe(opts: &PgConnectOptions) -> Result<()> {
+/// One connection attempt: connect, refuse a read-only server (where `writable`), close. A
+/// connection error that will not go away by waiting (wrong password, no such database)
+/// names the target.
+pub async fn probe(opts: &PgConnectOptions, writable: bool) -> Result<()> {
     let mut conn = opts.connect().await.map_err(|e| {
         if sqlx_unavailable(&e) {
             Error::Database(e)
@@ -143,29 +144,15 @@ pub async fn probe(opts: &PgConnectOptions) -> Result<()> {
             ))
         }
     })?;
+    if !writable {
+        let _ = conn.close().await;
+        return Ok(());
+    }
     let why = read_only_reason(&mut conn).await;
     let _ = conn.close().await;
     match why? {
         None => Ok(()),
         Some(why) => Err(Error::Unavailable(why)),
-    }
-}
-
-/// Waits until a writable connection to `opts` can be made: capped exponential backoff
-/// ([`CONNECT_BACKOFF`]), one WARN line per failed attempt, forever unless `timeout` is
-/// set. A permanent error (wrong password, no such database) ends the wait at once.
-pub async fn wait_for_database(opts: &PgConnectOptions, timeout: Option<Duration>) -> Result<()> {
-    let started = tokio::time::Instant::now();
-    let mut backoff = Backoff::new(CONNECT_BACKOFF.0, CONNECT_BACKOFF.1);
-    let mut attempt = 1u64;
-    loop {
-        match probe(opts).await {
-            Ok(()) => return Ok(()),
-            Err(e) => {
-                attempt_failed(opts, e, attempt, started.elapsed(), timeout, &mut backoff).await?;
-                attempt += 1;
-            }
-        }
     }
 }
 
@@ -184,12 +171,7 @@ pub async fn attempt_failed(
         return Err(e);
     }
     let target = describe(opts);
-    let reason = match &e {
-        Error::Unavailable(m) => m.clone(),
-        Error::Database(sqlx::Error::Database(d)) => d.message().to_string(),
-        Error::Database(d) => d.to_string(),
-        other => other.to_string(),
-    };
+    let reason = reason(&e);
     let delay = backoff.next_delay();
     if let Some(t) = timeout.filter(|t| elapsed + delay > *t) {
         return Err(Error::Unavailable(format!(
@@ -205,6 +187,17 @@ pub async fn attempt_failed(
     );
     tokio::time::sleep(delay).await;
     Ok(())
+}
+
+/// What `e` says about the database, for a log line (the server's own message where it
+/// sent one).
+pub fn reason(e: &Error) -> String {
+    match e {
+        Error::Unavailable(m) => m.clone(),
+        Error::Database(sqlx::Error::Database(d)) => d.message().to_string(),
+        Error::Database(d) => d.to_string(),
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]

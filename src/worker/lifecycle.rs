@@ -147,6 +147,15 @@ impl Worker {
                 .then(|| Rescuer::new(self.settings.rescue_after, availability)),
             &self.pool,
         );
+        let mut services = services;
+        if crate::db::hosts::of(&self.runtime_pool.connect_options()).is_some() {
+            // Several hosts in the URL: after each outage, find the one that accepts writes.
+            let pools = vec![self.runtime_pool.clone(), self.pool.clone()];
+            let (a, stop) = (shared.availability.clone(), services.0.clone());
+            services
+                .1
+                .push(tokio::spawn(crate::db::hosts::follow(pools, a, stop)));
+        }
         let discover = self.settings.queues.is_none();
         let queues = queues::Queues::new(shared.clone(), discover);
         if let Some(q) = &self.settings.queues {

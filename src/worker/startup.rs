@@ -6,8 +6,9 @@
 use tokio::time::Instant;
 
 use super::StartHook;
+use crate::db::hosts;
 use crate::db::outage::{Availability, Backoff};
-use crate::db::session::{CONNECT_BACKOFF, attempt_failed, probe};
+use crate::db::session::{CONNECT_BACKOFF, attempt_failed};
 use crate::error::Result;
 use crate::store::heartbeat::{WorkerInfo, worker_upsert};
 use crate::store::{Pool, schema};
@@ -22,7 +23,6 @@ pub(crate) async fn start(
     timeout: Option<std::time::Duration>,
     availability: &Availability,
 ) -> Result<()> {
-    let opts = runtime.connect_options();
     let started = Instant::now();
     let mut backoff = Backoff::new(CONNECT_BACKOFF.0, CONNECT_BACKOFF.1);
     let mut attempt = 1u64;
@@ -33,7 +33,10 @@ pub(crate) async fn start(
             // each is a TCP (and TLS) handshake, and opened one after the other by the
             // statements below they took most of a worker's start (tenths of a second with
             // TLS). A failure here shows again in the statement that needs the connection.
-            let (probed, ()) = tokio::join!(probe(&opts), warm(runtime, handlers));
+            // (With several hosts in the URL the probe also points both pools at the one
+            // that accepts writes, and the warm-up may have met another: see `hosts::point`.)
+            let both = [runtime, handlers];
+            let (probed, ()) = tokio::join!(hosts::point(&both), warm(runtime, handlers));
             probed?;
             schema::ensure_ready(runtime).await?;
             worker_upsert(runtime, info).await?;
@@ -54,6 +57,7 @@ pub(crate) async fn start(
             }
             Err(e) => {
                 availability.observe(&e);
+                let opts = runtime.connect_options();
                 attempt_failed(&opts, e, attempt, started.elapsed(), timeout, &mut backoff).await?;
                 attempt += 1;
             }
