@@ -68,6 +68,14 @@ async fn reachable(opts: PgConnectOptions, url: &str) -> Result<PgConnectOptions
     Ok(opts)
 }
 
+/// Points `pool` at the first host of its URL that accepts a writable session (a URL with
+/// several hosts, docs/operations.md "Several hosts in one URL"); with one host, only checks
+/// it. Workers do this themselves after every outage; a long-lived producer pool calls it
+/// when a statement failed because the database was unavailable.
+pub async fn point_at_writable_host(pool: &PgPool) -> Result<()> {
+    hosts::point(&[pool]).await
+}
+
 /// Parses a database URL (application name `skiplock`); a bad one is a `DATABASE_URL`
 /// setting error that never shows the password.
 pub fn parse_url(url: &str) -> Result<PgConnectOptions> {

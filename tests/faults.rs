@@ -273,3 +273,66 @@ async fn a_slow_database_and_an_exhausted_pool_give_clear_errors_and_retries_not
     }
     pool.close().await;
 }
+
+/// Whether the HA cluster's parts are installed (`scripts/ha`); without them the failover
+/// test says so and passes, unless `SKIPLOCK_TEST_REQUIRE_HA` is set (CI sets it and installs
+/// them).
+fn ha_installed() -> bool {
+    let found = ["/usr/bin/patroni", "/usr/bin/etcd", "/usr/sbin/haproxy"]
+        .iter()
+        .all(|p| std::path::Path::new(p).exists());
+    if !found {
+        assert!(
+            std::env::var_os("SKIPLOCK_TEST_REQUIRE_HA").is_none(),
+            "patroni, etcd or haproxy is missing and SKIPLOCK_TEST_REQUIRE_HA is set"
+        );
+        eprintln!("patroni, etcd or haproxy is not installed: skipping (see scripts/ha)");
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patroni_switchover_mid_run_loses_nothing_and_reruns_no_job() {
+    use chaos::ha::{Failover, HaCluster};
+    if !ha_installed() {
+        return;
+    }
+    let ha = tokio::task::spawn_blocking(HaCluster::start)
+        .await
+        .unwrap()
+        .expect("start the HA cluster (scripts/ha up)");
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&ha.url("postgres").unwrap())
+        .await
+        .unwrap();
+    sqlx::query("CREATE DATABASE failover")
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    // Two workers, one through HAProxy and one through a URL naming both nodes, and a
+    // producer enqueueing while Patroni switches the primary over.
+    let url = ha.url("failover").unwrap();
+    let mut cfg = ChaosConfig::new(1500, bin());
+    cfg.workers = 2;
+    cfg.kills = 0;
+    cfg.concurrency = 4;
+    cfg.max_connections = 8;
+    cfg.failovers = vec![Failover::Switchover];
+    cfg.failover_every = Duration::from_secs(3);
+    cfg.worker_urls = vec![url.clone(), ha.hosts_url("failover").unwrap()];
+    cfg.deadline = Duration::from_secs(300);
+    let r = chaos::run(&cfg, &url, Some(&ha)).await;
+    tokio::task::spawn_blocking(move || drop(ha)).await.unwrap();
+    let r = r.expect("chaos run");
+    eprintln!("{}", r.summary_line());
+    // No kill: every second execution would be unexplained (ok() fails), unless the
+    // handler itself failed in the switchover and was retried.
+    assert!(r.ok(), "{}", r.summary_line());
+    assert_eq!(
+        (r.jobs, r.completed, r.lost, r.failovers),
+        (1500, 1500, 0, 1)
+    );
+    assert_eq!(r.unexpected_exits, 0);
+}

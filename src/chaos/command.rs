@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::chaos::{self, ChaosConfig, cluster::PrivateCluster, record::Record};
+use crate::chaos::{self, ChaosConfig, cluster::PrivateCluster, ha::Failover, record::Record};
 use skiplock::config::{self, QueueSettings, parse_duration};
 use skiplock::worker::{Worker, shutdown};
 
@@ -53,6 +53,17 @@ pub struct ChaosArgs {
     /// Keep the worker logs here.
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
+    /// Run on a highly available cluster of the run's own (`scripts/ha`: Patroni, etcd,
+    /// HAProxy) and fail it over --failovers times: postmaster kill, node kill and
+    /// switchover in turn. Workers connect through HAProxy and through a multi-host URL.
+    #[arg(long, conflicts_with = "pg_restart")]
+    pub failover: bool,
+    /// Failovers to cause (with --failover).
+    #[arg(long, default_value_t = 6)]
+    pub failovers: usize,
+    /// Time from one failover's recovery to the next (with --failover).
+    #[arg(long, default_value = "12s", value_parser = parse_duration)]
+    pub failover_every: std::time::Duration,
 }
 
 /// Runs the chaos scenario and prints the summary line; fails unless it is OK.
@@ -86,7 +97,22 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
     cfg.deadline = a.deadline;
     cfg.log_dir = a.log_dir;
     cfg.progress = skiplock::progress::Progress::bar(a.jobs, "chaos: jobs recorded");
-    let report = if a.pg_restart {
+    let report = if a.failover {
+        check_flag("--failovers", a.failovers as i128, 1, 1000)?;
+        skiplock::cli::check_duration_flag("--failover-every", a.failover_every, d(1), d(3600))?;
+        let ha = tokio::task::spawn_blocking(crate::chaos::ha::HaCluster::start).await??;
+        let admin = skiplock::db::connect(&ha.url("postgres")?, 1).await?;
+        crate::chaos::store::create_database(&admin, "skiplock_chaos").await?;
+        admin.close().await;
+        cfg.failovers = (0..a.failovers)
+            .map(|i| Failover::CYCLE[i % Failover::CYCLE.len()])
+            .collect();
+        cfg.failover_every = a.failover_every;
+        cfg.worker_urls = vec![ha.url("skiplock_chaos")?, ha.hosts_url("skiplock_chaos")?];
+        let r = chaos::run(&cfg, &ha.url("skiplock_chaos")?, Some(&ha)).await;
+        tokio::task::spawn_blocking(move || drop(ha)).await?;
+        r?
+    } else if a.pg_restart {
         let cluster = tokio::task::spawn_blocking(PrivateCluster::start).await??;
         tracing::info!(dir = %cluster.path().display(), "private Postgres cluster started");
         let admin = skiplock::db::connect(&cluster.url("postgres"), 1).await?;

@@ -14,6 +14,7 @@
 
 pub mod cluster;
 pub mod command;
+pub mod ha;
 pub mod record;
 pub mod store;
 
@@ -62,6 +63,16 @@ pub struct ChaosConfig {
     pub log_dir: Option<PathBuf>,
     /// Shows the recorded jobs as they come in (`skiplock chaos` on a terminal).
     pub progress: skiplock::progress::Progress,
+    /// Failovers to cause, in this order (needs a [`PgServer`] that fails over:
+    /// [`ha::HaCluster`]), one every `failover_every`. With failovers, a tenth of the jobs
+    /// is enqueued before the workers start and a producer enqueues the rest while the
+    /// failovers happen.
+    pub failovers: Vec<ha::Failover>,
+    /// Time from one failover's recovery to the next failover.
+    pub failover_every: Duration,
+    /// The URLs the worker processes connect with, one per slot in turn (empty: the run's
+    /// URL); the producer takes the next one in turn after the workers.
+    pub worker_urls: Vec<String>,
 }
 
 impl ChaosConfig {
@@ -82,6 +93,9 @@ impl ChaosConfig {
             worker_bin: worker_bin.into(),
             log_dir: None,
             progress: skiplock::progress::Progress::hidden(),
+            failovers: Vec::new(),
+            failover_every: Duration::from_secs(12),
+            worker_urls: Vec::new(),
         }
     }
 }
@@ -121,6 +135,16 @@ pub struct Report {
     pub outage_warnings: usize,
     /// Times a worker's NOTIFY listener noticed its connection was gone and reconnected.
     pub listener_reconnects: usize,
+    /// Failovers caused, and how many were asked for.
+    pub failovers: usize,
+    /// Failovers the run was asked to cause.
+    pub planned_failovers: usize,
+    /// Per failover: its kind and the longest time without a completed job from just before
+    /// it until the next one (the gap as the queue sees it), in seconds.
+    pub failover_gaps: Vec<(&'static str, f64)>,
+    /// Producer batches whose enqueue failed in a failover (each checked, then retried
+    /// only if it had not committed).
+    pub producer_retries: usize,
     /// Wall time of the run.
     pub elapsed: Duration,
 }
@@ -132,6 +156,7 @@ impl Report {
             && self.unexplained == 0
             && self.unexpected_exits == 0
             && self.completed == self.jobs
+            && self.failovers >= self.planned_failovers
     }
 
     /// The one-line summary `scripts/chaos` prints.
@@ -139,7 +164,7 @@ impl Report {
         format!(
             "chaos: jobs={} completed={} executions={} kills={} restarts={} pg_restarts={} outages={} \
              duplicates={} retried_after_error={} unexplained={} lost={} unexpected_exits={} outage_warnings={} listener_reconnects={} \
-             elapsed={:.1}s => {}{}",
+             {}elapsed={:.1}s => {}{}",
             self.jobs,
             self.completed,
             self.executions,
@@ -154,6 +179,20 @@ impl Report {
             self.unexpected_exits,
             self.outage_warnings,
             self.listener_reconnects,
+            if self.planned_failovers == 0 {
+                String::new()
+            } else {
+                format!(
+                    "failovers={} producer_retries={} gaps=[{}] ",
+                    self.failovers,
+                    self.producer_retries,
+                    self.failover_gaps
+                        .iter()
+                        .map(|(k, g)| format!("{k} {g:.1}s"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            },
             self.elapsed.as_secs_f64(),
             if self.ok() { "OK" } else { "FAILED" },
             if self.unexplained_jobs.is_empty() {
@@ -205,14 +244,33 @@ pub fn server_events(
         .collect()
 }
 
-/// The database server a chaos run restarts or stops: a private cluster, never a shared one.
+/// The database server a chaos run restarts, stops or fails over: a private cluster or HA
+/// cluster of its own, never a shared one. What a server cannot do is an error.
 pub trait PgServer {
     /// Restarts the server and waits for it.
-    fn restart_server(&self) -> Result<()>;
+    fn restart_server(&self) -> Result<()> {
+        Err(Error::Invalid("this server cannot be restarted".into()))
+    }
     /// Stops the server.
-    fn stop_server(&self) -> Result<()>;
+    fn stop_server(&self) -> Result<()> {
+        Err(Error::Invalid("this server cannot be stopped".into()))
+    }
     /// Starts the stopped server and waits for it.
-    fn start_server(&self) -> Result<()>;
+    fn start_server(&self) -> Result<()> {
+        Err(Error::Invalid("this server cannot be started".into()))
+    }
+    /// Causes a failover of kind `f`, then waits until the old primary is back as a
+    /// synchronous standby.
+    fn fail_over(&self, _f: ha::Failover) -> Result<()> {
+        Err(Error::Invalid("this server cannot fail over".into()))
+    }
+}
+
+impl PgServer for ha::HaCluster {
+    fn fail_over(&self, f: ha::Failover) -> Result<()> {
+        let old = ha::HaCluster::fail_over(self, f)?;
+        self.heal(&old)
+    }
 }
 
 impl PgServer for cluster::PrivateCluster {
@@ -278,11 +336,18 @@ pub async fn run(
     url: &str,
     server: Option<&(dyn PgServer + Sync)>,
 ) -> Result<Report> {
-    if (cfg.pg_restart || cfg.outage.is_some()) && server.is_none() {
+    if (cfg.pg_restart || cfg.outage.is_some() || !cfg.failovers.is_empty()) && server.is_none() {
         return Err(Error::Invalid(
-            "a Postgres restart or outage needs a private cluster".into(),
+            "a Postgres restart, outage or failover needs a server of the run's own".into(),
         ));
     }
+    let slot_url = |i: usize| -> &str {
+        if cfg.worker_urls.is_empty() {
+            url
+        } else {
+            &cfg.worker_urls[i % cfg.worker_urls.len()]
+        }
+    };
     let started = Instant::now();
     let pool = skiplock::db::pool(url, 2, Duration::from_secs(30)).await?;
     skiplock::migrate(&pool).await?;
@@ -294,9 +359,15 @@ pub async fn run(
         )));
     }
     install(&pool).await?;
+    // With failovers a producer enqueues all but the first tenth during the run.
+    let up_front = if !cfg.failovers.is_empty() {
+        (cfg.jobs / 10).max(1)
+    } else {
+        cfg.jobs
+    };
     let mut n = 1u64;
-    while n <= cfg.jobs {
-        let last = (n + 4999).min(cfg.jobs);
+    while n <= up_front {
+        let last = (n + 4999).min(up_front);
         sql::fill(&pool, n as i64, last as i64, cfg.work_ms as i64).await?;
         n = last + 1;
     }
@@ -314,21 +385,30 @@ pub async fn run(
             tmp_logs.path().to_path_buf()
         }
     };
+    let mut report = Report::default();
     let mut slots = Vec::new();
     for i in 0..cfg.workers {
         let log = log_dir.join(format!("worker-{i}.log"));
         let _ = std::fs::remove_file(&log);
         slots.push(Slot {
-            child: spawn(cfg, url, &log)?,
+            child: spawn(cfg, slot_url(i), &log)?,
             log,
         });
     }
+    let failovers_done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let producer = (up_front < cfg.jobs).then(|| {
+        let (url, cfg) = (slot_url(cfg.workers).to_string(), cfg.clone());
+        let done = failovers_done.clone();
+        tokio::spawn(async move { produce(&url, up_front + 1, &cfg, done).await })
+    });
+    let mut failovers: Vec<(ha::Failover, DateTime<Utc>, DateTime<Utc>)> = Vec::new();
+    let mut next_failover = started + cfg.failover_every;
+    report.planned_failovers = cfg.failovers.len();
 
     let mut rng = rand::rng();
     let points = kill_points(cfg.jobs, cfg.kills, &mut rng);
     let mut next_kill = 0;
     let mut kills: Vec<(i32, DateTime<Utc>)> = Vec::new();
-    let mut report = Report::default();
     let mut events = server_events(
         cfg.jobs,
         if cfg.pg_restart {
@@ -348,15 +428,31 @@ pub async fn run(
             if let Ok(Some(status)) = s.child.try_wait() {
                 tracing::error!(slot = i, %status, "chaos: a worker exited without being killed");
                 report.unexpected_exits += 1;
-                s.child = spawn(cfg, url, &s.log)?;
+                s.child = spawn(cfg, slot_url(i), &s.log)?;
                 report.restarts += 1;
             }
+        }
+        if failovers.len() < cfg.failovers.len() && Instant::now() >= next_failover {
+            let server = server.expect("checked above");
+            let f = cfg.failovers[failovers.len()];
+            tracing::info!(completed = done, "chaos: failover by {}", f.name());
+            let began = Utc::now();
+            // Blocks this loop until the old primary is back as a standby (seconds); the
+            // workers and the producer run on.
+            tokio::task::block_in_place(|| server.fail_over(f))?;
+            failovers.push((f, began, Utc::now()));
+            report.failovers += 1;
+            failovers_done.store(report.failovers, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!("chaos: the cluster has a synchronous standby again");
+            next_failover = Instant::now() + cfg.failover_every;
         }
         if let Some(p) = progress(&pool).await {
             done = p;
             cfg.progress.set(done.max(0) as u64);
         }
-        if done >= cfg.jobs as i64 || Instant::now() > deadline {
+        if (done >= cfg.jobs as i64 && failovers.len() >= cfg.failovers.len())
+            || Instant::now() > deadline
+        {
             break;
         }
         while let Some((_, event)) = events.next_if(|(at, _)| done as u64 >= *at) {
@@ -377,7 +473,7 @@ pub async fn run(
                             if let Ok(Some(status)) = s.child.try_wait() {
                                 tracing::error!(slot = i, %status, "chaos: a worker exited during the outage");
                                 report.unexpected_exits += 1;
-                                s.child = spawn(cfg, url, &s.log)?;
+                                s.child = spawn(cfg, slot_url(i), &s.log)?;
                                 report.restarts += 1;
                             }
                         }
@@ -400,7 +496,7 @@ pub async fn run(
             kills.push((pid, Utc::now()));
             report.kills += 1;
             tracing::info!(slot = i, pid, completed = done, "chaos: SIGKILL");
-            s.child = spawn(cfg, url, &s.log)?;
+            s.child = spawn(cfg, slot_url(i), &s.log)?;
             report.restarts += 1;
             next_kill += 1;
         }
@@ -436,8 +532,31 @@ pub async fn run(
             }
         }
     }
+    if let Some(p) = producer {
+        match p.await {
+            Ok(Ok(retries)) => report.producer_retries = retries,
+            Ok(Err(e)) => tracing::error!("chaos: the producer failed: {e}"),
+            Err(e) => tracing::error!("chaos: the producer panicked: {e}"),
+        }
+    }
     record_kills(&pool, &kills).await?;
     judge(&pool, &mut report).await?;
+    if !failovers.is_empty() {
+        let starts: Vec<DateTime<Utc>> = failovers.iter().map(|f| f.1).collect();
+        let healed: Vec<DateTime<Utc>> = failovers.iter().map(|f| f.2).collect();
+        let gaps = sql::failover_gaps(&pool, &starts, &healed).await?;
+        for ((f, at, healed), (gap, began)) in failovers.iter().zip(&gaps) {
+            tracing::info!(
+                "chaos: {} at {at}, healed at {healed}: longest time without a completion {gap:.2}s from {began:?}",
+                f.name()
+            );
+        }
+        report.failover_gaps = failovers
+            .iter()
+            .zip(gaps)
+            .map(|(f, (g, _))| (f.0.name(), g))
+            .collect();
+    }
     for s in &slots {
         if let Ok(text) = std::fs::read_to_string(&s.log) {
             report.outage_warnings += text.lines().filter(|l| is_outage_warning(l)).count();
@@ -452,6 +571,75 @@ pub async fn run(
     report.elapsed = started.elapsed();
     pool.close().await;
     Ok(report)
+}
+
+/// Enqueues jobs `first..=cfg.jobs` through `url` in small batches while the failovers
+/// happen: the jobs are shared out evenly between the stretches before, between and after
+/// the failovers (`failovers_done` says which stretch it is in), each share paced over
+/// `failover_every` plus the time a failover and its healing take, so that every failover
+/// meets jobs being enqueued and run. Rides out the failovers: a batch that failed is checked
+/// and enqueued again only if it did not commit (the answer to a commit can be lost while
+/// the commit holds). Returns the batches it had to retry.
+async fn produce(
+    url: &str,
+    first: u64,
+    cfg: &ChaosConfig,
+    failovers_done: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> Result<usize> {
+    const TICK: Duration = Duration::from_millis(250);
+    /// What a failover and its healing take, roughly (docs/operations.md, "Patroni").
+    const FAILOVER_TIME: Duration = Duration::from_secs(15);
+    let (last, stretches) = (cfg.jobs, cfg.failovers.len() as u64 + 1);
+    let share = (last - first + 1).div_ceil(stretches);
+    let ticks = ((cfg.failover_every + FAILOVER_TIME).as_millis() / TICK.as_millis()) as u64;
+    let per_tick = share.div_ceil(ticks.max(1)).max(1);
+    let work_ms = cfg.work_ms;
+    let pool = skiplock::db::pool(url, 2, Duration::from_secs(5)).await?;
+    let mut retries = 0;
+    let mut a = first;
+    while a <= last {
+        let stretch = failovers_done.load(std::sync::atomic::Ordering::Relaxed) as u64;
+        let allowed = (first - 1 + share * (stretch + 1)).min(last);
+        if a > allowed {
+            tokio::time::sleep(TICK).await;
+            continue;
+        }
+        let b = (a + per_tick - 1).min(allowed);
+        let mut unsure = false;
+        loop {
+            if unsure {
+                match sql::filled(&pool, a as i64, b as i64).await {
+                    Ok(n) if n == (b - a + 1) as i64 => break,
+                    Ok(0) => {}
+                    Ok(n) => {
+                        return Err(Error::Other(format!(
+                            "batch {a}..={b} half enqueued ({n} jobs): not atomic"
+                        )));
+                    }
+                    Err(_) => {
+                        // Several hosts in the URL: look for the one that accepts writes.
+                        let _ = skiplock::db::point_at_writable_host(&pool).await;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+            }
+            match sql::fill(&pool, a as i64, b as i64, work_ms as i64).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::info!("chaos: producer batch {a}..={b} failed ({e}); checking");
+                    retries += 1;
+                    unsure = true;
+                    let _ = skiplock::db::point_at_writable_host(&pool).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        a = b + 1;
+        tokio::time::sleep(TICK).await;
+    }
+    pool.close().await;
+    Ok(retries)
 }
 
 /// (Re)creates the side tables of a run (`skiplock_chaos.executions`, `.kills`).

@@ -31,6 +31,29 @@ pub async fn fill<'e, E: Executor<'e>>(exec: E, first: i64, last: i64, work_ms: 
     Ok(())
 }
 
+/// How many of the jobs `first..=last` exist (0 or all: a batch is one statement).
+pub async fn filled<'e, E: Executor<'e>>(exec: E, first: i64, last: i64) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql!("chaos", "filled"))
+        .bind(first)
+        .bind(last)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Per failover (began at `starts[i]`, healed at `healed[i]`): the longest time without a
+/// completed job that began in it, in seconds, and when it began (`sql/chaos/failover_gaps.sql`).
+pub async fn failover_gaps<'e, E: Executor<'e>>(
+    exec: E,
+    starts: &[DateTime<Utc>],
+    healed: &[DateTime<Utc>],
+) -> Result<Vec<(f64, Option<DateTime<Utc>>)>> {
+    Ok(sqlx::query_as(sql!("chaos", "failover_gaps"))
+        .bind(starts)
+        .bind(healed)
+        .fetch_all(exec)
+        .await?)
+}
+
 /// Completed `chaos_record` jobs so far.
 pub async fn progress<'e, E: Executor<'e>>(exec: E) -> Result<i64> {
     Ok(sqlx::query_scalar(sql!("chaos", "progress"))

@@ -24,9 +24,14 @@ pub fn should_ping(idle_for: Duration) -> bool {
     idle_for > PING_IF_IDLE_FOR
 }
 
-/// The check at checkout: pings the connection if it sat idle long enough ([`should_ping`]).
-/// An error makes the pool close it and take or open another.
+/// The check at checkout: refuses a connection opened before the last
+/// [`super::session::RECYCLE`] mark (its server turned read-only, or the URL's hosts were
+/// re-pointed), and pings one that sat idle long enough ([`should_ping`]). A refusal or an
+/// error makes the pool close it and take or open another.
 pub async fn check(conn: &mut PgConnection, meta: &PoolConnectionMetadata) -> sqlx::Result<bool> {
+    if !super::session::RECYCLE.accepts(meta.age) {
+        return Ok(false);
+    }
     if should_ping(meta.idle_for) {
         conn.ping().await?;
     }

@@ -224,6 +224,8 @@ pub async fn point(pools: &[&PgPool]) -> Result<()> {
         for pool in pools {
             pool.set_connect_options(at(&pool.connect_options(), &target));
         }
+        // Connections to the old host (a standby now, perhaps) are not handed out again.
+        super::session::RECYCLE.recycle_all();
     }
     Ok(())
 }

@@ -27,8 +27,9 @@ use crate::error::{Error, Result};
 pub const CONNECT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(200), Duration::from_secs(10));
 
-/// Marks connections to be replaced after a statement met a read-only server; shared by
-/// every pool built here.
+/// Marks connections to be replaced after a statement met a read-only server or the URL's
+/// hosts were re-pointed (`super::hosts::point`); every pool skiplock builds honours it at
+/// checkout (`super::checkout::check`).
 pub static RECYCLE: RecycleMark = RecycleMark::new();
 
 pub use crate::config::SessionLimits;
@@ -49,8 +50,8 @@ pub fn worker_pool(
     max: u32,
     acquire_timeout: Duration,
 ) -> PgPool {
-    // The checkout's pool (no ping before every use); both hooks are replaced, and each calls
-    // what the checkout's own did (`nodelay::set`, `checkout::check`) before its own step.
+    // The checkout's pool (no ping before every use, no connection older than a RECYCLE
+    // mark); `after_connect` is replaced and calls the checkout's own (`nodelay::set`) first.
     super::checkout::pool_options()
         .max_connections(max)
         .min_connections(0)
@@ -65,15 +66,6 @@ pub fn worker_pool(
                         "refusing a read-only connection: {why}"
                     ))),
                 }
-            })
-        })
-        .before_acquire(|conn, meta| {
-            let ok = RECYCLE.accepts(meta.age);
-            Box::pin(async move {
-                if !ok {
-                    return Ok(false);
-                }
-                super::checkout::check(conn, &meta).await
             })
         })
         .connect_lazy_with(opts)
