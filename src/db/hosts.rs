@@ -230,14 +230,17 @@ pub async fn point(pools: &[&PgPool]) -> Result<()> {
     Ok(())
 }
 
-/// First and longest wait between two rounds of [`follow`] looking for the writable host:
-/// short, as a failover's gap is seconds (docs/operations.md, "Patroni").
+/// First and longest wait between two probes of [`follow`] during an outage: short, as a
+/// failover's gap is seconds (docs/operations.md, "Patroni"), and one probe per process.
 pub const FOLLOW_BACKOFF: (Duration, Duration) =
-    (Duration::from_millis(250), Duration::from_secs(2));
+    (Duration::from_millis(100), Duration::from_millis(500));
 
-/// Keeps `pools` on the host that accepts writes, until `stop`: after every failure the
-/// `availability` clock sees, [`point`] them again (retried with [`FOLLOW_BACKOFF`] until a
-/// host answers). Only worth running for a URL with several hosts ([`of`]).
+/// A worker's one prober, until `stop`: after a failure the `availability` clock sees, it
+/// [`point`]s `pools` at the host that accepts writes (one host: checks it). If that
+/// fails — an outage, not one failed statement — it probes again ([`FOLLOW_BACKOFF`]) until
+/// a host answers, and then announces [`Availability::recovered`], which ends every task's
+/// backoff at once: the claims, acks and listener come back within a probe's interval of
+/// the database rather than each at the end of its own doubling wait.
 pub async fn follow(pools: Vec<PgPool>, availability: Arc<Availability>, stop: CancellationToken) {
     let refs: Vec<&PgPool> = pools.iter().collect();
     loop {
@@ -246,6 +249,7 @@ pub async fn follow(pools: Vec<PgPool>, availability: Arc<Availability>, stop: C
             _ = availability.next_failure() => {}
         }
         let mut backoff = Backoff::new(FOLLOW_BACKOFF.0, FOLLOW_BACKOFF.1);
+        let mut outage = false;
         loop {
             let found = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -253,14 +257,21 @@ pub async fn follow(pools: Vec<PgPool>, availability: Arc<Availability>, stop: C
             };
             match found {
                 Ok(()) => break,
-                Err(e) => {
-                    tracing::debug!("no host accepts writes yet: {}", super::session::reason(&e));
+                Err(e) if super::outage::is_unavailable(&e) => {
+                    outage = true;
+                    tracing::debug!("the database does not answer yet: {}", super::session::reason(&e));
                     tokio::select! {
                         _ = stop.cancelled() => return,
                         _ = tokio::time::sleep(backoff.next_delay()) => {}
                     }
                 }
+                // A permanent refusal (the password changed, say): the tasks' own retries and
+                // logs say so; nothing to announce.
+                Err(_) => break,
             }
+        }
+        if outage {
+            availability.recovered();
         }
     }
 }

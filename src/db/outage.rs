@@ -134,6 +134,8 @@ pub struct Availability {
     state: Mutex<ClockState>,
     /// Woken by every failure (a permit is kept when nobody waits, so none is missed).
     failed: tokio::sync::Notify,
+    /// Woken when the database answers again after an outage ([`Availability::recovered`]).
+    back: tokio::sync::Notify,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -159,6 +161,7 @@ impl Availability {
                 failures: 0,
             }),
             failed: tokio::sync::Notify::new(),
+            back: tokio::sync::Notify::new(),
         }
     }
 
@@ -181,6 +184,21 @@ impl Availability {
     /// Resolves at the next failure (or at once if one came since the last call).
     pub async fn next_failure(&self) {
         self.failed.notified().await
+    }
+
+    /// The database answers again after an outage (a probe found it, see
+    /// `crate::db::hosts::follow`): starts the clock and wakes every task waiting out its
+    /// retry backoff ([`Availability::back`]), so the queue resumes within a probe's
+    /// interval of the database's return rather than at the end of each task's backoff.
+    pub fn recovered(&self) {
+        self.success();
+        self.back.notify_waiters();
+    }
+
+    /// Resolves at the next [`Availability::recovered`]; a retry loop sleeps on this beside
+    /// its backoff.
+    pub async fn back(&self) {
+        self.back.notified().await
     }
 
     /// Records `e` as a failure if it means "unavailable"; returns whether it did.
@@ -326,6 +344,31 @@ mod tests {
         // Linear once capped: an hour is about 3,600 attempts, not millions.
         let n = b.max_attempts_within(Duration::from_secs(3600));
         assert!((3590..3610).contains(&n), "{n}");
+    }
+
+    #[tokio::test]
+    async fn a_recovery_starts_the_clock_and_wakes_every_task_waiting_out_a_backoff() {
+        let a = std::sync::Arc::new(Availability::new());
+        a.failure();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let a = a.clone();
+                tokio::spawn(async move { a.back().await })
+            })
+            .collect();
+        // Let the waiters start before the announcement (it wakes only those waiting).
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        a.recovered();
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(10), w)
+                .await
+                .expect("woken by the recovery")
+                .unwrap();
+        }
+        assert!(a.up_for() < Duration::from_secs(10));
+        assert!(a.state.lock().unwrap().up_since.is_some());
     }
 
     #[test]

@@ -214,7 +214,10 @@ async fn flush(shared: &Shared, buf: &[Ack], stop: &CancellationToken) {
                 }
                 let delay = backoff.next_delay();
                 tracing::warn!(error = %e, jobs = buf.len(), "writing acks failed; retrying in {delay:?}");
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shared.availability.back() => {}
+                }
             }
         }
     }

@@ -41,6 +41,8 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) -> crate::
         tokio::select! {
             _ = stop.cancelled() => return Ok(()),
             _ = tokio::time::sleep(wait) => {}
+            // Back after an outage: beat at once (the rescuers of other workers wait for it).
+            _ = shared.availability.back(), if wait != every => {}
         }
         faults::hit(&shared.worker_id, Point::Heartbeat);
         if beat(&shared).await {

@@ -148,8 +148,9 @@ impl Worker {
             &self.pool,
         );
         let mut services = services;
-        if crate::db::hosts::of(&self.runtime_pool.connect_options()).is_some() {
-            // Several hosts in the URL: after each outage, find the one that accepts writes.
+        {
+            // After each outage: find the host that accepts writes (several in the URL) and
+            // end every task's retry backoff once it answers.
             let pools = vec![self.runtime_pool.clone(), self.pool.clone()];
             let (a, stop) = (shared.availability.clone(), services.0.clone());
             services
@@ -271,7 +272,8 @@ fn spawn_listener(shared: &Arc<Shared>, queues: &Arc<queues::Queues>) -> JoinHan
                         q.wake(w)
                     }
                 };
-                listen(sh.pool.clone(), sh.stop_claiming.clone(), on_wake).await;
+                let back = sh.availability.clone();
+                listen(sh.pool.clone(), sh.stop_claiming.clone(), &back, on_wake).await;
                 Ok(())
             }
         })

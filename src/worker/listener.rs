@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::db::outage::Backoff;
+use crate::db::outage::{Availability, Backoff};
 use crate::store::Pool;
 use crate::store::notify::WakeListener;
 
@@ -30,8 +30,14 @@ pub const RECONNECT_BACKOFF: (Duration, Duration) =
 
 /// Listens on the wake-up channel ([`crate::store::notify::wake_channel`]) until `stop`, calling `on_wake` for every notification.
 /// Survives database restarts: it reports [`Wake::Lost`], reconnects with a capped
-/// backoff and reports [`Wake::All`] once listening again.
-pub async fn listen(pool: Pool, stop: CancellationToken, on_wake: impl Fn(Wake) + Send + Sync) {
+/// backoff (cut short when `availability` announces the database is back) and reports
+/// [`Wake::All`] once listening again.
+pub async fn listen(
+    pool: Pool,
+    stop: CancellationToken,
+    availability: &Availability,
+    on_wake: impl Fn(Wake) + Send + Sync,
+) {
     let mut backoff = Backoff::new(RECONNECT_BACKOFF.0, RECONNECT_BACKOFF.1);
     'outer: while !stop.is_cancelled() {
         let mut listener = match WakeListener::connect(&pool).await {
@@ -40,7 +46,11 @@ pub async fn listen(pool: Pool, stop: CancellationToken, on_wake: impl Fn(Wake) 
                 on_wake(Wake::Lost);
                 let delay = backoff.next_delay();
                 tracing::warn!(error = %e, "listener: cannot connect; retrying in {delay:?}");
-                tokio::select! { _ = stop.cancelled() => break, _ = tokio::time::sleep(delay) => {} }
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = availability.back() => {}
+                }
                 continue;
             }
         };
@@ -62,7 +72,11 @@ pub async fn listen(pool: Pool, stop: CancellationToken, on_wake: impl Fn(Wake) 
                     on_wake(Wake::Lost);
                     let delay = backoff.next_delay();
                     tracing::warn!(error = %e, "listener: error; reconnecting in {delay:?}");
-                    tokio::select! { _ = stop.cancelled() => break 'outer, _ = tokio::time::sleep(delay) => {} }
+                    tokio::select! {
+                        _ = stop.cancelled() => break 'outer,
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = availability.back() => {}
+                    }
                     continue 'outer;
                 }
             }

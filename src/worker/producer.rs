@@ -355,6 +355,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             _ = l.p.slot_freed.notified() => l.on_slot_freed(),
             _ = sleep_until_some(l.settle_at), if l.settle_at.is_some() => l.on_settled(),
             _ = sleep_until_some(l.retry_at), if l.retry_at.is_some() => l.on_retry_due(),
+            _ = l.shared.availability.back(), if l.retry_at.is_some() => l.on_retry_due(),
             _ = sleep_until_some(cooldown_at), if cooldown_at.is_some() => {}
             _ = tokio::time::sleep(poll) => l.on_poll(),
         }
