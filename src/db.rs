@@ -88,7 +88,7 @@ pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
         .parse()
         .map_err(|e: sqlx::Error| bad(scrub(&e.to_string(), url)))?;
     if let Some(h) = hosts {
-        hosts::register(h);
+        hosts::register(h, &opts);
     }
     // No `extra_float_digits` in the start-up packet: PgBouncer refuses parameters it does
     // not know (docs/operations.md, "Behind PgBouncer"); floats are read in binary anyway.

@@ -37,11 +37,17 @@ pub struct Hosts {
     pub hosts: Vec<(String, u16)>,
     /// What `target_session_attrs` asked for.
     pub target: Target,
+    /// The URL's user and database (set by [`register`]): with a host, what identifies the
+    /// URL a pool was built from, so two URLs that share a host never borrow each other's list.
+    pub login: (String, Option<String>),
 }
 
 impl Hosts {
-    fn contains(&self, host: &str, port: u16) -> bool {
-        self.hosts.iter().any(|(h, p)| h == host && *p == port)
+    fn serves(&self, opts: &PgConnectOptions) -> bool {
+        let (host, port) = (opts.get_host(), opts.get_port());
+        self.login.0 == opts.get_username()
+            && self.login.1.as_deref() == opts.get_database()
+            && self.hosts.iter().any(|(h, p)| h == host && *p == port)
     }
 }
 
@@ -76,6 +82,7 @@ pub fn split(url: &str) -> std::result::Result<(String, Option<Hosts>), String> 
             // Several hosts and no target: read-write, not libpq's `any`; every skiplock
             // session writes, so a standby first in the list would only refuse it.
             target: target.unwrap_or(Target::Writable),
+            login: Default::default(),
         }),
     ))
 }
@@ -147,20 +154,24 @@ fn host_port(item: &str) -> std::result::Result<(String, u16), String> {
 
 static REGISTERED: RwLock<Vec<Hosts>> = RwLock::new(Vec::new());
 
-/// Remembers `hosts`, so pools built from any of its hosts can be re-pointed.
-pub fn register(hosts: Hosts) {
+/// Remembers `hosts` of the URL `opts` was parsed from, so pools built from it can be
+/// re-pointed to any of its hosts.
+pub fn register(mut hosts: Hosts, opts: &PgConnectOptions) {
+    hosts.login = (
+        opts.get_username().to_string(),
+        opts.get_database().map(str::to_string),
+    );
     let mut g = REGISTERED.write().unwrap_or_else(|p| p.into_inner());
     if !g.contains(&hosts) {
         g.push(hosts);
     }
 }
 
-/// The registered [`Hosts`] that `opts` points into, if any.
+/// The registered [`Hosts`] of the URL `opts` came from (same user and database, one of its
+/// hosts), if any.
 pub fn of(opts: &PgConnectOptions) -> Option<Hosts> {
     let g = REGISTERED.read().unwrap_or_else(|p| p.into_inner());
-    g.iter()
-        .find(|h| h.contains(opts.get_host(), opts.get_port()))
-        .cloned()
+    g.iter().find(|h| h.serves(opts)).cloned()
 }
 
 /// `opts` pointed at `host:port`.
@@ -311,6 +322,18 @@ mod tests {
         let (single, hosts) = split("postgres://h1,h2/db?target_session_attrs=any").unwrap();
         assert_eq!(single, "postgres://h1/db");
         assert_eq!(hosts.unwrap().target, Target::Any);
+    }
+
+    #[test]
+    fn a_host_list_serves_only_the_url_it_came_from() {
+        let (single, h) = split("postgres://u@a.test:1,b.test:2/db1").unwrap();
+        let opts: PgConnectOptions = single.parse().unwrap();
+        register(h.unwrap(), &opts);
+        assert!(of(&opts).is_some());
+        assert!(of(&opts.clone().host("b.test").port(2)).is_some());
+        assert!(of(&opts.clone().database("db2")).is_none());
+        assert!(of(&opts.clone().username("v")).is_none());
+        assert!(of(&opts.clone().port(3)).is_none());
     }
 
     #[test]
