@@ -23,6 +23,20 @@ use skiplock::worker::{Handler, HandlerResult, JobContext, Outcome};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use support::*;
 
+/// Creates database `name` on the server of `admin_url` (a cluster the test started).
+async fn create_database(admin_url: &str, name: &str) {
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(admin_url)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+}
+
 #[tokio::test]
 async fn sigkilled_worker_processes_lose_nothing() {
     let db = TestDb::new().await;
@@ -51,16 +65,7 @@ async fn a_postgres_restart_mid_run_loses_nothing_and_no_worker_exits() {
         .await
         .unwrap()
         .expect("start a private Postgres cluster (initdb + pg_ctl)");
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&cluster.url("postgres"))
-        .await
-        .unwrap();
-    sqlx::query("CREATE DATABASE faults")
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
+    create_database(&cluster.url("postgres"), "faults").await;
     let mut cfg = ChaosConfig::new(1000, bin());
     cfg.workers = 2;
     cfg.kills = 2;
@@ -301,16 +306,7 @@ async fn a_patroni_switchover_mid_run_loses_nothing_and_reruns_no_job() {
         .await
         .unwrap()
         .expect("start the HA cluster (scripts/ha up)");
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&ha.url("postgres").unwrap())
-        .await
-        .unwrap();
-    sqlx::query("CREATE DATABASE failover")
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
+    create_database(&ha.url("postgres").unwrap(), "failover").await;
     // Two workers, one through HAProxy and one through a URL naming both nodes, and a
     // producer enqueueing while Patroni switches the primary over.
     let url = ha.url("failover").unwrap();

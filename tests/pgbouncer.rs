@@ -236,6 +236,20 @@ async fn drained(db: &TestDb, total: usize) {
     );
 }
 
+/// A one-shot connection to `url` (whose first host is unusable) can write, and a worker on
+/// it runs 100 more jobs, `total` so far, each once.
+async fn lands_on_the_second_host(db: &TestDb, url: &str, total: usize) {
+    let pool = skiplock::db::connect(url, 2).await.expect("connect");
+    assert!(writable(&pool).await);
+    enqueue_noops(&db.pool, 100).await;
+    let worker = start_builtin(
+        &skiplock::db::handler_pool(url, &fast_settings()).unwrap(),
+        fast_settings(),
+    );
+    drained(db, total).await;
+    worker.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_host_url_skips_a_host_that_is_down_or_read_only() {
     let Some(bin) = pgbouncer_bin() else { return };
@@ -243,15 +257,7 @@ async fn a_multi_host_url_skips_a_host_that_is_down_or_read_only() {
 
     // The first host refuses connections: one-shot commands and workers take the second.
     let down = hosts_url(&format!("127.0.0.1:{}", free_port()), &db.url);
-    let pool = skiplock::db::connect(&down, 2).await.expect("connect");
-    assert!(writable(&pool).await);
-    enqueue_noops(&db.pool, 100).await;
-    let worker = start_builtin(
-        &skiplock::db::handler_pool(&down, &fast_settings()).unwrap(),
-        fast_settings(),
-    );
-    drained(&db, 100).await;
-    worker.stop().await.unwrap();
+    lands_on_the_second_host(&db, &down, 100).await;
 
     // The first host answers, but its sessions are read-only (as a standby's would be):
     // skipped for the second, by one-shot commands and workers alike.
@@ -266,15 +272,7 @@ async fn a_multi_host_url_skips_a_host_that_is_down_or_read_only() {
         .await
         .expect("the read-only host alone");
     assert!(!writable(&single).await, "the first host is read-only");
-    let pool = skiplock::db::connect(&ro_url, 2).await.expect("connect");
-    assert!(writable(&pool).await);
-    enqueue_noops(&db.pool, 100).await;
-    let worker = start_builtin(
-        &skiplock::db::handler_pool(&ro_url, &fast_settings()).unwrap(),
-        fast_settings(),
-    );
-    drained(&db, 200).await;
-    worker.stop().await.unwrap();
+    lands_on_the_second_host(&db, &ro_url, 200).await;
 
     // A target that cannot write is refused by name, never silently ignored.
     let standby = format!("{ro_url}?target_session_attrs=standby");
@@ -309,4 +307,39 @@ async fn a_worker_follows_a_multi_host_url_to_the_next_host_when_its_host_goes_a
     enqueue_noops(&db.pool, 300).await;
     drained(&db, 600).await;
     worker.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consoles_pool_follows_a_multi_host_url_after_a_page_met_the_outage() {
+    let Some(bin) = pgbouncer_bin() else { return };
+    let db = TestDb::new().await;
+    let first = Bouncer::start(&bin, "session", "* = host=127.0.0.1 port=5432").await;
+    let url = hosts_url(&format!("127.0.0.1:{}", first.port), &db.url);
+    let pool = skiplock::db::console::connect(&url, 2, Duration::from_secs(30))
+        .await
+        .expect("the console's pool");
+    assert!(writable(&pool).await);
+    assert!(
+        first.log().contains("login attempt"),
+        "began on the first host"
+    );
+
+    // The first host dies; a page's statement fails and says so (as PageError does for
+    // every page); the pool then finds the second host.
+    drop(first);
+    let failed = sqlx::query("SELECT 1").execute(&pool).await;
+    assert!(failed.is_err(), "the first host is gone");
+    skiplock::db::hosts::console_failed();
+    wait_for(
+        "the console's pool on the second host",
+        Duration::from_secs(60),
+        || async {
+            sqlx::query("SELECT 1")
+                .execute(&pool)
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
 }

@@ -135,12 +135,13 @@ pub struct Report {
     pub outage_warnings: usize,
     /// Times a worker's NOTIFY listener noticed its connection was gone and reconnected.
     pub listener_reconnects: usize,
-    /// Failovers caused, and how many were asked for.
+    /// Failovers caused.
     pub failovers: usize,
     /// Failovers the run was asked to cause.
     pub planned_failovers: usize,
-    /// Per failover: its kind and the longest time without a completed job from just before
-    /// it until the next one (the gap as the queue sees it), in seconds.
+    /// Per failover: its kind and the longest time without a completed job that began
+    /// between just before it and the cluster's healing (the gap as the queue sees it), in
+    /// seconds.
     pub failover_gaps: Vec<(&'static str, f64)>,
     /// Producer batches whose enqueue failed in a failover (each checked, then retried
     /// only if it had not committed).
@@ -759,7 +760,23 @@ mod tests {
         assert!(
             !Report {
                 completed: 9,
-                ..good
+                ..good.clone()
+            }
+            .ok()
+        );
+        // A failover run that did not cause every failover it was asked for proves less.
+        let failover = Report {
+            failovers: 5,
+            planned_failovers: 6,
+            failover_gaps: vec![("switchover", 2.5)],
+            ..good
+        };
+        assert!(!failover.ok());
+        assert!(failover.summary_line().contains("gaps=[switchover 2.5s]"));
+        assert!(
+            Report {
+                failovers: 6,
+                ..failover
             }
             .ok()
         );

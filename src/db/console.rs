@@ -28,7 +28,8 @@ pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result
             super::scrub(&e.to_string(), url)
         ))
     };
-    super::checkout::pool_options()
+    let several_hosts = super::hosts::of(&opts).is_some();
+    let pool = super::checkout::pool_options()
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 super::nodelay::set(conn).await?;
@@ -40,5 +41,10 @@ pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(opts)
         .await
-        .map_err(fail)
+        .map_err(fail)?;
+    if several_hosts {
+        // After a failover the pages' failures send the pool to the new primary.
+        tokio::spawn(super::hosts::follow_console(pool.clone()));
+    }
+    Ok(pool)
 }

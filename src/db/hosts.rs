@@ -287,6 +287,31 @@ pub async fn follow(pools: Vec<PgPool>, availability: Arc<Availability>, stop: C
     }
 }
 
+/// Failures seen by the console's pages (a process has one console).
+static CONSOLE_FAILED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// A console page met an unavailable database: its pool looks for the writable host again
+/// (when its URL names several; see [`follow_console`]).
+pub fn console_failed() {
+    CONSOLE_FAILED.notify_one();
+}
+
+/// Keeps the console's `pool` on the writable host of its URL: after every failure a page
+/// reports ([`console_failed`]) it [`point`]s the pool again, probing until a host answers.
+/// Spawned only for a URL with several hosts; ends with the process.
+pub async fn follow_console(pool: PgPool) {
+    loop {
+        CONSOLE_FAILED.notified().await;
+        let mut backoff = Backoff::new(FOLLOW_BACKOFF.0, FOLLOW_BACKOFF.1);
+        while let Err(e) = point(&[&pool]).await {
+            if !super::outage::is_unavailable(&e) {
+                break;
+            }
+            tokio::time::sleep(backoff.next_delay()).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -151,6 +151,9 @@ impl From<Error> for PageError {
             Error::NotFound(m) => PageError::not_found(m),
             other => {
                 tracing::warn!(error = %other, "console page failed");
+                if crate::db::outage::is_unavailable(&other) {
+                    crate::db::hosts::console_failed();
+                }
                 PageError {
                     status: StatusCode::INTERNAL_SERVER_ERROR,
                     heading: "Error",
