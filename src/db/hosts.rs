@@ -284,6 +284,12 @@ pub async fn follow(pools: Vec<PgPool>, availability: Arc<Availability>, stop: C
         if outage {
             availability.recovered();
         }
+        // At most two probes a second, whatever fails meanwhile (a storm of lock timeouts
+        // counts as failures too, and each would cost a connection).
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(FOLLOW_BACKOFF.1) => {}
+        }
     }
 }
 
