@@ -283,12 +283,19 @@ async fn a_multi_host_url_skips_a_host_that_is_down_or_read_only() {
     assert!(e.contains("target_session_attrs=standby"), "{e}");
 }
 
+/// A writable PgBouncer in front of the test server, and a URL naming it first and the test
+/// server second.
+async fn first_of_two_hosts(bin: &Path, db: &TestDb) -> (Bouncer, String) {
+    let first = Bouncer::start(bin, "session", "* = host=127.0.0.1 port=5432").await;
+    let url = hosts_url(&format!("127.0.0.1:{}", first.port), &db.url);
+    (first, url)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_follows_a_multi_host_url_to_the_next_host_when_its_host_goes_away() {
     let Some(bin) = pgbouncer_bin() else { return };
     let db = TestDb::new().await;
-    let first = Bouncer::start(&bin, "session", "* = host=127.0.0.1 port=5432").await;
-    let url = hosts_url(&format!("127.0.0.1:{}", first.port), &db.url);
+    let (first, url) = first_of_two_hosts(&bin, &db).await;
     enqueue_noops(&db.pool, 300).await;
     let worker = start_builtin(
         &skiplock::db::handler_pool(&url, &fast_settings()).unwrap(),
@@ -313,8 +320,7 @@ async fn a_worker_follows_a_multi_host_url_to_the_next_host_when_its_host_goes_a
 async fn the_consoles_pool_follows_a_multi_host_url_after_a_page_met_the_outage() {
     let Some(bin) = pgbouncer_bin() else { return };
     let db = TestDb::new().await;
-    let first = Bouncer::start(&bin, "session", "* = host=127.0.0.1 port=5432").await;
-    let url = hosts_url(&format!("127.0.0.1:{}", first.port), &db.url);
+    let (first, url) = first_of_two_hosts(&bin, &db).await;
     let pool = skiplock::db::console::connect(&url, 2, Duration::from_secs(30))
         .await
         .expect("the console's pool");

@@ -259,28 +259,10 @@ pub async fn follow(pools: Vec<PgPool>, availability: Arc<Availability>, stop: C
             _ = stop.cancelled() => return,
             _ = availability.next_failure() => {}
         }
-        let mut backoff = Backoff::new(FOLLOW_BACKOFF.0, FOLLOW_BACKOFF.1);
-        let mut outage = false;
-        loop {
-            let found = tokio::select! {
-                _ = stop.cancelled() => return,
-                r = point(&refs) => r,
-            };
-            match found {
-                Ok(()) => break,
-                Err(e) if super::outage::is_unavailable(&e) => {
-                    outage = true;
-                    tracing::debug!("the database does not answer yet: {}", super::session::reason(&e));
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(backoff.next_delay()) => {}
-                    }
-                }
-                // A permanent refusal (the password changed, say): the tasks' own retries and
-                // logs say so; nothing to announce.
-                Err(_) => break,
-            }
-        }
+        let outage = tokio::select! {
+            _ = stop.cancelled() => return,
+            outage = point_once_answered(&refs) => outage,
+        };
         if outage {
             availability.recovered();
         }
@@ -289,6 +271,24 @@ pub async fn follow(pools: Vec<PgPool>, availability: Arc<Availability>, stop: C
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(FOLLOW_BACKOFF.1) => {}
+        }
+    }
+}
+
+/// [`point`]s `pools`, probing again ([`FOLLOW_BACKOFF`]) while no host answers; returns
+/// whether it had to (the database was really away). A permanent refusal (the password
+/// changed, say) ends it at once: the pools' own statements report that.
+async fn point_once_answered(pools: &[&PgPool]) -> bool {
+    let mut backoff = Backoff::new(FOLLOW_BACKOFF.0, FOLLOW_BACKOFF.1);
+    let mut outage = false;
+    loop {
+        match point(pools).await {
+            Err(e) if super::outage::is_unavailable(&e) => {
+                outage = true;
+                tracing::debug!("the database does not answer yet: {}", super::session::reason(&e));
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            _ => return outage,
         }
     }
 }
@@ -308,13 +308,7 @@ pub fn console_failed() {
 pub async fn follow_console(pool: PgPool) {
     loop {
         CONSOLE_FAILED.notified().await;
-        let mut backoff = Backoff::new(FOLLOW_BACKOFF.0, FOLLOW_BACKOFF.1);
-        while let Err(e) = point(&[&pool]).await {
-            if !super::outage::is_unavailable(&e) {
-                break;
-            }
-            tokio::time::sleep(backoff.next_delay()).await;
-        }
+        point_once_answered(&[&pool]).await;
     }
 }
 
