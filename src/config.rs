@@ -449,6 +449,48 @@ pub struct SessionLimits {
     pub lock_timeout: Duration,
 }
 
+impl SessionLimits {
+    /// No limits (the one-shot commands' sessions).
+    pub const NONE: SessionLimits = SessionLimits {
+        statement_timeout: Duration::ZERO,
+        lock_timeout: Duration::ZERO,
+    };
+}
+
+/// How skiplock's connections reach the database (`SKIPLOCK_POOL_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PoolMode {
+    /// Each connection keeps its server session (direct, or PgBouncer's session mode).
+    #[default]
+    Session,
+    /// A server connection is lent for one transaction at a time (PgBouncer's transaction
+    /// mode): every statement runs in a transaction of its own, none is prepared by name.
+    Transaction,
+}
+
+impl std::str::FromStr for PoolMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "session" => Ok(PoolMode::Session),
+            "transaction" => Ok(PoolMode::Transaction),
+            other => Err(format!(
+                "{other:?} is not a pool mode (session or transaction)"
+            )),
+        }
+    }
+}
+
+/// `SKIPLOCK_POOL_MODE`: how every skiplock process reaches the database (default: session).
+pub fn pool_mode() -> Result<PoolMode> {
+    match checked_var("SKIPLOCK_POOL_MODE")? {
+        None => Ok(PoolMode::Session),
+        Some(v) => v
+            .parse()
+            .map_err(|m| Error::config("SKIPLOCK_POOL_MODE", m)),
+    }
+}
+
 /// Settings of the core queue runtime (the worker pool).
 #[derive(Debug, Clone)]
 pub struct QueueSettings {
@@ -501,6 +543,12 @@ pub struct QueueSettings {
     /// its `scheduled_at` waits for the producer's next claim from the start of every lane
     /// (`worker::cursor`; docs/internals.md, "Claims when Postgres cannot vacuum").
     pub claim_lookback: Duration,
+    /// How the worker reaches the database (`SKIPLOCK_POOL_MODE`, session).
+    pub pool_mode: PoolMode,
+    /// Where the worker LISTENs when its pool mode is `transaction` (`SKIPLOCK_LISTEN_URL`):
+    /// a URL that reaches the server itself or a session-mode pool. `None` there: no LISTEN,
+    /// the worker polls every `poll_interval`.
+    pub listen_url: Option<String>,
 }
 
 impl Default for QueueSettings {
@@ -523,6 +571,8 @@ impl Default for QueueSettings {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             max_queues: DEFAULT_MAX_QUEUES,
             claim_lookback: DEFAULT_CLAIM_LOOKBACK,
+            pool_mode: PoolMode::Session,
+            listen_url: None,
         }
     }
 }
@@ -559,6 +609,8 @@ impl QueueSettings {
             lock_timeout: env_duration("SKIPLOCK_LOCK_TIMEOUT", d.lock_timeout)?,
             max_queues: env_usize("SKIPLOCK_MAX_QUEUES", d.max_queues)?,
             claim_lookback: env_duration("SKIPLOCK_CLAIM_LOOKBACK", d.claim_lookback)?,
+            pool_mode: pool_mode()?,
+            listen_url: checked_var("SKIPLOCK_LISTEN_URL")?,
         };
         s.validate()?;
         Ok(s)
@@ -575,6 +627,9 @@ impl QueueSettings {
     /// Checks values that parse but make no sense, and every range ([`duration_range`],
     /// [`number_range`], [`MAX_QUEUE_CONCURRENCY`]).
     pub fn validate(&self) -> Result<()> {
+        if let Some(url) = &self.listen_url {
+            crate::db::parse_url_of("SKIPLOCK_LISTEN_URL", url)?;
+        }
         for (name, d) in [
             ("SKIPLOCK_POLL_INTERVAL", self.poll_interval),
             ("SKIPLOCK_JOB_TIMEOUT", self.job_timeout),

@@ -20,8 +20,9 @@ use std::time::Duration;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgPool};
 
-use crate::config::redact_url;
+use crate::config::{PoolMode, SessionLimits, redact_url};
 use crate::error::{Error, Result};
+use crate::store::Pool;
 
 /// The default log filter of the binary: sqlx's notices (the SQL API's `RAISE WARNING`s, e.g.
 /// an evicted key squatter) only from WARN up.
@@ -29,9 +30,19 @@ pub const DEFAULT_LOG_FILTER: &str = "info,sqlx::postgres::notice=warn";
 
 /// Opens a pool of at most `max_connections` to `url`. Fails fast (10 s) with a message
 /// that names the (redacted) URL when the database cannot be reached.
-pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
+pub async fn connect(url: &str, max_connections: u32) -> Result<Pool> {
+    connect_in_mode(url, max_connections, PoolMode::Session).await
+}
+
+/// [`connect`] through a connection pooler in `mode` (`SKIPLOCK_POOL_MODE`; behind a
+/// transaction-mode PgBouncer every statement runs in a transaction of its own:
+/// `crate::store::pool`). No session limits, as for every one-shot command.
+pub async fn connect_in_mode(url: &str, max_connections: u32, mode: PoolMode) -> Result<Pool> {
+    if mode == PoolMode::Transaction {
+        crate::store::pool::expect_transaction_pooling();
+    }
     let opts = reachable(parse_url(url)?, url).await?;
-    checkout::pool_options()
+    let pool = checkout::pool_options()
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))
@@ -43,7 +54,8 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
                 redact_url(url),
                 scrub(&e.to_string(), url)
             ))
-        })
+        })?;
+    Ok(Pool::with_mode(pool, mode, SessionLimits::NONE))
 }
 
 /// `opts` (parsed from `url`) once a connection to it was made, pointed at the first of its
@@ -79,9 +91,14 @@ pub async fn point_at_writable_host(pool: &PgPool) -> Result<()> {
 /// Parses a database URL (application name `skiplock`); a bad one is a `DATABASE_URL`
 /// setting error that never shows the password.
 pub fn parse_url(url: &str) -> Result<PgConnectOptions> {
+    parse_url_of("DATABASE_URL", url)
+}
+
+/// [`parse_url`] for the URL of `setting` (its name in the error).
+pub fn parse_url_of(setting: &str, url: &str) -> Result<PgConnectOptions> {
     // From here on every log line and error of this process hides the URL's passwords.
     crate::redact::register_url(url);
-    let bad = |why: String| Error::config("DATABASE_URL", format!("{}: {why}", redact_url(url)));
+    let bad = |why: String| Error::config(setting, format!("{}: {why}", redact_url(url)));
     // Several hosts: the driver gets the first, `hosts` keeps the list (src/db/hosts.rs).
     let (single, hosts) = hosts::split(url).map_err(|why| bad(scrub(&why, url)))?;
     let opts: PgConnectOptions = single
@@ -103,7 +120,7 @@ pub fn scrub(text: &str, url: &str) -> String {
 
 /// A pool of at most `max_connections` to `url`, without the probe or the session limits
 /// of [`connect`] and `session` (the dev tools: the benchmark and chaos runs).
-pub async fn pool(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<PgPool> {
+pub async fn pool(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<Pool> {
     let mut opts = parse_url(url)?;
     if hosts::of(&opts).is_some() {
         opts = hosts::choose(&opts, false).await?;
@@ -112,5 +129,6 @@ pub async fn pool(url: &str, max_connections: u32, acquire_timeout: Duration) ->
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         .connect_with(opts)
-        .await?)
+        .await?
+        .into())
 }

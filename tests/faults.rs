@@ -240,12 +240,13 @@ async fn a_slow_database_and_an_exhausted_pool_give_clear_errors_and_retries_not
     // statement_timeout below the first attempts' sleep; a short acquire timeout.
     let opts: PgConnectOptions = db.url.parse().unwrap();
     let opts = opts.options([("statement_timeout", "300")]);
-    let pool = PgPoolOptions::new()
+    let pool: skiplock::Pool = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_millis(500))
         .connect_with(opts)
         .await
-        .unwrap();
+        .unwrap()
+        .into();
     let mut settings = fast_settings();
     settings.queues = Some(BTreeMap::from([("default".to_string(), 8)]));
     // Heartbeats wait for a connection too: keep a starved heartbeat from looking like a

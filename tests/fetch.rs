@@ -176,7 +176,7 @@ fn start(pool: &PgPool, s: FetchSettings) -> RunningWorker {
     })
 }
 
-async fn request(pool: &PgPool, url: &str, force: bool, full: bool) -> i64 {
+async fn request(pool: &skiplock::Pool, url: &str, force: bool, full: bool) -> i64 {
     fetch::request_fetch(pool, url, force, full)
         .await
         .expect("request_fetch")

@@ -122,7 +122,7 @@ async fn job_state(pool: &PgPool, id: i64) -> String {
         .unwrap()
 }
 
-async fn wait_packet(pool: &PgPool, id: i64, want: PacketState) {
+async fn wait_packet(pool: &skiplock::Pool, id: i64, want: PacketState) {
     wait_for(&format!("packet {id} to be {want}"), LONG, || async {
         (packets::get(pool, id).await.unwrap().state == want).then_some(())
     })
@@ -1061,10 +1061,10 @@ async fn a_member_of_skiplock_owner_migrates_without_being_a_superuser() {
             .await
             .unwrap();
     assert!(!superuser);
-    skiplock::store::schema::migrate(&dp)
+    skiplock::store::schema::migrate(&skiplock::Pool::from(dp.clone()))
         .await
         .expect("migrate as the deployer");
-    skiplock::store::schema::migrate(&dp)
+    skiplock::store::schema::migrate(&skiplock::Pool::from(dp.clone()))
         .await
         .expect("and again");
     let owner: String = sqlx::query_scalar(

@@ -698,7 +698,7 @@ where
         || async { (count_state(&db.pool, "running").await == 4).then_some(()) },
     )
     .await;
-    act(db.pool.clone()).await;
+    act(db.pool.pg().clone()).await;
     wait_for(
         "the buffered two put back",
         Duration::from_secs(60),

@@ -33,7 +33,7 @@ const MAX_AGE: Duration = Duration::from_secs(3);
 /// The shortest period a periodic job may have.
 const EVERY: Duration = Duration::from_secs(1);
 
-fn reaper(pool: &PgPool, max_age: Duration) -> Reaper {
+fn reaper(pool: &skiplock::Pool, max_age: Duration) -> Reaper {
     Reaper::new(
         pool.clone(),
         ReaperSettings {
@@ -43,7 +43,7 @@ fn reaper(pool: &PgPool, max_age: Duration) -> Reaper {
     )
 }
 
-fn three_second_reaper(pool: &PgPool) -> Reaper {
+fn three_second_reaper(pool: &skiplock::Pool) -> Reaper {
     reaper(pool, MAX_AGE)
 }
 

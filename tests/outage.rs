@@ -27,7 +27,7 @@ use sqlx::postgres::PgPoolOptions;
 use support::*;
 
 /// A private cluster with a migrated database `outage`, and a small pool on it.
-async fn cluster() -> (PrivateCluster, PgPool) {
+async fn cluster() -> (PrivateCluster, skiplock::Pool) {
     let cluster = tokio::task::spawn_blocking(PrivateCluster::start)
         .await
         .unwrap()
@@ -38,12 +38,13 @@ async fn cluster() -> (PrivateCluster, PgPool) {
         .await
         .unwrap();
     admin.close().await;
-    let pool = PgPoolOptions::new()
+    let pool: skiplock::Pool = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(60))
         .connect(&cluster.url("outage"))
         .await
-        .unwrap();
+        .unwrap()
+        .into();
     skiplock::store::schema::migrate(&pool)
         .await
         .expect("migrate");
@@ -236,7 +237,7 @@ async fn a_worker_started_while_postgres_is_down_waits_then_runs_a_job_enqueued_
 }
 
 /// Enqueues `n` `chaos_record` jobs that each record their execution, then work `ms`.
-async fn long_jobs(pool: &PgPool, n: i64, ms: u64) -> Vec<i64> {
+async fn long_jobs(pool: &skiplock::Pool, n: i64, ms: u64) -> Vec<i64> {
     chaos::install(pool).await.unwrap();
     let args: Vec<serde_json::Value> = (0..n).map(|i| json!({"n": i, "ms": ms})).collect();
     sqlx::query_scalar("SELECT unnest(skiplock.enqueue_many('chaos_record', $1::jsonb[]))")

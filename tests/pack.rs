@@ -24,12 +24,13 @@ fn settings(store: &std::path::Path, quiet: u64, max_wait: u64) -> PackSettings 
 
 /// An in-process worker serving queue `pack` with `concurrency` slots and its own small pool.
 async fn pack_worker(db: &TestDb, s: PackSettings, concurrency: usize) -> RunningWorker {
-    let pool = PgPoolOptions::new()
+    let pool: skiplock::Pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(LONG)
         .connect(&db.url)
         .await
-        .unwrap();
+        .unwrap()
+        .into();
     let mut qs = fast_settings();
     qs.queues = Some(BTreeMap::from([("pack".to_string(), concurrency)]));
     start_worker(&pool, qs, |b| {

@@ -54,7 +54,7 @@ fn settings(processor: Processor, root: &Path) -> PacketSettings {
     }
 }
 
-fn start(pool: &PgPool, s: PacketSettings) -> RunningWorker {
+fn start(pool: &skiplock::Pool, s: PacketSettings) -> RunningWorker {
     start_worker(pool, fast_settings(), |b| packets::register_with(b, s))
 }
 
@@ -68,7 +68,7 @@ async fn submit(pool: &PgPool, source: &str) -> i64 {
 }
 
 /// Waits until the packet left `queued`/`processing`; returns (state, error, result as text).
-async fn settled(pool: &PgPool, id: i64) -> (PacketState, String, String) {
+async fn settled(pool: &skiplock::Pool, id: i64) -> (PacketState, String, String) {
     wait_for(&format!("packet {id} to settle"), LIMIT, || async {
         let p = packets::get(pool, id).await.unwrap();
         (!matches!(p.state, PacketState::Queued | PacketState::Processing)).then(|| {

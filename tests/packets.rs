@@ -46,15 +46,15 @@ fn settings(processor: Processor, recovery: bool) -> PacketSettings {
     }
 }
 
-fn start_packets(pool: &PgPool, s: PacketSettings) -> RunningWorker {
+fn start_packets(pool: &skiplock::Pool, s: PacketSettings) -> RunningWorker {
     start_worker(pool, fast_settings(), |b| packets::register_with(b, s))
 }
 
-async fn state_of(pool: &PgPool, id: i64) -> PacketState {
+async fn state_of(pool: &skiplock::Pool, id: i64) -> PacketState {
     packets::get(pool, id).await.unwrap().state
 }
 
-async fn wait_state(pool: &PgPool, id: i64, want: PacketState) {
+async fn wait_state(pool: &skiplock::Pool, id: i64, want: PacketState) {
     wait_for(&format!("packet {id} to be {want}"), LIMIT, || async {
         (state_of(pool, id).await == want).then_some(())
     })
@@ -63,7 +63,7 @@ async fn wait_state(pool: &PgPool, id: i64, want: PacketState) {
 
 /// (from, to, actor, note) of a packet's history.
 async fn history(
-    pool: &PgPool,
+    pool: &skiplock::Pool,
     id: i64,
 ) -> Vec<(Option<PacketState>, PacketState, String, Option<String>)> {
     packets::events(pool, id)
@@ -243,7 +243,7 @@ async fn full_lifecycle_with_the_builtin_manifest() {
 }
 
 /// Walks a new packet to `state` with legal plain UPDATEs (no worker runs in this test).
-async fn packet_in(pool: &PgPool, state: PacketState) -> i64 {
+async fn packet_in(pool: &skiplock::Pool, state: PacketState) -> i64 {
     use PacketState::*;
     let id = packets::submit(pool, "/nowhere", None, Some("test"))
         .await
@@ -855,7 +855,7 @@ async fn a_worker_stopped_mid_processing_puts_the_packet_back() {
 }
 
 /// Leaves packets without a live job: one queued, one processing, one ready_for_review.
-async fn orphans(pool: &PgPool, dir: &Path) -> [i64; 3] {
+async fn orphans(pool: &skiplock::Pool, dir: &Path) -> [i64; 3] {
     let mut out = [0; 3];
     for (i, state) in [
         PacketState::Queued,
@@ -894,7 +894,7 @@ async fn orphans(pool: &PgPool, dir: &Path) -> [i64; 3] {
     out
 }
 
-async fn snapshot(pool: &PgPool, ids: &[i64]) -> Vec<(PacketState, Option<i64>, i64)> {
+async fn snapshot(pool: &skiplock::Pool, ids: &[i64]) -> Vec<(PacketState, Option<i64>, i64)> {
     let mut v = Vec::new();
     for id in ids {
         let p = packets::get(pool, *id).await.unwrap();

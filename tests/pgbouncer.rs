@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use skiplock::config::QueueSettings;
+use skiplock::config::{PoolMode, QueueSettings};
 use skiplock::worker::Worker;
 use support::*;
 
@@ -46,6 +46,16 @@ impl Bouncer {
     /// Starts PgBouncer in `pool_mode` serving `databases` (a `[databases]` section's lines)
     /// and waits until it accepts connections.
     async fn start(bin: &Path, pool_mode: &str, databases: &str) -> Bouncer {
+        Bouncer::start_sized(bin, pool_mode, databases, 40).await
+    }
+
+    /// [`Bouncer::start`] with `server_connections` per database and user.
+    async fn start_sized(
+        bin: &Path,
+        pool_mode: &str,
+        databases: &str,
+        server_connections: u32,
+    ) -> Bouncer {
         let dir = tempfile::Builder::new()
             .prefix("skiplock-pgbouncer-")
             .tempdir()
@@ -57,7 +67,7 @@ impl Bouncer {
         let ini = format!(
             "[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
              unix_socket_dir =\nauth_type = trust\nauth_file = {users}\npool_mode = {pool_mode}\n\
-             max_client_conn = 200\ndefault_pool_size = 40\nlogfile = {log}\n",
+             max_client_conn = 200\ndefault_pool_size = {server_connections}\nlogfile = {log}\n",
             users = users.display(),
             log = dir.path().join("pgbouncer.log").display(),
         );
@@ -163,6 +173,61 @@ async fn a_worker_behind_pgbouncer_in_session_mode_drains_its_jobs_with_its_sess
         .await,
         N as i64
     );
+}
+
+/// Behind PgBouncer in transaction mode (`SKIPLOCK_POOL_MODE=transaction`; docs/operations.md,
+/// "Behind PgBouncer") with fewer server connections than the worker has clients, so that one
+/// client's transactions land on different server connections and each server connection
+/// serves several clients in turn: 10,000 jobs enqueued and drained through it, each completed
+/// at its first attempt, the limits set in every transaction, LISTEN on a direct URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_behind_pgbouncer_in_transaction_mode_drains_10000_jobs() {
+    let Some(bin) = pgbouncer_bin() else { return };
+    let db = TestDb::new().await;
+    let bouncer =
+        Bouncer::start_sized(&bin, "transaction", "* = host=127.0.0.1 port=5432", 3).await;
+    let settings = QueueSettings {
+        pool_mode: PoolMode::Transaction,
+        listen_url: Some(db.url.clone()),
+        statement_timeout: Duration::from_secs(45),
+        lock_timeout: Duration::from_secs(7),
+        max_connections: 6,
+        ..fast_settings()
+    };
+    let url = bouncer.url(&db.url);
+    let pool = skiplock::db::handler_pool(&url, &settings).unwrap();
+    assert_eq!(pool.mode(), PoolMode::Transaction);
+    // No session setting survives a transaction there: each carries the worker's limits.
+    let (statement, lock): (String, String) = sqlx::query_as(
+        "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("a statement through pgbouncer in transaction mode");
+    assert_eq!((statement.as_str(), lock.as_str()), ("45s", "7s"));
+    // Migrations take a session's advisory lock: refused by name, nothing done.
+    let e = skiplock::migrate(&pool).await.unwrap_err().to_string();
+    assert!(e.contains("migrate needs a session"), "{e}");
+
+    const N: usize = 10_000;
+    for _ in 0..10 {
+        enqueue_noops(&pool, N / 10).await;
+    }
+    let worker = start_builtin(&pool, settings);
+    wait_all_finished(&db.pool, Duration::from_secs(600)).await;
+    worker.stop().await.unwrap();
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed' AND attempt = 1 \
+             AND errors = '[]'"
+        )
+        .await,
+        N as i64
+    );
+    // PgBouncer saw no statement go astray (a prepared statement missing or taken).
+    let log = bouncer.log();
+    assert!(!log.contains("prepared statement"), "{log}");
 }
 
 /// Starts a worker on `url` (no connect timeout: an outage would be waited out forever) and
@@ -321,7 +386,7 @@ async fn the_consoles_pool_follows_a_multi_host_url_after_a_page_met_the_outage(
     let Some(bin) = pgbouncer_bin() else { return };
     let db = TestDb::new().await;
     let (first, url) = first_of_two_hosts(&bin, &db).await;
-    let pool = skiplock::db::console::connect(&url, 2, Duration::from_secs(30))
+    let pool = skiplock::db::console::connect(&url, 2, Duration::from_secs(30), PoolMode::Session)
         .await
         .expect("the console's pool");
     assert!(writable(&pool).await);

@@ -46,7 +46,7 @@ async fn enqueue_claim_and_complete() {
         .unwrap()
         .id;
     let jobs = claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -64,7 +64,7 @@ async fn enqueue_claim_and_complete() {
     // Nothing left to claim.
     assert!(
         claim(
-            &db.pool,
+            db.pool.pg(),
             ClaimParams {
                 queue: "default",
                 kinds: &kinds(&["noop"]),
@@ -120,7 +120,7 @@ async fn claim_respects_queue_kind_schedule_and_priority() {
     .unwrap()
     .id;
     let first = claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -132,7 +132,7 @@ async fn claim_respects_queue_kind_schedule_and_priority() {
     .unwrap();
     assert_eq!(first[0].id, high, "smaller priority runs first");
     let rest = claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -153,7 +153,7 @@ async fn acks_are_fenced_by_attempt() {
         .unwrap()
         .id;
     claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -170,7 +170,7 @@ async fn acks_are_fenced_by_attempt() {
         .await
         .unwrap();
     let again = claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -220,7 +220,7 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
         .unwrap()
         .id;
     claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -563,7 +563,7 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
         .unwrap()
         .id;
     claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -618,7 +618,7 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
     assert_eq!(state_of(&db, other).await, "completed");
     // The rescuer path too.
     claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -641,7 +641,7 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
 /// Claims up to 5 due `noop` jobs of `queue` as worker `w`; their ids.
 async fn claim_noop_as_w(db: &TestDb, queue: &str) -> Vec<i64> {
     claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue,
             kinds: &kinds(&["noop"]),
@@ -868,7 +868,7 @@ async fn count_state_k(db: &TestDb, state: &str) -> i64 {
 /// the job waits for its retry, `available` with one more error. Returns the attempt it ran.
 async fn fail_once(db: &TestDb, id: i64, worker: &str) -> i32 {
     let jobs = claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -1000,7 +1000,7 @@ async fn replace_of_a_pending_retry_from_sql_takes_priority_and_max_attempts() {
     );
     // The next claim is attempt 1 of 10.
     let jobs = claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -1028,7 +1028,7 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
     }
     let (rescued, cancelled) = (ids[0], ids[1]);
     let claimed = claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -1059,7 +1059,7 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
         assert_eq!(replaced, id);
         let r = jobs::get_job(&db.pool, id).await.unwrap();
         let jobs = claim(
-            &db.pool,
+            db.pool.pg(),
             ClaimParams {
                 queue: "default",
                 kinds: &kinds(&["noop"]),
@@ -1110,7 +1110,7 @@ async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_f
         .unwrap()
         .id;
     let jobs = claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),
@@ -1196,7 +1196,7 @@ async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row() {
         .unwrap()
         .id;
     let got = claim(
-        &db.pool,
+        db.pool.pg(),
         ClaimParams {
             queue: "default",
             kinds: &kinds(&["noop"]),

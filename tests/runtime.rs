@@ -214,9 +214,9 @@ async fn a_panicking_completer_heartbeat_or_listener_is_restarted_and_loses_noth
         .await
         .unwrap()
     };
-    let before = hb(db.pool.clone()).await;
+    let before = hb(db.pool.pg().clone()).await;
     wait_for("a later heartbeat", Duration::from_secs(60), || async {
-        (hb(db.pool.clone()).await > before).then_some(())
+        (hb(db.pool.pg().clone()).await > before).then_some(())
     })
     .await;
     // Graceful shutdown still returns everything.
@@ -309,7 +309,7 @@ async fn handlers_holding_every_connection_cannot_starve_claims_acks_or_heartbea
         .await
         .unwrap()
     };
-    let before = beats(db.pool.clone(), blocked.clone()).await;
+    let before = beats(db.pool.pg().clone(), blocked.clone()).await;
     // Jobs of another queue are claimed and acknowledged meanwhile...
     for _ in 0..20 {
         enqueue(&db.pool, &NewJob::new("noop", json!({})))
@@ -326,7 +326,7 @@ async fn handlers_holding_every_connection_cannot_starve_claims_acks_or_heartbea
     wait_for(
         "a heartbeat of both blocked jobs",
         Duration::from_secs(60),
-        || async { (beats(db.pool.clone(), blocked.clone()).await > before).then_some(()) },
+        || async { (beats(db.pool.pg().clone(), blocked.clone()).await > before).then_some(()) },
     )
     .await;
     sqlx::query("SELECT pg_advisory_unlock(4242)")
@@ -467,7 +467,7 @@ async fn nodelay_of(c: &mut sqlx::PgConnection) -> Option<bool> {
 
 /// One pool of each kind skiplock builds, one connection each: a worker's (lazy, session
 /// limits), a one-shot command's, and a dev tool's.
-async fn skiplocks_pools(db: &TestDb) -> [(&'static str, sqlx::PgPool); 3] {
+async fn skiplocks_pools(db: &TestDb) -> [(&'static str, skiplock::Pool); 3] {
     let opts = skiplock::db::session::worker_options(&skiplock::db::parse_url(&db.url).unwrap());
     [
         (
@@ -475,6 +475,7 @@ async fn skiplocks_pools(db: &TestDb) -> [(&'static str, sqlx::PgPool); 3] {
             skiplock::db::session::worker_pool(
                 opts,
                 QueueSettings::default().session_limits(),
+                skiplock::store::PoolMode::Session,
                 1,
                 Duration::from_secs(10),
             ),

@@ -73,11 +73,12 @@ async fn eight_workers_complete_5000_jobs_exactly_once() {
     .unwrap();
     let mut workers = Vec::new();
     for _ in 0..8 {
-        let pool = PgPoolOptions::new()
+        let pool: skiplock::Pool = PgPoolOptions::new()
             .max_connections(3)
             .connect(&db.url)
             .await
-            .unwrap();
+            .unwrap()
+            .into();
         let settings = QueueSettings {
             rescue_after: Duration::from_secs(120),
             ..fast_settings()

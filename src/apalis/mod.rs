@@ -141,9 +141,9 @@ impl<Args> SkiplockStorage<Args> {
     /// A storage for jobs of `kind` in the `default` queue on `pool` (a migrated skiplock
     /// database), claiming at most [`DEFAULT_QUEUE_CONCURRENCY`] jobs at a time, with
     /// skiplock's default settings.
-    pub fn new(pool: Pool, kind: impl Into<String>) -> Self {
+    pub fn new(pool: impl Into<Pool>, kind: impl Into<String>) -> Self {
         SkiplockStorage {
-            pool,
+            pool: pool.into(),
             opts: Options {
                 kind: kind.into(),
                 queue: DEFAULT_QUEUE.to_string(),

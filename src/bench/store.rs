@@ -4,7 +4,7 @@
 //! and vacuum the jobs table between runs, build the plain-SQL ceiling, read WAL positions and
 //! commit counters. Nothing in the worker or the CLI proper calls them.
 
-use sqlx::PgPool;
+use skiplock::Pool as PgPool;
 use sqlx::postgres::PgConnectOptions;
 
 use skiplock::error::{Error, Result};
@@ -27,7 +27,8 @@ pub(crate) async fn monitor(url: &str) -> Result<PgPool> {
         .idle_timeout(None)
         .max_lifetime(None)
         .connect_with(opts.application_name(MONITOR_APP))
-        .await?)
+        .await?
+        .into())
 }
 
 /// `{db}` of a database statement filled with a name the benchmark made; any other name is

@@ -114,7 +114,7 @@ pub const MAX_LIMIT: i128 = 100_000;
 /// Connects with the settings' pool size.
 pub async fn connect(cli_url: Option<&str>, max: u32) -> anyhow::Result<Pool> {
     let url = config::database_url(cli_url)?;
-    Ok(crate::db::connect(&url, max).await?)
+    Ok(crate::db::connect_in_mode(&url, max, config::pool_mode()?).await?)
 }
 
 /// Runs the parsed command.

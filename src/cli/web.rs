@@ -61,7 +61,13 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
     // The address first: a refused --listen must not wait on the database.
     let addr = web::resolve_listen(&a.listen, any_token).await?;
     let db_url = config::database_url(url)?;
-    let pool = crate::db::console::connect(&db_url, connections as u32, statement_timeout).await?;
+    let pool = crate::db::console::connect(
+        &db_url,
+        connections as u32,
+        statement_timeout,
+        config::pool_mode()?,
+    )
+    .await?;
     crate::store::schema::ensure_ready(&pool).await?;
     let db_user = crate::store::web::session_user(&pool).await?;
     let listener = tokio::net::TcpListener::bind(addr)

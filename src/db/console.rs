@@ -7,9 +7,8 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
-
-use crate::config::redact_url;
+use crate::config::{PoolMode, SessionLimits, redact_url};
+use crate::store::Pool;
 use crate::error::{Error, Result};
 
 /// `lock_timeout` of the console's sessions: a button waits this long at most for a row a
@@ -19,7 +18,18 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Opens the console's pool of at most `max` sessions to `url`, with `statement_timeout`
 /// (zero: none). Fails at once, naming the (redacted) URL, when the database cannot be
 /// reached, like every one-shot command.
-pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result<PgPool> {
+///
+/// In transaction mode (`mode`) the timeouts are set by each transaction instead
+/// (`crate::store::Pool`); plans are made per call anyway, every statement being unnamed there.
+pub async fn connect(
+    url: &str,
+    max: u32,
+    statement_timeout: Duration,
+    mode: PoolMode,
+) -> Result<Pool> {
+    if mode == PoolMode::Transaction {
+        crate::store::pool::expect_transaction_pooling();
+    }
     let opts = super::reachable(super::parse_url(url)?.application_name("skiplock web"), url).await?;
     let fail = |e: sqlx::Error| {
         Error::Other(format!(
@@ -33,7 +43,13 @@ pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 super::nodelay::set(conn).await?;
-                crate::store::session::open_console(conn, statement_timeout, LOCK_TIMEOUT).await
+                match mode {
+                    PoolMode::Session => {
+                        crate::store::session::open_console(conn, statement_timeout, LOCK_TIMEOUT)
+                            .await
+                    }
+                    PoolMode::Transaction => Ok(()),
+                }
             })
         })
         .max_connections(max)
@@ -46,5 +62,9 @@ pub async fn connect(url: &str, max: u32, statement_timeout: Duration) -> Result
         // After a failover the pages' failures send the pool to the new primary.
         tokio::spawn(super::hosts::follow_console(pool.clone()));
     }
-    Ok(pool)
+    let limits = SessionLimits {
+        statement_timeout,
+        lock_timeout: LOCK_TIMEOUT,
+    };
+    Ok(Pool::with_mode(pool, mode, limits))
 }

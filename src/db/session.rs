@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
+use sqlx::{ConnectOptions, Connection, PgConnection};
 
 use super::outage::{Backoff, RecycleMark, is_unavailable, sqlx_unavailable};
 use crate::error::{Error, Result};
@@ -32,7 +32,8 @@ pub const CONNECT_BACKOFF: (Duration, Duration) =
 /// checkout (`super::checkout::check`).
 pub static RECYCLE: RecycleMark = RecycleMark::new();
 
-pub use crate::config::SessionLimits;
+pub use crate::config::{PoolMode, SessionLimits};
+use crate::store::Pool;
 
 /// `base` as a worker connects with it: no start-up parameter a connection pooler refuses
 /// (the session limits are set by [`worker_pool`]'s first statement instead).
@@ -44,22 +45,33 @@ pub fn worker_options(base: &PgConnectOptions) -> PgConnectOptions {
 /// (set after any the URL's `options` carried, so these win): read-only servers refused at
 /// connect time, connections older than a [`RECYCLE`] mark dropped at checkout. Nothing is
 /// contacted until the first statement, so it can be built while the database is down.
+///
+/// In transaction mode (`mode`) the limits are set by each transaction instead
+/// (`crate::store::Pool`): a session setting would stay on whichever server connection the
+/// pooler lent for the first statement.
 pub fn worker_pool(
     opts: PgConnectOptions,
     limits: SessionLimits,
+    mode: PoolMode,
     max: u32,
     acquire_timeout: Duration,
-) -> PgPool {
+) -> Pool {
+    if mode == PoolMode::Transaction {
+        crate::store::pool::expect_transaction_pooling();
+    }
     // The checkout's pool (no ping before every use, no connection older than a RECYCLE
     // mark); `after_connect` is replaced and calls the checkout's own (`nodelay::set`) first.
-    super::checkout::pool_options()
+    let pool = super::checkout::pool_options()
         .max_connections(max)
         .min_connections(0)
         .acquire_timeout(acquire_timeout)
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 super::nodelay::set(conn).await?;
-                let flags = crate::store::session::open(conn, limits).await?;
+                let flags = match mode {
+                    PoolMode::Session => crate::store::session::open(conn, limits).await?,
+                    PoolMode::Transaction => crate::store::session::read_only(conn).await?,
+                };
                 match read_only_why(flags) {
                     None => Ok(()),
                     Some(why) => Err(sqlx::Error::Protocol(format!(
@@ -68,7 +80,8 @@ pub fn worker_pool(
                 }
             })
         })
-        .connect_lazy_with(opts)
+        .connect_lazy_with(opts);
+    Pool::with_mode(pool, mode, limits)
 }
 
 /// Acquire timeout of the handlers' pool built by [`handler_pool`].
@@ -76,11 +89,12 @@ pub const HANDLER_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The handlers' pool of a `skiplock worker` process: `max_connections` worker sessions to
 /// `url`, built without contacting the database (the worker waits for it).
-pub fn handler_pool(url: &str, settings: &crate::config::QueueSettings) -> Result<PgPool> {
+pub fn handler_pool(url: &str, settings: &crate::config::QueueSettings) -> Result<Pool> {
     let opts = worker_options(&super::parse_url(url)?);
     Ok(worker_pool(
         opts,
         settings.session_limits(),
+        settings.pool_mode,
         settings.max_connections,
         HANDLER_ACQUIRE_TIMEOUT,
     ))

@@ -153,7 +153,7 @@ pub fn router(
 /// A pool for scrapes: one lazily opened worker session on the same database as `pool`.
 pub fn scrape_pool(pool: &Pool, limits: crate::db::session::SessionLimits) -> Pool {
     let opts = crate::db::session::worker_options(&pool.connect_options());
-    crate::db::session::worker_pool(opts, limits, 1, SCRAPE_TIMEOUT)
+    crate::db::session::worker_pool(opts, limits, pool.mode(), 1, SCRAPE_TIMEOUT)
 }
 
 /// Installs the recorder and serves a worker's endpoint on `listen` until `stop`: checks the

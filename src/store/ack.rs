@@ -44,7 +44,7 @@ pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Vec<
     let give_back: Vec<bool> = acks.iter().map(|a| a.give_back).collect();
     let errors: Vec<Option<String>> = acks.iter().map(|a| a.error.clone()).collect();
     let results: Vec<Option<Value>> = acks.iter().map(|a| a.result.clone()).collect();
-    Ok(sqlx::query_scalar(sql!("queue", "ack_many"))
+    Ok(super::query_scalar(sql!("queue", "ack_many"))
         .bind(ids)
         .bind(attempts)
         .bind(states)
@@ -88,7 +88,7 @@ pub async fn release_unstarted<'e, E: Executor<'e>>(
     exec: E,
     p: ReleaseParams<'_>,
 ) -> Result<Vec<ReleasedJob>> {
-    Ok(sqlx::query_as(sql!("queue", "release_unstarted"))
+    Ok(super::query_as(sql!("queue", "release_unstarted"))
         .bind(p.worker)
         .bind(p.queue)
         .bind(p.held)

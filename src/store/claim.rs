@@ -80,6 +80,21 @@ where
     if p.kinds.is_empty() {
         return Ok(Claimed::default());
     }
+    // One connection for both statements (a pool's, or the caller's transaction).
+    let mut conn = exec.acquire().await?;
+    claim_on(&mut conn, p, free, lanes).await
+}
+
+/// [`claim_from`] on one connection (or a transaction's).
+pub async fn claim_on(
+    conn: &mut sqlx::PgConnection,
+    p: ClaimParams<'_>,
+    free: usize,
+    lanes: Option<&[LaneStart]>,
+) -> Result<Claimed> {
+    if p.kinds.is_empty() {
+        return Ok(Claimed::default());
+    }
     let n = free.min(p.limit);
     let ahead = p.limit - n;
     let (priorities, since): (Option<Vec<i16>>, Option<Vec<DateTime<Utc>>>) = match lanes {
@@ -89,9 +104,7 @@ where
         ),
         None => (None, None),
     };
-    // One connection for both statements (a pool's, or the caller's transaction).
-    let mut conn = exec.acquire().await?;
-    let rows: Vec<PgRow> = sqlx::query(sql!("queue", "claim"))
+    let rows: Vec<PgRow> = super::query(sql!("queue", "claim"))
         .bind(p.queue)
         .bind(p.kinds)
         .bind(n.min(i32::MAX as usize) as i32)
@@ -129,7 +142,7 @@ where
         .map(|j| j.id)
         .collect();
     if !overflow.is_empty() {
-        sqlx::query(sql!("queue", "discard_overflow"))
+        super::query(sql!("queue", "discard_overflow"))
             .bind(&overflow)
             .execute(&mut *conn)
             .await?;
@@ -147,7 +160,7 @@ pub async fn discover_queues<'e, E: Executor<'e>>(
     limit: usize,
     after: Option<&str>,
 ) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(sql!("queue", "discover_queues"))
+    Ok(super::query_scalar(sql!("queue", "discover_queues"))
         .bind(kinds)
         .bind(served)
         .bind(limit.min(i64::MAX as usize) as i64)
@@ -162,7 +175,7 @@ pub async fn has_claimable<'e, E: Executor<'e>>(
     kinds: &[String],
     queues: Option<&[String]>,
 ) -> Result<bool> {
-    Ok(sqlx::query_scalar(sql!("queue", "has_claimable"))
+    Ok(super::query_scalar(sql!("queue", "has_claimable"))
         .bind(kinds)
         .bind(queues)
         .fetch_one(exec)

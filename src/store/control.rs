@@ -42,7 +42,19 @@ pub async fn claim_any(
     free: usize,
     lanes: Option<&[LaneStart]>,
 ) -> Result<Claimed> {
-    super::claim::claim_from(pool, params, free, lanes).await
+    match pool.mode() {
+        super::PoolMode::Session => {
+            super::claim::claim_from(pool.pg(), params, free, lanes).await
+        }
+        // Both of the claim's statements in one transaction: the pooler lends a server
+        // connection for no longer (src/store/pool.rs).
+        super::PoolMode::Transaction => {
+            let mut tx = pool.begin().await?;
+            let claimed = super::claim::claim_on(&mut tx, params, free, lanes).await?;
+            tx.commit().await?;
+            Ok(claimed)
+        }
+    }
 }
 
 /// Claims from a queue that has limits or is paused (`sql/queue/claim_limited.sql`): up to
@@ -53,7 +65,7 @@ pub async fn claim_limited<'e, E: Executor<'e>>(
     ahead: usize,
 ) -> Result<LimitedClaim> {
     let ahead = ahead.min(p.limit);
-    let rows: Vec<PgRow> = sqlx::query(sql!("queue", "claim_limited"))
+    let rows: Vec<PgRow> = super::query(sql!("queue", "claim_limited"))
         .bind(p.queue)
         .bind(p.kinds)
         .bind((p.limit - ahead).min(i32::MAX as usize) as i32)
@@ -82,7 +94,7 @@ pub async fn set_queue_limit<'e, E: Executor<'e>>(
     concurrency: Option<i32>,
 ) -> Result<()> {
     check_queue(queue)?;
-    sqlx::query(sql!("control", "set_queue_limit"))
+    super::query(sql!("control", "set_queue_limit"))
         .bind(queue)
         .bind(concurrency)
         .execute(exec)
@@ -116,7 +128,7 @@ pub async fn set_key_limit<'e, E: Executor<'e>>(
     limit: KeyLimit,
 ) -> Result<()> {
     check_queue(queue)?;
-    sqlx::query(sql!("control", "set_key_limit"))
+    super::query(sql!("control", "set_key_limit"))
         .bind(queue)
         .bind(limit.concurrency)
         .bind(limit.rate.map(|r| r.count))
@@ -145,7 +157,7 @@ pub async fn change_key_limit<'e, E: Executor<'e>>(
 ) -> Result<()> {
     check_queue(queue)?;
     let rate = change.rate.flatten();
-    sqlx::query(sql!("control", "change_key_limit"))
+    super::query(sql!("control", "change_key_limit"))
         .bind(queue)
         .bind(change.concurrency.is_some())
         .bind(change.concurrency.flatten())
@@ -160,7 +172,7 @@ pub async fn change_key_limit<'e, E: Executor<'e>>(
 /// Pauses `queue`; returns whether it was running before.
 pub async fn pause<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
     check_queue(queue)?;
-    Ok(sqlx::query_scalar(sql!("control", "pause"))
+    Ok(super::query_scalar(sql!("control", "pause"))
         .bind(queue)
         .fetch_one(exec)
         .await?)
@@ -169,7 +181,7 @@ pub async fn pause<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
 /// Resumes `queue`; returns whether it was paused.
 pub async fn resume<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
     check_queue(queue)?;
-    Ok(sqlx::query_scalar(sql!("control", "resume"))
+    Ok(super::query_scalar(sql!("control", "resume"))
         .bind(queue)
         .fetch_one(exec)
         .await?)
@@ -178,7 +190,7 @@ pub async fn resume<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
 /// The per-key rate `queue` has now (None: none).
 pub async fn key_rate<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<Option<Rate>> {
     check_queue(queue)?;
-    let row: Option<KeyRateRow> = sqlx::query_as(sql!("control", "key_rate"))
+    let row: Option<KeyRateRow> = super::query_as(sql!("control", "key_rate"))
         .bind(queue)
         .fetch_optional(exec)
         .await?;
@@ -254,7 +266,7 @@ pub struct QueueControl {
 
 /// Every queue with control settings or live jobs.
 pub async fn list<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueControl>> {
-    Ok(sqlx::query_as(sql!("control", "list"))
+    Ok(super::query_as(sql!("control", "list"))
         .fetch_all(exec)
         .await?)
 }
@@ -280,7 +292,7 @@ pub async fn buffer_control<'e, E: Executor<'e>>(
     queue: &str,
 ) -> Result<Option<BufferControl>> {
     Ok(
-        sqlx::query_as::<_, BufferControl>(sql!("control", "buffer_control"))
+        super::query_as::<BufferControl>(sql!("control", "buffer_control"))
             .bind(queue)
             .fetch_optional(exec)
             .await?,
@@ -295,7 +307,7 @@ pub async fn next_key_start<'e, E: Executor<'e>>(
 ) -> Result<Option<DateTime<Utc>>> {
     check_queue(queue)?;
     crate::queue::enqueue::check_text("limit_key", Some(key))?;
-    let t: Option<DbTimeOpt> = sqlx::query_scalar(sql!("control", "next_key_start"))
+    let t: Option<DbTimeOpt> = super::query_scalar(sql!("control", "next_key_start"))
         .bind(queue)
         .bind(key)
         .fetch_optional(exec)

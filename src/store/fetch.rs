@@ -15,7 +15,7 @@ pub async fn request<'e, E: Executor<'e>>(
     force: bool,
     full: bool,
 ) -> Result<i64> {
-    Ok(sqlx::query_scalar(sql!("fetch", "request"))
+    Ok(super::query_scalar(sql!("fetch", "request"))
         .bind(url)
         .bind(force)
         .bind(full)
@@ -30,7 +30,7 @@ pub async fn set_politeness<'e, E: Executor<'e>>(
     exec: E,
     period: std::time::Duration,
 ) -> Result<()> {
-    sqlx::query(sql!("fetch", "set_politeness"))
+    super::query(sql!("fetch", "set_politeness"))
         .bind(period.as_secs_f64())
         .execute(exec)
         .await?;
@@ -50,7 +50,7 @@ pub struct JobHostKey {
 /// both `None` when there is no such job.
 pub async fn job_host_key<'e, E: Executor<'e>>(exec: E, id: i64, url: &str) -> Result<JobHostKey> {
     Ok(
-        sqlx::query_as::<_, JobHostKey>(sql!("fetch", "job_limit_key"))
+        super::query_as::<JobHostKey>(sql!("fetch", "job_limit_key"))
             .bind(id)
             .bind(url)
             .fetch_optional(exec)
@@ -75,7 +75,7 @@ pub struct Known {
 
 /// Loads page `url`'s row, if any.
 pub async fn load_page<'e, E: Executor<'e>>(exec: E, url: &str) -> Result<Option<Known>> {
-    Ok(sqlx::query_as(sql!("fetch", "load_page"))
+    Ok(super::query_as(sql!("fetch", "load_page"))
         .bind(url)
         .fetch_optional(exec)
         .await?)
@@ -116,7 +116,7 @@ pub struct Content<'a> {
 
 /// Stores a fetched page; returns whether its content changed (new pages count).
 pub async fn save_page<'e, E: Executor<'e>>(exec: E, c: &Content<'_>) -> Result<bool> {
-    Ok(sqlx::query_scalar(sql!("fetch", "save_page"))
+    Ok(super::query_scalar(sql!("fetch", "save_page"))
         .bind(c.url)
         .bind(c.host)
         .bind(c.path)
@@ -156,7 +156,7 @@ pub struct PageStatus<'a> {
 
 /// Records a request that stored no content; the page's content is kept.
 pub async fn record_status<'e, E: Executor<'e>>(exec: E, s: PageStatus<'_>) -> Result<()> {
-    sqlx::query(sql!("fetch", "record_status"))
+    super::query(sql!("fetch", "record_status"))
         .bind(s.url)
         .bind(s.host)
         .bind(s.path)
@@ -176,7 +176,7 @@ pub async fn touch_page<'e, E: Executor<'e>>(
     fetched_at: DateTime<Utc>,
     next_fetch: DateTime<Utc>,
 ) -> Result<()> {
-    sqlx::query(sql!("fetch", "touch_page"))
+    super::query(sql!("fetch", "touch_page"))
         .bind(url)
         .bind(fetched_at)
         .bind(next_fetch)
@@ -199,7 +199,7 @@ pub struct RobotsRow {
 
 /// Host `host`'s cached robots.txt (all empty when the host is unknown).
 pub async fn load_robots<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<RobotsRow> {
-    let row: Option<RobotsRow> = sqlx::query_as(sql!("fetch", "load_robots"))
+    let row: Option<RobotsRow> = super::query_as(sql!("fetch", "load_robots"))
         .bind(host)
         .fetch_optional(exec)
         .await?;
@@ -213,7 +213,7 @@ pub async fn save_robots<'e, E: Executor<'e>>(
     txt: Option<&str>,
     status: i32,
 ) -> Result<()> {
-    sqlx::query(sql!("fetch", "save_robots"))
+    super::query(sql!("fetch", "save_robots"))
         .bind(host)
         .bind(txt)
         .bind(status)
@@ -232,7 +232,7 @@ pub async fn crawl_request<'e, E: Executor<'e>>(
     if urls.is_empty() {
         return Ok(0);
     }
-    Ok(sqlx::query_scalar(sql!("fetch", "crawl_request"))
+    Ok(super::query_scalar(sql!("fetch", "crawl_request"))
         .bind(crawl)
         .bind(urls)
         .bind(force)
@@ -247,7 +247,7 @@ pub async fn request_hop<'e, E: Executor<'e>>(
     force: bool,
     hops: i32,
 ) -> Result<i64> {
-    Ok(sqlx::query_scalar(sql!("fetch", "request_hop"))
+    Ok(super::query_scalar(sql!("fetch", "request_hop"))
         .bind(url)
         .bind(force)
         .bind(hops)

@@ -24,7 +24,7 @@ pub async fn heartbeat_many<'e, E: Executor<'e>>(exec: E, jobs: &[HeldJob]) -> R
     jobs.sort_unstable();
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.attempt).collect();
-    Ok(sqlx::query_scalar(sql!("queue", "heartbeat_many"))
+    Ok(super::query_scalar(sql!("queue", "heartbeat_many"))
         .bind(ids)
         .bind(attempts)
         .fetch_all(exec)
@@ -52,7 +52,7 @@ pub async fn worker_upsert<'e, E: Executor<'e>>(
     exec: E,
     w: &WorkerInfo,
 ) -> Result<Option<SchemaInfo>> {
-    Ok(sqlx::query_as(sql!("queue", "worker_upsert"))
+    Ok(super::query_as(sql!("queue", "worker_upsert"))
         .bind(&w.id)
         .bind(&w.host)
         .bind(w.pid)
@@ -64,7 +64,7 @@ pub async fn worker_upsert<'e, E: Executor<'e>>(
 
 /// Removes this worker's row on a clean exit.
 pub async fn worker_remove<'e, E: Executor<'e>>(exec: E, id: &str) -> Result<()> {
-    sqlx::query(sql!("queue", "worker_remove"))
+    super::query(sql!("queue", "worker_remove"))
         .bind(id)
         .execute(exec)
         .await?;

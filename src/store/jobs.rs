@@ -30,7 +30,7 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
     if let Some(t) = job.run_at {
         crate::time::check("run_at", t)?;
     }
-    let (id, outcome): (i64, String) = sqlx::query_as(sql!("queue", "enqueue"))
+    let (id, outcome): (i64, String) = super::query_as(sql!("queue", "enqueue"))
         .bind(&job.kind)
         .bind(&job.args)
         .bind(&job.queue)
@@ -78,7 +78,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
     if let Some(t) = jobs.run_at {
         crate::time::check("run_at", t)?;
     }
-    Ok(sqlx::query_scalar(sql!("queue", "enqueue_many"))
+    Ok(super::query_scalar(sql!("queue", "enqueue_many"))
         .bind(jobs.kind)
         .bind(jobs.args)
         .bind(jobs.queue)
@@ -104,7 +104,7 @@ pub struct JobFilter {
 
 /// Lists jobs, newest first.
 pub async fn list_jobs<'e, E: Executor<'e>>(exec: E, f: &JobFilter) -> Result<Vec<JobRow>> {
-    Ok(sqlx::query_as(sql!("queue", "list_jobs"))
+    Ok(super::query_as(sql!("queue", "list_jobs"))
         .bind(f.state)
         .bind(&f.kind)
         .bind(&f.queue)
@@ -115,7 +115,7 @@ pub async fn list_jobs<'e, E: Executor<'e>>(exec: E, f: &JobFilter) -> Result<Ve
 
 /// One job by id, or [`Error::NotFound`].
 pub async fn get_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobRow> {
-    sqlx::query_as(sql!("queue", "get_job"))
+    super::query_as(sql!("queue", "get_job"))
         .bind(id)
         .fetch_optional(exec)
         .await?
@@ -125,7 +125,7 @@ pub async fn get_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobRow> {
 /// Cancels an available or running job (`skiplock.cancel`); returns its new state. A job
 /// that does not exist or is finished is an [`Error::Refused`] naming it.
 pub async fn cancel_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobState> {
-    Ok(sqlx::query_scalar(sql!("queue", "cancel_job"))
+    Ok(super::query_scalar(sql!("queue", "cancel_job"))
         .bind(id)
         .fetch_one(exec)
         .await?)
@@ -133,7 +133,7 @@ pub async fn cancel_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobStat
 
 /// Makes a finished or waiting job available now (`skiplock.retry`); returns its new state.
 pub async fn retry_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobState> {
-    Ok(sqlx::query_scalar(sql!("queue", "retry_job"))
+    Ok(super::query_scalar(sql!("queue", "retry_job"))
         .bind(id)
         .fetch_one(exec)
         .await?)
@@ -155,7 +155,7 @@ pub struct QueueStat {
 
 /// Counts per queue and state.
 pub async fn queue_stats<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueStat>> {
-    Ok(sqlx::query_as(sql!("queue", "queue_stats"))
+    Ok(super::query_as(sql!("queue", "queue_stats"))
         .fetch_all(exec)
         .await?)
 }
@@ -174,7 +174,7 @@ pub async fn unhandled_kinds<'e, E: Executor<'e>>(
     exec: E,
     live_secs: f64,
 ) -> Result<Vec<UnhandledKind>> {
-    Ok(sqlx::query_as(sql!("queue", "unhandled_kinds"))
+    Ok(super::query_as(sql!("queue", "unhandled_kinds"))
         .bind(live_secs)
         .fetch_all(exec)
         .await?)
@@ -182,7 +182,7 @@ pub async fn unhandled_kinds<'e, E: Executor<'e>>(
 
 /// How many workers sent a heartbeat within `live_secs`.
 pub async fn live_workers<'e, E: Executor<'e>>(exec: E, live_secs: f64) -> Result<i64> {
-    Ok(sqlx::query_scalar(sql!("queue", "live_workers"))
+    Ok(super::query_scalar(sql!("queue", "live_workers"))
         .bind(live_secs)
         .fetch_one(exec)
         .await?)

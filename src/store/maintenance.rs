@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 /// The database's clock.
 pub async fn db_now<'e, E: Executor<'e>>(exec: E) -> Result<DateTime<Utc>> {
     Ok(
-        sqlx::query_scalar::<_, DbTime>(sql!("maintenance", "db_now"))
+        super::query_scalar::<DbTime>(sql!("maintenance", "db_now"))
             .fetch_one(exec)
             .await?
             .0,
@@ -80,7 +80,7 @@ pub async fn reap_candidates_locked<'e, E: Executor<'e>>(
     live_within: Duration,
     limit: i64,
 ) -> Result<Vec<CandidateRow>> {
-    Ok(sqlx::query_as(concat!(
+    Ok(super::query_as(concat!(
         include_str!("../../sql/maintenance/reap_candidates.sql"),
         "LIMIT $2 FOR UPDATE OF j SKIP LOCKED"
     ))
@@ -99,7 +99,7 @@ pub async fn reap_candidates_preview<'e, E: Executor<'e>>(
     live_within: Duration,
     limit: i64,
 ) -> Result<Vec<CandidateRow>> {
-    Ok(sqlx::query_as(concat!(
+    Ok(super::query_as(concat!(
         include_str!("../../sql/maintenance/reap_candidates.sql"),
         "ORDER BY j.id LIMIT $2"
     ))
@@ -114,7 +114,7 @@ pub async fn reap_candidates_preview<'e, E: Executor<'e>>(
 /// reason in its `errors` naming the maximum age `max_age` (as written, e.g. `2days`);
 /// returns how many.
 pub async fn reap_discard<'e, E: Executor<'e>>(exec: E, ids: &[i64], max_age: &str) -> Result<u64> {
-    Ok(sqlx::query(sql!("maintenance", "reap_discard"))
+    Ok(super::query(sql!("maintenance", "reap_discard"))
         .bind(ids)
         .bind(max_age)
         .execute(exec)
@@ -136,7 +136,7 @@ pub async fn long_key_periods<'e, E: Executor<'e>>(
     exec: E,
     max_age: Duration,
 ) -> Result<Vec<LongKeyPeriod>> {
-    Ok(sqlx::query_as(sql!("maintenance", "long_key_periods"))
+    Ok(super::query_as(sql!("maintenance", "long_key_periods"))
         .bind(max_age.as_secs_f64())
         .fetch_all(exec)
         .await?)
@@ -161,7 +161,7 @@ pub async fn oldest_live_worker<'e, E: Executor<'e>>(
         db_now: DbTime,
         started_at: DbTimeOpt,
     }
-    let r: Row = sqlx::query_as(sql!("maintenance", "oldest_live_worker"))
+    let r: Row = super::query_as(sql!("maintenance", "oldest_live_worker"))
         .bind(live_within.as_secs_f64())
         .fetch_one(exec)
         .await?;
@@ -179,7 +179,7 @@ pub async fn retention<'e, E: Executor<'e>>(
     older_than: Duration,
     limit: i64,
 ) -> Result<u64> {
-    Ok(sqlx::query(sql!("maintenance", "retention"))
+    Ok(super::query(sql!("maintenance", "retention"))
         .bind(state)
         .bind(older_than.as_secs_f64())
         .bind(limit)
@@ -193,7 +193,7 @@ pub async fn retention_periodic_runs<'e, E: Executor<'e>>(
     exec: E,
     older_than: Duration,
 ) -> Result<u64> {
-    Ok(sqlx::query(sql!("maintenance", "retention_periodic_runs"))
+    Ok(super::query(sql!("maintenance", "retention_periodic_runs"))
         .bind(older_than.as_secs_f64())
         .execute(exec)
         .await?
@@ -203,7 +203,7 @@ pub async fn retention_periodic_runs<'e, E: Executor<'e>>(
 /// Forgets at most `limit` per-key rate records whose time has passed (they decide nothing);
 /// returns how many.
 pub async fn retention_key_rates<'e, E: Executor<'e>>(exec: E, limit: i64) -> Result<u64> {
-    Ok(sqlx::query(sql!("maintenance", "retention_key_rates"))
+    Ok(super::query(sql!("maintenance", "retention_key_rates"))
         .bind(limit)
         .execute(exec)
         .await?
@@ -225,7 +225,7 @@ pub struct PeriodicDecl<'a> {
 
 /// Records a periodic job as this worker declares it (for `skiplock periodic`).
 pub async fn declare_periodic<'e, E: Executor<'e>>(exec: E, d: PeriodicDecl<'_>) -> Result<()> {
-    sqlx::query(sql!("maintenance", "declare_periodic"))
+    super::query(sql!("maintenance", "declare_periodic"))
         .bind(d.name)
         .bind(d.schedule)
         .bind(&d.job.kind)
@@ -256,7 +256,7 @@ pub async fn enqueue_periodic<'e, E: Executor<'e>>(
     exec: E,
     r: PeriodicRun<'_>,
 ) -> Result<Option<i64>> {
-    Ok(sqlx::query_scalar(sql!("maintenance", "enqueue_periodic"))
+    Ok(super::query_scalar(sql!("maintenance", "enqueue_periodic"))
         .bind(r.name)
         .bind(r.period_start)
         .bind(r.first_after)
@@ -279,7 +279,7 @@ pub async fn record_periodic_failure<'e, E: Executor<'e>>(
     period_start: DateTime<Utc>,
     error: &str,
 ) -> Result<()> {
-    sqlx::query(sql!("maintenance", "record_periodic_failure"))
+    super::query(sql!("maintenance", "record_periodic_failure"))
         .bind(name)
         .bind(period_start)
         .bind(error)
@@ -317,7 +317,7 @@ pub struct DeclaredPeriodic {
 
 /// Every periodic job workers declared, by name.
 pub async fn list_periodic<'e, E: Executor<'e>>(exec: E) -> Result<Vec<DeclaredPeriodic>> {
-    Ok(sqlx::query_as(sql!("maintenance", "list_periodic"))
+    Ok(super::query_as(sql!("maintenance", "list_periodic"))
         .fetch_all(exec)
         .await?)
 }

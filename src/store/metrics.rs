@@ -75,7 +75,7 @@ pub struct Snapshot {
 /// Sets the `statement_timeout` of the current transaction (at least 1 ms).
 pub async fn scrape_timeout<'e, E: Executor<'e>>(exec: E, timeout: Duration) -> Result<()> {
     let ms = timeout.as_millis().clamp(1, i32::MAX as u128).to_string();
-    sqlx::query(sql!("metrics", "scrape_timeout"))
+    super::query(sql!("metrics", "scrape_timeout"))
         .bind(ms)
         .execute(exec)
         .await?;
@@ -85,7 +85,7 @@ pub async fn scrape_timeout<'e, E: Executor<'e>>(exec: E, timeout: Duration) -> 
 /// Live jobs per queue: the `top` queues (paused first, then by live jobs), ordered by name,
 /// then one row adding up the rest (queue `None`), if any (`sql/metrics/queue_depth.sql`).
 pub async fn queue_depth<'e, E: Executor<'e>>(exec: E, top: usize) -> Result<Vec<QueueDepth>> {
-    Ok(sqlx::query_as(sql!("metrics", "queue_depth"))
+    Ok(super::query_as(sql!("metrics", "queue_depth"))
         .bind(i64::try_from(top).unwrap_or(i64::MAX))
         .fetch_all(exec)
         .await?)
@@ -94,14 +94,14 @@ pub async fn queue_depth<'e, E: Executor<'e>>(exec: E, top: usize) -> Result<Vec
 #[cfg(feature = "packets")]
 /// Packets per state.
 pub async fn packet_states<'e, E: Executor<'e>>(exec: E) -> Result<Vec<PacketCount>> {
-    Ok(sqlx::query_as(sql!("metrics", "packet_states"))
+    Ok(super::query_as(sql!("metrics", "packet_states"))
         .fetch_all(exec)
         .await?)
 }
 
 /// Paused and limited queues.
 pub async fn queue_control<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueControl>> {
-    Ok(sqlx::query_as(sql!("metrics", "queue_control"))
+    Ok(super::query_as(sql!("metrics", "queue_control"))
         .fetch_all(exec)
         .await?)
 }

@@ -48,8 +48,9 @@ pub(crate) mod testing;
 pub mod types;
 pub mod web;
 
-/// A pool of connections to the skiplock database (what handlers and services are given).
-pub type Pool = sqlx::PgPool;
+pub mod pool;
+pub use pool::{Pool, PoolMode};
+pub(crate) use pool::{query, query_as, query_scalar};
 /// A transaction on the skiplock database.
 pub type Transaction<'c> = sqlx::Transaction<'c, sqlx::Postgres>;
 /// Anything a statement can run on: `&Pool`, `&mut *tx`, `&mut Connection`.

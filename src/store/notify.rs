@@ -33,7 +33,7 @@ impl WakeListener {
 /// The channel wake-ups are sent on (`sql/queue/wake_channel.sql`), read at every (re)connect
 /// so that a rotated name is picked up.
 pub async fn wake_channel<'e, E: Executor<'e>>(exec: E) -> Result<String> {
-    Ok(sqlx::query_scalar(sql!("queue", "wake_channel"))
+    Ok(super::query_scalar(sql!("queue", "wake_channel"))
         .fetch_one(exec)
         .await?)
 }
@@ -42,7 +42,7 @@ pub async fn wake_channel<'e, E: Executor<'e>>(exec: E) -> Result<String> {
 /// a due job there sends a NOTIFY (`sql/queue/waiting_add.sql`; writes nothing when already
 /// registered).
 pub async fn waiting_add<'e, E: Executor<'e>>(exec: E, worker: &str, queue: &str) -> Result<()> {
-    sqlx::query(sql!("queue", "waiting_add"))
+    super::query(sql!("queue", "waiting_add"))
         .bind(worker)
         .bind(queue)
         .execute(exec)
@@ -52,7 +52,7 @@ pub async fn waiting_add<'e, E: Executor<'e>>(exec: E, worker: &str, queue: &str
 
 /// `worker` no longer waits for jobs in `queue` (`sql/queue/waiting_remove.sql`).
 pub async fn waiting_remove<'e, E: Executor<'e>>(exec: E, worker: &str, queue: &str) -> Result<()> {
-    sqlx::query(sql!("queue", "waiting_remove"))
+    super::query(sql!("queue", "waiting_remove"))
         .bind(worker)
         .bind(queue)
         .execute(exec)

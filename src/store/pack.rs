@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 /// Announces that `host`'s content changed (`skiplock.timer_reset`); returns the
 /// `timer-reset` job's id.
 pub async fn timer_reset<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<i64> {
-    Ok(sqlx::query_scalar(sql!("pack", "timer_reset"))
+    Ok(super::query_scalar(sql!("pack", "timer_reset"))
         .bind(host)
         .fetch_one(exec)
         .await?)
@@ -23,7 +23,7 @@ pub async fn timer_reset<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<i64
 /// Gives the pack queue a per-key concurrency of 1, keeping its key rate
 /// (`skiplock.set_one_pack_per_host`).
 pub async fn one_pack_per_host<'e, E: Executor<'e>>(exec: E) -> Result<()> {
-    sqlx::query(sql!("pack", "one_pack_per_host"))
+    super::query(sql!("pack", "one_pack_per_host"))
         .execute(exec)
         .await?;
     Ok(())
@@ -31,7 +31,7 @@ pub async fn one_pack_per_host<'e, E: Executor<'e>>(exec: E) -> Result<()> {
 
 /// Packs `host` at once (`skiplock.pack_now`); returns the `do-the-packing` job's id.
 pub async fn pack_now<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<i64> {
-    Ok(sqlx::query_scalar(sql!("pack", "pack_now"))
+    Ok(super::query_scalar(sql!("pack", "pack_now"))
         .bind(host)
         .fetch_one(exec)
         .await?)
@@ -55,7 +55,7 @@ pub async fn arm<'e, E: Executor<'e>>(
     quiet: std::time::Duration,
     max_wait: std::time::Duration,
 ) -> Result<Timer> {
-    Ok(sqlx::query_as(sql!("pack", "arm"))
+    Ok(super::query_as(sql!("pack", "arm"))
         .bind(host)
         .bind(quiet.as_secs_f64())
         .bind(max_wait.as_secs_f64())
@@ -81,7 +81,7 @@ pub struct Pending {
 
 /// For job `job_id` packing `host`: the clock, its window start and the pending timer.
 pub async fn pending<'e, E: Executor<'e>>(exec: E, job_id: i64, host: &str) -> Result<Pending> {
-    Ok(sqlx::query_as(sql!("pack", "pending"))
+    Ok(super::query_as(sql!("pack", "pending"))
         .bind(job_id)
         .bind(host)
         .fetch_one(exec)
@@ -91,7 +91,7 @@ pub async fn pending<'e, E: Executor<'e>>(exec: E, job_id: i64, host: &str) -> R
 /// Makes `host`'s lock row if it is missing (its own statement, before the pack's
 /// transaction, so it never waits for a pack in progress).
 pub async fn lock_row<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<()> {
-    sqlx::query(sql!("pack", "lock_row"))
+    super::query(sql!("pack", "lock_row"))
         .bind(host)
         .execute(exec)
         .await?;
@@ -101,7 +101,7 @@ pub async fn lock_row<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<()> {
 /// Locks `host`'s row for the rest of the transaction; `false` when another pack of the
 /// host holds it (never waits).
 pub async fn lock<'e, E: Executor<'e>>(exec: E, host: &str) -> Result<bool> {
-    let locked: Option<bool> = sqlx::query_scalar(sql!("pack", "lock"))
+    let locked: Option<bool> = super::query_scalar(sql!("pack", "lock"))
         .bind(host)
         .fetch_optional(exec)
         .await?;
@@ -128,7 +128,7 @@ pub struct PageRow {
 
 /// `host`'s pages that have content, in a stable order, streamed (a host of any size).
 pub fn pages<'e, E: Executor<'e> + 'e>(exec: E, host: &'e str) -> BoxStream<'e, Result<PageRow>> {
-    sqlx::query_as(sql!("pack", "pages"))
+    super::query_as(sql!("pack", "pages"))
         .bind(host)
         .fetch(exec)
         .map_err(Error::from)
@@ -156,7 +156,7 @@ pub struct PackRecord<'a> {
 
 /// Records a finished pack in `skiplock.packs`.
 pub async fn record<'e, E: Executor<'e>>(exec: E, r: PackRecord<'_>) -> Result<()> {
-    sqlx::query(sql!("pack", "record"))
+    super::query(sql!("pack", "record"))
         .bind(r.host)
         .bind(r.pages)
         .bind(r.bytes)
@@ -198,7 +198,7 @@ pub struct PackStatus {
 
 /// Pack status of every host, or of `host`.
 pub async fn status<'e, E: Executor<'e>>(exec: E, host: Option<&str>) -> Result<Vec<PackStatus>> {
-    Ok(sqlx::query_as(sql!("pack", "status"))
+    Ok(super::query_as(sql!("pack", "status"))
         .bind(host)
         .fetch_all(exec)
         .await?)

@@ -85,7 +85,7 @@ pub async fn submit<'e, E: Executor<'e>>(
     name: Option<&str>,
     actor: Option<&str>,
 ) -> Result<i64> {
-    Ok(sqlx::query_scalar(sql!("packets", "submit"))
+    Ok(super::query_scalar(sql!("packets", "submit"))
         .bind(source)
         .bind(name)
         .bind(actor)
@@ -95,7 +95,7 @@ pub async fn submit<'e, E: Executor<'e>>(
 
 /// One packet, or [`Error::NotFound`].
 pub async fn get<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Packet> {
-    sqlx::query_as(sql!("packets", "get"))
+    super::query_as(sql!("packets", "get"))
         .bind(id)
         .fetch_optional(exec)
         .await?
@@ -108,7 +108,7 @@ pub async fn list<'e, E: Executor<'e>>(
     state: Option<PacketState>,
     limit: i64,
 ) -> Result<Vec<Packet>> {
-    Ok(sqlx::query_as(sql!("packets", "list"))
+    Ok(super::query_as(sql!("packets", "list"))
         .bind(state)
         .bind(limit)
         .fetch_all(exec)
@@ -117,7 +117,7 @@ pub async fn list<'e, E: Executor<'e>>(
 
 /// A packet's history, oldest first.
 pub async fn events<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Vec<PacketEvent>> {
-    Ok(sqlx::query_as(sql!("packets", "events"))
+    Ok(super::query_as(sql!("packets", "events"))
         .bind(id)
         .fetch_all(exec)
         .await?)
@@ -125,14 +125,14 @@ pub async fn events<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Vec<PacketE
 
 /// The "whose move" counts.
 pub async fn whose_move<'e, E: Executor<'e>>(exec: E) -> Result<WhoseMove> {
-    Ok(sqlx::query_as(sql!("packets", "whose_move"))
+    Ok(super::query_as(sql!("packets", "whose_move"))
         .fetch_one(exec)
         .await?)
 }
 
 /// Locks packet `id` (until the transaction ends) and reads its state; `None` if missing.
 pub async fn lock<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Option<PacketState>> {
-    Ok(sqlx::query_scalar(sql!("packets", "lock"))
+    Ok(super::query_scalar(sql!("packets", "lock"))
         .bind(id)
         .fetch_optional(exec)
         .await?)
@@ -153,7 +153,7 @@ pub struct PacketMove<'a> {
 
 /// Moves a packet (`skiplock._packet_move`), recording actor and note in its history.
 pub async fn move_to<'e, E: Executor<'e>>(exec: E, m: PacketMove<'_>) -> Result<()> {
-    sqlx::query(sql!("packets", "move_to"))
+    super::query(sql!("packets", "move_to"))
         .bind(m.id)
         .bind(m.to)
         .bind(m.actor)
@@ -165,7 +165,7 @@ pub async fn move_to<'e, E: Executor<'e>>(exec: E, m: PacketMove<'_>) -> Result<
 
 /// Operator: take a packet that is ready for review (`ready_for_review → in_review`).
 pub async fn take<'e, E: Executor<'e>>(exec: E, id: i64, actor: Option<&str>) -> Result<()> {
-    sqlx::query(sql!("packets", "take"))
+    super::query(sql!("packets", "take"))
         .bind(id)
         .bind(actor)
         .execute(exec)
@@ -175,7 +175,7 @@ pub async fn take<'e, E: Executor<'e>>(exec: E, id: i64, actor: Option<&str>) ->
 
 /// Operator: the review is done (`in_review → done`).
 pub async fn complete<'e, E: Executor<'e>>(exec: E, id: i64, actor: Option<&str>) -> Result<()> {
-    sqlx::query(sql!("packets", "complete"))
+    super::query(sql!("packets", "complete"))
         .bind(id)
         .bind(actor)
         .execute(exec)
@@ -190,7 +190,7 @@ pub async fn retry<'e, E: Executor<'e>>(
     reason: Option<&str>,
     actor: Option<&str>,
 ) -> Result<i64> {
-    Ok(sqlx::query_scalar(sql!("packets", "retry"))
+    Ok(super::query_scalar(sql!("packets", "retry"))
         .bind(id)
         .bind(reason)
         .bind(actor)
@@ -225,7 +225,7 @@ pub struct StartResult {
 /// Tries to start processing (`skiplock._packet_start`): under the concurrency limit, fenced
 /// on the packet being `queued` for this job.
 pub async fn start<'e, E: Executor<'e>>(exec: E, s: PacketStart<'_>) -> Result<StartResult> {
-    Ok(sqlx::query_as(sql!("packets", "start"))
+    Ok(super::query_as(sql!("packets", "start"))
         .bind(s.id)
         .bind(s.job_id)
         .bind(s.max_processing)
@@ -263,7 +263,7 @@ pub struct FinishResult {
 /// Records the end of processing (`skiplock._packet_finish`), fenced on the packet still
 /// `processing` for this job.
 pub async fn finish<'e, E: Executor<'e>>(exec: E, f: PacketFinish<'_>) -> Result<FinishResult> {
-    Ok(sqlx::query_as(sql!("packets", "finish"))
+    Ok(super::query_as(sql!("packets", "finish"))
         .bind(f.id)
         .bind(f.job_id)
         .bind(f.ok)
@@ -282,7 +282,7 @@ pub async fn interrupt<'e, E: Executor<'e>>(
     job_id: i64,
     note: &str,
 ) -> Result<bool> {
-    Ok(sqlx::query_scalar(sql!("packets", "interrupt"))
+    Ok(super::query_scalar(sql!("packets", "interrupt"))
         .bind(id)
         .bind(job_id)
         .bind(note)
@@ -305,7 +305,7 @@ pub struct RecoverRow {
 
 /// Requeues every queued/processing packet without a live job.
 pub async fn recover<'e, E: Executor<'e>>(exec: E) -> Result<Vec<RecoverRow>> {
-    Ok(sqlx::query_as(sql!("packets", "recover"))
+    Ok(super::query_as(sql!("packets", "recover"))
         .fetch_all(exec)
         .await?)
 }

@@ -25,7 +25,7 @@ pub async fn rescue<'e, E: Executor<'e>>(
     after: Duration,
     limit: i64,
 ) -> Result<Vec<RescuedJob>> {
-    Ok(sqlx::query_as(sql!("queue", "rescue"))
+    Ok(super::query_as(sql!("queue", "rescue"))
         .bind(after.as_secs_f64())
         .bind(limit)
         .fetch_all(exec)
@@ -34,7 +34,7 @@ pub async fn rescue<'e, E: Executor<'e>>(
 
 /// Deletes the rows of workers silent for longer than `silent_for`.
 pub async fn forget_workers<'e, E: Executor<'e>>(exec: E, silent_for: Duration) -> Result<u64> {
-    Ok(sqlx::query(sql!("queue", "forget_workers"))
+    Ok(super::query(sql!("queue", "forget_workers"))
         .bind(silent_for.as_secs_f64())
         .execute(exec)
         .await?

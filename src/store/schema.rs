@@ -320,13 +320,13 @@ struct Installed {
 
 /// The recorded API, if the database has the table and the row.
 async fn recorded(pool: &Pool) -> Result<Option<SchemaInfo>> {
-    let i: Installed = sqlx::query_as(sql!("schema", "installed"))
+    let i: Installed = super::query_as(sql!("schema", "installed"))
         .fetch_one(pool)
         .await?;
     if !i.versioned {
         return Ok(None);
     }
-    Ok(sqlx::query_as(sql!("schema", "schema_info"))
+    Ok(super::query_as(sql!("schema", "schema_info"))
         .fetch_optional(pool)
         .await?)
 }
@@ -370,36 +370,46 @@ pub async fn migrate_parts(pool: &Pool, parts: &[&'static Part]) -> Result<()> {
             "migrate: the core part is always needed".into(),
         ));
     }
+    if pool.mode() == super::PoolMode::Transaction {
+        // The migrations' lock is a session's advisory lock, which a transaction-pooling
+        // PgBouncer would leave on whichever server connection took it.
+        return Err(Error::Invalid(
+            "migrate needs a session of its own: run it with SKIPLOCK_POOL_MODE=session on a \
+             URL that reaches the server (or a session-mode pool), not through a \
+             transaction-mode PgBouncer"
+                .into(),
+        ));
+    }
     let has = |part: &str| parts.iter().any(|p| p.name == part);
     refuse_downgrade(&recorded(pool).await?)?;
     // A database of a release up to SQL API 7: its history first (development databases of
     // this release may hold one later entry of it, which is now the core's own migration).
-    let history: bool = sqlx::query_scalar(sql!("schema", "has_history"))
+    let history: bool = super::query_scalar(sql!("schema", "has_history"))
         .fetch_one(pool)
         .await?;
     if history {
         let mut h = self::history();
         h.set_ignore_missing(true);
-        h.run(pool).await?;
+        h.run(pool.pg()).await?;
     }
     for part in parts {
         let m = part.migrator();
-        let started: bool = sqlx::query_scalar(sql!("schema", "part_started"))
+        let started: bool = super::query_scalar(sql!("schema", "part_started"))
             .bind(part.table)
             .fetch_one(pool)
             .await?;
         if history && !started {
             // The history made this part's baseline already: record it, do not run it.
-            m.skip(pool, Some(1)).await?;
+            m.skip(pool.pg(), Some(1)).await?;
         }
-        m.run(pool).await?;
+        m.run(pool.pg()).await?;
     }
     let mut tx = pool.begin().await?;
-    sqlx::query(sql!("schema", "api_lock"))
+    super::query(sql!("schema", "api_lock"))
         .execute(&mut *tx)
         .await?;
     // Another process may have migrated meanwhile: look again under the lock.
-    let info: Option<SchemaInfo> = sqlx::query_as(sql!("schema", "schema_info"))
+    let info: Option<SchemaInfo> = super::query_as(sql!("schema", "schema_info"))
         .fetch_optional(&mut *tx)
         .await?;
     refuse_downgrade(&info)?;
@@ -411,7 +421,7 @@ pub async fn migrate_parts(pool: &Pool, parts: &[&'static Part]) -> Result<()> {
     }
     record(&mut *tx).await?;
     for part in parts.iter().filter(|p| p.name != "core") {
-        sqlx::query(sql!("schema", "record_part"))
+        super::query(sql!("schema", "record_part"))
             .bind(part.name)
             .bind(part_hash(part.name))
             .bind(env!("CARGO_PKG_VERSION"))
@@ -434,7 +444,7 @@ fn refuse_downgrade(info: &Option<SchemaInfo>) -> Result<()> {
 }
 
 async fn record<'e, E: Executor<'e>>(exec: E) -> Result<()> {
-    sqlx::query(sql!("schema", "record_api"))
+    super::query(sql!("schema", "record_api"))
         .bind(API_VERSION as i32)
         .bind(api_hash())
         .bind(env!("CARGO_PKG_VERSION"))
@@ -451,7 +461,7 @@ pub async fn ensure_ready(pool: &Pool) -> Result<()> {
     // The usual case in one round trip (a worker's start-up is on the clock): the record of
     // exactly this API. `migrate` writes it only after every migration of the same binary
     // ran, and the hash covers the migrations, so it vouches for them too.
-    match sqlx::query_as::<_, SchemaInfo>(sql!("schema", "schema_info"))
+    match super::query_as::<SchemaInfo>(sql!("schema", "schema_info"))
         .fetch_optional(pool)
         .await
     {
@@ -464,7 +474,7 @@ pub async fn ensure_ready(pool: &Pool) -> Result<()> {
         }
         Err(e) => return Err(e.into()),
     }
-    let i: Installed = sqlx::query_as(sql!("schema", "installed"))
+    let i: Installed = super::query_as(sql!("schema", "installed"))
         .fetch_one(pool)
         .await?;
     if !i.schema {
@@ -488,7 +498,7 @@ pub async fn ensure_ready(pool: &Pool) -> Result<()> {
 
 /// The migrations of `part` applied successfully (none when its record does not exist yet).
 async fn applied(pool: &Pool, part: &Part) -> Result<Vec<i64>> {
-    let started: bool = sqlx::query_scalar(sql!("schema", "part_started"))
+    let started: bool = super::query_scalar(sql!("schema", "part_started"))
         .bind(part.table)
         .fetch_one(pool)
         .await?;
@@ -496,7 +506,7 @@ async fn applied(pool: &Pool, part: &Part) -> Result<Vec<i64>> {
         return Ok(Vec::new());
     }
     let q = sql!("schema", "applied_migrations").replace("{table}", part.table);
-    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(q))
+    Ok(super::query_scalar(sqlx::AssertSqlSafe(q))
         .fetch_all(pool)
         .await?)
 }
@@ -510,7 +520,7 @@ pub async fn ensure_part(pool: &Pool, part: &str) -> Result<()> {
             "this program was built without the {part} workflow"
         )));
     };
-    let got: Option<(String, String)> = sqlx::query_as(sql!("schema", "part_info"))
+    let got: Option<(String, String)> = super::query_as(sql!("schema", "part_info"))
         .bind(part)
         .fetch_optional(pool)
         .await?;
@@ -538,7 +548,7 @@ pub fn mismatch_of(info: Option<&SchemaInfo>) -> Option<SchemaMismatch> {
 
 /// [`mismatch_of`] the record read now (one query), for a beat whose own statements failed.
 pub async fn mismatch_since_start(pool: &Pool) -> Result<Option<SchemaMismatch>> {
-    let info: Option<SchemaInfo> = sqlx::query_as(sql!("schema", "schema_info"))
+    let info: Option<SchemaInfo> = super::query_as(sql!("schema", "schema_info"))
         .fetch_optional(pool)
         .await?;
     Ok(mismatch_of(info.as_ref()))

@@ -3,22 +3,39 @@
 
 use std::time::Duration;
 
-use sqlx::PgConnection;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::QueryAs;
+use sqlx::{Connection, FromRow, PgConnection, Postgres};
+
+/// Runs a statement of a connection's set-up. Once statements are unnamed (a pool of this
+/// process runs behind a transaction-pooling PgBouncer: `super::pool`), inside a transaction of
+/// its own, so that its prepare and its execute reach the same server connection.
+async fn fetch_one<'q, O>(
+    conn: &mut PgConnection,
+    q: QueryAs<'q, Postgres, O, PgArguments>,
+) -> sqlx::Result<O>
+where
+    O: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+{
+    if !super::pool::unnamed() {
+        return q.fetch_one(conn).await;
+    }
+    let mut tx = conn.begin().await?;
+    let out = q.fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(out)
+}
 
 /// The connection's TCP ports as the server sees them: the client's (the local port of this
 /// process's socket) and the server's; both None over a Unix socket.
 pub async fn client_port(conn: &mut PgConnection) -> sqlx::Result<(Option<i32>, Option<i32>)> {
-    sqlx::query_as(super::sql!("session", "client_port"))
-        .fetch_one(conn)
-        .await
+    fetch_one(conn, super::query_as(super::sql!("session", "client_port"))).await
 }
 
 /// Whether the server is a standby in recovery, and whether the session's transactions
 /// default to read-only: either means a worker must not use this connection.
 pub async fn read_only(conn: &mut PgConnection) -> sqlx::Result<(bool, bool)> {
-    sqlx::query_as(super::sql!("session", "read_only"))
-        .fetch_one(conn)
-        .await
+    fetch_one(conn, super::query_as(super::sql!("session", "read_only"))).await
 }
 
 /// A worker session's first statement: sets its statement and lock timeouts (zero: none) and
@@ -27,11 +44,10 @@ pub async fn open(
     conn: &mut PgConnection,
     limits: crate::config::SessionLimits,
 ) -> sqlx::Result<(bool, bool)> {
-    sqlx::query_as(super::sql!("session", "open"))
+    let q = super::query_as(super::sql!("session", "open"))
         .bind(millis(limits.statement_timeout))
-        .bind(millis(limits.lock_timeout))
-        .fetch_one(conn)
-        .await
+        .bind(millis(limits.lock_timeout));
+    fetch_one(conn, q).await
 }
 
 /// A console session's first statement: its statement and lock timeouts (zero: none), plans
@@ -41,7 +57,7 @@ pub async fn open_console(
     statement_timeout: Duration,
     lock_timeout: Duration,
 ) -> sqlx::Result<()> {
-    sqlx::query(super::sql!("session", "console"))
+    super::query(super::sql!("session", "console"))
         .bind(millis(statement_timeout))
         .bind(millis(lock_timeout))
         .execute(conn)

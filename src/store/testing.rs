@@ -10,7 +10,7 @@ pub(crate) async fn available_args<'e, E: Executor<'e>>(
     exec: E,
     kind: &str,
 ) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(sql!("testing", "available_args"))
+    Ok(super::query_scalar(sql!("testing", "available_args"))
         .bind(kind)
         .fetch_all(exec)
         .await?)
@@ -21,7 +21,7 @@ pub(crate) async fn count_by_state<'e, E: Executor<'e>>(
     exec: E,
     kinds: &[String],
 ) -> Result<Vec<(JobState, i64)>> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(sql!("testing", "count_by_state"))
+    let rows: Vec<(String, i64)> = super::query_as(sql!("testing", "count_by_state"))
         .bind(kinds)
         .fetch_all(exec)
         .await?;

@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-pub use sqlx::PgPool;
+pub use super::Pool;
 
 use crate::error::{Error, Result};
 use crate::queue::{JobRow, JobState};
@@ -90,9 +90,9 @@ pub struct QueueCounts {
 /// Per queue: jobs by state and the oldest waiting job's age, for the `top` queues ranked
 /// paused first and then by live jobs, plus one line adding up the rest
 /// (`sql/web/queue_counts.sql`).
-pub async fn queue_counts(pool: &PgPool, top: usize) -> Result<Vec<QueueCounts>> {
+pub async fn queue_counts(pool: &Pool, top: usize) -> Result<Vec<QueueCounts>> {
     Ok(
-        sqlx::query_as(include_str!("../../sql/web/queue_counts.sql"))
+        super::query_as(include_str!("../../sql/web/queue_counts.sql"))
             .bind(i64::try_from(top).unwrap_or(i64::MAX))
             .fetch_all(pool)
             .await?,
@@ -112,8 +112,8 @@ pub struct MinuteCount {
 }
 
 /// Completed and discarded jobs per minute, the last 60 minutes, oldest first.
-pub async fn throughput(pool: &PgPool) -> Result<Vec<MinuteCount>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/throughput.sql"))
+pub async fn throughput(pool: &Pool) -> Result<Vec<MinuteCount>> {
+    Ok(super::query_as(include_str!("../../sql/web/throughput.sql"))
         .fetch_all(pool)
         .await?)
 }
@@ -144,9 +144,9 @@ pub struct LiveWorker {
 }
 
 /// Workers whose heartbeat is newer than `live_secs`.
-pub async fn live_workers(pool: &PgPool, live_secs: f64) -> Result<Vec<LiveWorker>> {
+pub async fn live_workers(pool: &Pool, live_secs: f64) -> Result<Vec<LiveWorker>> {
     Ok(
-        sqlx::query_as(include_str!("../../sql/web/live_workers.sql"))
+        super::query_as(include_str!("../../sql/web/live_workers.sql"))
             .bind(live_secs)
             .fetch_all(pool)
             .await?,
@@ -212,7 +212,7 @@ pub enum Page {
 
 /// One page of the filtered jobs, newest first, at most `limit` rows.
 pub async fn jobs_page(
-    pool: &PgPool,
+    pool: &Pool,
     f: &JobFilter,
     page: Page,
     limit: i64,
@@ -224,7 +224,7 @@ pub async fn jobs_page(
                 Page::Older(id) => Some(id),
                 _ => None,
             };
-            Ok(sqlx::query_as(include_str!("../../sql/web/jobs_older.sql"))
+            Ok(super::query_as(include_str!("../../sql/web/jobs_older.sql"))
                 .bind(state)
                 .bind(&f.kind)
                 .bind(&f.queue)
@@ -236,7 +236,7 @@ pub async fn jobs_page(
         }
         Page::Newer(after) => {
             let mut rows: Vec<JobLine> =
-                sqlx::query_as(include_str!("../../sql/web/jobs_newer.sql"))
+                super::query_as(include_str!("../../sql/web/jobs_newer.sql"))
                     .bind(state)
                     .bind(&f.kind)
                     .bind(&f.queue)
@@ -261,25 +261,25 @@ pub struct FilterChoice {
 }
 
 /// Kinds and queues for the filter form (running jobs and the newest 10,000).
-pub async fn filter_choices(pool: &PgPool) -> Result<Vec<FilterChoice>> {
+pub async fn filter_choices(pool: &Pool) -> Result<Vec<FilterChoice>> {
     Ok(
-        sqlx::query_as(include_str!("../../sql/web/kinds_and_queues.sql"))
+        super::query_as(include_str!("../../sql/web/kinds_and_queues.sql"))
             .fetch_all(pool)
             .await?,
     )
 }
 
 /// One job with every column, or `None`.
-pub async fn job(pool: &PgPool, id: i64) -> Result<Option<JobRow>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/job.sql"))
+pub async fn job(pool: &Pool, id: i64) -> Result<Option<JobRow>> {
+    Ok(super::query_as(include_str!("../../sql/web/job.sql"))
         .bind(id)
         .fetch_optional(pool)
         .await?)
 }
 
 /// Retry one job (`skiplock.retry`); a refusal is [`Error::Invalid`].
-pub async fn retry_job(pool: &PgPool, id: i64) -> Result<()> {
-    sqlx::query(include_str!("../../sql/web/retry_job.sql"))
+pub async fn retry_job(pool: &Pool, id: i64) -> Result<()> {
+    super::query(include_str!("../../sql/web/retry_job.sql"))
         .bind(id)
         .execute(pool)
         .await
@@ -288,8 +288,8 @@ pub async fn retry_job(pool: &PgPool, id: i64) -> Result<()> {
 }
 
 /// Cancel one job (`skiplock.cancel`); a refusal is [`Error::Invalid`].
-pub async fn cancel_job(pool: &PgPool, id: i64) -> Result<()> {
-    sqlx::query(include_str!("../../sql/web/cancel_job.sql"))
+pub async fn cancel_job(pool: &Pool, id: i64) -> Result<()> {
+    super::query(include_str!("../../sql/web/cancel_job.sql"))
         .bind(id)
         .execute(pool)
         .await
@@ -298,8 +298,8 @@ pub async fn cancel_job(pool: &PgPool, id: i64) -> Result<()> {
 }
 
 /// Retry the filtered finished jobs, at most `max_rows` (`skiplock.retry_jobs`); how many.
-pub async fn retry_jobs(pool: &PgPool, f: &JobFilter, max_rows: i32) -> Result<i64> {
-    sqlx::query_scalar(include_str!("../../sql/web/retry_jobs.sql"))
+pub async fn retry_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i64> {
+    super::query_scalar(include_str!("../../sql/web/retry_jobs.sql"))
         .bind(state_param(f))
         .bind(&f.kind)
         .bind(&f.queue)
@@ -311,8 +311,8 @@ pub async fn retry_jobs(pool: &PgPool, f: &JobFilter, max_rows: i32) -> Result<i
 }
 
 /// Cancel the filtered unfinished jobs, at most `max_rows` (`skiplock.cancel_jobs`); how many.
-pub async fn cancel_jobs(pool: &PgPool, f: &JobFilter, max_rows: i32) -> Result<i64> {
-    sqlx::query_scalar(include_str!("../../sql/web/cancel_jobs.sql"))
+pub async fn cancel_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i64> {
+    super::query_scalar(include_str!("../../sql/web/cancel_jobs.sql"))
         .bind(state_param(f))
         .bind(&f.kind)
         .bind(&f.queue)
@@ -347,9 +347,9 @@ pub struct PacketLine {
 }
 
 /// Packets not done, at most `per_state` of each state, oldest first.
-pub async fn open_packets(pool: &PgPool, per_state: i64) -> Result<Vec<PacketLine>> {
+pub async fn open_packets(pool: &Pool, per_state: i64) -> Result<Vec<PacketLine>> {
     Ok(
-        sqlx::query_as(include_str!("../../sql/web/packets_open.sql"))
+        super::query_as(include_str!("../../sql/web/packets_open.sql"))
             .bind(per_state)
             .fetch_all(pool)
             .await?,
@@ -357,9 +357,9 @@ pub async fn open_packets(pool: &PgPool, per_state: i64) -> Result<Vec<PacketLin
 }
 
 /// The `limit` packets finished last.
-pub async fn done_packets(pool: &PgPool, limit: i64) -> Result<Vec<PacketLine>> {
+pub async fn done_packets(pool: &Pool, limit: i64) -> Result<Vec<PacketLine>> {
     Ok(
-        sqlx::query_as(include_str!("../../sql/web/packets_done.sql"))
+        super::query_as(include_str!("../../sql/web/packets_done.sql"))
             .bind(limit)
             .fetch_all(pool)
             .await?,
@@ -367,8 +367,8 @@ pub async fn done_packets(pool: &PgPool, limit: i64) -> Result<Vec<PacketLine>> 
 }
 
 /// One packet, or `None`.
-pub async fn packet(pool: &PgPool, id: i64) -> Result<Option<PacketLine>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/packet.sql"))
+pub async fn packet(pool: &Pool, id: i64) -> Result<Option<PacketLine>> {
+    Ok(super::query_as(include_str!("../../sql/web/packet.sql"))
         .bind(id)
         .fetch_optional(pool)
         .await?)
@@ -382,9 +382,9 @@ pub struct PacketResult {
 }
 
 /// A packet's result (`None`: no such packet).
-pub async fn packet_result(pool: &PgPool, id: i64) -> Result<Option<PacketResult>> {
+pub async fn packet_result(pool: &Pool, id: i64) -> Result<Option<PacketResult>> {
     Ok(
-        sqlx::query_as(include_str!("../../sql/web/packet_result.sql"))
+        super::query_as(include_str!("../../sql/web/packet_result.sql"))
             .bind(id)
             .fetch_optional(pool)
             .await?,
@@ -412,9 +412,9 @@ pub struct PacketEventLine {
 }
 
 /// The history of the packets `ids`, oldest first per packet.
-pub async fn packet_events(pool: &PgPool, ids: &[i64]) -> Result<Vec<PacketEventLine>> {
+pub async fn packet_events(pool: &Pool, ids: &[i64]) -> Result<Vec<PacketEventLine>> {
     Ok(
-        sqlx::query_as(include_str!("../../sql/web/packet_events.sql"))
+        super::query_as(include_str!("../../sql/web/packet_events.sql"))
             .bind(ids)
             .fetch_all(pool)
             .await?,
@@ -443,17 +443,17 @@ pub struct PacketCounts {
 }
 
 /// The "whose move" counts.
-pub async fn packet_counts(pool: &PgPool) -> Result<PacketCounts> {
+pub async fn packet_counts(pool: &Pool) -> Result<PacketCounts> {
     Ok(
-        sqlx::query_as(include_str!("../../sql/web/packet_counts.sql"))
+        super::query_as(include_str!("../../sql/web/packet_counts.sql"))
             .fetch_one(pool)
             .await?,
     )
 }
 
 /// Take a packet for review (`skiplock.take_packet`); a refused move is [`Error::Invalid`].
-pub async fn take_packet(pool: &PgPool, id: i64, actor: Option<&str>) -> Result<()> {
-    sqlx::query(include_str!("../../sql/web/take_packet.sql"))
+pub async fn take_packet(pool: &Pool, id: i64, actor: Option<&str>) -> Result<()> {
+    super::query(include_str!("../../sql/web/take_packet.sql"))
         .bind(id)
         .bind(actor)
         .execute(pool)
@@ -463,8 +463,8 @@ pub async fn take_packet(pool: &PgPool, id: i64, actor: Option<&str>) -> Result<
 }
 
 /// Finish a packet's review (`skiplock.complete_packet`).
-pub async fn complete_packet(pool: &PgPool, id: i64, actor: Option<&str>) -> Result<()> {
-    sqlx::query(include_str!("../../sql/web/complete_packet.sql"))
+pub async fn complete_packet(pool: &Pool, id: i64, actor: Option<&str>) -> Result<()> {
+    super::query(include_str!("../../sql/web/complete_packet.sql"))
         .bind(id)
         .bind(actor)
         .execute(pool)
@@ -475,12 +475,12 @@ pub async fn complete_packet(pool: &PgPool, id: i64, actor: Option<&str>) -> Res
 
 /// Process a packet again, with a reason (`skiplock.retry_packet`); returns the new job.
 pub async fn retry_packet(
-    pool: &PgPool,
+    pool: &Pool,
     id: i64,
     reason: Option<&str>,
     actor: Option<&str>,
 ) -> Result<i64> {
-    sqlx::query_scalar(include_str!("../../sql/web/retry_packet.sql"))
+    super::query_scalar(include_str!("../../sql/web/retry_packet.sql"))
         .bind(id)
         .bind(reason)
         .bind(actor)
@@ -511,8 +511,8 @@ pub struct HostLine {
 }
 
 /// Hosts with their counts and next allowed fetch start, at most `limit`.
-pub async fn hosts(pool: &PgPool, limit: i64) -> Result<Vec<HostLine>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/hosts.sql"))
+pub async fn hosts(pool: &Pool, limit: i64) -> Result<Vec<HostLine>> {
+    Ok(super::query_as(include_str!("../../sql/web/hosts.sql"))
         .bind(limit)
         .fetch_all(pool)
         .await?)
@@ -541,12 +541,12 @@ pub struct PageLine {
 
 /// Pages of `host` with an id above `after`, at most `limit`, in id order.
 pub async fn host_pages(
-    pool: &PgPool,
+    pool: &Pool,
     host: &str,
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<PageLine>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/host_pages.sql"))
+    Ok(super::query_as(include_str!("../../sql/web/host_pages.sql"))
         .bind(host)
         .bind(after)
         .bind(limit)
@@ -580,16 +580,16 @@ pub struct PackLine {
 }
 
 /// Packs and pending timers, at most `limit` hosts.
-pub async fn packs(pool: &PgPool, limit: i64) -> Result<Vec<PackLine>> {
-    Ok(sqlx::query_as(include_str!("../../sql/web/packs.sql"))
+pub async fn packs(pool: &Pool, limit: i64) -> Result<Vec<PackLine>> {
+    Ok(super::query_as(include_str!("../../sql/web/packs.sql"))
         .bind(limit)
         .fetch_all(pool)
         .await?)
 }
 
 /// Pack a host now (`skiplock.pack_now`); returns the do-the-packing job.
-pub async fn pack_now(pool: &PgPool, host: &str) -> Result<i64> {
-    sqlx::query_scalar(include_str!("../../sql/web/pack_now.sql"))
+pub async fn pack_now(pool: &Pool, host: &str) -> Result<i64> {
+    super::query_scalar(include_str!("../../sql/web/pack_now.sql"))
         .bind(host)
         .fetch_one(pool)
         .await
@@ -597,9 +597,9 @@ pub async fn pack_now(pool: &PgPool, host: &str) -> Result<i64> {
 }
 
 /// The console's database login.
-pub async fn session_user(pool: &PgPool) -> Result<String> {
+pub async fn session_user(pool: &Pool) -> Result<String> {
     Ok(
-        sqlx::query_scalar(include_str!("../../sql/web/session_user.sql"))
+        super::query_scalar(include_str!("../../sql/web/session_user.sql"))
             .fetch_one(pool)
             .await?,
     )

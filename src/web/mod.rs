@@ -47,7 +47,6 @@ mod console_imports {
     pub(super) use tokio::net::TcpListener;
 
     pub(super) use crate::error::{Error, Result};
-    pub(super) use crate::store::web::PgPool;
 }
 
 /// Default `--listen`.
@@ -81,7 +80,7 @@ pub const READ_TIMEOUT_SETTING: &str = "SKIPLOCK_WEB_READ_TIMEOUT";
 #[derive(Clone)]
 pub struct AppState {
     /// The console's database pool (a `skiplock_operator` login).
-    pub pool: PgPool,
+    pub pool: crate::store::Pool,
     /// Token and CSRF secrets.
     pub auth: Arc<auth::Auth>,
     /// The database login, shown in the header.

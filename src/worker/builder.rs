@@ -45,8 +45,8 @@ impl Worker {
     /// with the default settings, serving every queue; the rescuer and the default maintenance
     /// (reaper, retention, periodic scheduler) come with it. Name the queues to serve with
     /// [`WorkerBuilder::queue`], the rest with [`WorkerBuilder::settings`].
-    pub fn builder(pool: Pool) -> WorkerBuilder {
-        WorkerBuilder::new(pool)
+    pub fn builder(pool: impl Into<Pool>) -> WorkerBuilder {
+        WorkerBuilder::new(pool.into())
     }
 }
 
@@ -242,6 +242,7 @@ impl WorkerBuilder {
             session::worker_pool(
                 opts,
                 self.settings.session_limits(),
+                self.pool.mode(),
                 self.settings.runtime_connections,
                 RUNTIME_ACQUIRE_TIMEOUT,
             )

@@ -21,7 +21,8 @@ use super::service::{Service, supervise as supervise_service};
 use super::startup;
 use super::supervisor::supervise;
 use super::{Shared, StartHook, acks, faults, heartbeat, idle, queues, release, shutdown};
-use crate::config::QueueSettings;
+use crate::config::{PoolMode, QueueSettings};
+use crate::db;
 use crate::db::outage::Availability;
 use crate::error::{Error, Result};
 use crate::store::Pool;
@@ -151,7 +152,7 @@ impl Worker {
         {
             // After each outage: find the host that accepts writes (several in the URL) and
             // end every task's retry backoff once it answers.
-            let pools = vec![self.runtime_pool.clone(), self.pool.clone()];
+            let pools = vec![self.runtime_pool.pg().clone(), self.pool.pg().clone()];
             let (a, stop) = (shared.availability.clone(), services.0.clone());
             services
                 .1
@@ -254,12 +255,50 @@ fn spawn_services(
     (stop, tasks)
 }
 
+/// The pool the listener takes its connection from: the runtime's own, except behind a
+/// transaction-pooling PgBouncer, whose server connections cannot keep a LISTEN: there one
+/// session on `SKIPLOCK_LISTEN_URL`, or none (the producers poll; said once in the log).
+fn listen_pool(shared: &Shared) -> Result<Option<Pool>> {
+    if shared.pool.mode() == PoolMode::Session {
+        return Ok(Some(shared.pool.clone()));
+    }
+    let Some(url) = &shared.settings.listen_url else {
+        tracing::warn!(
+            poll_interval = %crate::config::format_duration(shared.settings.poll_interval),
+            "SKIPLOCK_POOL_MODE=transaction and no SKIPLOCK_LISTEN_URL: no LISTEN (a \
+             transaction-pooling PgBouncer cannot deliver notifications); new jobs are found by \
+             polling every SKIPLOCK_POLL_INTERVAL"
+        );
+        return Ok(None);
+    };
+    let opts = db::session::worker_options(&db::parse_url_of("SKIPLOCK_LISTEN_URL", url)?);
+    let limits = shared.settings.session_limits();
+    let timeout = db::session::HANDLER_ACQUIRE_TIMEOUT;
+    Ok(Some(db::session::worker_pool(
+        opts,
+        limits,
+        PoolMode::Session,
+        1,
+        timeout,
+    )))
+}
+
 /// The NOTIFY listener, waking the producers of the queues it names (supervised).
 fn spawn_listener(shared: &Arc<Shared>, queues: &Arc<queues::Queues>) -> JoinHandle<()> {
+    let pool = match listen_pool(shared) {
+        Ok(Some(pool)) => pool,
+        Ok(None) => return tokio::spawn(async {}),
+        Err(e) => {
+            // Checked when the settings were read (`QueueSettings::validate`); a builder given
+            // settings by hand may still carry a bad URL.
+            tracing::error!(error = %e, "no LISTEN: SKIPLOCK_LISTEN_URL is invalid; polling");
+            return tokio::spawn(async {});
+        }
+    };
     let (q, sh) = (queues.clone(), shared.clone());
     tokio::spawn(async move {
         supervise("listener", sh.stop_claiming.clone(), |_| {
-            let (q, sh) = (q.clone(), sh.clone());
+            let (q, sh, pool) = (q.clone(), sh.clone(), pool.clone());
             async move {
                 let on_wake = {
                     let sh = sh.clone();
@@ -273,7 +312,7 @@ fn spawn_listener(shared: &Arc<Shared>, queues: &Arc<queues::Queues>) -> JoinHan
                     }
                 };
                 let back = sh.availability.clone();
-                listen(sh.pool.clone(), sh.stop_claiming.clone(), &back, on_wake).await;
+                listen(pool, sh.stop_claiming.clone(), &back, on_wake).await;
                 Ok(())
             }
         })

@@ -35,7 +35,7 @@ pub(crate) async fn start(
             // TLS). A failure here shows again in the statement that needs the connection.
             // (With several hosts in the URL the probe also points both pools at the one
             // that accepts writes, and the warm-up may have met another: see `hosts::point`.)
-            let both = [runtime, handlers];
+            let both = [runtime.pg(), handlers.pg()];
             let (probed, ()) = tokio::join!(hosts::point(&both), warm(runtime, handlers));
             probed?;
             schema::ensure_ready(runtime).await?;

@@ -30,7 +30,7 @@ pub fn db_url(name: &str) -> String {
 /// A database of its own for one test; dropped (WITH FORCE) when this is dropped.
 pub struct TestDb {
     /// A small pool on the test database.
-    pub pool: PgPool,
+    pub pool: skiplock::Pool,
     /// The database URL (for child processes).
     pub url: String,
     /// The database name.
@@ -66,7 +66,8 @@ impl TestDb {
             .acquire_timeout(Duration::from_secs(60))
             .connect(&url)
             .await
-            .expect("connect to test database");
+            .expect("connect to test database")
+            .into();
         TestDb { pool, url, name }
     }
 }
@@ -137,7 +138,7 @@ impl RunningWorker {
 /// default maintenance, so a test sees only its own jobs; `maintenance_parts` or
 /// `maintenance` turns it back on).
 pub fn start_worker(
-    pool: &PgPool,
+    pool: &(impl Clone + Into<skiplock::Pool>),
     settings: QueueSettings,
     build: impl FnOnce(WorkerBuilder) -> WorkerBuilder,
 ) -> RunningWorker {
@@ -160,7 +161,10 @@ pub fn run_worker(worker: Worker) -> RunningWorker {
 }
 
 /// Starts a worker with the handlers of `registry_fn` and the fast settings.
-pub fn start_with(pool: &PgPool, register: impl FnOnce(&mut Registry)) -> RunningWorker {
+pub fn start_with(
+    pool: &(impl Clone + Into<skiplock::Pool>),
+    register: impl FnOnce(&mut Registry),
+) -> RunningWorker {
     start_worker(pool, fast_settings(), |mut b| {
         register(b.registry_mut());
         b
@@ -285,7 +289,10 @@ fn unsafe_kill(pid: u32, sig: &str) {
 }
 
 /// Starts a worker with the built-in kinds (`noop`, `sleep`, `fail`) and `settings`.
-pub fn start_builtin(pool: &PgPool, settings: QueueSettings) -> RunningWorker {
+pub fn start_builtin(
+    pool: &(impl Clone + Into<skiplock::Pool>),
+    settings: QueueSettings,
+) -> RunningWorker {
     start_worker(pool, settings, |mut b| {
         skiplock::worker::builtin::register(b.registry_mut());
         b
@@ -315,7 +322,7 @@ pub async fn rescue_now(pool: &PgPool, id: i64) {
         &format!("the rescuer to take job {id} back"),
         Duration::from_secs(60),
         || async {
-            skiplock::maintenance::rescuer::rescue(pool, Duration::ZERO)
+            skiplock::maintenance::rescuer::rescue(&pool.clone().into(), Duration::ZERO)
                 .await
                 .expect("rescue");
             let state: String =
@@ -478,7 +485,7 @@ pub async fn assert_discarded_at_first_attempt(pool: &PgPool, id: i64, want: &st
 }
 
 /// Enqueues `n` jobs of the built-in kind `noop` (empty args) in the `default` queue.
-pub async fn enqueue_noops(pool: &PgPool, n: usize) {
+pub async fn enqueue_noops(pool: &skiplock::Pool, n: usize) {
     let args = vec![serde_json::json!({}); n];
     skiplock::store::jobs::enqueue_many(
         pool,
