@@ -699,6 +699,17 @@ mod tests {
     }
 
     #[test]
+    fn pool_modes_parse_by_name_and_anything_else_is_named_in_the_error() {
+        assert_eq!("session".parse::<PoolMode>(), Ok(PoolMode::Session));
+        assert_eq!(
+            " Transaction ".parse::<PoolMode>(),
+            Ok(PoolMode::Transaction)
+        );
+        let e = "statement".parse::<PoolMode>().unwrap_err();
+        assert!(e.contains("\"statement\" is not a pool mode"), "{e}");
+    }
+
+    #[test]
     fn queues_parse_with_and_without_counts() {
         let q = parse_queues("default=10, fetch=4,pack").unwrap();
         assert_eq!(q["default"], 10);

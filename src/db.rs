@@ -42,7 +42,16 @@ pub async fn connect_in_mode(url: &str, max_connections: u32, mode: PoolMode) ->
         crate::store::pool::expect_transaction_pooling();
     }
     let opts = reachable(parse_url(url)?, url).await?;
-    let pool = checkout::pool_options()
+    let mut options = checkout::pool_options();
+    if mode == PoolMode::Transaction {
+        options = options.after_connect(|conn, _meta| {
+            Box::pin(async move {
+                nodelay::set(conn).await?;
+                crate::store::session::learn_types(conn).await
+            })
+        });
+    }
+    let pool = options
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))

@@ -28,8 +28,14 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
         scale_future: 200,
         worker_bin: Some(PathBuf::from(env!("CARGO_BIN_EXE_skiplock"))),
         skip_graphile: true,
+        pgbouncer: bench::pgbouncer::find(),
         ..BenchOptions::default()
     };
+    let pgbouncer = o.pgbouncer.is_some();
+    assert!(
+        pgbouncer || std::env::var_os("SKIPLOCK_TEST_REQUIRE_PGBOUNCER").is_none(),
+        "pgbouncer is not installed and SKIPLOCK_TEST_REQUIRE_PGBOUNCER is set"
+    );
     let r = run(&support::admin_url(), &o, |_| {}).await.expect("bench");
 
     let version: i32 = r.postgres["server_version"]
@@ -95,12 +101,19 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
         "{crawl} pages/s, above the politeness bound {bound}"
     );
 
+    // The drain through PgBouncer in transaction mode, where it is installed.
+    assert_eq!(r.drain_cli_pgbouncer.is_some(), pgbouncer);
+    if pgbouncer {
+        assert!(r.pgbouncer_to_cli.as_ref().unwrap().median > 0.0);
+    }
+
     assert_eq!(r.targets.len(), TARGETS.len());
     for t in &r.targets {
-        let graphile = t.target.key.contains("graphile");
+        let skipped =
+            t.target.key.contains("graphile") || (t.target.key.contains("pgbouncer") && !pgbouncer);
         assert_eq!(
             t.verdict == Verdict::NotMeasured,
-            graphile,
+            skipped,
             "{}: {:?}",
             t.target.key,
             t.verdict

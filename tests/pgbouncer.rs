@@ -175,26 +175,43 @@ async fn a_worker_behind_pgbouncer_in_session_mode_drains_its_jobs_with_its_sess
     );
 }
 
+/// `skiplock worker --exit-when-idle` on `url` with `env`: its exit status and its log.
+fn cli_worker(url: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    let out = Command::new(bin())
+        .args(["worker", "--exit-when-idle", "--queues", "default=50"])
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run skiplock worker");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Behind PgBouncer in transaction mode (`SKIPLOCK_POOL_MODE=transaction`; docs/operations.md,
-/// "Behind PgBouncer") with fewer server connections than the worker has clients, so that one
+/// "Behind PgBouncer") with fewer server connections than a worker has clients, so that one
 /// client's transactions land on different server connections and each server connection
-/// serves several clients in turn: 10,000 jobs enqueued and drained through it, each completed
-/// at its first attempt, the limits set in every transaction, LISTEN on a direct URL.
+/// serves several clients in turn: 10,000 jobs enqueued through it and drained through it by a
+/// `skiplock worker` process, each completed at its first attempt, with not one warning or
+/// error in the worker's log; the limits are set in every transaction; `migrate` refuses the
+/// mode; without SKIPLOCK_LISTEN_URL the worker says once that it polls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_behind_pgbouncer_in_transaction_mode_drains_10000_jobs() {
     let Some(bin) = pgbouncer_bin() else { return };
     let db = TestDb::new().await;
     let bouncer =
         Bouncer::start_sized(&bin, "transaction", "* = host=127.0.0.1 port=5432", 3).await;
+    let url = bouncer.url(&db.url);
     let settings = QueueSettings {
         pool_mode: PoolMode::Transaction,
-        listen_url: Some(db.url.clone()),
         statement_timeout: Duration::from_secs(45),
         lock_timeout: Duration::from_secs(7),
-        max_connections: 6,
         ..fast_settings()
     };
-    let url = bouncer.url(&db.url);
     let pool = skiplock::db::handler_pool(&url, &settings).unwrap();
     assert_eq!(pool.mode(), PoolMode::Transaction);
     // No session setting survives a transaction there: each carries the worker's limits.
@@ -213,9 +230,20 @@ async fn a_worker_behind_pgbouncer_in_transaction_mode_drains_10000_jobs() {
     for _ in 0..10 {
         enqueue_noops(&pool, N / 10).await;
     }
-    let worker = start_builtin(&pool, settings);
-    wait_all_finished(&db.pool, Duration::from_secs(600)).await;
-    worker.stop().await.unwrap();
+    let (status, log) = cli_worker(
+        &url,
+        &[
+            ("SKIPLOCK_POOL_MODE", "transaction"),
+            ("SKIPLOCK_LISTEN_URL", &db.url),
+        ],
+    );
+    assert!(status.success(), "{status}\n{log}");
+    let complaints: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .filter(|l| !l.contains("packet root"))
+        .collect();
+    assert!(complaints.is_empty(), "{complaints:#?}");
     assert_eq!(
         count(
             &db.pool,
@@ -224,6 +252,24 @@ async fn a_worker_behind_pgbouncer_in_transaction_mode_drains_10000_jobs() {
         )
         .await,
         N as i64
+    );
+
+    // No LISTEN URL: one line says the worker polls.
+    enqueue_noops(&pool, 10).await;
+    let (status, log) = cli_worker(&url, &[("SKIPLOCK_POOL_MODE", "transaction")]);
+    assert!(status.success(), "{status}\n{log}");
+    assert_eq!(
+        log.matches("no SKIPLOCK_LISTEN_URL: no LISTEN").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'"
+        )
+        .await,
+        N as i64 + 10
     );
     // PgBouncer saw no statement go astray (a prepared statement missing or taken).
     let log = bouncer.log();

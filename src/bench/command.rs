@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// Skip the multi-process drain.
     #[arg(long)]
     pub skip_processes: bool,
+    /// Skip the drain through PgBouncer in transaction mode (skipped anyway when `pgbouncer`
+    /// is not installed).
+    #[arg(long)]
+    pub skip_pgbouncer: bool,
     /// Skip the latency run.
     #[arg(long)]
     pub skip_latency: bool,
@@ -238,6 +242,10 @@ pub fn render(r: &BenchReport) -> String {
             ms(r.first_claim_ms.as_ref()),
         ),
         (
+            "   the same through PgBouncer (transaction mode)".into(),
+            rate(r.drain_cli_pgbouncer.as_ref()),
+        ),
+        (
             "3. latency enqueue→start p50".into(),
             ms(r.latency_p50_ms.as_ref()),
         ),
@@ -357,6 +365,10 @@ pub fn render(r: &BenchReport) -> String {
         ("skiplock / graphile", r.drain_to_graphile.as_ref()),
         ("skiplock worker / graphile", r.cli_to_graphile.as_ref()),
         (
+            "skiplock worker via PgBouncer (transaction) / direct",
+            r.pgbouncer_to_cli.as_ref(),
+        ),
+        (
             "skiplock worker, no flags / --queues",
             r.cli_default_to_cli.as_ref(),
         ),
@@ -468,6 +480,18 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
         skip_graphile: a.skip_graphile,
         skip_scale: a.skip_scale,
         skip_limits: a.skip_limits,
+        pgbouncer: if a.skip_pgbouncer {
+            None
+        } else {
+            let found = super::pgbouncer::find();
+            if found.is_none() {
+                eprintln!(
+                    "bench: pgbouncer is not installed (apt-get install pgbouncer): the drain \
+                     through it is skipped"
+                );
+            }
+            found
+        },
         worker: skiplock::config::QueueSettings::from_env()?,
     };
     // On a terminal a spinner shows the running step and the time; each step also leaves a
@@ -638,6 +662,8 @@ mod tests {
             first_claim_ms: None,
             cli_to_graphile: None,
             cli_default_to_cli: None,
+            drain_cli_pgbouncer: None,
+            pgbouncer_to_cli: None,
             drain_key_rate: None,
             drain_queue_limit: None,
             key_rate_to_drain: None,

@@ -165,13 +165,15 @@ pub enum Cli {
 
 /// One `skiplock worker --exit-when-idle` process, as users run it (maintenance on), drains
 /// the `n` due noop jobs: jobs/s from just before the process starts to its last ack, and the
-/// time from that start to its first claim (ms), both on the database's clock.
+/// time from that start to its first claim (ms), both on the database's clock. `env`: settings
+/// of the process besides `DATABASE_URL` (the drain through PgBouncer's).
 pub(crate) async fn cli(
     url: &str,
     n: usize,
     how: Cli,
     worker_bin: &Path,
     monitor: &PgPool,
+    env: &[(&str, &str)],
 ) -> Result<(f64, f64)> {
     let t0 = store::clock(monitor).await?;
     let mut cmd = tokio::process::Command::new(worker_bin);
@@ -182,6 +184,7 @@ pub(crate) async fn cli(
     }
     let mut child = cmd
         .env("DATABASE_URL", url)
+        .envs(env.iter().copied())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

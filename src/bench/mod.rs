@@ -5,8 +5,9 @@
 //! own database.
 //!
 //! Files: `drain.rs` (skiplock's drains), `peers.rs` (ceiling, Graphile), `enqueue.rs`
-//! (enqueue rates, latency), `meter.rs` (idle %, WAL and commits per job), `store.rs` (every
-//! SQL statement), `stats.rs` and `targets.rs` (pure).
+//! (enqueue rates, latency), `meter.rs` (idle %, WAL and commits per job), `pgbouncer.rs` (the
+//! PgBouncer of the drain through it), `store.rs` (every SQL statement), `stats.rs` and
+//! `targets.rs` (pure).
 
 // This tool's statements live beside the queue's, in `sql/` (`sql!`, src/sql_text.rs, loaded
 // by the crate that includes this module), and it runs them on its own connections: it is
@@ -20,6 +21,7 @@ pub mod enqueue;
 pub mod limits;
 pub mod meter;
 pub mod peers;
+pub mod pgbouncer;
 pub mod pressure;
 pub mod stats;
 pub mod store;
@@ -78,6 +80,8 @@ pub struct BenchOptions {
     pub skip_scale: bool,
     /// Skip the drains under limits and the polite crawl.
     pub skip_limits: bool,
+    /// The `pgbouncer` binary for the drain through it; None skips that drain.
+    pub pgbouncer: Option<PathBuf>,
     /// The in-process worker's settings besides queue, concurrency and pool size (`skiplock
     /// bench`: the environment's).
     pub worker: QueueSettings,
@@ -106,6 +110,7 @@ impl Default for BenchOptions {
             skip_graphile: false,
             skip_scale: false,
             skip_limits: false,
+            pgbouncer: None,
             worker: QueueSettings::default(),
         }
     }
@@ -230,6 +235,11 @@ pub struct BenchReport {
     pub cli_to_graphile: Option<Stat>,
     /// drain_cli_default / drain_cli, per run.
     pub cli_default_to_cli: Option<Stat>,
+    /// jobs/s of the same process as `drain_cli` through PgBouncer in transaction mode
+    /// (`SKIPLOCK_POOL_MODE=transaction`, LISTEN on the server itself).
+    pub drain_cli_pgbouncer: Option<Stat>,
+    /// drain_cli_pgbouncer / drain_cli, per run.
+    pub pgbouncer_to_cli: Option<Stat>,
     /// The drain with a per-key rate that never binds ([`limits::KEYS`] keys).
     pub drain_key_rate: Option<DrainFigures>,
     /// The drain with a queue concurrency limit that never binds.
@@ -404,8 +414,9 @@ fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> Option<f64>) 
 
 /// The medians the targets are checked on.
 fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
-    let stats: [(&str, Option<&Stat>); 17] = [
+    let stats: [(&str, Option<&Stat>); 18] = [
         ("cli_to_graphile", r.cli_to_graphile.as_ref()),
+        ("pgbouncer_to_cli", r.pgbouncer_to_cli.as_ref()),
         ("cli_default_to_cli", r.cli_default_to_cli.as_ref()),
         ("first_claim_ms", r.first_claim_ms.as_ref()),
         ("drain_to_graphile", r.drain_to_graphile.as_ref()),
@@ -465,6 +476,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let mut ceil2 = vec![];
     let (mut keyed, mut qlim, mut crawls) = (vec![], vec![], vec![]);
     let (mut cli, mut cli_default, mut cli_first) = (vec![], vec![], vec![]);
+    let mut cli_pgbouncer = vec![];
     let mut graphile_version = None;
     for run in 1..=o.runs {
         let step = |what: &str| progress(&format!("run {run}/{}: {what}", o.runs));
@@ -513,7 +525,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
                 ));
                 reset(&monitor).await?;
                 fill_noop(&monitor, o.jobs).await?;
-                let (rate, first_ms) = drain::cli(url, o.jobs, how, bin, &monitor).await?;
+                let (rate, first_ms) = drain::cli(url, o.jobs, how, bin, &monitor, &[]).await?;
                 match how {
                     drain::Cli::Queue => {
                         cli.push(rate);
@@ -522,6 +534,27 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
                     drain::Cli::NoFlags => cli_default.push(rate),
                 }
             }
+        }
+
+        if let (Some(pgbouncer), Some(bin)) = (&o.pgbouncer, &o.worker_bin) {
+            step(&format!(
+                "drain {} jobs, one `skiplock worker` through PgBouncer in transaction mode",
+                o.jobs
+            ));
+            reset(&monitor).await?;
+            fill_noop(&monitor, o.jobs).await?;
+            // A PgBouncer of this drain's own: stopped after it, its server connections go
+            // with it (the next step waits for the database to have no other client).
+            let bouncer = pgbouncer::Bouncer::start(pgbouncer, url).await?;
+            let through = bouncer.url(url)?;
+            let env = [
+                ("SKIPLOCK_POOL_MODE", "transaction"),
+                ("SKIPLOCK_LISTEN_URL", url),
+            ];
+            let (rate, _) =
+                drain::cli(&through, o.jobs, drain::Cli::Queue, bin, &monitor, &env).await?;
+            cli_pgbouncer.push(rate);
+            drop(bouncer);
         }
 
         if !o.skip_limits {
@@ -667,6 +700,8 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             &graph.iter().map(|r| r.jobs_per_s).collect::<Vec<_>>(),
         ),
         cli_default_to_cli: per_run_ratio(&cli_default, &cli),
+        drain_cli_pgbouncer: Stat::of_some(&cli_pgbouncer),
+        pgbouncer_to_cli: per_run_ratio(&cli_pgbouncer, &cli),
         key_rate_to_drain: ratios(&keyed, &drains, throughput),
         queue_limit_to_drain: ratios(&qlim, &drains, throughput),
         drain_key_rate: DrainFigures::of(&keyed),

@@ -134,6 +134,15 @@ pub const TARGETS: &[Target] = &[
         bound: 0.8,
         unit: "×",
     },
+    // The same process behind PgBouncer in transaction mode: a transaction of its own per
+    // statement, unnamed statements (two more round trips and a parse each).
+    Target {
+        key: "pgbouncer_to_cli",
+        label: "skiplock worker via PgBouncer (transaction) / direct",
+        cmp: Cmp::AtLeast,
+        bound: 0.5,
+        unit: "×",
+    },
     Target {
         key: "first_claim_ms",
         label: "skiplock worker start to first claim",

@@ -48,7 +48,7 @@ pub async fn connect(
                         crate::store::session::open_console(conn, statement_timeout, LOCK_TIMEOUT)
                             .await
                     }
-                    PoolMode::Transaction => Ok(()),
+                    PoolMode::Transaction => crate::store::session::learn_types(conn).await,
                 }
             })
         })

@@ -70,7 +70,10 @@ pub fn worker_pool(
                 super::nodelay::set(conn).await?;
                 let flags = match mode {
                     PoolMode::Session => crate::store::session::open(conn, limits).await?,
-                    PoolMode::Transaction => crate::store::session::read_only(conn).await?,
+                    PoolMode::Transaction => {
+                        crate::store::session::learn_types(conn).await?;
+                        crate::store::session::read_only(conn).await?
+                    }
                 };
                 match read_only_why(flags) {
                     None => Ok(()),
