@@ -69,11 +69,12 @@ async fn run(
     per_host: usize,
     concurrency: usize,
 ) -> anyhow::Result<()> {
-    let pool = PgPoolOptions::new()
+    let pool: skiplock::Pool = PgPoolOptions::new()
         .max_connections(8)
         .connect(db_url)
-        .await?;
-    skiplock::store::schema::migrate(&skiplock::Pool::from(pool.clone())).await?;
+        .await?
+        .into();
+    skiplock::store::schema::migrate(&pool).await?;
 
     let mut bases = Vec::new();
     for _ in 0..hosts {
@@ -85,13 +86,7 @@ async fn run(
     let t = Instant::now();
     for p in 0..per_host {
         for b in &bases {
-            fetch::request_fetch(
-                &skiplock::Pool::from(pool.clone()),
-                &format!("{b}/p{p}"),
-                false,
-                false,
-            )
-            .await?;
+            fetch::request_fetch(&pool, &format!("{b}/p{p}"), false, false).await?;
         }
     }
     let total = hosts * per_host;

@@ -43,12 +43,13 @@ impl LoginRole {
         u.to_string()
     }
 
-    async fn pool(&self, db: &TestDb) -> PgPool {
+    async fn pool(&self, db: &TestDb) -> skiplock::Pool {
         PgPoolOptions::new()
             .max_connections(2)
             .connect(&self.url(&db.url))
             .await
             .expect("log in as the test role")
+            .into()
     }
 }
 
@@ -1061,10 +1062,10 @@ async fn a_member_of_skiplock_owner_migrates_without_being_a_superuser() {
             .await
             .unwrap();
     assert!(!superuser);
-    skiplock::store::schema::migrate(&skiplock::Pool::from(dp.clone()))
+    skiplock::store::schema::migrate(&dp)
         .await
         .expect("migrate as the deployer");
-    skiplock::store::schema::migrate(&skiplock::Pool::from(dp.clone()))
+    skiplock::store::schema::migrate(&dp)
         .await
         .expect("and again");
     let owner: String = sqlx::query_scalar(

@@ -77,9 +77,6 @@ pub async fn claim_from<'c, A>(
 where
     A: sqlx::Acquire<'c, Database = sqlx::Postgres>,
 {
-    if p.kinds.is_empty() {
-        return Ok(Claimed::default());
-    }
     // One connection for both statements (a pool's, or the caller's transaction).
     let mut conn = exec.acquire().await?;
     claim_on(&mut conn, p, free, lanes).await
