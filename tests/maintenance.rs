@@ -465,7 +465,9 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
     let file = dir.path().join("periodic.toml");
     std::fs::write(
         &file,
-        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nkind = \"noop\"\nargs = { from = \"file\" }\n",
+        "[[job]]\nname = \"tick\"\nevery = \"1s\"\nkind = \"noop\"\nargs = { from = \"file\" }\n\
+         [[job]]\nname = \"zoned\"\ncron = \"* * * * * *\"\ntz = \"Asia/Kathmandu\"\n\
+         kind = \"noop\"\nargs = { from = \"zone\" }\n",
     )
     .unwrap();
     let envs = [
@@ -540,6 +542,19 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
     .unwrap();
     assert_eq!(distinct_seconds, runs);
     assert!(span >= (runs - 1) as f64);
+    // A cron in a time zone (UTC+05:45): its periods are instants too, one job each.
+    let (zoned_runs, zoned_jobs): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'zoned'), \
+                (SELECT count(*) FROM skiplock.jobs WHERE args = '{\"from\": \"zone\"}')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(zoned_runs >= 1);
+    assert_eq!(
+        zoned_jobs, zoned_runs,
+        "one job per period of the zoned cron"
+    );
 
     // Both processes tried each period; exactly one enqueue per period was logged (the
     // built-in `reap` and `retain` jobs log the same lines: count tick's only).
@@ -569,6 +584,7 @@ async fn periodic_job_is_enqueued_once_per_period_by_two_worker_processes() {
         line.contains("every 1s") && line.contains("noop") && line.contains("job "),
         "{line}"
     );
+    assert!(out.contains("cron * * * * * * in Asia/Kathmandu"), "{out}");
 }
 
 #[tokio::test]

@@ -12,6 +12,11 @@
 //! Missed periods (all workers down) are not replayed one by one: the latest one is enqueued
 //! once when a worker comes back. A periodic job that has never run starts with its next fire
 //! time, so deploying one does not run it at once.
+//!
+//! A cron expression reads in UTC, or in a time zone of the tz database (`in Europe/Berlin`).
+//! On the days the clocks change ([`zoned`]): a local time the clocks skip fires as much later
+//! as they jumped (02:30 becomes 03:30 when 02:00 jumps to 03:00); a local time they pass
+//! twice fires once, at its first pass. Periods are instants, so processes still agree on them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -43,9 +48,10 @@ pub enum Schedule {
     /// Every `Duration`, at multiples of it since 1970-01-01T00:00:00Z (so every process
     /// agrees on the period boundaries without talking to the others).
     Every(Duration),
-    /// A cron expression (UTC), with seconds: `sec min hour day-of-month month day-of-week
-    /// [year]`; five-field expressions get `0` seconds prepended.
-    Cron(Box<cron::Schedule>),
+    /// A cron expression, with seconds: `sec min hour day-of-month month day-of-week
+    /// [year]`; five-field expressions get `0` seconds prepended. Read in the time zone, or in
+    /// UTC without one.
+    Cron(Box<cron::Schedule>, Option<chrono_tz::Tz>),
 }
 
 impl Schedule {
@@ -79,8 +85,17 @@ impl Schedule {
             e.to_string()
         };
         cron::Schedule::from_str(&full)
-            .map(|s| Schedule::Cron(Box::new(s)))
+            .map(|s| Schedule::Cron(Box::new(s), None))
             .map_err(|err| Error::Invalid(format!("invalid cron expression {e:?}: {err}")))
+    }
+
+    /// A cron expression read in the time zone `tz` (a tz database name, `Europe/Berlin`).
+    pub fn cron_in(expr: &str, tz: &str) -> Result<Schedule> {
+        let zone = zoned::parse(tz)?;
+        match Schedule::cron(expr)? {
+            Schedule::Cron(c, _) => Ok(Schedule::Cron(c, Some(zone))),
+            every => Ok(every),
+        }
     }
 
     /// Parses the form [`Schedule::describe`] writes: `every 15m` or `cron 0 0 3 * * *`.
@@ -91,10 +106,13 @@ impl Schedule {
             return Schedule::every(d);
         }
         if let Some(e) = s.strip_prefix("cron ") {
-            return Schedule::cron(e);
+            return match e.rsplit_once(" in ") {
+                Some((expr, tz)) => Schedule::cron_in(expr, tz),
+                None => Schedule::cron(e),
+            };
         }
         Err(Error::Invalid(format!(
-            "invalid schedule {s:?} (write `every 15m` or `cron 0 0 3 * * *`)"
+            "invalid schedule {s:?} (write `every 15m`, `cron 0 0 3 * * *` or `cron 0 0 3 * * * in Europe/Berlin`)"
         )))
     }
 
@@ -102,7 +120,8 @@ impl Schedule {
     pub fn describe(&self) -> String {
         match self {
             Schedule::Every(d) => format!("every {}", humantime::format_duration(*d)),
-            Schedule::Cron(c) => format!("cron {}", c.source()),
+            Schedule::Cron(c, None) => format!("cron {}", c.source()),
+            Schedule::Cron(c, Some(tz)) => format!("cron {} in {}", c.source(), tz.name()),
         }
     }
 
@@ -114,12 +133,13 @@ impl Schedule {
                 let ms = now.timestamp_millis();
                 Utc.timestamp_millis_opt(ms - ms.rem_euclid(iv)).single()
             }
-            Schedule::Cron(c) => {
+            Schedule::Cron(c, None) => {
                 // The cron crate's backwards iteration is strictly before its start; start
                 // one microsecond later so a fire time equal to `now` counts.
                 let probe = now + chrono::Duration::microseconds(1);
                 c.after(&probe).next_back()
             }
+            Schedule::Cron(c, Some(tz)) => zoned::period_start(c, *tz, now),
         }
     }
 
@@ -130,8 +150,90 @@ impl Schedule {
                 let start = self.period_start(now)?;
                 Some(start + chrono::Duration::from_std(*d).ok()?)
             }
-            Schedule::Cron(c) => c.after(&now).next(),
+            Schedule::Cron(c, None) => c.after(&now).next(),
+            Schedule::Cron(c, Some(tz)) => zoned::next_after(c, *tz, now),
         }
+    }
+}
+
+/// Cron in a time zone: the expression is evaluated on the zone's wall clock (as if it were
+/// UTC, which has no transitions), and each wall-clock fire time is turned into an instant by
+/// [`zoned::instant`]'s rule. Around a jump forward that map goes back (a skipped 02:45 fires
+/// after 03:15 does), so a scan keeps going one jump's worth past the first fire time it meets
+/// and takes the nearest.
+pub mod zoned {
+    use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
+    use chrono_tz::Tz;
+
+    use crate::error::{Error, Result};
+
+    /// Longest a wall clock jumps at one change (a margin: real zones jump at most 2 hours).
+    const JUMP: Duration = Duration::hours(3);
+
+    /// A tz database name.
+    pub fn parse(name: &str) -> Result<Tz> {
+        name.trim().parse::<Tz>().map_err(|_| {
+            Error::Invalid(format!(
+                "unknown time zone {:?} (a tz database name, e.g. Europe/Berlin or UTC)",
+                name.trim()
+            ))
+        })
+    }
+
+    /// The instant of the wall-clock time `local` in `tz`: the only one; the first of two (the
+    /// clocks go back and pass it twice); or, inside a gap (the clocks jump forward over it),
+    /// `local` read with the offset from before the jump, so it fires as much after the jump as
+    /// it was into the gap.
+    pub fn instant(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
+        match tz.from_local_datetime(&local) {
+            LocalResult::Single(t) => t.with_timezone(&Utc),
+            LocalResult::Ambiguous(first, _) => first.with_timezone(&Utc),
+            LocalResult::None => {
+                // Half a day before, the offset is the one from before the jump.
+                let before = tz
+                    .offset_from_utc_datetime(&(local - Duration::hours(12)))
+                    .fix();
+                Utc.from_utc_datetime(&(local - Duration::seconds(before.local_minus_utc() as i64)))
+            }
+        }
+    }
+
+    /// The wall-clock time of `t` in `tz`, as a UTC date-time (for the cron crate).
+    fn wall(tz: Tz, t: DateTime<Utc>) -> DateTime<Utc> {
+        Utc.from_utc_datetime(&t.with_timezone(&tz).naive_local())
+    }
+
+    /// The first fire time strictly after `now`. No wall-clock time more than [`JUMP`] before
+    /// `now`'s can fire after `now`: the scan starts there.
+    pub fn next_after(c: &cron::Schedule, tz: Tz, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut fires = c
+            .after(&(wall(tz, now) - JUMP))
+            .map(|w| (w, instant(tz, w.naive_utc())));
+        let (w0, t0) = fires.by_ref().find(|(_, t)| *t > now)?;
+        Some(
+            fires
+                .take_while(|(w, _)| *w <= w0 + JUMP)
+                .map(|(_, t)| t)
+                .filter(|t| *t > now)
+                .fold(t0, std::cmp::min),
+        )
+    }
+
+    /// The latest fire time at or before `now` (scanning back from [`JUMP`] after `now`'s
+    /// wall clock, as [`next_after`] scans forward).
+    pub fn period_start(c: &cron::Schedule, tz: Tz, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut fires = c
+            .after(&(wall(tz, now) + JUMP))
+            .rev()
+            .map(|w| (w, instant(tz, w.naive_utc())));
+        let (w0, t0) = fires.by_ref().find(|(_, t)| *t <= now)?;
+        Some(
+            fires
+                .take_while(|(w, _)| *w >= w0 - JUMP)
+                .map(|(_, t)| t)
+                .filter(|t| *t <= now)
+                .fold(t0, std::cmp::max),
+        )
     }
 }
 
@@ -163,6 +265,16 @@ impl PeriodicJob {
         Ok(PeriodicJob {
             name: checked_name(name.into())?,
             schedule: Schedule::cron(expr)?,
+            job,
+        })
+    }
+
+    /// A job enqueued on a cron expression read in the time zone `tz` (`Europe/Berlin`; the
+    /// rule on the days the clocks change: the module documentation).
+    pub fn cron_in(name: impl Into<String>, expr: &str, tz: &str, job: NewJob) -> Result<Self> {
+        Ok(PeriodicJob {
+            name: checked_name(name.into())?,
+            schedule: Schedule::cron_in(expr, tz)?,
             job,
         })
     }
@@ -234,6 +346,7 @@ impl PeriodicJobs {
     /// [[job]]
     /// name = "nightly-pack"
     /// cron = "0 3 * * *"      # or: every = "15m"
+    /// tz = "Europe/Berlin"    # optional, with cron: its time zone (UTC without)
     /// kind = "pack"
     /// args = { host = "example.com" }
     /// queue = "default"       # optional, like priority, max_attempts, unique_key
@@ -260,6 +373,9 @@ impl PeriodicJobs {
                 return Err(at(name_span, "a second periodic job with this name"));
             }
             let schedule = match (e.every, e.cron) {
+                (Some(_), None) if e.tz.is_some() => {
+                    return Err(at(name_span, "`tz` goes with `cron`, not with `every`"));
+                }
                 (Some(d), None) => {
                     let span = d.span();
                     let d = parse_duration(d.get_ref()).map_err(|_| {
@@ -269,9 +385,17 @@ impl PeriodicJobs {
                 }
                 (None, Some(c)) => {
                     let span = c.span();
-                    Schedule::cron(c.get_ref()).map_err(|_| {
+                    let cron = Schedule::cron(c.get_ref()).map_err(|_| {
                         at(span, "invalid cron expression (5 to 7 fields, e.g. \"0 3 * * *\", or @daily)")
-                    })?
+                    })?;
+                    match e.tz {
+                        None => cron,
+                        Some(tz) => {
+                            let span = tz.span();
+                            Schedule::cron_in(c.get_ref(), tz.get_ref())
+                                .map_err(|err| at(span, &err.to_string()))?
+                        }
+                    }
                 }
                 _ => return Err(at(name_span, "give exactly one of `every` and `cron`")),
             };
@@ -342,6 +466,7 @@ struct FileEntry {
     name: toml::Spanned<String>,
     every: Option<toml::Spanned<String>>,
     cron: Option<toml::Spanned<String>>,
+    tz: Option<toml::Spanned<String>>,
     kind: String,
     args: Option<toml::Spanned<toml::Value>>,
     queue: Option<String>,
@@ -570,7 +695,7 @@ fn tick_for(jobs: &[PeriodicJob]) -> Duration {
     jobs.iter()
         .filter_map(|j| match j.schedule {
             Schedule::Every(d) => Some(d / 4),
-            Schedule::Cron(_) => None,
+            Schedule::Cron(..) => None,
         })
         .min()
         .unwrap_or(Duration::from_secs(1))
@@ -656,9 +781,135 @@ mod tests {
         );
     }
 
+    /// Fire times of a daily 02:30 (Europe/Berlin) around `day`, as instants.
+    fn berlin_0230_after(from: &str, n: usize) -> Vec<DateTime<Utc>> {
+        let s = Schedule::cron_in("30 2 * * *", "Europe/Berlin").unwrap();
+        let mut out = vec![];
+        let mut t = at(from);
+        for _ in 0..n {
+            t = s.next_after(t).unwrap();
+            out.push(t);
+        }
+        out
+    }
+
+    #[test]
+    fn cron_in_a_time_zone_on_the_day_the_clocks_go_forward() {
+        // 2027-03-28: at 02:00 CET the clocks jump to 03:00 CEST, so 02:30 is skipped by the
+        // clocks; it fires as much after the jump, at 03:30 CEST (01:30Z), once that day.
+        assert_eq!(
+            berlin_0230_after("2027-03-26T12:00:00Z", 4),
+            [
+                at("2027-03-27T01:30:00Z"), // 02:30 CET
+                at("2027-03-28T01:30:00Z"), // 03:30 CEST
+                at("2027-03-29T00:30:00Z"), // 02:30 CEST
+                at("2027-03-30T00:30:00Z"),
+            ]
+        );
+        let s = Schedule::cron_in("30 2 * * *", "Europe/Berlin").unwrap();
+        assert_eq!(
+            s.period_start(at("2027-03-28T01:29:59Z")),
+            Some(at("2027-03-27T01:30:00Z"))
+        );
+        assert_eq!(
+            s.period_start(at("2027-03-28T01:30:00Z")),
+            Some(at("2027-03-28T01:30:00Z"))
+        );
+        // Every quarter hour: the skipped hour's four fire at the jump's instants once each.
+        let q = Schedule::cron_in("*/15 * * * *", "Europe/Berlin").unwrap();
+        let mut t = at("2027-03-28T00:40:00Z"); // 01:40 CET
+        let mut seen = vec![];
+        for _ in 0..6 {
+            t = q.next_after(t).unwrap();
+            seen.push(t);
+        }
+        assert_eq!(
+            seen,
+            [
+                at("2027-03-28T00:45:00Z"), // 01:45 CET
+                at("2027-03-28T01:00:00Z"), // 02:00 (skipped) -> 03:00 CEST, and 03:00 itself
+                at("2027-03-28T01:15:00Z"),
+                at("2027-03-28T01:30:00Z"),
+                at("2027-03-28T01:45:00Z"),
+                at("2027-03-28T02:00:00Z"), // 04:00 CEST
+            ]
+        );
+    }
+
+    #[test]
+    fn a_skipped_time_fires_after_an_earlier_instant_past_the_jump() {
+        // Lord Howe Island jumps half an hour, 02:00 (+10:30) to 02:30 (+11:00), on
+        // 2027-10-03. 02:20 is skipped and fires at 15:50Z; 02:40 comes after it on the wall
+        // clock but is the earlier instant, 15:40Z: the earlier one is next.
+        let s = Schedule::cron_in("20,40 2 * * *", "Australia/Lord_Howe").unwrap();
+        assert_eq!(
+            s.next_after(at("2027-10-02T15:35:00Z")),
+            Some(at("2027-10-02T15:40:00Z"))
+        );
+        assert_eq!(
+            s.next_after(at("2027-10-02T15:40:00Z")),
+            Some(at("2027-10-02T15:50:00Z"))
+        );
+        assert_eq!(
+            s.period_start(at("2027-10-02T15:45:00Z")),
+            Some(at("2027-10-02T15:40:00Z"))
+        );
+    }
+
+    #[test]
+    fn cron_in_a_time_zone_on_the_day_the_clocks_go_back() {
+        // 2027-10-31: at 03:00 CEST the clocks go back to 02:00 CET, so 02:30 comes twice; it
+        // fires once, at the first (02:30 CEST = 00:30Z).
+        assert_eq!(
+            berlin_0230_after("2027-10-29T12:00:00Z", 4),
+            [
+                at("2027-10-30T00:30:00Z"), // 02:30 CEST
+                at("2027-10-31T00:30:00Z"), // 02:30 CEST, not again at 02:30 CET
+                at("2027-11-01T01:30:00Z"), // 02:30 CET
+                at("2027-11-02T01:30:00Z"),
+            ]
+        );
+        let s = Schedule::cron_in("30 2 * * *", "Europe/Berlin").unwrap();
+        // During the second pass of 02:xx the period is still the one that began at the first.
+        assert_eq!(
+            s.period_start(at("2027-10-31T01:45:00Z")),
+            Some(at("2027-10-31T00:30:00Z"))
+        );
+        assert_eq!(
+            s.next_after(at("2027-10-31T01:29:00Z")),
+            Some(at("2027-11-01T01:30:00Z"))
+        );
+    }
+
+    #[test]
+    fn unknown_time_zones_are_refused_by_name() {
+        let e = Schedule::cron_in("0 3 * * *", "Mars/Olympus").unwrap_err();
+        assert!(
+            e.to_string().contains("unknown time zone \"Mars/Olympus\""),
+            "{e}"
+        );
+        let toml = "[[job]]\nname='x'\ncron='0 3 * * *'\ntz='Europe/Nowhere'\nkind='noop'\n";
+        let e = PeriodicJobs::from_toml(toml).err().unwrap().to_string();
+        assert!(e.starts_with("line 4, column 4: unknown time zone"), "{e}");
+        let toml = "[[job]]\nname='x'\nevery='1m'\ntz='Europe/Berlin'\nkind='noop'\n";
+        let e = PeriodicJobs::from_toml(toml).err().unwrap().to_string();
+        assert!(e.contains("`tz` goes with `cron`"), "{e}");
+        let toml = "[[job]]\nname='x'\ncron='30 2 * * *'\ntz='Europe/Berlin'\nkind='noop'\n";
+        let jobs = PeriodicJobs::from_toml(toml).unwrap();
+        assert_eq!(
+            jobs.jobs()[0].schedule.describe(),
+            "cron 0 30 2 * * * in Europe/Berlin"
+        );
+    }
+
     #[test]
     fn describe_round_trips() {
-        for text in ["every 15m", "cron 0 0 3 * * *", "every 1s"] {
+        for text in [
+            "every 15m",
+            "cron 0 0 3 * * *",
+            "every 1s",
+            "cron 0 30 2 * * * in Europe/Berlin",
+        ] {
             let s = Schedule::parse(text).unwrap();
             assert_eq!(s.describe(), text);
         }
