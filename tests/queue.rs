@@ -1274,3 +1274,152 @@ async fn the_diagnostic_kinds_can_be_turned_off() {
     );
     assert_eq!(state_of(&db, id).await, "completed");
 }
+
+/// `skiplock.cancel_by_key` and `skiplock.reschedule` (through `skiplock::admin`): only the
+/// jobs with the key (of the kind asked) change; a running job is cancelled as `cancel` does
+/// it and never rescheduled; a past run_at means now; bad arguments are refused by name.
+#[tokio::test]
+async fn cancel_by_key_and_reschedule_touch_only_the_jobs_they_name() {
+    use skiplock::admin::{self, Reschedule};
+    let db = TestDb::new().await;
+    let later = Utc::now() + chrono::Duration::hours(2);
+    let keyed = |kind: &str, queue: &str, key: &str| {
+        NewJob::new(kind, json!({}))
+            .queue(queue)
+            .run_at(later)
+            .unique_key(key, OnConflict::Keep)
+    };
+    let a = enqueue(&db.pool, &keyed("noop", "default", "k1"))
+        .await
+        .unwrap()
+        .id;
+    let b = enqueue(&db.pool, &keyed("noop", "default", "k2"))
+        .await
+        .unwrap()
+        .id;
+    let c = enqueue(&db.pool, &keyed("other", "default", "k1"))
+        .await
+        .unwrap()
+        .id;
+    let d = enqueue(&db.pool, &keyed("noop", "elsewhere", "k1"))
+        .await
+        .unwrap()
+        .id;
+    // d runs (as a claim leaves it).
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'running', attempt = 1, attempted_at = now(), \
+         heartbeat_at = now() WHERE id = $1",
+    )
+    .bind(d)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    // By key: b only, due an hour from now at priority 5.
+    let soon = Utc::now() + chrono::Duration::hours(1);
+    let moved = admin::reschedule(
+        &db.pool,
+        &Reschedule {
+            key: Some("k2"),
+            run_at: Some(soon),
+            priority: Some(5),
+            ..Reschedule::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(moved, [b]);
+    let (at, priority): (chrono::DateTime<Utc>, i16) =
+        sqlx::query_as("SELECT scheduled_at, priority FROM skiplock.jobs WHERE id = $1")
+            .bind(b)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (at.timestamp_micros(), priority),
+        (soon.timestamp_micros(), 5)
+    );
+    // By id: the running one is left alone; a run_at in the past means now.
+    let before = Utc::now();
+    let past = chrono::DateTime::parse_from_rfc3339("2000-01-01T00:00:00Z").unwrap();
+    let moved = admin::reschedule(
+        &db.pool,
+        &Reschedule {
+            ids: Some(&[a, d]),
+            run_at: Some(past.with_timezone(&Utc)),
+            ..Reschedule::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(moved, [a]);
+    let due: chrono::DateTime<Utc> =
+        sqlx::query_scalar("SELECT scheduled_at FROM skiplock.jobs WHERE id = $1")
+            .bind(a)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(due >= before - chrono::Duration::seconds(5), "{due}");
+    for (call, want) in [
+        (
+            "SELECT * FROM skiplock.reschedule()",
+            "ids or a key (exactly one)",
+        ),
+        (
+            "SELECT * FROM skiplock.reschedule(ids => '{1}', key => 'k1')",
+            "ids or a key (exactly one)",
+        ),
+        (
+            "SELECT * FROM skiplock.reschedule(key => 'k1', max_attempts => 0)",
+            "max_attempts must be at least 1",
+        ),
+        (
+            "SELECT * FROM skiplock.reschedule(key => 'k1', run_at => 'infinity')",
+            "run_at must be a finite time",
+        ),
+        (
+            "SELECT skiplock.cancel_by_key('')",
+            "cancel_by_key needs a unique_key",
+        ),
+    ] {
+        let e = sqlx::query(call).execute(&db.pool).await.unwrap_err();
+        let d = e.as_database_error().unwrap();
+        assert_eq!(d.code().as_deref(), Some("22023"), "{call}");
+        assert!(d.message().contains(want), "{call}: {}", d.message());
+    }
+
+    // Cancel by key and kind: a (waiting) and d (running, in another queue); c is another kind.
+    let n = admin::cancel_by_key(&db.pool, "k1", Some("noop"), None)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    let rows: Vec<(i64, String, Option<i32>, bool)> = sqlx::query_as(
+        "SELECT id, state::text, taken_attempt, errors::text LIKE '%cancelled while running%' \
+         FROM skiplock.jobs ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            (a, "cancelled".into(), None, false),
+            (b, "available".into(), None, false),
+            (c, "available".into(), None, false),
+            (d, "cancelled".into(), Some(1), true),
+        ]
+    );
+    // Any kind: c; then nothing is left with the key.
+    assert_eq!(
+        admin::cancel_by_key(&db.pool, "k1", None, None)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        admin::cancel_by_key(&db.pool, "k1", None, None)
+            .await
+            .unwrap(),
+        0
+    );
+}

@@ -972,6 +972,114 @@ BEGIN
 END;
 $$;
 
+-- Cancel by unique key: the unfinished jobs (available, due or later, and running) whose
+-- unique_key is `key`, of `kind` and in `queue` when given (NULL: any), each as skiplock.cancel
+-- does it (a running job's late acknowledgement is fenced off, its interrupted attempt
+-- recorded). Unlike the bulk functions it waits for a row another transaction holds (a claim
+-- or an ack in flight; at most lock_timeout), so a job with the key is never left out. Returns
+-- how many jobs were cancelled: 0 when none with the key was unfinished.
+CREATE OR REPLACE FUNCTION skiplock.cancel_by_key(key text, kind text DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF cancel_by_key.key IS NULL OR cancel_by_key.key = '' THEN
+        RAISE EXCEPTION 'skiplock: cancel_by_key needs a unique_key' USING ERRCODE = '22023';
+    END IF;
+    -- One state at a time, so each is read from its partial index (the keyed available jobs',
+    -- the running jobs'), not from the whole table.
+    WITH waiting AS (
+        SELECT j.id, j.state, j.queue
+        FROM skiplock.jobs j
+        WHERE j.unique_key = cancel_by_key.key AND j.state = 'available'
+          AND (cancel_by_key.kind IS NULL OR j.kind = cancel_by_key.kind)
+          AND (cancel_by_key.queue IS NULL OR j.queue = cancel_by_key.queue)
+        ORDER BY j.id
+        FOR UPDATE
+    ), running AS (
+        SELECT j.id, j.state, j.queue
+        FROM skiplock.jobs j
+        WHERE j.unique_key = cancel_by_key.key AND j.state = 'running'
+          AND (cancel_by_key.kind IS NULL OR j.kind = cancel_by_key.kind)
+          AND (cancel_by_key.queue IS NULL OR j.queue = cancel_by_key.queue)
+        ORDER BY j.id
+        FOR UPDATE
+    ), locked AS (
+        SELECT * FROM waiting UNION ALL SELECT * FROM running
+    ), moved AS (
+        -- As skiplock.cancel and skiplock.cancel_jobs.
+        UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
+            errors = CASE WHEN j.state = 'running'
+                          THEN j.errors || jsonb_build_array(jsonb_build_object(
+                                   'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
+                          ELSE j.errors END,
+            taken_attempt = CASE WHEN j.state = 'running' THEN j.attempt ELSE j.taken_attempt END
+        FROM locked WHERE j.id = locked.id AND j.state IN ('available', 'running')
+        RETURNING j.id
+    ), woken AS (
+        SELECT pg_notify(skiplock._wake_channel(), q.queue)
+        FROM (SELECT DISTINCT l.queue FROM locked l JOIN moved m ON m.id = l.id
+              WHERE l.state = 'running') q
+    )
+    -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
+    SELECT count(*) INTO n FROM moved WHERE (SELECT count(*) FROM woken) >= 0;
+    RETURN n;
+END;
+$$;
+
+-- Reschedule waiting jobs: the `available` ones among `ids`, or those whose unique_key is
+-- `key` (of `kind` and in `queue` when given), get a new run_at, priority and max_attempts
+-- (each NULL: unchanged). A running or finished job is left as it is (its attempt decides;
+-- skiplock.retry brings a finished one back). A run_at in the past means now, as for a retry:
+-- a claim reads each lane from a little before its own clock on (src/worker/cursor.rs).
+-- Waits for rows another transaction holds, as skiplock.cancel_by_key. Returns the ids
+-- rescheduled.
+CREATE OR REPLACE FUNCTION skiplock.reschedule(ids bigint[] DEFAULT NULL, key text DEFAULT NULL,
+                                               kind text DEFAULT NULL, queue text DEFAULT NULL,
+                                               run_at timestamptz DEFAULT NULL,
+                                               priority smallint DEFAULT NULL,
+                                               max_attempts integer DEFAULT NULL)
+RETURNS SETOF bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF (reschedule.ids IS NULL) = (reschedule.key IS NULL) THEN
+        RAISE EXCEPTION 'skiplock: reschedule takes ids or a key (exactly one)' USING ERRCODE = '22023';
+    END IF;
+    IF reschedule.key = '' THEN
+        RAISE EXCEPTION 'skiplock: reschedule needs a non-empty unique_key' USING ERRCODE = '22023';
+    END IF;
+    IF reschedule.run_at IS NOT NULL THEN
+        PERFORM skiplock._check_time('run_at', reschedule.run_at);
+    END IF;
+    IF reschedule.max_attempts IS NOT NULL AND reschedule.max_attempts < 1 THEN
+        RAISE EXCEPTION 'skiplock: max_attempts must be at least 1, got %', reschedule.max_attempts
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH locked AS (
+        SELECT j.id
+        FROM skiplock.jobs j
+        WHERE j.state = 'available'
+          AND (reschedule.ids IS NULL OR j.id = ANY (reschedule.ids))
+          AND (reschedule.key IS NULL OR j.unique_key = reschedule.key)
+          AND (reschedule.kind IS NULL OR j.kind = reschedule.kind)
+          AND (reschedule.queue IS NULL OR j.queue = reschedule.queue)
+        ORDER BY j.id
+        FOR UPDATE
+    ), moved AS (
+        UPDATE skiplock.jobs j
+        SET scheduled_at = CASE WHEN reschedule.run_at IS NULL THEN j.scheduled_at
+                                ELSE greatest(reschedule.run_at, now()) END,
+            priority = coalesce(reschedule.priority, j.priority),
+            max_attempts = coalesce(reschedule.max_attempts, j.max_attempts)
+        FROM locked WHERE j.id = locked.id AND j.state = 'available'
+        RETURNING j.id, j.queue
+    ), woken AS (
+        SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT m.queue FROM moved m) q
+    )
+    SELECT m.id FROM moved m WHERE (SELECT count(*) FROM woken) >= 0 ORDER BY m.id;
+END;
+$$;
+
 -- Counts per queue and state, for psql and `skiplock stats`, with the queue's control
 -- settings (skiplock.queues, sql/api/15_control.sql; NULL: no limit).
 CREATE OR REPLACE VIEW skiplock.queue_stats AS

@@ -139,6 +139,55 @@ pub async fn retry_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobState
         .await?)
 }
 
+/// Cancels the unfinished jobs whose unique key is `key` (of `kind`, in `queue`, each None:
+/// any) as [`cancel_job`] does (`skiplock.cancel_by_key`); how many.
+pub async fn cancel_by_key<'e, E: Executor<'e>>(
+    exec: E,
+    key: &str,
+    kind: Option<&str>,
+    queue: Option<&str>,
+) -> Result<i64> {
+    Ok(super::query_scalar(sql!("queue", "cancel_by_key"))
+        .bind(key)
+        .bind(kind)
+        .bind(queue)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Which waiting jobs [`reschedule`] changes, and how.
+#[derive(Debug, Clone, Default)]
+pub struct Reschedule<'a> {
+    /// These jobs (those still waiting)…
+    pub ids: Option<&'a [i64]>,
+    /// …or those whose unique key this is (exactly one of the two).
+    pub key: Option<&'a str>,
+    /// Only jobs of this kind (None: any).
+    pub kind: Option<&'a str>,
+    /// Only jobs in this queue (None: any).
+    pub queue: Option<&'a str>,
+    /// New due time (None: unchanged; a past one means now).
+    pub run_at: Option<DateTime<Utc>>,
+    /// New priority (None: unchanged).
+    pub priority: Option<i16>,
+    /// New attempt limit (None: unchanged).
+    pub max_attempts: Option<i32>,
+}
+
+/// Reschedules waiting jobs (`skiplock.reschedule`); the ids changed.
+pub async fn reschedule<'e, E: Executor<'e>>(exec: E, r: &Reschedule<'_>) -> Result<Vec<i64>> {
+    Ok(super::query_scalar(sql!("queue", "reschedule"))
+        .bind(r.ids)
+        .bind(r.key)
+        .bind(r.kind)
+        .bind(r.queue)
+        .bind(r.run_at)
+        .bind(r.priority)
+        .bind(r.max_attempts)
+        .fetch_all(exec)
+        .await?)
+}
+
 /// One line of `skiplock.queue_stats`.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct QueueStat {
