@@ -199,10 +199,11 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // Claims that stay fast while Postgres cannot vacuum: skiplock._claim reads each lane of a
     // queue (skiplock.lanes, migration 0016; one per priority) from where the worker's last
     // claims left it, and is the one claim statement (it calls skiplock._claim_limited for a
-    // controlled queue). Workers of version 7 stop on the schema change.
+    // controlled queue). Workers of version 7 stop on the schema change. Also
+    // skiplock.cancel_by_key and skiplock.reschedule.
     (
         8,
-        "dafc54d3d52851d4e78e3e73ae369829ca03f03aa4fda0f86df5c37ff7ac988d",
+        "c4ee4c1cd8014ed1d34e1f928fa725fe94e2001480694e5a7c3aa9e429742827",
     ),
 ];
 

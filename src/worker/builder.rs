@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use super::Hook;
 use super::handler::{Handler, JobContext, Registry};
 use super::lifecycle::Worker;
 use super::maintenance::{self, MaintenanceSettings, periodic, reaper, retention};
@@ -33,6 +34,7 @@ pub struct WorkerBuilder {
     registry: Registry,
     services: Vec<Arc<dyn Service>>,
     hooks: Vec<StartHook>,
+    job_hooks: Vec<Arc<dyn Hook>>,
     exit_when_idle: bool,
     rescuer: bool,
     maintenance: Maintenance,
@@ -59,6 +61,7 @@ impl WorkerBuilder {
             registry: Registry::new(),
             services: Vec::new(),
             hooks: Vec::new(),
+            job_hooks: Vec::new(),
             exit_when_idle: false,
             rescuer: true,
             maintenance: Maintenance::Settings(MaintenanceSettings::default()),
@@ -142,6 +145,13 @@ impl WorkerBuilder {
     /// Adds a start-up hook.
     pub fn on_start(mut self, hook: StartHook) -> Self {
         self.hooks.push(hook);
+        self
+    }
+
+    /// Adds a job hook, called around each job this worker runs and for each job its rescuer
+    /// returns ([`Hook`]); hooks run in the order added.
+    pub fn hook(mut self, hook: impl Hook) -> Self {
+        self.job_hooks.push(Arc::new(hook));
         self
     }
     /// Exit once nothing in the worker's queues is claimable now and nothing runs.
@@ -255,6 +265,7 @@ impl WorkerBuilder {
             registry: self.registry,
             services: self.services,
             hooks: self.hooks,
+            job_hooks: self.job_hooks,
             exit_when_idle: self.exit_when_idle,
             rescuer: self.rescuer,
             init_error,

@@ -37,6 +37,7 @@ pub struct Worker {
     pub(super) registry: Registry,
     pub(super) services: Vec<Arc<dyn Service>>,
     pub(super) hooks: Vec<StartHook>,
+    pub(super) job_hooks: Vec<Arc<dyn super::Hook>>,
     pub(super) exit_when_idle: bool,
     pub(super) rescuer: bool,
     /// A problem found while building (an invalid maintenance setting), reported by `start`.
@@ -136,6 +137,7 @@ impl Worker {
             schema_moved: CancellationToken::new(),
             schema_mismatch: Mutex::new(None),
             metrics: crate::metrics::WorkerMetrics::default(),
+            hooks: super::hooks::Hooks::new(self.job_hooks),
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
 
@@ -145,7 +147,8 @@ impl Worker {
             &shared,
             self.services,
             self.rescuer
-                .then(|| Rescuer::new(self.settings.rescue_after, availability)),
+                .then(|| Rescuer::new(self.settings.rescue_after, availability))
+                .map(|r| r.with_hooks(shared.hooks.clone())),
             &self.pool,
         );
         let mut services = services;

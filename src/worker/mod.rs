@@ -30,6 +30,7 @@ mod builder;
 pub mod builtin;
 pub(crate) mod cursor;
 internal_mod!(executor);
+pub mod hooks;
 internal_mod!(faults);
 internal_mod!(handler);
 internal_mod!(heartbeat);
@@ -57,6 +58,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use builder::WorkerBuilder;
 pub use handler::{BoxFuture, FnHandler, Handler, JobContext, Registry};
+pub use hooks::Hook;
 pub use lifecycle::{Started, Worker};
 pub use outcome::{HandlerResult, IntoJobResult, IntoOutcome, JobError, Outcome};
 pub use service::Service;
@@ -111,6 +113,8 @@ pub(crate) struct Shared {
     pub schema_mismatch: Mutex<Option<crate::error::SchemaMismatch>>,
     /// Metric handles (no-ops unless a recorder is installed, see [`crate::metrics`]).
     pub metrics: crate::metrics::WorkerMetrics,
+    /// The application's job hooks ([`hooks`]).
+    pub hooks: hooks::Hooks,
 }
 
 impl Shared {

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::cursor::{Answer, Cursors};
 use super::faults::{self, Point};
 use super::handler::JobContext;
+use super::hooks::JobInfo;
 use super::outcome::{Attempt, RetryPolicy, decide};
 use super::{Running, Shared, executor, release};
 use crate::db::outage::Backoff;
@@ -864,6 +865,17 @@ fn spawn_job(
     let handle = tokio::spawn(async move {
         let _permit = permit;
         let handler = sh.registry.get(&job.kind).cloned();
+        // Built only for the application's hooks (src/worker/hooks.rs): none, no cost.
+        let info = (!sh.hooks.is_empty()).then(|| JobInfo {
+            id: job.id,
+            kind: job.kind.clone(),
+            queue: job.queue.clone(),
+            attempt: job.attempt,
+            max_attempts: job.max_attempts,
+        });
+        if let Some(info) = &info {
+            sh.hooks.before(info);
+        }
         // A debug-level span: at the default level it costs nothing per job; warnings below
         // carry the job's fields themselves.
         let span = tracing::debug_span!("job", job.id = job.id, job.kind = %job.kind,
@@ -897,6 +909,9 @@ fn spawn_job(
             policy,
             random_jitter(),
         );
+        if let Some(info) = info {
+            sh.hooks.after(info, &ack, began.elapsed());
+        }
         if let Some(r) = sh.running().get_mut(&job.id) {
             r.executing = false;
         }

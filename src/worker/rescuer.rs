@@ -21,6 +21,7 @@ use crate::db::outage::{Availability, may_rescue};
 use crate::error::Result;
 use crate::store::{self, Pool};
 use crate::worker::handler::BoxFuture;
+use crate::worker::hooks::{Hooks, Rescued};
 
 /// Rows handled per statement.
 pub const BATCH: i64 = 1000;
@@ -30,6 +31,7 @@ pub struct Rescuer {
     rescue_after: Duration,
     availability: Arc<Availability>,
     gated: Arc<AtomicBool>,
+    hooks: Hooks,
 }
 
 impl Rescuer {
@@ -40,18 +42,37 @@ impl Rescuer {
             rescue_after,
             availability,
             gated: Arc::new(AtomicBool::new(false)),
+            hooks: Hooks::default(),
         }
+    }
+
+    /// Tells `hooks` of every job it rescues ([`Hook::rescued`](super::Hook::rescued)).
+    pub(crate) fn with_hooks(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
+        self
     }
 }
 
 /// Rescues up to [`BATCH`] rows per statement until none are left; returns how many.
 pub async fn rescue(pool: &Pool, rescue_after: Duration) -> Result<u64> {
+    rescue_telling(pool, rescue_after, &Hooks::default()).await
+}
+
+/// [`rescue`], telling `hooks` of each job.
+async fn rescue_telling(pool: &Pool, rescue_after: Duration, hooks: &Hooks) -> Result<u64> {
     let mut total = 0u64;
     loop {
         let rows = store::rescue::rescue(pool, rescue_after, BATCH).await?;
         for r in &rows {
             tracing::warn!(job.id = r.id, job.kind = %r.kind, new_state = %r.state, "rescued a job whose worker stopped sending heartbeats");
             crate::metrics::rescued(&r.kind, r.state);
+            if !hooks.is_empty() {
+                hooks.rescued(&Rescued {
+                    id: r.id,
+                    kind: r.kind.clone(),
+                    state: r.state,
+                });
+            }
         }
         total += rows.len() as u64;
         if (rows.len() as i64) < BATCH {
@@ -75,6 +96,7 @@ impl Service for Rescuer {
         let after = self.rescue_after;
         let availability = self.availability.clone();
         let gated = self.gated.clone();
+        let hooks = self.hooks.clone();
         Box::pin(async move {
             let up_for = availability.up_for();
             if !may_rescue(up_for, after) {
@@ -91,7 +113,7 @@ impl Service for Rescuer {
                     "rescuer: the database has been reachable for a whole rescue window; rescuing again"
                 );
             }
-            match rescue(&pool, after).await {
+            match rescue_telling(&pool, after, &hooks).await {
                 Ok(n) => {
                     availability.success();
                     Ok(n)
