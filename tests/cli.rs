@@ -57,6 +57,87 @@ async fn enqueue_list_show_cancel_retry_stats() {
     assert!(out.contains("no live worker handles: noop (1)"), "{out}");
 }
 
+/// `skiplock cancel --key` and `skiplock reschedule` (skiplock.cancel_by_key, skiplock.reschedule).
+#[tokio::test]
+async fn cancel_and_reschedule_by_key_from_the_command_line() {
+    let db = TestDb::new().await;
+    let enqueue = |key: &str| {
+        let (code, out, err) = run_cmd(
+            &db.url,
+            &["enqueue", "noop", "--in", "1h", "--unique-key", key],
+        );
+        assert_eq!(code, 0, "{err}");
+        out.trim().parse::<i64>().unwrap()
+    };
+    let (a, b) = (enqueue("report:1"), enqueue("report:2"));
+    let (code, out, err) = run_cmd(
+        &db.url,
+        &[
+            "reschedule",
+            "--key",
+            "report:2",
+            "--in",
+            "2h",
+            "--priority",
+            "-3",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("1 waiting job(s) rescheduled: {b}")),
+        "{out}"
+    );
+    let (priority, hours): (i16, f64) = sqlx::query_as(
+        "SELECT priority, extract(epoch FROM scheduled_at - now())::float8 / 3600 \
+         FROM skiplock.jobs WHERE id = $1",
+    )
+    .bind(b)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(priority, -3);
+    assert!((1.9..=2.0).contains(&hours), "{hours}");
+    let (code, out, err) = run_cmd(
+        &db.url,
+        &["reschedule", &a.to_string(), "--max-attempts", "3"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("1 waiting job(s) rescheduled: {a}")),
+        "{out}"
+    );
+    // Nothing to change, a bad limit, ids and a key at once: refused, nothing done.
+    let (code, _, err) = run_cmd(&db.url, &["reschedule", &a.to_string()]);
+    assert_eq!(code, 1);
+    assert!(one_line(&err).contains("nothing to change"), "{err}");
+    let (code, _, err) = run_cmd(
+        &db.url,
+        &["reschedule", "--key", "x", "--max-attempts", "0"],
+    );
+    assert_eq!(code, 1);
+    assert!(one_line(&err).contains("must be at least 1"), "{err}");
+    let (code, _, _) = run_cmd(
+        &db.url,
+        &["reschedule", &a.to_string(), "--key", "x", "--in", "1m"],
+    );
+    assert_eq!(code, 2);
+
+    let (code, out, err) = run_cmd(&db.url, &["cancel", "--key", "report:1", "--kind", "noop"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1 job(s) with unique key \"report:1\" cancelled"),
+        "{out}"
+    );
+    let states: Vec<String> =
+        sqlx::query_scalar("SELECT state::text FROM skiplock.jobs ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(states, ["cancelled", "available"]);
+    let (code, _, _) = run_cmd(&db.url, &["cancel", "--kind", "noop"]);
+    assert_eq!(code, 2, "an id or --key is needed");
+}
+
 #[tokio::test]
 async fn unique_keys_and_run_times_from_the_cli() {
     let db = TestDb::new().await;

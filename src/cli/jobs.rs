@@ -1,4 +1,4 @@
-//! `enqueue`, `jobs`, `job`, `cancel`, `retry`, `stats`.
+//! `enqueue`, `jobs`, `job`, `cancel`, `retry`, `reschedule`, `stats`.
 
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
@@ -58,8 +58,9 @@ pub fn parse_args_json(s: &str) -> anyhow::Result<serde_json::Value> {
     Ok(v)
 }
 
-fn run_at(a: &EnqueueArgs) -> anyhow::Result<Option<DateTime<Utc>>> {
-    if let Some(s) = &a.run_at {
+/// The time `--run-at` (RFC 3339) or `--in` (a duration from now) names, if either is given.
+fn run_at(run_at: Option<&str>, in_: Option<&str>) -> anyhow::Result<Option<DateTime<Utc>>> {
+    if let Some(s) = run_at {
         let t = DateTime::parse_from_rfc3339(s).map_err(|e| {
             anyhow::anyhow!(
                 "invalid --run-at {s:?}: {e} (expected RFC 3339, e.g. 2026-12-01T10:00:00Z)"
@@ -67,7 +68,7 @@ fn run_at(a: &EnqueueArgs) -> anyhow::Result<Option<DateTime<Utc>>> {
         })?;
         return Ok(Some(t.with_timezone(&Utc)));
     }
-    if let Some(s) = &a.in_ {
+    if let Some(s) = in_ {
         let d = parse_duration(s).map_err(|e| anyhow::anyhow!("invalid --in: {e}"))?;
         let d = chrono::Duration::from_std(d).context("--in is too large")?;
         return Ok(Some(
@@ -88,7 +89,7 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
             a.max_attempts
         );
     }
-    let when = run_at(&a)?;
+    let when = run_at(a.run_at.as_deref(), a.in_.as_deref())?;
     let pool = connect_migrated(url).await?;
     let mut job = NewJob::new(a.kind.clone(), args)
         .queue(a.queue.clone())
@@ -264,11 +265,96 @@ pub struct IdArg {
     pub id: i64,
 }
 
-/// Cancels a job.
-pub async fn cancel(url: Option<&str>, a: IdArg) -> anyhow::Result<()> {
+/// `skiplock cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Job id.
+    #[arg(required_unless_present = "key", conflicts_with = "key")]
+    pub id: Option<i64>,
+    /// Instead of an id: cancel the waiting and running jobs with this unique key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// With --key: only jobs of this kind.
+    #[arg(long, requires = "key")]
+    pub kind: Option<String>,
+    /// With --key: only jobs in this queue.
+    #[arg(long, requires = "key")]
+    pub queue: Option<String>,
+}
+
+/// Cancels a job, or the unfinished jobs with a unique key.
+pub async fn cancel(url: Option<&str>, a: CancelArgs) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
-    jobs::cancel_job(&pool, a.id).await?;
-    say!("job {} cancelled", a.id);
+    match (a.id, &a.key) {
+        (Some(id), _) => {
+            jobs::cancel_job(&pool, id).await?;
+            say!("job {id} cancelled");
+        }
+        (None, Some(key)) => {
+            let n = jobs::cancel_by_key(&pool, key, a.kind.as_deref(), a.queue.as_deref()).await?;
+            say!("{n} job(s) with unique key {key:?} cancelled");
+        }
+        // clap requires one of the two.
+        (None, None) => bail!("give a job id or --key"),
+    }
+    Ok(())
+}
+
+/// `skiplock reschedule`.
+#[derive(Debug, Args)]
+pub struct RescheduleArgs {
+    /// Job ids (waiting jobs; running and finished ones are left as they are).
+    #[arg(required_unless_present = "key", conflicts_with = "key")]
+    pub ids: Vec<i64>,
+    /// Instead of ids: the waiting jobs with this unique key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Only jobs of this kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only jobs in this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// New run time, RFC 3339 (a past one means now).
+    #[arg(long, conflicts_with = "in_")]
+    pub run_at: Option<String>,
+    /// New run time: this long from now (e.g. 30s, 5m).
+    #[arg(long = "in", id = "in_")]
+    pub in_: Option<String>,
+    /// New priority (smaller runs first).
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i16>,
+    /// New attempt limit.
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_attempts: Option<i32>,
+}
+
+/// Reschedules waiting jobs; prints how many and their ids.
+pub async fn reschedule(url: Option<&str>, a: RescheduleArgs) -> anyhow::Result<()> {
+    let when = run_at(a.run_at.as_deref(), a.in_.as_deref())?;
+    if when.is_none() && a.priority.is_none() && a.max_attempts.is_none() {
+        bail!("nothing to change: give --run-at, --in, --priority or --max-attempts");
+    }
+    if let Some(n) = a.max_attempts.filter(|n| *n < 1) {
+        bail!("invalid --max-attempts {n}: must be at least 1");
+    }
+    let pool = connect_migrated(url).await?;
+    let r = jobs::Reschedule {
+        ids: a.key.is_none().then_some(a.ids.as_slice()),
+        key: a.key.as_deref(),
+        kind: a.kind.as_deref(),
+        queue: a.queue.as_deref(),
+        run_at: when,
+        priority: a.priority,
+        max_attempts: a.max_attempts,
+    };
+    let moved = jobs::reschedule(&pool, &r).await?;
+    let ids: Vec<String> = moved.iter().map(i64::to_string).collect();
+    say!(
+        "{} waiting job(s) rescheduled: {}",
+        moved.len(),
+        ids.join(" ")
+    );
     Ok(())
 }
 

@@ -58,10 +58,12 @@ pub enum Command {
     Jobs(jobs::JobsArgs),
     /// Show one job.
     Job(jobs::JobArgs),
-    /// Cancel an available or running job.
-    Cancel(jobs::IdArg),
+    /// Cancel an available or running job, or the unfinished jobs with a unique key.
+    Cancel(jobs::CancelArgs),
     /// Make a discarded, cancelled or completed job available again, now.
     Retry(jobs::IdArg),
+    /// Give waiting jobs (by id or unique key) a new run time, priority or attempt limit.
+    Reschedule(jobs::RescheduleArgs),
     /// Counts per queue and state, and kinds no live worker handles.
     Stats(jobs::StatsArgs),
     /// Queue control: limits (queue and per key), pause, resume, list.
@@ -133,6 +135,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Job(a) => jobs::show(url, a).await,
         Command::Cancel(a) => jobs::cancel(url, a).await,
         Command::Retry(a) => jobs::retry(url, a).await,
+        Command::Reschedule(a) => jobs::reschedule(url, a).await,
         Command::Stats(a) => jobs::stats(url, a).await,
         Command::Queue(a) => queue::run(url, a).await,
         Command::Fetch(a) => fetch::run(url, a).await,

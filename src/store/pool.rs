@@ -108,15 +108,6 @@ impl Pool {
         }
     }
 
-    /// The same mode and limits on another `PgPool` (the runtime's own pool beside the
-    /// handlers').
-    pub fn sibling(&self, pool: PgPool) -> Self {
-        Pool {
-            inner: pool,
-            begin: self.begin.clone(),
-        }
-    }
-
     /// The `sqlx` pool underneath (for what needs one: LISTEN, pool statistics).
     pub fn pg(&self) -> &PgPool {
         &self.inner
@@ -179,18 +170,17 @@ impl<'q, E: Execute<'q, Postgres>> Execute<'q, Postgres> for Unnamed<E> {
     }
 }
 
-/// Runs `query` in a transaction of its own begun with `begin`, unnamed, and hands back
+/// Runs `query` in a transaction of its own ([`Pool::begin`]), unnamed, and hands back
 /// everything it returned once the transaction has committed: a caller never sees a result
 /// the database could still roll back.
 async fn in_transaction<'q, E>(
-    pool: PgPool,
-    begin: Arc<str>,
+    pool: Pool,
     query: E,
 ) -> sqlx::Result<Vec<Either<PgQueryResult, PgRow>>>
 where
     E: 'q + Execute<'q, Postgres>,
 {
-    let mut tx = pool.begin_with(sqlx::AssertSqlSafe(begin.to_string())).await?;
+    let mut tx = pool.begin().await?;
     let out: Vec<_> = sqlx::Executor::fetch_many(&mut *tx, Unnamed(query))
         .try_collect()
         .await?;
@@ -209,14 +199,12 @@ impl<'p> sqlx::Executor<'p> for &'p Pool {
         'p: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        match &self.begin {
+        match self.begin {
             None => self.inner.fetch_many(query),
-            Some(begin) => {
-                let run = in_transaction(self.inner.clone(), begin.clone(), query);
-                run.map_ok(|rows| futures::stream::iter(rows.into_iter().map(Ok)))
-                    .try_flatten_stream()
-                    .boxed()
-            }
+            Some(_) => in_transaction(self.clone(), query)
+                .map_ok(|rows| futures::stream::iter(rows.into_iter().map(Ok)))
+                .try_flatten_stream()
+                .boxed(),
         }
     }
 
@@ -225,9 +213,9 @@ impl<'p> sqlx::Executor<'p> for &'p Pool {
         'p: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        match &self.begin {
+        match self.begin {
             None => self.inner.fetch_optional(query),
-            Some(begin) => in_transaction(self.inner.clone(), begin.clone(), query)
+            Some(_) => in_transaction(self.clone(), query)
                 .map_ok(|rows| {
                     rows.into_iter().find_map(|r| match r {
                         Either::Right(row) => Some(row),
