@@ -23,7 +23,7 @@ use crate::queue::JobRow;
 use crate::store::{self, Executor};
 
 pub use crate::store::control::{KeyLimit, KeyLimitChange, QueueControl, Rate};
-pub use crate::store::jobs::{JobFilter, QueueStat, Reschedule};
+pub use crate::store::jobs::{JobFilter, QueueStat, Reschedule, cancel_by_key, reschedule};
 pub use crate::store::web::JobFilter as BulkFilter;
 
 /// One job, with everything its row holds; [`crate::Error::NotFound`] when there is none.
@@ -53,24 +53,6 @@ pub async fn cancel<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<()> {
 /// unique key.
 pub async fn retry<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<()> {
     store::jobs::retry_job(exec, id).await.map(|_| ())
-}
-
-/// Cancels the waiting and running jobs whose unique key is `key` (of `kind`, in `queue`;
-/// None: any), as [`cancel`] does (`skiplock.cancel_by_key`); how many (0: none with the key
-/// was unfinished).
-pub async fn cancel_by_key<'e, E: Executor<'e>>(
-    exec: E,
-    key: &str,
-    kind: Option<&str>,
-    queue: Option<&str>,
-) -> Result<i64> {
-    store::jobs::cancel_by_key(exec, key, kind, queue).await
-}
-
-/// Gives waiting jobs, by id or by unique key, a new due time, priority or attempt limit
-/// (`skiplock.reschedule`); the ids changed. Running and finished jobs are left as they are.
-pub async fn reschedule<'e, E: Executor<'e>>(exec: E, r: &Reschedule<'_>) -> Result<Vec<i64>> {
-    store::jobs::reschedule(exec, r).await
 }
 
 /// Cancels the unfinished jobs that match `filter`, oldest first, at most `max_rows`

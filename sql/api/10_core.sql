@@ -973,56 +973,41 @@ END;
 $$;
 
 -- Cancel by unique key: the unfinished jobs (available, due or later, and running) whose
--- unique_key is `key`, of `kind` and in `queue` when given (NULL: any), each as skiplock.cancel
--- does it (a running job's late acknowledgement is fenced off, its interrupted attempt
--- recorded). Unlike the bulk functions it waits for a row another transaction holds (a claim
--- or an ack in flight; at most lock_timeout), so a job with the key is never left out. Returns
--- how many jobs were cancelled: 0 when none with the key was unfinished.
+-- unique_key is `key`, of `kind` and in `queue` when given (NULL: any), each by skiplock.cancel
+-- (a running job's late acknowledgement is fenced off, its interrupted attempt recorded).
+-- skiplock.cancel waits for a row another transaction holds (a claim or an ack in flight; at
+-- most lock_timeout), so a job with the key is never skipped; one that finished meanwhile is
+-- passed over. Returns how many jobs were cancelled: 0 when none with the key was unfinished.
 CREATE OR REPLACE FUNCTION skiplock.cancel_by_key(key text, kind text DEFAULT NULL, queue text DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    n bigint;
+    n bigint := 0;
+    jid bigint;
 BEGIN
     IF cancel_by_key.key IS NULL OR cancel_by_key.key = '' THEN
         RAISE EXCEPTION 'skiplock: cancel_by_key needs a unique_key' USING ERRCODE = '22023';
     END IF;
     -- One state at a time, so each is read from its partial index (the keyed available jobs',
     -- the running jobs'), not from the whole table.
-    WITH waiting AS (
-        SELECT j.id, j.state, j.queue
-        FROM skiplock.jobs j
+    FOR jid IN
+        SELECT j.id FROM skiplock.jobs j
         WHERE j.unique_key = cancel_by_key.key AND j.state = 'available'
           AND (cancel_by_key.kind IS NULL OR j.kind = cancel_by_key.kind)
           AND (cancel_by_key.queue IS NULL OR j.queue = cancel_by_key.queue)
-        ORDER BY j.id
-        FOR UPDATE
-    ), running AS (
-        SELECT j.id, j.state, j.queue
-        FROM skiplock.jobs j
+        UNION ALL
+        SELECT j.id FROM skiplock.jobs j
         WHERE j.unique_key = cancel_by_key.key AND j.state = 'running'
           AND (cancel_by_key.kind IS NULL OR j.kind = cancel_by_key.kind)
           AND (cancel_by_key.queue IS NULL OR j.queue = cancel_by_key.queue)
-        ORDER BY j.id
-        FOR UPDATE
-    ), locked AS (
-        SELECT * FROM waiting UNION ALL SELECT * FROM running
-    ), moved AS (
-        -- As skiplock.cancel and skiplock.cancel_jobs.
-        UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
-            errors = CASE WHEN j.state = 'running'
-                          THEN j.errors || jsonb_build_array(jsonb_build_object(
-                                   'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
-                          ELSE j.errors END,
-            taken_attempt = CASE WHEN j.state = 'running' THEN j.attempt ELSE j.taken_attempt END
-        FROM locked WHERE j.id = locked.id AND j.state IN ('available', 'running')
-        RETURNING j.id
-    ), woken AS (
-        SELECT pg_notify(skiplock._wake_channel(), q.queue)
-        FROM (SELECT DISTINCT l.queue FROM locked l JOIN moved m ON m.id = l.id
-              WHERE l.state = 'running') q
-    )
-    -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
-    SELECT count(*) INTO n FROM moved WHERE (SELECT count(*) FROM woken) >= 0;
+        ORDER BY 1
+    LOOP
+        BEGIN
+            PERFORM skiplock.cancel(jid);
+            n := n + 1;
+        EXCEPTION WHEN object_not_in_prerequisite_state OR no_data_found THEN
+            NULL; -- finished (or deleted) since it was read
+        END;
+    END LOOP;
     RETURN n;
 END;
 $$;

@@ -139,8 +139,9 @@ pub async fn retry_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobState
         .await?)
 }
 
-/// Cancels the unfinished jobs whose unique key is `key` (of `kind`, in `queue`, each None:
-/// any) as [`cancel_job`] does (`skiplock.cancel_by_key`); how many.
+/// Cancels the waiting and running jobs whose unique key is `key` (of `kind`, in `queue`;
+/// None: any), each as [`cancel_job`] does (`skiplock.cancel_by_key`); how many (0: none with
+/// the key was unfinished).
 pub async fn cancel_by_key<'e, E: Executor<'e>>(
     exec: E,
     key: &str,
@@ -174,7 +175,8 @@ pub struct Reschedule<'a> {
     pub max_attempts: Option<i32>,
 }
 
-/// Reschedules waiting jobs (`skiplock.reschedule`); the ids changed.
+/// Gives waiting jobs, by id or by unique key, a new due time, priority or attempt limit
+/// (`skiplock.reschedule`); the ids changed. Running and finished jobs are left as they are.
 pub async fn reschedule<'e, E: Executor<'e>>(exec: E, r: &Reschedule<'_>) -> Result<Vec<i64>> {
     Ok(super::query_scalar(sql!("queue", "reschedule"))
         .bind(r.ids)

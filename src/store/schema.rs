@@ -203,7 +203,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // skiplock.cancel_by_key and skiplock.reschedule.
     (
         8,
-        "c4ee4c1cd8014ed1d34e1f928fa725fe94e2001480694e5a7c3aa9e429742827",
+        "d336aab3aeaf938bfc62993bc595f7049c5c1bbd40e34bd8554e3c666874c42e",
     ),
 ];
 
