@@ -198,7 +198,8 @@ fn cli_worker(url: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, Str
 /// serves several clients in turn: 10,000 jobs enqueued through it and drained through it by a
 /// `skiplock worker` process, each completed at its first attempt, with not one warning or
 /// error in the worker's log; the limits are set in every transaction; `migrate` refuses the
-/// mode; without SKIPLOCK_LISTEN_URL the worker says once that it polls.
+/// mode; without SKIPLOCK_LISTEN_URL the worker says once that it polls; one-shot commands and
+/// the console's pool work through it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_behind_pgbouncer_in_transaction_mode_drains_10000_jobs() {
     let Some(bin) = pgbouncer_bin() else { return };
@@ -271,6 +272,50 @@ async fn a_worker_behind_pgbouncer_in_transaction_mode_drains_10000_jobs() {
         .await,
         N as i64 + 10
     );
+    // One-shot commands through it, and the console's pool.
+    let through = |args: &[&str]| {
+        let out = cmd(&url)
+            .env("SKIPLOCK_POOL_MODE", "transaction")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run skiplock");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (
+            out.status.code().unwrap_or(-1),
+            text(&out.stdout),
+            text(&out.stderr),
+        )
+    };
+    let (code, out, err) = through(&["enqueue", "noop", "--in", "1h", "--unique-key", "pgb"]);
+    assert_eq!(code, 0, "{err}");
+    let id = out.trim().to_string();
+    let (code, out, err) = through(&["jobs", "--state", "available", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("\"id\": {id}")), "{out}");
+    let (code, _, err) = through(&["reschedule", &id, "--priority", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = through(&["cancel", "--key", "pgb"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = through(&["migrate"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("migrate needs a session"), "{err}");
+    let console =
+        skiplock::db::console::connect(&url, 2, Duration::from_secs(30), PoolMode::Transaction)
+            .await
+            .unwrap();
+    assert!(
+        !skiplock::store::web::queue_counts(&console, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let job = skiplock::store::web::job(&console, id.parse().unwrap())
+        .await
+        .unwrap()
+        .expect("the job, read through the console's pool");
+    assert_eq!(job.state, skiplock::queue::JobState::Cancelled);
+
     // PgBouncer saw no statement go astray (a prepared statement missing or taken).
     let log = bouncer.log();
     assert!(!log.contains("prepared statement"), "{log}");
