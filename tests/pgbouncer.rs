@@ -15,16 +15,17 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use skiplock::config::{PoolMode, QueueSettings};
+#[allow(dead_code)]
+#[path = "../src/bench/pgbouncer.rs"]
+mod bouncer;
+use bouncer::Bouncer;
 use skiplock::worker::Worker;
 use support::*;
 
 /// The pgbouncer binary, or None (the test is skipped) when it is not installed and not
 /// required.
 fn pgbouncer_bin() -> Option<PathBuf> {
-    let found = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
+    let found = bouncer::find();
     if found.is_none() {
         assert!(
             std::env::var_os("SKIPLOCK_TEST_REQUIRE_PGBOUNCER").is_none(),
@@ -35,114 +36,28 @@ fn pgbouncer_bin() -> Option<PathBuf> {
     found
 }
 
-/// A PgBouncer in front of the test server, stopped when dropped.
-struct Bouncer {
-    child: KillOnDrop,
-    port: u16,
-    dir: tempfile::TempDir,
+/// A PgBouncer in `pool_mode` in front of the test server serving `databases` (a `[databases]`
+/// section's lines) to the test logins, with `server_connections` per database and user.
+async fn start(bin: &Path, pool_mode: &str, databases: &str, server_connections: u32) -> Bouncer {
+    let config = bouncer::Config {
+        pool_mode,
+        databases,
+        users: &["postgres", "root"],
+        server_connections,
+    };
+    Bouncer::start(bin, &config).await.expect("start pgbouncer")
 }
 
-impl Bouncer {
-    /// Starts PgBouncer in `pool_mode` serving `databases` (a `[databases]` section's lines)
-    /// and waits until it accepts connections.
-    async fn start(bin: &Path, pool_mode: &str, databases: &str) -> Bouncer {
-        Bouncer::start_sized(bin, pool_mode, databases, 40).await
-    }
-
-    /// [`Bouncer::start`] with `server_connections` per database and user.
-    async fn start_sized(
-        bin: &Path,
-        pool_mode: &str,
-        databases: &str,
-        server_connections: u32,
-    ) -> Bouncer {
-        let dir = tempfile::Builder::new()
-            .prefix("skiplock-pgbouncer-")
-            .tempdir()
-            .unwrap();
-        let port = free_port();
-        let users = dir.path().join("users.txt");
-        std::fs::write(&users, "\"postgres\" \"\"\n\"root\" \"\"\n").unwrap();
-        // No `ignore_startup_parameters`: skiplock must send nothing PgBouncer refuses.
-        let ini = format!(
-            "[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
-             unix_socket_dir =\nauth_type = trust\nauth_file = {users}\npool_mode = {pool_mode}\n\
-             max_client_conn = 200\ndefault_pool_size = {server_connections}\nlogfile = {log}\n",
-            users = users.display(),
-            log = dir.path().join("pgbouncer.log").display(),
-        );
-        let conf = dir.path().join("pgbouncer.ini");
-        std::fs::write(&conf, ini).unwrap();
-        // PgBouncer refuses to run as root: then it runs as `postgres`, as the child itself
-        // (not under `runuser`, whose death would leave it running).
-        let mut cmd = Command::new(bin);
-        if is_root() {
-            Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .unwrap();
-            let id = |flag: &str| -> u32 {
-                let out = Command::new("id")
-                    .args([flag, "postgres"])
-                    .output()
-                    .unwrap();
-                String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-            };
-            use std::os::unix::process::CommandExt;
-            cmd.uid(id("-u")).gid(id("-g"));
-        }
-        let child = cmd
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start pgbouncer");
-        let b = Bouncer {
-            child: KillOnDrop(child),
-            port,
-            dir,
-        };
-        wait_for("pgbouncer to listen", Duration::from_secs(30), || async {
-            std::net::TcpStream::connect(("127.0.0.1", port))
-                .ok()
-                .map(|_| ())
-        })
-        .await;
-        b
-    }
-
-    /// `url` with its host and port replaced by this PgBouncer's.
-    fn url(&self, url: &str) -> String {
-        let mut u = url::Url::parse(url).unwrap();
-        u.set_host(Some("127.0.0.1")).unwrap();
-        u.set_port(Some(self.port)).unwrap();
-        u.to_string()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("pgbouncer.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "--- pgbouncer log (pid {}) ---\n{}",
-                self.child.0.id(),
-                self.log()
-            );
-        }
-    }
+/// [`start`] with room for every test client.
+async fn start_roomy(bin: &Path, pool_mode: &str, databases: &str) -> Bouncer {
+    start(bin, pool_mode, databases, 40).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_behind_pgbouncer_in_session_mode_drains_its_jobs_with_its_session_limits() {
     let Some(bin) = pgbouncer_bin() else { return };
     let db = TestDb::new().await;
-    let bouncer = Bouncer::start(&bin, "session", "* = host=127.0.0.1 port=5432").await;
+    let bouncer = start_roomy(&bin, "session", "* = host=127.0.0.1 port=5432").await;
     const N: usize = 2000;
     enqueue_noops(&db.pool, N).await;
 
@@ -151,7 +66,7 @@ async fn a_worker_behind_pgbouncer_in_session_mode_drains_its_jobs_with_its_sess
         lock_timeout: Duration::from_secs(7),
         ..fast_settings()
     };
-    let url = bouncer.url(&db.url);
+    let url = bouncer.url(&db.url).unwrap();
     let pool = skiplock::db::handler_pool(&url, &settings).unwrap();
     // A session through PgBouncer carries the worker's limits.
     let (statement, lock): (String, String) = sqlx::query_as(
@@ -204,9 +119,8 @@ fn cli_worker(url: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, Str
 async fn a_worker_behind_pgbouncer_in_transaction_mode_drains_10000_jobs() {
     let Some(bin) = pgbouncer_bin() else { return };
     let db = TestDb::new().await;
-    let bouncer =
-        Bouncer::start_sized(&bin, "transaction", "* = host=127.0.0.1 port=5432", 3).await;
-    let url = bouncer.url(&db.url);
+    let bouncer = start(&bin, "transaction", "* = host=127.0.0.1 port=5432", 3).await;
+    let url = bouncer.url(&db.url).unwrap();
     let settings = QueueSettings {
         pool_mode: PoolMode::Transaction,
         statement_timeout: Duration::from_secs(45),
@@ -341,18 +255,18 @@ async fn refusals_that_waiting_cannot_cure_end_a_workers_start_with_pgbouncers_w
     let Some(bin) = pgbouncer_bin() else { return };
     let db = TestDb::new().await;
     // A start-up parameter of the user's own URL that PgBouncer does not accept.
-    let bouncer = Bouncer::start(&bin, "session", "* = host=127.0.0.1 port=5432").await;
+    let bouncer = start_roomy(&bin, "session", "* = host=127.0.0.1 port=5432").await;
     let with_options = format!(
         "{}?options=-c%20search_path%3Dskiplock",
-        bouncer.url(&db.url)
+        bouncer.url(&db.url).unwrap()
     );
     let e = start_error(&with_options).await;
     assert!(e.contains("unsupported startup parameter"), "{e}");
     assert!(e.contains("cannot connect to the database at"), "{e}");
 
     // A database PgBouncer does not serve.
-    let narrow = Bouncer::start(&bin, "session", "elsewhere = host=127.0.0.1 port=5432").await;
-    let e = start_error(&narrow.url(&db.url)).await;
+    let narrow = start_roomy(&bin, "session", "elsewhere = host=127.0.0.1 port=5432").await;
+    let e = start_error(&narrow.url(&db.url).unwrap()).await;
     assert!(e.contains("no such database"), "{e}");
 }
 
@@ -417,14 +331,14 @@ async fn a_multi_host_url_skips_a_host_that_is_down_or_read_only() {
 
     // The first host answers, but its sessions are read-only (as a standby's would be):
     // skipped for the second, by one-shot commands and workers alike.
-    let read_only = Bouncer::start(
+    let read_only = start_roomy(
         &bin,
         "session",
         "* = host=127.0.0.1 port=5432 connect_query='SET default_transaction_read_only = on'",
     )
     .await;
     let ro_url = hosts_url(&format!("127.0.0.1:{}", read_only.port), &db.url);
-    let single = skiplock::db::connect(&read_only.url(&db.url), 1)
+    let single = skiplock::db::connect(&read_only.url(&db.url).unwrap(), 1)
         .await
         .expect("the read-only host alone");
     assert!(!writable(&single).await, "the first host is read-only");
@@ -442,7 +356,7 @@ async fn a_multi_host_url_skips_a_host_that_is_down_or_read_only() {
 /// A writable PgBouncer in front of the test server, and a URL naming it first and the test
 /// server second.
 async fn first_of_two_hosts(bin: &Path, db: &TestDb) -> (Bouncer, String) {
-    let first = Bouncer::start(bin, "session", "* = host=127.0.0.1 port=5432").await;
+    let first = start_roomy(bin, "session", "* = host=127.0.0.1 port=5432").await;
     let url = hosts_url(&format!("127.0.0.1:{}", first.port), &db.url);
     (first, url)
 }

@@ -545,7 +545,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             fill_noop(&monitor, o.jobs).await?;
             // A PgBouncer of this drain's own: stopped after it, its server connections go
             // with it (the next step waits for the database to have no other client).
-            let bouncer = pgbouncer::Bouncer::start(pgbouncer, url).await?;
+            let bouncer = pgbouncer::Bouncer::in_front_of(pgbouncer, url).await?;
             let through = bouncer.url(url)?;
             let env = [
                 ("SKIPLOCK_POOL_MODE", "transaction"),

@@ -1,7 +1,7 @@
-//! A PgBouncer in transaction mode in front of the bench's server, for the drain through it
-//! (docs/operations.md, "Behind PgBouncer"): started by the bench on a free port with a config
-//! of its own, stopped when dropped. Debian's `pgbouncer` package; the drain is skipped
-//! without it.
+//! A PgBouncer of its own, on a free port with a config of its own, stopped when dropped: the
+//! bench's drain through it in transaction mode (docs/operations.md, "Behind PgBouncer"), and
+//! tests/pgbouncer.rs, which includes this file. Debian's `pgbouncer` package; the bench's drain
+//! is skipped without it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use skiplock::error::{Error, Result};
 
-/// Server connections PgBouncer keeps per database and user: fewer than a `skiplock worker`
-/// opens (4 for the runtime, 10 for handlers, and the direct listener), as a pooler is run.
+/// Server connections the bench's PgBouncer keeps per database and user: fewer than a
+/// `skiplock worker` opens (4 for the runtime, 10 for handlers), as a pooler is run.
 pub(crate) const SERVER_CONNECTIONS: u32 = 8;
 
 /// The installed `pgbouncer`, if any.
@@ -24,43 +24,75 @@ pub(crate) fn find() -> Option<PathBuf> {
 /// A running PgBouncer, killed when dropped.
 pub(crate) struct Bouncer {
     _child: tokio::process::Child,
-    port: u16,
-    _dir: tempfile::TempDir,
+    /// The port it listens on (127.0.0.1).
+    pub(crate) port: u16,
+    dir: tempfile::TempDir,
+}
+
+/// What a [`Bouncer`] serves and how.
+pub(crate) struct Config<'a> {
+    /// `session` or `transaction`.
+    pub(crate) pool_mode: &'a str,
+    /// The `[databases]` section's lines (e.g. `* = host=127.0.0.1 port=5432`).
+    pub(crate) databases: &'a str,
+    /// The users it lets in (trust auth).
+    pub(crate) users: &'a [&'a str],
+    /// Server connections per database and user.
+    pub(crate) server_connections: u32,
 }
 
 impl Bouncer {
-    /// Starts `bin` in transaction mode in front of the server of `url` and waits (up to 30 s)
-    /// until it accepts connections.
-    pub(crate) async fn start(bin: &Path, url: &str) -> Result<Bouncer> {
-        let server = url::Url::parse(url)
-            .map_err(|e| Error::Other(format!("bench: bad database URL: {e}")))?;
-        let host = server.host_str().unwrap_or("127.0.0.1");
-        let server_port = server.port().unwrap_or(5432);
+    /// The bench's: transaction mode in front of the server of `url`, for its user.
+    pub(crate) async fn in_front_of(bin: &Path, url: &str) -> Result<Bouncer> {
+        let server = parse(url)?;
+        let databases = format!(
+            "* = host={} port={}",
+            server.host_str().unwrap_or("127.0.0.1"),
+            server.port().unwrap_or(5432)
+        );
+        let config = Config {
+            pool_mode: "transaction",
+            databases: &databases,
+            users: &[server.username()],
+            server_connections: SERVER_CONNECTIONS,
+        };
+        Bouncer::start(bin, &config).await
+    }
+
+    /// Starts `bin` with `config` and waits (up to 30 s) until it accepts connections.
+    pub(crate) async fn start(bin: &Path, config: &Config<'_>) -> Result<Bouncer> {
         let dir = tempfile::Builder::new()
-            .prefix("skiplock-bench-pgbouncer-")
+            .prefix("skiplock-pgbouncer-")
             .tempdir()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let users = dir.path().join("users.txt");
-        std::fs::write(&users, format!("\"{}\" \"\"\n", server.username()))?;
+        let lines: String = config
+            .users
+            .iter()
+            .map(|u| format!("\"{u}\" \"\"\n"))
+            .collect();
+        std::fs::write(&users, lines)?;
+        // No `ignore_startup_parameters`: skiplock must send nothing PgBouncer refuses.
         let ini = format!(
-            "[databases]\n* = host={host} port={server_port}\n\n[pgbouncer]\n\
-             listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
-             auth_type = trust\nauth_file = {users}\npool_mode = transaction\n\
-             max_client_conn = 200\ndefault_pool_size = {SERVER_CONNECTIONS}\n\
-             logfile = {log}\n",
+            "[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
+             listen_port = {port}\nunix_socket_dir =\nauth_type = trust\nauth_file = {users}\n\
+             pool_mode = {mode}\nmax_client_conn = 200\ndefault_pool_size = {n}\nlogfile = {log}\n",
+            databases = config.databases,
             users = users.display(),
+            mode = config.pool_mode,
+            n = config.server_connections,
             log = dir.path().join("pgbouncer.log").display(),
         );
         let conf = dir.path().join("pgbouncer.ini");
         std::fs::write(&conf, ini)?;
         let mut cmd = tokio::process::Command::new(bin);
         if let Some((uid, gid)) = postgres_ids_if_root()? {
-            // PgBouncer refuses to run as root.
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
-            for f in ["users.txt", "pgbouncer.ini"] {
-                std::os::unix::fs::chown(dir.path().join(f), Some(uid), Some(gid))?;
+            // PgBouncer refuses to run as root: it runs as `postgres`, as the child itself
+            // (not under `runuser`, whose death would leave it running).
+            for p in [dir.path(), &users, &conf] {
+                std::os::unix::fs::chown(p, Some(uid), Some(gid))?;
             }
             cmd.uid(uid).gid(gid);
         }
@@ -71,34 +103,49 @@ impl Bouncer {
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| Error::Other(format!("bench: cannot start {}: {e}", bin.display())))?;
+            .map_err(|e| Error::Other(format!("cannot start {}: {e}", bin.display())))?;
         let deadline = Instant::now() + Duration::from_secs(30);
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_err()
         {
             if Instant::now() > deadline {
-                return Err(Error::Other(
-                    "bench: pgbouncer did not listen within 30 s".into(),
-                ));
+                return Err(Error::Other("pgbouncer did not listen within 30 s".into()));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Ok(Bouncer {
             _child: child,
             port,
-            _dir: dir,
+            dir,
         })
     }
 
     /// `url` pointed at this PgBouncer.
     pub(crate) fn url(&self, url: &str) -> Result<String> {
-        let mut u = url::Url::parse(url)
-            .map_err(|e| Error::Other(format!("bench: bad database URL: {e}")))?;
+        let mut u = parse(url)?;
         let _ = u.set_host(Some("127.0.0.1"));
         let _ = u.set_port(Some(self.port));
         Ok(u.to_string())
     }
+
+    /// What it logged so far.
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("pgbouncer.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        // A failing test or bench step shows what PgBouncer saw.
+        if std::thread::panicking() {
+            eprintln!("--- pgbouncer log ---\n{}", self.log());
+        }
+    }
+}
+
+fn parse(url: &str) -> Result<url::Url> {
+    url::Url::parse(url).map_err(|e| Error::Other(format!("bad database URL: {e}")))
 }
 
 /// The `postgres` user's ids when this process runs as root, else None.
@@ -112,7 +159,7 @@ fn postgres_ids_if_root() -> Result<Option<(u32, u32)>> {
         let pw = libc::getpwnam(c"postgres".as_ptr());
         if pw.is_null() {
             return Err(Error::Other(
-                "bench: running as root and there is no `postgres` user to run pgbouncer as".into(),
+                "running as root and there is no `postgres` user to run pgbouncer as".into(),
             ));
         }
         Ok(Some(((*pw).pw_uid, (*pw).pw_gid)))
