@@ -1024,7 +1024,9 @@ CREATE OR REPLACE FUNCTION skiplock.reschedule(ids bigint[] DEFAULT NULL, key te
                                                run_at timestamptz DEFAULT NULL,
                                                priority smallint DEFAULT NULL,
                                                max_attempts integer DEFAULT NULL)
-RETURNS SETOF bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS SETOF bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Planned with the call's values: a plan kept for "ids or key" would read neither index.
+SET plan_cache_mode = force_custom_plan AS $$
 BEGIN
     IF (reschedule.ids IS NULL) = (reschedule.key IS NULL) THEN
         RAISE EXCEPTION 'skiplock: reschedule takes ids or a key (exactly one)' USING ERRCODE = '22023';

@@ -203,7 +203,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // skiplock.cancel_by_key and skiplock.reschedule.
     (
         8,
-        "d336aab3aeaf938bfc62993bc595f7049c5c1bbd40e34bd8554e3c666874c42e",
+        "22d4d8de78629e0c8f3264e19f9ab8374bb15ddaebce7f5e7f49837f512a47be",
     ),
 ];
 

@@ -66,11 +66,12 @@ pub async fn open_console(
 }
 
 /// Teaches a new connection the database's own types (`sql/session/type_casts.sql`), for a
-/// transaction-pooling PgBouncer. sqlx looks up a type it meets in a statement's description with a simple query
-/// between the prepare and the execute, and a simple query drops the unnamed statement: the
-/// execute would then fail ("unnamed prepared statement does not exist"). Described here once,
-/// in a transaction that is rolled back (the statement's own execute may fail that way: it
-/// has done its work by then), the types are known to this connection from then on.
+/// transaction-pooling PgBouncer. sqlx looks up a type it meets in a statement's description
+/// with a simple query between the prepare and the execute, and a simple query drops the
+/// unnamed statement: the execute would then fail ("unnamed prepared statement does not
+/// exist"). Described here once, in a transaction that is rolled back (the statement's own
+/// execute may fail that way: it has done its work by then), the types are known to this
+/// connection from then on.
 pub async fn learn_types(conn: &mut PgConnection) -> sqlx::Result<()> {
     let mut tx = conn.begin().await?;
     let casts: Option<String> = super::query_scalar(super::sql!("session", "type_casts"))
