@@ -23,7 +23,9 @@ use crate::queue::JobRow;
 use crate::store::{self, Executor};
 
 pub use crate::store::control::{KeyLimit, KeyLimitChange, QueueControl, Rate};
-pub use crate::store::jobs::{JobFilter, QueueStat, Reschedule, cancel_by_key, reschedule};
+pub use crate::store::jobs::{
+    JobFilter, QueueStat, Reschedule, cancel_by_key, hold_key, reschedule,
+};
 pub use crate::store::web::JobFilter as BulkFilter;
 
 /// One job, with everything its row holds; [`crate::Error::NotFound`] when there is none.

@@ -217,6 +217,20 @@ async fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
             vec!["worker", "--queues", "default=zero"],
             "invalid --queues",
         ),
+        (vec!["enqueue", "noop", "--meta", "[1]"], "invalid --meta"),
+        (
+            vec!["enqueue", "noop", "--unique-for", "soon"],
+            "invalid --unique-for",
+        ),
+        (
+            vec!["enqueue", "noop", "--unique-for", "1h", "--replace"],
+            "--replace needs --unique-key or --unique-by",
+        ),
+        (
+            vec!["enqueue", "noop", "--tag", ""],
+            "must be 1 to 100 characters",
+        ),
+        (vec!["jobs", "--meta", "{"], "invalid --meta"),
     ];
     for (args, want) in cases {
         let (code, _, err) = run_cmd(&db.url, &args);
@@ -232,6 +246,58 @@ async fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
     let (code, _, err) = run_cmd(&db.url, &["enqueue", "noop", "--priority", "99999"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--priority"), "{err}");
+    let (code, _, err) = run_cmd(&db.url, &["enqueue", "noop", "--unique-by", "kind"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unique_by must be"), "{err}");
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.jobs").await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn tags_meta_and_uniqueness_by_args_from_the_cli() {
+    let db = TestDb::new().await;
+    let enqueue = |extra: &[&str]| {
+        let mut args = vec!["enqueue", "digest", r#"{"user": 7, "items": [1]}"#];
+        args.extend_from_slice(extra);
+        run_cmd(&db.url, &args)
+    };
+    let (code, first, err) = enqueue(&[
+        "--unique-by",
+        "args:user",
+        "--unique-for",
+        "3650d",
+        "--tag",
+        "eu",
+        "--tag",
+        "billing",
+        "--meta",
+        r#"{"tenant": "acme"}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, again, err) = enqueue(&["--unique-by", "args:user"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(again, first, "same user: the waiting job");
+    assert!(err.contains("already exists"), "{err}");
+    let (code, plain, err) = enqueue(&[]);
+    assert_eq!(code, 0, "{err}");
+    assert_ne!(plain, first);
+
+    let (code, out, err) = run_cmd(&db.url, &["job", first.trim()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("tags:          billing, eu"), "{out}");
+    assert!(out.contains(r#"meta:          {"tenant":"acme"}"#), "{out}");
+    for filter in [["--tag", "eu"], ["--meta", r#"{"tenant": "acme"}"#]] {
+        let mut args = vec!["jobs", "--json"];
+        args.extend_from_slice(&filter);
+        let (code, out, err) = run_cmd(&db.url, &args);
+        assert_eq!(code, 0, "{err}");
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        let ids: Vec<String> = rows.iter().map(|r| r["id"].to_string()).collect();
+        assert_eq!(ids, [first.trim()], "{filter:?}");
+        assert_eq!(rows[0]["tags"], serde_json::json!(["billing", "eu"]));
+    }
 }
 
 #[tokio::test]
@@ -302,6 +368,7 @@ async fn a_closed_stdout_pipe_ends_the_command_quietly() {
             queue: "default",
             run_at: None,
             priority: 0,
+            ..Default::default()
         },
     )
     .await

@@ -221,6 +221,7 @@ async fn non_finite_and_absurd_times_are_refused_at_every_entry_point() {
                 queue: "default",
                 run_at: Some(t),
                 priority: 0,
+                ..Default::default()
             },
         )
         .await
@@ -1148,6 +1149,7 @@ async fn built_in_queues_and_kinds_are_reserved_to_their_own_functions() {
                 run_at: None,
                 priority: 0,
                 limit_key: None,
+                ..Default::default()
             },
         )
         .await

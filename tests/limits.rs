@@ -142,6 +142,7 @@ async fn enqueue_sleeps(
             run_at: None,
             priority: 0,
             limit_key,
+            ..Default::default()
         },
     )
     .await
@@ -735,6 +736,7 @@ async fn a_limited_claim_buffers_only_half_the_room_its_limit_leaves() {
                 queue: q,
                 run_at: None,
                 priority: 0,
+                ..Default::default()
             },
         )
         .await
@@ -825,6 +827,7 @@ async fn a_keys_rate_allows_its_burst_in_one_claim_and_names_the_next_start() {
                 queue: "rated",
                 run_at: None,
                 priority: 0,
+                ..Default::default()
             },
         )
         .await

@@ -84,6 +84,7 @@ async fn enqueue_claim_and_complete() {
         give_back: false,
         error: None,
         result: Some(json!({"ok": true})),
+        started_at: None,
     };
     assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap(), vec![id]);
     let row = jobs::get_job(&db.pool, id).await.unwrap();
@@ -189,6 +190,7 @@ async fn acks_are_fenced_by_attempt() {
         give_back: false,
         error: Some("late".into()),
         result: None,
+        started_at: None,
     };
     assert!(
         ack_many(&db.pool, &[late]).await.unwrap().is_empty(),
@@ -203,6 +205,7 @@ async fn acks_are_fenced_by_attempt() {
         give_back: false,
         error: None,
         result: None,
+        started_at: None,
     };
     assert_eq!(ack_many(&db.pool, &[current]).await.unwrap(), vec![id]);
     assert_eq!(state_of(&db, id).await, "completed");
@@ -240,6 +243,7 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
             give_back: false,
             error: Some("boom".into()),
             result: None,
+            started_at: None,
         },
         Ack {
             id: b,
@@ -249,6 +253,7 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
             give_back: true,
             error: None,
             result: None,
+            started_at: None,
         },
     ];
     let mut written = ack_many(&db.pool, &acks).await.unwrap();
@@ -373,6 +378,7 @@ async fn enqueue_many_returns_ids_in_order() {
             queue: "bulk",
             run_at: None,
             priority: 0,
+            ..Default::default()
         },
     )
     .await
@@ -393,6 +399,7 @@ async fn enqueue_many_returns_ids_in_order() {
             queue: "bulk",
             run_at: None,
             priority: 0,
+            ..Default::default()
         },
     )
     .await;
@@ -592,6 +599,7 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
             give_back: false,
             error: Some("boom".into()),
             result: None,
+            started_at: None,
         },
         Ack {
             id: other,
@@ -601,6 +609,7 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
             give_back: false,
             error: None,
             result: None,
+            started_at: None,
         },
     ];
     assert_eq!(ack_many(&db.pool, &acks).await.unwrap().len(), 2);
@@ -713,6 +722,7 @@ async fn keyed_jobs_going_back_together_keep_the_newest_and_the_statement_lands(
         give_back: false,
         error: None,
         result: None,
+        started_at: None,
     };
     let mut written = ack_many(&db.pool, &[retry_ack(older, 1), retry_ack(newer, 1), done])
         .await
@@ -745,6 +755,7 @@ fn retry_ack(id: i64, attempt: i32) -> Ack {
         give_back: false,
         error: Some("boom".into()),
         result: None,
+        started_at: None,
     }
 }
 
@@ -887,6 +898,7 @@ async fn fail_once(db: &TestDb, id: i64, worker: &str) -> i32 {
         give_back: false,
         error: Some(format!("boom {}", jobs[0].attempt)),
         result: None,
+        started_at: None,
     };
     assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap(), vec![id]);
     jobs[0].attempt
@@ -1078,6 +1090,7 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
             give_back: false,
             error: None,
             result: Some(json!({"payload": "old"})),
+            started_at: None,
         };
         assert!(
             ack_many(&db.pool, &[late]).await.unwrap().is_empty(),
@@ -1152,6 +1165,7 @@ async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_f
         give_back: false,
         error: None,
         result: Some(json!({"late": true})),
+        started_at: None,
     };
     assert!(ack_many(&db.pool, &[late]).await.unwrap().is_empty());
     let after = jobs::get_job(&db.pool, id).await.unwrap();

@@ -349,6 +349,79 @@ async fn the_overview_renders_the_seeded_counts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_filters_the_list_and_the_job_page_shows_tags_meta_and_an_unstarted_claim() {
+    let Some(b) = Browser::start("a_tag_filters_the_list").await else {
+        return;
+    };
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let tagged = skiplock::store::jobs::enqueue(
+        &db.pool,
+        &skiplock::queue::NewJob::new("report", json!({"n": 1}))
+            .queue("reports")
+            .tag("eu west")
+            .tag("billing")
+            .meta(json!({"tenant": "acme"})),
+    )
+    .await
+    .unwrap()
+    .id;
+    let ids = enqueue(&db, "report", "reports", 3).await;
+    // Claimed ahead into a worker's buffer: running, not started.
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'running', attempt = 1, attempted_at = NULL, \
+         heartbeat_at = now(), attempted_by = 'w:1:buffer' WHERE id = $1",
+    )
+    .bind(ids[0])
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+
+    b.c().goto(&console.url("/jobs")).await.unwrap();
+    b.el("#f-tag").await.send_keys("eu west").await.unwrap();
+    b.el("#f-apply").await.click().await.unwrap();
+    b.text_contains("#jobs", "report").await;
+    let rows = b
+        .c()
+        .find_all(Locator::Css("#jobs tbody tr[data-id]"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "only the tagged job");
+    assert_eq!(
+        rows[0].attr("data-id").await.unwrap().as_deref(),
+        Some(tagged.to_string().as_str())
+    );
+    b.el(&format!("#jobs a[href=\"/jobs/{tagged}\"]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.text_contains("#tags", "billing").await;
+    b.text_contains("#tags", "eu west").await;
+    b.text_contains("#meta", "acme").await;
+    // A tag on the job page lists that tag's jobs.
+    b.el("#tags a.tag:last-child").await.click().await.unwrap();
+    b.text_contains("#jobs", "report").await;
+    assert!(
+        b.c()
+            .current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .ends_with("/jobs?tag=eu+west")
+    );
+
+    b.c()
+        .goto(&console.url(&format!("/jobs/{}", ids[0])))
+        .await
+        .unwrap();
+    b.text_contains("#attempted-at", "not started: in a worker's buffer")
+        .await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_job_is_found_by_filter_its_error_shown_and_retry_makes_it_available() {
     let Some(b) = Browser::start("a_failed_job_is_found_by_filter").await else {
         return;
@@ -862,6 +935,7 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
             "cancel_by_key",
             "cancel_jobs",
             "complete_packet",
+            "hold_key",
             "pack_now",
             "pause_queue",
             "reschedule",

@@ -67,6 +67,7 @@ async fn eight_workers_complete_5000_jobs_exactly_once() {
             queue: "default",
             run_at: None,
             priority: 0,
+            ..Default::default()
         },
     )
     .await
@@ -731,6 +732,7 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
         give_back: false,
         error: None,
         result: Some(json!({"by": "the other worker"})),
+        started_at: None,
     };
     assert_eq!(
         skiplock::store::ack::ack_many(&db.pool, &[ack])
@@ -987,6 +989,7 @@ async fn a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs() 
                 run_at: None,
                 priority: 0,
                 limit_key: None,
+                ..Default::default()
             },
         )
         .await

@@ -147,6 +147,23 @@ BEGIN
 END;
 $$;
 
+-- Refuses a meta skiplock will not store (NULL passes: none): a JSON object of at most 64 KiB
+-- that a worker can read (skiplock._unreadable_args).
+CREATE OR REPLACE FUNCTION skiplock._check_meta(meta jsonb)
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF meta IS NOT NULL AND jsonb_typeof(meta) <> 'object' THEN
+        RAISE EXCEPTION 'skiplock: meta must be a JSON object, got %', jsonb_typeof(meta) USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(meta::text) > 65536 THEN
+        RAISE EXCEPTION 'skiplock: meta is % bytes long (at most 65536)', octet_length(meta::text) USING ERRCODE = '22023';
+    END IF;
+    IF skiplock._unreadable_args(meta) IS NOT NULL THEN
+        RAISE EXCEPTION 'skiplock: meta %', skiplock._unreadable_args(meta) USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
 -- Refuses a time skiplock cannot store (the range is skiplock._time_ok, migrations/history/0006):
 -- NULL passes (callers coalesce it to now()), 'infinity', '-infinity' and absurd years do not.
 -- The wording matches src/time/mod.rs.
@@ -205,23 +222,91 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
         'truncated', length(old_args::text) > skiplock._replaced_args_max()))
 $$;
 
+-- A job's tags as stored: each 1 to 100 characters, at most 32, sorted, without repeats (so
+-- `tags @> '{x}'` and a filter by tag read one form); NULL means none. Refuses anything else
+-- naming the problem (SQLSTATE 22023).
+CREATE OR REPLACE FUNCTION skiplock._tags(tags text[]) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    bad text;
+BEGIN
+    IF tags IS NULL THEN
+        RETURN '{}';
+    END IF;
+    IF cardinality(tags) > 32 THEN
+        RAISE EXCEPTION 'skiplock: a job has at most 32 tags, got %', cardinality(tags) USING ERRCODE = '22023';
+    END IF;
+    SELECT coalesce(quote_literal(t), 'NULL') INTO bad FROM unnest(tags) t
+    WHERE t IS NULL OR t = '' OR length(t) > 100 LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'skiplock: tag % must be 1 to 100 characters', left(bad, 120) USING ERRCODE = '22023';
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT t FROM unnest(tags) t ORDER BY t);
+END;
+$$;
+
+-- The unique_key `unique_by` derives from a job's args (docs/sql-reference.md, "Uniqueness"):
+-- 'args' hashes the whole args, 'args:a,b' only their top-level fields a and b (a field
+-- missing counts as null). Two args are the same when their jsonb text is: keys are sorted by
+-- jsonb, so their order in the caller's JSON does not matter. The key is 'args:' and an md5.
+CREATE OR REPLACE FUNCTION skiplock._unique_args_key(unique_by text, args jsonb) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    fields text[];
+BEGIN
+    IF unique_by = 'args' THEN
+        RETURN 'args:' || md5(args::text);
+    END IF;
+    IF starts_with(unique_by, 'args:') THEN
+        fields := ARRAY(SELECT DISTINCT btrim(f) FROM unnest(string_to_array(substr(unique_by, 6), ',')) f
+                        ORDER BY 1);
+        IF cardinality(fields) > 0 AND NOT '' = ANY (fields) THEN
+            RETURN 'args:' || md5(jsonb_build_array(
+                to_jsonb(fields),
+                (SELECT jsonb_agg(args -> f ORDER BY f) FROM unnest(fields) f))::text);
+        END IF;
+    END IF;
+    RAISE EXCEPTION 'skiplock: unique_by must be ''args'' or ''args:<field>,<field>...'', got %',
+        quote_nullable(left(unique_by, 200)) USING ERRCODE = '22023';
+END;
+$$;
+
+-- Where the `unique_for` window holding now() starts: windows of `w` laid end to end from
+-- the Unix epoch, so every caller (and every process) puts a moment in the same window and a
+-- day-long window runs from 00:00 UTC.
+CREATE OR REPLACE FUNCTION skiplock._window_start(w interval) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT to_timestamp(floor(extract(epoch FROM now()) / extract(epoch FROM w)) * extract(epoch FROM w))
+$$;
+
 -- Enqueue one job, any key allowed: the body of skiplock.enqueue and skiplock.enqueue_result,
 -- and (through skiplock._enqueue) what the workflows' own functions call for their reserved
 -- keys. Not executable by skiplock_enqueuer. Returns the job's id and what happened (`outcome`:
 -- inserted, deduplicated or replaced). With a
 -- unique_key already held by an available job, 'keep' returns that job's id untouched and
 -- 'replace' updates that job with what the caller gave (the debounce primitive): args,
--- scheduled_at, priority and max_attempts, and the attempt count starts again at 0 (a job
--- waiting for a retry gets the new max_attempts in full; earlier errors stay in `errors`).
+-- scheduled_at, priority, max_attempts, limit_key, tags and meta, and the attempt count starts
+-- again at 0 (a job waiting for a retry gets the new max_attempts in full; earlier errors stay
+-- in `errors`).
 -- Kept: id, kind, queue, unique_key, created_at, errors. One exception keeps the ack fence
 -- sound: if an attempt was ever taken away from a worker (jobs.taken_attempt is set), that
 -- worker's late ack carries an attempt number no later claim may reuse, so `attempt` is kept
 -- and max_attempts becomes attempt + the given max_attempts (the same full budget).
 -- Safe under concurrent callers: no unique violation escapes.
 -- limit_key (0008): the key the queue's per-key limits count the job under (NULL: none).
--- The 8-argument form of earlier versions is dropped first: with it left in place, a call
--- without limit_key would be ambiguous.
+-- tags, meta (API 8): see skiplock._tags and migrations/core/0006_job_model.sql.
+-- unique_by (API 8): the unique_key is derived from the args (skiplock._unique_args_key);
+-- it and unique_key exclude each other.
+-- unique_for (API 8): at most one job of the kind, queue and key (unique_key, unique_by's, or
+-- none: the kind and queue alone) is created per window of that length
+-- (skiplock._window_start), whatever became of it since: a second enqueue in the window returns
+-- the window's job (`deduplicated`), or with 'replace' updates it while it is still available.
+-- The window's row (skiplock.unique_windows) is taken before the job is written, and its
+-- primary key decides a race: the second caller waits for the first's commit, then finds it.
+-- The forms of earlier versions are dropped first: with them left in place, a call without the
+-- newer arguments would be ambiguous.
 DROP FUNCTION IF EXISTS skiplock._enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
+DROP FUNCTION IF EXISTS skiplock._enqueue_outcome(text, jsonb, text, timestamptz, smallint, integer, text, text, text);
 CREATE OR REPLACE FUNCTION skiplock._enqueue_outcome(
     kind text,
     args jsonb,
@@ -232,6 +317,10 @@ CREATE OR REPLACE FUNCTION skiplock._enqueue_outcome(
     unique_key text,
     on_conflict text,
     limit_key text DEFAULT NULL,
+    tags text[] DEFAULT NULL,
+    meta jsonb DEFAULT NULL,
+    unique_by text DEFAULT NULL,
+    unique_for interval DEFAULT NULL,
     OUT job_id bigint,
     OUT outcome skiplock.enqueue_outcome
 )
@@ -241,6 +330,11 @@ AS $$
 DECLARE
     new_id bigint;
     inserted boolean;
+    the_key text := _enqueue_outcome.unique_key;
+    the_tags text[] := '{}';
+    the_meta jsonb := coalesce(_enqueue_outcome.meta, '{}');
+    w_start timestamptz;
+    w_taken boolean := false;
 BEGIN
     -- Every rule at once, as one plpgsql expression (no query): the checks below are a query
     -- each, and together took about a third of a single enqueue's time, so they run
@@ -254,7 +348,10 @@ BEGIN
            AND (_enqueue_outcome.run_at IS NULL OR skiplock._time_ok(_enqueue_outcome.run_at))
            AND _enqueue_outcome.on_conflict IN ('keep', 'replace')
            AND (_enqueue_outcome.unique_key IS NULL OR octet_length(_enqueue_outcome.unique_key) <= 1000)
-           AND (_enqueue_outcome.limit_key IS NULL OR (_enqueue_outcome.limit_key <> '' AND octet_length(_enqueue_outcome.limit_key) <= 1000)),
+           AND (_enqueue_outcome.limit_key IS NULL OR (_enqueue_outcome.limit_key <> '' AND octet_length(_enqueue_outcome.limit_key) <= 1000))
+           AND (_enqueue_outcome.meta IS NULL OR (jsonb_typeof(_enqueue_outcome.meta) = 'object'
+                                                  AND octet_length(_enqueue_outcome.meta::text) <= 65536
+                                                  AND skiplock._unreadable_args(_enqueue_outcome.meta) IS NULL)),
            false) THEN
         PERFORM skiplock._check_job(_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, _enqueue_outcome.priority, _enqueue_outcome.max_attempts);
         PERFORM skiplock._check_time('run_at', _enqueue_outcome.run_at);
@@ -268,78 +365,141 @@ BEGIN
                 USING ERRCODE = '22023';
         END IF;
         PERFORM skiplock._check_limit_key(_enqueue_outcome.limit_key);
+        PERFORM skiplock._check_meta(_enqueue_outcome.meta);
+    END IF;
+    IF _enqueue_outcome.tags IS NOT NULL THEN
+        the_tags := skiplock._tags(_enqueue_outcome.tags);
+    END IF;
+    -- A job of a held key (skiplock.hold_key) is due no earlier than the hold's end: one probe
+    -- of skiplock.key_holds' primary key, for keyed jobs only.
+    IF _enqueue_outcome.limit_key IS NOT NULL THEN
+        _enqueue_outcome.run_at := greatest(coalesce(_enqueue_outcome.run_at, now()),
+            (SELECT h.until FROM skiplock.key_holds h
+             WHERE h.queue = _enqueue_outcome.queue AND h.limit_key = _enqueue_outcome.limit_key
+               AND h.until > now()));
     END IF;
 
-    IF _enqueue_outcome.unique_key IS NULL THEN
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, limit_key)
-        VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
-                _enqueue_outcome.priority, _enqueue_outcome.max_attempts, _enqueue_outcome.limit_key)
-        RETURNING id INTO new_id;
-        job_id := new_id;
-        outcome := 'inserted';
-        RETURN;
-    END IF;
-
-    IF _enqueue_outcome.on_conflict = 'replace' THEN
-        -- The key is the job's within its kind and queue (the unique index, migrations/
-        -- 0013_enqueue_namespaces.sql): a job of another kind or queue with the same key is
-        -- another job. A replace that changes the args records the args it overwrote, and who
-        -- replaced them (the login: session_user, not the functions' owner), in the job's
-        -- errors, at most skiplock._replaced_args_max characters of them: the original args
-        -- are never lost without trace. Identical args (a debounce that only moves the time)
-        -- record nothing, so a debounced row does not grow.
-        INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
-        VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
-                _enqueue_outcome.priority, _enqueue_outcome.max_attempts, _enqueue_outcome.unique_key, _enqueue_outcome.limit_key)
-        ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
-        DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at,
-            priority = EXCLUDED.priority, limit_key = EXCLUDED.limit_key,
-            attempt = CASE WHEN j.taken_attempt IS NOT NULL THEN j.attempt ELSE 0 END,
-            max_attempts = CASE WHEN j.taken_attempt IS NOT NULL
-                                THEN least(j.attempt::bigint + EXCLUDED.max_attempts, 2147483647)::integer
-                                ELSE EXCLUDED.max_attempts END,
-            errors = CASE WHEN j.args = EXCLUDED.args THEN j.errors
-                          ELSE j.errors || skiplock._replaced_entry(j.attempt, j.args) END
-        -- xmax is 0 on a row this statement inserted, this transaction's id on one it updated.
-        RETURNING id, (xmax = 0) INTO new_id, inserted;
-        -- The insert trigger sees only inserted rows: a replace that moved the job to another
-        -- priority registers that lane itself (the claim reads lane by lane), and a waiting
-        -- job moved to now needs its own wake-up (a second NOTIFY for an insert is folded
-        -- into one by Postgres).
-        INSERT INTO skiplock.lanes (queue, priority) VALUES (_enqueue_outcome.queue, _enqueue_outcome.priority)
-        ON CONFLICT DO NOTHING;
-        IF coalesce(_enqueue_outcome.run_at, now()) <= now() THEN
-            PERFORM pg_notify(skiplock._wake_channel(), _enqueue_outcome.queue);
+    IF _enqueue_outcome.unique_by IS NOT NULL OR _enqueue_outcome.unique_for IS NOT NULL THEN
+        IF _enqueue_outcome.unique_by IS NOT NULL THEN
+            IF the_key IS NOT NULL THEN
+                RAISE EXCEPTION 'skiplock: give unique_key or unique_by, not both' USING ERRCODE = '22023';
+            END IF;
+            the_key := skiplock._unique_args_key(_enqueue_outcome.unique_by, _enqueue_outcome.args);
         END IF;
-        job_id := new_id;
-        outcome := CASE WHEN inserted THEN 'inserted' ELSE 'replaced' END;
-        RETURN;
+        IF _enqueue_outcome.unique_for IS NOT NULL THEN
+            -- Bounded so that the window's end stays a time a row may hold (skiplock._time_ok).
+            IF NOT extract(epoch FROM _enqueue_outcome.unique_for) BETWEEN 0.000001 AND 31557600000 THEN
+                RAISE EXCEPTION 'skiplock: unique_for must be a positive interval of at most 1000 years, got %',
+                    _enqueue_outcome.unique_for USING ERRCODE = '22023';
+            END IF;
+            IF the_key IS NULL AND _enqueue_outcome.on_conflict = 'replace' THEN
+                RAISE EXCEPTION 'skiplock: on_conflict ''replace'' with unique_for needs unique_key or unique_by (which job would it replace?)'
+                    USING ERRCODE = '22023';
+            END IF;
+            w_start := skiplock._window_start(_enqueue_outcome.unique_for);
+            INSERT INTO skiplock.unique_windows (kind, queue, key, window_start, window_end, job_id)
+            VALUES (_enqueue_outcome.kind, _enqueue_outcome.queue, coalesce(the_key, ''), w_start,
+                    w_start + make_interval(secs => extract(epoch FROM _enqueue_outcome.unique_for)), 0)
+            ON CONFLICT DO NOTHING;
+            w_taken := FOUND;
+            IF NOT w_taken THEN
+                SELECT w.job_id INTO new_id FROM skiplock.unique_windows w
+                WHERE w.kind = _enqueue_outcome.kind AND w.queue = _enqueue_outcome.queue
+                  AND w.key = coalesce(the_key, '') AND w.window_start = w_start;
+                -- 'replace' updates the window's job below while it waits (it holds the key);
+                -- once it has run, the window is spent.
+                IF _enqueue_outcome.on_conflict = 'keep'
+                   OR NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = new_id AND j.state = 'available') THEN
+                    job_id := new_id;
+                    outcome := 'deduplicated';
+                    RETURN;
+                END IF;
+            END IF;
+        END IF;
     END IF;
 
-    -- 'keep': insert unless an available job of this kind and queue holds the key; if one
-    -- does, return it. The job may be claimed between the two statements, so loop until one
-    -- of them answers.
-    LOOP
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key)
-        VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
-                _enqueue_outcome.priority, _enqueue_outcome.max_attempts, _enqueue_outcome.unique_key, _enqueue_outcome.limit_key)
-        ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
-        DO NOTHING
-        RETURNING id INTO new_id;
-        IF new_id IS NOT NULL THEN
+    <<write>>
+    BEGIN
+        IF the_key IS NULL THEN
+            INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, limit_key, tags, meta)
+            VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
+                    _enqueue_outcome.priority, _enqueue_outcome.max_attempts, _enqueue_outcome.limit_key, the_tags, the_meta)
+            RETURNING id INTO new_id;
             job_id := new_id;
             outcome := 'inserted';
-            RETURN;
+            EXIT write;
         END IF;
-        SELECT j.id INTO new_id FROM skiplock.jobs j
-        WHERE j.kind = _enqueue_outcome.kind AND j.queue = _enqueue_outcome.queue
-          AND j.unique_key = _enqueue_outcome.unique_key AND j.state = 'available';
-        IF new_id IS NOT NULL THEN
+
+        IF _enqueue_outcome.on_conflict = 'replace' THEN
+            -- The key is the job's within its kind and queue (the unique index, migrations/
+            -- 0013_enqueue_namespaces.sql): a job of another kind or queue with the same key is
+            -- another job. A replace that changes the args records the args it overwrote, and who
+            -- replaced them (the login: session_user, not the functions' owner), in the job's
+            -- errors, at most skiplock._replaced_args_max characters of them: the original args
+            -- are never lost without trace. Identical args (a debounce that only moves the time)
+            -- record nothing, so a debounced row does not grow.
+            INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key, tags, meta)
+            VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
+                    _enqueue_outcome.priority, _enqueue_outcome.max_attempts, the_key, _enqueue_outcome.limit_key,
+                    the_tags, the_meta)
+            ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+            DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at,
+                priority = EXCLUDED.priority, limit_key = EXCLUDED.limit_key,
+                tags = EXCLUDED.tags, meta = EXCLUDED.meta,
+                attempt = CASE WHEN j.taken_attempt IS NOT NULL THEN j.attempt ELSE 0 END,
+                max_attempts = CASE WHEN j.taken_attempt IS NOT NULL
+                                    THEN least(j.attempt::bigint + EXCLUDED.max_attempts, 2147483647)::integer
+                                    ELSE EXCLUDED.max_attempts END,
+                errors = CASE WHEN j.args = EXCLUDED.args THEN j.errors
+                              ELSE j.errors || skiplock._replaced_entry(j.attempt, j.args) END
+            -- xmax is 0 on a row this statement inserted, this transaction's id on one it updated.
+            RETURNING id, (xmax = 0) INTO new_id, inserted;
+            -- The insert trigger sees only inserted rows: a replace that moved the job to another
+            -- priority registers that lane itself (the claim reads lane by lane), and a waiting
+            -- job moved to now needs its own wake-up (a second NOTIFY for an insert is folded
+            -- into one by Postgres).
+            INSERT INTO skiplock.lanes (queue, priority) VALUES (_enqueue_outcome.queue, _enqueue_outcome.priority)
+            ON CONFLICT DO NOTHING;
+            IF coalesce(_enqueue_outcome.run_at, now()) <= now() THEN
+                PERFORM pg_notify(skiplock._wake_channel(), _enqueue_outcome.queue);
+            END IF;
             job_id := new_id;
-            outcome := 'deduplicated';
-            RETURN;
+            outcome := CASE WHEN inserted THEN 'inserted' ELSE 'replaced' END;
+            EXIT write;
         END IF;
-    END LOOP;
+
+        -- 'keep': insert unless an available job of this kind and queue holds the key; if one
+        -- does, return it. The job may be claimed between the two statements, so loop until one
+        -- of them answers.
+        LOOP
+            INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key, tags, meta)
+            VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
+                    _enqueue_outcome.priority, _enqueue_outcome.max_attempts, the_key, _enqueue_outcome.limit_key,
+                    the_tags, the_meta)
+            ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
+            DO NOTHING
+            RETURNING id INTO new_id;
+            IF new_id IS NOT NULL THEN
+                job_id := new_id;
+                outcome := 'inserted';
+                EXIT write;
+            END IF;
+            SELECT j.id INTO new_id FROM skiplock.jobs j
+            WHERE j.kind = _enqueue_outcome.kind AND j.queue = _enqueue_outcome.queue
+              AND j.unique_key = the_key AND j.state = 'available';
+            IF new_id IS NOT NULL THEN
+                job_id := new_id;
+                outcome := 'deduplicated';
+                EXIT write;
+            END IF;
+        END LOOP;
+    END;
+
+    IF w_taken THEN
+        UPDATE skiplock.unique_windows w SET job_id = _enqueue_outcome.job_id
+        WHERE w.kind = _enqueue_outcome.kind AND w.queue = _enqueue_outcome.queue
+          AND w.key = coalesce(the_key, '') AND w.window_start = w_start;
+    END IF;
 END;
 $$;
 
@@ -442,6 +602,11 @@ $$;
 -- skiplock._claim_limited instead (n for free slots, `ahead` more for the worker's buffer,
 -- within its limits).
 --
+-- `attempted_at` (API 8) is the start of the handler (docs/internals.md, "When a job
+-- started"): the claim writes its clock for the n jobs that start at once and NULL for those
+-- claimed ahead into the worker's buffer; the heartbeat and the ack write each job's start as
+-- the worker saw it (skiplock._heartbeat, skiplock._ack).
+--
 -- Returns the claimed jobs, then one row with id NULL: the claim's clock (`attempted_at`) and
 -- the lanes it read to their end (`exhausted`), and for a controlled queue what
 -- skiplock._claim_limited reports (`controlled`, `wait_until`, `buffer_room`; its clock is
@@ -450,12 +615,25 @@ $$;
 -- A row whose attempt counter is already at its maximum (2147483647: only a trusted role can
 -- write one) keeps it rather than failing every claim of its queue on `integer out of range`;
 -- store::claim discards such a row with the reason (sql/queue/discard_overflow.sql).
+--
+-- tags and meta (API 8) are returned with each job; the return type changed, so the earlier
+-- function is dropped first (only then: every migrate reapplies this file).
+DO $drop$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+               WHERE n.nspname = 'skiplock' AND p.proname IN ('_claim', '_claim_limited')
+                 AND NOT 'meta' = ANY (p.proargnames)) THEN
+        DROP FUNCTION IF EXISTS skiplock._claim(text, text[], integer, text, integer, smallint[], timestamptz[]);
+        DROP FUNCTION IF EXISTS skiplock._claim_limited(text, text[], integer, text, integer, smallint[], timestamptz[]);
+    END IF;
+END;
+$drop$;
 CREATE OR REPLACE FUNCTION skiplock._claim(q text, kinds text[], n integer, worker text, ahead integer,
                                            lane_priority smallint[], lane_since timestamptz[])
 RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint, attempt integer,
                max_attempts integer, scheduled_at timestamptz, created_at timestamptz,
-               attempted_at timestamptz, controlled boolean, wait_until timestamptz,
-               buffer_room integer, exhausted smallint[])
+               attempted_at timestamptz, tags text[], meta jsonb, controlled boolean,
+               wait_until timestamptz, buffer_room integer, exhausted smallint[])
 -- A function's statements keep the plans made at its first calls. The claim's UPDATE finds
 -- its rows by ctid; planned while the table was nearly empty (a new database, or right after
 -- a TRUNCATE), a sequential scan would look as cheap and stay the plan while the table grows,
@@ -479,16 +657,18 @@ BEGIN
     UPDATE skiplock.jobs j
     SET state = 'running',
         attempt = least(j.attempt, 2147483646) + 1,
-        attempted_at = now(),
+        -- The first n of the pick start at once; the others wait in the worker's buffer, and
+        -- show it: running with no attempted_at until the worker reports their start.
+        attempted_at = CASE WHEN j.ctid = ANY (pick.tids[1:greatest(coalesce(n, 0), 0)]) THEN now() END,
         attempted_by = worker,
         heartbeat_at = now()
     WHERE j.ctid = ANY(pick.tids)
     RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts,
-              j.scheduled_at, j.created_at, j.attempted_at, false, NULL::timestamptz,
-              NULL::integer, NULL::smallint[];
+              j.scheduled_at, j.created_at, j.attempted_at, j.tags, j.meta, false,
+              NULL::timestamptz, NULL::integer, NULL::smallint[];
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::integer,
-                        NULL::integer, NULL::timestamptz, NULL::timestamptz, now(), false,
-                        NULL::timestamptz, NULL::integer, pick.read_out;
+                        NULL::integer, NULL::timestamptz, NULL::timestamptz, now(), NULL::text[],
+                        NULL::jsonb, false, NULL::timestamptz, NULL::integer, pick.read_out;
 END;
 $$;
 
@@ -520,9 +700,14 @@ $$;
 -- skiplock._claim and skiplock._heartbeat do: under a queue concurrency limit that made every
 -- ack batch cost several times more (the bench's drain under a limit that never binds fell
 -- from 0.9 to 0.4 of the plain drain, docs/performance.md); one planning per batch costs less.
+--
+-- `starts` (API 8): when each attempt's handler started, on the database's clock as the worker
+-- reads it (src/worker/db_clock.rs); it becomes `attempted_at` (NULL keeps it: a job released
+-- unstarted).
+DROP FUNCTION IF EXISTS skiplock._ack(bigint[], integer[], skiplock.job_state[], timestamptz[], boolean[], text[], jsonb[]);
 CREATE OR REPLACE FUNCTION skiplock._ack(ids bigint[], attempts integer[], states skiplock.job_state[],
                                          times timestamptz[], give_backs boolean[], errs text[],
-                                         results jsonb[])
+                                         results jsonb[], starts timestamptz[])
 RETURNS TABLE (id bigint)
 SET plan_cache_mode = force_custom_plan
 LANGUAGE plpgsql AS $$
@@ -557,6 +742,7 @@ BEGIN
                                        'attempt', j.attempt, 'at', now(), 'error', a.error)) END
                            || skiplock._superseded_entry(j.attempt, a.holder, j.unique_key) END,
         result = coalesce(a.result, j.result),
+        attempted_at = coalesce(a.started, j.attempted_at),
         heartbeat_at = NULL
     FROM (SELECT a.*,
                  -- One map for the statement, built at the first ack going back (the sub-select is
@@ -565,8 +751,8 @@ BEGIN
                  CASE WHEN a.state = 'available'
                       THEN ((SELECT jsonb_object_agg(k.id, k.holder) FROM keyed k) ->> a.id::text)::bigint
                  END AS holder
-          FROM unnest(ids, attempts, states, times, give_backs, errs, results)
-               AS a(id, attempt, state, scheduled_at, give_back, error, result)
+          FROM unnest(ids, attempts, states, times, give_backs, errs, results, starts)
+               AS a(id, attempt, state, scheduled_at, give_back, error, result, started)
           OFFSET 0) a -- kept a subquery, so `holder` is looked up once per row, not once per use
     WHERE j.id = a.id
       -- Compared as text on purpose: `state = 'running'` would let the planner drive the join
@@ -593,16 +779,19 @@ $$;
 -- The heartbeat (sql/queue/heartbeat_many.sql calls it): refreshes heartbeat_at of the
 -- (id, attempt) pairs a worker still runs and returns their ids; ids missing were rescued or
 -- cancelled elsewhere, and the worker tells their handlers to stop. A function for its plan,
--- as skiplock._ack.
-CREATE OR REPLACE FUNCTION skiplock._heartbeat(ids bigint[], attempts integer[])
+-- as skiplock._ack. `starts` (API 8): each started job's start (NULL: still in the buffer),
+-- written to `attempted_at`, so a long job claimed ahead shows its start before its ack.
+DROP FUNCTION IF EXISTS skiplock._heartbeat(bigint[], integer[]);
+CREATE OR REPLACE FUNCTION skiplock._heartbeat(ids bigint[], attempts integer[], starts timestamptz[])
 RETURNS TABLE (id bigint)
 SET enable_seqscan = off
 LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY
     UPDATE skiplock.jobs j
-    SET heartbeat_at = now()
-    FROM unnest(ids, attempts) AS a(id, attempt)
+    SET heartbeat_at = now(),
+        attempted_at = coalesce(a.started, j.attempted_at)
+    FROM unnest(ids, attempts, starts) AS a(id, attempt, started)
     WHERE j.id = a.id
       -- Compared as text on purpose: `state = 'running'` would let the planner drive the join
       -- from the partial index of running rows (estimated near-empty by stale statistics) and
@@ -618,9 +807,10 @@ $$;
 -- Enqueue one job (the public entry point; see skiplock._enqueue_outcome for keys and
 -- conflicts): returns its id. A unique_key in a reserved namespace (skiplock._reserved_key_prefix)
 -- is refused, and so is a job of a reserved queue or kind (skiplock._reserved_job).
--- limit_key: see skiplock._enqueue_outcome (the 8-argument form of earlier versions is dropped
--- so that old call forms resolve to this one).
+-- limit_key, tags, meta, unique_by, unique_for: see skiplock._enqueue_outcome (the forms of
+-- earlier versions are dropped so that old call forms resolve to this one).
 DROP FUNCTION IF EXISTS skiplock.enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
+DROP FUNCTION IF EXISTS skiplock.enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text, text);
 CREATE OR REPLACE FUNCTION skiplock.enqueue(
     kind text,
     args jsonb DEFAULT '{}',
@@ -630,7 +820,11 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue(
     max_attempts integer DEFAULT 25,
     unique_key text DEFAULT NULL,
     on_conflict text DEFAULT 'keep',
-    limit_key text DEFAULT NULL
+    limit_key text DEFAULT NULL,
+    tags text[] DEFAULT NULL,
+    meta jsonb DEFAULT NULL,
+    unique_by text DEFAULT NULL,
+    unique_for interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 -- Runs with the owner's rights so a role holding only skiplock_enqueuer (sql/api/90_roles.sql)
@@ -643,7 +837,8 @@ BEGIN
     PERFORM skiplock._check_enqueue_names(enqueue.kind, enqueue.queue, enqueue.unique_key);
     SELECT * INTO r FROM skiplock._enqueue_outcome(enqueue.kind, enqueue.args, enqueue.queue,
         enqueue.run_at, enqueue.priority, enqueue.max_attempts, enqueue.unique_key,
-        enqueue.on_conflict, enqueue.limit_key);
+        enqueue.on_conflict, enqueue.limit_key, enqueue.tags, enqueue.meta, enqueue.unique_by,
+        enqueue.unique_for);
     RETURN r.job_id;
 END;
 $$;
@@ -651,6 +846,7 @@ $$;
 -- skiplock.enqueue that also says what happened: one row (id, outcome), outcome `inserted`
 -- (a new job), `deduplicated` (an available job of the kind and queue held the unique_key and
 -- was left as it was: on_conflict 'keep') or `replaced` (that job was updated: 'replace').
+DROP FUNCTION IF EXISTS skiplock.enqueue_result(text, jsonb, text, timestamptz, smallint, integer, text, text, text);
 CREATE OR REPLACE FUNCTION skiplock.enqueue_result(
     kind text,
     args jsonb DEFAULT '{}',
@@ -660,7 +856,11 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue_result(
     max_attempts integer DEFAULT 25,
     unique_key text DEFAULT NULL,
     on_conflict text DEFAULT 'keep',
-    limit_key text DEFAULT NULL
+    limit_key text DEFAULT NULL,
+    tags text[] DEFAULT NULL,
+    meta jsonb DEFAULT NULL,
+    unique_by text DEFAULT NULL,
+    unique_for interval DEFAULT NULL
 ) RETURNS TABLE (id bigint, outcome skiplock.enqueue_outcome)
 LANGUAGE plpgsql
 -- Owner's rights, fixed search_path: see skiplock.enqueue.
@@ -672,7 +872,8 @@ BEGIN
     RETURN QUERY SELECT e.job_id, e.outcome FROM skiplock._enqueue_outcome(
         enqueue_result.kind, enqueue_result.args, enqueue_result.queue, enqueue_result.run_at,
         enqueue_result.priority, enqueue_result.max_attempts, enqueue_result.unique_key,
-        enqueue_result.on_conflict, enqueue_result.limit_key) e;
+        enqueue_result.on_conflict, enqueue_result.limit_key, enqueue_result.tags,
+        enqueue_result.meta, enqueue_result.unique_by, enqueue_result.unique_for) e;
 END;
 $$;
 
@@ -711,16 +912,26 @@ $$;
 -- write an unbounded amount. The checks read each row's size once, in the same pass as the
 -- per-row check that was already there, which also refuses args a worker could not read
 -- (skiplock._unreadable_args).
--- limit_key (0008): every job of the call gets it (NULL: none); the 5-argument form of
--- earlier versions is dropped so that old call forms resolve to this one.
+-- limit_key (0008), tags and meta (API 8): every job of the call gets them (NULL: none).
+-- unique_by, unique_for, on_conflict (API 8): each job is enqueued as skiplock.enqueue does
+-- with them, one after the other in the order of args, so a duplicate within the call is found
+-- like one from another call, and its place in the returned array holds the id of the job that
+-- absorbed it. Without them the call is one INSERT. The forms of earlier versions are dropped
+-- so that old call forms resolve to this one.
 DROP FUNCTION IF EXISTS skiplock.enqueue_many(text, jsonb[], text, timestamptz, smallint);
+DROP FUNCTION IF EXISTS skiplock.enqueue_many(text, jsonb[], text, timestamptz, smallint, text);
 CREATE OR REPLACE FUNCTION skiplock.enqueue_many(
     kind text,
     args jsonb[],
     queue text DEFAULT 'default',
     run_at timestamptz DEFAULT now(),
     priority smallint DEFAULT 0,
-    limit_key text DEFAULT NULL
+    limit_key text DEFAULT NULL,
+    tags text[] DEFAULT NULL,
+    meta jsonb DEFAULT NULL,
+    unique_by text DEFAULT NULL,
+    unique_for interval DEFAULT NULL,
+    on_conflict text DEFAULT 'keep'
 ) RETURNS bigint[]
 LANGUAGE plpgsql
 -- Owner's rights, fixed search_path: see skiplock.enqueue.
@@ -734,12 +945,16 @@ DECLARE
     ids bigint[];
     max_rows bigint := skiplock._limit('enqueue_many.max_rows');
     max_bytes bigint := skiplock._limit('enqueue_many.max_bytes');
+    the_tags text[];
+    one jsonb;
 BEGIN
     PERFORM skiplock._check_job(enqueue_many.kind, '{}'::jsonb, enqueue_many.queue, enqueue_many.priority, 1);
     -- As skiplock.enqueue: a reserved queue or kind is refused.
     PERFORM skiplock._check_reserved_job(enqueue_many.kind, enqueue_many.queue);
     PERFORM skiplock._check_time('run_at', enqueue_many.run_at);
     PERFORM skiplock._check_limit_key(enqueue_many.limit_key);
+    PERFORM skiplock._check_meta(enqueue_many.meta);
+    the_tags := skiplock._tags(enqueue_many.tags);
     IF coalesce(cardinality(enqueue_many.args), 0) > max_rows THEN
         RAISE EXCEPTION 'skiplock: enqueue_many got % jobs (at most % per call, setting enqueue_many.max_rows)',
             cardinality(enqueue_many.args), max_rows USING ERRCODE = '22023';
@@ -761,10 +976,27 @@ BEGIN
         RAISE EXCEPTION 'skiplock: enqueue_many got % bytes of args (at most % per call, setting enqueue_many.max_bytes)',
             total, max_bytes USING ERRCODE = '22023';
     END IF;
+    IF enqueue_many.unique_by IS NOT NULL OR enqueue_many.unique_for IS NOT NULL THEN
+        ids := '{}';
+        FOR one IN SELECT t.a FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord) ORDER BY t.ord LOOP
+            ids := ids || (SELECT e.job_id FROM skiplock._enqueue_outcome(
+                enqueue_many.kind, one, enqueue_many.queue, coalesce(enqueue_many.run_at, now()),
+                enqueue_many.priority, 25, NULL, enqueue_many.on_conflict, enqueue_many.limit_key,
+                the_tags, enqueue_many.meta, enqueue_many.unique_by, enqueue_many.unique_for) e);
+        END LOOP;
+        RETURN ids;
+    END IF;
+    -- As skiplock._enqueue_outcome: a held key's jobs are due no earlier than the hold's end.
+    IF enqueue_many.limit_key IS NOT NULL THEN
+        enqueue_many.run_at := greatest(coalesce(enqueue_many.run_at, now()),
+            (SELECT h.until FROM skiplock.key_holds h
+             WHERE h.queue = enqueue_many.queue AND h.limit_key = enqueue_many.limit_key
+               AND h.until > now()));
+    END IF;
     WITH ins AS (
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, limit_key)
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, limit_key, tags, meta)
         SELECT enqueue_many.kind, t.a, enqueue_many.queue, coalesce(enqueue_many.run_at, now()), enqueue_many.priority,
-               enqueue_many.limit_key
+               enqueue_many.limit_key, the_tags, coalesce(enqueue_many.meta, '{}')
         FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord)
         ORDER BY t.ord
         RETURNING id
@@ -848,12 +1080,16 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT '%' || replace(replace(replace(s, '\', '\\'), '%', '\%'), '_', '\_') || '%'
 $$;
 
--- Whether job `j` matches an operator's filter (NULL: any): state, kind, queue, and `search`,
+-- Whether job `j` matches an operator's filter (NULL: any): state, kind, queue, `search`,
 -- a plain substring (no wildcards: %, _ and \ are matched literally) looked for, ignoring
--- case, in the job's args or errors. Shared by the bulk functions below and the console's
--- job list (sql/web/jobs_*.sql), so "the filtered set" means the same in both.
+-- case, in the job's args or errors, `tag`, one of the job's tags, and `meta`, a JSON object
+-- the job's meta contains (jsonb @>). Shared by the bulk functions below and the console's
+-- job list (sql/web/jobs_*.sql), so "the filtered set" means the same in both. The 5-argument
+-- form of earlier versions is dropped so that their calls resolve to this one.
+DROP FUNCTION IF EXISTS skiplock._job_matches(skiplock.jobs, skiplock.job_state, text, text, text);
 CREATE OR REPLACE FUNCTION skiplock._job_matches(j skiplock.jobs, state skiplock.job_state, kind text,
-                                                 queue text, search text)
+                                                 queue text, search text, tag text DEFAULT NULL,
+                                                 meta jsonb DEFAULT NULL)
 RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
     SELECT (_job_matches.state IS NULL OR j.state = _job_matches.state)
        AND (_job_matches.kind IS NULL OR j.kind = _job_matches.kind)
@@ -861,6 +1097,8 @@ RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
        AND (_job_matches.search IS NULL OR _job_matches.search = ''
             OR j.args::text ILIKE skiplock._like_pattern(_job_matches.search)
             OR j.errors::text ILIKE skiplock._like_pattern(_job_matches.search))
+       AND (_job_matches.tag IS NULL OR _job_matches.tag = '' OR _job_matches.tag = ANY (j.tags))
+       AND (_job_matches.meta IS NULL OR j.meta @> _job_matches.meta)
 $$;
 
 -- Refuses a bulk call's bad arguments in one line (SQLSTATE 22023).
@@ -880,14 +1118,17 @@ END;
 $$;
 
 -- Bulk retry: the finished jobs (completed, discarded, cancelled; one state or all of them)
--- of a kind, a queue and a search (each NULL: any), oldest first, at most `max_rows` per call
+-- of a kind, a queue, a search, a tag and a meta (each NULL: any; skiplock._job_matches),
+-- oldest first, at most `max_rows` per call
 -- (call again for more); each as skiplock.retry does it (available now, one more attempt if
 -- it was out of them). A job whose unique_key an available job holds is left as it is (as
 -- skiplock.retry refuses it), and of several with one key only the newest is retried. Rows
 -- another transaction holds are skipped. Returns how many jobs were retried.
+DROP FUNCTION IF EXISTS skiplock.retry_jobs(skiplock.job_state, text, text, text, integer);
 CREATE OR REPLACE FUNCTION skiplock.retry_jobs(state skiplock.job_state DEFAULT NULL, kind text DEFAULT NULL,
                                                queue text DEFAULT NULL, search text DEFAULT NULL,
-                                               max_rows integer DEFAULT 10000)
+                                               max_rows integer DEFAULT 10000,
+                                               tag text DEFAULT NULL, meta jsonb DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n bigint;
@@ -899,7 +1140,8 @@ BEGIN
         SELECT j.id, j.kind, j.queue, j.unique_key
         FROM skiplock.jobs j
         WHERE j.state IN ('completed', 'discarded', 'cancelled')
-          AND skiplock._job_matches(j, retry_jobs.state, retry_jobs.kind, retry_jobs.queue, retry_jobs.search)
+          AND skiplock._job_matches(j, retry_jobs.state, retry_jobs.kind, retry_jobs.queue, retry_jobs.search,
+                                      retry_jobs.tag, retry_jobs.meta)
         ORDER BY j.id
         LIMIT retry_jobs.max_rows
         FOR UPDATE SKIP LOCKED
@@ -927,14 +1169,16 @@ BEGIN
 END;
 $$;
 
--- Bulk cancel: the unfinished jobs (available, running; one state or both) of a kind, a queue
--- and a search (each NULL: any), oldest first, at most `max_rows` per call; each as
+-- Bulk cancel: the unfinished jobs (available, running; one state or both) of a kind, a queue,
+-- a search, a tag and a meta (each NULL: any; skiplock._job_matches), oldest first, at most `max_rows` per call; each as
 -- skiplock.cancel does it (a running job's late acknowledgement is fenced off). Rows another
 -- transaction holds (being claimed or acknowledged right now) are skipped. Returns how many
 -- jobs were cancelled.
+DROP FUNCTION IF EXISTS skiplock.cancel_jobs(skiplock.job_state, text, text, text, integer);
 CREATE OR REPLACE FUNCTION skiplock.cancel_jobs(state skiplock.job_state DEFAULT NULL, kind text DEFAULT NULL,
                                                 queue text DEFAULT NULL, search text DEFAULT NULL,
-                                                max_rows integer DEFAULT 10000)
+                                                max_rows integer DEFAULT 10000,
+                                                tag text DEFAULT NULL, meta jsonb DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n bigint;
@@ -945,7 +1189,8 @@ BEGIN
         SELECT j.id, j.state, j.queue
         FROM skiplock.jobs j
         WHERE j.state IN ('available', 'running')
-          AND skiplock._job_matches(j, cancel_jobs.state, cancel_jobs.kind, cancel_jobs.queue, cancel_jobs.search)
+          AND skiplock._job_matches(j, cancel_jobs.state, cancel_jobs.kind, cancel_jobs.queue, cancel_jobs.search,
+                                      cancel_jobs.tag, cancel_jobs.meta)
         ORDER BY j.id
         LIMIT cancel_jobs.max_rows
         FOR UPDATE SKIP LOCKED
@@ -968,6 +1213,38 @@ BEGIN
     )
     -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
     SELECT count(*) INTO n FROM moved WHERE (SELECT count(*) FROM woken) >= 0;
+    RETURN n;
+END;
+$$;
+
+-- Hold a limit key (docs/sql-reference.md, "skiplock.hold_key"): until `until`, no job of
+-- `queue` with this limit_key is due. The key's waiting jobs due before then are moved to
+-- `until` (their scheduled_at shows the hold in psql), an enqueue of the key meanwhile is due
+-- no earlier (skiplock._enqueue_outcome), and the hold is a row of skiplock.key_holds; a later
+-- hold of the same key extends it, an earlier one changes nothing. Jobs already claimed
+-- (running, or waiting in a worker's buffer) are not stopped. What a handler's
+-- `Outcome::SnoozeKey` calls (the 429 / Retry-After case); the operator's too. Returns how many
+-- waiting jobs it moved. Holds of one key are taken one at a time (a transaction-scoped
+-- advisory lock on the key): two moving the same rows in different orders could deadlock.
+CREATE OR REPLACE FUNCTION skiplock.hold_key(queue text, limit_key text, until timestamptz)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF hold_key.queue IS NULL OR hold_key.limit_key IS NULL OR hold_key.until IS NULL THEN
+        RAISE EXCEPTION 'skiplock: hold_key needs a queue, a limit_key and an until time' USING ERRCODE = '22023';
+    END IF;
+    PERFORM skiplock._check_time('until', hold_key.until);
+    PERFORM skiplock._check_limit_key(hold_key.limit_key);
+    PERFORM pg_advisory_xact_lock(hashtext('skiplock.hold_key'),
+                                  hashtext(hold_key.queue || E'\x1f' || hold_key.limit_key));
+    INSERT INTO skiplock.key_holds AS h (queue, limit_key, until)
+    VALUES (hold_key.queue, hold_key.limit_key, hold_key.until)
+    ON CONFLICT ON CONSTRAINT key_holds_pkey DO UPDATE SET until = greatest(h.until, EXCLUDED.until);
+    UPDATE skiplock.jobs j SET scheduled_at = hold_key.until
+    WHERE j.state = 'available' AND j.queue = hold_key.queue AND j.limit_key = hold_key.limit_key
+      AND j.scheduled_at < hold_key.until;
+    GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END;
 $$;

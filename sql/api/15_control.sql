@@ -275,8 +275,8 @@ CREATE OR REPLACE FUNCTION skiplock._claim_limited(q text, kinds text[], n integ
                                                    lane_since timestamptz[] DEFAULT NULL)
 RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint, attempt integer,
                max_attempts integer, scheduled_at timestamptz, created_at timestamptz,
-               attempted_at timestamptz, controlled boolean, wait_until timestamptz,
-               buffer_room integer, exhausted smallint[])
+               attempted_at timestamptz, tags text[], meta jsonb, controlled boolean,
+               wait_until timestamptz, buffer_room integer, exhausted smallint[])
 -- See skiplock._claim: plans kept from the function's first calls must not scan the table.
 SET enable_seqscan = off
 LANGUAGE plpgsql AS $$
@@ -482,8 +482,9 @@ BEGIN
             SET state = CASE WHEN j.attempt < 2147483647 THEN 'running'
                              ELSE 'discarded' END::skiplock.job_state,
                 attempt = least(j.attempt, 2147483646) + 1,
-                -- The start the key rates counted (see t above).
-                attempted_at = t,
+                -- The start the key rates counted (see t above); NULL for a job claimed ahead
+                -- into the worker's buffer (skiplock._claim: its start is reported later).
+                attempted_at = CASE WHEN j.id = ANY (picked[1:greatest(coalesce(n, 0), 0)]) THEN t END,
                 attempted_by = worker,
                 heartbeat_at = now(),
                 finalized_at = CASE WHEN j.attempt < 2147483647 THEN j.finalized_at ELSE now() END,
@@ -495,7 +496,7 @@ BEGIN
             FROM locked
             WHERE j.id = locked.id
             RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts,
-                      j.scheduled_at, j.created_at, j.attempted_at, j.limit_key, j.state
+                      j.scheduled_at, j.created_at, j.attempted_at, j.tags, j.meta, j.limit_key, j.state
         ), rated AS (
             -- Each key's starts move its GCRA state on by one step each (see above).
             INSERT INTO skiplock.key_rates AS kr (queue, limit_key, tat)
@@ -507,12 +508,13 @@ BEGIN
             DO UPDATE SET tat = greatest(kr.tat, t) + (EXCLUDED.tat - t)
         )
         SELECT c.id, c.kind, c.queue, c.args, c.priority, c.attempt, c.max_attempts,
-               c.scheduled_at, c.created_at, c.attempted_at, true, next_at, room, NULL::smallint[]
+               c.scheduled_at, c.created_at, c.attempted_at, c.tags, c.meta, true, next_at, room,
+               NULL::smallint[]
         FROM claimed c WHERE c.state = 'running';
     END IF;
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint,
-        NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, clock,
-        is_controlled, next_at, room, read_out;
+        NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, clock, NULL::text[],
+        NULL::jsonb, is_controlled, next_at, room, read_out;
 END;
 $$;
 

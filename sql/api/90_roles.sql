@@ -183,7 +183,7 @@ BEGIN
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
             WHERE n.nspname = 'skiplock'
               AND p.proname IN ('cancel', 'retry', 'cancel_jobs', 'retry_jobs',
-                                'cancel_by_key', 'reschedule',
+                                'cancel_by_key', 'reschedule', 'hold_key',
                                 'pause_queue', 'resume_queue',
                                 '_job_matches', '_like_pattern')
         LOOP

@@ -3,8 +3,9 @@
 -- `LIMIT $2 FOR UPDATE OF j SKIP LOCKED` (locked so no worker claims one while it decides;
 -- claims use SKIP LOCKED and skip these); `skiplock reap --dry-run` appends
 -- `ORDER BY j.id LIMIT $2`. The same rule as `reaper::is_too_old` (which makes the final
--- decision, docs/maintenance.md "The reaper"): a running job is judged by attempted_at, any
--- other by scheduled_at, falling back to the other, then created_at; a job scheduled in the
+-- decision, docs/maintenance.md "The reaper"): a running job is judged by attempted_at (by its
+-- heartbeat while it waits unstarted in a worker's buffer), any other by scheduled_at, falling
+-- back to the other, then created_at; a job scheduled in the
 -- future is never too old; an available job is never taken while something holds it: its
 -- queue is paused, a limit of its queue may be what keeps it waiting (the queue's
 -- concurrency; a key's concurrency or rate, for a job with a limit_key), or no live worker
@@ -40,5 +41,5 @@ WHERE ((j.state = 'available'
         AND coalesce(j.scheduled_at, j.attempted_at, j.created_at) < now() - make_interval(secs => $1)
         AND NOT h.queue_paused AND NOT h.queue_limited AND h.claimable)
     OR (j.state = 'running'
-        AND coalesce(j.attempted_at, j.scheduled_at, j.created_at) < now() - make_interval(secs => $1)))
+        AND coalesce(j.attempted_at, j.heartbeat_at, j.scheduled_at, j.created_at) < now() - make_interval(secs => $1)))
   AND j.scheduled_at <= now()

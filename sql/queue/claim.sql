@@ -4,5 +4,5 @@
 -- (sql/api/10_core.sql) says how; the row with id NULL carries the claim's clock, the lanes it
 -- read to their end and, for a controlled queue, what its limits said.
 SELECT id, kind, queue, args, priority, attempt, max_attempts, scheduled_at, created_at,
-       attempted_at, controlled, wait_until, buffer_room, exhausted
+       attempted_at, tags, meta, controlled, wait_until, buffer_room, exhausted
 FROM skiplock._claim($1, $2::text[], $3::integer, $4, $5::integer, $6::smallint[], $7::timestamptz[])

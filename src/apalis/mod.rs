@@ -271,6 +271,7 @@ async fn write_jobs(pool: Pool, jobs: Vec<NewJob>) -> Result<()> {
                 run_at: first.run_at,
                 priority: first.priority,
                 limit_key: first.limit_key.as_deref(),
+                ..Default::default()
             },
         )
         .await?;

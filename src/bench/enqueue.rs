@@ -100,6 +100,7 @@ pub(crate) async fn many(url: &str, o: &BenchOptions, through: Through) -> Resul
                     queue: "bench",
                     run_at: None,
                     priority: 0,
+                    ..Default::default()
                 };
                 match through {
                     Through::Api => enqueue_many(&p, jobs).await?,

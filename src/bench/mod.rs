@@ -304,6 +304,7 @@ async fn fill_noop(monitor: &PgPool, n: usize) -> Result<()> {
                 queue: "default",
                 run_at: None,
                 priority: 0,
+                ..Default::default()
             },
         )
         .await?;
@@ -333,6 +334,7 @@ async fn fill_kind(
                 run_at: None,
                 priority: 0,
                 limit_key: None,
+                ..Default::default()
             },
         )
         .await?;

@@ -7,7 +7,7 @@ use clap::Args;
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
 use crate::config::parse_duration;
-use crate::queue::{EnqueueOutcome, JobState, NewJob, OnConflict};
+use crate::queue::{EnqueueOutcome, JobState, NewJob, OnConflict, UniqueBy};
 use crate::store::jobs::{self, JobFilter};
 
 /// `skiplock enqueue`.
@@ -34,15 +34,45 @@ pub struct EnqueueArgs {
     #[arg(long, default_value_t = 25, allow_negative_numbers = true)]
     pub max_attempts: i32,
     /// Unique key: at most one available job holds it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "unique_by")]
     pub unique_key: Option<String>,
-    /// With --unique-key: update the waiting job (args, run time, priority, max attempts; its
-    /// attempt count starts again) instead of keeping it.
-    #[arg(long, requires = "unique_key")]
+    /// Unique by the args instead of a key: `args` (all of them) or `args:a,b` (those fields).
+    #[arg(long, value_parser = parse_unique_by)]
+    pub unique_by: Option<UniqueBy>,
+    /// At most one such job (kind, queue, and key or args) created per window of this length
+    /// (e.g. 1m, 1h), whatever became of it.
+    #[arg(long)]
+    pub unique_for: Option<String>,
+    /// With --unique-key or --unique-by: update the waiting job (args, run time, priority, max
+    /// attempts, tags, meta; its attempt count starts again) instead of keeping it.
+    #[arg(long)]
     pub replace: bool,
     /// The key the queue's per-key limits count this job under (see `skiplock queue limit`).
     #[arg(long)]
     pub limit_key: Option<String>,
+    /// A tag (repeat for more).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Meta, a JSON object (what is about the job rather than its work).
+    #[arg(long)]
+    pub meta: Option<String>,
+}
+
+fn parse_unique_by(s: &str) -> Result<UniqueBy, String> {
+    s.parse()
+}
+
+/// Parses a `--meta` argument into a JSON object, with a message naming the problem.
+fn parse_meta(s: &str) -> anyhow::Result<serde_json::Value> {
+    let v: serde_json::Value =
+        serde_json::from_str(s).map_err(|e| anyhow::anyhow!("invalid --meta: {e}"))?;
+    if !v.is_object() {
+        bail!(
+            "invalid --meta: expected a JSON object like {{\"tenant\": \"a\"}}, got {}",
+            crate::queue::typed::json_type(&v)
+        );
+    }
+    Ok(v)
 }
 
 /// Parses the ARGS_JSON argument into a JSON object, with a message naming the problem.
@@ -90,6 +120,15 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
         );
     }
     let when = run_at(a.run_at.as_deref(), a.in_.as_deref())?;
+    let meta = a.meta.as_deref().map(parse_meta).transpose()?;
+    let unique_for = a
+        .unique_for
+        .as_deref()
+        .map(|s| parse_duration(s).map_err(|e| anyhow::anyhow!("invalid --unique-for: {e}")))
+        .transpose()?;
+    if a.replace && a.unique_key.is_none() && a.unique_by.is_none() {
+        bail!("--replace needs --unique-key or --unique-by (which waiting job would it replace?)");
+    }
     let pool = connect_migrated(url).await?;
     let mut job = NewJob::new(a.kind.clone(), args)
         .queue(a.queue.clone())
@@ -97,15 +136,19 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
         .max_attempts(a.max_attempts);
     job.run_at = when;
     job.limit_key = a.limit_key.clone();
+    job.tags = a.tags.clone();
+    job.meta = meta;
+    job.unique_for = unique_for;
+    let on_conflict = if a.replace {
+        OnConflict::Replace
+    } else {
+        OnConflict::Keep
+    };
     if let Some(k) = &a.unique_key {
-        job = job.unique_key(
-            k.clone(),
-            if a.replace {
-                OnConflict::Replace
-            } else {
-                OnConflict::Keep
-            },
-        );
+        job = job.unique_key(k.clone(), on_conflict);
+    }
+    if let Some(by) = &a.unique_by {
+        job = job.unique_by(by.clone(), on_conflict);
     }
     let got = jobs::enqueue(&pool, &job).await?;
     // stdout stays the bare id (scripts capture it); what happened goes to stderr.
@@ -113,12 +156,15 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
         EnqueueOutcome::Inserted => {}
         EnqueueOutcome::Deduplicated => {
             eprintln!(
-                "unique key held by available job {}: left as it was",
+                "a job with this key or args already exists ({}): left as it was",
                 got.id
             )
         }
         EnqueueOutcome::Replaced => {
-            eprintln!("unique key held by available job {}: replaced", got.id)
+            eprintln!(
+                "a job with this key or args was waiting ({}): replaced",
+                got.id
+            )
         }
     }
     say!("{}", got.id);
@@ -137,6 +183,12 @@ pub struct JobsArgs {
     /// Only this queue.
     #[arg(long)]
     pub queue: Option<String>,
+    /// Only jobs with this tag.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Only jobs whose meta contains this JSON object (e.g. '{"tenant": "a"}').
+    #[arg(long)]
+    pub meta: Option<String>,
     /// At most this many.
     #[arg(long, default_value_t = 50)]
     pub limit: i64,
@@ -155,6 +207,7 @@ pub async fn list(url: Option<&str>, a: JobsArgs) -> anyhow::Result<()> {
         None => None,
     };
     super::check_flag("--limit", a.limit.into(), 1, super::MAX_LIMIT)?;
+    let meta = a.meta.as_deref().map(parse_meta).transpose()?;
     let pool = connect_migrated(url).await?;
     let rows = jobs::list_jobs(
         &pool,
@@ -162,6 +215,8 @@ pub async fn list(url: Option<&str>, a: JobsArgs) -> anyhow::Result<()> {
             state,
             kind: a.kind,
             queue: a.queue,
+            tag: a.tag,
+            meta,
             limit: a.limit,
         },
     )
@@ -241,6 +296,12 @@ pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
     say!("heartbeat_at:  {}", ts(j.heartbeat_at));
     say!("finalized_at:  {}", ts(j.finalized_at));
     say!("unique_key:    {}", j.unique_key.as_deref().unwrap_or("-"));
+    if !j.tags.is_empty() {
+        say!("tags:          {}", j.tags.join(", "));
+    }
+    if j.meta.as_object().is_some_and(|m| !m.is_empty()) {
+        say!("meta:          {}", j.meta);
+    }
     if let Some(r) = &j.result {
         say!("result:        {r}");
     }

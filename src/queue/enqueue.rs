@@ -2,6 +2,8 @@
 //! itself ([`crate::store::jobs::enqueue`]) goes through the same SQL functions psql users
 //! call, so the rules (validation, unique keys, NOTIFY) live in one place.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -32,6 +34,54 @@ impl OnConflict {
     }
 }
 
+/// What a job's uniqueness is derived from instead of a `unique_key` (`unique_by` in SQL;
+/// docs/sql-reference.md, "Uniqueness"): its whole args, or some of their top-level fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UniqueBy {
+    /// Kind + queue + the args' hash (`unique_by => 'args'`).
+    Args,
+    /// Kind + queue + these top-level fields of the args (`unique_by => 'args:a,b'`).
+    Fields(Vec<String>),
+}
+
+impl UniqueBy {
+    /// The SQL API's word for it.
+    pub fn to_sql(&self) -> String {
+        match self {
+            UniqueBy::Args => "args".into(),
+            UniqueBy::Fields(f) => format!("args:{}", f.join(",")),
+        }
+    }
+}
+
+impl std::str::FromStr for UniqueBy {
+    type Err = String;
+    /// `args` or `args:a,b` (what `--unique-by` takes).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.strip_prefix("args") {
+            Some("") => Ok(UniqueBy::Args),
+            Some(rest) => {
+                let fields: Vec<String> = rest
+                    .strip_prefix(':')
+                    .unwrap_or("")
+                    .split(',')
+                    .map(|f| f.trim().to_string())
+                    .collect();
+                if rest.starts_with(':') && fields.iter().all(|f| !f.is_empty()) {
+                    Ok(UniqueBy::Fields(fields))
+                } else {
+                    Err(format!(
+                        "unique_by must be 'args' or 'args:<field>,<field>...', got '{s}'"
+                    ))
+                }
+            }
+            None => Err(format!(
+                "unique_by must be 'args' or 'args:<field>,<field>...', got '{s}'"
+            )),
+        }
+    }
+}
+
 /// A job to enqueue. Built with [`NewJob::new`] and the chained setters.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -53,6 +103,14 @@ pub struct NewJob {
     pub on_conflict: OnConflict,
     /// The key the queue's per-key limits count this job under (a host, a tenant, ...).
     pub limit_key: Option<String>,
+    /// Labels to filter by (at most 32, each 1 to 100 characters; stored sorted, once each).
+    pub tags: Vec<String>,
+    /// What is about the job rather than its work (a JSON object; `None`: `{}`).
+    pub meta: Option<Value>,
+    /// Derive the unique key from the args (excludes `unique_key`).
+    pub unique_by: Option<UniqueBy>,
+    /// At most one such job created per window of this length (whatever became of it).
+    pub unique_for: Option<Duration>,
 }
 
 impl NewJob {
@@ -68,6 +126,10 @@ impl NewJob {
             unique_key: None,
             on_conflict: OnConflict::Keep,
             limit_key: None,
+            tags: Vec::new(),
+            meta: None,
+            unique_by: None,
+            unique_for: None,
         }
     }
     /// Sets the queue.
@@ -99,6 +161,28 @@ impl NewJob {
     pub fn unique_key(mut self, key: impl Into<String>, on_conflict: OnConflict) -> Self {
         self.unique_key = Some(key.into());
         self.on_conflict = on_conflict;
+        self
+    }
+    /// Makes the job unique by its args (or some of their fields) instead of a key, and what
+    /// to do when an available job has the same.
+    pub fn unique_by(mut self, by: UniqueBy, on_conflict: OnConflict) -> Self {
+        self.unique_by = Some(by);
+        self.on_conflict = on_conflict;
+        self
+    }
+    /// Creates at most one such job (same kind, queue and key or args) per window of `period`.
+    pub fn unique_for(mut self, period: Duration) -> Self {
+        self.unique_for = Some(period);
+        self
+    }
+    /// Adds a tag.
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tags.push(tag.into());
+        self
+    }
+    /// Sets the meta (a JSON object).
+    pub fn meta(mut self, meta: Value) -> Self {
+        self.meta = Some(meta);
         self
     }
 }

@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 pub use args::RawArgs;
-pub use enqueue::{NewJob, OnConflict};
+pub use enqueue::{NewJob, OnConflict, UniqueBy};
 pub use typed::{JobArgs, JobOptions};
 
 /// The five states of a job row (`skiplock.job_state`).
@@ -146,6 +146,10 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     /// When this attempt started.
     pub attempted_at: Option<DateTime<Utc>>,
+    /// Labels to filter by (sorted, once each).
+    pub tags: Vec<String>,
+    /// What is about the job rather than its work (a JSON object; `{}` when none was given).
+    pub meta: serde_json::Value,
 }
 
 /// A whole job row, for operators (`skiplock job`, `skiplock jobs`; read by
@@ -186,6 +190,10 @@ pub struct JobRow {
     pub errors: serde_json::Value,
     /// What the handler reported on completion.
     pub result: Option<serde_json::Value>,
+    /// Labels to filter by.
+    pub tags: Vec<String>,
+    /// What is about the job rather than its work.
+    pub meta: serde_json::Value,
 }
 
 #[cfg(test)]

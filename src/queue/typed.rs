@@ -24,12 +24,15 @@
 //! # Ok(()) }
 //! ```
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::Enqueued;
-use super::enqueue::{NewJob, OnConflict};
+use super::enqueue::{NewJob, OnConflict, UniqueBy};
 use crate::error::{Error, Result};
 use crate::store::Executor;
 
@@ -62,6 +65,14 @@ pub struct JobOptions {
     pub unique_key: Option<(String, OnConflict)>,
     /// The key the queue's per-key limits (concurrency, rate) count the job under.
     pub limit_key: Option<String>,
+    /// Uniqueness derived from the args, and what to do when an available job has the same.
+    pub unique_by: Option<(UniqueBy, OnConflict)>,
+    /// At most one such job created per window of this length.
+    pub unique_for: Option<Duration>,
+    /// Labels to filter by.
+    pub tags: Option<Vec<String>>,
+    /// What is about the job rather than its work (a JSON object).
+    pub meta: Option<Value>,
 }
 
 impl JobOptions {
@@ -100,6 +111,27 @@ impl JobOptions {
         self.limit_key = Some(key.into());
         self
     }
+    /// Makes the job unique by its args (or some fields of them) instead of a key.
+    pub fn unique_by(mut self, by: UniqueBy, on_conflict: OnConflict) -> Self {
+        self.unique_by = Some((by, on_conflict));
+        self
+    }
+    /// Creates at most one such job per window of `period` (docs/sql-reference.md,
+    /// "Uniqueness").
+    pub fn unique_for(mut self, period: Duration) -> Self {
+        self.unique_for = Some(period);
+        self
+    }
+    /// Sets the tags.
+    pub fn tags<T: Into<String>>(mut self, tags: impl IntoIterator<Item = T>) -> Self {
+        self.tags = Some(tags.into_iter().map(Into::into).collect());
+        self
+    }
+    /// Sets the meta (a JSON object).
+    pub fn meta(mut self, meta: Value) -> Self {
+        self.meta = Some(meta);
+        self
+    }
     /// These options, with every unset field taken from `base`.
     pub fn or(self, base: JobOptions) -> JobOptions {
         JobOptions {
@@ -109,6 +141,10 @@ impl JobOptions {
             max_attempts: self.max_attempts.or(base.max_attempts),
             unique_key: self.unique_key.or(base.unique_key),
             limit_key: self.limit_key.or(base.limit_key),
+            unique_by: self.unique_by.or(base.unique_by),
+            unique_for: self.unique_for.or(base.unique_for),
+            tags: self.tags.or(base.tags),
+            meta: self.meta.or(base.meta),
         }
     }
     /// Applies the set fields to `job`.
@@ -130,6 +166,18 @@ impl JobOptions {
         }
         if let Some(k) = self.limit_key {
             job = job.limit_key(k);
+        }
+        if let Some((by, c)) = self.unique_by {
+            job = job.unique_by(by, c);
+        }
+        if let Some(p) = self.unique_for {
+            job = job.unique_for(p);
+        }
+        if let Some(t) = self.tags {
+            job.tags = t;
+        }
+        if let Some(m) = self.meta {
+            job = job.meta(m);
         }
         job
     }

@@ -26,6 +26,9 @@ pub struct Ack {
     pub error: Option<String>,
     /// Result to store.
     pub result: Option<Value>,
+    /// When the attempt's handler started, on the database's clock (becomes `attempted_at`;
+    /// `None` keeps it).
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// Writes `acks` in one statement; returns the ids that were still running their attempt
@@ -44,6 +47,7 @@ pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Vec<
     let give_back: Vec<bool> = acks.iter().map(|a| a.give_back).collect();
     let errors: Vec<Option<String>> = acks.iter().map(|a| a.error.clone()).collect();
     let results: Vec<Option<Value>> = acks.iter().map(|a| a.result.clone()).collect();
+    let starts: Vec<Option<DateTime<Utc>>> = acks.iter().map(|a| a.started_at).collect();
     Ok(super::query_scalar(sql!("queue", "ack_many"))
         .bind(ids)
         .bind(attempts)
@@ -52,6 +56,7 @@ pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Vec<
         .bind(give_back)
         .bind(errors)
         .bind(results)
+        .bind(starts)
         .fetch_all(exec)
         .await?)
 }

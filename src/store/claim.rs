@@ -53,6 +53,17 @@ pub struct Claimed {
     pub exhausted: Vec<i16>,
 }
 
+impl Claimed {
+    /// Whether the claim counted its jobs' starts itself: under a key's limits the limited
+    /// claim decides each start (a key's rate counts it), buffers nothing, and reports no clock
+    /// of its own; each job's `attempted_at` is then the start it counted, and the job starts at
+    /// once. Otherwise a job's start is when a slot takes it (docs/internals.md, "When a job
+    /// started").
+    pub fn counted_starts(&self) -> bool {
+        self.controlled && self.clock.is_none()
+    }
+}
+
 /// Claims up to `p.limit` due jobs of `p.kinds` from `p.queue` for `p.worker`, reading every
 /// lane from its start (`claim_from` with no lanes, every job for a free slot).
 pub async fn claim<'c, A>(exec: A, p: ClaimParams<'_>) -> Result<Vec<Job>>
@@ -193,6 +204,8 @@ impl<'r> sqlx::FromRow<'r, PgRow> for Job {
             scheduled_at: r.try_get::<DbTime, _>("scheduled_at")?.0,
             created_at: r.try_get::<DbTime, _>("created_at")?.0,
             attempted_at: r.try_get::<DbTimeOpt, _>("attempted_at")?.0,
+            tags: r.try_get("tags")?,
+            meta: r.try_get("meta")?,
         })
     }
 }

@@ -12,6 +12,9 @@ pub struct HeldJob {
     pub id: i64,
     /// The attempt the worker runs.
     pub attempt: i32,
+    /// When its handler started (`None`: waiting in the worker's buffer); written to
+    /// `attempted_at`.
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Refreshes `heartbeat_at` of `jobs`; returns the ids still running those attempts.
@@ -24,9 +27,12 @@ pub async fn heartbeat_many<'e, E: Executor<'e>>(exec: E, jobs: &[HeldJob]) -> R
     jobs.sort_unstable();
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.attempt).collect();
+    let starts: Vec<Option<chrono::DateTime<chrono::Utc>>> =
+        jobs.iter().map(|j| j.started_at).collect();
     Ok(super::query_scalar(sql!("queue", "heartbeat_many"))
         .bind(ids)
         .bind(attempts)
+        .bind(starts)
         .fetch_all(exec)
         .await?)
 }

@@ -2,6 +2,8 @@
 //! users call, so validation, unique keys and NOTIFY live in one place), list, get, cancel,
 //! retry, and the counts behind `skiplock stats`. Statements: `sql/queue/`.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -10,8 +12,8 @@ use sqlx::postgres::PgRow;
 
 use super::{Executor, sql};
 use crate::error::{Error, Result};
-use crate::queue::enqueue::{check_key, check_nul, check_reserved_job};
-use crate::queue::{Enqueued, JobRow, JobState, NewJob};
+use crate::queue::enqueue::{check_key, check_nul, check_reserved_job, check_text};
+use crate::queue::{Enqueued, JobRow, JobState, NewJob, OnConflict, UniqueBy};
 use crate::time::{DbTime, DbTimeOpt};
 
 /// Enqueues one job: its id (or the id of the available job holding its key) and what the
@@ -27,6 +29,7 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
     )?;
     check_key(job.unique_key.as_deref())?;
     check_reserved_job(&job.kind, &job.queue)?;
+    check_extras(&job.tags, job.meta.as_ref())?;
     if let Some(t) = job.run_at {
         crate::time::check("run_at", t)?;
     }
@@ -40,6 +43,10 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
         .bind(&job.unique_key)
         .bind(job.on_conflict.as_str())
         .bind(&job.limit_key)
+        .bind(tags_or_null(&job.tags))
+        .bind(&job.meta)
+        .bind(job.unique_by.as_ref().map(UniqueBy::to_sql))
+        .bind(job.unique_for)
         .fetch_one(exec)
         .await?;
     Ok(Enqueued {
@@ -48,8 +55,29 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
     })
 }
 
-/// Many jobs of one kind, for [`enqueue_many`].
-#[derive(Debug, Clone, Copy)]
+/// NUL characters in tags or meta, refused before the round trip as in args.
+fn check_extras(tags: &[String], meta: Option<&Value>) -> Result<()> {
+    for t in tags {
+        check_text("tag", Some(t))?;
+    }
+    if let Some(m) = meta
+        && let Some(path) = crate::queue::enqueue::find_nul(m)
+    {
+        return Err(Error::Invalid(format!(
+            "job meta contains a NUL character (\\u0000) at {path}, which Postgres cannot store in jsonb"
+        )));
+    }
+    Ok(())
+}
+
+/// No tags travel as NULL, so the SQL functions take their cheapest path.
+fn tags_or_null(tags: &[String]) -> Option<&[String]> {
+    (!tags.is_empty()).then_some(tags)
+}
+
+/// Many jobs of one kind, for [`enqueue_many`]. Fields other than the first three have
+/// defaults: `ManyJobs { kind, args, queue, ..Default::default() }`.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ManyJobs<'a> {
     /// Handler name.
     pub kind: &'a str,
@@ -63,6 +91,16 @@ pub struct ManyJobs<'a> {
     pub priority: i16,
     /// The key the queue's per-key limits count every one of these jobs under.
     pub limit_key: Option<&'a str>,
+    /// Tags of every one of these jobs.
+    pub tags: &'a [String],
+    /// Meta of every one of these jobs.
+    pub meta: Option<&'a Value>,
+    /// Each job unique by its args: enqueued one by one, as [`enqueue`] does.
+    pub unique_by: Option<&'a UniqueBy>,
+    /// At most one job per window of this length (with `unique_by`: per args).
+    pub unique_for: Option<Duration>,
+    /// What a duplicate does under `unique_by` / `unique_for`.
+    pub on_conflict: OnConflict,
 }
 
 /// Enqueues many jobs of one kind in one statement; returns their ids in order.
@@ -75,6 +113,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         &jobs.args.iter().collect::<Vec<_>>(),
     )?;
     check_reserved_job(jobs.kind, jobs.queue)?;
+    check_extras(jobs.tags, jobs.meta)?;
     if let Some(t) = jobs.run_at {
         crate::time::check("run_at", t)?;
     }
@@ -85,6 +124,41 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .bind(jobs.run_at)
         .bind(jobs.priority)
         .bind(jobs.limit_key)
+        .bind(tags_or_null(jobs.tags))
+        .bind(jobs.meta)
+        .bind(jobs.unique_by.map(UniqueBy::to_sql))
+        .bind(jobs.unique_for)
+        .bind(jobs.on_conflict.as_str())
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Holds the limit key of job `id` for `d` from the database's clock (`skiplock.hold_key`):
+/// how many waiting jobs of the key moved, `None` when the job has no limit key.
+pub async fn hold_job_key<'e, E: Executor<'e>>(
+    exec: E,
+    id: i64,
+    d: Duration,
+) -> Result<Option<i64>> {
+    Ok(super::query_scalar(sql!("queue", "hold_job_key"))
+        .bind(id)
+        .bind(d.as_secs_f64())
+        .fetch_optional(exec)
+        .await?)
+}
+
+/// Holds limit key `key` of `queue` until `until` (`skiplock.hold_key`): how many waiting jobs
+/// of the key moved to `until`.
+pub async fn hold_key<'e, E: Executor<'e>>(
+    exec: E,
+    queue: &str,
+    key: &str,
+    until: DateTime<Utc>,
+) -> Result<i64> {
+    Ok(super::query_scalar(sql!("queue", "hold_key"))
+        .bind(queue)
+        .bind(key)
+        .bind(until)
         .fetch_one(exec)
         .await?)
 }
@@ -98,6 +172,10 @@ pub struct JobFilter {
     pub kind: Option<String>,
     /// Only this queue.
     pub queue: Option<String>,
+    /// Only jobs with this tag.
+    pub tag: Option<String>,
+    /// Only jobs whose meta contains this JSON object (jsonb `@>`).
+    pub meta: Option<Value>,
     /// At most this many (newest first).
     pub limit: i64,
 }
@@ -109,6 +187,8 @@ pub async fn list_jobs<'e, E: Executor<'e>>(exec: E, f: &JobFilter) -> Result<Ve
         .bind(&f.kind)
         .bind(&f.queue)
         .bind(f.limit.max(1))
+        .bind(&f.tag)
+        .bind(&f.meta)
         .fetch_all(exec)
         .await?)
 }
@@ -261,6 +341,8 @@ impl<'r> sqlx::FromRow<'r, PgRow> for JobRow {
             unique_key: r.try_get("unique_key")?,
             errors: r.try_get("errors")?,
             result: r.try_get("result")?,
+            tags: r.try_get("tags")?,
+            meta: r.try_get("meta")?,
         })
     }
 }

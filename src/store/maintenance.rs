@@ -210,6 +210,25 @@ pub async fn retention_key_rates<'e, E: Executor<'e>>(exec: E, limit: i64) -> Re
         .rows_affected())
 }
 
+/// Forgets at most `limit` `unique_for` windows that have ended (they refuse nothing any
+/// more); returns how many.
+pub async fn retention_unique_windows<'e, E: Executor<'e>>(exec: E, limit: i64) -> Result<u64> {
+    Ok(super::query(sql!("maintenance", "retention_unique_windows"))
+        .bind(limit)
+        .execute(exec)
+        .await?
+        .rows_affected())
+}
+
+/// Forgets at most `limit` key holds that have passed; returns how many.
+pub async fn retention_key_holds<'e, E: Executor<'e>>(exec: E, limit: i64) -> Result<u64> {
+    Ok(super::query(sql!("maintenance", "retention_key_holds"))
+        .bind(limit)
+        .execute(exec)
+        .await?
+        .rows_affected())
+}
+
 /// A periodic job as a worker declares it, for [`declare_periodic`].
 #[derive(Debug, Clone, Copy)]
 pub struct PeriodicDecl<'a> {

@@ -200,10 +200,12 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // queue (skiplock.lanes, migration 0016; one per priority) from where the worker's last
     // claims left it, and is the one claim statement (it calls skiplock._claim_limited for a
     // controlled queue). Workers of version 7 stop on the schema change. Also
-    // skiplock.cancel_by_key and skiplock.reschedule.
+    // skiplock.cancel_by_key, skiplock.reschedule, skiplock.hold_key; tags, meta, unique_by and
+    // unique_for on the enqueue functions (core migration 0006); the claim returns tags and
+    // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "22d4d8de78629e0c8f3264e19f9ab8374bb15ddaebce7f5e7f49837f512a47be",
+        "df71c6f5bcec97814531eafcf05dd0017ca416bdb0c235ce8449a99cf176baa0",
     ),
 ];
 

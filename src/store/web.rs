@@ -165,6 +165,10 @@ pub struct JobFilter {
     pub queue: Option<String>,
     /// Only jobs whose args or errors contain this.
     pub search: Option<String>,
+    /// Only jobs with this tag.
+    pub tag: Option<String>,
+    /// Only jobs whose meta contains this JSON object (jsonb `@>`).
+    pub meta: Option<serde_json::Value>,
 }
 
 /// A job on the list (args and last error cut short).
@@ -231,6 +235,8 @@ pub async fn jobs_page(
                 .bind(&f.search)
                 .bind(before)
                 .bind(limit)
+                .bind(&f.tag)
+                .bind(&f.meta)
                 .fetch_all(pool)
                 .await?)
         }
@@ -243,6 +249,8 @@ pub async fn jobs_page(
                     .bind(&f.search)
                     .bind(after)
                     .bind(limit)
+                    .bind(&f.tag)
+                    .bind(&f.meta)
                     .fetch_all(pool)
                     .await?;
             rows.reverse();
@@ -305,6 +313,8 @@ pub async fn retry_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i64
         .bind(&f.queue)
         .bind(&f.search)
         .bind(max_rows)
+        .bind(&f.tag)
+        .bind(&f.meta)
         .fetch_one(pool)
         .await
         .map_err(refusal)
@@ -318,6 +328,8 @@ pub async fn cancel_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i6
         .bind(&f.queue)
         .bind(&f.search)
         .bind(max_rows)
+        .bind(&f.tag)
+        .bind(&f.meta)
         .fetch_one(pool)
         .await
         .map_err(refusal)

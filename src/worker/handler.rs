@@ -35,6 +35,10 @@ pub struct JobContext {
     pub created_at: DateTime<Utc>,
     /// When it was due (its `scheduled_at` at the claim).
     pub scheduled_at: DateTime<Utc>,
+    /// Its tags, sorted (docs/sql-reference.md, "Tags and meta").
+    pub tags: Vec<String>,
+    /// Its meta: a JSON object, `{}` when the enqueuer gave none.
+    pub meta: serde_json::Value,
     /// Database pool, for handlers that write their own rows.
     pub pool: Pool,
     /// The worker running it.
@@ -77,6 +81,8 @@ impl JobContext {
             max_attempts: 1,
             created_at: now,
             scheduled_at: now,
+            tags: Vec::new(),
+            meta: serde_json::Value::Object(Default::default()),
             pool,
             worker_id: Arc::from("detached"),
             shutdown: CancellationToken::new(),

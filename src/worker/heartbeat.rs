@@ -66,6 +66,7 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
             .map(|(id, r)| HeldJob {
                 id: *id,
                 attempt: r.attempt,
+                started_at: r.started_at,
             })
             .collect()
     };
@@ -75,7 +76,7 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
                 if alive.len() != pairs.len() {
                     let alive: std::collections::HashSet<i64> = alive.into_iter().collect();
                     let running = shared.running();
-                    for HeldJob { id, attempt } in pairs.iter().filter(|j| !alive.contains(&j.id)) {
+                    for HeldJob { id, attempt, .. } in pairs.iter().filter(|j| !alive.contains(&j.id)) {
                         if let Some(r) = running
                             .get(id)
                             .filter(|r| r.attempt == *attempt && (r.executing || r.buffered))

@@ -130,6 +130,7 @@ impl Worker {
             info,
             settings: self.settings.clone(),
             running: Mutex::new(HashMap::new()),
+            db_clock: Default::default(),
             acks: tx,
             stop_claiming: CancellationToken::new(),
             shutdown: CancellationToken::new(),

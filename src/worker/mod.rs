@@ -29,6 +29,7 @@ internal_mod!(acks);
 mod builder;
 pub mod builtin;
 pub(crate) mod cursor;
+pub(crate) mod db_clock;
 internal_mod!(executor);
 pub mod hooks;
 internal_mod!(faults);
@@ -86,6 +87,8 @@ pub(crate) struct Running {
     pub series: Arc<crate::metrics::JobSeries>,
     /// Claimed ahead and waiting in its producer's buffer for a free slot (not started).
     pub buffered: bool,
+    /// When its handler started, on the database's clock ([`db_clock`]); `None` while buffered.
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// State shared by the worker's tasks.
@@ -100,6 +103,8 @@ pub(crate) struct Shared {
     pub info: WorkerInfo,
     pub settings: QueueSettings,
     pub running: Mutex<HashMap<i64, Running>>,
+    /// The database's clock as the claims report it (when handlers started).
+    pub db_clock: db_clock::DbClock,
     pub acks: mpsc::Sender<Ack>,
     pub stop_claiming: CancellationToken,
     pub shutdown: CancellationToken,

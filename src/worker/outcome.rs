@@ -22,6 +22,12 @@ pub enum Outcome {
     Snooze(Duration),
     /// Stop for good, with a reason; the job becomes `cancelled`.
     Cancel(String),
+    /// Run again after this long, without using up an attempt, and hold the job's whole
+    /// `limit_key` as long, for every worker: the remote said "slow down" (HTTP 429 with a
+    /// Retry-After). The key's waiting jobs are moved to the end of the hold and jobs of the
+    /// key enqueued meanwhile wait for it (`skiplock.hold_key`); jobs already claimed are not
+    /// stopped. A job without a limit key is snoozed alone.
+    SnoozeKey(Duration),
 }
 
 /// A handler's failure. Retryable errors run again after a backoff until `max_attempts`;
@@ -199,6 +205,7 @@ pub fn decide(
         give_back: false,
         error: None,
         result: None,
+        started_at: None,
     };
     let fail = |message: String, retryable: bool| {
         let message = cap_error_owned(message);
@@ -226,7 +233,7 @@ pub fn decide(
             result: Some(v),
             ..base
         },
-        Attempt::Returned(Ok(Outcome::Snooze(d))) => Ack {
+        Attempt::Returned(Ok(Outcome::Snooze(d) | Outcome::SnoozeKey(d))) => Ack {
             state: JobState::Available,
             scheduled_at: Some(after(now, d)),
             give_back: true,

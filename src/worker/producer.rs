@@ -631,7 +631,15 @@ impl ClaimLoop {
             self.last_work = Instant::now();
             self.careful_left = self.careful_left.saturating_sub(c.jobs.len());
         }
-        hold(&sh, &p, c.jobs);
+        let counted = c.counted_starts();
+        let mut jobs = c.jobs;
+        if !counted {
+            // Each start is read off the database's clock when a slot takes the job.
+            for j in &mut jobs {
+                j.attempted_at = None;
+            }
+        }
+        hold(&sh, &p, jobs);
         if self.careful_left == 0 {
             p.one_at_a_time.store(false, Ordering::Relaxed);
         }
@@ -732,6 +740,9 @@ fn start_claim(
         let r = claim_any(&sh.pool, params, free, lanes.as_deref()).await;
         match &r {
             Ok(c) => {
+                if let Some(clock) = c.clock {
+                    sh.db_clock.observe(clock, Instant::now());
+                }
                 let claimed: Vec<_> = c
                     .jobs
                     .iter()
@@ -790,6 +801,7 @@ fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
                     executing: false,
                     series,
                     buffered: true,
+                    started_at: None,
                 },
             );
             buffer.push_back(job);
@@ -818,7 +830,10 @@ fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
                 Some(r) if !r.lost.is_cancelled() => {
                     r.buffered = false;
                     r.executing = true;
-                    Some((r.lost.clone(), r.series.clone()))
+                    // The start the limited claim counted, else now (db_clock.rs).
+                    let started = job.attempted_at.unwrap_or_else(|| shared.db_clock.now());
+                    r.started_at = Some(started);
+                    Some((r.lost.clone(), r.series.clone(), started))
                 }
                 Some(_) => {
                     running.remove(&job.id);
@@ -827,7 +842,7 @@ fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
                 None => None,
             }
         };
-        let Some((lost, series)) = lost else {
+        let Some((lost, series, started)) = lost else {
             tracing::warn!(
                 job.id = job.id,
                 job.attempt = job.attempt,
@@ -835,7 +850,7 @@ fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
             );
             continue;
         };
-        spawn_job(shared, p, job, permit, (lost, series));
+        spawn_job(shared, p, job, permit, (lost, series, started));
     }
 }
 
@@ -844,7 +859,11 @@ fn spawn_job(
     p: &Arc<Producer>,
     job: Job,
     permit: OwnedSemaphorePermit,
-    (lost, series): (CancellationToken, Arc<crate::metrics::JobSeries>),
+    (lost, series, started): (
+        CancellationToken,
+        Arc<crate::metrics::JobSeries>,
+        chrono::DateTime<chrono::Utc>,
+    ),
 ) {
     let (producer, slot_freed, wake) = (p.clone(), p.slot_freed.clone(), p.wake.clone());
     let ctx = JobContext {
@@ -855,6 +874,8 @@ fn spawn_job(
         max_attempts: job.max_attempts,
         created_at: job.created_at,
         scheduled_at: job.scheduled_at,
+        tags: job.tags.clone(),
+        meta: job.meta.clone(),
         pool: shared.handler_pool.clone(),
         worker_id: shared.worker_id.clone(),
         shutdown: shared.shutdown.clone(),
@@ -900,7 +921,11 @@ fn spawn_job(
             unit: sh.settings.backoff_unit,
             max: sh.settings.backoff_max,
         };
-        let ack = decide(
+        let hold_key_for = match &attempt {
+            Attempt::Returned(Ok(super::Outcome::SnoozeKey(d))) => Some(*d),
+            _ => None,
+        };
+        let mut ack = decide(
             job.id,
             job.attempt,
             job.max_attempts,
@@ -909,8 +934,12 @@ fn spawn_job(
             policy,
             random_jitter(),
         );
+        ack.started_at = Some(started);
         if let Some(info) = info {
             sh.hooks.after(info, &ack, began.elapsed());
+        }
+        if let Some(d) = hold_key_for {
+            hold_key(&sh, job.id, d).await;
         }
         if let Some(r) = sh.running().get_mut(&job.id) {
             r.executing = false;
@@ -927,6 +956,20 @@ fn spawn_job(
     });
     if let Some(r) = shared.running().get_mut(&id) {
         r.abort = Some(handle.abort_handle());
+    }
+}
+
+/// Holds the limit key of job `id` for `d` (`Outcome::SnoozeKey`), before the job's own ack:
+/// one statement, only for that outcome. A failure is logged: the job itself is snoozed
+/// by its ack either way.
+async fn hold_key(sh: &Shared, id: i64, d: Duration) {
+    // As far as a snooze goes (src/worker/outcome.rs caps it at 100 years).
+    let d = d.min(Duration::from_secs(36500 * 86_400));
+    match crate::store::jobs::hold_job_key(&sh.pool, id, d).await {
+        Ok(Some(moved)) => tracing::info!(job.id = id, hold = %humantime::format_duration(d),
+            moved, "handler held its limit key"),
+        Ok(None) => tracing::debug!(job.id = id, "SnoozeKey of a job without a limit key: snoozed alone"),
+        Err(e) => tracing::warn!(job.id = id, error = %e, "could not hold the job's limit key; the job is snoozed alone"),
     }
 }
 

@@ -496,6 +496,7 @@ pub async fn enqueue_noops(pool: &skiplock::Pool, n: usize) {
             run_at: None,
             priority: 0,
             limit_key: None,
+            ..Default::default()
         },
     )
     .await

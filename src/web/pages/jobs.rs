@@ -20,6 +20,8 @@ use crate::web::{AppState, BULK_MAX, PAGE_SIZE, format};
 const MAX_NAME: usize = 200;
 /// Longest search text.
 const MAX_SEARCH: usize = 1000;
+/// Longest tag (as the SQL API allows: skiplock._tags).
+const MAX_TAG: usize = 100;
 
 /// The list's query string.
 #[derive(Debug, Default, Deserialize)]
@@ -32,6 +34,8 @@ pub struct JobsQuery {
     pub queue: Option<String>,
     /// Text in args or errors.
     pub q: Option<String>,
+    /// One of the job's tags.
+    pub tag: Option<String>,
     /// Older than this id.
     pub before: Option<String>,
     /// Newer than this id.
@@ -58,6 +62,7 @@ pub fn parse_filter(
     kind: Option<&str>,
     queue: Option<&str>,
     search: Option<&str>,
+    tag: Option<&str>,
 ) -> Result<JobFilter, String> {
     let state = match state.map(str::trim) {
         None | Some("") => None,
@@ -68,6 +73,8 @@ pub fn parse_filter(
         kind: text_field("kind", kind, MAX_NAME)?,
         queue: text_field("queue", queue, MAX_NAME)?,
         search: text_field("search text", search, MAX_SEARCH)?,
+        tag: text_field("tag", tag, MAX_TAG)?,
+        meta: None,
     })
 }
 
@@ -97,7 +104,12 @@ pub fn list_url(f: &JobFilter, extra: &[(&str, String)]) -> String {
     if let Some(s) = f.state {
         parts.push(format!("state={}", s.as_str()));
     }
-    for (k, v) in [("kind", &f.kind), ("queue", &f.queue), ("q", &f.search)] {
+    for (k, v) in [
+        ("kind", &f.kind),
+        ("queue", &f.queue),
+        ("q", &f.search),
+        ("tag", &f.tag),
+    ] {
         if let Some(v) = v {
             parts.push(format!("{k}={}", q(v)));
         }
@@ -126,6 +138,9 @@ fn describe(f: &JobFilter) -> String {
     }
     if let Some(s) = &f.search {
         p.push(format!("text \"{s}\""));
+    }
+    if let Some(t) = &f.tag {
+        p.push(format!("tag {t}"));
     }
     if p.is_empty() {
         "no filter (every job)".into()
@@ -167,6 +182,7 @@ struct JobsPage {
     filter_kind: String,
     filter_queue: String,
     filter_q: String,
+    filter_tag: String,
     filter_text: String,
     kinds: Vec<String>,
     queue_names: Vec<String>,
@@ -196,6 +212,7 @@ pub async fn list(
         qs.kind.as_deref(),
         qs.queue.as_deref(),
         qs.q.as_deref(),
+        qs.tag.as_deref(),
     )
     .map_err(|m| bad_request(&st, &nonce, m))?;
     let page = parse_page(qs.before.as_deref(), qs.after.as_deref())
@@ -251,6 +268,7 @@ pub async fn list(
         filter_kind: f.kind.clone().unwrap_or_default(),
         filter_queue: f.queue.clone().unwrap_or_default(),
         filter_q: f.search.clone().unwrap_or_default(),
+        filter_tag: f.tag.clone().unwrap_or_default(),
         filter_text: describe(&f),
         kinds,
         queue_names,
@@ -341,6 +359,9 @@ struct JobPage {
     max_attempts: i32,
     priority: i16,
     unique_key: String,
+    /// Each tag and its list link's query value.
+    tags: Vec<(String, String)>,
+    meta: String,
     attempted_by: String,
     created_at: String,
     scheduled_at: String,
@@ -391,10 +412,21 @@ pub async fn show(
         max_attempts: j.max_attempts,
         priority: j.priority,
         unique_key: j.unique_key.unwrap_or_else(|| "-".into()),
+        tags: j.tags.iter().map(|t| (t.clone(), q(t))).collect(),
+        meta: if j.meta.as_object().is_some_and(|m| m.is_empty()) {
+            "-".into()
+        } else {
+            j.meta.to_string()
+        },
         attempted_by: j.attempted_by.unwrap_or_else(|| "-".into()),
         created_at: format::time(Some(j.created_at)),
         scheduled_at: format::time(Some(j.scheduled_at)),
-        attempted_at: format::time(j.attempted_at),
+        attempted_at: match (j.state, j.attempted_at) {
+            // Claimed ahead, waiting in the worker's buffer (docs/internals.md, "When a job
+            // started").
+            (crate::queue::JobState::Running, None) => "not started: in a worker's buffer".into(),
+            (_, t) => format::time(t),
+        },
         heartbeat_at: format::time(j.heartbeat_at),
         finalized_at: format::time(j.finalized_at),
         args: format::args(&j.args),
@@ -471,6 +503,8 @@ pub struct BulkForm {
     pub queue: Option<String>,
     /// Filter: text.
     pub q: Option<String>,
+    /// Filter: tag.
+    pub tag: Option<String>,
 }
 
 /// `POST /jobs/bulk`.
@@ -484,6 +518,7 @@ pub async fn bulk(
         form.kind.as_deref(),
         form.queue.as_deref(),
         form.q.as_deref(),
+        form.tag.as_deref(),
     )
     .map_err(|m| bad_request(&st, &nonce, m))?;
     if form.confirm.as_deref() != Some("yes") {
@@ -532,30 +567,37 @@ mod tests {
     #[test]
     fn a_filter_is_what_the_query_string_says_and_bad_input_is_named() {
         assert_eq!(
-            parse_filter(None, Some(""), Some(""), Some("")).unwrap(),
+            parse_filter(None, Some(""), Some(""), Some(""), None).unwrap(),
             JobFilter::default()
         );
-        let f = parse_filter(Some("discarded"), Some("fail"), Some("q 1"), Some("50%")).unwrap();
+        let f = parse_filter(
+            Some("discarded"),
+            Some("fail"),
+            Some("q 1"),
+            Some("50%"),
+            None,
+        )
+        .unwrap();
         assert_eq!(f.state, Some(JobState::Discarded));
         assert_eq!(f.kind.as_deref(), Some("fail"));
         assert_eq!(f.search.as_deref(), Some("50%"));
         assert!(
-            parse_filter(Some("done"), None, None, None)
+            parse_filter(Some("done"), None, None, None, None)
                 .unwrap_err()
                 .contains("\"done\"")
         );
         assert!(
-            parse_filter(None, Some("a\0b"), None, None)
+            parse_filter(None, Some("a\0b"), None, None, None)
                 .unwrap_err()
                 .contains("NUL")
         );
         assert!(
-            parse_filter(None, None, Some(&"q".repeat(201)), None)
+            parse_filter(None, None, Some(&"q".repeat(201)), None, None)
                 .unwrap_err()
                 .contains("200")
         );
-        assert!(parse_filter(None, None, None, Some(&"s".repeat(1001))).is_err());
-        assert!(parse_filter(None, Some(&"k".repeat(200)), None, None).is_ok());
+        assert!(parse_filter(None, None, None, Some(&"s".repeat(1001)), None).is_err());
+        assert!(parse_filter(None, Some(&"k".repeat(200)), None, None, None).is_ok());
     }
 
     #[test]
@@ -572,11 +614,12 @@ mod tests {
             Some("a&b"),
             None,
             Some("x y"),
+            Some("eu west"),
         )
         .unwrap();
         assert_eq!(
             list_url(&f, &[("before", "10".into())]),
-            "/jobs?state=discarded&kind=a%26b&q=x+y&before=10"
+            "/jobs?state=discarded&kind=a%26b&q=x+y&tag=eu+west&before=10"
         );
         assert_eq!(list_url(&JobFilter::default(), &[]), "/jobs");
     }

@@ -123,7 +123,9 @@ pub fn hold(job: &ReapCandidate) -> Option<&'static str> {
 /// - an available job that something holds ([`hold`]) is never too old: it waits by design;
 /// - a job scheduled in the future is never too old, however long ago it was created;
 /// - a running job is judged by `attempted_at`, any other by `scheduled_at` (when it became
-///   due); if that one is missing the other is used, and if neither is set, `created_at`;
+///   due); if that one is missing the other is used, and if neither is set, `created_at`; a
+///   running job without `attempted_at` waits in a worker's buffer (claimed ahead, not
+///   started: docs/internals.md, "When a job started") and is judged by its heartbeat first;
 /// - too old means strictly older than `max_age`: exactly `max_age` old is kept.
 pub fn is_too_old(
     job: &ReapCandidate,
@@ -147,7 +149,7 @@ pub fn is_too_old(
         return false;
     }
     let reference = if running {
-        job.attempted_at.or(job.scheduled_at)
+        job.attempted_at.or(job.heartbeat_at).or(job.scheduled_at)
     } else {
         job.scheduled_at.or(job.attempted_at)
     }
@@ -456,6 +458,13 @@ mod tests {
         );
         j.scheduled_at = Some(ago(10));
         assert!(!is_too_old(&j, t0(), old_start(), MAX));
+        // Claimed ahead, waiting in a live worker's buffer: its heartbeat, not how long ago
+        // it became due, says whether it was abandoned.
+        j.scheduled_at = Some(ago(90_000));
+        j.heartbeat_at = Some(ago(5));
+        assert!(!is_too_old(&j, t0(), old_start(), MAX));
+        j.heartbeat_at = Some(ago(3601));
+        assert!(is_too_old(&j, t0(), old_start(), MAX));
         let mut a = job(JobState::Available);
         a.attempted_at = Some(ago(3601));
         assert!(

@@ -82,7 +82,8 @@ pub struct Retention {
 
 /// One retention pass: every finished state, in batches of [`BATCH`]; returns the number of
 /// jobs deleted. Also forgets period records older than the completed window (keeping each
-/// periodic job's latest) and per-key rate records that decide nothing any more.
+/// periodic job's latest), per-key rate records, `unique_for` windows and key holds that
+/// decide nothing any more.
 pub async fn run_retention(pool: &Pool, settings: &RetentionSettings) -> Result<u64> {
     let mut total = 0u64;
     for state in JobState::ALL {
@@ -120,6 +121,24 @@ pub async fn run_retention(pool: &Pool, settings: &RetentionSettings) -> Result<
         tracing::debug!(
             keys = rates,
             "retention forgot per-key rate records that had passed"
+        );
+    }
+    let mut windows = 0u64;
+    let mut holds = 0u64;
+    for _ in 0..MAX_BATCHES {
+        let n = store::maintenance::retention_unique_windows(pool, BATCH).await?;
+        let h = store::maintenance::retention_key_holds(pool, BATCH).await?;
+        windows += n;
+        holds += h;
+        if (n as i64) < BATCH && (h as i64) < BATCH {
+            break;
+        }
+    }
+    if windows + holds > 0 {
+        tracing::debug!(
+            windows,
+            holds,
+            "retention forgot unique_for windows and key holds that had passed"
         );
     }
     Ok(total)

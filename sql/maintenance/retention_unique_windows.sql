@@ -1,0 +1,13 @@
+-- Forget up to $1 `unique_for` windows that have ended (skiplock.unique_windows): an ended
+-- window refuses nothing (skiplock._enqueue_outcome looks only at the window holding now()),
+-- so deleting it changes no decision. Rows an enqueue holds are skipped.
+WITH gone AS (
+    SELECT w.kind, w.queue, w.key, w.window_start
+    FROM skiplock.unique_windows w
+    WHERE w.window_end <= now()
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM skiplock.unique_windows w
+USING gone
+WHERE (w.kind, w.queue, w.key, w.window_start) = (gone.kind, gone.queue, gone.key, gone.window_start)
