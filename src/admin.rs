@@ -75,6 +75,15 @@ pub async fn pause_queue<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bo
     store::control::pause(exec, queue).await
 }
 
+/// Turns fair mode of a queue on or off: its claims serve its limit keys round-robin.
+pub async fn set_queue_fairness<'e, E: Executor<'e>>(
+    exec: E,
+    queue: &str,
+    fair: bool,
+) -> Result<()> {
+    store::control::set_queue_fairness(exec, queue, fair).await
+}
+
 /// Resumes a paused queue. Whether it was paused.
 pub async fn resume_queue<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
     store::control::resume(exec, queue).await

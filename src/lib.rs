@@ -42,6 +42,8 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod prelude;
 #[cfg(feature = "cli")]
 pub mod progress;

@@ -907,3 +907,95 @@ async fn hold_key_from_sql_moves_only_that_keys_waiting_jobs_and_extends_never_s
         assert!(e.to_string().contains(want), "{sql}: {e}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_queue_starts_another_keys_first_job_within_one_claim_of_a_100000_job_backlog() {
+    let db = TestDb::new().await;
+    skiplock::admin::set_queue_fairness(&db.pool, "tenants", true)
+        .await
+        .unwrap();
+    let args = vec![json!({}); 50_000];
+    for _ in 0..2 {
+        enqueue_many(
+            &db.pool,
+            ManyJobs {
+                kind: "noop",
+                args: &args,
+                queue: "tenants",
+                limit_key: Some("a"),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let b = enqueue(
+        &db.pool,
+        &NewJob::new("noop", json!({}))
+            .queue("tenants")
+            .limit_key("b"),
+    )
+    .await
+    .unwrap()
+    .id;
+    let unkeyed = enqueue(&db.pool, &NewJob::new("noop", json!({})).queue("tenants"))
+        .await
+        .unwrap()
+        .id;
+    let settings = fast_settings();
+    // One claim takes at most the free slots and the buffer.
+    let batch = 10 + settings.claim_ahead as i64;
+    let w = start_worker(&db.pool, settings, |mut b| {
+        skiplock::worker::builtin::register(b.registry_mut());
+        b.queue("tenants", 10)
+    });
+    for id in [b, unkeyed] {
+        wait_for(
+            "the other keys' jobs ran",
+            Duration::from_secs(120),
+            || async { (state_of(&db, id).await == "completed").then_some(()) },
+        )
+        .await;
+    }
+    w.stop().await.unwrap();
+    for id in [b, unkeyed] {
+        let before: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM skiplock.jobs WHERE limit_key = 'a' \
+             AND attempted_at < (SELECT attempted_at FROM skiplock.jobs WHERE id = $1)",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert!(
+            before < batch,
+            "{before} of key a's jobs started before job {id} (one claim: at most {batch})"
+        );
+    }
+    // Without fair mode the same queue serves key a's backlog first: its first claim holds
+    // no job of b.
+    sqlx::query("UPDATE skiplock.jobs SET state = 'available', attempt = 0, attempted_at = NULL")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    skiplock::admin::set_queue_fairness(&db.pool, "tenants", false)
+        .await
+        .unwrap();
+    let claimed = skiplock::store::claim::claim(
+        db.pool.pg(),
+        skiplock::store::claim::ClaimParams {
+            queue: "tenants",
+            kinds: &["noop".to_string()],
+            limit: 100,
+            worker: "w:1:x",
+        },
+    )
+    .await
+    .unwrap();
+    assert!(claimed.iter().all(|j| j.id != b && j.id != unkeyed));
+    let fair_rows = count(&db.pool, "SELECT count(*) FROM skiplock.queues").await;
+    assert_eq!(
+        fair_rows, 0,
+        "fair mode off and nothing else set: the queue's row is gone"
+    );
+}

@@ -35,3 +35,8 @@ CREATE TABLE skiplock.key_holds (
     until timestamptz NOT NULL CHECK (skiplock._time_ok(until)),
     PRIMARY KEY (queue, limit_key)
 );
+
+-- Fair mode (skiplock.set_queue_fairness): the queue's claims serve its limit keys
+-- round-robin (skiplock._fair_pick) instead of in claim order, from where the previous claim
+-- left off (skiplock.key_scans.after_key).
+ALTER TABLE skiplock.queues ADD COLUMN fair boolean NOT NULL DEFAULT false;

@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION skiplock._queue_tidy(q text) RETURNS void
 LANGUAGE sql AS $$
     DELETE FROM skiplock.queues c
     WHERE c.queue = q AND NOT c.paused AND c.concurrency IS NULL
-      AND c.key_concurrency IS NULL AND c.key_rate IS NULL;
+      AND c.key_concurrency IS NULL AND c.key_rate IS NULL AND NOT c.fair;
 $$;
 
 -- Refuses a queue name no job could carry (as skiplock._check_job does for enqueue).
@@ -22,6 +22,113 @@ BEGIN
     IF q IS NULL OR q = '' OR length(q) > 200 THEN
         RAISE EXCEPTION 'skiplock: queue name must be 1 to 200 characters' USING ERRCODE = '22023';
     END IF;
+END;
+$$;
+
+-- Fair mode on or off (docs/concepts.md, "Fair queues"): a fair queue's claims serve its
+-- limit keys round-robin (skiplock._fair_pick), so one key's backlog delays another key's
+-- first job by at most one claim. Its claims go through skiplock._claim_limited (the queue has
+-- a row) and wait for each other on that row. Under a key's limits the claim's walk over the
+-- keys decides instead (each key gives at most its allowance), and the flag changes nothing.
+CREATE OR REPLACE FUNCTION skiplock.set_queue_fairness(queue text, fair boolean)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM skiplock._check_queue_name(set_queue_fairness.queue);
+    IF set_queue_fairness.fair IS NULL THEN
+        RAISE EXCEPTION 'skiplock: fair must be true or false' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO skiplock.queues AS c (queue, fair) VALUES (set_queue_fairness.queue, set_queue_fairness.fair)
+    ON CONFLICT ON CONSTRAINT queues_pkey DO UPDATE SET fair = EXCLUDED.fair, updated_at = now();
+    IF NOT set_queue_fairness.fair THEN
+        DELETE FROM skiplock.key_scans ks WHERE ks.queue = set_queue_fairness.queue;
+    END IF;
+    PERFORM skiplock._queue_tidy(set_queue_fairness.queue);
+    PERFORM pg_notify(skiplock._wake_channel(), set_queue_fairness.queue);
+END;
+$$;
+
+-- Up to `n` limit keys of queue `q` with available jobs, in key order after `after` (NULL:
+-- from the first) and not after `upto` (NULL: to the last): a loose index scan of
+-- jobs_key_claim_idx, one probe per key.
+CREATE OR REPLACE FUNCTION skiplock._keys_between(q text, after text, upto text, n integer)
+RETURNS text[] LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE w AS (
+        (SELECT j.limit_key AS k, 1 AS i FROM skiplock.jobs j
+         WHERE j.state = 'available' AND j.queue = q AND j.limit_key > coalesce(after, '')
+         ORDER BY j.limit_key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.limit_key FROM skiplock.jobs j
+                WHERE j.state = 'available' AND j.queue = q AND j.limit_key > w.k
+                ORDER BY j.limit_key LIMIT 1), w.i + 1
+        FROM w WHERE w.k IS NOT NULL AND w.i < n
+    )
+    SELECT coalesce(array_agg(w.k ORDER BY w.i), '{}') FROM w
+    WHERE w.k IS NOT NULL AND (upto IS NULL OR w.k <= upto)
+$$;
+
+-- The pick of a fair queue (skiplock.set_queue_fairness): up to `want` due jobs of `kinds`,
+-- round-robin over its limit keys (the jobs without a key count as one more key): each key's
+-- first job in claim order, then each key's second, and so on. The keys are read from after
+-- the last one the previous claim read (skiplock.key_scans.after_key), wrapping round to the
+-- first, at most `want` of them, so with more keys than a claim takes every key is reached
+-- within keys / want claims. Each key gives at most 2 * want / keys candidates: a claim reads
+-- about 2 * want rows however large one key's backlog is (a key with few jobs leaves room the
+-- others fill). Returns the ids, locked FOR UPDATE SKIP LOCKED. The claims of one queue are
+-- serialized by its row's lock (skiplock._claim_limited), so the cursor is theirs alone.
+CREATE OR REPLACE FUNCTION skiplock._fair_pick(q text, kinds text[], want integer)
+RETURNS bigint[]
+-- See skiplock._claim: plans kept from the function's first calls must not scan the table.
+SET enable_seqscan = off
+LANGUAGE plpgsql AS $$
+DECLARE
+    cursor_key text;
+    keys text[];
+    per_key integer;
+    picked bigint[];
+BEGIN
+    IF coalesce(want, 0) <= 0 THEN
+        RETURN '{}';
+    END IF;
+    SELECT ks.after_key INTO cursor_key FROM skiplock.key_scans ks WHERE ks.queue = q;
+    keys := skiplock._keys_between(q, cursor_key, NULL, want);
+    IF cardinality(keys) < want AND cursor_key IS NOT NULL THEN
+        keys := keys || skiplock._keys_between(q, NULL, cursor_key, want - cardinality(keys));
+    END IF;
+    per_key := ceil(2.0 * want / (cardinality(keys) + 1))::integer;
+    WITH cand AS (
+        SELECT c.id, k.i, c.rn
+        FROM unnest(keys) WITH ORDINALITY AS k(k, i)
+        CROSS JOIN LATERAL (
+            SELECT j.id, row_number() OVER (ORDER BY j.priority, j.scheduled_at, j.id) AS rn
+            FROM skiplock.jobs j
+            WHERE j.state = 'available' AND j.queue = q AND j.limit_key = k.k
+              AND j.scheduled_at <= now() AND j.kind = ANY(kinds)
+            ORDER BY j.priority, j.scheduled_at, j.id
+            LIMIT per_key) c
+        UNION ALL
+        SELECT u.id, 0, row_number() OVER (ORDER BY u.priority, u.scheduled_at, u.id)
+        FROM (SELECT j.id, j.priority, j.scheduled_at FROM skiplock.jobs j
+              WHERE j.state = 'available' AND j.queue = q AND j.limit_key IS NULL
+                AND j.scheduled_at <= now() AND j.kind = ANY(kinds)
+              ORDER BY j.priority, j.scheduled_at, j.id
+              LIMIT per_key) u
+    ), chosen AS (
+        SELECT c.id, row_number() OVER (ORDER BY c.rn, c.i) AS ord
+        FROM cand c ORDER BY c.rn, c.i LIMIT want
+    ), locked AS (
+        SELECT j.id FROM skiplock.jobs j
+        WHERE j.id IN (SELECT ch.id FROM chosen ch) AND j.state = 'available'
+        FOR UPDATE SKIP LOCKED
+    )
+    SELECT coalesce(array_agg(ch.id ORDER BY ch.ord), '{}') INTO picked
+    FROM chosen ch JOIN locked l ON l.id = ch.id;
+    IF cardinality(keys) > 0 THEN
+        INSERT INTO skiplock.key_scans AS ks (queue, after_key)
+        VALUES (q, keys[cardinality(keys)])
+        ON CONFLICT ON CONSTRAINT key_scans_pkey DO UPDATE SET after_key = EXCLUDED.after_key;
+    END IF;
+    RETURN picked;
 END;
 $$;
 
@@ -339,11 +446,16 @@ BEGIN
     END IF;
     free := free + extra;
 
-    IF is_controlled AND NOT ctl.paused AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
+    IF is_controlled AND NOT ctl.paused AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL
+       AND NOT ctl.fair THEN
         clock := now();
         read_out := '{}';
     END IF;
-    IF free > 0 AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
+    IF free > 0 AND ctl.fair AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
+        -- Fair mode: round-robin over the keys, not lane by lane (no clock: the worker's lane
+        -- bounds stay as they were).
+        picked := skiplock._fair_pick(q, kinds, free);
+    ELSIF free > 0 AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
         SELECT p.ids, p.read_out INTO picked, read_out
         FROM skiplock._claim_lanes(q, kinds, free, lane_priority, lane_since) p;
     ELSIF free > 0 THEN
@@ -524,7 +636,8 @@ SELECT coalesce(c.queue, s.queue) AS queue,
        coalesce(c.paused, false) AS paused,
        c.concurrency, c.key_concurrency, c.key_rate, c.key_period,
        coalesce(s.available, 0) AS available,
-       coalesce(s.running, 0) AS running
+       coalesce(s.running, 0) AS running,
+       coalesce(c.fair, false) AS fair
 FROM skiplock.queues c
 FULL JOIN (SELECT j.queue,
                   count(*) FILTER (WHERE j.state = 'available') AS available,

@@ -152,15 +152,16 @@ BEGIN
         -- or loosen a row, the fetch queue's politeness above all (it sets that one only
         -- through skiplock.set_politeness). UPDATE of updated_at alone stays: the limited claim
         -- locks the queue's row (SELECT ... FOR UPDATE needs UPDATE on some column) and
-        -- writes nothing. The key-limit setters go with it; set_queue_limit stays (the packet
-        -- workflow sets its queue's concurrency at start, and it cannot remove a key limit).
+        -- writes nothing. The key-limit setters and the fairness switch go with it;
+        -- set_queue_limit stays (the packet workflow sets its queue's concurrency at start, and
+        -- it cannot remove a key limit).
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.queues FROM skiplock_worker';
         EXECUTE 'GRANT UPDATE (updated_at) ON skiplock.queues TO skiplock_worker';
         FOR f IN
             SELECT p.oid::regprocedure::text
             FROM pg_catalog.pg_proc p
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-            WHERE n.nspname = 'skiplock' AND p.proname IN ('set_key_limit', 'change_key_limit')
+            WHERE n.nspname = 'skiplock' AND p.proname IN ('set_key_limit', 'change_key_limit', 'set_queue_fairness')
         LOOP
             EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM skiplock_worker', f);
         END LOOP;

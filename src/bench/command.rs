@@ -312,6 +312,10 @@ pub fn render(r: &BenchReport) -> String {
             rate(r.drain_queue_limit.as_ref().map(|d| &d.jobs_per_s)),
         ),
         (
+            "   drain, fair queue".into(),
+            rate(r.drain_fair.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
             format!(
                 "8. crawl {} hosts × {} pages, {} ms",
                 limits::CRAWL_HOSTS,
@@ -343,6 +347,7 @@ pub fn render(r: &BenchReport) -> String {
         "queue limit, never binding",
         r.drain_queue_limit.as_ref(),
     );
+    cost_row(&mut o, "fair queue", r.drain_fair.as_ref());
     cost_row(&mut o, "ceiling", r.ceiling.as_ref());
     cost_row(
         &mut o,
@@ -402,6 +407,7 @@ pub fn render(r: &BenchReport) -> String {
             "queue limit drain / plain drain",
             r.queue_limit_to_drain.as_ref(),
         ),
+        ("fair queue drain / plain drain", r.fair_to_drain.as_ref()),
         ("crawl pages/s / ideal", r.crawl_to_ideal.as_ref()),
     ];
     lines(
@@ -668,6 +674,8 @@ mod tests {
             drain_queue_limit: None,
             key_rate_to_drain: None,
             queue_limit_to_drain: None,
+            drain_fair: None,
+            fair_to_drain: None,
             crawl_pages_per_s: Some(stat(450.0)),
             crawl_to_ideal: Some(stat(0.9)),
             targets: evaluate(&figures),

@@ -66,6 +66,23 @@ pub(crate) async fn key_rate_drain(
     r
 }
 
+/// The drain of `jobs` noop jobs over [`KEYS`] limit keys in a fair queue
+/// (`skiplock.set_queue_fairness`): every claim goes through the limited claim and picks
+/// round-robin over the keys (`skiplock._fair_pick`).
+pub(crate) async fn fair_drain(
+    url: &str,
+    o: &BenchOptions,
+    monitor: &PgPool,
+    meter: &Meter<'_>,
+) -> Result<DrainRun> {
+    control::set_queue_fairness(monitor, QUEUE, true).await?;
+    store::fill_keyed(monitor, o.jobs, KEYS).await?;
+    store::analyze_jobs(monitor).await?;
+    let r = drain::in_process(url, o, o.jobs, meter).await;
+    control::set_queue_fairness(monitor, QUEUE, false).await?;
+    r
+}
+
 /// A queue concurrency limit the drain's one worker never reaches: the jobs it can hold
 /// `running` at once are its slots, as many finished ones whose acks are not written yet, and
 /// its buffer; the limited claim gives the buffer only half the room the limit leaves, so the

@@ -248,6 +248,10 @@ pub struct BenchReport {
     pub key_rate_to_drain: Option<Stat>,
     /// drain_queue_limit / drain, per run.
     pub queue_limit_to_drain: Option<Stat>,
+    /// The drain of a fair queue ([`limits::KEYS`] keys, round-robin).
+    pub drain_fair: Option<DrainFigures>,
+    /// drain_fair / drain, per run.
+    pub fair_to_drain: Option<Stat>,
     /// Pages/s of the polite crawl ([`limits::CRAWL_HOSTS`] × [`limits::CRAWL_PAGES`]).
     pub crawl_pages_per_s: Option<Stat>,
     /// crawl pages/s / the ideal ([`limits::crawl_ideal`]), per run.
@@ -416,7 +420,7 @@ fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> Option<f64>) 
 
 /// The medians the targets are checked on.
 fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
-    let stats: [(&str, Option<&Stat>); 18] = [
+    let stats: [(&str, Option<&Stat>); 19] = [
         ("cli_to_graphile", r.cli_to_graphile.as_ref()),
         ("pgbouncer_to_cli", r.pgbouncer_to_cli.as_ref()),
         ("cli_default_to_cli", r.cli_default_to_cli.as_ref()),
@@ -437,6 +441,7 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
         ("latency_p50_to_floor", r.latency_p50_to_floor.as_ref()),
         ("key_rate_to_drain", r.key_rate_to_drain.as_ref()),
         ("queue_limit_to_drain", r.queue_limit_to_drain.as_ref()),
+        ("fair_to_drain", r.fair_to_drain.as_ref()),
         ("crawl_to_ideal", r.crawl_to_ideal.as_ref()),
     ];
     let mut m: BTreeMap<String, f64> = stats
@@ -476,7 +481,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let (mut single_plain, mut many_plain) = (vec![], vec![]);
     let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
     let mut ceil2 = vec![];
-    let (mut keyed, mut qlim, mut crawls) = (vec![], vec![], vec![]);
+    let (mut keyed, mut qlim, mut fair, mut crawls) = (vec![], vec![], vec![], vec![]);
     let (mut cli, mut cli_default, mut cli_first) = (vec![], vec![], vec![]);
     let mut cli_pgbouncer = vec![];
     let mut graphile_version = None;
@@ -573,6 +578,13 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             ));
             reset(&monitor).await?;
             qlim.push(limits::queue_limit_drain(url, o, &monitor, &meter).await?);
+            step(&format!(
+                "drain {} jobs, fair queue ({} keys round-robin)",
+                o.jobs,
+                limits::KEYS
+            ));
+            reset(&monitor).await?;
+            fair.push(limits::fair_drain(url, o, &monitor, &meter).await?);
             step(&format!(
                 "crawl {} hosts × {} pages, politeness {} ms",
                 limits::CRAWL_HOSTS,
@@ -708,6 +720,8 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         queue_limit_to_drain: ratios(&qlim, &drains, throughput),
         drain_key_rate: DrainFigures::of(&keyed),
         drain_queue_limit: DrainFigures::of(&qlim),
+        fair_to_drain: ratios(&fair, &drains, throughput),
+        drain_fair: DrainFigures::of(&fair),
         crawl_to_ideal: Stat::of_some(
             &crawls
                 .iter()

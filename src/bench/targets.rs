@@ -112,6 +112,15 @@ pub const TARGETS: &[Target] = &[
         bound: 0.9,
         unit: "×",
     },
+    // Fair mode pays for its round-robin pick (and its claims wait for each other on the
+    // queue's row), but stays a drain, not a crawl.
+    Target {
+        key: "fair_to_drain",
+        label: "drain, fair queue / plain",
+        cmp: Cmp::AtLeast,
+        bound: 0.7,
+        unit: "×",
+    },
     Target {
         key: "crawl_to_ideal",
         label: "crawl pages/s / hosts per interval",

@@ -27,6 +27,9 @@ pub enum QueueCommand {
     Pause(NameArg),
     /// Claim from a paused queue again.
     Resume(NameArg),
+    /// Serve a queue's limit keys round-robin: one key's backlog delays another key's first
+    /// job by at most one claim (--off: claim order again).
+    Fair(FairArgs),
     /// Queues with limits or live jobs: limits, paused, counts.
     List(ListArgs),
 }
@@ -45,6 +48,16 @@ pub struct LimitArgs {
     /// Starts per limit_key: N/DURATION, e.g. 1/500ms or 60/1m (or `none`).
     #[arg(long, allow_hyphen_values = true)]
     pub rate: Option<String>,
+}
+
+/// `skiplock queue fair`.
+#[derive(Debug, Args)]
+pub struct FairArgs {
+    /// The queue.
+    pub queue: String,
+    /// Turn fair mode off.
+    #[arg(long)]
+    pub off: bool,
 }
 
 /// A queue name argument.
@@ -88,6 +101,21 @@ pub async fn run(url: Option<&str>, a: QueueArgs) -> anyhow::Result<()> {
                     ""
                 } else {
                     " (it was not paused)"
+                }
+            );
+            Ok(())
+        }
+        QueueCommand::Fair(a) => {
+            check_name(&a.queue)?;
+            let pool = connect_migrated(url).await?;
+            control::set_queue_fairness(&pool, &a.queue, !a.off).await?;
+            say!(
+                "queue {}: {}",
+                a.queue,
+                if a.off {
+                    "claim order"
+                } else {
+                    "fair (limit keys round-robin)"
                 }
             );
             Ok(())
@@ -204,6 +232,9 @@ pub fn describe(q: &control::QueueControl) -> String {
         q.key_concurrency,
         control::rate_of(q.key_rate, q.key_period_secs),
     );
+    if q.fair {
+        parts.push("fair".into());
+    }
     if q.paused {
         parts.push("paused".into());
     }

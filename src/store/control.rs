@@ -169,6 +169,23 @@ pub async fn change_key_limit<'e, E: Executor<'e>>(
     Ok(())
 }
 
+
+/// Turns fair mode of `queue` on or off (`skiplock.set_queue_fairness`): a fair queue's claims
+/// serve its limit keys round-robin, so one key's backlog delays another key's first job by at
+/// most one claim (docs/concepts.md, "Fair queues").
+pub async fn set_queue_fairness<'e, E: Executor<'e>>(
+    exec: E,
+    queue: &str,
+    fair: bool,
+) -> Result<()> {
+    check_queue(queue)?;
+    super::query(sql!("control", "set_queue_fairness"))
+        .bind(queue)
+        .bind(fair)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
 /// Pauses `queue`; returns whether it was running before.
 pub async fn pause<'e, E: Executor<'e>>(exec: E, queue: &str) -> Result<bool> {
     check_queue(queue)?;
@@ -262,6 +279,8 @@ pub struct QueueControl {
     pub available: i64,
     /// Running jobs.
     pub running: i64,
+    /// Its claims serve its limit keys round-robin ([`set_queue_fairness`]).
+    pub fair: bool,
 }
 
 /// Every queue with control settings or live jobs.

@@ -2,6 +2,7 @@
 //! users call, so validation, unique keys and NOTIFY live in one place), list, get, cancel,
 //! retry, and the counts behind `skiplock stats`. Statements: `sql/queue/`.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -33,6 +34,7 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
     if let Some(t) = job.run_at {
         crate::time::check("run_at", t)?;
     }
+    let meta = meta_to_write(job.meta.as_ref());
     let (id, outcome): (i64, String) = super::query_as(sql!("queue", "enqueue"))
         .bind(&job.kind)
         .bind(&job.args)
@@ -44,7 +46,7 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
         .bind(job.on_conflict.as_str())
         .bind(&job.limit_key)
         .bind(tags_or_null(&job.tags))
-        .bind(&job.meta)
+        .bind(meta.as_deref())
         .bind(job.unique_by.as_ref().map(UniqueBy::to_sql))
         .bind(job.unique_for)
         .fetch_one(exec)
@@ -68,6 +70,15 @@ fn check_extras(tags: &[String], meta: Option<&Value>) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The meta an enqueue writes: the caller's, with the current trace context added when the
+/// `otel` feature is on (src/otel.rs).
+fn meta_to_write(meta: Option<&Value>) -> Option<Cow<'_, Value>> {
+    #[cfg(feature = "otel")]
+    return crate::otel::with_current_context(meta);
+    #[cfg(not(feature = "otel"))]
+    meta.map(Cow::Borrowed)
 }
 
 /// No tags travel as NULL, so the SQL functions take their cheapest path.
@@ -114,6 +125,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
     )?;
     check_reserved_job(jobs.kind, jobs.queue)?;
     check_extras(jobs.tags, jobs.meta)?;
+    let meta = meta_to_write(jobs.meta);
     if let Some(t) = jobs.run_at {
         crate::time::check("run_at", t)?;
     }
@@ -125,7 +137,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .bind(jobs.priority)
         .bind(jobs.limit_key)
         .bind(tags_or_null(jobs.tags))
-        .bind(jobs.meta)
+        .bind(meta.as_deref())
         .bind(jobs.unique_by.map(UniqueBy::to_sql))
         .bind(jobs.unique_for)
         .bind(jobs.on_conflict.as_str())

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "df71c6f5bcec97814531eafcf05dd0017ca416bdb0c235ce8449a99cf176baa0",
+        "2f244c84385618e9bdbfdee15b59cfcda61e5c39bbcf20f3bfd06c7e3a6c445d",
     ),
 ];
 

@@ -854,6 +854,13 @@ fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
     }
 }
 
+/// The level of a job's span: see `spawn_job`.
+const JOB_SPAN_LEVEL: tracing::Level = if cfg!(feature = "otel") {
+    tracing::Level::INFO
+} else {
+    tracing::Level::DEBUG
+};
+
 fn spawn_job(
     shared: &Arc<Shared>,
     p: &Arc<Producer>,
@@ -898,9 +905,14 @@ fn spawn_job(
             sh.hooks.before(info);
         }
         // A debug-level span: at the default level it costs nothing per job; warnings below
-        // carry the job's fields themselves.
-        let span = tracing::debug_span!("job", job.id = job.id, job.kind = %job.kind,
+        // carry the job's fields themselves. With the `otel` feature it is an info span (what
+        // an OpenTelemetry layer usually records), named for the job's kind, the child or a
+        // link of the enqueuer's trace (src/otel.rs).
+        let span = tracing::span!(JOB_SPAN_LEVEL, "job", otel.name = %format_args!("job {}", job.kind),
+            otel.kind = "consumer", job.id = job.id, job.kind = %job.kind,
             job.queue = %job.queue, job.attempt = job.attempt);
+        #[cfg(feature = "otel")]
+        crate::otel::follow_enqueuer(&span, &job.meta, job.attempt);
         let began = Instant::now();
         let attempt = {
             use tracing::Instrument;
