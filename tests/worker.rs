@@ -783,17 +783,31 @@ async fn jobs_claimed_ahead_are_heartbeated_and_returned_at_shutdown() {
         (count_state(&db.pool, "running").await == 4).then_some(())
     })
     .await;
-    // Every claimed row, started or buffered, gets a heartbeat after its claim.
+    // The two in the buffer show it: running, no attempted_at (not started).
+    let buffered = count(
+        &db.pool,
+        "SELECT count(*) FROM skiplock.jobs WHERE state = 'running' AND attempted_at IS NULL",
+    )
+    .await;
+    assert_eq!(buffered, 2);
+    // Every claimed row, started or buffered, gets a heartbeat after its claim (the claim
+    // wrote the first heartbeat_at).
+    let claimed_by: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT max(heartbeat_at) FROM skiplock.jobs WHERE state = 'running'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     wait_for(
         "a heartbeat on every claimed job",
         Duration::from_secs(60),
         || async {
-            let n = count(
-                &db.pool,
-                "SELECT count(*) FROM skiplock.jobs
-                 WHERE state = 'running' AND heartbeat_at > attempted_at",
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM skiplock.jobs WHERE state = 'running' AND heartbeat_at > $1",
             )
-            .await;
+            .bind(claimed_by)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
             (n == 4).then_some(())
         },
     )
