@@ -147,6 +147,17 @@ BEGIN
 END;
 $$;
 
+-- When a job of `queue` with `limit_key`, asked to run at `run_at` (NULL: now), is due: no
+-- earlier than the end of a hold of its key (skiplock.hold_key). One probe of
+-- skiplock.key_holds' primary key; the enqueue functions call it for keyed jobs only.
+CREATE OR REPLACE FUNCTION skiplock._due_after_hold(queue text, limit_key text, run_at timestamptz)
+RETURNS timestamptz LANGUAGE sql STABLE AS $$
+    SELECT greatest(coalesce(run_at, now()),
+                    (SELECT h.until FROM skiplock.key_holds h
+                     WHERE h.queue = _due_after_hold.queue AND h.limit_key = _due_after_hold.limit_key
+                       AND h.until > now()))
+$$;
+
 -- Refuses a meta skiplock will not store (NULL passes: none): a JSON object of at most 64 KiB
 -- that a worker can read (skiplock._unreadable_args).
 CREATE OR REPLACE FUNCTION skiplock._check_meta(meta jsonb)
@@ -370,13 +381,9 @@ BEGIN
     IF _enqueue_outcome.tags IS NOT NULL THEN
         the_tags := skiplock._tags(_enqueue_outcome.tags);
     END IF;
-    -- A job of a held key (skiplock.hold_key) is due no earlier than the hold's end: one probe
-    -- of skiplock.key_holds' primary key, for keyed jobs only.
     IF _enqueue_outcome.limit_key IS NOT NULL THEN
-        _enqueue_outcome.run_at := greatest(coalesce(_enqueue_outcome.run_at, now()),
-            (SELECT h.until FROM skiplock.key_holds h
-             WHERE h.queue = _enqueue_outcome.queue AND h.limit_key = _enqueue_outcome.limit_key
-               AND h.until > now()));
+        _enqueue_outcome.run_at := skiplock._due_after_hold(_enqueue_outcome.queue,
+            _enqueue_outcome.limit_key, _enqueue_outcome.run_at);
     END IF;
 
     IF _enqueue_outcome.unique_by IS NOT NULL OR _enqueue_outcome.unique_for IS NOT NULL THEN
@@ -986,12 +993,9 @@ BEGIN
         END LOOP;
         RETURN ids;
     END IF;
-    -- As skiplock._enqueue_outcome: a held key's jobs are due no earlier than the hold's end.
     IF enqueue_many.limit_key IS NOT NULL THEN
-        enqueue_many.run_at := greatest(coalesce(enqueue_many.run_at, now()),
-            (SELECT h.until FROM skiplock.key_holds h
-             WHERE h.queue = enqueue_many.queue AND h.limit_key = enqueue_many.limit_key
-               AND h.until > now()));
+        enqueue_many.run_at := skiplock._due_after_hold(enqueue_many.queue, enqueue_many.limit_key,
+                                                       enqueue_many.run_at);
     END IF;
     WITH ins AS (
         INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, limit_key, tags, meta)

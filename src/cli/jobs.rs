@@ -64,24 +64,21 @@ fn parse_unique_by(s: &str) -> Result<UniqueBy, String> {
 
 /// Parses a `--meta` argument into a JSON object, with a message naming the problem.
 fn parse_meta(s: &str) -> anyhow::Result<serde_json::Value> {
-    let v: serde_json::Value =
-        serde_json::from_str(s).map_err(|e| anyhow::anyhow!("invalid --meta: {e}"))?;
-    if !v.is_object() {
-        bail!(
-            "invalid --meta: expected a JSON object like {{\"tenant\": \"a\"}}, got {}",
-            crate::queue::typed::json_type(&v)
-        );
-    }
-    Ok(v)
+    json_object("--meta", r#"{"tenant": "a"}"#, s)
 }
 
 /// Parses the ARGS_JSON argument into a JSON object, with a message naming the problem.
 pub fn parse_args_json(s: &str) -> anyhow::Result<serde_json::Value> {
+    json_object("ARGS_JSON", r#"{"key": 1}"#, s)
+}
+
+/// `s` as a JSON object, or an error naming `what` and showing `example`.
+fn json_object(what: &str, example: &str, s: &str) -> anyhow::Result<serde_json::Value> {
     let v: serde_json::Value =
-        serde_json::from_str(s).map_err(|e| anyhow::anyhow!("invalid ARGS_JSON: {e}"))?;
+        serde_json::from_str(s).map_err(|e| anyhow::anyhow!("invalid {what}: {e}"))?;
     if !v.is_object() {
         bail!(
-            "invalid ARGS_JSON: expected a JSON object like {{\"key\": 1}}, got {}",
+            "invalid {what}: expected a JSON object like {example}, got {}",
             crate::queue::typed::json_type(&v)
         );
     }

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "2f244c84385618e9bdbfdee15b59cfcda61e5c39bbcf20f3bfd06c7e3a6c445d",
+        "66aab5932cf7aebdcf28e7b9881f9341d07fdb22c3e3045d1624fe5e82ddc12e",
     ),
 ];
 
