@@ -869,6 +869,14 @@ async fn hold_key_from_sql_moves_only_that_keys_waiting_jobs_and_extends_never_s
         1,
         "only key y's job is still due"
     );
+    // A hold within a second of the current one moves nothing again.
+    let moved: i64 = sqlx::query_scalar(
+        "SELECT skiplock.hold_key('default', 'x', until + interval '500 milliseconds') FROM skiplock.key_holds",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(moved, 0);
     // An earlier hold changes nothing; a later one extends it.
     let moved: i64 =
         sqlx::query_scalar("SELECT skiplock.hold_key('default', 'x', now() + interval '1 minute')")
@@ -998,4 +1006,53 @@ async fn a_fair_queue_starts_another_keys_first_job_within_one_claim_of_a_100000
         fair_rows, 0,
         "fair mode off and nothing else set: the queue's row is gone"
     );
+}
+
+#[tokio::test]
+async fn a_fair_claim_walks_past_keys_with_nothing_due_and_leaves_the_starts_to_the_worker() {
+    let db = TestDb::new().await;
+    skiplock::admin::set_queue_fairness(&db.pool, "tenants", true)
+        .await
+        .unwrap();
+    // Fifty keys whose jobs are all held for an hour, then one with due jobs.
+    for k in 0..50 {
+        enqueue(
+            &db.pool,
+            &NewJob::new("noop", json!({}))
+                .queue("tenants")
+                .limit_key(format!("held-{k:02}"))
+                .run_at(chrono::Utc::now() + chrono::Duration::hours(1)),
+        )
+        .await
+        .unwrap();
+    }
+    for _ in 0..3 {
+        enqueue(
+            &db.pool,
+            &NewJob::new("noop", json!({}))
+                .queue("tenants")
+                .limit_key("ready"),
+        )
+        .await
+        .unwrap();
+    }
+    // A claim of two reads one key at a time: it goes on past the fifty.
+    let claimed = skiplock::store::claim::claim(
+        db.pool.pg(),
+        skiplock::store::claim::ClaimParams {
+            queue: "tenants",
+            kinds: &["noop".to_string()],
+            limit: 2,
+            worker: "w:1:x",
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(claimed.len(), 2, "the ready key's jobs, in one claim");
+    let started = count(
+        &db.pool,
+        "SELECT count(*) FROM skiplock.jobs WHERE state = 'running' AND attempted_at IS NULL AND limit_key = 'ready'",
+    )
+    .await;
+    assert_eq!(started, 2, "a fair pick writes no start: the worker does");
 }

@@ -25,10 +25,10 @@ CREATE TABLE skiplock.unique_windows (
 );
 CREATE INDEX unique_windows_end_idx ON skiplock.unique_windows (window_end);
 
--- Keys held from the handler (`Outcome::SnoozeKey`) or by an operator (skiplock.hold_key):
--- until `until`, no job of the queue with this limit_key is due. skiplock.hold_key moves the
--- key's waiting jobs to `until`, and an enqueue of the key meanwhile is due no earlier; the row
--- is what psql shows of the hold, and retention forgets it once it has passed.
+-- Keys held from the handler (`Outcome::SnoozeKey`) or by an operator (skiplock.hold_key)
+-- until `until`: skiplock.hold_key moves the key's waiting jobs to `until`, and an enqueue of
+-- the key meanwhile is due no earlier; the row is what psql shows of the hold, and retention
+-- forgets it once it has passed.
 CREATE TABLE skiplock.key_holds (
     queue text NOT NULL,
     limit_key text NOT NULL,

@@ -404,19 +404,30 @@ BEGIN
                     USING ERRCODE = '22023';
             END IF;
             w_start := skiplock._window_start(_enqueue_outcome.unique_for);
-            INSERT INTO skiplock.unique_windows (kind, queue, key, window_start, window_end, job_id)
-            VALUES (_enqueue_outcome.kind, _enqueue_outcome.queue, coalesce(the_key, ''), w_start,
-                    w_start + make_interval(secs => extract(epoch FROM _enqueue_outcome.unique_for)), 0)
-            ON CONFLICT DO NOTHING;
-            w_taken := FOUND;
-            IF NOT w_taken THEN
+            -- The window's row, or the job it names; the row is share-locked when found, so
+            -- retention cannot delete it between the two statements (if it did before, the
+            -- insert is tried again).
+            LOOP
+                INSERT INTO skiplock.unique_windows (kind, queue, key, window_start, window_end, job_id)
+                VALUES (_enqueue_outcome.kind, _enqueue_outcome.queue, coalesce(the_key, ''), w_start,
+                        w_start + make_interval(secs => extract(epoch FROM _enqueue_outcome.unique_for)), 0)
+                ON CONFLICT DO NOTHING;
+                w_taken := FOUND;
+                EXIT WHEN w_taken;
                 SELECT w.job_id INTO new_id FROM skiplock.unique_windows w
                 WHERE w.kind = _enqueue_outcome.kind AND w.queue = _enqueue_outcome.queue
-                  AND w.key = coalesce(the_key, '') AND w.window_start = w_start;
-                -- 'replace' updates the window's job below while it waits (it holds the key);
-                -- once it has run, the window is spent.
-                IF _enqueue_outcome.on_conflict = 'keep'
-                   OR NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = new_id AND j.state = 'available') THEN
+                  AND w.key = coalesce(the_key, '') AND w.window_start = w_start
+                FOR SHARE;
+                EXIT WHEN FOUND;
+            END LOOP;
+            IF NOT w_taken THEN
+                -- 'replace' updates the window's job below while it waits (it holds the key),
+                -- locked first so no claim takes it meanwhile (the replace would then insert a
+                -- second job in the window); once it has run, the window is spent.
+                IF _enqueue_outcome.on_conflict = 'replace' THEN
+                    PERFORM 1 FROM skiplock.jobs j WHERE j.id = new_id AND j.state = 'available' FOR UPDATE;
+                END IF;
+                IF _enqueue_outcome.on_conflict = 'keep' OR NOT FOUND THEN
                     job_id := new_id;
                     outcome := 'deduplicated';
                     RETURN;
@@ -954,6 +965,7 @@ DECLARE
     max_bytes bigint := skiplock._limit('enqueue_many.max_bytes');
     the_tags text[];
     one jsonb;
+    pos bigint;
 BEGIN
     PERFORM skiplock._check_job(enqueue_many.kind, '{}'::jsonb, enqueue_many.queue, enqueue_many.priority, 1);
     -- As skiplock.enqueue: a reserved queue or kind is refused.
@@ -984,14 +996,20 @@ BEGIN
             total, max_bytes USING ERRCODE = '22023';
     END IF;
     IF enqueue_many.unique_by IS NOT NULL OR enqueue_many.unique_for IS NOT NULL THEN
-        ids := '{}';
-        FOR one IN SELECT t.a FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord) ORDER BY t.ord LOOP
-            ids := ids || (SELECT e.job_id FROM skiplock._enqueue_outcome(
+        -- In the order of the keys they lock (then of args), so two calls with the same args in
+        -- another order wait for each other instead of deadlocking; each id goes to its place.
+        ids := array_fill(NULL::bigint, ARRAY[coalesce(cardinality(enqueue_many.args), 0)]);
+        FOR one, pos IN
+            SELECT t.a, t.ord FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord)
+            ORDER BY CASE WHEN enqueue_many.unique_by IS NOT NULL
+                          THEN skiplock._unique_args_key(enqueue_many.unique_by, t.a) END, t.ord
+        LOOP
+            ids[pos] := (SELECT e.job_id FROM skiplock._enqueue_outcome(
                 enqueue_many.kind, one, enqueue_many.queue, coalesce(enqueue_many.run_at, now()),
                 enqueue_many.priority, 25, NULL, enqueue_many.on_conflict, enqueue_many.limit_key,
                 the_tags, enqueue_many.meta, enqueue_many.unique_by, enqueue_many.unique_for) e);
         END LOOP;
-        RETURN ids;
+        RETURN coalesce(ids, '{}');
     END IF;
     IF enqueue_many.limit_key IS NOT NULL THEN
         enqueue_many.run_at := skiplock._due_after_hold(enqueue_many.queue, enqueue_many.limit_key,
@@ -1225,8 +1243,10 @@ $$;
 -- `queue` with this limit_key is due. The key's waiting jobs due before then are moved to
 -- `until` (their scheduled_at shows the hold in psql), an enqueue of the key meanwhile is due
 -- no earlier (skiplock._enqueue_outcome), and the hold is a row of skiplock.key_holds; a later
--- hold of the same key extends it, an earlier one changes nothing. Jobs already claimed
--- (running, or waiting in a worker's buffer) are not stopped. What a handler's
+-- hold of the same key extends it, an earlier one (or one within a second of it) changes
+-- nothing. Jobs already claimed (running, or waiting in a worker's buffer) are not stopped,
+-- and a job of the key put back by its own retry, snooze, skiplock.retry or reschedule is due
+-- when that says. What a handler's
 -- `Outcome::SnoozeKey` calls (the 429 / Retry-After case); the operator's too. Returns how many
 -- waiting jobs it moved. Holds of one key are taken one at a time (a transaction-scoped
 -- advisory lock on the key): two moving the same rows in different orders could deadlock.
@@ -1242,6 +1262,13 @@ BEGIN
     PERFORM skiplock._check_limit_key(hold_key.limit_key);
     PERFORM pg_advisory_xact_lock(hashtext('skiplock.hold_key'),
                                   hashtext(hold_key.queue || E'\x1f' || hold_key.limit_key));
+    -- Many running jobs of a key answering "slow down" at once ask for nearly the same hold:
+    -- one within a second of the current one moves nothing again.
+    IF EXISTS (SELECT 1 FROM skiplock.key_holds h
+               WHERE h.queue = hold_key.queue AND h.limit_key = hold_key.limit_key
+                 AND h.until >= hold_key.until - interval '1 second') THEN
+        RETURN 0;
+    END IF;
     INSERT INTO skiplock.key_holds AS h (queue, limit_key, until)
     VALUES (hold_key.queue, hold_key.limit_key, hold_key.until)
     ON CONFLICT ON CONSTRAINT key_holds_pkey DO UPDATE SET until = greatest(h.until, EXCLUDED.until);

@@ -71,61 +71,89 @@ $$;
 -- round-robin over its limit keys (the jobs without a key count as one more key): each key's
 -- first job in claim order, then each key's second, and so on. The keys are read from after
 -- the last one the previous claim read (skiplock.key_scans.after_key), wrapping round to the
--- first, at most `want` of them, so with more keys than a claim takes every key is reached
--- within keys / want claims. Each key gives at most 2 * want / keys candidates: a claim reads
--- about 2 * want rows however large one key's backlog is (a key with few jobs leaves room the
--- others fill). Returns the ids, locked FOR UPDATE SKIP LOCKED. The claims of one queue are
--- serialized by its row's lock (skiplock._claim_limited), so the cursor is theirs alone.
+-- first, a quarter of `want` at a time (one index probe each: a claim's keys cost about as
+-- much as a quarter of its jobs), so with more keys than that every key is reached within
+-- keys / (want / 4) claims. Each key of a round gives at most 2 * (jobs still wanted) / keys
+-- candidates: a round reads about twice the jobs it wants however large one key's backlog is.
+-- While jobs are still wanted (keys with nothing due: held, scheduled later, or of kinds this
+-- worker does not run) the walk goes on to the next keys, at most once round all the keys and
+-- at most `claim_limited.max_keys` keys (skiplock.settings, as the key limits' walk), so a
+-- claim never comes back empty while a key further on has due jobs and its worker waits a poll
+-- for nothing. Returns the ids in pick order, not locked: skiplock._claim_limited locks them
+-- (SKIP LOCKED) as it does every pick. The claims of one queue are serialized by its row's
+-- lock (skiplock._claim_limited), so the cursor is theirs alone.
 CREATE OR REPLACE FUNCTION skiplock._fair_pick(q text, kinds text[], want integer)
 RETURNS bigint[]
 -- See skiplock._claim: plans kept from the function's first calls must not scan the table.
 SET enable_seqscan = off
 LANGUAGE plpgsql AS $$
 DECLARE
+    start_key text;
     cursor_key text;
+    wrapped boolean := false;
     keys text[];
+    n_keys integer;
+    max_keys integer;
+    examined integer := 0;
     per_key integer;
-    picked bigint[];
+    got bigint[];
+    picked bigint[] := '{}';
 BEGIN
     IF coalesce(want, 0) <= 0 THEN
         RETURN '{}';
     END IF;
-    SELECT ks.after_key INTO cursor_key FROM skiplock.key_scans ks WHERE ks.queue = q;
-    keys := skiplock._keys_between(q, cursor_key, NULL, want);
-    IF cardinality(keys) < want AND cursor_key IS NOT NULL THEN
-        keys := keys || skiplock._keys_between(q, NULL, cursor_key, want - cardinality(keys));
-    END IF;
-    per_key := ceil(2.0 * want / (cardinality(keys) + 1))::integer;
-    WITH cand AS (
-        SELECT c.id, k.i, c.rn
-        FROM unnest(keys) WITH ORDINALITY AS k(k, i)
-        CROSS JOIN LATERAL (
-            SELECT j.id, row_number() OVER (ORDER BY j.priority, j.scheduled_at, j.id) AS rn
-            FROM skiplock.jobs j
-            WHERE j.state = 'available' AND j.queue = q AND j.limit_key = k.k
-              AND j.scheduled_at <= now() AND j.kind = ANY(kinds)
-            ORDER BY j.priority, j.scheduled_at, j.id
-            LIMIT per_key) c
-        UNION ALL
-        SELECT u.id, 0, row_number() OVER (ORDER BY u.priority, u.scheduled_at, u.id)
-        FROM (SELECT j.id, j.priority, j.scheduled_at FROM skiplock.jobs j
-              WHERE j.state = 'available' AND j.queue = q AND j.limit_key IS NULL
-                AND j.scheduled_at <= now() AND j.kind = ANY(kinds)
-              ORDER BY j.priority, j.scheduled_at, j.id
-              LIMIT per_key) u
-    ), chosen AS (
-        SELECT c.id, row_number() OVER (ORDER BY c.rn, c.i) AS ord
-        FROM cand c ORDER BY c.rn, c.i LIMIT want
-    ), locked AS (
-        SELECT j.id FROM skiplock.jobs j
-        WHERE j.id IN (SELECT ch.id FROM chosen ch) AND j.state = 'available'
-        FOR UPDATE SKIP LOCKED
-    )
-    SELECT coalesce(array_agg(ch.id ORDER BY ch.ord), '{}') INTO picked
-    FROM chosen ch JOIN locked l ON l.id = ch.id;
-    IF cardinality(keys) > 0 THEN
+    n_keys := ceil(want / 4.0)::integer;
+    SELECT least(greatest(coalesce(max(s.value), 1000), 1), 1000000)::integer INTO max_keys
+    FROM skiplock.settings s WHERE s.name = 'claim_limited.max_keys';
+    SELECT ks.after_key INTO start_key FROM skiplock.key_scans ks WHERE ks.queue = q;
+    cursor_key := start_key;
+    LOOP
+        IF NOT wrapped THEN
+            keys := skiplock._keys_between(q, cursor_key, NULL, n_keys);
+            IF cardinality(keys) < n_keys THEN
+                -- The last key passed: round to the first, up to where this claim began.
+                wrapped := true;
+                IF start_key IS NOT NULL THEN
+                    keys := keys || skiplock._keys_between(q, NULL, start_key, n_keys - cardinality(keys));
+                END IF;
+            END IF;
+        ELSE
+            keys := skiplock._keys_between(q, cursor_key, start_key, n_keys);
+        END IF;
+        -- The jobs without a key go round with the first keys.
+        EXIT WHEN cardinality(keys) = 0 AND examined > 0;
+        per_key := ceil(2.0 * (want - cardinality(picked)) / (cardinality(keys) + 1))::integer;
+        WITH cand AS (
+            SELECT c.id, k.i, c.rn
+            FROM unnest(keys) WITH ORDINALITY AS k(k, i)
+            CROSS JOIN LATERAL (
+                SELECT j.id, row_number() OVER (ORDER BY j.priority, j.scheduled_at, j.id) AS rn
+                FROM skiplock.jobs j
+                WHERE j.state = 'available' AND j.queue = q AND j.limit_key = k.k
+                  AND j.scheduled_at <= now() AND j.kind = ANY(kinds)
+                ORDER BY j.priority, j.scheduled_at, j.id
+                LIMIT per_key) c
+            UNION ALL
+            SELECT u.id, 0, row_number() OVER (ORDER BY u.priority, u.scheduled_at, u.id)
+            FROM (SELECT j.id, j.priority, j.scheduled_at FROM skiplock.jobs j
+                  WHERE examined = 0 AND j.state = 'available' AND j.queue = q AND j.limit_key IS NULL
+                    AND j.scheduled_at <= now() AND j.kind = ANY(kinds)
+                  ORDER BY j.priority, j.scheduled_at, j.id
+                  LIMIT per_key) u
+        )
+        SELECT coalesce(array_agg(c.id ORDER BY c.rn, c.i), '{}') INTO got
+        FROM (SELECT c.id, c.rn, c.i FROM cand c ORDER BY c.rn, c.i
+              LIMIT want - cardinality(picked)) c;
+        picked := picked || got;
+        examined := examined + greatest(cardinality(keys), 1);
+        EXIT WHEN cardinality(keys) = 0;
+        cursor_key := keys[cardinality(keys)];
+        EXIT WHEN cardinality(picked) >= want OR examined >= max_keys
+               OR (wrapped AND (start_key IS NULL OR cursor_key >= start_key));
+    END LOOP;
+    IF cursor_key IS DISTINCT FROM start_key AND cursor_key IS NOT NULL THEN
         INSERT INTO skiplock.key_scans AS ks (queue, after_key)
-        VALUES (q, keys[cardinality(keys)])
+        VALUES (q, cursor_key)
         ON CONFLICT ON CONSTRAINT key_scans_pkey DO UPDATE SET after_key = EXCLUDED.after_key;
     END IF;
     RETURN picked;
@@ -416,6 +444,8 @@ DECLARE
     cut boolean;
     -- The pick went lane by lane (see above): its clock and the lanes it read to their end.
     clock timestamptz;
+    -- The pick was a fair queue's (skiplock._fair_pick).
+    fair_pick boolean := false;
     read_out smallint[];
 BEGIN
     SELECT * INTO ctl FROM skiplock.queues c WHERE c.queue = q FOR UPDATE;
@@ -453,8 +483,9 @@ BEGIN
     END IF;
     IF free > 0 AND ctl.fair AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
         -- Fair mode: round-robin over the keys, not lane by lane (no clock: the worker's lane
-        -- bounds stay as they were).
+        -- bounds stay as they were). Its jobs' starts are the worker's to note (below).
         picked := skiplock._fair_pick(q, kinds, free);
+        fair_pick := true;
     ELSIF free > 0 AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
         SELECT p.ids, p.read_out INTO picked, read_out
         FROM skiplock._claim_lanes(q, kinds, free, lane_priority, lane_since) p;
@@ -596,7 +627,10 @@ BEGIN
                 attempt = least(j.attempt, 2147483646) + 1,
                 -- The start the key rates counted (see t above); NULL for a job claimed ahead
                 -- into the worker's buffer (skiplock._claim: its start is reported later).
-                attempted_at = CASE WHEN j.id = ANY (picked[1:greatest(coalesce(n, 0), 0)]) THEN t END,
+                -- A fair pick's order is not the order the worker starts its jobs in: NULL, the
+                -- worker writes each start (src/worker/producer.rs).
+                attempted_at = CASE WHEN NOT fair_pick AND j.id = ANY (picked[1:greatest(coalesce(n, 0), 0)])
+                                    THEN t END,
                 attempted_by = worker,
                 heartbeat_at = now(),
                 finalized_at = CASE WHEN j.attempt < 2147483647 THEN j.finalized_at ELSE now() END,

@@ -54,11 +54,12 @@ pub struct Claimed {
 }
 
 impl Claimed {
-    /// Whether the claim counted its jobs' starts itself: under a key's limits the limited
-    /// claim decides each start (a key's rate counts it), buffers nothing, and reports no clock
-    /// of its own; each job's `attempted_at` is then the start it counted, and the job starts at
-    /// once. Otherwise a job's start is when a slot takes it (docs/internals.md, "When a job
-    /// started").
+    /// Whether the claim wrote its jobs' starts itself: it reports no clock of its own then
+    /// (a pick that did not go lane by lane). Under a key's limits the limited claim decides
+    /// each start (a key's rate counts it) and buffers nothing: each job's `attempted_at` is
+    /// the start it counted, and the job starts at once. A fair queue's pick writes none
+    /// (NULL): its jobs' starts are noted when a slot takes them, as with a plain claim
+    /// (docs/internals.md, "When a job started").
     pub fn counted_starts(&self) -> bool {
         self.controlled && self.clock.is_none()
     }

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "66aab5932cf7aebdcf28e7b9881f9341d07fdb22c3e3045d1624fe5e82ddc12e",
+        "71096018e86c7c8aac852eccd5558583eced0a2a278afa1fe263ba979ac7d511",
     ),
 ];
 
