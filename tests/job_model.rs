@@ -989,17 +989,7 @@ async fn a_fair_queue_starts_another_keys_first_job_within_one_claim_of_a_100000
     skiplock::admin::set_queue_fairness(&db.pool, "tenants", false)
         .await
         .unwrap();
-    let claimed = skiplock::store::claim::claim(
-        db.pool.pg(),
-        skiplock::store::claim::ClaimParams {
-            queue: "tenants",
-            kinds: &["noop".to_string()],
-            limit: 100,
-            worker: "w:1:x",
-        },
-    )
-    .await
-    .unwrap();
+    let claimed = claim_tenants(&db, 100).await;
     assert!(claimed.iter().all(|j| j.id != b && j.id != unkeyed));
     let fair_rows = count(&db.pool, "SELECT count(*) FROM skiplock.queues").await;
     assert_eq!(
@@ -1037,17 +1027,7 @@ async fn a_fair_claim_walks_past_keys_with_nothing_due_and_leaves_the_starts_to_
         .unwrap();
     }
     // A claim of two reads one key at a time: it goes on past the fifty.
-    let claimed = skiplock::store::claim::claim(
-        db.pool.pg(),
-        skiplock::store::claim::ClaimParams {
-            queue: "tenants",
-            kinds: &["noop".to_string()],
-            limit: 2,
-            worker: "w:1:x",
-        },
-    )
-    .await
-    .unwrap();
+    let claimed = claim_tenants(&db, 2).await;
     assert_eq!(claimed.len(), 2, "the ready key's jobs, in one claim");
     let started = count(
         &db.pool,
@@ -1055,4 +1035,19 @@ async fn a_fair_claim_walks_past_keys_with_nothing_due_and_leaves_the_starts_to_
     )
     .await;
     assert_eq!(started, 2, "a fair pick writes no start: the worker does");
+}
+
+/// One claim of up to `limit` `noop` jobs of queue `tenants`, as a worker's producer makes it.
+async fn claim_tenants(db: &TestDb, limit: usize) -> Vec<skiplock::queue::Job> {
+    skiplock::store::claim::claim(
+        db.pool.pg(),
+        skiplock::store::claim::ClaimParams {
+            queue: "tenants",
+            kinds: &["noop".to_string()],
+            limit,
+            worker: "w:1:x",
+        },
+    )
+    .await
+    .unwrap()
 }
