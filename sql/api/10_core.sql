@@ -662,6 +662,8 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     pick record;
+    -- The picked rows that start at once (one per free slot): their start is the claim's.
+    started tid[];
 BEGIN
     IF EXISTS (SELECT 1 FROM skiplock.queues c WHERE c.queue = q) THEN
         RETURN QUERY SELECT l.* FROM skiplock._claim_limited(q, kinds, n, worker, ahead,
@@ -671,13 +673,14 @@ BEGIN
     SELECT * INTO pick FROM skiplock._claim_lanes(
         q, kinds, greatest(coalesce(n, 0), 0) + greatest(coalesce(ahead, 0), 0),
         lane_priority, lane_since);
+    started := pick.tids[1:greatest(coalesce(n, 0), 0)];
     RETURN QUERY
     UPDATE skiplock.jobs j
     SET state = 'running',
         attempt = least(j.attempt, 2147483646) + 1,
         -- The first n of the pick start at once; the others wait in the worker's buffer, and
         -- show it: running with no attempted_at until the worker reports their start.
-        attempted_at = CASE WHEN j.ctid = ANY (pick.tids[1:greatest(coalesce(n, 0), 0)]) THEN now() END,
+        attempted_at = CASE WHEN j.ctid = ANY (started) THEN now() END,
         attempted_by = worker,
         heartbeat_at = now()
     WHERE j.ctid = ANY(pick.tids)

@@ -50,9 +50,17 @@ $$;
 
 -- Up to `n` limit keys of queue `q` with available jobs, in key order after `after` (NULL:
 -- from the first) and not after `upto` (NULL: to the last): a loose index scan of
--- jobs_key_claim_idx, one probe per key.
+-- jobs_key_claim_idx, one probe per key: the walk of the fair pick and of the key limits'
+-- claim. No key is '' (skiplock._check_limit_key), and a deterministic collation orders ''
+-- before every other text, so `> ''` starts from the first key. PL/pgSQL for its kept plan
+-- (a SQL function's recursive query would be planned at every call), without sequential scans
+-- as the claim's (skiplock._claim says why).
 CREATE OR REPLACE FUNCTION skiplock._keys_between(q text, after text, upto text, n integer)
-RETURNS text[] LANGUAGE sql STABLE AS $$
+RETURNS text[]
+SET enable_seqscan = off
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     WITH RECURSIVE w AS (
         (SELECT j.limit_key AS k, 1 AS i FROM skiplock.jobs j
          WHERE j.state = 'available' AND j.queue = q AND j.limit_key > coalesce(after, '')
@@ -64,7 +72,8 @@ RETURNS text[] LANGUAGE sql STABLE AS $$
         FROM w WHERE w.k IS NOT NULL AND w.i < n
     )
     SELECT coalesce(array_agg(w.k ORDER BY w.i), '{}') FROM w
-    WHERE w.k IS NOT NULL AND (upto IS NULL OR w.k <= upto)
+    WHERE w.k IS NOT NULL AND (upto IS NULL OR w.k <= upto));
+END;
 $$;
 
 -- The pick of a fair queue (skiplock.set_queue_fairness): up to `want` due jobs of `kinds`,
@@ -446,6 +455,8 @@ DECLARE
     clock timestamptz;
     -- The pick was a fair queue's (skiplock._fair_pick).
     fair_pick boolean := false;
+    -- The picked jobs whose start the claim writes (below).
+    started bigint[];
     read_out smallint[];
 BEGIN
     SELECT * INTO ctl FROM skiplock.queues c WHERE c.queue = q FOR UPDATE;
@@ -536,20 +547,7 @@ BEGIN
             SELECT * INTO scan FROM skiplock.key_scans ks WHERE ks.queue = q;
             -- The keys to examine: up to max_keys + 1 (one more tells whether keys are
             -- left), after the last one the previous claim examined, else from the first.
-            -- No key is '' (skiplock._check_limit_key), and a deterministic collation orders
-            -- '' before every other text, so `> ''` starts from the first key.
-            WITH RECURSIVE w AS (
-                (SELECT j.limit_key AS k, 1 AS i FROM skiplock.jobs j
-                 WHERE j.state = 'available' AND j.queue = q
-                   AND j.limit_key > coalesce(scan.after_key, '')
-                 ORDER BY j.limit_key LIMIT 1)
-                UNION ALL
-                SELECT (SELECT j.limit_key FROM skiplock.jobs j
-                        WHERE j.state = 'available' AND j.queue = q AND j.limit_key > w.k
-                        ORDER BY j.limit_key LIMIT 1), w.i + 1
-                FROM w WHERE w.k IS NOT NULL AND w.i <= max_keys
-            )
-            SELECT coalesce(array_agg(w.k ORDER BY w.i), '{}') INTO keys FROM w WHERE w.k IS NOT NULL;
+            keys := skiplock._keys_between(q, scan.after_key, NULL, max_keys + 1);
             more := cardinality(keys) > max_keys;
             keys := keys[1:max_keys];
             -- The head's keys were weighed above.
@@ -615,6 +613,9 @@ BEGIN
     END IF;
 
     IF cardinality(picked) > 0 THEN
+        -- The first n start at once; a fair pick's order is not the order the worker starts its
+        -- jobs in, so it writes none (the worker does: src/worker/producer.rs).
+        started := CASE WHEN fair_pick THEN '{}' ELSE picked[1:greatest(coalesce(n, 0), 0)] END;
         RETURN QUERY
         WITH locked AS (
             SELECT j.id FROM skiplock.jobs j
@@ -627,10 +628,7 @@ BEGIN
                 attempt = least(j.attempt, 2147483646) + 1,
                 -- The start the key rates counted (see t above); NULL for a job claimed ahead
                 -- into the worker's buffer (skiplock._claim: its start is reported later).
-                -- A fair pick's order is not the order the worker starts its jobs in: NULL, the
-                -- worker writes each start (src/worker/producer.rs).
-                attempted_at = CASE WHEN NOT fair_pick AND j.id = ANY (picked[1:greatest(coalesce(n, 0), 0)])
-                                    THEN t END,
+                attempted_at = CASE WHEN j.id = ANY (started) THEN t END,
                 attempted_by = worker,
                 heartbeat_at = now(),
                 finalized_at = CASE WHEN j.attempt < 2147483647 THEN j.finalized_at ELSE now() END,

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "71096018e86c7c8aac852eccd5558583eced0a2a278afa1fe263ba979ac7d511",
+        "43e427e3c1ef67346ec5e718c106f6c7046664206cd6d15a78b085887c2e6503",
     ),
 ];
 
