@@ -20,6 +20,7 @@
 
 use crate::error::Result;
 use crate::queue::JobRow;
+use crate::queue::flow::{DependencyResult, Dependent, FlowProgress};
 use crate::store::{self, Executor};
 
 pub use crate::store::control::{KeyLimit, KeyLimitChange, QueueControl, Rate};
@@ -120,4 +121,23 @@ pub async fn change_key_limit<'e, E: Executor<'e>>(
 /// Every queue with a limit or paused, or with jobs waiting or running, and its settings.
 pub async fn queue_controls<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueControl>> {
     store::control::list(exec).await
+}
+
+/// How many jobs of flow `flow` are in each state (an id [`crate::enqueue_flow`] returned, or
+/// any job's: it and everything that depends on it).
+pub async fn flow_progress<'e, E: Executor<'e>>(exec: E, flow: i64) -> Result<FlowProgress> {
+    store::flows::flow_progress(exec, flow).await
+}
+
+/// The dependencies of job `id`, with how each finished and what it returned.
+pub async fn dependency_results<'e, E: Executor<'e>>(
+    exec: E,
+    id: i64,
+) -> Result<Vec<DependencyResult>> {
+    store::flows::dependency_results(exec, id).await
+}
+
+/// The jobs that wait for job `id`, with their states.
+pub async fn dependents<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Vec<Dependent>> {
+    store::flows::dependents(exec, id).await
 }

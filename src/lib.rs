@@ -60,7 +60,9 @@ pub mod workflows;
 
 pub use db::connect;
 pub use error::{Error, Result};
+pub use queue::flow::{Flow, FlowIds, enqueue_flow};
 pub use queue::typed::{enqueue, enqueue_with};
+pub use queue::wait::{Waited, wait_for};
 pub use queue::{EnqueueOutcome, Enqueued};
 pub use store::Pool;
 pub use store::jobs::{ManyJobs, enqueue as enqueue_job, enqueue_many};

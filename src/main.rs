@@ -111,6 +111,10 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<skiplock::cli::ExitStatus>().is_some() => ExitCode::from(
+            e.downcast_ref::<skiplock::cli::ExitStatus>()
+                .map_or(1, |s| s.0),
+        ),
         Err(e) => {
             // One line, the whole chain, never the database password, no raw control
             // characters (an error may quote a job kind or key someone else wrote).

@@ -82,6 +82,8 @@ pub struct Drained {
     /// Still waiting: due later (a retry's backoff, a snooze, a `run_at` ahead), in a paused
     /// queue, or of a kind the worker does not run.
     pub available: i64,
+    /// Waiting for dependencies that have not finished (docs/flows.md).
+    pub waiting: i64,
 }
 
 /// Runs the worker `builder` builds (without the reaper, retention and periodic jobs, which
@@ -103,6 +105,7 @@ pub async fn drain(builder: WorkerBuilder) -> Result<Drained> {
             JobState::Discarded => d.discarded = n,
             JobState::Cancelled => d.cancelled = n,
             JobState::Available => d.available = n,
+            JobState::Waiting => d.waiting = n,
             JobState::Running => {}
         }
     }

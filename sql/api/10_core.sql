@@ -64,7 +64,7 @@ RETURNS TABLE (id bigint, holder bigint) LANGUAGE sql STABLE AS $$
            CASE WHEN k.back AND k.key IS NOT NULL THEN
                coalesce((SELECT o.id FROM skiplock.jobs o
                          WHERE o.kind = s.kind AND o.queue = s.queue AND o.unique_key = k.key
-                           AND o.state = 'available' AND o.id <> k.id
+                           AND o.state IN ('available', 'waiting') AND o.id <> k.id
                          LIMIT 1),
                         nullif(max(k.id) FILTER (WHERE k.back) OVER (PARTITION BY s.kind, s.queue, k.key), k.id))
            END
@@ -318,6 +318,12 @@ $$;
 -- newer arguments would be ambiguous.
 DROP FUNCTION IF EXISTS skiplock._enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
 DROP FUNCTION IF EXISTS skiplock._enqueue_outcome(text, jsonb, text, timestamptz, smallint, integer, text, text, text);
+-- depends_on, on_dependency_failure (API 8): a job inserted with dependencies is `waiting`
+-- until they have finished (skiplock._add_dependencies, sql/api/12_flows.sql); a job
+-- deduplicated or replaced keeps the dependencies it had. The earlier form is dropped so that
+-- its calls resolve to this one.
+DROP FUNCTION IF EXISTS skiplock._enqueue_outcome(text, jsonb, text, timestamptz, smallint, integer, text, text,
+                                                  text, text[], jsonb, text, interval);
 CREATE OR REPLACE FUNCTION skiplock._enqueue_outcome(
     kind text,
     args jsonb,
@@ -332,6 +338,8 @@ CREATE OR REPLACE FUNCTION skiplock._enqueue_outcome(
     meta jsonb DEFAULT NULL,
     unique_by text DEFAULT NULL,
     unique_for interval DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    on_dependency_failure text DEFAULT NULL,
     OUT job_id bigint,
     OUT outcome skiplock.enqueue_outcome
 )
@@ -346,6 +354,9 @@ DECLARE
     the_meta jsonb := coalesce(_enqueue_outcome.meta, '{}');
     w_start timestamptz;
     w_taken boolean := false;
+    -- A constant for a job without dependencies: its insert is the one it always was.
+    the_state skiplock.job_state := CASE WHEN cardinality(_enqueue_outcome.depends_on) > 0
+                                         THEN 'waiting' ELSE 'available' END;
 BEGIN
     -- Every rule at once, as one plpgsql expression (no query): the checks below are a query
     -- each, and together took about a third of a single enqueue's time, so they run
@@ -425,7 +436,7 @@ BEGIN
                 -- locked first so no claim takes it meanwhile (the replace would then insert a
                 -- second job in the window); once it has run, the window is spent.
                 IF _enqueue_outcome.on_conflict = 'replace' THEN
-                    PERFORM 1 FROM skiplock.jobs j WHERE j.id = new_id AND j.state = 'available' FOR UPDATE;
+                    PERFORM 1 FROM skiplock.jobs j WHERE j.id = new_id AND j.state IN ('available', 'waiting') FOR UPDATE;
                 END IF;
                 IF _enqueue_outcome.on_conflict = 'keep' OR NOT FOUND THEN
                     job_id := new_id;
@@ -439,9 +450,10 @@ BEGIN
     <<write>>
     BEGIN
         IF the_key IS NULL THEN
-            INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, limit_key, tags, meta)
+            INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, limit_key, tags, meta, state)
             VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
-                    _enqueue_outcome.priority, _enqueue_outcome.max_attempts, _enqueue_outcome.limit_key, the_tags, the_meta)
+                    _enqueue_outcome.priority, _enqueue_outcome.max_attempts, _enqueue_outcome.limit_key, the_tags, the_meta,
+                    the_state)
             RETURNING id INTO new_id;
             job_id := new_id;
             outcome := 'inserted';
@@ -456,10 +468,10 @@ BEGIN
             -- errors, at most skiplock._replaced_args_max characters of them: the original args
             -- are never lost without trace. Identical args (a debounce that only moves the time)
             -- record nothing, so a debounced row does not grow.
-            INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key, tags, meta)
+            INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key, tags, meta, state)
             VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
                     _enqueue_outcome.priority, _enqueue_outcome.max_attempts, the_key, _enqueue_outcome.limit_key,
-                    the_tags, the_meta)
+                    the_tags, the_meta, the_state)
             ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
             DO UPDATE SET args = EXCLUDED.args, scheduled_at = EXCLUDED.scheduled_at,
                 priority = EXCLUDED.priority, limit_key = EXCLUDED.limit_key,
@@ -490,10 +502,10 @@ BEGIN
         -- does, return it. The job may be claimed between the two statements, so loop until one
         -- of them answers.
         LOOP
-            INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key, tags, meta)
+            INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key, tags, meta, state)
             VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
                     _enqueue_outcome.priority, _enqueue_outcome.max_attempts, the_key, _enqueue_outcome.limit_key,
-                    the_tags, the_meta)
+                    the_tags, the_meta, the_state)
             ON CONFLICT (kind, queue, unique_key) WHERE state = 'available' AND unique_key IS NOT NULL
             DO NOTHING
             RETURNING id INTO new_id;
@@ -504,7 +516,7 @@ BEGIN
             END IF;
             SELECT j.id INTO new_id FROM skiplock.jobs j
             WHERE j.kind = _enqueue_outcome.kind AND j.queue = _enqueue_outcome.queue
-              AND j.unique_key = the_key AND j.state = 'available';
+              AND j.unique_key = the_key AND j.state IN ('available', 'waiting');
             IF new_id IS NOT NULL THEN
                 job_id := new_id;
                 outcome := 'deduplicated';
@@ -512,6 +524,11 @@ BEGIN
             END IF;
         END LOOP;
     END;
+
+    IF the_state = 'waiting' AND outcome = 'inserted' THEN
+        PERFORM skiplock._add_dependencies(_enqueue_outcome.job_id, _enqueue_outcome.depends_on,
+                                           _enqueue_outcome.on_dependency_failure);
+    END IF;
 
     IF w_taken THEN
         UPDATE skiplock.unique_windows w SET job_id = _enqueue_outcome.job_id
@@ -732,8 +749,10 @@ CREATE OR REPLACE FUNCTION skiplock._ack(ids bigint[], attempts integer[], state
 RETURNS TABLE (id bigint)
 SET plan_cache_mode = force_custom_plan
 LANGUAGE plpgsql AS $$
+DECLARE
+    acked_ids bigint[];
+    finished bigint[];
 BEGIN
-    RETURN QUERY
     WITH keyed AS MATERIALIZED (
         SELECT h.id, h.holder
         FROM (SELECT array_agg(j.id) AS ids, array_agg(j.unique_key) AS keys
@@ -783,7 +802,7 @@ BEGIN
       -- heartbeat and ack statements never deadlock each other).
       AND j.state::text = 'running'
       AND j.attempt = a.attempt
-    RETURNING j.id, j.queue
+    RETURNING j.id, j.queue, j.finalized_at IS NOT NULL AS finished
     ),
     woken AS (
         SELECT pg_notify(skiplock._wake_channel(), q.queue)
@@ -793,7 +812,14 @@ BEGIN
                         AND (c.concurrency IS NOT NULL OR c.key_concurrency IS NOT NULL))
     )
     -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
-    SELECT acked.id FROM acked WHERE (SELECT count(*) FROM woken) >= 0;
+    SELECT array_agg(acked.id), array_agg(acked.id) FILTER (WHERE acked.finished)
+    INTO acked_ids, finished
+    FROM acked WHERE (SELECT count(*) FROM woken) >= 0;
+    -- Flows and watchers (sql/api/12_flows.sql): two index probes for a batch without either.
+    IF finished IS NOT NULL THEN
+        PERFORM skiplock._settle(finished);
+    END IF;
+    RETURN QUERY SELECT unnest(acked_ids);
 END;
 $$;
 
@@ -828,10 +854,13 @@ $$;
 -- Enqueue one job (the public entry point; see skiplock._enqueue_outcome for keys and
 -- conflicts): returns its id. A unique_key in a reserved namespace (skiplock._reserved_key_prefix)
 -- is refused, and so is a job of a reserved queue or kind (skiplock._reserved_job).
--- limit_key, tags, meta, unique_by, unique_for: see skiplock._enqueue_outcome (the forms of
--- earlier versions are dropped so that old call forms resolve to this one).
+-- limit_key, tags, meta, unique_by, unique_for, depends_on, on_dependency_failure: see
+-- skiplock._enqueue_outcome (the forms of earlier versions are dropped so that old call forms
+-- resolve to this one).
 DROP FUNCTION IF EXISTS skiplock.enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
 DROP FUNCTION IF EXISTS skiplock.enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text, text);
+DROP FUNCTION IF EXISTS skiplock.enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text, text,
+                                         text[], jsonb, text, interval);
 CREATE OR REPLACE FUNCTION skiplock.enqueue(
     kind text,
     args jsonb DEFAULT '{}',
@@ -845,7 +874,9 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue(
     tags text[] DEFAULT NULL,
     meta jsonb DEFAULT NULL,
     unique_by text DEFAULT NULL,
-    unique_for interval DEFAULT NULL
+    unique_for interval DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    on_dependency_failure text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 -- Runs with the owner's rights so a role holding only skiplock_enqueuer (sql/api/90_roles.sql)
@@ -859,7 +890,7 @@ BEGIN
     SELECT * INTO r FROM skiplock._enqueue_outcome(enqueue.kind, enqueue.args, enqueue.queue,
         enqueue.run_at, enqueue.priority, enqueue.max_attempts, enqueue.unique_key,
         enqueue.on_conflict, enqueue.limit_key, enqueue.tags, enqueue.meta, enqueue.unique_by,
-        enqueue.unique_for);
+        enqueue.unique_for, enqueue.depends_on, enqueue.on_dependency_failure);
     RETURN r.job_id;
 END;
 $$;
@@ -868,6 +899,8 @@ $$;
 -- (a new job), `deduplicated` (an available job of the kind and queue held the unique_key and
 -- was left as it was: on_conflict 'keep') or `replaced` (that job was updated: 'replace').
 DROP FUNCTION IF EXISTS skiplock.enqueue_result(text, jsonb, text, timestamptz, smallint, integer, text, text, text);
+DROP FUNCTION IF EXISTS skiplock.enqueue_result(text, jsonb, text, timestamptz, smallint, integer, text, text, text,
+                                                text[], jsonb, text, interval);
 CREATE OR REPLACE FUNCTION skiplock.enqueue_result(
     kind text,
     args jsonb DEFAULT '{}',
@@ -881,7 +914,9 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue_result(
     tags text[] DEFAULT NULL,
     meta jsonb DEFAULT NULL,
     unique_by text DEFAULT NULL,
-    unique_for interval DEFAULT NULL
+    unique_for interval DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    on_dependency_failure text DEFAULT NULL
 ) RETURNS TABLE (id bigint, outcome skiplock.enqueue_outcome)
 LANGUAGE plpgsql
 -- Owner's rights, fixed search_path: see skiplock.enqueue.
@@ -894,7 +929,8 @@ BEGIN
         enqueue_result.kind, enqueue_result.args, enqueue_result.queue, enqueue_result.run_at,
         enqueue_result.priority, enqueue_result.max_attempts, enqueue_result.unique_key,
         enqueue_result.on_conflict, enqueue_result.limit_key, enqueue_result.tags,
-        enqueue_result.meta, enqueue_result.unique_by, enqueue_result.unique_for) e;
+        enqueue_result.meta, enqueue_result.unique_by, enqueue_result.unique_for,
+        enqueue_result.depends_on, enqueue_result.on_dependency_failure) e;
 END;
 $$;
 
@@ -937,10 +973,13 @@ $$;
 -- unique_by, unique_for, on_conflict (API 8): each job is enqueued as skiplock.enqueue does
 -- with them, one after the other in the order of args, so a duplicate within the call is found
 -- like one from another call, and its place in the returned array holds the id of the job that
--- absorbed it. Without them the call is one INSERT. The forms of earlier versions are dropped
--- so that old call forms resolve to this one.
+-- absorbed it. Without them the call is one INSERT. depends_on, on_dependency_failure (API 8):
+-- every job of the call waits for the same jobs (a fan-out; docs/flows.md). The forms of
+-- earlier versions are dropped so that old call forms resolve to this one.
 DROP FUNCTION IF EXISTS skiplock.enqueue_many(text, jsonb[], text, timestamptz, smallint);
 DROP FUNCTION IF EXISTS skiplock.enqueue_many(text, jsonb[], text, timestamptz, smallint, text);
+DROP FUNCTION IF EXISTS skiplock.enqueue_many(text, jsonb[], text, timestamptz, smallint, text, text[], jsonb,
+                                              text, interval, text);
 CREATE OR REPLACE FUNCTION skiplock.enqueue_many(
     kind text,
     args jsonb[],
@@ -952,7 +991,9 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue_many(
     meta jsonb DEFAULT NULL,
     unique_by text DEFAULT NULL,
     unique_for interval DEFAULT NULL,
-    on_conflict text DEFAULT 'keep'
+    on_conflict text DEFAULT 'keep',
+    depends_on bigint[] DEFAULT NULL,
+    on_dependency_failure text DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE plpgsql
 -- Owner's rights, fixed search_path: see skiplock.enqueue.
@@ -1010,7 +1051,8 @@ BEGIN
             ids[pos] := (SELECT e.job_id FROM skiplock._enqueue_outcome(
                 enqueue_many.kind, one, enqueue_many.queue, coalesce(enqueue_many.run_at, now()),
                 enqueue_many.priority, 25, NULL, enqueue_many.on_conflict, enqueue_many.limit_key,
-                the_tags, enqueue_many.meta, enqueue_many.unique_by, enqueue_many.unique_for) e);
+                the_tags, enqueue_many.meta, enqueue_many.unique_by, enqueue_many.unique_for,
+                enqueue_many.depends_on, enqueue_many.on_dependency_failure) e);
         END LOOP;
         RETURN coalesce(ids, '{}');
     END IF;
@@ -1019,14 +1061,19 @@ BEGIN
                                                        enqueue_many.run_at);
     END IF;
     WITH ins AS (
-        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, limit_key, tags, meta)
+        INSERT INTO skiplock.jobs (kind, args, queue, scheduled_at, priority, limit_key, tags, meta, state)
         SELECT enqueue_many.kind, t.a, enqueue_many.queue, coalesce(enqueue_many.run_at, now()), enqueue_many.priority,
-               enqueue_many.limit_key, the_tags, coalesce(enqueue_many.meta, '{}')
+               enqueue_many.limit_key, the_tags, coalesce(enqueue_many.meta, '{}'),
+               CASE WHEN cardinality(enqueue_many.depends_on) > 0 THEN 'waiting' ELSE 'available' END::skiplock.job_state
         FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord)
         ORDER BY t.ord
         RETURNING id
     )
     SELECT coalesce(array_agg(ins.id ORDER BY ins.id), '{}') INTO ids FROM ins;
+    IF cardinality(enqueue_many.depends_on) > 0 THEN
+        PERFORM skiplock._add_dependencies(i, enqueue_many.depends_on, enqueue_many.on_dependency_failure)
+        FROM unnest(ids) AS i;
+    END IF;
     RETURN ids;
 END;
 $$;
@@ -1049,7 +1096,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'skiplock: job % does not exist', cancel.id USING ERRCODE = 'P0002';
     END IF;
-    IF cur NOT IN ('available', 'running') THEN
+    IF cur NOT IN ('available', 'running', 'waiting') THEN
         RAISE EXCEPTION 'skiplock: job % is already % and cannot be cancelled', cancel.id, cur USING ERRCODE = '55000';
     END IF;
     UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
@@ -1064,6 +1111,8 @@ BEGIN
     IF cur = 'running' THEN
         PERFORM pg_notify(skiplock._wake_channel(), q);
     END IF;
+    -- Its dependents are cancelled with it (or run, if they asked to), and watchers told.
+    PERFORM skiplock._settle(ARRAY[cancel.id]);
     RETURN 'cancelled';
 END;
 $$;
@@ -1083,10 +1132,14 @@ BEGIN
     IF cur = 'running' THEN
         RAISE EXCEPTION 'skiplock: job % is running and cannot be retried', retry.id USING ERRCODE = '55000';
     END IF;
+    IF cur = 'waiting' THEN
+        RAISE EXCEPTION 'skiplock: job % waits for its dependencies (skiplock.dependency_results) and cannot be retried',
+            retry.id USING ERRCODE = '55000';
+    END IF;
     IF cur <> 'available' AND EXISTS (
         SELECT 1 FROM skiplock.jobs o, skiplock.jobs j
         WHERE j.id = retry.id AND o.kind = j.kind AND o.queue = j.queue AND o.unique_key = j.unique_key
-          AND o.state = 'available' AND o.id <> j.id) THEN
+          AND o.state IN ('available', 'waiting') AND o.id <> j.id) THEN
         RAISE EXCEPTION 'skiplock: job % cannot be retried: another available job holds its unique_key', retry.id
             USING ERRCODE = '23505';
     END IF;
@@ -1095,7 +1148,9 @@ BEGIN
         max_attempts = greatest(j.max_attempts, j.attempt + 1)
     WHERE j.id = retry.id;
     PERFORM pg_notify(skiplock._wake_channel(), q);
-    RETURN 'available';
+    -- Its flow comes back to life (sql/api/12_flows.sql): it may wait again for dependencies.
+    PERFORM skiplock._revive(ARRAY[retry.id]);
+    RETURN (SELECT j.state FROM skiplock.jobs j WHERE j.id = retry.id);
 END;
 $$;
 
@@ -1157,6 +1212,7 @@ CREATE OR REPLACE FUNCTION skiplock.retry_jobs(state skiplock.job_state DEFAULT 
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n bigint;
+    retried bigint[];
     woken_queues bigint;
 BEGIN
     PERFORM skiplock._check_bulk('retry_jobs', retry_jobs.state,
@@ -1178,23 +1234,27 @@ BEGIN
         WHERE l.unique_key IS NULL
            OR (l.rn = 1 AND NOT EXISTS (SELECT 1 FROM skiplock.jobs o
                                         WHERE o.kind = l.kind AND o.queue = l.queue
-                                          AND o.unique_key = l.unique_key AND o.state = 'available'))
+                                          AND o.unique_key = l.unique_key AND o.state IN ('available', 'waiting')))
     ), moved AS (
         UPDATE skiplock.jobs j
         SET state = 'available', scheduled_at = now(), finalized_at = NULL,
             max_attempts = greatest(j.max_attempts, j.attempt + 1)
         FROM pick
         WHERE j.id = pick.id
-        RETURNING j.queue
+        RETURNING j.id, j.queue
     ), woken AS (
         SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT m.queue FROM moved m) q
     )
-    SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken) INTO n, woken_queues;
+    SELECT (SELECT array_agg(m.id) FROM moved m), (SELECT count(*) FROM woken) INTO retried, woken_queues;
+    n := coalesce(cardinality(retried), 0);
+    IF n > 0 THEN
+        PERFORM skiplock._revive(retried);
+    END IF;
     RETURN n;
 END;
 $$;
 
--- Bulk cancel: the unfinished jobs (available, running; one state or both) of a kind, a queue,
+-- Bulk cancel: the unfinished jobs (available, running, waiting; one state or all) of a kind, a queue,
 -- a search, a tag and a meta (each NULL: any; skiplock._job_matches), oldest first, at most `max_rows` per call; each as
 -- skiplock.cancel does it (a running job's late acknowledgement is fenced off). Rows another
 -- transaction holds (being claimed or acknowledged right now) are skipped. Returns how many
@@ -1207,13 +1267,14 @@ CREATE OR REPLACE FUNCTION skiplock.cancel_jobs(state skiplock.job_state DEFAULT
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n bigint;
+    cancelled bigint[];
 BEGIN
     PERFORM skiplock._check_bulk('cancel_jobs', cancel_jobs.state,
-                                 ARRAY['available', 'running']::skiplock.job_state[], cancel_jobs.max_rows);
+                                 ARRAY['available', 'running', 'waiting']::skiplock.job_state[], cancel_jobs.max_rows);
     WITH locked AS (
         SELECT j.id, j.state, j.queue
         FROM skiplock.jobs j
-        WHERE j.state IN ('available', 'running')
+        WHERE j.state IN ('available', 'running', 'waiting')
           AND skiplock._job_matches(j, cancel_jobs.state, cancel_jobs.kind, cancel_jobs.queue, cancel_jobs.search,
                                       cancel_jobs.tag, cancel_jobs.meta)
         ORDER BY j.id
@@ -1237,7 +1298,11 @@ BEGIN
               WHERE l.state = 'running') q
     )
     -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
-    SELECT count(*) INTO n FROM moved WHERE (SELECT count(*) FROM woken) >= 0;
+    SELECT array_agg(moved.id) INTO cancelled FROM moved WHERE (SELECT count(*) FROM woken) >= 0;
+    n := coalesce(cardinality(cancelled), 0);
+    IF n > 0 THEN
+        PERFORM skiplock._settle(cancelled);
+    END IF;
     RETURN n;
 END;
 $$;
@@ -1276,7 +1341,7 @@ BEGIN
     VALUES (hold_key.queue, hold_key.limit_key, hold_key.until)
     ON CONFLICT ON CONSTRAINT key_holds_pkey DO UPDATE SET until = greatest(h.until, EXCLUDED.until);
     UPDATE skiplock.jobs j SET scheduled_at = hold_key.until
-    WHERE j.state = 'available' AND j.queue = hold_key.queue AND j.limit_key = hold_key.limit_key
+    WHERE j.state IN ('available', 'waiting') AND j.queue = hold_key.queue AND j.limit_key = hold_key.limit_key
       AND j.scheduled_at < hold_key.until;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
@@ -1302,7 +1367,7 @@ BEGIN
     -- the running jobs'), not from the whole table.
     FOR jid IN
         SELECT j.id FROM skiplock.jobs j
-        WHERE j.unique_key = cancel_by_key.key AND j.state = 'available'
+        WHERE j.unique_key = cancel_by_key.key AND j.state IN ('available', 'waiting')
           AND (cancel_by_key.kind IS NULL OR j.kind = cancel_by_key.kind)
           AND (cancel_by_key.queue IS NULL OR j.queue = cancel_by_key.queue)
         UNION ALL
@@ -1356,7 +1421,7 @@ BEGIN
     WITH locked AS (
         SELECT j.id
         FROM skiplock.jobs j
-        WHERE j.state = 'available'
+        WHERE j.state IN ('available', 'waiting')
           AND (reschedule.ids IS NULL OR j.id = ANY (reschedule.ids))
           AND (reschedule.key IS NULL OR j.unique_key = reschedule.key)
           AND (reschedule.kind IS NULL OR j.kind = reschedule.kind)
@@ -1369,7 +1434,7 @@ BEGIN
                                 ELSE greatest(reschedule.run_at, now()) END,
             priority = coalesce(reschedule.priority, j.priority),
             max_attempts = coalesce(reschedule.max_attempts, j.max_attempts)
-        FROM locked WHERE j.id = locked.id AND j.state = 'available'
+        FROM locked WHERE j.id = locked.id AND j.state IN ('available', 'waiting')
         RETURNING j.id, j.queue
     ), woken AS (
         SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT m.queue FROM moved m) q

@@ -121,13 +121,16 @@ BEGIN
         -- before it enqueues.
         EXECUTE 'GRANT SELECT ON skiplock.migrations_core, skiplock.schema_info TO skiplock_enqueuer';
         -- The core's enqueue functions, by name, with every overload (each workflow part's
-        -- roles file grants its own: sql/api/9*_roles.sql).
+        -- roles file grants its own: sql/api/9*_roles.sql), and waiting for a job: a producer
+        -- may make its jobs depend on, and wait for, any job whose id it knows (it learns
+        -- that job's state and result; docs/roles.md, "Flows").
         FOR f IN
             SELECT p.oid::regprocedure::text
             FROM pg_catalog.pg_proc p
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
             WHERE n.nspname = 'skiplock'
-              AND p.proname IN ('enqueue', 'enqueue_result', 'enqueue_many')
+              AND p.proname IN ('enqueue', 'enqueue_result', 'enqueue_many', 'enqueue_flow',
+                                'watch', 'wait', 'flow_progress')
         LOOP
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO skiplock_enqueuer', f);
         END LOOP;
@@ -185,6 +188,7 @@ BEGIN
             WHERE n.nspname = 'skiplock'
               AND p.proname IN ('cancel', 'retry', 'cancel_jobs', 'retry_jobs',
                                 'cancel_by_key', 'reschedule', 'hold_key',
+                                'flow_progress', 'flow_members', 'dependency_results', 'dependents',
                                 'pause_queue', 'resume_queue',
                                 '_job_matches', '_like_pattern')
         LOOP

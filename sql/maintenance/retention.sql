@@ -1,12 +1,27 @@
 -- Delete at most $3 jobs in state $1 finalized more than $2 seconds ago, oldest first.
 -- Small batches keep each statement's locks short so the claim path is never held up.
+-- A job some unfinished job depends on is kept (its dependent reads its result:
+-- skiplock.dependency_results); a deleted job's flow rows go with it. Returns how many.
 WITH doomed AS (
     SELECT id
-    FROM skiplock.jobs
+    FROM skiplock.jobs j
     WHERE state = $1
       AND finalized_at < now() - make_interval(secs => $2)
+      AND NOT EXISTS (SELECT 1 FROM skiplock.job_dependencies d
+                      JOIN skiplock.jobs w ON w.id = d.job_id
+                      WHERE d.depends_on = j.id AND w.state IN ('waiting', 'available', 'running'))
     ORDER BY finalized_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM skiplock.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
+), edges AS (
+    DELETE FROM skiplock.job_dependencies x USING gone g WHERE x.job_id = g.id OR x.depends_on = g.id
+), waits AS (
+    DELETE FROM skiplock.job_waits x USING gone g WHERE x.job_id = g.id
+), members AS (
+    DELETE FROM skiplock.flow_jobs x USING gone g WHERE x.job_id = g.id
+), watches AS (
+    DELETE FROM skiplock.job_watches x USING gone g WHERE x.job_id = g.id
 )
-DELETE FROM skiplock.jobs j USING doomed d WHERE j.id = d.id
+SELECT count(*) FROM gone

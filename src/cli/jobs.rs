@@ -7,7 +7,8 @@ use clap::Args;
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
 use crate::config::parse_duration;
-use crate::queue::{EnqueueOutcome, JobState, NewJob, OnConflict, UniqueBy};
+use crate::queue::{EnqueueOutcome, JobState, NewJob, OnConflict, OnDependencyFailure, UniqueBy};
+use crate::store::flows;
 use crate::store::jobs::{self, JobFilter};
 
 /// `skiplock enqueue`.
@@ -56,6 +57,22 @@ pub struct EnqueueArgs {
     /// Meta, a JSON object (what is about the job rather than its work).
     #[arg(long)]
     pub meta: Option<String>,
+    /// A job that must finish first (repeat for more): this one waits until then.
+    #[arg(long = "depends-on")]
+    pub depends_on: Vec<i64>,
+    /// What a failed (discarded or cancelled) dependency does to this job: cancel it too, or
+    /// run it anyway once every dependency has finished.
+    #[arg(long, value_enum, default_value = "cancel", requires = "depends_on")]
+    pub on_dependency_failure: DependencyFailureArg,
+}
+
+/// `--on-dependency-failure`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DependencyFailureArg {
+    /// Cancel this job too.
+    Cancel,
+    /// Run it anyway.
+    Run,
 }
 
 fn parse_unique_by(s: &str) -> Result<UniqueBy, String> {
@@ -136,6 +153,11 @@ pub async fn enqueue(url: Option<&str>, a: EnqueueArgs) -> anyhow::Result<()> {
     job.tags = a.tags.clone();
     job.meta = meta;
     job.unique_for = unique_for;
+    job.depends_on = a.depends_on.clone();
+    job.on_dependency_failure = match a.on_dependency_failure {
+        DependencyFailureArg::Cancel => OnDependencyFailure::Cancel,
+        DependencyFailureArg::Run => OnDependencyFailure::Run,
+    };
     let on_conflict = if a.replace {
         OnConflict::Replace
     } else {
@@ -301,6 +323,29 @@ pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
     }
     if let Some(r) = &j.result {
         say!("result:        {r}");
+    }
+    let deps = flows::dependency_results(&pool, j.id).await?;
+    if !deps.is_empty() {
+        say!("depends on:");
+        for d in &deps {
+            say!(
+                "  {}{} {} {}",
+                d.id,
+                d.name
+                    .as_deref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default(),
+                d.kind.as_deref().unwrap_or("-"),
+                d.state.map_or("deleted", JobState::as_str)
+            );
+        }
+    }
+    let dependents = flows::dependents(&pool, j.id).await?;
+    if !dependents.is_empty() {
+        say!("dependents:");
+        for d in &dependents {
+            say!("  {} {} {}", d.id, d.kind, d.state);
+        }
     }
     if let Some(errs) = j.errors.as_array().filter(|e| !e.is_empty()) {
         say!("errors:");

@@ -2,6 +2,7 @@
 //! and `main` prints them on one line.
 
 pub mod fetch;
+pub mod flows;
 pub mod jobs;
 pub mod maintenance;
 pub mod output;
@@ -56,8 +57,13 @@ pub enum Command {
     Enqueue(jobs::EnqueueArgs),
     /// List jobs, newest first.
     Jobs(jobs::JobsArgs),
-    /// Show one job.
+    /// Show one job, with its dependencies and dependents.
     Job(jobs::JobArgs),
+    /// Wait for a job to finish; the exit status says how (0 completed, 3 discarded,
+    /// 4 cancelled, 5 timed out).
+    Wait(flows::WaitArgs),
+    /// Show a flow's progress and its jobs.
+    Flow(flows::FlowArgs),
     /// Cancel an available or running job, or the unfinished jobs with a unique key.
     Cancel(jobs::CancelArgs),
     /// Make a discarded, cancelled or completed job available again, now.
@@ -83,6 +89,19 @@ pub enum Command {
     /// The operator console in the browser (default http://127.0.0.1:8080/).
     Web(web::WebArgs),
 }
+
+/// A command's outcome told only by its exit status (`skiplock wait`): the binary exits
+/// with this code and prints no error line (the command printed what it saw).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitStatus(pub u8);
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for ExitStatus {}
 
 /// Refuses a numeric flag outside `min..=max` with one line naming the flag and the range
 /// (a huge count is a typo, and would only fail later, less clearly, or never end).
@@ -133,6 +152,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Enqueue(a) => jobs::enqueue(url, a).await,
         Command::Jobs(a) => jobs::list(url, a).await,
         Command::Job(a) => jobs::show(url, a).await,
+        Command::Wait(a) => flows::wait(url, a).await,
+        Command::Flow(a) => flows::flow(url, a).await,
         Command::Cancel(a) => jobs::cancel(url, a).await,
         Command::Retry(a) => jobs::retry(url, a).await,
         Command::Reschedule(a) => jobs::reschedule(url, a).await,

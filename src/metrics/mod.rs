@@ -118,8 +118,10 @@ impl Finish {
             JobState::Completed => Finish::Completed,
             JobState::Discarded => Finish::Discarded,
             JobState::Cancelled => Finish::Cancelled,
-            JobState::Available | JobState::Running if give_back => Finish::Snoozed,
-            JobState::Available | JobState::Running => Finish::Retried,
+            JobState::Waiting | JobState::Available | JobState::Running if give_back => {
+                Finish::Snoozed
+            }
+            JobState::Waiting | JobState::Available | JobState::Running => Finish::Retried,
         }
     }
 }

@@ -34,6 +34,29 @@ impl OnConflict {
     }
 }
 
+/// What a job does when one of the jobs it depends on is discarded or cancelled
+/// (`on_dependency_failure` in SQL; docs/flows.md, "When a dependency fails").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnDependencyFailure {
+    /// It is cancelled too (with "dependency N discarded" in its errors), and so are the jobs
+    /// that depend on it.
+    #[default]
+    Cancel,
+    /// It runs anyway once every dependency has finished, however: a finaliser or a batch's
+    /// callback, which reads how they went from [`crate::worker::JobContext::dependency_results`].
+    Run,
+}
+
+impl OnDependencyFailure {
+    /// The SQL API's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnDependencyFailure::Cancel => "cancel",
+            OnDependencyFailure::Run => "run",
+        }
+    }
+}
+
 /// What a job's uniqueness is derived from instead of a `unique_key` (`unique_by` in SQL;
 /// docs/sql-reference.md, "Uniqueness"): its whole args, or some of their top-level fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +134,11 @@ pub struct NewJob {
     pub unique_by: Option<UniqueBy>,
     /// At most one such job created per window of this length (whatever became of it).
     pub unique_for: Option<Duration>,
+    /// Jobs that must finish before this one may run (docs/flows.md): it is `waiting` until
+    /// then. Empty: none.
+    pub depends_on: Vec<i64>,
+    /// What a failed dependency does to it.
+    pub on_dependency_failure: OnDependencyFailure,
 }
 
 impl NewJob {
@@ -130,6 +158,8 @@ impl NewJob {
             meta: None,
             unique_by: None,
             unique_for: None,
+            depends_on: Vec::new(),
+            on_dependency_failure: OnDependencyFailure::Cancel,
         }
     }
     /// Sets the queue.
@@ -183,6 +213,17 @@ impl NewJob {
     /// Sets the meta (a JSON object).
     pub fn meta(mut self, meta: Value) -> Self {
         self.meta = Some(meta);
+        self
+    }
+    /// Makes the job wait until the jobs `ids` have finished (they may have been enqueued in
+    /// the same transaction).
+    pub fn depends_on(mut self, ids: impl IntoIterator<Item = i64>) -> Self {
+        self.depends_on.extend(ids);
+        self
+    }
+    /// Sets what a failed dependency does to the job.
+    pub fn on_dependency_failure(mut self, f: OnDependencyFailure) -> Self {
+        self.on_dependency_failure = f;
         self
     }
 }

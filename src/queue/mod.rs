@@ -9,7 +9,9 @@
 pub mod args;
 pub mod backoff;
 pub mod enqueue;
+pub mod flow;
 pub mod typed;
+pub mod wait;
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,14 +20,17 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 pub use args::RawArgs;
-pub use enqueue::{NewJob, OnConflict, UniqueBy};
+pub use enqueue::{NewJob, OnConflict, OnDependencyFailure, UniqueBy};
 pub use typed::{JobArgs, JobOptions};
 
-/// The five states of a job row (`skiplock.job_state`).
+/// The six states of a job row (`skiplock.job_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
-    /// Waiting; claimable once `scheduled_at <= now()`.
+    /// Waiting for the jobs it depends on (docs/flows.md); becomes `Available` once they
+    /// have finished, and no claim sees it before.
+    Waiting,
+    /// Claimable once `scheduled_at <= now()`.
     Available,
     /// Claimed by a worker.
     Running,
@@ -39,7 +44,8 @@ pub enum JobState {
 
 impl JobState {
     /// Every state, in lifecycle order.
-    pub const ALL: [JobState; 5] = [
+    pub const ALL: [JobState; 6] = [
+        JobState::Waiting,
         JobState::Available,
         JobState::Running,
         JobState::Completed,
@@ -50,6 +56,7 @@ impl JobState {
     /// The name used in SQL and on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
+            JobState::Waiting => "waiting",
             JobState::Available => "available",
             JobState::Running => "running",
             JobState::Completed => "completed",
@@ -81,7 +88,7 @@ impl FromStr for JobState {
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown job state {s:?} (expected one of: available, running, completed, discarded, cancelled)"
+                    "unknown job state {s:?} (expected one of: waiting, available, running, completed, discarded, cancelled)"
                 )
             })
     }

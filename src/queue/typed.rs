@@ -32,7 +32,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::Enqueued;
-use super::enqueue::{NewJob, OnConflict, UniqueBy};
+use super::enqueue::{NewJob, OnConflict, OnDependencyFailure, UniqueBy};
 use crate::error::{Error, Result};
 use crate::store::Executor;
 
@@ -73,6 +73,10 @@ pub struct JobOptions {
     pub tags: Option<Vec<String>>,
     /// What is about the job rather than its work (a JSON object).
     pub meta: Option<Value>,
+    /// Jobs that must finish first (docs/flows.md).
+    pub depends_on: Option<Vec<i64>>,
+    /// What a failed dependency does to the job.
+    pub on_dependency_failure: Option<OnDependencyFailure>,
 }
 
 impl JobOptions {
@@ -132,6 +136,16 @@ impl JobOptions {
         self.meta = Some(meta);
         self
     }
+    /// Makes the job wait until the jobs `ids` have finished (docs/flows.md).
+    pub fn depends_on(mut self, ids: impl IntoIterator<Item = i64>) -> Self {
+        self.depends_on = Some(ids.into_iter().collect());
+        self
+    }
+    /// Sets what a failed dependency does to the job.
+    pub fn on_dependency_failure(mut self, f: OnDependencyFailure) -> Self {
+        self.on_dependency_failure = Some(f);
+        self
+    }
     /// These options, with every unset field taken from `base`.
     pub fn or(self, base: JobOptions) -> JobOptions {
         JobOptions {
@@ -145,6 +159,8 @@ impl JobOptions {
             unique_for: self.unique_for.or(base.unique_for),
             tags: self.tags.or(base.tags),
             meta: self.meta.or(base.meta),
+            depends_on: self.depends_on.or(base.depends_on),
+            on_dependency_failure: self.on_dependency_failure.or(base.on_dependency_failure),
         }
     }
     /// Applies the set fields to `job`.
@@ -178,6 +194,12 @@ impl JobOptions {
         }
         if let Some(m) = self.meta {
             job = job.meta(m);
+        }
+        if let Some(d) = self.depends_on {
+            job = job.depends_on(d);
+        }
+        if let Some(f) = self.on_dependency_failure {
+            job = job.on_dependency_failure(f);
         }
         job
     }

@@ -14,7 +14,7 @@ use sqlx::postgres::PgRow;
 use super::{Executor, sql};
 use crate::error::{Error, Result};
 use crate::queue::enqueue::{check_key, check_nul, check_reserved_job, check_text};
-use crate::queue::{Enqueued, JobRow, JobState, NewJob, OnConflict, UniqueBy};
+use crate::queue::{Enqueued, JobRow, JobState, NewJob, OnConflict, OnDependencyFailure, UniqueBy};
 use crate::time::{DbTime, DbTimeOpt};
 
 /// Enqueues one job: its id (or the id of the available job holding its key) and what the
@@ -49,6 +49,8 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
         .bind(meta.as_deref())
         .bind(job.unique_by.as_ref().map(UniqueBy::to_sql))
         .bind(job.unique_for)
+        .bind((!job.depends_on.is_empty()).then_some(&job.depends_on))
+        .bind(job.on_dependency_failure.as_str())
         .fetch_one(exec)
         .await?;
     Ok(Enqueued {
@@ -112,6 +114,10 @@ pub struct ManyJobs<'a> {
     pub unique_for: Option<Duration>,
     /// What a duplicate does under `unique_by` / `unique_for`.
     pub on_conflict: OnConflict,
+    /// Jobs every one of these waits for (a fan-out; docs/flows.md). Empty: none.
+    pub depends_on: &'a [i64],
+    /// What a failed dependency does to them.
+    pub on_dependency_failure: OnDependencyFailure,
 }
 
 /// Enqueues many jobs of one kind in one statement; returns their ids in order.
@@ -141,6 +147,8 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .bind(jobs.unique_by.map(UniqueBy::to_sql))
         .bind(jobs.unique_for)
         .bind(jobs.on_conflict.as_str())
+        .bind((!jobs.depends_on.is_empty()).then_some(jobs.depends_on))
+        .bind(jobs.on_dependency_failure.as_str())
         .fetch_one(exec)
         .await?)
 }

@@ -179,9 +179,18 @@ pub async fn retention<'e, E: Executor<'e>>(
     older_than: Duration,
     limit: i64,
 ) -> Result<u64> {
-    Ok(super::query(sql!("maintenance", "retention"))
+    let n: i64 = super::query_scalar(sql!("maintenance", "retention"))
         .bind(state)
         .bind(older_than.as_secs_f64())
+        .bind(limit)
+        .fetch_one(exec)
+        .await?;
+    Ok(n as u64)
+}
+
+/// Forgets at most `limit` job watches nobody has refreshed for a day; returns how many.
+pub async fn retention_job_watches<'e, E: Executor<'e>>(exec: E, limit: i64) -> Result<u64> {
+    Ok(super::query(sql!("maintenance", "retention_job_watches"))
         .bind(limit)
         .execute(exec)
         .await?

@@ -31,6 +31,7 @@ pub mod claim;
 pub mod control;
 #[cfg(feature = "fetch")]
 pub mod fetch;
+pub mod flows;
 pub mod heartbeat;
 pub mod jobs;
 pub mod maintenance;

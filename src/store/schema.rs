@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "43e427e3c1ef67346ec5e718c106f6c7046664206cd6d15a78b085887c2e6503",
+        "14f3112a505cd60f2b0f1c44555e0ec5a97162d82e9f2fb3a2c45d07854e7215",
     ),
 ];
 
@@ -219,6 +219,7 @@ pub const API_VERSION: u32 = API_VERSIONS[API_VERSIONS.len() - 1].0;
 pub fn api_files() -> Vec<(&'static str, &'static str, &'static str)> {
     let mut v = vec![
         ("core", "sql/api/10_core.sql", sql!("api", "10_core")),
+        ("core", "sql/api/12_flows.sql", sql!("api", "12_flows")),
         ("core", "sql/api/15_control.sql", sql!("api", "15_control")),
     ];
     #[cfg(feature = "fetch")]

@@ -48,6 +48,13 @@ pub struct JobContext {
 }
 
 impl JobContext {
+    /// The jobs this one depends on (docs/flows.md), with how each finished and what it
+    /// returned, by id: a fan-in reads its inputs here, a batch's callback counts them with
+    /// [`crate::queue::flow::BatchSummary::of`]. Empty for a job without dependencies.
+    pub async fn dependency_results(&self) -> crate::Result<Vec<crate::queue::flow::DependencyResult>> {
+        crate::store::flows::dependency_results(&self.pool, self.id).await
+    }
+
     /// Resolves when the worker begins shutting down: long handlers should stop and return
     /// [`super::Outcome::Snooze`] (or an error) so the job is picked up again later.
     pub async fn shutdown_requested(&self) {

@@ -53,6 +53,9 @@ impl Rescuer {
     }
 }
 
+/// Finished jobs whose dependents one sweep settles per statement.
+const SETTLE_BATCH: i32 = 1000;
+
 /// Rescues up to [`BATCH`] rows per statement until none are left; returns how many.
 pub async fn rescue(pool: &Pool, rescue_after: Duration) -> Result<u64> {
     rescue_telling(pool, rescue_after, &Hooks::default()).await
@@ -79,6 +82,10 @@ async fn rescue_telling(pool: &Pool, rescue_after: Duration, hooks: &Hooks) -> R
             break;
         }
     }
+    // Jobs this pass (or the reaper, or a claim) discarded without settling their flows:
+    // their dependents are released or cancelled now, not at the next ack of a dependency
+    // (sql/api/12_flows.sql, skiplock.settle_dependencies).
+    while store::flows::settle_dependencies(pool, SETTLE_BATCH).await? >= SETTLE_BATCH as i64 {}
     // Forget worker rows that have been silent for much longer than the rescue timeout.
     let silent_for = (rescue_after * 10).max(Duration::from_secs(600));
     store::rescue::forget_workers(pool, silent_for).await?;

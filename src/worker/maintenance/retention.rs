@@ -68,7 +68,7 @@ impl RetentionSettings {
         match state {
             JobState::Completed => Some(self.completed),
             JobState::Cancelled | JobState::Discarded => Some(self.failed),
-            JobState::Available | JobState::Running => None,
+            JobState::Waiting | JobState::Available | JobState::Running => None,
         }
     }
 }
@@ -81,9 +81,9 @@ pub struct Retention {
 }
 
 /// One retention pass: every finished state, in batches of [`BATCH`]; returns the number of
-/// jobs deleted. Also forgets period records older than the completed window (keeping each
-/// periodic job's latest), per-key rate records, `unique_for` windows and key holds that
-/// decide nothing any more.
+/// jobs deleted (never one an unfinished job depends on). Also forgets period records older
+/// than the completed window (keeping each periodic job's latest), per-key rate records,
+/// `unique_for` windows, key holds and job watches that decide nothing any more.
 pub async fn run_retention(pool: &Pool, settings: &RetentionSettings) -> Result<u64> {
     let mut total = 0u64;
     for state in JobState::ALL {
@@ -128,9 +128,10 @@ pub async fn run_retention(pool: &Pool, settings: &RetentionSettings) -> Result<
     for _ in 0..MAX_BATCHES {
         let n = store::maintenance::retention_unique_windows(pool, BATCH).await?;
         let h = store::maintenance::retention_key_holds(pool, BATCH).await?;
+        let w = store::maintenance::retention_job_watches(pool, BATCH).await?;
         windows += n;
         holds += h;
-        if (n as i64) < BATCH && (h as i64) < BATCH {
+        if (n as i64) < BATCH && (h as i64) < BATCH && (w as i64) < BATCH {
             break;
         }
     }

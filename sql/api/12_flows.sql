@@ -1,0 +1,494 @@
+-- Flows (docs/flows.md): jobs that wait for other jobs. A job enqueued with `depends_on` is
+-- inserted `waiting` (outside every claim index: the claim never sees it), with one row of
+-- skiplock.job_dependencies per dependency and one of skiplock.job_waits counting those still
+-- to come (migrations/core/0008_flows.sql). When a dependency finishes, skiplock._settle
+-- resolves its edges, decrements its dependents' counts and releases each that reaches zero
+-- (`available`, due now) or cancels it when the dependency failed; skiplock._revive undoes
+-- that when a failed job is retried.
+
+-- The dependencies of job `job_id` (a new job: its own rows are still being written by the
+-- caller's statement), each locked FOR SHARE until the caller's transaction ends, so that an
+-- ack finishing one waits for this edge to be visible and then settles it (skiplock._settle);
+-- one that has already finished is settled here. `on_failure`: 'cancel' (the default) or 'run'.
+CREATE OR REPLACE FUNCTION skiplock._add_dependencies(job_id bigint, depends_on bigint[], on_failure text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    deps bigint[];
+    missing bigint;
+    finished bigint[];
+BEGIN
+    IF coalesce(on_failure, 'cancel') NOT IN ('cancel', 'run') THEN
+        RAISE EXCEPTION 'skiplock: on_dependency_failure must be ''cancel'' or ''run'', got %',
+            quote_nullable(on_failure) USING ERRCODE = '22023';
+    END IF;
+    IF array_position(depends_on, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'skiplock: depends_on holds a NULL id' USING ERRCODE = '22023';
+    END IF;
+    SELECT array_agg(DISTINCT d ORDER BY d) INTO deps FROM unnest(depends_on) AS d;
+    IF cardinality(deps) > skiplock._limit('enqueue_many.max_rows') THEN
+        RAISE EXCEPTION 'skiplock: depends_on names % jobs (at most %, setting enqueue_many.max_rows)',
+            cardinality(deps), skiplock._limit('enqueue_many.max_rows') USING ERRCODE = '22023';
+    END IF;
+    -- In id order, so two enqueues naming the same jobs wait for each other, never deadlock.
+    PERFORM 1 FROM skiplock.jobs j WHERE j.id = ANY (deps) ORDER BY j.id FOR SHARE;
+    SELECT min(d) INTO missing FROM unnest(deps) AS d
+    WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = d);
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'skiplock: depends_on names job %, which does not exist', missing
+            USING ERRCODE = '23503';
+    END IF;
+    INSERT INTO skiplock.job_dependencies (job_id, depends_on)
+    SELECT _add_dependencies.job_id, d FROM unnest(deps) AS d;
+    INSERT INTO skiplock.job_waits (job_id, pending, on_dependency_failure)
+    VALUES (_add_dependencies.job_id, cardinality(deps), coalesce(on_failure, 'cancel'));
+    SELECT array_agg(j.id) INTO finished FROM skiplock.jobs j
+    WHERE j.id = ANY (deps) AND j.state IN ('completed', 'discarded', 'cancelled');
+    IF finished IS NOT NULL THEN
+        PERFORM skiplock._settle(finished);
+    END IF;
+END;
+$$;
+
+-- Jobs `ids` may just have finished (completed, discarded, cancelled): tell whoever watches
+-- them (NOTIFY skiplock_finished, payload the id; the watch is then removed) and settle the edges that wait for them.
+-- Each unresolved edge of a finished dependency is resolved once (its row lock decides
+-- between an ack and the maintenance sweep), its dependent's count goes down by one, and a
+-- dependent that was waiting is then
+--   cancelled, when the dependency did not complete and the dependent's policy is 'cancel'
+--     ("dependency 41 discarded" in its errors; its own dependents follow, transitively);
+--   released (`available`, due now) when nothing is left to wait for.
+-- A dependent no longer waiting (an operator cancelled or retried it) only has its count
+-- kept. What a job with neither watchers nor dependents pays: two index probes per call.
+CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    dependents bigint[];
+    counts bigint[];
+    failed bigint[];
+    failed_states skiplock.job_state[];
+    notified bigint;
+BEGIN
+    WHILE cardinality(ids) > 0 LOOP
+        WITH told AS (
+            DELETE FROM skiplock.job_watches w
+            WHERE w.job_id = ANY (ids)
+              AND EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = w.job_id
+                          AND j.state IN ('completed', 'discarded', 'cancelled'))
+            RETURNING w.job_id
+        )
+        SELECT count(pg_notify('skiplock_finished', t.job_id::text)) INTO notified FROM told t;
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM skiplock.job_dependencies d
+                              WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL);
+        WITH done AS (
+            UPDATE skiplock.job_dependencies d SET resolved = j.state
+            FROM skiplock.jobs j
+            WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL
+              AND j.id = d.depends_on AND j.state IN ('completed', 'discarded', 'cancelled')
+            RETURNING d.job_id, d.depends_on, j.state
+        ), per AS (
+            SELECT done.job_id, count(*) AS n,
+                   min(done.depends_on) FILTER (WHERE done.state <> 'completed') AS failed_dep
+            FROM done GROUP BY done.job_id
+        )
+        SELECT array_agg(per.job_id ORDER BY per.job_id), array_agg(per.n ORDER BY per.job_id),
+               array_agg(per.failed_dep ORDER BY per.job_id),
+               array_agg(j.state ORDER BY per.job_id)
+        INTO dependents, counts, failed, failed_states
+        FROM per LEFT JOIN skiplock.jobs j ON j.id = per.failed_dep;
+        EXIT WHEN dependents IS NULL;
+        -- Counts are taken in dependent order: two acks of one fan-in's children wait for
+        -- each other, and never deadlock.
+        PERFORM 1 FROM skiplock.job_waits w WHERE w.job_id = ANY (dependents)
+        ORDER BY w.job_id FOR UPDATE;
+        WITH counted AS (
+            UPDATE skiplock.job_waits w
+            SET pending = greatest(w.pending - u.n, 0),
+                cancelled_by = CASE WHEN u.failed_dep IS NOT NULL AND w.on_dependency_failure = 'cancel'
+                                    THEN coalesce(w.cancelled_by, u.failed_dep) ELSE w.cancelled_by END
+            FROM unnest(dependents, counts, failed, failed_states) AS u(job_id, n, failed_dep, failed_state)
+            WHERE w.job_id = u.job_id
+            RETURNING w.job_id, w.pending, w.on_dependency_failure, u.failed_dep, u.failed_state
+        ), cancelled AS (
+            UPDATE skiplock.jobs j
+            SET state = 'cancelled', finalized_at = now(),
+                errors = j.errors || jsonb_build_array(jsonb_build_object(
+                    'attempt', j.attempt, 'at', now(),
+                    'error', format('dependency %s %s', c.failed_dep, c.failed_state)))
+            FROM counted c
+            WHERE j.id = c.job_id AND j.state = 'waiting'
+              AND c.failed_dep IS NOT NULL AND c.on_dependency_failure = 'cancel'
+            RETURNING j.id
+        ), released AS (
+            UPDATE skiplock.jobs j
+            SET state = 'available', scheduled_at = greatest(j.scheduled_at, now())
+            FROM counted c
+            WHERE j.id = c.job_id AND j.state = 'waiting' AND c.pending = 0
+              AND NOT (c.failed_dep IS NOT NULL AND c.on_dependency_failure = 'cancel')
+            RETURNING j.queue
+        ), woken AS (
+            SELECT pg_notify(skiplock._wake_channel(), q.queue)
+            FROM (SELECT DISTINCT r.queue FROM released r) q
+        )
+        SELECT array_agg(c.id) INTO ids FROM cancelled c WHERE (SELECT count(*) FROM woken) >= 0;
+    END LOOP;
+END;
+$$;
+
+-- Recounts the dependencies of jobs `ids` from their dependencies' states now (the rare
+-- path: skiplock._revive), then cancels or releases each that waits, as skiplock._settle
+-- does, and settles the dependents of those it cancels.
+CREATE OR REPLACE FUNCTION skiplock._recount(ids bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    cancelled bigint[];
+BEGIN
+    PERFORM 1 FROM skiplock.job_waits w WHERE w.job_id = ANY (ids) ORDER BY w.job_id FOR UPDATE;
+    UPDATE skiplock.job_dependencies d
+    SET resolved = CASE WHEN j.state IN ('completed', 'discarded', 'cancelled') THEN j.state END
+    FROM skiplock.jobs j
+    WHERE d.job_id = ANY (ids) AND j.id = d.depends_on
+      AND d.resolved IS DISTINCT FROM CASE WHEN j.state IN ('completed', 'discarded', 'cancelled') THEN j.state END;
+    WITH counts AS (
+        SELECT d.job_id, count(*) FILTER (WHERE d.resolved IS NULL) AS pending,
+               min(d.depends_on) FILTER (WHERE d.resolved IN ('discarded', 'cancelled')) AS failed_dep
+        FROM skiplock.job_dependencies d WHERE d.job_id = ANY (ids) GROUP BY d.job_id
+    ), counted AS (
+        UPDATE skiplock.job_waits w
+        SET pending = c.pending,
+            cancelled_by = CASE WHEN w.on_dependency_failure = 'cancel' THEN c.failed_dep END
+        FROM counts c WHERE w.job_id = c.job_id
+        RETURNING w.job_id, w.pending, w.cancelled_by
+    ), to_cancel AS (
+        UPDATE skiplock.jobs j
+        SET state = 'cancelled', finalized_at = now(),
+            errors = j.errors || jsonb_build_array(jsonb_build_object(
+                'attempt', j.attempt, 'at', now(),
+                'error', format('dependency %s %s', c.cancelled_by,
+                                (SELECT f.state FROM skiplock.jobs f WHERE f.id = c.cancelled_by))))
+        FROM counted c
+        WHERE j.id = c.job_id AND j.state = 'waiting' AND c.cancelled_by IS NOT NULL
+        RETURNING j.id
+    ), released AS (
+        UPDATE skiplock.jobs j
+        SET state = 'available', scheduled_at = greatest(j.scheduled_at, now())
+        FROM counted c
+        WHERE j.id = c.job_id AND j.state = 'waiting' AND c.pending = 0 AND c.cancelled_by IS NULL
+        RETURNING j.queue
+    ), woken AS (
+        SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT r.queue FROM released r) q
+    )
+    SELECT array_agg(t.id) INTO cancelled FROM to_cancel t WHERE (SELECT count(*) FROM woken) >= 0;
+    IF cancelled IS NOT NULL THEN
+        PERFORM skiplock._settle(cancelled);
+    END IF;
+END;
+$$;
+
+-- Jobs `ids` were just retried (skiplock.retry, retry_jobs): bring their flow back to life.
+-- Upstream, the failed dependencies they wait for through a 'cancel' edge are retried too
+-- (transitively): a dependent retried alone would only be cancelled again. Downstream, the
+-- dependents the failures cancelled (job_waits.cancelled_by) wait again, transitively. Then
+-- every job involved that has dependencies is recounted (skiplock._recount): a retried
+-- dependent waits again for what has not completed.
+CREATE OR REPLACE FUNCTION skiplock._revive(ids bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    up bigint[];
+    down bigint[];
+    woken bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM skiplock.job_dependencies d WHERE d.depends_on = ANY (ids))
+       AND NOT EXISTS (SELECT 1 FROM skiplock.job_waits w WHERE w.job_id = ANY (ids)) THEN
+        RETURN;
+    END IF;
+    WITH RECURSIVE u(id) AS (
+        SELECT unnest(ids)
+        UNION
+        SELECT d.depends_on
+        FROM u
+        JOIN skiplock.job_dependencies d ON d.job_id = u.id
+        JOIN skiplock.job_waits w ON w.job_id = d.job_id AND w.on_dependency_failure = 'cancel'
+        JOIN skiplock.jobs j ON j.id = d.depends_on AND j.state IN ('discarded', 'cancelled')
+    )
+    SELECT array_agg(u.id ORDER BY u.id) INTO up FROM u;
+    WITH moved AS (
+        UPDATE skiplock.jobs j
+        SET state = 'available', scheduled_at = now(), finalized_at = NULL,
+            max_attempts = greatest(j.max_attempts, j.attempt + 1)
+        WHERE j.id = ANY (up) AND NOT j.id = ANY (ids) AND j.state IN ('discarded', 'cancelled')
+        RETURNING j.queue
+    )
+    SELECT count(pg_notify(skiplock._wake_channel(), q.queue)) INTO woken
+    FROM (SELECT DISTINCT m.queue FROM moved m) q;
+    WITH RECURSIVE dn(id) AS (
+        SELECT unnest(up)
+        UNION
+        SELECT d.job_id
+        FROM dn
+        JOIN skiplock.job_dependencies d ON d.depends_on = dn.id
+        JOIN skiplock.job_waits w ON w.job_id = d.job_id
+        JOIN skiplock.jobs j ON j.id = d.job_id
+        WHERE j.state = 'waiting' OR (j.state = 'cancelled' AND w.cancelled_by IS NOT NULL)
+    )
+    SELECT array_agg(dn.id ORDER BY dn.id) INTO down FROM dn;
+    UPDATE skiplock.jobs j SET state = 'waiting', finalized_at = NULL
+    FROM skiplock.job_waits w
+    WHERE j.id = ANY (down) AND w.job_id = j.id AND j.state = 'cancelled' AND w.cancelled_by IS NOT NULL;
+    -- A retried job with dependencies waits for them again until the recount releases it.
+    UPDATE skiplock.jobs j SET state = 'waiting'
+    FROM skiplock.job_waits w
+    WHERE j.id = ANY (up) AND w.job_id = j.id AND j.state = 'available';
+    PERFORM skiplock._recount(down);
+END;
+$$;
+
+-- The maintenance's sweep: settles edges whose dependency finished without settling them
+-- (a job discarded by the rescuer, the reaper or a claim, or finished by a plain UPDATE from
+-- psql), at most `max_rows` dependencies per call. Returns how many it settled.
+CREATE OR REPLACE FUNCTION skiplock.settle_dependencies(max_rows integer DEFAULT 1000)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    ids bigint[];
+BEGIN
+    SELECT array_agg(x.depends_on) INTO ids
+    FROM (SELECT DISTINCT d.depends_on
+          FROM skiplock.job_dependencies d
+          JOIN skiplock.jobs j ON j.id = d.depends_on
+          WHERE d.resolved IS NULL AND j.state IN ('completed', 'discarded', 'cancelled')
+          LIMIT settle_dependencies.max_rows) x;
+    IF ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM skiplock._settle(ids);
+    RETURN cardinality(ids);
+END;
+$$;
+
+-- A flow in one call (docs/flows.md): `flow` is a JSON array of jobs, each an object with a
+-- local `name` and `kind` and, optionally, args, queue, run_at, priority, max_attempts,
+-- unique_key, on_conflict, limit_key, tags, meta, unique_by, unique_for (an interval, as
+-- text), on_dependency_failure and depends_on (names
+-- of other jobs of the flow, or ids of existing jobs). Enqueued atomically in dependency
+-- order; an unknown name, a duplicate name, an unknown field or a cycle is refused with
+-- nothing inserted. Returns {"flow": <id of the first job>, "jobs": {name: id, …}}; the flow's
+-- members are recorded in skiplock.flow_jobs (skiplock.flow_progress reads them).
+CREATE OR REPLACE FUNCTION skiplock.enqueue_flow(flow jsonb) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+    item jsonb;
+    names text[] := '{}';
+    nm text;
+    dep jsonb;
+    bad text;
+    ids jsonb := '{}';
+    placed text[] := '{}';
+    progress boolean;
+    dep_ids bigint[];
+    new_id bigint;
+    the_flow bigint;
+BEGIN
+    IF flow IS NULL OR jsonb_typeof(flow) <> 'array' OR jsonb_array_length(flow) = 0 THEN
+        RAISE EXCEPTION 'skiplock: enqueue_flow takes a non-empty JSON array of jobs' USING ERRCODE = '22023';
+    END IF;
+    n := jsonb_array_length(flow);
+    IF n > skiplock._limit('enqueue_many.max_rows') THEN
+        RAISE EXCEPTION 'skiplock: enqueue_flow got % jobs (at most %, setting enqueue_many.max_rows)',
+            n, skiplock._limit('enqueue_many.max_rows') USING ERRCODE = '22023';
+    END IF;
+    FOR item IN SELECT e FROM jsonb_array_elements(flow) AS e LOOP
+        IF jsonb_typeof(item) <> 'object' THEN
+            RAISE EXCEPTION 'skiplock: enqueue_flow: each job must be a JSON object, got %', left(item::text, 100)
+                USING ERRCODE = '22023';
+        END IF;
+        nm := item ->> 'name';
+        IF jsonb_typeof(item -> 'name') IS DISTINCT FROM 'string' OR nm = '' OR length(nm) > 200 THEN
+            RAISE EXCEPTION 'skiplock: enqueue_flow: every job needs a "name" (a string of 1 to 200 characters), got %',
+                left(item::text, 100) USING ERRCODE = '22023';
+        END IF;
+        IF nm = ANY (names) THEN
+            RAISE EXCEPTION 'skiplock: enqueue_flow: two jobs are named %', quote_literal(nm) USING ERRCODE = '22023';
+        END IF;
+        SELECT min(k) INTO bad FROM jsonb_object_keys(item) AS k
+        WHERE k NOT IN ('name', 'kind', 'args', 'queue', 'run_at', 'priority', 'max_attempts', 'unique_key',
+                        'on_conflict', 'limit_key', 'tags', 'meta', 'unique_by', 'unique_for', 'depends_on',
+                        'on_dependency_failure');
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION 'skiplock: enqueue_flow: job % has an unknown field %', quote_literal(nm), quote_literal(bad)
+                USING ERRCODE = '22023';
+        END IF;
+        IF item ? 'depends_on' AND jsonb_typeof(item -> 'depends_on') <> 'array' THEN
+            RAISE EXCEPTION 'skiplock: enqueue_flow: depends_on of job % must be an array of names or job ids', quote_literal(nm)
+                USING ERRCODE = '22023';
+        END IF;
+        names := names || nm;
+    END LOOP;
+    -- Every dependency names a job of the flow (a string) or an existing job (a number).
+    FOR item IN SELECT e FROM jsonb_array_elements(flow) AS e LOOP
+        FOR dep IN SELECT d FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d LOOP
+            IF jsonb_typeof(dep) = 'string' THEN
+                IF NOT (dep #>> '{}') = ANY (names) THEN
+                    RAISE EXCEPTION 'skiplock: enqueue_flow: job % depends on %, which is not a job of the flow',
+                        quote_literal(item ->> 'name'), quote_literal(dep #>> '{}') USING ERRCODE = '22023';
+                END IF;
+            ELSIF jsonb_typeof(dep) <> 'number' THEN
+                RAISE EXCEPTION 'skiplock: enqueue_flow: depends_on of job % holds %, not a name or a job id',
+                    quote_literal(item ->> 'name'), left(dep::text, 100) USING ERRCODE = '22023';
+            END IF;
+        END LOOP;
+    END LOOP;
+    -- Dependency order (Kahn): each pass enqueues the jobs whose named dependencies are all
+    -- placed; a pass that places none while some remain has found a cycle.
+    WHILE cardinality(placed) < n LOOP
+        progress := false;
+        FOR item IN SELECT e FROM jsonb_array_elements(flow) AS e LOOP
+            nm := item ->> 'name';
+            CONTINUE WHEN nm = ANY (placed);
+            CONTINUE WHEN EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d
+                                  WHERE jsonb_typeof(d) = 'string' AND NOT (d #>> '{}') = ANY (placed));
+            SELECT array_agg(CASE WHEN jsonb_typeof(d) = 'string' THEN (ids ->> (d #>> '{}'))::bigint
+                                  ELSE (d #>> '{}')::bigint END)
+            INTO dep_ids FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d;
+            PERFORM skiplock._check_enqueue_names(item ->> 'kind', coalesce(item ->> 'queue', 'default'),
+                                                  item ->> 'unique_key');
+            SELECT e.job_id INTO new_id FROM skiplock._enqueue_outcome(
+                item ->> 'kind', coalesce(item -> 'args', '{}'), coalesce(item ->> 'queue', 'default'),
+                coalesce((item ->> 'run_at')::timestamptz, now()), coalesce((item ->> 'priority')::smallint, 0::smallint),
+                coalesce((item ->> 'max_attempts')::integer, 25), item ->> 'unique_key',
+                coalesce(item ->> 'on_conflict', 'keep'), item ->> 'limit_key',
+                (SELECT array_agg(t) FROM jsonb_array_elements_text(item -> 'tags') AS t),
+                item -> 'meta', item ->> 'unique_by', (item ->> 'unique_for')::interval, dep_ids,
+                item ->> 'on_dependency_failure') e;
+            ids := ids || jsonb_build_object(nm, new_id);
+            placed := placed || nm;
+            the_flow := coalesce(the_flow, new_id);
+            progress := true;
+        END LOOP;
+        IF NOT progress THEN
+            RAISE EXCEPTION 'skiplock: enqueue_flow: the dependencies of % form a cycle',
+                (SELECT string_agg(quote_literal(x), ', ') FROM unnest(names) AS x WHERE NOT x = ANY (placed))
+                USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+    INSERT INTO skiplock.flow_jobs (flow_id, name, job_id)
+    SELECT the_flow, x.k, x.v::bigint FROM jsonb_each_text(ids) AS x(k, v)
+    ON CONFLICT DO NOTHING;
+    RETURN jsonb_build_object('flow', the_flow, 'jobs', ids);
+END;
+$$;
+
+-- The dependencies of job `job_id` with how they finished: id, local name in its flow (NULL
+-- outside one), kind, state and result (what the handler returned on completion). What a
+-- handler reads (`ctx.dependency_results()`); a batch's callback counts states from it.
+CREATE OR REPLACE FUNCTION skiplock.dependency_results(job_id bigint)
+RETURNS TABLE (id bigint, name text, kind text, state skiplock.job_state, result jsonb)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT d.depends_on, (SELECT f.name FROM skiplock.flow_jobs f WHERE f.job_id = d.depends_on LIMIT 1),
+           j.kind, j.state, j.result
+    FROM skiplock.job_dependencies d
+    LEFT JOIN skiplock.jobs j ON j.id = d.depends_on
+    WHERE d.job_id = dependency_results.job_id
+    ORDER BY d.depends_on
+$$;
+
+-- The jobs that wait for job `job_id`, with their states (the job page's "dependents").
+CREATE OR REPLACE FUNCTION skiplock.dependents(job_id bigint)
+RETURNS TABLE (id bigint, kind text, state skiplock.job_state)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT d.job_id, j.kind, j.state
+    FROM skiplock.job_dependencies d
+    JOIN skiplock.jobs j ON j.id = d.job_id
+    WHERE d.depends_on = dependents.job_id
+    ORDER BY d.job_id
+$$;
+
+-- The jobs of a flow: `flow` is the id skiplock.enqueue_flow returned (its members are
+-- recorded, with their names), or any job's id: that job and everything that depends on it,
+-- transitively (a batch's children and callback, a chain). With each job's state and how
+-- many dependencies it still waits for.
+CREATE OR REPLACE FUNCTION skiplock.flow_members(flow bigint)
+RETURNS TABLE (name text, id bigint, kind text, state skiplock.job_state, pending integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE recorded AS (
+        SELECT f.name, f.job_id FROM skiplock.flow_jobs f WHERE f.flow_id = flow_members.flow
+    ), reached(id) AS (
+        SELECT flow_members.flow WHERE NOT EXISTS (SELECT 1 FROM recorded)
+        UNION
+        SELECT d.job_id FROM reached r JOIN skiplock.job_dependencies d ON d.depends_on = r.id
+    ), members AS (
+        SELECT r.name, r.job_id AS id FROM recorded r
+        UNION ALL
+        SELECT (SELECT f.name FROM skiplock.flow_jobs f WHERE f.job_id = x.id LIMIT 1), x.id FROM reached x
+    )
+    SELECT m.name, j.id, j.kind, j.state, coalesce(w.pending, 0)
+    FROM members m
+    JOIN skiplock.jobs j ON j.id = m.id
+    LEFT JOIN skiplock.job_waits w ON w.job_id = j.id
+    ORDER BY j.id
+$$;
+
+-- Progress of a flow (skiplock.flow_members): how many of its jobs are in each state.
+CREATE OR REPLACE FUNCTION skiplock.flow_progress(flow bigint)
+RETURNS TABLE (total bigint, waiting bigint, available bigint, running bigint,
+               completed bigint, discarded bigint, cancelled bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT count(*),
+           count(*) FILTER (WHERE m.state = 'waiting'),
+           count(*) FILTER (WHERE m.state = 'available'),
+           count(*) FILTER (WHERE m.state = 'running'),
+           count(*) FILTER (WHERE m.state = 'completed'),
+           count(*) FILTER (WHERE m.state = 'discarded'),
+           count(*) FILTER (WHERE m.state = 'cancelled')
+    FROM skiplock.flow_members(flow_progress.flow) m
+$$;
+
+-- Registers interest in job `job_id` finishing (its ack then sends NOTIFY skiplock_finished
+-- with the id: `skiplock::wait_for` listens) and returns its state and result now. A
+-- watcher refreshes its row while it waits; retention forgets rows not refreshed for a day.
+CREATE OR REPLACE FUNCTION skiplock.watch(job_id bigint)
+RETURNS TABLE (state skiplock.job_state, result jsonb)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    SELECT j.state, j.result INTO state, result FROM skiplock.jobs j WHERE j.id = watch.job_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'skiplock: job % does not exist', watch.job_id USING ERRCODE = 'P0002';
+    END IF;
+    IF state NOT IN ('completed', 'discarded', 'cancelled') THEN
+        INSERT INTO skiplock.job_watches AS w (job_id) VALUES (watch.job_id)
+        ON CONFLICT ON CONSTRAINT job_watches_pkey DO UPDATE SET since = now()
+        WHERE w.since < now() - interval '1 minute';
+    END IF;
+    RETURN NEXT;
+END;
+$$;
+
+-- Waits up to `timeout` for job `job_id` to finish, for any language with a Postgres driver:
+-- its state and result, and whether it finished (false: the timeout passed first; the state
+-- is then the one it has). It polls the row (a function cannot receive NOTIFY), every 10 ms
+-- at first and at most every 100 ms, and takes no lock. Its statement holds a snapshot for
+-- as long as it waits, which holds back vacuum (docs/flows.md): prefer short timeouts, called
+-- again, or `skiplock::wait_for`, which listens.
+CREATE OR REPLACE FUNCTION skiplock.wait(job_id bigint, timeout interval DEFAULT '30 seconds')
+RETURNS TABLE (state skiplock.job_state, result jsonb, finished boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    deadline timestamptz := clock_timestamp() + coalesce(wait.timeout, '0');
+    pause double precision := 0.01;
+BEGIN
+    IF wait.timeout < interval '0' OR wait.timeout > interval '1 hour' THEN
+        RAISE EXCEPTION 'skiplock: wait timeout must be between 0 and 1 hour, got %', wait.timeout
+            USING ERRCODE = '22023';
+    END IF;
+    LOOP
+        SELECT j.state, j.result INTO state, result FROM skiplock.jobs j WHERE j.id = wait.job_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'skiplock: job % does not exist', wait.job_id USING ERRCODE = 'P0002';
+        END IF;
+        finished := state IN ('completed', 'discarded', 'cancelled');
+        EXIT WHEN finished OR clock_timestamp() >= deadline;
+        PERFORM pg_sleep(least(pause, greatest(extract(epoch FROM deadline - clock_timestamp()), 0)));
+        pause := least(pause * 2, 0.1);
+    END LOOP;
+    RETURN NEXT;
+END;
+$$;

@@ -1,0 +1,2 @@
+-- The jobs of flow $1, with names, states and how many dependencies each still waits for.
+SELECT name, id, kind, state, pending FROM skiplock.flow_members($1)

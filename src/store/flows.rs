@@ -1,0 +1,86 @@
+//! Flow statements (docs/flows.md): a DAG enqueued in one call, what a job's dependencies
+//! returned, who waits for a job, a flow's progress, watching a job finish, and the
+//! maintenance's sweep. The rules live in the SQL API (`sql/api/12_flows.sql`); statements:
+//! `sql/flows/`.
+
+use serde_json::Value;
+use sqlx::postgres::PgListener;
+
+use super::{Executor, Pool, sql};
+use crate::error::{Error, Result};
+use crate::queue::JobState;
+use crate::queue::flow::{DependencyResult, Dependent, FlowIds, FlowMember, FlowProgress};
+
+/// The channel a watched job's finish is announced on, its id as the payload
+/// (`skiplock._settle`).
+pub const FINISHED_CHANNEL: &str = "skiplock_finished";
+
+/// Enqueues the flow `spec` (the JSON array `skiplock.enqueue_flow` takes) atomically.
+pub async fn enqueue_flow<'e, E: Executor<'e>>(exec: E, spec: &Value) -> Result<FlowIds> {
+    let v: Value = super::query_scalar(sql!("flows", "enqueue_flow"))
+        .bind(spec)
+        .fetch_one(exec)
+        .await?;
+    serde_json::from_value(v).map_err(|e| Error::Other(format!("enqueue_flow answered {e}")))
+}
+
+/// The dependencies of job `id` with their states and results, by id.
+pub async fn dependency_results<'e, E: Executor<'e>>(
+    exec: E,
+    id: i64,
+) -> Result<Vec<DependencyResult>> {
+    Ok(super::query_as(sql!("flows", "dependency_results"))
+        .bind(id)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// The jobs that depend on job `id`, by id.
+pub async fn dependents<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Vec<Dependent>> {
+    Ok(super::query_as(sql!("flows", "dependents"))
+        .bind(id)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// The progress of flow `flow` (an id `enqueue_flow` returned, or any job's: it and its
+/// dependents).
+pub async fn flow_progress<'e, E: Executor<'e>>(exec: E, flow: i64) -> Result<FlowProgress> {
+    Ok(super::query_as(sql!("flows", "flow_progress"))
+        .bind(flow)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// The jobs of flow `flow` (as [`flow_progress`] counts them), by id.
+pub async fn flow_members<'e, E: Executor<'e>>(exec: E, flow: i64) -> Result<Vec<FlowMember>> {
+    Ok(super::query_as(sql!("flows", "flow_members"))
+        .bind(flow)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// Registers a watch on job `id` (its finish is then announced on [`FINISHED_CHANNEL`]) and
+/// returns its state and result now.
+pub async fn watch<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<(JobState, Option<Value>)> {
+    Ok(super::query_as(sql!("flows", "watch"))
+        .bind(id)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// A connection listening on [`FINISHED_CHANNEL`].
+pub async fn finished_listener(pool: &Pool) -> Result<PgListener> {
+    let mut l = PgListener::connect_with(pool).await?;
+    l.listen(FINISHED_CHANNEL).await?;
+    Ok(l)
+}
+
+/// The maintenance's sweep: settles at most `limit` finished jobs whose dependents were not
+/// told yet (`skiplock.settle_dependencies`); returns how many.
+pub async fn settle_dependencies<'e, E: Executor<'e>>(exec: E, limit: i32) -> Result<i64> {
+    Ok(super::query_scalar(sql!("flows", "settle_dependencies"))
+        .bind(limit)
+        .fetch_one(exec)
+        .await?)
+}

@@ -1,0 +1,602 @@
+//! Flows against a real Postgres (docs/flows.md): dependencies on enqueue, a DAG in one call,
+//! fan-out and fan-in, the failure policy and its undoing by a retry, batches with a callback,
+//! results flowing downstream, waiting for a job from SQL, Rust and the CLI, and a worker
+//! killed in the middle of a flow.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skiplock::queue::flow::{BatchSummary, Flow};
+use skiplock::queue::{NewJob, OnConflict, OnDependencyFailure};
+use skiplock::store::jobs::{ManyJobs, enqueue, enqueue_many};
+use skiplock::worker::handler::Handler;
+use skiplock::worker::{HandlerResult, JobContext, JobError, Outcome};
+use support::*;
+
+async fn state(db: &TestDb, id: i64) -> String {
+    state_of(db, id).await
+}
+
+async fn errors_of(db: &TestDb, id: i64) -> String {
+    sqlx::query_scalar::<_, Value>("SELECT errors FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap()
+        .to_string()
+}
+
+async fn wait_state(db: &TestDb, id: i64, want: &str) {
+    wait_for(
+        &format!("job {id} to be {want}"),
+        Duration::from_secs(60),
+        || async { (state(db, id).await == want).then_some(()) },
+    )
+    .await
+}
+
+/// Records each job it runs (id, and how many completed jobs it could see as dependencies);
+/// args `{"fail": true}` discard the job, `{"fail_once": true}` the first time only.
+#[derive(Clone, Default)]
+struct Step {
+    ran: Arc<Mutex<Vec<i64>>>,
+    failed_once: Arc<AtomicUsize>,
+}
+
+impl Handler for Step {
+    type Args = Value;
+    fn kind(&self) -> &'static str {
+        "step"
+    }
+    async fn run(&self, ctx: JobContext, args: Value) -> HandlerResult {
+        if args["fail"] == true
+            || (args["fail_once"] == true && self.failed_once.fetch_add(1, Ordering::SeqCst) == 0)
+        {
+            return Err(JobError::discard("failed on purpose"));
+        }
+        self.ran.lock().unwrap().push(ctx.id);
+        let deps = ctx.dependency_results().await?;
+        let summary = BatchSummary::of(&deps);
+        let sum: i64 = deps
+            .iter()
+            .filter_map(|d| d.result_as::<Value>().ok().flatten())
+            .filter_map(|r| r["n"].as_i64())
+            .sum();
+        Ok(Outcome::CompleteWith(json!({
+            "n": args["n"].as_i64().unwrap_or(0) + sum,
+            "deps": summary,
+        })))
+    }
+}
+
+fn step(args: Value) -> NewJob {
+    NewJob::new("step", args).max_attempts(1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_is_refused_whole_for_a_cycle_an_unknown_name_or_a_bad_field() {
+    let db = TestDb::new().await;
+    for (flow, want) in [
+        (
+            json!([{"name": "a", "kind": "k", "depends_on": ["b"]},
+                   {"name": "b", "kind": "k", "depends_on": ["c"]},
+                   {"name": "c", "kind": "k", "depends_on": ["a"]},
+                   {"name": "free", "kind": "k"}]),
+            "form a cycle",
+        ),
+        (
+            json!([{"name": "a", "kind": "k", "depends_on": ["nope"]}]),
+            "not a job of the flow",
+        ),
+        (
+            json!([{"name": "a", "kind": "k"}, {"name": "a", "kind": "k"}]),
+            "two jobs are named",
+        ),
+        (
+            json!([{"name": "a", "kind": "k", "dependson": ["x"]}]),
+            "unknown field",
+        ),
+        (json!([{"kind": "k"}]), "needs a \"name\""),
+        (json!([]), "non-empty JSON array"),
+        (
+            json!([{"name": "a", "kind": "k", "depends_on": [999999]}]),
+            "does not exist",
+        ),
+        (
+            json!([{"name": "a", "kind": "k", "depends_on": ["a"]}]),
+            "form a cycle",
+        ),
+    ] {
+        let e = skiplock::store::flows::enqueue_flow(&db.pool, &flow)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{flow}: {e}");
+    }
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.jobs").await,
+        0
+    );
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.job_dependencies").await,
+        0
+    );
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.flow_jobs").await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependencies_given_in_a_rolled_back_transaction_leave_nothing_and_in_a_committed_one_wait()
+{
+    let db = TestDb::new().await;
+    let mut tx = db.pool.begin().await.unwrap();
+    let a = enqueue(&mut *tx, &step(json!({}))).await.unwrap().id;
+    let b = enqueue(&mut *tx, &step(json!({})).depends_on([a]))
+        .await
+        .unwrap()
+        .id;
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.jobs").await,
+        0
+    );
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.job_dependencies").await,
+        0
+    );
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.job_waits").await,
+        0
+    );
+    let _ = b;
+
+    let mut tx = db.pool.begin().await.unwrap();
+    let a = enqueue(&mut *tx, &step(json!({"n": 1}))).await.unwrap().id;
+    let b = enqueue(&mut *tx, &step(json!({"n": 2})).depends_on([a]))
+        .await
+        .unwrap()
+        .id;
+    tx.commit().await.unwrap();
+    assert_eq!(state(&db, b).await, "waiting");
+    // A job that names a job that does not exist is refused, and nothing is written.
+    let e = enqueue(&db.pool, &step(json!({})).depends_on([a, 424242]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("job 424242, which does not exist"), "{e}");
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.jobs").await,
+        2
+    );
+
+    let h = Step::default();
+    let w = start_with(&db.pool, |r| {
+        r.register(h.clone());
+    });
+    wait_state(&db, b, "completed").await;
+    w.stop().await.unwrap();
+    assert_eq!(*h.ran.lock().unwrap(), vec![a, b]);
+    // b read a's result: 2 + 1.
+    let r: Value = sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
+        .bind(b)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap();
+    assert_eq!(r["n"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_to_a_thousand_then_fan_in_starts_the_last_job_once_after_every_child() {
+    let db = TestDb::new().await;
+    let root = enqueue(&db.pool, &step(json!({"n": 0}))).await.unwrap().id;
+    let args: Vec<Value> = (0..1000).map(|_| json!({"n": 1})).collect();
+    let children = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "step",
+            args: &args,
+            queue: "default",
+            depends_on: &[root],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(children.len(), 1000);
+    let fan_in = enqueue(
+        &db.pool,
+        &step(json!({"n": 0})).depends_on(children.clone()),
+    )
+    .await
+    .unwrap()
+    .id;
+    assert_eq!(count_state(&db.pool, "waiting").await, 1001);
+
+    let h = Step::default();
+    let w = start_worker(&db.pool, fast_settings(), |mut b| {
+        b.registry_mut().register(h.clone());
+        b.queue("default", 20)
+    });
+    wait_state(&db, fan_in, "completed").await;
+    w.stop().await.unwrap();
+
+    let ran = h.ran.lock().unwrap().clone();
+    assert_eq!(ran.iter().filter(|&&id| id == fan_in).count(), 1);
+    assert_eq!(ran.len(), 1002, "every job ran once");
+    assert_eq!(ran[0], root);
+    assert_eq!(
+        *ran.last().unwrap(),
+        fan_in,
+        "the fan-in ran after every child"
+    );
+    // Started after the last child finished, at its first attempt, and saw all 1,000 results.
+    let late: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs c, skiplock.jobs f
+         WHERE c.id = ANY($1) AND f.id = $2 AND c.finalized_at > f.attempted_at",
+    )
+    .bind(&children)
+    .bind(fan_in)
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    assert_eq!(late, 0);
+    let (attempt, result): (i32, Value) =
+        sqlx::query_as("SELECT attempt, result FROM skiplock.jobs WHERE id = $1")
+            .bind(fan_in)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+    assert_eq!(attempt, 1);
+    assert_eq!(result["n"], 1000);
+    assert_eq!(result["deps"]["completed"], 1000);
+    let p = skiplock::admin::flow_progress(&db.pool, root)
+        .await
+        .unwrap();
+    assert_eq!((p.total, p.completed), (1002, 1002));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discarded_job_cancels_its_dependents_transitively_and_a_finaliser_runs_anyway() {
+    let db = TestDb::new().await;
+    let flow = Flow::new()
+        .job("a", step(json!({"fail_once": true})))
+        .job_after("b", step(json!({})), ["a"])
+        .job_after("c", step(json!({})), ["b"])
+        .job_after(
+            "cleanup",
+            step(json!({})).on_dependency_failure(OnDependencyFailure::Run),
+            ["a"],
+        );
+    let ids = skiplock::enqueue_flow(&db.pool, &flow).await.unwrap();
+    let id = |n: &str| ids.id(n).unwrap();
+    assert_eq!(ids.flow, id("a"));
+
+    let h = Step::default();
+    let w = start_with(&db.pool, |r| {
+        r.register(h.clone());
+    });
+    wait_state(&db, id("cleanup"), "completed").await;
+    wait_state(&db, id("c"), "cancelled").await;
+    assert_eq!(state(&db, id("a")).await, "discarded");
+    assert_eq!(state(&db, id("b")).await, "cancelled");
+    assert!(
+        errors_of(&db, id("b"))
+            .await
+            .contains(&format!("dependency {} discarded", id("a")))
+    );
+    assert!(
+        errors_of(&db, id("c"))
+            .await
+            .contains(&format!("dependency {} cancelled", id("b")))
+    );
+    let r: Value = sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
+        .bind(id("cleanup"))
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap();
+    assert_eq!(r["deps"]["discarded"], 1);
+    let deps = skiplock::admin::dependency_results(&db.pool, id("cleanup"))
+        .await
+        .unwrap();
+    assert_eq!(deps.len(), 1);
+    assert_eq!(deps[0].name.as_deref(), Some("a"));
+
+    // Retrying the failed job brings the flow back: b and c wait again, then run in order.
+    skiplock::admin::retry(&db.pool, id("a")).await.unwrap();
+    assert_eq!(state(&db, id("b")).await, "waiting");
+    assert_eq!(state(&db, id("c")).await, "waiting");
+    wait_state(&db, id("c"), "completed").await;
+    w.stop().await.unwrap();
+    let ran = h.ran.lock().unwrap().clone();
+    let pos = |x: i64| ran.iter().position(|&r| r == x).unwrap();
+    assert!(pos(id("a")) < pos(id("b")) && pos(id("b")) < pos(id("c")));
+    // The finaliser ran once: the retry does not run a job that already completed.
+    assert_eq!(ran.iter().filter(|&&r| r == id("cleanup")).count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_a_cancelled_dependent_retries_the_failure_it_waits_for() {
+    let db = TestDb::new().await;
+    let a = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let b = enqueue(&db.pool, &step(json!({})).depends_on([a]))
+        .await
+        .unwrap()
+        .id;
+    let c = enqueue(&db.pool, &step(json!({})).depends_on([b]))
+        .await
+        .unwrap()
+        .id;
+    skiplock::admin::cancel(&db.pool, a).await.unwrap();
+    assert_eq!(state(&db, b).await, "cancelled");
+    assert_eq!(state(&db, c).await, "cancelled");
+    // An operator retries the last job of the chain: everything before it comes back too.
+    skiplock::admin::retry(&db.pool, c).await.unwrap();
+    assert_eq!(state(&db, a).await, "available");
+    assert_eq!(state(&db, b).await, "waiting");
+    assert_eq!(state(&db, c).await, "waiting");
+    // A waiting job is not retried (it would run before its dependencies).
+    let e = skiplock::admin::retry(&db.pool, c)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("waits for its dependencies"), "{e}");
+    let h = Step::default();
+    let w = start_with(&db.pool, |r| {
+        r.register(h.clone());
+    });
+    wait_state(&db, c, "completed").await;
+    w.stop().await.unwrap();
+    assert_eq!(*h.ran.lock().unwrap(), vec![a, b, c]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_callback_runs_once_with_a_summary_of_its_children() {
+    let db = TestDb::new().await;
+    let children: Vec<NewJob> = (0..10)
+        .map(|i| step(json!({"n": 1, "fail": i % 5 == 0})))
+        .collect();
+    let ids = skiplock::enqueue_flow(&db.pool, &Flow::batch(children, step(json!({}))))
+        .await
+        .unwrap();
+    let cb = ids.id("callback").unwrap();
+    let h = Step::default();
+    let w = start_with(&db.pool, |r| {
+        r.register(h.clone());
+    });
+    wait_state(&db, cb, "completed").await;
+    w.stop().await.unwrap();
+    let r: Value = sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
+        .bind(cb)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        r["deps"],
+        json!({"total": 10, "completed": 8, "discarded": 2, "cancelled": 0})
+    );
+    assert_eq!(r["n"], 8);
+    let p = skiplock::admin::flow_progress(&db.pool, ids.flow)
+        .await
+        .unwrap();
+    assert_eq!((p.total, p.completed, p.discarded), (11, 9, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_job_holds_its_key_while_it_waits_and_retention_keeps_what_it_needs() {
+    let db = TestDb::new().await;
+    let a = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let keyed = step(json!({})).unique_key("report", OnConflict::Keep);
+    let first = enqueue(&db.pool, &keyed.clone().depends_on([a]))
+        .await
+        .unwrap();
+    let again = enqueue(&db.pool, &keyed).await.unwrap();
+    assert_eq!(again.id, first.id, "the waiting job holds the key");
+    assert_eq!(state(&db, first.id).await, "waiting");
+
+    // a completes (by a plain UPDATE, as psql could: the sweep settles it) long ago; retention
+    // must keep it while its dependent has not run.
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() - interval '30 days',
+         result = '{\"n\": 5}' WHERE id = $1",
+    )
+    .bind(a)
+    .execute(&*db.pool)
+    .await
+    .unwrap();
+    assert_eq!(state(&db, first.id).await, "waiting");
+    skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(state(&db, first.id).await, "available");
+    let settings = skiplock::maintenance::retention::RetentionSettings {
+        completed: Duration::from_secs(1),
+        failed: Duration::from_secs(1),
+        interval: Duration::from_secs(60),
+    };
+    skiplock::maintenance::retention::run_retention(&db.pool, &settings)
+        .await
+        .unwrap();
+    assert_eq!(state(&db, a).await, "completed", "kept for its dependent");
+    let deps = skiplock::admin::dependency_results(&db.pool, first.id)
+        .await
+        .unwrap();
+    assert_eq!(deps[0].result, Some(json!({"n": 5})));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_job_from_sql_rust_and_the_cli_returns_at_its_end_or_times_out() {
+    let db = TestDb::new().await;
+    let a = enqueue(&db.pool, &step(json!({"n": 7}))).await.unwrap().id;
+    let b = enqueue(&db.pool, &step(json!({})).depends_on([a]))
+        .await
+        .unwrap()
+        .id;
+
+    // Nothing runs yet: each form times out cleanly, saying the state it saw.
+    let (st, finished): (String, bool) =
+        sqlx::query_as("SELECT state::text, finished FROM skiplock.wait($1, '200 milliseconds')")
+            .bind(b)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+    assert_eq!((st.as_str(), finished), ("waiting", false));
+    let w = skiplock::wait_for(&db.pool, a, Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert!(!w.finished);
+    let (code, out, _) = run_cmd(&db.url, &["wait", &a.to_string(), "--timeout", "200ms"]);
+    assert_eq!(code, 5, "{out}");
+    assert!(out.contains("timed out"), "{out}");
+    let (code, _, err) = run_cmd(&db.url, &["wait", "99999", "--timeout", "1s"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("job 99999 does not exist"), "{err}");
+
+    // Waiters started before the work: each returns once the job has finished.
+    let pool = db.pool.clone();
+    let sql_wait = tokio::spawn(async move {
+        sqlx::query_as::<_, (String, Option<Value>, bool)>(
+            "SELECT state::text, result, finished FROM skiplock.wait($1, '60 seconds')",
+        )
+        .bind(b)
+        .fetch_one(&*pool)
+        .await
+        .unwrap()
+    });
+    let pool = db.pool.clone();
+    let rust_wait =
+        tokio::spawn(async move { skiplock::wait_for(&pool, b, Duration::from_secs(60)).await });
+    let url = db.url.clone();
+    let cli_wait = tokio::task::spawn_blocking(move || {
+        run_cmd(
+            &url,
+            &["wait", &b.to_string(), "--timeout", "60s", "--json"],
+        )
+    });
+    let h = Step::default();
+    let worker = start_with(&db.pool, |r| {
+        r.register(h.clone());
+    });
+    let (st, result, finished) = sql_wait.await.unwrap();
+    assert_eq!((st.as_str(), finished), ("completed", true));
+    assert_eq!(result.unwrap()["n"], 7);
+    let w = rust_wait.await.unwrap().unwrap();
+    assert!(w.finished);
+    assert_eq!(w.result.unwrap()["n"], 7);
+    let (code, out, err) = cli_wait.await.unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["state"], "completed");
+
+    // A discarded job: exit status 3; the watch rows are gone once the jobs finished.
+    let bad = enqueue(&db.pool, &step(json!({"fail": true})))
+        .await
+        .unwrap()
+        .id;
+    let (code, out, _) = run_cmd(&db.url, &["wait", &bad.to_string(), "--timeout", "60s"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.starts_with("discarded"), "{out}");
+    worker.stop().await.unwrap();
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.job_watches").await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_runs_in_order_across_three_worker_processes() {
+    let db = TestDb::new().await;
+    let sleep = |ms: u64| NewJob::new("sleep", json!({"ms": ms, "record": true}));
+    let flow = Flow::new()
+        .job("a", sleep(200))
+        .job_after("b", sleep(200), ["a"])
+        .job_after("c", sleep(200), ["b"]);
+    let ids = skiplock::enqueue_flow(&db.pool, &flow).await.unwrap();
+    let mut workers: Vec<KillOnDrop> = (0..3)
+        .map(|_| {
+            KillOnDrop(spawn_worker_process(
+                &db.url,
+                &["--queues", "default=2"],
+                &[],
+            ))
+        })
+        .collect();
+    wait_state(&db, ids.id("c").unwrap(), "completed").await;
+    for w in &workers {
+        sigterm(&w.0);
+    }
+    for w in &mut workers {
+        wait_exit_within(&mut w.0, Duration::from_secs(60)).await;
+    }
+    let span = |r: Value| {
+        (
+            r["started_us"].as_i64().unwrap(),
+            r["finished_us"].as_i64().unwrap(),
+        )
+    };
+    let mut spans = Vec::new();
+    for n in ["a", "b", "c"] {
+        let r: Value = sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
+            .bind(ids.id(n).unwrap())
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+        spans.push(span(r));
+    }
+    assert!(
+        spans[0].1 <= spans[1].0,
+        "b started after a ended: {spans:?}"
+    );
+    assert!(
+        spans[1].1 <= spans[2].0,
+        "c started after b ended: {spans:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_while_running_a_dependency_loses_nothing_and_runs_no_dependent_early() {
+    let db = TestDb::new().await;
+    let flow = Flow::new()
+        .job(
+            "a",
+            NewJob::new("sleep", json!({"ms": 1500, "record": true})),
+        )
+        .job_after(
+            "b",
+            NewJob::new("sleep", json!({"ms": 1, "record": true})),
+            ["a"],
+        );
+    let ids = skiplock::enqueue_flow(&db.pool, &flow).await.unwrap();
+    let (a, b) = (ids.id("a").unwrap(), ids.id("b").unwrap());
+    let mut victim = KillOnDrop(spawn_worker_process(&db.url, &[], &[]));
+    wait_state(&db, a, "running").await;
+    sigkill(&victim.0);
+    wait_exit_within(&mut victim.0, Duration::from_secs(30)).await;
+    assert_eq!(state(&db, b).await, "waiting");
+    rescue_now(&db.pool, a).await;
+    assert_eq!(state(&db, b).await, "waiting", "a rescue releases nothing");
+    let mut survivor = KillOnDrop(spawn_worker_process(&db.url, &[], &[]));
+    wait_state(&db, b, "completed").await;
+    sigterm(&survivor.0);
+    wait_exit_within(&mut survivor.0, Duration::from_secs(60)).await;
+    let (a_attempt, a_end): (i32, Value) =
+        sqlx::query_as("SELECT attempt, result FROM skiplock.jobs WHERE id = $1")
+            .bind(a)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+    let (b_attempt, b_res): (i32, Value) =
+        sqlx::query_as("SELECT attempt, result FROM skiplock.jobs WHERE id = $1")
+            .bind(b)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+    assert_eq!(a_attempt, 2);
+    assert_eq!(b_attempt, 1);
+    assert!(a_end["finished_us"].as_i64() <= b_res["started_us"].as_i64());
+}
