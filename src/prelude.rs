@@ -4,8 +4,9 @@
 pub use crate::config::QueueSettings;
 pub use crate::error::{Error, Result};
 pub use crate::maintenance::MaintenanceSettings;
+pub use crate::queue::flow::{BatchSummary, Flow};
 pub use crate::queue::typed::{enqueue, enqueue_with};
-pub use crate::queue::{JobArgs, JobOptions, NewJob, OnConflict, UniqueBy};
+pub use crate::queue::{JobArgs, JobOptions, NewJob, OnConflict, OnDependencyFailure, UniqueBy};
 pub use crate::store::Pool;
 pub use crate::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, Worker};
 pub use serde::{Deserialize, Serialize};

@@ -600,3 +600,112 @@ async fn a_worker_killed_while_running_a_dependency_loses_nothing_and_runs_no_de
     assert_eq!(b_attempt, 1);
     assert!(a_end["finished_us"].as_i64() <= b_res["started_us"].as_i64());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_from_sql_names_its_jobs_and_its_callback_waits_for_all_of_them() {
+    let db = TestDb::new().await;
+    let got: Value = sqlx::query_scalar(
+        "SELECT skiplock.enqueue_batch('[{\"kind\": \"step\", \"args\": {\"n\": 1}},
+                                         {\"kind\": \"step\", \"args\": {\"n\": 2}, \"name\": \"two\"}]',
+                                       '{\"kind\": \"step\", \"max_attempts\": 1}')",
+    )
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    let jobs = got["jobs"].as_object().unwrap();
+    assert_eq!(
+        jobs.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["0", "callback", "two"]
+    );
+    let cb = jobs["callback"].as_i64().unwrap();
+    let policy: String = sqlx::query_scalar(
+        "SELECT on_dependency_failure FROM skiplock.job_waits WHERE job_id = $1",
+    )
+    .bind(cb)
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    assert_eq!(policy, "run");
+    let pending: i32 =
+        sqlx::query_scalar("SELECT pending FROM skiplock.job_waits WHERE job_id = $1")
+            .bind(cb)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+    assert_eq!(pending, 2);
+    // The callback may not name dependencies of its own.
+    let e = sqlx::query("SELECT skiplock.enqueue_batch('[{\"kind\": \"k\"}]', '{\"kind\": \"k\", \"depends_on\": [1]}')")
+        .execute(&*db.pool)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the callback waits for the batch"), "{e}");
+
+    let h = Step::default();
+    let w = start_with(&db.pool, |r| {
+        r.register(h.clone());
+    });
+    wait_state(&db, cb, "completed").await;
+    w.stop().await.unwrap();
+    let r: Value = sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
+        .bind(cb)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap();
+    assert_eq!(r["n"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_enqueues_with_dependencies_and_shows_them_on_the_job_and_the_flow() {
+    let db = TestDb::new().await;
+    let (code, a, err) = run_cmd(&db.url, &["enqueue", "step", "{}"]);
+    assert_eq!(code, 0, "{err}");
+    let a = a.trim().to_string();
+    let (code, b, err) = run_cmd(
+        &db.url,
+        &[
+            "enqueue",
+            "step",
+            "{}",
+            "--depends-on",
+            &a,
+            "--on-dependency-failure",
+            "run",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let b = b.trim().to_string();
+    let (_, out, _) = run_cmd(&db.url, &["job", &b]);
+    assert!(out.contains("state:         waiting"), "{out}");
+    assert!(
+        out.contains(&format!("depends on:\n  {a} step available")),
+        "{out}"
+    );
+    let (_, out, _) = run_cmd(&db.url, &["job", &a]);
+    assert!(
+        out.contains(&format!("dependents:\n  {b} step waiting")),
+        "{out}"
+    );
+    let (code, out, err) = run_cmd(&db.url, &["flow", &a]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("2 jobs: 1 waiting, 1 available"), "{out}");
+    // Bad input: one line, non-zero exit, nothing written.
+    let (code, _, err) = run_cmd(
+        &db.url,
+        &["enqueue", "step", "{}", "--depends-on", "987654"],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("job 987654, which does not exist"), "{err}");
+    let (code, _, err) = run_cmd(
+        &db.url,
+        &["enqueue", "step", "{}", "--on-dependency-failure", "run"],
+    );
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = run_cmd(&db.url, &["flow", "987654"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no flow or job 987654"), "{err}");
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM skiplock.jobs").await,
+        2
+    );
+}

@@ -496,6 +496,71 @@ async fn a_failed_job_is_found_by_filter_its_error_shown_and_retry_makes_it_avai
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_page_links_its_dependencies_dependents_and_flow_and_the_flow_page_counts_it() {
+    let Some(b) = Browser::start("a_job_page_links_its_dependencies").await else {
+        return;
+    };
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let flow = skiplock::Flow::new()
+        .job(
+            "fetch",
+            skiplock::queue::NewJob::new("fetch-page", json!({})),
+        )
+        .job_after(
+            "extract",
+            skiplock::queue::NewJob::new("extract", json!({})),
+            ["fetch"],
+        )
+        .job_after(
+            "publish",
+            skiplock::queue::NewJob::new("publish", json!({})),
+            ["extract"],
+        );
+    let ids = skiplock::enqueue_flow(&db.pool, &flow).await.unwrap();
+    let (fetch, extract) = (ids.id("fetch").unwrap(), ids.id("extract").unwrap());
+    finish(&db, &[fetch], "completed", None).await;
+    skiplock::store::flows::settle_dependencies(&db.pool, 10)
+        .await
+        .unwrap();
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+
+    b.c()
+        .goto(&console.url(&format!("/jobs/{extract}")))
+        .await
+        .unwrap();
+    b.text_contains("#job-state", "available").await;
+    b.text_contains("#dependencies", "fetch-page").await;
+    b.text_contains("#dependencies", "completed").await;
+    b.text_contains("#dependents", "publish").await;
+    b.text_contains("#dependents", "waiting").await;
+    b.el("#flow-link").await.click().await.unwrap();
+    b.text_contains("#flow-total", "3").await;
+    b.text_contains("#flow-completed", "1").await;
+    b.text_contains("#flow-waiting", "1").await;
+    b.text_contains("#flow-jobs", "publish").await;
+    // A waiting job cannot be retried from its page (it would run before its dependencies).
+    b.el(&format!(
+        "#flow-jobs a[href=\"/jobs/{}\"]",
+        ids.id("publish").unwrap()
+    ))
+    .await
+    .click()
+    .await
+    .unwrap();
+    b.text_contains("#job-state", "waiting").await;
+    assert!(
+        b.el("#retry")
+            .await
+            .attr("disabled")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_packet_is_taken_and_completed_from_the_board_and_its_history_shows_both_moves() {
     let Some(b) = Browser::start("a_packet_is_taken_and_completed").await else {
         return;
@@ -775,6 +840,16 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
     .execute(&db.pool)
     .await
     .unwrap();
+    // A job waiting for another: the job page's dependencies and the flow page.
+    let waiting = skiplock::store::jobs::enqueue(
+        &db.pool,
+        &skiplock::queue::NewJob::new("noop", json!({}))
+            .queue("flows")
+            .depends_on([ids[4]]),
+    )
+    .await
+    .unwrap()
+    .id;
     let console = start_console(&op.url, "127.0.0.1:0", None);
     let h = http();
     let mut csrf = String::new();
@@ -785,6 +860,8 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
         format!("/jobs?before={}", ids[3]),
         format!("/jobs?after={}", ids[0]),
         format!("/jobs/{}", ids[0]),
+        format!("/jobs/{waiting}"),
+        format!("/flows/{}", ids[4]),
         "/packets".into(),
         format!("/packets/{packet_a}"),
         "/crawl".into(),
@@ -1061,7 +1138,7 @@ async fn bulk_retry_and_cancel_follow_the_per_job_rules() {
         ),
         (
             "SELECT skiplock.cancel_jobs('completed')",
-            "cancel_jobs takes jobs in state available, running, not completed",
+            "cancel_jobs takes jobs in state available, running, waiting, not completed",
         ),
         (
             "SELECT skiplock.cancel_jobs(max_rows => 0)",

@@ -43,7 +43,7 @@ CREATE INDEX flow_jobs_job_idx ON skiplock.flow_jobs (job_id);
 -- once a watcher stops refreshing them.
 CREATE TABLE skiplock.job_watches (
     job_id bigint PRIMARY KEY,
-    since timestamptz NOT NULL DEFAULT now()
+    since timestamptz NOT NULL DEFAULT now() CHECK (skiplock._time_ok(since))
 );
 
 -- A keyed job with dependencies holds its key while it waits, as an available one does:

@@ -377,6 +377,35 @@ BEGIN
 END;
 $$;
 
+-- A batch (docs/flows.md, "Batches"): the jobs of `jobs` (a JSON array of job objects as
+-- skiplock.enqueue_flow takes them, names optional: `0`, `1`, … by default) and `callback`
+-- (one job object, named `callback`), which runs once every job of the batch has finished,
+-- however (on_dependency_failure 'run'): it counts how they went from
+-- skiplock.dependency_results. Returns what skiplock.enqueue_flow returns.
+CREATE OR REPLACE FUNCTION skiplock.enqueue_batch(jobs jsonb, callback jsonb) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    named jsonb;
+BEGIN
+    IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' OR jsonb_array_length(jobs) = 0 THEN
+        RAISE EXCEPTION 'skiplock: enqueue_batch takes a non-empty JSON array of jobs' USING ERRCODE = '22023';
+    END IF;
+    IF callback IS NULL OR jsonb_typeof(callback) <> 'object' THEN
+        RAISE EXCEPTION 'skiplock: enqueue_batch takes a callback job (a JSON object)' USING ERRCODE = '22023';
+    END IF;
+    IF callback ? 'depends_on' OR callback ? 'on_dependency_failure' THEN
+        RAISE EXCEPTION 'skiplock: enqueue_batch: the callback waits for the batch (no depends_on or on_dependency_failure of its own)'
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' AND NOT e ? 'name'
+                          THEN e || jsonb_build_object('name', (o - 1)::text) ELSE e END ORDER BY o)
+    INTO named FROM jsonb_array_elements(jobs) WITH ORDINALITY AS t(e, o);
+    RETURN skiplock.enqueue_flow(named || jsonb_build_array(
+        callback || jsonb_build_object('name', 'callback', 'on_dependency_failure', 'run',
+                                       'depends_on', (SELECT jsonb_agg(e -> 'name') FROM jsonb_array_elements(named) AS e))));
+END;
+$$;
+
 -- The dependencies of job `job_id` with how they finished: id, local name in its flow (NULL
 -- outside one), kind, state and result (what the handler returned on completion). What a
 -- handler reads (`ctx.dependency_results()`); a batch's callback counts states from it.

@@ -129,7 +129,7 @@ BEGIN
             FROM pg_catalog.pg_proc p
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
             WHERE n.nspname = 'skiplock'
-              AND p.proname IN ('enqueue', 'enqueue_result', 'enqueue_many', 'enqueue_flow',
+              AND p.proname IN ('enqueue', 'enqueue_result', 'enqueue_many', 'enqueue_flow', 'enqueue_batch',
                                 'watch', 'wait', 'flow_progress')
         LOOP
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO skiplock_enqueuer', f);

@@ -52,11 +52,25 @@ pub async fn flow_progress<'e, E: Executor<'e>>(exec: E, flow: i64) -> Result<Fl
         .await?)
 }
 
-/// The jobs of flow `flow` (as [`flow_progress`] counts them), by id.
-pub async fn flow_members<'e, E: Executor<'e>>(exec: E, flow: i64) -> Result<Vec<FlowMember>> {
+/// The first `limit` jobs of flow `flow` (as [`flow_progress`] counts them), by id.
+pub async fn flow_members<'e, E: Executor<'e>>(
+    exec: E,
+    flow: i64,
+    limit: i64,
+) -> Result<Vec<FlowMember>> {
     Ok(super::query_as(sql!("flows", "flow_members"))
         .bind(flow)
+        .bind(limit)
         .fetch_all(exec)
+        .await?)
+}
+
+/// The flow job `id` belongs to, for a link to its page: the recorded flow's id, else `id`
+/// itself when it has dependencies or dependents, else `None`.
+pub async fn flow_of<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Option<i64>> {
+    Ok(super::query_scalar(sql!("flows", "flow_of"))
+        .bind(id)
+        .fetch_one(exec)
         .await?)
 }
 

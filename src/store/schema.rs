@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "14f3112a505cd60f2b0f1c44555e0ec5a97162d82e9f2fb3a2c45d07854e7215",
+        "1a503cd7e0c86f313a9ade217efe7d7ba127fc89f8b57faffee799a5b72dab04",
     ),
 ];
 

@@ -107,6 +107,7 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{id}", get(pages::jobs::show))
         .route("/jobs/{id}/retry", post(pages::jobs::retry))
         .route("/jobs/{id}/cancel", post(pages::jobs::cancel))
+        .route("/flows/{id}", get(pages::flows::show))
         .route("/packets", get(pages::packets::board))
         .route("/packets/{id}", get(pages::packets::show))
         .route("/packets/{id}/take", post(pages::packets::take))

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::{Layout, PageError, html, q, see_other_with};
 use crate::queue::JobState;
+use crate::store::flows;
 use crate::store::web::{self as store, JobFilter, Page};
 use crate::web::guard::CsrfNonce;
 use crate::web::{AppState, BULK_MAX, PAGE_SIZE, format};
@@ -373,6 +374,12 @@ struct JobPage {
     errors: Vec<ErrorView>,
     can_retry: bool,
     can_cancel: bool,
+    /// The jobs it waits for: (id, name or `-`, kind, state).
+    dependencies: Vec<(i64, String, String, String)>,
+    /// The jobs that wait for it: (id, kind, state).
+    dependents: Vec<(i64, String, String)>,
+    /// Its flow's page, if it is part of one.
+    flow: Option<i64>,
 }
 
 /// The message after a button (a one-shot id, src/web/flash.rs).
@@ -398,13 +405,41 @@ pub async fn show(
                 .back("/jobs")
                 .framed(&st, &nonce)
         })?;
+    let fail = |e: crate::Error| PageError::from(e).framed(&st, &nonce);
+    let dependencies = flows::dependency_results(&st.pool, id)
+        .await
+        .map_err(fail)?
+        .into_iter()
+        .map(|d| {
+            (
+                d.id,
+                d.name.unwrap_or_else(|| "-".into()),
+                d.kind.unwrap_or_else(|| "-".into()),
+                d.state.map_or("deleted", JobState::as_str).to_string(),
+            )
+        })
+        .collect();
+    let dependents = flows::dependents(&st.pool, id)
+        .await
+        .map_err(fail)?
+        .into_iter()
+        .map(|d| (d.id, d.kind, d.state.to_string()))
+        .collect();
+    let flow = flows::flow_of(&st.pool, id).await.map_err(fail)?;
     let mut layout = Layout::new(&st, &nonce, format!("Job {id}"), "jobs");
     layout.take_flash(&st, &nonce, dq.flash.as_deref());
     html(&JobPage {
         layout,
         id,
-        can_retry: j.state != crate::queue::JobState::Running,
-        can_cancel: matches!(j.state.as_str(), "available" | "running"),
+        // A waiting job would run before its dependencies: skiplock.retry refuses it.
+        can_retry: !matches!(j.state, JobState::Running | JobState::Waiting),
+        can_cancel: matches!(
+            j.state,
+            JobState::Available | JobState::Running | JobState::Waiting
+        ),
+        dependencies,
+        dependents,
+        flow,
         queue_q: q(&j.queue),
         kind: j.kind,
         queue: j.queue,
