@@ -3,6 +3,10 @@
 //! results flowing downstream, waiting for a job from SQL, Rust and the CLI, and a worker
 //! killed in the middle of a flow.
 
+// The tests of worker processes and the CLI need the `skiplock` binary (the default build);
+// the helpers only they use are unused in a build of the core alone.
+#![cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
+
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -316,7 +320,7 @@ async fn a_discarded_job_cancels_its_dependents_transitively_and_a_finaliser_run
     let ran = h.ran.lock().unwrap().clone();
     let pos = |x: i64| ran.iter().position(|&r| r == x).unwrap();
     assert!(pos(id("a")) < pos(id("b")) && pos(id("b")) < pos(id("c")));
-    // The finaliser ran once: the retry does not run a job that already completed.
+    // The finaliser ran once: a job that already completed is not started again by the retry.
     assert_eq!(ran.iter().filter(|&&r| r == id("cleanup")).count(), 1);
 }
 
@@ -450,12 +454,20 @@ async fn waiting_for_a_job_from_sql_rust_and_the_cli_returns_at_its_end_or_times
         .await
         .unwrap();
     assert!(!w.finished);
-    let (code, out, _) = run_cmd(&db.url, &["wait", &a.to_string(), "--timeout", "200ms"]);
-    assert_eq!(code, 5, "{out}");
-    assert!(out.contains("timed out"), "{out}");
-    let (code, _, err) = run_cmd(&db.url, &["wait", "99999", "--timeout", "1s"]);
-    assert_eq!(code, 1);
-    assert!(err.contains("job 99999 does not exist"), "{err}");
+    #[cfg(feature = "cli")]
+    {
+        let (code, out, _) = run_cmd(&db.url, &["wait", &a.to_string(), "--timeout", "200ms"]);
+        assert_eq!(code, 5, "{out}");
+        assert!(out.contains("timed out"), "{out}");
+        let (code, _, err) = run_cmd(&db.url, &["wait", "99999", "--timeout", "1s"]);
+        assert_eq!(code, 1);
+        assert!(err.contains("job 99999 does not exist"), "{err}");
+    }
+    let e = skiplock::wait_for(&db.pool, 99999, Duration::from_secs(1))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("job 99999 does not exist"), "{e}");
 
     // Waiters started before the work: each returns once the job has finished.
     let pool = db.pool.clone();
@@ -471,13 +483,16 @@ async fn waiting_for_a_job_from_sql_rust_and_the_cli_returns_at_its_end_or_times
     let pool = db.pool.clone();
     let rust_wait =
         tokio::spawn(async move { skiplock::wait_for(&pool, b, Duration::from_secs(60)).await });
-    let url = db.url.clone();
-    let cli_wait = tokio::task::spawn_blocking(move || {
-        run_cmd(
-            &url,
-            &["wait", &b.to_string(), "--timeout", "60s", "--json"],
-        )
-    });
+    #[cfg(feature = "cli")]
+    let cli_wait = {
+        let url = db.url.clone();
+        tokio::task::spawn_blocking(move || {
+            run_cmd(
+                &url,
+                &["wait", &b.to_string(), "--timeout", "60s", "--json"],
+            )
+        })
+    };
     let h = Step::default();
     let worker = start_with(&db.pool, |r| {
         r.register(h.clone());
@@ -488,19 +503,29 @@ async fn waiting_for_a_job_from_sql_rust_and_the_cli_returns_at_its_end_or_times
     let w = rust_wait.await.unwrap().unwrap();
     assert!(w.finished);
     assert_eq!(w.result.unwrap()["n"], 7);
-    let (code, out, err) = cli_wait.await.unwrap();
-    assert_eq!(code, 0, "{out}{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["state"], "completed");
+    #[cfg(feature = "cli")]
+    {
+        let (code, out, err) = cli_wait.await.unwrap();
+        assert_eq!(code, 0, "{out}{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["state"], "completed");
+    }
 
-    // A discarded job: exit status 3; the watch rows are gone once the jobs finished.
+    // A discarded job (exit status 3); the watch rows are gone once the jobs finished.
     let bad = enqueue(&db.pool, &step(json!({"fail": true})))
         .await
         .unwrap()
         .id;
-    let (code, out, _) = run_cmd(&db.url, &["wait", &bad.to_string(), "--timeout", "60s"]);
-    assert_eq!(code, 3, "{out}");
-    assert!(out.starts_with("discarded"), "{out}");
+    let w = skiplock::wait_for(&db.pool, bad, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(w.state, skiplock::queue::JobState::Discarded);
+    #[cfg(feature = "cli")]
+    {
+        let (code, out, _) = run_cmd(&db.url, &["wait", &bad.to_string(), "--timeout", "60s"]);
+        assert_eq!(code, 3, "{out}");
+        assert!(out.starts_with("discarded"), "{out}");
+    }
     worker.stop().await.unwrap();
     assert_eq!(
         count(&db.pool, "SELECT count(*) FROM skiplock.job_watches").await,
@@ -508,6 +533,7 @@ async fn waiting_for_a_job_from_sql_rust_and_the_cli_returns_at_its_end_or_times
     );
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_runs_in_order_across_three_worker_processes() {
     let db = TestDb::new().await;
@@ -558,6 +584,7 @@ async fn a_chain_runs_in_order_across_three_worker_processes() {
     );
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_while_running_a_dependency_loses_nothing_and_runs_no_dependent_early() {
     let db = TestDb::new().await;
@@ -655,6 +682,7 @@ async fn a_batch_from_sql_names_its_jobs_and_its_callback_waits_for_all_of_them(
     assert_eq!(r["n"], 3);
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_enqueues_with_dependencies_and_shows_them_on_the_job_and_the_flow() {
     let db = TestDb::new().await;

@@ -266,6 +266,11 @@ async fn migrate_is_idempotent_with_the_roles_and_revokes_public_execute() {
                 "enqueue",
                 "enqueue_result",
                 "enqueue_many",
+                "enqueue_flow",
+                "enqueue_batch",
+                "wait",
+                "watch",
+                "flow_progress",
                 "request_fetch",
                 "timer_reset",
                 "pack_now",
@@ -497,4 +502,58 @@ async fn a_login_without_grants_hears_no_queue_names() {
     // Sent at the same commits, so anything meant for the old name would be here by now.
     let heard = tokio::time::timeout(Duration::from_secs(2), eavesdropper.recv()).await;
     assert!(heard.is_err(), "a login without grants heard {heard:?}");
+}
+
+/// An enqueuer builds flows and batches, waits for a job, reads a flow's progress (docs/
+/// roles.md, "Flows"), and still reads no job's args or another job's dependency results.
+#[tokio::test]
+async fn an_enqueuer_builds_flows_and_waits_but_reads_no_dependency_results() {
+    let db = TestDb::new().await;
+    let role = LoginRole::new(&db, "skiplock_enqueuer").await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&role.url(&db))
+        .await
+        .expect("the enqueuer logs in");
+    let flow: serde_json::Value = sqlx::query_scalar(
+        "SELECT skiplock.enqueue_flow('[{\"name\": \"a\", \"kind\": \"noop\"},
+                                        {\"name\": \"b\", \"kind\": \"noop\", \"depends_on\": [\"a\"]}]')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("enqueue_flow");
+    let b = flow["jobs"]["b"].as_i64().unwrap();
+    let batch: serde_json::Value = sqlx::query_scalar(
+        "SELECT skiplock.enqueue_batch('[{\"kind\": \"noop\"}]', '{\"kind\": \"noop\"}')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("enqueue_batch");
+    assert!(batch["jobs"]["callback"].is_i64());
+    let (state, finished): (String, bool) =
+        sqlx::query_as("SELECT state::text, finished FROM skiplock.wait($1, '0 seconds')")
+            .bind(b)
+            .fetch_one(&pool)
+            .await
+            .expect("wait");
+    assert_eq!((state.as_str(), finished), ("waiting", false));
+    let total: i64 = sqlx::query_scalar("SELECT total FROM skiplock.flow_progress($1)")
+        .bind(flow["flow"].as_i64().unwrap())
+        .fetch_one(&pool)
+        .await
+        .expect("flow_progress");
+    assert_eq!(total, 2);
+    assert_denied(
+        sqlx::query("SELECT * FROM skiplock.dependency_results($1)")
+            .bind(b)
+            .execute(&pool)
+            .await,
+        "dependency_results",
+    );
+    assert_denied(
+        sqlx::query("SELECT * FROM skiplock.job_dependencies")
+            .execute(&pool)
+            .await,
+        "read the edges",
+    );
 }

@@ -316,6 +316,17 @@ pub fn render(r: &BenchReport) -> String {
             rate(r.drain_fair.as_ref().map(|d| &d.jobs_per_s)),
         ),
         (
+            format!("   drain {} jobs, plain", super::flows::FLOW_JOBS),
+            rate(r.drain_flow_plain.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
+            format!(
+                "   drain {} jobs, fan-out + fan-in",
+                super::flows::FLOW_JOBS
+            ),
+            rate(r.drain_flow.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
             format!(
                 "8. crawl {} hosts × {} pages, {} ms",
                 limits::CRAWL_HOSTS,
@@ -348,6 +359,7 @@ pub fn render(r: &BenchReport) -> String {
         r.drain_queue_limit.as_ref(),
     );
     cost_row(&mut o, "fair queue", r.drain_fair.as_ref());
+    cost_row(&mut o, "fan-out + fan-in", r.drain_flow.as_ref());
     cost_row(&mut o, "ceiling", r.ceiling.as_ref());
     cost_row(
         &mut o,
@@ -408,6 +420,10 @@ pub fn render(r: &BenchReport) -> String {
             r.queue_limit_to_drain.as_ref(),
         ),
         ("fair queue drain / plain drain", r.fair_to_drain.as_ref()),
+        (
+            "fan-out + fan-in drain / plain drain",
+            r.flow_to_drain.as_ref(),
+        ),
         ("crawl pages/s / ideal", r.crawl_to_ideal.as_ref()),
     ];
     lines(
@@ -676,6 +692,9 @@ mod tests {
             queue_limit_to_drain: None,
             drain_fair: None,
             fair_to_drain: None,
+            drain_flow: None,
+            drain_flow_plain: None,
+            flow_to_drain: None,
             crawl_pages_per_s: Some(stat(450.0)),
             crawl_to_ideal: Some(stat(0.9)),
             targets: evaluate(&figures),

@@ -18,6 +18,7 @@ pub mod apalis;
 pub mod command;
 pub mod drain;
 pub mod enqueue;
+pub mod flows;
 pub mod limits;
 pub mod meter;
 pub mod peers;
@@ -252,6 +253,12 @@ pub struct BenchReport {
     pub drain_fair: Option<DrainFigures>,
     /// drain_fair / drain, per run.
     pub fair_to_drain: Option<Stat>,
+    /// The drain of a fan-out and fan-in of [`flows::FLOW_JOBS`] jobs.
+    pub drain_flow: Option<DrainFigures>,
+    /// The plain drain of [`flows::FLOW_JOBS`] jobs, the flow's baseline.
+    pub drain_flow_plain: Option<DrainFigures>,
+    /// drain_flow / drain_flow_plain, per run.
+    pub flow_to_drain: Option<Stat>,
     /// Pages/s of the polite crawl ([`limits::CRAWL_HOSTS`] × [`limits::CRAWL_PAGES`]).
     pub crawl_pages_per_s: Option<Stat>,
     /// crawl pages/s / the ideal ([`limits::crawl_ideal`]), per run.
@@ -420,7 +427,7 @@ fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> Option<f64>) 
 
 /// The medians the targets are checked on.
 fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
-    let stats: [(&str, Option<&Stat>); 19] = [
+    let stats: [(&str, Option<&Stat>); 20] = [
         ("cli_to_graphile", r.cli_to_graphile.as_ref()),
         ("pgbouncer_to_cli", r.pgbouncer_to_cli.as_ref()),
         ("cli_default_to_cli", r.cli_default_to_cli.as_ref()),
@@ -442,6 +449,7 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
         ("key_rate_to_drain", r.key_rate_to_drain.as_ref()),
         ("queue_limit_to_drain", r.queue_limit_to_drain.as_ref()),
         ("fair_to_drain", r.fair_to_drain.as_ref()),
+        ("flow_to_drain", r.flow_to_drain.as_ref()),
         ("crawl_to_ideal", r.crawl_to_ideal.as_ref()),
     ];
     let mut m: BTreeMap<String, f64> = stats
@@ -482,6 +490,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
     let mut ceil2 = vec![];
     let (mut keyed, mut qlim, mut fair, mut crawls) = (vec![], vec![], vec![], vec![]);
+    let (mut flow_plain, mut flow_fan) = (vec![], vec![]);
     let (mut cli, mut cli_default, mut cli_first) = (vec![], vec![], vec![]);
     let mut cli_pgbouncer = vec![];
     let mut graphile_version = None;
@@ -563,6 +572,15 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             cli_pgbouncer.push(rate);
             drop(bouncer);
         }
+
+        step(&format!(
+            "drain {} jobs, plain and as a fan-out + fan-in",
+            flows::FLOW_JOBS
+        ));
+        reset(&monitor).await?;
+        flow_plain.push(flows::plain_drain(url, o, &monitor, &meter).await?);
+        reset(&monitor).await?;
+        flow_fan.push(flows::fan_drain(url, o, &monitor, &meter).await?);
 
         if !o.skip_limits {
             step(&format!(
@@ -722,6 +740,9 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         drain_queue_limit: DrainFigures::of(&qlim),
         fair_to_drain: ratios(&fair, &drains, throughput),
         drain_fair: DrainFigures::of(&fair),
+        flow_to_drain: ratios(&flow_fan, &flow_plain, throughput),
+        drain_flow: DrainFigures::of(&flow_fan),
+        drain_flow_plain: DrainFigures::of(&flow_plain),
         crawl_to_ideal: Stat::of_some(
             &crawls
                 .iter()

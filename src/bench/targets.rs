@@ -121,6 +121,15 @@ pub const TARGETS: &[Target] = &[
         bound: 0.7,
         unit: "×",
     },
+    // A flow's jobs are released by the acks of their dependencies (the root's releases every
+    // child in one statement, each child's counts down the fan-in): docs/flows.md.
+    Target {
+        key: "flow_to_drain",
+        label: "drain, fan-out + fan-in / plain (same count)",
+        cmp: Cmp::AtLeast,
+        bound: 0.7,
+        unit: "×",
+    },
     Target {
         key: "crawl_to_ideal",
         label: "crawl pages/s / hosts per interval",

@@ -64,7 +64,7 @@ pub enum Command {
     Wait(flows::WaitArgs),
     /// Show a flow's progress and its jobs.
     Flow(flows::FlowArgs),
-    /// Cancel an available or running job, or the unfinished jobs with a unique key.
+    /// Cancel a waiting, available or running job, or the unfinished jobs with a unique key.
     Cancel(jobs::CancelArgs),
     /// Make a discarded, cancelled or completed job available again, now.
     Retry(jobs::IdArg),
