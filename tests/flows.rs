@@ -737,3 +737,40 @@ async fn the_cli_enqueues_with_dependencies_and_shows_them_on_the_job_and_the_fl
         2
     );
 }
+
+/// An enqueue naming a job and that job's end, at once: the finishing statement waits for the
+/// enqueue's transaction (its share lock) and then settles the new edge itself, so the
+/// dependent never waits for the sweep. No worker runs here, so nothing else could settle it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_finishing_while_its_dependent_is_enqueued_still_releases_it() {
+    let db = TestDb::new().await;
+    let parent = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let mut tx = db.pool.begin().await.unwrap();
+    let child = enqueue(
+        &mut *tx,
+        &step(json!({}))
+            .depends_on([parent])
+            .on_dependency_failure(OnDependencyFailure::Run),
+    )
+    .await
+    .unwrap()
+    .id;
+    let pool = db.pool.clone();
+    let finisher = tokio::spawn(async move { skiplock::admin::cancel(&pool, parent).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !finisher.is_finished(),
+        "the cancel waits for the enqueue's transaction"
+    );
+    tx.commit().await.unwrap();
+    finisher.await.unwrap().unwrap();
+    assert_eq!(state(&db, child).await, "available");
+    let resolved: Option<String> = sqlx::query_scalar(
+        "SELECT resolved::text FROM skiplock.job_dependencies WHERE job_id = $1",
+    )
+    .bind(child)
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    assert_eq!(resolved.as_deref(), Some("cancelled"));
+}

@@ -557,6 +557,11 @@ async fn a_job_page_links_its_dependencies_dependents_and_flow_and_the_flow_page
             .unwrap()
             .is_some()
     );
+    // The overview counts the waiting job apart from the available one.
+    b.c().goto(&console.url("/")).await.unwrap();
+    let cell = |state: &str| format!("tr[data-queue=\"default\"] td[data-state=\"{state}\"]");
+    assert_eq!(b.text(&cell("waiting")).await, "1");
+    assert_eq!(b.text(&cell("available")).await, "1");
     b.close().await;
 }
 

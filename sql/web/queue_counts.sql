@@ -1,16 +1,18 @@
--- Overview: per queue, jobs by state, how many available jobs wait for a later time, and
+-- Overview: per queue, jobs by state (waiting: for dependencies, docs/flows.md), how many
+-- available jobs wait for a later time, and
 -- the age of the oldest job that is due and waiting (seconds, on the database clock), with
 -- the queue's control settings (skiplock.queues: paused, limits; a paused or limited queue
 -- without jobs is listed too). One pass over the jobs table: with a million finished rows
 -- this is the overview's cost.
 --
 -- Bounded ($1 = SKIPLOCK_TOP_QUEUES, docs/console.md "Many queues"): the queues are ranked
--- paused first (their Resume button stays at hand), then by live jobs (available,
+-- paused first (their Resume button stays at hand), then by live jobs (waiting, available,
 -- scheduled, running; most first), then by name; the first $1 come one row each, ordered
 -- by name, and the rest are added up in one last row whose queue is NULL (`queues`: how
 -- many it adds up). 100,000 queue names make a page of $1 + 1 lines.
 WITH s AS (
     SELECT queue,
+           count(*) FILTER (WHERE state = 'waiting') AS waiting,
            count(*) FILTER (WHERE state = 'available' AND scheduled_at <= now()) AS available,
            count(*) FILTER (WHERE state = 'available' AND scheduled_at > now()) AS scheduled,
            count(*) FILTER (WHERE state = 'running') AS running,
@@ -23,6 +25,7 @@ WITH s AS (
     GROUP BY queue
 ), per_queue AS (
     SELECT coalesce(s.queue, c.queue) AS queue,
+           coalesce(s.waiting, 0) AS waiting,
            coalesce(s.available, 0) AS available,
            coalesce(s.scheduled, 0) AS scheduled,
            coalesce(s.running, 0) AS running,
@@ -36,18 +39,18 @@ WITH s AS (
     FROM s
     FULL JOIN skiplock.queues c ON c.queue = s.queue
 ), ranked AS (
-    SELECT *, row_number() OVER (ORDER BY paused DESC, available + scheduled + running DESC, queue)
+    SELECT *, row_number() OVER (ORDER BY paused DESC, waiting + available + scheduled + running DESC, queue)
                AS rank
     FROM per_queue
 )
-SELECT queue, available, scheduled, running, completed, discarded, cancelled,
+SELECT queue, waiting, available, scheduled, running, completed, discarded, cancelled,
        extract(epoch FROM now() - oldest_due)::float8 AS oldest_wait_secs,
        paused, concurrency, key_concurrency, key_rate, key_period_secs,
        1::int8 AS queues
 FROM ranked
 WHERE rank <= $1
 UNION ALL
-SELECT NULL, sum(available)::int8, sum(scheduled)::int8, sum(running)::int8,
+SELECT NULL, sum(waiting)::int8, sum(available)::int8, sum(scheduled)::int8, sum(running)::int8,
        sum(completed)::int8, sum(discarded)::int8, sum(cancelled)::int8,
        extract(epoch FROM now() - min(oldest_due))::float8,
        bool_or(paused), NULL, NULL, NULL, NULL,

@@ -59,6 +59,8 @@ fn state_param(f: &JobFilter) -> Option<StateParam> {
 pub struct QueueCounts {
     /// Queue name (`None`: the line adding up the rest).
     pub queue: Option<String>,
+    /// Waiting for dependencies (docs/flows.md).
+    pub waiting: i64,
     /// Available and due.
     pub available: i64,
     /// Available, due later (scheduled, snoozed or retrying after a backoff).

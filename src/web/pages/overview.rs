@@ -91,6 +91,7 @@ struct OverviewPage {
 
 fn cells(c: &store::QueueCounts) -> Vec<Cell> {
     vec![
+        cell("waiting", c.waiting),
         cell("available", c.available),
         cell("available", c.scheduled),
         cell("running", c.running),
@@ -132,6 +133,7 @@ pub async fn page(
     .map_err(|e| PageError::from(e).framed(&st, &nonce))?;
     let mut total = store::QueueCounts {
         queue: None,
+        waiting: 0,
         available: 0,
         scheduled: 0,
         running: 0,
@@ -147,6 +149,7 @@ pub async fn page(
         queues: 0,
     };
     for c in &counts {
+        total.waiting += c.waiting;
         total.available += c.available;
         total.scheduled += c.scheduled;
         total.running += c.running;
