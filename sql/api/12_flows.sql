@@ -11,7 +11,9 @@
 -- ack finishing one waits for this edge to be visible and then settles it (skiplock._settle);
 -- one that has already finished is settled here. `on_failure`: 'cancel' (the default) or 'run'.
 CREATE OR REPLACE FUNCTION skiplock._add_dependencies(job_id bigint, depends_on bigint[], on_failure text)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     deps bigint[];
     missing bigint;
@@ -49,18 +51,42 @@ BEGIN
 END;
 $$;
 
--- Jobs `ids` may just have finished (completed, discarded, cancelled): tell whoever watches
--- them (NOTIFY skiplock_finished, payload the id; the watch is then removed) and settle the edges that wait for them.
--- Each unresolved edge of a finished dependency is resolved once (its row lock decides
+-- Jobs `ids` have just finished (completed, discarded or cancelled; every caller passes only
+-- such jobs): tell whoever watches them (NOTIFY skiplock_finished, payload the id; the watch is
+-- then removed) and settle the edges that wait for them (skiplock._settle_edges). What the ack
+-- of jobs with neither watchers nor dependents pays: two probes of empty indexes.
+CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    notified bigint;
+BEGIN
+    WITH told AS (
+        DELETE FROM skiplock.job_watches w WHERE w.job_id = ANY (ids) RETURNING w.job_id
+    )
+    SELECT count(pg_notify('skiplock_finished', t.job_id::text)) INTO notified FROM told t;
+    IF EXISTS (SELECT 1 FROM skiplock.job_dependencies d
+               WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL) THEN
+        PERFORM skiplock._settle_edges(ids);
+    END IF;
+END;
+$$;
+
+-- The unresolved edges of finished jobs `ids`. Each is resolved once (its row lock decides
 -- between an ack and the maintenance sweep), its dependent's count goes down by one, and a
 -- dependent that was waiting is then
 --   cancelled, when the dependency did not complete and the dependent's policy is 'cancel'
---     ("dependency 41 discarded" in its errors; its own dependents follow, transitively);
+--     ("dependency 41 discarded" in its errors; its own dependents and watchers follow,
+--     transitively);
 --   released (`available`, due now) when nothing is left to wait for.
 -- A dependent no longer waiting (an operator cancelled or retried it) only has its count
--- kept. What a job with neither watchers nor dependents pays: two index probes per call.
-CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[]) RETURNS void
-LANGUAGE plpgsql AS $$
+-- kept. Planned without sequential scans, as skiplock._heartbeat: the flow tables fill and
+-- empty faster than autovacuum analyzes them, and a plan made on stale statistics that reads
+-- the whole of job_dependencies (or jobs) at every ack batch would make a fan-in quadratic.
+-- A function of its own so that an ack without flows never runs with that setting.
+CREATE OR REPLACE FUNCTION skiplock._settle_edges(ids bigint[]) RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     dependents bigint[];
     counts bigint[];
@@ -69,16 +95,6 @@ DECLARE
     notified bigint;
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
-        WITH told AS (
-            DELETE FROM skiplock.job_watches w
-            WHERE w.job_id = ANY (ids)
-              AND EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = w.job_id
-                          AND j.state IN ('completed', 'discarded', 'cancelled'))
-            RETURNING w.job_id
-        )
-        SELECT count(pg_notify('skiplock_finished', t.job_id::text)) INTO notified FROM told t;
-        EXIT WHEN NOT EXISTS (SELECT 1 FROM skiplock.job_dependencies d
-                              WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL);
         WITH done AS (
             UPDATE skiplock.job_dependencies d SET resolved = j.state
             FROM skiplock.jobs j
@@ -119,8 +135,12 @@ BEGIN
               AND c.failed_dep IS NOT NULL AND c.on_dependency_failure = 'cancel'
             RETURNING j.id
         ), released AS (
+            -- Due at the release's clock, not at its transaction's start: releasing a big
+            -- fan-out takes a while, and a claim reads each lane from a little before its own
+            -- clock on (src/worker/cursor.rs), so a job due much before its commit could sit
+            -- behind that until a claim from the start of the lane.
             UPDATE skiplock.jobs j
-            SET state = 'available', scheduled_at = greatest(j.scheduled_at, now())
+            SET state = 'available', scheduled_at = greatest(j.scheduled_at, clock_timestamp())
             FROM counted c
             WHERE j.id = c.job_id AND j.state = 'waiting' AND c.pending = 0
               AND NOT (c.failed_dep IS NOT NULL AND c.on_dependency_failure = 'cancel')
@@ -130,6 +150,12 @@ BEGIN
             FROM (SELECT DISTINCT r.queue FROM released r) q
         )
         SELECT array_agg(c.id) INTO ids FROM cancelled c WHERE (SELECT count(*) FROM woken) >= 0;
+        IF ids IS NOT NULL THEN
+            WITH told AS (
+                DELETE FROM skiplock.job_watches w WHERE w.job_id = ANY (ids) RETURNING w.job_id
+            )
+            SELECT count(pg_notify('skiplock_finished', t.job_id::text)) INTO notified FROM told t;
+        END IF;
     END LOOP;
 END;
 $$;
@@ -138,7 +164,9 @@ $$;
 -- path: skiplock._revive), then cancels or releases each that waits, as skiplock._settle
 -- does, and settles the dependents of those it cancels.
 CREATE OR REPLACE FUNCTION skiplock._recount(ids bigint[]) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     cancelled bigint[];
 BEGIN
@@ -170,7 +198,7 @@ BEGIN
         RETURNING j.id
     ), released AS (
         UPDATE skiplock.jobs j
-        SET state = 'available', scheduled_at = greatest(j.scheduled_at, now())
+        SET state = 'available', scheduled_at = greatest(j.scheduled_at, clock_timestamp())
         FROM counted c
         WHERE j.id = c.job_id AND j.state = 'waiting' AND c.pending = 0 AND c.cancelled_by IS NULL
         RETURNING j.queue
@@ -191,7 +219,9 @@ $$;
 -- every job involved that has dependencies is recounted (skiplock._recount): a retried
 -- dependent waits again for what has not completed.
 CREATE OR REPLACE FUNCTION skiplock._revive(ids bigint[]) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     up bigint[];
     down bigint[];

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "1a503cd7e0c86f313a9ade217efe7d7ba127fc89f8b57faffee799a5b72dab04",
+        "be294e120e3b6b5653808401541abad5b78e1a66f8551b7fb03b776a84c41c7b",
     ),
 ];
 
