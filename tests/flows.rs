@@ -81,6 +81,26 @@ fn step(args: Value) -> NewJob {
     NewJob::new("step", args).max_attempts(1)
 }
 
+/// Runs a worker with [`Step`] until job `id` has completed; the handler, for what it ran.
+async fn run_until_completed(db: &TestDb, id: i64) -> Step {
+    let h = Step::default();
+    let w = start_with(&db.pool, |r| {
+        r.register(h.clone());
+    });
+    wait_state(db, id, "completed").await;
+    w.stop().await.unwrap();
+    h
+}
+
+/// Job `id`'s result.
+async fn result_of(db: &TestDb, id: i64) -> Value {
+    sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flow_is_refused_whole_for_a_cycle_an_unknown_name_or_a_bad_field() {
     let db = TestDb::new().await;
@@ -179,19 +199,10 @@ async fn dependencies_given_in_a_rolled_back_transaction_leave_nothing_and_in_a_
         2
     );
 
-    let h = Step::default();
-    let w = start_with(&db.pool, |r| {
-        r.register(h.clone());
-    });
-    wait_state(&db, b, "completed").await;
-    w.stop().await.unwrap();
+    let h = run_until_completed(&db, b).await;
     assert_eq!(*h.ran.lock().unwrap(), vec![a, b]);
     // b read a's result: 2 + 1.
-    let r: Value = sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
-        .bind(b)
-        .fetch_one(&*db.pool)
-        .await
-        .unwrap();
+    let r = result_of(&db, b).await;
     assert_eq!(r["n"], 3);
 }
 
@@ -299,11 +310,7 @@ async fn a_discarded_job_cancels_its_dependents_transitively_and_a_finaliser_run
             .await
             .contains(&format!("dependency {} cancelled", id("b")))
     );
-    let r: Value = sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
-        .bind(id("cleanup"))
-        .fetch_one(&*db.pool)
-        .await
-        .unwrap();
+    let r = result_of(&db, id("cleanup")).await;
     assert_eq!(r["deps"]["discarded"], 1);
     let deps = skiplock::admin::dependency_results(&db.pool, id("cleanup"))
         .await
@@ -350,12 +357,7 @@ async fn retrying_a_cancelled_dependent_retries_the_failure_it_waits_for() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("waits for its dependencies"), "{e}");
-    let h = Step::default();
-    let w = start_with(&db.pool, |r| {
-        r.register(h.clone());
-    });
-    wait_state(&db, c, "completed").await;
-    w.stop().await.unwrap();
+    let h = run_until_completed(&db, c).await;
     assert_eq!(*h.ran.lock().unwrap(), vec![a, b, c]);
 }
 
@@ -369,17 +371,8 @@ async fn a_batch_callback_runs_once_with_a_summary_of_its_children() {
         .await
         .unwrap();
     let cb = ids.id("callback").unwrap();
-    let h = Step::default();
-    let w = start_with(&db.pool, |r| {
-        r.register(h.clone());
-    });
-    wait_state(&db, cb, "completed").await;
-    w.stop().await.unwrap();
-    let r: Value = sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
-        .bind(cb)
-        .fetch_one(&*db.pool)
-        .await
-        .unwrap();
+    run_until_completed(&db, cb).await;
+    let r = result_of(&db, cb).await;
     assert_eq!(
         r["deps"],
         json!({"total": 10, "completed": 8, "discarded": 2, "cancelled": 0})
@@ -668,17 +661,8 @@ async fn a_batch_from_sql_names_its_jobs_and_its_callback_waits_for_all_of_them(
         .to_string();
     assert!(e.contains("the callback waits for the batch"), "{e}");
 
-    let h = Step::default();
-    let w = start_with(&db.pool, |r| {
-        r.register(h.clone());
-    });
-    wait_state(&db, cb, "completed").await;
-    w.stop().await.unwrap();
-    let r: Value = sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
-        .bind(cb)
-        .fetch_one(&*db.pool)
-        .await
-        .unwrap();
+    run_until_completed(&db, cb).await;
+    let r = result_of(&db, cb).await;
     assert_eq!(r["n"], 3);
 }
 

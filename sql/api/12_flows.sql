@@ -71,6 +71,48 @@ BEGIN
 END;
 $$;
 
+-- The decision for waiting jobs whose counts were just taken (skiplock._settle_edges,
+-- skiplock._recount): job `ids[i]` is cancelled when `cancel_for[i]` names the failed
+-- dependency that cancels it ("dependency 41 discarded" in its errors), else released
+-- (`available`, due now; its queue's workers woken) when `pending[i]` is 0. A job no longer
+-- waiting is left as it is. Returns the ids it cancelled (NULL: none).
+CREATE OR REPLACE FUNCTION skiplock._cancel_or_release(ids bigint[], pending integer[], cancel_for bigint[])
+RETURNS bigint[] LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    cancelled bigint[];
+BEGIN
+    WITH d AS (
+        SELECT * FROM unnest(ids, pending, cancel_for) AS d(job_id, pending, cancel_for)
+    ), gone AS (
+        UPDATE skiplock.jobs j
+        SET state = 'cancelled', finalized_at = now(),
+            errors = j.errors || jsonb_build_array(jsonb_build_object(
+                'attempt', j.attempt, 'at', now(),
+                'error', format('dependency %s %s', d.cancel_for,
+                                (SELECT f.state FROM skiplock.jobs f WHERE f.id = d.cancel_for))))
+        FROM d
+        WHERE j.id = d.job_id AND j.state = 'waiting' AND d.cancel_for IS NOT NULL
+        RETURNING j.id
+    ), released AS (
+        -- Due at the release's clock, not at its transaction's start: releasing a big
+        -- fan-out takes a while, and a claim reads each lane from a little before its own
+        -- clock on (src/worker/cursor.rs), so a job due much before its commit could sit
+        -- behind that until a claim from the start of the lane.
+        UPDATE skiplock.jobs j
+        SET state = 'available', scheduled_at = greatest(j.scheduled_at, clock_timestamp())
+        FROM d
+        WHERE j.id = d.job_id AND j.state = 'waiting' AND d.pending = 0 AND d.cancel_for IS NULL
+        RETURNING j.queue
+    ), woken AS (
+        SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT r.queue FROM released r) q
+    )
+    SELECT array_agg(g.id) INTO cancelled FROM gone g WHERE (SELECT count(*) FROM woken) >= 0;
+    RETURN cancelled;
+END;
+$$;
+
 -- The unresolved edges of finished jobs `ids`. Each is resolved once (its row lock decides
 -- between an ack and the maintenance sweep), its dependent's count goes down by one, and a
 -- dependent that was waiting is then
@@ -91,7 +133,6 @@ DECLARE
     dependents bigint[];
     counts bigint[];
     failed bigint[];
-    failed_states skiplock.job_state[];
     notified bigint;
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
@@ -107,10 +148,9 @@ BEGIN
             FROM done GROUP BY done.job_id
         )
         SELECT array_agg(per.job_id ORDER BY per.job_id), array_agg(per.n ORDER BY per.job_id),
-               array_agg(per.failed_dep ORDER BY per.job_id),
-               array_agg(j.state ORDER BY per.job_id)
-        INTO dependents, counts, failed, failed_states
-        FROM per LEFT JOIN skiplock.jobs j ON j.id = per.failed_dep;
+               array_agg(per.failed_dep ORDER BY per.job_id)
+        INTO dependents, counts, failed
+        FROM per;
         EXIT WHEN dependents IS NULL;
         -- Counts are taken in dependent order: two acks of one fan-in's children wait for
         -- each other, and never deadlock.
@@ -121,35 +161,13 @@ BEGIN
             SET pending = greatest(w.pending - u.n, 0),
                 cancelled_by = CASE WHEN u.failed_dep IS NOT NULL AND w.on_dependency_failure = 'cancel'
                                     THEN coalesce(w.cancelled_by, u.failed_dep) ELSE w.cancelled_by END
-            FROM unnest(dependents, counts, failed, failed_states) AS u(job_id, n, failed_dep, failed_state)
+            FROM unnest(dependents, counts, failed) AS u(job_id, n, failed_dep)
             WHERE w.job_id = u.job_id
-            RETURNING w.job_id, w.pending, w.on_dependency_failure, u.failed_dep, u.failed_state
-        ), cancelled AS (
-            UPDATE skiplock.jobs j
-            SET state = 'cancelled', finalized_at = now(),
-                errors = j.errors || jsonb_build_array(jsonb_build_object(
-                    'attempt', j.attempt, 'at', now(),
-                    'error', format('dependency %s %s', c.failed_dep, c.failed_state)))
-            FROM counted c
-            WHERE j.id = c.job_id AND j.state = 'waiting'
-              AND c.failed_dep IS NOT NULL AND c.on_dependency_failure = 'cancel'
-            RETURNING j.id
-        ), released AS (
-            -- Due at the release's clock, not at its transaction's start: releasing a big
-            -- fan-out takes a while, and a claim reads each lane from a little before its own
-            -- clock on (src/worker/cursor.rs), so a job due much before its commit could sit
-            -- behind that until a claim from the start of the lane.
-            UPDATE skiplock.jobs j
-            SET state = 'available', scheduled_at = greatest(j.scheduled_at, clock_timestamp())
-            FROM counted c
-            WHERE j.id = c.job_id AND j.state = 'waiting' AND c.pending = 0
-              AND NOT (c.failed_dep IS NOT NULL AND c.on_dependency_failure = 'cancel')
-            RETURNING j.queue
-        ), woken AS (
-            SELECT pg_notify(skiplock._wake_channel(), q.queue)
-            FROM (SELECT DISTINCT r.queue FROM released r) q
+            RETURNING w.job_id, w.pending,
+                      CASE WHEN w.on_dependency_failure = 'cancel' THEN u.failed_dep END AS cancel_for
         )
-        SELECT array_agg(c.id) INTO ids FROM cancelled c WHERE (SELECT count(*) FROM woken) >= 0;
+        SELECT skiplock._cancel_or_release(array_agg(c.job_id), array_agg(c.pending), array_agg(c.cancel_for))
+        INTO ids FROM counted c;
         IF ids IS NOT NULL THEN
             WITH told AS (
                 DELETE FROM skiplock.job_watches w WHERE w.job_id = ANY (ids) RETURNING w.job_id
@@ -186,26 +204,9 @@ BEGIN
             cancelled_by = CASE WHEN w.on_dependency_failure = 'cancel' THEN c.failed_dep END
         FROM counts c WHERE w.job_id = c.job_id
         RETURNING w.job_id, w.pending, w.cancelled_by
-    ), to_cancel AS (
-        UPDATE skiplock.jobs j
-        SET state = 'cancelled', finalized_at = now(),
-            errors = j.errors || jsonb_build_array(jsonb_build_object(
-                'attempt', j.attempt, 'at', now(),
-                'error', format('dependency %s %s', c.cancelled_by,
-                                (SELECT f.state FROM skiplock.jobs f WHERE f.id = c.cancelled_by))))
-        FROM counted c
-        WHERE j.id = c.job_id AND j.state = 'waiting' AND c.cancelled_by IS NOT NULL
-        RETURNING j.id
-    ), released AS (
-        UPDATE skiplock.jobs j
-        SET state = 'available', scheduled_at = greatest(j.scheduled_at, clock_timestamp())
-        FROM counted c
-        WHERE j.id = c.job_id AND j.state = 'waiting' AND c.pending = 0 AND c.cancelled_by IS NULL
-        RETURNING j.queue
-    ), woken AS (
-        SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT r.queue FROM released r) q
     )
-    SELECT array_agg(t.id) INTO cancelled FROM to_cancel t WHERE (SELECT count(*) FROM woken) >= 0;
+    SELECT skiplock._cancel_or_release(array_agg(c.job_id), array_agg(c.pending), array_agg(c.cancelled_by))
+    INTO cancelled FROM counted c;
     IF cancelled IS NOT NULL THEN
         PERFORM skiplock._settle(cancelled);
     END IF;

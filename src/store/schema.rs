@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "be294e120e3b6b5653808401541abad5b78e1a66f8551b7fb03b776a84c41c7b",
+        "30c953ae347690ab0c588475053557cb4715509c772cba5b18d17d1803aaed52",
     ),
 ];
 
