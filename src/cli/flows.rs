@@ -79,12 +79,12 @@ pub struct FlowArgs {
 pub async fn flow(url: Option<&str>, a: FlowArgs) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
     let p = flows::flow_progress(&pool, a.id).await?;
+    if p.total == 0 {
+        anyhow::bail!("no flow or job {}", a.id);
+    }
     let members = flows::flow_members(&pool, a.id, super::MAX_LIMIT as i64).await?;
     if a.json {
         return print_json(&serde_json::json!({ "progress": p, "jobs": members }));
-    }
-    if p.total == 0 {
-        anyhow::bail!("no flow or job {}", a.id);
     }
     say!(
         "{} jobs: {} waiting, {} available, {} running, {} completed, {} discarded, {} cancelled",
