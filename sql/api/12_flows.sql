@@ -504,7 +504,8 @@ $$;
 
 -- Registers interest in job `job_id` finishing (its ack then sends NOTIFY skiplock_finished
 -- with the id: `skiplock::wait_for` listens) and returns its state and result now. A
--- watcher refreshes its row while it waits; retention forgets rows not refreshed for a day.
+-- watcher refreshes its row while it waits, and the call that finds the job finished removes
+-- it; retention forgets rows not refreshed for a day.
 CREATE OR REPLACE FUNCTION skiplock.watch(job_id bigint)
 RETURNS TABLE (state skiplock.job_state, result jsonb)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -517,6 +518,10 @@ BEGIN
         INSERT INTO skiplock.job_watches AS w (job_id) VALUES (watch.job_id)
         ON CONFLICT ON CONSTRAINT job_watches_pkey DO UPDATE SET since = now()
         WHERE w.since < now() - interval '1 minute';
+    ELSE
+        -- A watch an earlier call inserted while the job's ack was committing (that ack's
+        -- settle could not see it): the caller has seen the end now, so it goes.
+        DELETE FROM skiplock.job_watches w WHERE w.job_id = watch.job_id;
     END IF;
     RETURN NEXT;
 END;

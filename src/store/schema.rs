@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "30c953ae347690ab0c588475053557cb4715509c772cba5b18d17d1803aaed52",
+        "7053e39b90bd3f2985986b1f6d906835cac770fbf46b162dfad713ca7f734080",
     ),
 ];
 
