@@ -37,6 +37,15 @@ impl LoginRole {
         LoginRole { name, password }
     }
 
+    /// A one-connection pool on `db`, logged in as this role.
+    async fn pool(&self, db: &TestDb) -> sqlx::PgPool {
+        PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&self.url(db))
+            .await
+            .expect("the role logs in")
+    }
+
     /// `db`'s URL, logging in as this role with its password.
     fn url(&self, db: &TestDb) -> String {
         let mut u = url::Url::parse(&db.url).unwrap();
@@ -67,11 +76,7 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
             .await
             .unwrap();
     let role = LoginRole::new(&db, "skiplock_enqueuer").await;
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&role.url(&db))
-        .await
-        .expect("the enqueuer logs in");
+    let pool = role.pool(&db).await;
 
     // The NOTIFY trigger still fires for a SECURITY DEFINER insert, for a queue a worker
     // waits on (skiplock.waiting, which the enqueuer cannot read).
@@ -342,11 +347,7 @@ async fn a_worker_role_runs_jobs_and_its_password_never_reaches_the_logs() {
 async fn an_enqueuer_can_call_every_workflow_entry_point() {
     let db = TestDb::new().await;
     let role = LoginRole::new(&db, "skiplock_enqueuer").await;
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&role.url(&db))
-        .await
-        .unwrap();
+    let pool = role.pool(&db).await;
     let dir = tempfile::tempdir().unwrap();
     // pack_now packs a host with fetched pages only (a made-up host is refused).
     sqlx::query(
@@ -450,17 +451,10 @@ async fn a_login_without_grants_hears_no_queue_names() {
     let worker = LoginRole::new(&db, "skiplock_worker").await;
     let enqueuer = LoginRole::new(&db, "skiplock_enqueuer").await;
     let operator = LoginRole::new(&db, "skiplock_operator").await;
-    let connect = |url: String| async move {
-        PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .unwrap()
-    };
-    let nobody_pool = connect(nobody.url(&db)).await;
-    let worker_pool = connect(worker.url(&db)).await;
-    let enqueuer_pool = connect(enqueuer.url(&db)).await;
-    let operator_pool = connect(operator.url(&db)).await;
+    let nobody_pool = nobody.pool(&db).await;
+    let worker_pool = worker.pool(&db).await;
+    let enqueuer_pool = enqueuer.pool(&db).await;
+    let operator_pool = operator.pool(&db).await;
     for (pool, who) in [(&nobody_pool, "no grants"), (&operator_pool, "operator")] {
         let e = sqlx::query_scalar::<_, String>("SELECT channel FROM skiplock.wake_channel")
             .fetch_one(pool)
@@ -510,11 +504,7 @@ async fn a_login_without_grants_hears_no_queue_names() {
 async fn an_enqueuer_builds_flows_and_waits_but_reads_no_dependency_results() {
     let db = TestDb::new().await;
     let role = LoginRole::new(&db, "skiplock_enqueuer").await;
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&role.url(&db))
-        .await
-        .expect("the enqueuer logs in");
+    let pool = role.pool(&db).await;
     let flow: serde_json::Value = sqlx::query_scalar(
         "SELECT skiplock.enqueue_flow('[{\"name\": \"a\", \"kind\": \"noop\"},
                                         {\"name\": \"b\", \"kind\": \"noop\", \"depends_on\": [\"a\"]}]')",

@@ -51,19 +51,28 @@ BEGIN
 END;
 $$;
 
+-- Finished jobs `ids`: each one watched (skiplock.watch) is announced on channel
+-- skiplock_finished, its id the payload, and its watch removed.
+CREATE OR REPLACE FUNCTION skiplock._tell_watchers(ids bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    told bigint;
+BEGIN
+    WITH gone AS (
+        DELETE FROM skiplock.job_watches w WHERE w.job_id = ANY (ids) RETURNING w.job_id
+    )
+    SELECT count(pg_notify('skiplock_finished', g.job_id::text)) INTO told FROM gone g;
+END;
+$$;
+
 -- Jobs `ids` have just finished (completed, discarded or cancelled; every caller passes only
 -- such jobs): tell whoever watches them (NOTIFY skiplock_finished, payload the id; the watch is
 -- then removed) and settle the edges that wait for them (skiplock._settle_edges). What the ack
 -- of jobs with neither watchers nor dependents pays: two probes of empty indexes.
 CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE
-    notified bigint;
 BEGIN
-    WITH told AS (
-        DELETE FROM skiplock.job_watches w WHERE w.job_id = ANY (ids) RETURNING w.job_id
-    )
-    SELECT count(pg_notify('skiplock_finished', t.job_id::text)) INTO notified FROM told t;
+    PERFORM skiplock._tell_watchers(ids);
     IF EXISTS (SELECT 1 FROM skiplock.job_dependencies d
                WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL) THEN
         PERFORM skiplock._settle_edges(ids);
@@ -133,7 +142,6 @@ DECLARE
     dependents bigint[];
     counts bigint[];
     failed bigint[];
-    notified bigint;
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
         WITH done AS (
@@ -169,10 +177,7 @@ BEGIN
         SELECT skiplock._cancel_or_release(array_agg(c.job_id), array_agg(c.pending), array_agg(c.cancel_for))
         INTO ids FROM counted c;
         IF ids IS NOT NULL THEN
-            WITH told AS (
-                DELETE FROM skiplock.job_watches w WHERE w.job_id = ANY (ids) RETURNING w.job_id
-            )
-            SELECT count(pg_notify('skiplock_finished', t.job_id::text)) INTO notified FROM told t;
+            PERFORM skiplock._tell_watchers(ids);
         END IF;
     END LOOP;
 END;

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "7053e39b90bd3f2985986b1f6d906835cac770fbf46b162dfad713ca7f734080",
+        "6206a8a631107b84dbe4c76da4d27549b0e3b0c2ea234cf62298be9cc3c605f8",
     ),
 ];
 
