@@ -758,3 +758,33 @@ async fn a_dependency_finishing_while_its_dependent_is_enqueued_still_releases_i
     .unwrap();
     assert_eq!(resolved.as_deref(), Some("cancelled"));
 }
+
+/// The reaper judges abandoned available and running jobs; a waiting job, however long ago it
+/// was due, waits for its dependencies and is never its to discard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_never_takes_a_waiting_job_however_old() {
+    use skiplock::maintenance::reaper::{Reaper, ReaperSettings};
+    let db = TestDb::new().await;
+    let a = enqueue(&db.pool, &step(json!({})).queue("elsewhere"))
+        .await
+        .unwrap()
+        .id;
+    let old = chrono::Utc::now() - chrono::Duration::days(2);
+    let b = enqueue(&db.pool, &step(json!({})).run_at(old).depends_on([a]))
+        .await
+        .unwrap()
+        .id;
+    let max_age = Duration::from_secs(1);
+    let reaper = Reaper::new(
+        db.pool.clone(),
+        ReaperSettings {
+            max_age,
+            interval: Duration::from_secs(1),
+        },
+    );
+    // Past its uptime guard (a reaper younger than max_age discards nothing).
+    tokio::time::sleep(max_age + Duration::from_millis(200)).await;
+    assert_eq!(reaper.reap_once().await.unwrap(), 0);
+    assert_eq!(state(&db, b).await, "waiting");
+    assert_eq!(errors_of(&db, b).await, "[]");
+}

@@ -526,7 +526,7 @@ BEGIN
     END;
 
     IF the_state = 'waiting' AND outcome = 'inserted' THEN
-        PERFORM skiplock._add_dependencies(_enqueue_outcome.job_id, _enqueue_outcome.depends_on,
+        PERFORM skiplock._add_dependencies(ARRAY[_enqueue_outcome.job_id], _enqueue_outcome.depends_on,
                                            _enqueue_outcome.on_dependency_failure);
     END IF;
 
@@ -1071,8 +1071,7 @@ BEGIN
     )
     SELECT coalesce(array_agg(ins.id ORDER BY ins.id), '{}') INTO ids FROM ins;
     IF cardinality(enqueue_many.depends_on) > 0 THEN
-        PERFORM skiplock._add_dependencies(i, enqueue_many.depends_on, enqueue_many.on_dependency_failure)
-        FROM unnest(ids) AS i;
+        PERFORM skiplock._add_dependencies(ids, enqueue_many.depends_on, enqueue_many.on_dependency_failure);
     END IF;
     RETURN ids;
 END;

@@ -6,11 +6,15 @@
 -- (`available`, due now) or cancels it when the dependency failed; skiplock._revive undoes
 -- that when a failed job is retried.
 
--- The dependencies of job `job_id` (a new job: its own rows are still being written by the
--- caller's statement), each locked FOR SHARE until the caller's transaction ends, so that an
--- ack finishing one waits for this edge to be visible and then settles it (skiplock._settle);
--- one that has already finished is settled here. `on_failure`: 'cancel' (the default) or 'run'.
-CREATE OR REPLACE FUNCTION skiplock._add_dependencies(job_id bigint, depends_on bigint[], on_failure text)
+-- The dependencies of new jobs `job_ids` (their own rows are still being written by the
+-- caller's statement): every one of them waits for every job of `depends_on`, so a fan-out of
+-- `enqueue_many` checks and locks the dependencies once, not once per job. The dependencies
+-- are locked FOR SHARE until the caller's transaction ends, so that an ack finishing one waits
+-- for these edges to be visible and then settles them (skiplock._settle); one that has already
+-- finished is settled here. `on_failure`: 'cancel' (the default) or 'run'. The 3-argument form
+-- of one job is dropped.
+DROP FUNCTION IF EXISTS skiplock._add_dependencies(bigint, bigint[], text);
+CREATE OR REPLACE FUNCTION skiplock._add_dependencies(job_ids bigint[], depends_on bigint[], on_failure text)
 RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
@@ -40,9 +44,9 @@ BEGIN
             USING ERRCODE = '23503';
     END IF;
     INSERT INTO skiplock.job_dependencies (job_id, depends_on)
-    SELECT _add_dependencies.job_id, d FROM unnest(deps) AS d;
+    SELECT n, d FROM unnest(job_ids) AS n, unnest(deps) AS d;
     INSERT INTO skiplock.job_waits (job_id, pending, on_dependency_failure)
-    VALUES (_add_dependencies.job_id, cardinality(deps), coalesce(on_failure, 'cancel'));
+    SELECT n, cardinality(deps), coalesce(on_failure, 'cancel') FROM unnest(job_ids) AS n;
     SELECT array_agg(j.id) INTO finished FROM skiplock.jobs j
     WHERE j.id = ANY (deps) AND j.state IN ('completed', 'discarded', 'cancelled');
     IF finished IS NOT NULL THEN

@@ -258,6 +258,23 @@ mod tests {
     use super::*;
     use serde::Deserialize;
 
+    #[test]
+    fn dependencies_in_the_options_reach_the_job_and_fall_back_to_the_type_s() {
+        let base = JobOptions::new().depends_on([7]);
+        let job = JobOptions::new()
+            .on_dependency_failure(OnDependencyFailure::Run)
+            .or(base)
+            .apply(NewJob::new("k", serde_json::json!({})));
+        assert_eq!(job.depends_on, vec![7]);
+        assert_eq!(job.on_dependency_failure, OnDependencyFailure::Run);
+        let own = JobOptions::new()
+            .depends_on([1, 2])
+            .or(JobOptions::new().depends_on([7]))
+            .apply(NewJob::new("k", serde_json::json!({})));
+        assert_eq!(own.depends_on, vec![1, 2]);
+        assert_eq!(own.on_dependency_failure, OnDependencyFailure::Cancel);
+    }
+
     #[derive(Serialize, Deserialize)]
     struct Mail {
         to: String,

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "6206a8a631107b84dbe4c76da4d27549b0e3b0c2ea234cf62298be9cc3c605f8",
+        "4882586fae1bfcaeee65dc3f0d586ff6d53432f9f605d970e77d31c4c6a6a403",
     ),
 ];
 
