@@ -788,3 +788,103 @@ async fn the_reaper_never_takes_a_waiting_job_however_old() {
     assert_eq!(state(&db, b).await, "waiting");
     assert_eq!(errors_of(&db, b).await, "[]");
 }
+
+/// A fan-out bigger than the ack's slice: the ack that finishes the root releases the first
+/// 500 children and names the root as unsettled; the rest are released by the slices that
+/// follow (`store::flows::settle_edges`, what the worker's ack writer runs) or, when no worker
+/// sends them (it stopped), by the maintenance's sweep. Every child is released once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_the_sweep() {
+    use skiplock::queue::JobState;
+    use skiplock::store::ack::{Ack, ack_many};
+    use skiplock::store::flows::{settle_dependencies, settle_edges};
+
+    let db = TestDb::new().await;
+    let mut roots = Vec::new();
+    for _ in 0..2 {
+        let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+        let args = vec![json!({}); 1200];
+        let children = enqueue_many(
+            &db.pool,
+            ManyJobs {
+                kind: "step",
+                args: &args,
+                queue: "default",
+                depends_on: &[root],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        roots.push((root, children));
+    }
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = ANY ($1)")
+        .bind(roots.iter().map(|r| r.0).collect::<Vec<_>>())
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let released = |children: Vec<i64>| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM skiplock.jobs WHERE state = 'available' AND id = ANY ($1)",
+            )
+            .bind(children)
+            .fetch_one(&*pool)
+            .await
+            .unwrap()
+        }
+    };
+    let done = |id: i64| Ack {
+        id,
+        attempt: 1,
+        state: JobState::Completed,
+        scheduled_at: None,
+        give_back: false,
+        error: None,
+        result: None,
+        started_at: None,
+    };
+
+    // The worker's way: the ack, then slices until nothing is left.
+    let (root, children) = roots[0].clone();
+    let acked = ack_many(&db.pool, &[done(root)]).await.unwrap();
+    assert_eq!(acked.ids, vec![root]);
+    assert_eq!(acked.unsettled, vec![root]);
+    assert_eq!(released(children.clone()).await, 500);
+    assert_eq!(
+        settle_edges(&db.pool, &[root], 600).await.unwrap(),
+        vec![root]
+    );
+    assert_eq!(released(children.clone()).await, 1100);
+    assert!(
+        settle_edges(&db.pool, &[root], 600)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(released(children.clone()).await, 1200);
+    assert!(
+        settle_edges(&db.pool, &[root], 600)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // A worker that stopped after the ack: the sweep settles the rest.
+    let (root, children) = roots[1].clone();
+    let acked = ack_many(&db.pool, &[done(root)]).await.unwrap();
+    assert_eq!(acked.unsettled, vec![root]);
+    assert_eq!(released(children.clone()).await, 500);
+    assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 1);
+    assert_eq!(released(children.clone()).await, 1200);
+    assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 0);
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.job_dependencies WHERE resolved IS DISTINCT FROM 'completed'"
+        )
+        .await,
+        0
+    );
+}

@@ -715,7 +715,7 @@ async fn the_heartbeat_and_the_ack_write_a_buffered_jobs_start() {
             started_at: Some(t2),
         })
         .collect();
-    assert_eq!(ack_many(&db.pool, &acks).await.unwrap().len(), 3);
+    assert_eq!(ack_many(&db.pool, &acks).await.unwrap().ids.len(), 3);
     assert_eq!(
         count(
             &db.pool,

@@ -86,7 +86,7 @@ async fn enqueue_claim_and_complete() {
         result: Some(json!({"ok": true})),
         started_at: None,
     };
-    assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap(), vec![id]);
+    assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap().ids, vec![id]);
     let row = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!(row.state.as_str(), "completed");
     assert!(row.finalized_at.is_some());
@@ -193,7 +193,7 @@ async fn acks_are_fenced_by_attempt() {
         started_at: None,
     };
     assert!(
-        ack_many(&db.pool, &[late]).await.unwrap().is_empty(),
+        ack_many(&db.pool, &[late]).await.unwrap().ids.is_empty(),
         "late ack must not apply"
     );
     assert_eq!(state_of(&db, id).await, "running");
@@ -207,7 +207,7 @@ async fn acks_are_fenced_by_attempt() {
         result: None,
         started_at: None,
     };
-    assert_eq!(ack_many(&db.pool, &[current]).await.unwrap(), vec![id]);
+    assert_eq!(ack_many(&db.pool, &[current]).await.unwrap().ids, vec![id]);
     assert_eq!(state_of(&db, id).await, "completed");
 }
 
@@ -256,7 +256,7 @@ async fn failed_acks_append_errors_and_snoozes_give_the_attempt_back() {
             started_at: None,
         },
     ];
-    let mut written = ack_many(&db.pool, &acks).await.unwrap();
+    let mut written = ack_many(&db.pool, &acks).await.unwrap().ids;
     written.sort();
     assert_eq!(written, vec![a, b]);
     let ra = jobs::get_job(&db.pool, a).await.unwrap();
@@ -612,7 +612,7 @@ async fn a_requeued_keyed_job_is_superseded_by_the_waiting_one() {
             started_at: None,
         },
     ];
-    assert_eq!(ack_many(&db.pool, &acks).await.unwrap().len(), 2);
+    assert_eq!(ack_many(&db.pool, &acks).await.unwrap().ids.len(), 2);
     let f = jobs::get_job(&db.pool, first).await.unwrap();
     assert_eq!(f.state.as_str(), "cancelled");
     assert!(
@@ -726,7 +726,8 @@ async fn keyed_jobs_going_back_together_keep_the_newest_and_the_statement_lands(
     };
     let mut written = ack_many(&db.pool, &[retry_ack(older, 1), retry_ack(newer, 1), done])
         .await
-        .unwrap();
+        .unwrap()
+        .ids;
     written.sort();
     assert_eq!(written, vec![older, newer, other]);
     assert_superseded(&db, older, newer).await;
@@ -787,7 +788,8 @@ async fn superseding_counts_only_jobs_that_really_go_back_and_wait() {
     let (older, newer) = two_running_with_one_key(&db, "fenced").await;
     let written = ack_many(&db.pool, &[retry_ack(older, 1), retry_ack(newer, 2)])
         .await
-        .unwrap();
+        .unwrap()
+        .ids;
     assert_eq!(written, vec![older]);
     assert_eq!(state_of(&db, older).await, "available");
     assert_eq!(state_of(&db, newer).await, "running");
@@ -807,7 +809,8 @@ async fn superseding_counts_only_jobs_that_really_go_back_and_wait() {
     let (_, twice) = two_running_with_one_key(&db, "twice").await;
     let written = ack_many(&db.pool, &[retry_ack(twice, 1), retry_ack(twice, 1)])
         .await
-        .unwrap();
+        .unwrap()
+        .ids;
     assert_eq!(written, vec![twice]);
     assert_eq!(state_of(&db, twice).await, "available");
 
@@ -900,7 +903,7 @@ async fn fail_once(db: &TestDb, id: i64, worker: &str) -> i32 {
         result: None,
         started_at: None,
     };
-    assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap(), vec![id]);
+    assert_eq!(ack_many(&db.pool, &[ack]).await.unwrap().ids, vec![id]);
     jobs[0].attempt
 }
 
@@ -1093,7 +1096,7 @@ async fn replace_after_an_attempt_was_taken_away_keeps_counting_so_the_late_ack_
             started_at: None,
         };
         assert!(
-            ack_many(&db.pool, &[late]).await.unwrap().is_empty(),
+            ack_many(&db.pool, &[late]).await.unwrap().ids.is_empty(),
             "{key}: the late ack of the taken attempt must not land on the new one"
         );
         assert_eq!(
@@ -1167,7 +1170,7 @@ async fn cancelling_a_running_job_records_the_attempt_clears_the_heartbeat_and_f
         result: Some(json!({"late": true})),
         started_at: None,
     };
-    assert!(ack_many(&db.pool, &[late]).await.unwrap().is_empty());
+    assert!(ack_many(&db.pool, &[late]).await.unwrap().ids.is_empty());
     let after = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!(after.state.as_str(), "cancelled");
     assert_eq!(after.result, None);

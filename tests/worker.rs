@@ -737,7 +737,8 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
     assert_eq!(
         skiplock::store::ack::ack_many(&db.pool, &[ack])
             .await
-            .unwrap(),
+            .unwrap()
+            .ids,
         vec![id]
     );
     let r = jobs::get_job(&db.pool, id).await.unwrap();

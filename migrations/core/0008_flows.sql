@@ -11,7 +11,10 @@ CREATE TABLE skiplock.job_dependencies (
     resolved skiplock.job_state,
     PRIMARY KEY (job_id, depends_on),
     CHECK (job_id <> depends_on)
-);
+)
+-- Every edge is written once more when it resolves: room on its page for that update to stay
+-- there (a HOT update, no new index entries), as skiplock.jobs leaves for its own.
+WITH (fillfactor = 50);
 CREATE INDEX job_dependencies_depends_on_idx ON skiplock.job_dependencies (depends_on);
 
 -- One row per job that has dependencies: how many have still to count (0: the job is, or
@@ -25,7 +28,9 @@ CREATE TABLE skiplock.job_waits (
     on_dependency_failure text NOT NULL DEFAULT 'cancel'
         CHECK (on_dependency_failure IN ('cancel', 'run')),
     cancelled_by bigint
-);
+)
+-- Counted down once per settling statement: room for the new versions on the same page.
+WITH (fillfactor = 50);
 
 -- The members of a flow made by skiplock.enqueue_flow, by their local names: the flow's id is
 -- its first job's. skiplock.flow_progress and the console's flow page read it.

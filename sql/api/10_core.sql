@@ -742,16 +742,26 @@ $$;
 -- `starts` (API 8): when each attempt's handler started, on the database's clock as the worker
 -- reads it (src/worker/db_clock.rs); it becomes `attempted_at` (NULL keeps it: a job released
 -- unstarted).
+--
+-- Flows (API 8): a finished job's dependents are settled here, at most 500 of its edges in this
+-- statement (skiplock._settle): the ack of a fan-out's root would otherwise release every child
+-- in one long statement while the worker has nothing else to run. Each row carries the finished
+-- jobs that still have edges to settle (`unsettled`, NULL for none, the same on every row); the
+-- worker settles them in slices of their own (src/worker/acks.rs), and the maintenance's sweep
+-- settles what a worker that stopped left (skiplock.settle_dependencies).
 DROP FUNCTION IF EXISTS skiplock._ack(bigint[], integer[], skiplock.job_state[], timestamptz[], boolean[], text[], jsonb[]);
+DROP FUNCTION IF EXISTS skiplock._ack(bigint[], integer[], skiplock.job_state[], timestamptz[], boolean[], text[], jsonb[],
+                                      timestamptz[]);
 CREATE OR REPLACE FUNCTION skiplock._ack(ids bigint[], attempts integer[], states skiplock.job_state[],
                                          times timestamptz[], give_backs boolean[], errs text[],
                                          results jsonb[], starts timestamptz[])
-RETURNS TABLE (id bigint)
+RETURNS TABLE (id bigint, unsettled bigint[])
 SET plan_cache_mode = force_custom_plan
 LANGUAGE plpgsql AS $$
 DECLARE
     acked_ids bigint[];
     finished bigint[];
+    left_over bigint[];
 BEGIN
     WITH keyed AS MATERIALIZED (
         SELECT h.id, h.holder
@@ -817,9 +827,9 @@ BEGIN
     FROM acked WHERE (SELECT count(*) FROM woken) >= 0;
     -- Flows and watchers (sql/api/12_flows.sql): two index probes for a batch without either.
     IF finished IS NOT NULL THEN
-        PERFORM skiplock._settle(finished);
+        left_over := skiplock._settle(finished, 500);
     END IF;
-    RETURN QUERY SELECT unnest(acked_ids);
+    RETURN QUERY SELECT a.id, left_over FROM unnest(acked_ids) AS a(id);
 END;
 $$;
 

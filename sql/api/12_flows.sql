@@ -17,6 +17,7 @@ DROP FUNCTION IF EXISTS skiplock._add_dependencies(bigint, bigint[], text);
 CREATE OR REPLACE FUNCTION skiplock._add_dependencies(job_ids bigint[], depends_on bigint[], on_failure text)
 RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     deps bigint[];
@@ -71,16 +72,20 @@ $$;
 
 -- Jobs `ids` have just finished (completed, discarded or cancelled; every caller passes only
 -- such jobs): tell whoever watches them (NOTIFY skiplock_finished, payload the id; the watch is
--- then removed) and settle the edges that wait for them (skiplock._settle_edges). What the ack
--- of jobs with neither watchers nor dependents pays: two probes of empty indexes.
-CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[]) RETURNS void
+-- then removed) and settle the edges that wait for them (skiplock._settle_edges), at most
+-- `max_edges` of them (NULL: all). Returns the jobs of `ids` with edges still to settle (NULL:
+-- none). What the ack of jobs with neither watchers nor dependents pays: two probes of empty
+-- indexes.
+DROP FUNCTION IF EXISTS skiplock._settle(bigint[]);
+CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[], max_edges integer DEFAULT NULL) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM skiplock._tell_watchers(ids);
     IF EXISTS (SELECT 1 FROM skiplock.job_dependencies d
                WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL) THEN
-        PERFORM skiplock._settle_edges(ids);
+        RETURN skiplock._settle_edges(ids, max_edges);
     END IF;
+    RETURN NULL;
 END;
 $$;
 
@@ -92,6 +97,8 @@ $$;
 CREATE OR REPLACE FUNCTION skiplock._cancel_or_release(ids bigint[], pending integer[], cancel_for bigint[])
 RETURNS bigint[] LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     cancelled bigint[];
@@ -126,9 +133,12 @@ BEGIN
 END;
 $$;
 
--- The unresolved edges of finished jobs `ids`. Each is resolved once (its row lock decides
--- between an ack and the maintenance sweep), its dependent's count goes down by one, and a
--- dependent that was waiting is then
+-- The unresolved edges of finished jobs `ids`, at most `max_edges` of them at each step of a
+-- cascade (NULL: all); returns the jobs whose edges are not all settled (NULL: none), for a
+-- later call (the worker's, src/worker/acks.rs, or the maintenance's sweep). Each edge is
+-- resolved once (its row lock decides between settlers: one that waited for it finds it
+-- resolved and leaves it), its dependent's count goes down by one, and a dependent that was
+-- waiting is then
 --   cancelled, when the dependency did not complete and the dependent's policy is 'cancel'
 --     ("dependency 41 discarded" in its errors; its own dependents and watchers follow,
 --     transitively);
@@ -137,53 +147,99 @@ $$;
 -- kept. Planned without sequential scans, as skiplock._heartbeat: the flow tables fill and
 -- empty faster than autovacuum analyzes them, and a plan made on stale statistics that reads
 -- the whole of job_dependencies (or jobs) at every ack batch would make a fan-in quadratic.
--- A function of its own so that an ack without flows never runs with that setting.
-CREATE OR REPLACE FUNCTION skiplock._settle_edges(ids bigint[]) RETURNS void
+-- A function of its own so that an ack without flows never runs with that setting. Without
+-- JIT: the cost a disabled sequential scan is given (of a one-row table, skiplock.wake_channel)
+-- would make Postgres compile every statement's plan, for longer than the statement runs.
+DROP FUNCTION IF EXISTS skiplock._settle_edges(bigint[]);
+CREATE OR REPLACE FUNCTION skiplock._settle_edges(ids bigint[], max_edges integer DEFAULT NULL)
+RETURNS bigint[]
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     dependents bigint[];
     counts bigint[];
     failed bigint[];
+    picked_now bigint;
+    left_over bigint[];
+    decided bigint[];
+    decided_pending integer[];
+    decided_cancel bigint[];
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
-        WITH done AS (
+        WITH picked AS MATERIALIZED (
+            SELECT d.ctid AS t FROM skiplock.job_dependencies d
+            WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL
+            LIMIT max_edges
+        ), done AS (
+            -- By ctid, as the claim takes its rows: an edge another settler resolved
+            -- meanwhile has moved on to a new row version, and is left out.
             UPDATE skiplock.job_dependencies d SET resolved = j.state
             FROM skiplock.jobs j
-            WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL
+            WHERE d.ctid = ANY (ARRAY(SELECT p.t FROM picked p)) AND d.resolved IS NULL
               AND j.id = d.depends_on AND j.state IN ('completed', 'discarded', 'cancelled')
             RETURNING d.job_id, d.depends_on, j.state
         ), per AS (
             SELECT done.job_id, count(*) AS n,
                    min(done.depends_on) FILTER (WHERE done.state <> 'completed') AS failed_dep
             FROM done GROUP BY done.job_id
+        ), judged AS (
+            -- A dependent whose remaining dependencies all resolved in this statement, none
+            -- of them failed, is released without its count locked or written: no other
+            -- settler can count it any more (its last edges are this transaction's). Its
+            -- job_waits.pending keeps the count from before; it is read only while the job
+            -- waits (skiplock.flow_members). This is every child of a fan-out.
+            SELECT per.*, per.n >= w.pending AND per.failed_dep IS NULL AS last
+            FROM per JOIN skiplock.job_waits w ON w.job_id = per.job_id
         )
-        SELECT array_agg(per.job_id ORDER BY per.job_id), array_agg(per.n ORDER BY per.job_id),
-               array_agg(per.failed_dep ORDER BY per.job_id)
-        INTO dependents, counts, failed
-        FROM per;
-        EXIT WHEN dependents IS NULL;
-        -- Counts are taken in dependent order: two acks of one fan-in's children wait for
-        -- each other, and never deadlock.
-        PERFORM 1 FROM skiplock.job_waits w WHERE w.job_id = ANY (dependents)
-        ORDER BY w.job_id FOR UPDATE;
-        WITH counted AS (
-            UPDATE skiplock.job_waits w
-            SET pending = greatest(w.pending - u.n, 0),
-                cancelled_by = CASE WHEN u.failed_dep IS NOT NULL AND w.on_dependency_failure = 'cancel'
-                                    THEN coalesce(w.cancelled_by, u.failed_dep) ELSE w.cancelled_by END
-            FROM unnest(dependents, counts, failed) AS u(job_id, n, failed_dep)
-            WHERE w.job_id = u.job_id
-            RETURNING w.job_id, w.pending,
-                      CASE WHEN w.on_dependency_failure = 'cancel' THEN u.failed_dep END AS cancel_for
-        )
-        SELECT skiplock._cancel_or_release(array_agg(c.job_id), array_agg(c.pending), array_agg(c.cancel_for))
-        INTO ids FROM counted c;
+        SELECT array_agg(judged.job_id) FILTER (WHERE judged.last),
+               array_agg(judged.job_id ORDER BY judged.job_id) FILTER (WHERE NOT judged.last),
+               array_agg(judged.n ORDER BY judged.job_id) FILTER (WHERE NOT judged.last),
+               array_agg(judged.failed_dep ORDER BY judged.job_id) FILTER (WHERE NOT judged.last),
+               (SELECT count(*) FROM picked)
+        INTO decided, dependents, counts, failed, picked_now
+        FROM judged;
+        IF picked_now >= max_edges THEN
+            left_over := left_over || ARRAY(
+                SELECT i FROM unnest(ids) AS i
+                WHERE EXISTS (SELECT 1 FROM skiplock.job_dependencies d
+                              WHERE d.depends_on = i AND d.resolved IS NULL));
+        END IF;
+        EXIT WHEN decided IS NULL AND dependents IS NULL;
+        decided_pending := array_fill(0, ARRAY[coalesce(cardinality(decided), 0)]);
+        decided_cancel := array_fill(NULL::bigint, ARRAY[coalesce(cardinality(decided), 0)]);
+        IF dependents IS NOT NULL THEN
+            -- Counts are taken in dependent order: two acks of one fan-in's children wait
+            -- for each other, and never deadlock.
+            PERFORM 1 FROM skiplock.job_waits w WHERE w.job_id = ANY (dependents)
+            ORDER BY w.job_id FOR UPDATE;
+            WITH counted AS (
+                UPDATE skiplock.job_waits w
+                SET pending = greatest(w.pending - u.n, 0),
+                    cancelled_by = CASE WHEN u.failed_dep IS NOT NULL AND w.on_dependency_failure = 'cancel'
+                                        THEN coalesce(w.cancelled_by, u.failed_dep) ELSE w.cancelled_by END
+                FROM unnest(dependents, counts, failed) AS u(job_id, n, failed_dep)
+                WHERE w.job_id = u.job_id
+                RETURNING w.job_id, w.pending,
+                          CASE WHEN w.on_dependency_failure = 'cancel' THEN u.failed_dep END AS cancel_for
+            )
+            SELECT coalesce(decided, '{}') || array_agg(c.job_id),
+                   decided_pending || array_agg(c.pending),
+                   decided_cancel || array_agg(c.cancel_for)
+            INTO decided, decided_pending, decided_cancel
+            FROM counted c WHERE c.pending = 0 OR c.cancel_for IS NOT NULL;
+        END IF;
+        ids := NULL;
+        IF cardinality(decided) > 0 THEN
+            ids := skiplock._cancel_or_release(decided, decided_pending, decided_cancel);
+        END IF;
         IF ids IS NOT NULL THEN
             PERFORM skiplock._tell_watchers(ids);
         END IF;
     END LOOP;
+    RETURN nullif(left_over, '{}');
 END;
 $$;
 
@@ -193,6 +249,7 @@ $$;
 CREATE OR REPLACE FUNCTION skiplock._recount(ids bigint[]) RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     cancelled bigint[];
@@ -231,6 +288,7 @@ $$;
 CREATE OR REPLACE FUNCTION skiplock._revive(ids bigint[]) RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     up bigint[];
@@ -474,7 +532,8 @@ $$;
 -- The jobs of a flow: `flow` is the id skiplock.enqueue_flow returned (its members are
 -- recorded, with their names), or any job's id: that job and everything that depends on it,
 -- transitively (a batch's children and callback, a chain). With each job's state and how
--- many dependencies it still waits for.
+-- many dependencies it still waits for (0 once it no longer waits: a job released by the
+-- statement that resolved its last edges keeps its count unwritten, skiplock._settle_edges).
 CREATE OR REPLACE FUNCTION skiplock.flow_members(flow bigint)
 RETURNS TABLE (name text, id bigint, kind text, state skiplock.job_state, pending integer)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -489,7 +548,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
         UNION ALL
         SELECT (SELECT f.name FROM skiplock.flow_jobs f WHERE f.job_id = x.id LIMIT 1), x.id FROM reached x
     )
-    SELECT m.name, j.id, j.kind, j.state, coalesce(w.pending, 0)
+    SELECT m.name, j.id, j.kind, j.state, CASE WHEN j.state = 'waiting' THEN coalesce(w.pending, 0) ELSE 0 END
     FROM members m
     JOIN skiplock.jobs j ON j.id = m.id
     LEFT JOIN skiplock.job_waits w ON w.job_id = j.id

@@ -1,8 +1,9 @@
 //! The benchmark's flow figure (docs/flows.md, "What it costs"): a fan-out and fan-in of
 //! [`FLOW_JOBS`] noop jobs — a root, its children waiting for it, one job waiting for every
 //! child — drained by the same worker as a plain drain of the same count in the same run. The
-//! flow pays for the releases: the root's ack releases every child in one statement, and each
-//! child's ack counts down the fan-in's wait.
+//! flow pays for the releases: the root's ack and the slices after it release every child
+//! (one more write of each), and each child's ack resolves its edge to the fan-in and counts
+//! down the fan-in's wait.
 
 use serde_json::json;
 

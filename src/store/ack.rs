@@ -31,11 +31,22 @@ pub struct Ack {
     pub started_at: Option<DateTime<Utc>>,
 }
 
-/// Writes `acks` in one statement; returns the ids that were still running their attempt
-/// (the others were rescued, cancelled or retried meanwhile and are left alone).
-pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Vec<i64>> {
+/// What [`ack_many`] wrote.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Acked {
+    /// The ids that were still running their attempt (the others were rescued, cancelled or
+    /// retried meanwhile and are left alone).
+    pub ids: Vec<i64>,
+    /// Finished jobs of the batch whose dependents the statement did not all settle (it
+    /// settles a bounded slice; `sql/api/10_core.sql`, `skiplock._ack`): the caller settles
+    /// the rest with [`super::flows::settle_edges`].
+    pub unsettled: Vec<i64>,
+}
+
+/// Writes `acks` in one statement.
+pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Acked> {
     if acks.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Acked::default());
     }
     // Lock rows in id order, the same order as heartbeat_many, so the two never deadlock.
     let mut acks: Vec<&Ack> = acks.iter().collect();
@@ -48,7 +59,7 @@ pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Vec<
     let errors: Vec<Option<String>> = acks.iter().map(|a| a.error.clone()).collect();
     let results: Vec<Option<Value>> = acks.iter().map(|a| a.result.clone()).collect();
     let starts: Vec<Option<DateTime<Utc>>> = acks.iter().map(|a| a.started_at).collect();
-    Ok(super::query_scalar(sql!("queue", "ack_many"))
+    let rows: Vec<(i64, Option<Vec<i64>>)> = super::query_as(sql!("queue", "ack_many"))
         .bind(ids)
         .bind(attempts)
         .bind(states)
@@ -58,7 +69,15 @@ pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Vec<
         .bind(results)
         .bind(starts)
         .fetch_all(exec)
-        .await?)
+        .await?;
+    let unsettled = rows
+        .first()
+        .and_then(|(_, u)| u.clone())
+        .unwrap_or_default();
+    Ok(Acked {
+        ids: rows.into_iter().map(|(id, _)| id).collect(),
+        unsettled,
+    })
 }
 
 /// What [`release_unstarted`] puts back.

@@ -98,3 +98,19 @@ pub async fn settle_dependencies<'e, E: Executor<'e>>(exec: E, limit: i32) -> Re
         .fetch_one(exec)
         .await?)
 }
+
+/// Settles at most `max_edges` of the unresolved edges of finished jobs `ids` (those an ack
+/// left: [`super::ack::Acked::unsettled`]), in one transaction of its own; returns the jobs
+/// that still have edges to settle (`skiplock._settle_edges`).
+pub async fn settle_edges<'e, E: Executor<'e>>(
+    exec: E,
+    ids: &[i64],
+    max_edges: i32,
+) -> Result<Vec<i64>> {
+    let left: Option<Vec<i64>> = super::query_scalar(sql!("flows", "settle_edges"))
+        .bind(ids)
+        .bind(max_edges)
+        .fetch_one(exec)
+        .await?;
+    Ok(left.unwrap_or_default())
+}

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "4882586fae1bfcaeee65dc3f0d586ff6d53432f9f605d970e77d31c4c6a6a403",
+        "6f48edc8c456c2414470aec5a8fed222f5a9b0fdf21b2c95f686d4c00b2b642b",
     ),
 ];
 

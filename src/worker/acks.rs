@@ -22,6 +22,7 @@ use super::faults::{self, Point};
 use crate::db::outage::Backoff;
 use crate::metrics::Finish;
 use crate::store::ack::{Ack, ack_many};
+use crate::store::flows::settle_edges;
 
 /// The most acks written in one statement.
 pub const MAX_BATCH: usize = 2000;
@@ -29,6 +30,9 @@ pub const MAX_BATCH: usize = 2000;
 /// has one outcome per attempt, and its next attempt needs the previous outcome written),
 /// and every statement locks its rows in id order, so concurrent writes cannot deadlock.
 pub const MAX_WRITES: usize = 2;
+/// The most edges of finished jobs settled in one transaction after their ack (see
+/// [`settle_rest`]): a thousand dependents released at a time.
+pub const SETTLE_SLICE: i32 = 1000;
 /// Capacity of the ack channel (back-pressure on executors beyond it).
 pub const CHANNEL_CAPACITY: usize = 20_000;
 /// First and longest wait between two failed writes (pending acks are kept meanwhile).
@@ -154,6 +158,24 @@ pub(crate) async fn run(
     Ok(())
 }
 
+/// Settles the dependents an ack batch left (a fan-out's root releases its children over
+/// several statements: `skiplock._ack`, sql/api/10_core.sql), [`SETTLE_SLICE`] edges per
+/// transaction, beside the ack writer, so the worker runs the first children while the rest
+/// are released. A failure, or a worker stopping meanwhile, leaves the rest to the
+/// maintenance's sweep (`skiplock.settle_dependencies`, run by the rescuer).
+async fn settle_rest(pool: crate::store::Pool, mut ids: Vec<i64>) {
+    while !ids.is_empty() {
+        match settle_edges(&pool, &ids, SETTLE_SLICE).await {
+            Ok(left) => ids = left,
+            Err(e) => {
+                tracing::warn!(error = %e, jobs = ?ids,
+                    "settling the dependents of finished jobs failed; the maintenance's sweep settles them");
+                return;
+            }
+        }
+    }
+}
+
 /// Moves the acks waiting in the channel into `buf`, up to [`MAX_BATCH`], without waiting.
 fn take_ready(rx: &mut mpsc::Receiver<Ack>, buf: &mut Vec<Ack>) {
     while buf.len() < MAX_BATCH {
@@ -177,6 +199,10 @@ async fn flush(shared: &Shared, buf: &[Ack], stop: &CancellationToken) {
         match ack_many(&shared.pool, buf).await {
             Ok(written) => {
                 shared.metrics.acked(buf.len());
+                if !written.unsettled.is_empty() {
+                    tokio::spawn(settle_rest(shared.pool.clone(), written.unsettled));
+                }
+                let written = written.ids;
                 // The ids the database accepted; `None`: all of them (the usual case).
                 let partial: Option<std::collections::HashSet<i64>> =
                     (written.len() != buf.len()).then(|| written.into_iter().collect());

@@ -1,0 +1,3 @@
+-- Settles up to $2 unresolved edges of the finished jobs $1 (what an ack left; sql/api/12_flows.sql,
+-- skiplock._settle_edges): returns the jobs that still have some (NULL: none).
+SELECT skiplock._settle_edges($1::bigint[], $2::integer)
