@@ -743,11 +743,13 @@ $$;
 -- reads it (src/worker/db_clock.rs); it becomes `attempted_at` (NULL keeps it: a job released
 -- unstarted).
 --
--- Flows (API 8): a finished job's dependents are settled here, at most 500 of its edges in this
--- statement (skiplock._settle): the ack of a fan-out's root would otherwise release every child
--- in one long statement while the worker has nothing else to run. Each row carries the finished
--- jobs that still have edges to settle (`unsettled`, NULL for none, the same on every row); the
--- worker settles them in slices of their own (src/worker/acks.rs), and the maintenance's sweep
+-- Flows (API 8): the finished jobs' dependents are settled here, at most 500 edges more than
+-- the batch finished jobs (skiplock._settle): the ack of a fan-out's root would otherwise
+-- release every child in one long statement while the worker has nothing else to run, and a
+-- batch of a fan-in's children still settles all of theirs (the fan-in is released by the ack
+-- of its last dependency). Each row carries the finished jobs that may have edges left to
+-- settle (`unsettled`: the statement settled a full slice; NULL for none, the same on every
+-- row); the worker settles them in slices of their own (src/worker/acks.rs), and the maintenance's sweep
 -- settles what a worker that stopped left (skiplock.settle_dependencies).
 DROP FUNCTION IF EXISTS skiplock._ack(bigint[], integer[], skiplock.job_state[], timestamptz[], boolean[], text[], jsonb[]);
 DROP FUNCTION IF EXISTS skiplock._ack(bigint[], integer[], skiplock.job_state[], timestamptz[], boolean[], text[], jsonb[],
@@ -827,7 +829,7 @@ BEGIN
     FROM acked WHERE (SELECT count(*) FROM woken) >= 0;
     -- Flows and watchers (sql/api/12_flows.sql): two index probes for a batch without either.
     IF finished IS NOT NULL THEN
-        left_over := skiplock._settle(finished, 500);
+        left_over := skiplock._settle(finished, 500 + cardinality(finished));
     END IF;
     RETURN QUERY SELECT a.id, left_over FROM unnest(acked_ids) AS a(id);
 END;

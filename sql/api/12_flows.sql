@@ -73,8 +73,8 @@ $$;
 -- Jobs `ids` have just finished (completed, discarded or cancelled; every caller passes only
 -- such jobs): tell whoever watches them (NOTIFY skiplock_finished, payload the id; the watch is
 -- then removed) and settle the edges that wait for them (skiplock._settle_edges), at most
--- `max_edges` of them (NULL: all). Returns the jobs of `ids` with edges still to settle (NULL:
--- none). What the ack of jobs with neither watchers nor dependents pays: two probes of empty
+-- `max_edges` of them (NULL: all). Returns the jobs of `ids` that may have edges left to
+-- settle (NULL: none; skiplock._settle_edges). What the ack of jobs with neither watchers nor dependents pays: two probes of empty
 -- indexes.
 DROP FUNCTION IF EXISTS skiplock._settle(bigint[]);
 CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[], max_edges integer DEFAULT NULL) RETURNS bigint[]
@@ -134,8 +134,8 @@ END;
 $$;
 
 -- The unresolved edges of finished jobs `ids`, at most `max_edges` of them at each step of a
--- cascade (NULL: all); returns the jobs whose edges are not all settled (NULL: none), for a
--- later call (the worker's, src/worker/acks.rs, or the maintenance's sweep). Each edge is
+-- cascade (NULL: all); returns the jobs read by a step that settled a full slice, which may
+-- have edges left (NULL: none), for a later call (the worker's, src/worker/acks.rs, or the maintenance's sweep). Each edge is
 -- resolved once (its row lock decides between settlers: one that waited for it finds it
 -- resolved and leaves it), its dependent's count goes down by one, and a dependent that was
 -- waiting is then
@@ -201,11 +201,10 @@ BEGIN
                (SELECT count(*) FROM picked)
         INTO decided, dependents, counts, failed, picked_now
         FROM judged;
+        -- A full slice may have left edges behind: the jobs it read are named for the next
+        -- call (which finds what is left, or nothing), not probed again here.
         IF picked_now >= max_edges THEN
-            left_over := left_over || ARRAY(
-                SELECT i FROM unnest(ids) AS i
-                WHERE EXISTS (SELECT 1 FROM skiplock.job_dependencies d
-                              WHERE d.depends_on = i AND d.resolved IS NULL));
+            left_over := left_over || ids;
         END IF;
         EXIT WHEN decided IS NULL AND dependents IS NULL;
         decided_pending := array_fill(0, ARRAY[coalesce(cardinality(decided), 0)]);

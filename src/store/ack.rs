@@ -37,7 +37,7 @@ pub struct Acked {
     /// The ids that were still running their attempt (the others were rescued, cancelled or
     /// retried meanwhile and are left alone).
     pub ids: Vec<i64>,
-    /// Finished jobs of the batch whose dependents the statement did not all settle (it
+    /// Finished jobs of the batch whose dependents the statement may not all have settled (it
     /// settles a bounded slice; `sql/api/10_core.sql`, `skiplock._ack`): the caller settles
     /// the rest with [`super::flows::settle_edges`].
     pub unsettled: Vec<i64>,

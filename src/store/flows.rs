@@ -101,7 +101,7 @@ pub async fn settle_dependencies<'e, E: Executor<'e>>(exec: E, limit: i32) -> Re
 
 /// Settles at most `max_edges` of the unresolved edges of finished jobs `ids` (those an ack
 /// left: [`super::ack::Acked::unsettled`]), in one transaction of its own; returns the jobs
-/// that still have edges to settle (`skiplock._settle_edges`).
+/// that may still have edges to settle (a full slice was settled; `skiplock._settle_edges`).
 pub async fn settle_edges<'e, E: Executor<'e>>(
     exec: E,
     ids: &[i64],

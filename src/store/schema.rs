@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "6f48edc8c456c2414470aec5a8fed222f5a9b0fdf21b2c95f686d4c00b2b642b",
+        "07ea4857314a3068f8688b33a06b3f2fd31f3550a739cfc78a12b39199ad8672",
     ),
 ];
 
