@@ -749,8 +749,8 @@ $$;
 -- batch of a fan-in's children still settles all of theirs (the fan-in is released by the ack
 -- of its last dependency). Each row carries the finished jobs that may have edges left to
 -- settle (`unsettled`: the statement settled a full slice; NULL for none, the same on every
--- row); the worker settles them in slices of their own (src/worker/acks.rs), and the maintenance's sweep
--- settles what a worker that stopped left (skiplock.settle_dependencies).
+-- row); the worker settles them in slices of their own (src/worker/acks.rs), and the
+-- maintenance's sweep settles what a worker that stopped left (skiplock.settle_dependencies).
 DROP FUNCTION IF EXISTS skiplock._ack(bigint[], integer[], skiplock.job_state[], timestamptz[], boolean[], text[], jsonb[]);
 DROP FUNCTION IF EXISTS skiplock._ack(bigint[], integer[], skiplock.job_state[], timestamptz[], boolean[], text[], jsonb[],
                                       timestamptz[]);

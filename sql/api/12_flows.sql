@@ -74,8 +74,8 @@ $$;
 -- such jobs): tell whoever watches them (NOTIFY skiplock_finished, payload the id; the watch is
 -- then removed) and settle the edges that wait for them (skiplock._settle_edges), at most
 -- `max_edges` of them (NULL: all). Returns the jobs of `ids` that may have edges left to
--- settle (NULL: none; skiplock._settle_edges). What the ack of jobs with neither watchers nor dependents pays: two probes of empty
--- indexes.
+-- settle (NULL: none; skiplock._settle_edges). What the ack of jobs with neither watchers nor
+-- dependents pays: two probes of empty indexes.
 DROP FUNCTION IF EXISTS skiplock._settle(bigint[]);
 CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[], max_edges integer DEFAULT NULL) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
@@ -135,10 +135,10 @@ $$;
 
 -- The unresolved edges of finished jobs `ids`, at most `max_edges` of them at each step of a
 -- cascade (NULL: all); returns the jobs read by a step that settled a full slice, which may
--- have edges left (NULL: none), for a later call (the worker's, src/worker/acks.rs, or the maintenance's sweep). Each edge is
--- resolved once (its row lock decides between settlers: one that waited for it finds it
--- resolved and leaves it), its dependent's count goes down by one, and a dependent that was
--- waiting is then
+-- have edges left (NULL: none), for a later call (the worker's, src/worker/acks.rs, or the
+-- maintenance's sweep). Each edge is resolved once (its row lock decides between settlers:
+-- one that waited for it finds it resolved and leaves it), its dependent's count goes down by
+-- one, and a dependent that was waiting is then
 --   cancelled, when the dependency did not complete and the dependent's policy is 'cancel'
 --     ("dependency 41 discarded" in its errors; its own dependents and watchers follow,
 --     transitively);
@@ -150,6 +150,9 @@ $$;
 -- A function of its own so that an ack without flows never runs with that setting. Without
 -- JIT: the cost a disabled sequential scan is given (of a one-row table, skiplock.wake_channel)
 -- would make Postgres compile every statement's plan, for longer than the statement runs.
+-- With generic plans (as skiplock._cancel_or_release): called from the ack, whose
+-- plan_cache_mode would plan each of these statements anew at every batch, which cost a
+-- fan-in's ack batches more than the settling itself (docs/performance.md, "Flows").
 DROP FUNCTION IF EXISTS skiplock._settle_edges(bigint[]);
 CREATE OR REPLACE FUNCTION skiplock._settle_edges(ids bigint[], max_edges integer DEFAULT NULL)
 RETURNS bigint[]

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "07ea4857314a3068f8688b33a06b3f2fd31f3550a739cfc78a12b39199ad8672",
+        "27afcd08f7d7f24f5882bc50725c10618b71ad18b8fedde8870bdba6e84c4e30",
     ),
 ];
 
