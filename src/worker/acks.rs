@@ -161,9 +161,17 @@ pub(crate) async fn run(
 /// Settles the dependents an ack batch left (a fan-out's root releases its children over
 /// several statements: `skiplock._ack`, sql/api/10_core.sql), [`SETTLE_SLICE`] edges per
 /// transaction, beside the ack writer, so the worker runs the first children while the rest
-/// are released. A failure, or a worker stopping meanwhile, leaves the rest to the
-/// maintenance's sweep (`skiplock.settle_dependencies`, run by the rescuer).
-async fn settle_rest(pool: crate::store::Pool, mut ids: Vec<i64>) {
+/// are released. One at a time (`permits`: [`Shared::settling`]); a failure, or a worker
+/// stopping meanwhile, leaves the rest to the maintenance's sweep
+/// (`skiplock.settle_dependencies`, run by the rescuer).
+async fn settle_rest(
+    pool: crate::store::Pool,
+    permits: Arc<tokio::sync::Semaphore>,
+    mut ids: Vec<i64>,
+) {
+    let Ok(_permit) = permits.acquire().await else {
+        return;
+    };
     while !ids.is_empty() {
         match settle_edges(&pool, &ids, SETTLE_SLICE).await {
             Ok(left) => ids = left,
@@ -200,7 +208,11 @@ async fn flush(shared: &Shared, buf: &[Ack], stop: &CancellationToken) {
             Ok(written) => {
                 shared.metrics.acked(buf.len());
                 if !written.unsettled.is_empty() {
-                    tokio::spawn(settle_rest(shared.pool.clone(), written.unsettled));
+                    tokio::spawn(settle_rest(
+                        shared.pool.clone(),
+                        shared.settling.clone(),
+                        written.unsettled,
+                    ));
                 }
                 let written = written.ids;
                 // The ids the database accepted; `None`: all of them (the usual case).
