@@ -32,7 +32,7 @@ pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(24 * 3600);
 /// Default minimum time between two claims of a busy queue (lets claims batch).
 pub const DEFAULT_FETCH_COOLDOWN: Duration = Duration::from_millis(2);
 /// Jobs a queue's producer may hold claimed beyond its free slots (`SKIPLOCK_CLAIM_AHEAD`).
-pub const DEFAULT_CLAIM_AHEAD: usize = 200;
+pub const DEFAULT_CLAIM_AHEAD: usize = 500;
 /// Default of [`QueueSettings::claim_lookback`].
 pub const DEFAULT_CLAIM_LOOKBACK: Duration = Duration::from_secs(1);
 /// Default time the first acknowledgement of a batch waits for company.
@@ -515,8 +515,9 @@ pub struct QueueSettings {
     /// from the last claim's start or answer, and half the slots free are claimed at once
     /// (`worker::producer::next_claim`; `SKIPLOCK_FETCH_COOLDOWN`, 2ms).
     pub fetch_cooldown: Duration,
-    /// Jobs each queue's producer may claim beyond its free slots, at most the queue's
-    /// concurrency (`SKIPLOCK_CLAIM_AHEAD`, 200; 0: off). The next batch is claimed while the
+    /// Jobs each queue's producer may claim beyond its free slots, at most: the buffer holds
+    /// about 100 ms of work per slot, and the queue's concurrency until a run time is known
+    /// (`worker::producer::claim_ahead`; `SKIPLOCK_CLAIM_AHEAD`, 500; 0: off). The next batch is claimed while the
     /// current one runs, so slots are not left empty for a claim's round trip; buffered jobs
     /// are heartbeated, returned at shutdown and rescued after a crash like running ones. Under
     /// a queue concurrency limit the limited claim gives the buffer at most half the room the
