@@ -795,8 +795,7 @@ async fn the_reaper_never_takes_a_waiting_job_however_old() {
 /// sends them (it stopped), by the maintenance's sweep. Every child is released once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_the_sweep() {
-    use skiplock::queue::JobState;
-    use skiplock::store::ack::{Ack, ack_many};
+    use skiplock::store::ack::ack_many;
     use skiplock::store::flows::{settle_dependencies, settle_edges};
 
     let db = TestDb::new().await;
@@ -835,20 +834,9 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
             .unwrap()
         }
     };
-    let done = |id: i64| Ack {
-        id,
-        attempt: 1,
-        state: JobState::Completed,
-        scheduled_at: None,
-        give_back: false,
-        error: None,
-        result: None,
-        started_at: None,
-    };
-
     // The worker's way: the ack, then slices until nothing is left.
     let (root, children) = roots[0].clone();
-    let acked = ack_many(&db.pool, &[done(root)]).await.unwrap();
+    let acked = ack_many(&db.pool, &[completed_ack(root, 1)]).await.unwrap();
     assert_eq!(acked.ids, vec![root]);
     assert_eq!(acked.unsettled, vec![root]);
     assert_eq!(released(children.clone()).await, 501);
@@ -873,7 +861,7 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
 
     // A worker that stopped after the ack: the sweep settles the rest.
     let (root, children) = roots[1].clone();
-    let acked = ack_many(&db.pool, &[done(root)]).await.unwrap();
+    let acked = ack_many(&db.pool, &[completed_ack(root, 1)]).await.unwrap();
     assert_eq!(acked.unsettled, vec![root]);
     assert_eq!(released(children.clone()).await, 501);
     assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 1);

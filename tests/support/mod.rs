@@ -520,3 +520,17 @@ pub fn is_root() -> bool {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
 }
+
+/// The completion of attempt `attempt` of job `id`, as the worker's ack writer sends it.
+pub fn completed_ack(id: i64, attempt: i32) -> skiplock::store::ack::Ack {
+    skiplock::store::ack::Ack {
+        id,
+        attempt,
+        state: skiplock::queue::JobState::Completed,
+        scheduled_at: None,
+        give_back: false,
+        error: None,
+        result: None,
+        started_at: None,
+    }
+}
