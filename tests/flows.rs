@@ -101,6 +101,33 @@ async fn result_of(db: &TestDb, id: i64) -> Value {
         .unwrap()
 }
 
+/// Jobs of kind `step`, one per `args`, each waiting for `root` (a fan-out in one call).
+async fn fan_out(db: &TestDb, root: i64, args: &[Value]) -> Vec<i64> {
+    enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "step",
+            args,
+            queue: "default",
+            depends_on: &[root],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// How many of `ids` are available (released and not yet claimed).
+async fn available_among(db: &TestDb, ids: &[i64]) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE state = 'available' AND id = ANY ($1)",
+    )
+    .bind(ids)
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flow_is_refused_whole_for_a_cycle_an_unknown_name_or_a_bad_field() {
     let db = TestDb::new().await;
@@ -211,18 +238,7 @@ async fn fan_out_to_a_thousand_then_fan_in_starts_the_last_job_once_after_every_
     let db = TestDb::new().await;
     let root = enqueue(&db.pool, &step(json!({"n": 0}))).await.unwrap().id;
     let args: Vec<Value> = (0..1000).map(|_| json!({"n": 1})).collect();
-    let children = enqueue_many(
-        &db.pool,
-        ManyJobs {
-            kind: "step",
-            args: &args,
-            queue: "default",
-            depends_on: &[root],
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let children = fan_out(&db, root, &args).await;
     assert_eq!(children.len(), 1000);
     let fan_in = enqueue(
         &db.pool,
@@ -802,19 +818,7 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
     let mut roots = Vec::new();
     for _ in 0..2 {
         let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
-        let args = vec![json!({}); 1200];
-        let children = enqueue_many(
-            &db.pool,
-            ManyJobs {
-                kind: "step",
-                args: &args,
-                queue: "default",
-                depends_on: &[root],
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+        let children = fan_out(&db, root, &vec![json!({}); 1200]).await;
         roots.push((root, children));
     }
     sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = ANY ($1)")
@@ -822,36 +826,24 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
         .execute(&*db.pool)
         .await
         .unwrap();
-    let released = |children: Vec<i64>| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT count(*) FROM skiplock.jobs WHERE state = 'available' AND id = ANY ($1)",
-            )
-            .bind(children)
-            .fetch_one(&*pool)
-            .await
-            .unwrap()
-        }
-    };
     // The worker's way: the ack, then slices until nothing is left.
     let (root, children) = roots[0].clone();
     let acked = ack_many(&db.pool, &[completed_ack(root, 1)]).await.unwrap();
     assert_eq!(acked.ids, vec![root]);
     assert_eq!(acked.unsettled, vec![root]);
-    assert_eq!(released(children.clone()).await, 501);
+    assert_eq!(available_among(&db, &children).await, 501);
     assert_eq!(
         settle_edges(&db.pool, &[root], 600).await.unwrap(),
         vec![root]
     );
-    assert_eq!(released(children.clone()).await, 1101);
+    assert_eq!(available_among(&db, &children).await, 1101);
     assert!(
         settle_edges(&db.pool, &[root], 600)
             .await
             .unwrap()
             .is_empty()
     );
-    assert_eq!(released(children.clone()).await, 1200);
+    assert_eq!(available_among(&db, &children).await, 1200);
     assert!(
         settle_edges(&db.pool, &[root], 600)
             .await
@@ -863,9 +855,9 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
     let (root, children) = roots[1].clone();
     let acked = ack_many(&db.pool, &[completed_ack(root, 1)]).await.unwrap();
     assert_eq!(acked.unsettled, vec![root]);
-    assert_eq!(released(children.clone()).await, 501);
+    assert_eq!(available_among(&db, &children).await, 501);
     assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 1);
-    assert_eq!(released(children.clone()).await, 1200);
+    assert_eq!(available_among(&db, &children).await, 1200);
     assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 0);
     assert_eq!(
         count(
