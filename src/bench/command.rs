@@ -63,6 +63,9 @@ pub struct BenchArgs {
     /// Skip the Graphile Worker drain.
     #[arg(long)]
     pub skip_graphile: bool,
+    /// With --pressure: run Graphile Worker only (to find the rate it holds before a full run).
+    #[arg(long, requires = "pressure", conflicts_with = "skip_graphile")]
+    pub skip_skiplock: bool,
     /// Skip the scale run.
     #[arg(long)]
     pub skip_scale: bool,
@@ -565,6 +568,7 @@ async fn run_pressure(server: &str, a: BenchArgs) -> anyhow::Result<()> {
         scenarios,
         concurrency: a.worker_concurrency,
         worker_bin: std::env::current_exe()?,
+        skiplock: !a.skip_skiplock,
         graphile: (!a.skip_graphile).then(|| Graphile {
             node: a.node.clone(),
             dir: a.graphile_dir.clone(),
@@ -743,5 +747,28 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("450 pages/s (ideal 500)"), "{out}");
+    }
+
+    /// `skiplock bench` as the CLI parses it.
+    #[derive(Debug, clap::Parser)]
+    struct Bench {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    #[test]
+    fn graphile_alone_is_a_pressure_run_only() {
+        use clap::Parser;
+        let a = Bench::try_parse_from(["bench", "--pressure", "--skip-skiplock"])
+            .expect("--pressure --skip-skiplock")
+            .args;
+        assert!(a.pressure && a.skip_skiplock && !a.skip_graphile);
+        for refused in [
+            vec!["bench", "--skip-skiplock"],
+            vec!["bench", "--pressure", "--skip-skiplock", "--skip-graphile"],
+        ] {
+            let e = Bench::try_parse_from(&refused).expect_err("refused");
+            assert!(e.to_string().contains("--skip-skiplock"), "{e}");
+        }
     }
 }

@@ -117,6 +117,8 @@ pub struct PressureOptions {
     pub concurrency: usize,
     /// The `skiplock` binary whose `worker` runs.
     pub worker_bin: PathBuf,
+    /// Whether skiplock runs (false: Graphile only, to probe its rate).
+    pub skiplock: bool,
     /// The Graphile harness (None: skiplock only).
     pub graphile: Option<Graphile>,
     /// Also find the highest rate sustained clean.
@@ -335,7 +337,10 @@ pub async fn run(
         ramps: Vec::new(),
         graphile_worker: None,
     };
-    let mut systems = vec![System::Skiplock];
+    let mut systems = Vec::new();
+    if o.skiplock {
+        systems.push(System::Skiplock);
+    }
     if o.graphile.is_some() {
         systems.push(System::Graphile);
     }
@@ -612,11 +617,14 @@ async fn run_phases_in(
                     window_from = to;
                     completed_total += pickups.len() as u64;
                     let offered_then = offered_by(&offered_at, to);
+                    // The producer counts a batch once its commit has returned, so a job
+                    // may finish before it is counted as offered: a worker that keeps up
+                    // would otherwise show a backlog of a few dozen below zero.
                     (
                         to - t0,
                         pickups.len() as u64,
                         pickups,
-                        offered_then as i64 - completed_total as i64,
+                        (offered_then as i64 - completed_total as i64).max(0),
                     )
                 }
                 Runner::Graphile { samples, .. } => {
