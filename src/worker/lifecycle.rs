@@ -27,6 +27,7 @@ use crate::db::outage::Availability;
 use crate::error::{Error, Result};
 use crate::store::Pool;
 use crate::store::heartbeat::{WorkerInfo, worker_remove};
+use crate::store::notify::WakeListener;
 
 /// A pool of job executors in this process.
 pub struct Worker {
@@ -120,6 +121,8 @@ impl Worker {
         )
         .await?;
 
+        let listening = Listening::open(&self.runtime_pool, &self.settings).await;
+
         let (tx, rx) = mpsc::channel(acks::CHANNEL_CAPACITY);
         let shared = Arc::new(Shared {
             pool: self.runtime_pool.clone(),
@@ -170,7 +173,7 @@ impl Worker {
                 queues.start(name, *limit);
             }
         }
-        let listener = spawn_listener(&shared, &queues);
+        let listener = spawn_listener(&shared, &queues, listening);
         let discovery = discover.then(|| {
             let (q, stop) = (queues.clone(), shared.stop_claiming.clone());
             tokio::spawn(async move {
@@ -263,13 +266,13 @@ fn spawn_services(
 /// The pool the listener takes its connection from: the runtime's own, except behind a
 /// transaction-pooling PgBouncer, whose server connections cannot keep a LISTEN: there one
 /// session on `SKIPLOCK_LISTEN_URL`, or none (the producers poll; said once in the log).
-fn listen_pool(shared: &Shared) -> Result<Option<Pool>> {
-    if shared.pool.mode() == PoolMode::Session {
-        return Ok(Some(shared.pool.clone()));
+fn listen_pool(runtime: &Pool, settings: &QueueSettings) -> Result<Option<Pool>> {
+    if runtime.mode() == PoolMode::Session {
+        return Ok(Some(runtime.clone()));
     }
-    let Some(url) = &shared.settings.listen_url else {
+    let Some(url) = &settings.listen_url else {
         tracing::warn!(
-            poll_interval = %crate::config::format_duration(shared.settings.poll_interval),
+            poll_interval = %crate::config::format_duration(settings.poll_interval),
             "SKIPLOCK_POOL_MODE=transaction and no SKIPLOCK_LISTEN_URL: no LISTEN (a \
              transaction-pooling PgBouncer cannot deliver notifications); new jobs are found by \
              polling every SKIPLOCK_POLL_INTERVAL"
@@ -277,7 +280,7 @@ fn listen_pool(shared: &Shared) -> Result<Option<Pool>> {
         return Ok(None);
     };
     let opts = db::session::worker_options(&db::parse_url_of("SKIPLOCK_LISTEN_URL", url)?);
-    let limits = shared.settings.session_limits();
+    let limits = settings.session_limits();
     let timeout = db::session::HANDLER_ACQUIRE_TIMEOUT;
     Ok(Some(db::session::worker_pool(
         opts,
@@ -288,9 +291,45 @@ fn listen_pool(shared: &Shared) -> Result<Option<Pool>> {
     )))
 }
 
-/// The NOTIFY listener, waking the producers of the queues it names (supervised).
-fn spawn_listener(shared: &Arc<Shared>, queues: &Arc<queues::Queues>) -> JoinHandle<()> {
-    let pool = match listen_pool(shared) {
+/// The longest a starting worker waits for its listener's connection (a database that went
+/// away just after the start-up check): the claims then start without it.
+const LISTEN_AT_START: Duration = Duration::from_secs(1);
+
+/// The listener's pool and its first connection, opened before the producers claim: a job
+/// released or inserted between a first claim and a LISTEN opened later sends a NOTIFY nobody
+/// hears, and waits for the next wake-up. Opened under the load of the first claims, that
+/// connection took a tenth of a second, which a flow's first release waited through
+/// (docs/performance.md, "Flows").
+struct Listening {
+    pool: Result<Option<Pool>>,
+    first: Option<WakeListener>,
+}
+
+impl Listening {
+    /// The pool, and a connection listening on it unless the database did not give one
+    /// within [`LISTEN_AT_START`] (the listener's own loop then connects, as after any loss).
+    async fn open(runtime: &Pool, settings: &QueueSettings) -> Listening {
+        let pool = listen_pool(runtime, settings);
+        let first = match &pool {
+            Ok(Some(p)) => tokio::time::timeout(LISTEN_AT_START, WakeListener::connect(p))
+                .await
+                .ok()
+                .and_then(|l| l.ok()),
+            _ => None,
+        };
+        Listening { pool, first }
+    }
+}
+
+/// The NOTIFY listener, waking the producers of the queues it names (supervised), on the
+/// connection `first` already listening when [`Listening::open`] could open it.
+fn spawn_listener(
+    shared: &Arc<Shared>,
+    queues: &Arc<queues::Queues>,
+    listening: Listening,
+) -> JoinHandle<()> {
+    let Listening { pool, first } = listening;
+    let pool = match pool {
         Ok(Some(pool)) => pool,
         Ok(None) => return tokio::spawn(async {}),
         Err(e) => {
@@ -301,9 +340,11 @@ fn spawn_listener(shared: &Arc<Shared>, queues: &Arc<queues::Queues>) -> JoinHan
         }
     };
     let (q, sh) = (queues.clone(), shared.clone());
+    let first = Arc::new(Mutex::new(first));
     tokio::spawn(async move {
         supervise("listener", sh.stop_claiming.clone(), |_| {
             let (q, sh, pool) = (q.clone(), sh.clone(), pool.clone());
+            let first = first.lock().unwrap_or_else(|p| p.into_inner()).take();
             async move {
                 let on_wake = {
                     let sh = sh.clone();
@@ -317,7 +358,7 @@ fn spawn_listener(shared: &Arc<Shared>, queues: &Arc<queues::Queues>) -> JoinHan
                     }
                 };
                 let back = sh.availability.clone();
-                listen(pool, sh.stop_claiming.clone(), &back, on_wake).await;
+                listen(pool, first, sh.stop_claiming.clone(), &back, on_wake).await;
                 Ok(())
             }
         })

@@ -28,19 +28,25 @@ pub enum Wake {
 pub const RECONNECT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(5));
 
-/// Listens on the wake-up channel ([`crate::store::notify::wake_channel`]) until `stop`, calling `on_wake` for every notification.
+/// Listens on the wake-up channel ([`crate::store::notify::wake_channel`]) until `stop`, calling `on_wake` for every notification,
+/// on `first` (a connection already listening) and then on connections of `pool`.
 /// Survives database restarts: it reports [`Wake::Lost`], reconnects with a capped
 /// backoff (cut short when `availability` announces the database is back) and reports
 /// [`Wake::All`] once listening again.
 pub async fn listen(
     pool: Pool,
+    mut first: Option<WakeListener>,
     stop: CancellationToken,
     availability: &Availability,
     on_wake: impl Fn(Wake) + Send + Sync,
 ) {
     let mut backoff = Backoff::new(RECONNECT_BACKOFF.0, RECONNECT_BACKOFF.1);
     'outer: while !stop.is_cancelled() {
-        let mut listener = match WakeListener::connect(&pool).await {
+        let connected = match first.take() {
+            Some(l) => Ok(l),
+            None => WakeListener::connect(&pool).await,
+        };
+        let mut listener = match connected {
             Ok(l) => l,
             Err(e) => {
                 on_wake(Wake::Lost);
