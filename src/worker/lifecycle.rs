@@ -121,7 +121,13 @@ impl Worker {
         )
         .await?;
 
-        let listening = Listening::open(&self.runtime_pool, &self.settings).await;
+        let warm = self
+            .owns_runtime_pool
+            .then_some(self.settings.runtime_connections);
+        let (listening, ()) = tokio::join!(
+            Listening::open(&self.runtime_pool, &self.settings),
+            warm_up(&self.runtime_pool, warm)
+        );
 
         let (tx, rx) = mpsc::channel(acks::CHANNEL_CAPACITY);
         let shared = Arc::new(Shared {
@@ -142,7 +148,7 @@ impl Worker {
             schema_mismatch: Mutex::new(None),
             metrics: crate::metrics::WorkerMetrics::default(),
             hooks: super::hooks::Hooks::new(self.job_hooks),
-            settling: Arc::new(tokio::sync::Semaphore::new(1)),
+            settling: Arc::new(tokio::sync::Semaphore::new(acks::SETTLERS as usize)),
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
 
@@ -301,23 +307,55 @@ const LISTEN_AT_START: Duration = Duration::from_secs(1);
 /// connection took a tenth of a second, which a flow's first release waited through
 /// (docs/performance.md, "Flows").
 struct Listening {
-    pool: Result<Option<Pool>>,
+    pool: Option<Pool>,
     first: Option<WakeListener>,
 }
 
 impl Listening {
     /// The pool, and a connection listening on it unless the database did not give one
     /// within [`LISTEN_AT_START`] (the listener's own loop then connects, as after any loss).
+    /// None of either when there is to be no LISTEN (see [`listen_pool`]).
     async fn open(runtime: &Pool, settings: &QueueSettings) -> Listening {
-        let pool = listen_pool(runtime, settings);
+        let pool = listen_pool(runtime, settings).unwrap_or_else(|e| {
+            // Checked when the settings were read (`QueueSettings::validate`); a builder
+            // given settings by hand may still carry a bad URL.
+            tracing::error!(error = %e, "no LISTEN: SKIPLOCK_LISTEN_URL is invalid; polling");
+            None
+        });
         let first = match &pool {
-            Ok(Some(p)) => tokio::time::timeout(LISTEN_AT_START, WakeListener::connect(p))
+            Some(p) => tokio::time::timeout(LISTEN_AT_START, WakeListener::connect(p))
                 .await
                 .ok()
                 .and_then(|l| l.ok()),
-            _ => None,
+            None => None,
         };
         Listening { pool, first }
+    }
+}
+
+/// Opens the runtime pool's connections before the first claim, beside the listener's (at
+/// most [`LISTEN_AT_START`]). Opened on demand instead, they came when the claims, the ack
+/// writer and the settling of a flow's release all first wanted one at once, and each waited
+/// for a connection to be set up under that load: a fan-out's first children started 80 ms
+/// after the root's ack with eight runtime connections (docs/performance.md, "Flows"). One is
+/// open already (the start-up checks') and the listener takes one; the rest are held together,
+/// or the pool would hand back the same one. `connections`: the pool's size (None: a pool the
+/// application gave, left as it is).
+async fn warm_up(pool: &Pool, connections: Option<u32>) {
+    let Some(connections) = connections else {
+        return;
+    };
+    let more = connections.saturating_sub(2) as usize;
+    let pool = pool.pg();
+    let opened = tokio::time::timeout(
+        LISTEN_AT_START,
+        futures::future::join_all((0..more).map(|_| pool.acquire())),
+    )
+    .await;
+    if let Ok(opened) = opened
+        && let Some(Err(e)) = opened.iter().find(|c| c.is_err())
+    {
+        tracing::debug!(error = %e, "could not open a runtime connection ahead; it opens when needed");
     }
 }
 
@@ -329,15 +367,8 @@ fn spawn_listener(
     listening: Listening,
 ) -> JoinHandle<()> {
     let Listening { pool, first } = listening;
-    let pool = match pool {
-        Ok(Some(pool)) => pool,
-        Ok(None) => return tokio::spawn(async {}),
-        Err(e) => {
-            // Checked when the settings were read (`QueueSettings::validate`); a builder given
-            // settings by hand may still carry a bad URL.
-            tracing::error!(error = %e, "no LISTEN: SKIPLOCK_LISTEN_URL is invalid; polling");
-            return tokio::spawn(async {});
-        }
+    let Some(pool) = pool else {
+        return tokio::spawn(async {});
     };
     let (q, sh) = (queues.clone(), shared.clone());
     let first = Arc::new(Mutex::new(first));
