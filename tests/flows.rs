@@ -833,21 +833,19 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
     assert_eq!(acked.unsettled, vec![root]);
     assert_eq!(available_among(&db, &children).await, 501);
     assert_eq!(
-        settle_edges(&db.pool, &[root], 600, &[root], 0, 1)
-            .await
-            .unwrap(),
+        settle_edges(&db.pool, &[root], 600).await.unwrap(),
         vec![root]
     );
     assert_eq!(available_among(&db, &children).await, 1101);
     assert!(
-        settle_edges(&db.pool, &[root], 600, &[root], 0, 1)
+        settle_edges(&db.pool, &[root], 600)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(available_among(&db, &children).await, 1200);
     assert!(
-        settle_edges(&db.pool, &[root], 600, &[root], 0, 1)
+        settle_edges(&db.pool, &[root], 600)
             .await
             .unwrap()
             .is_empty()
@@ -865,116 +863,6 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
         count(
             &db.pool,
             "SELECT count(*) FROM skiplock.job_dependencies WHERE resolved IS DISTINCT FROM 'completed'"
-        )
-        .await,
-        0
-    );
-}
-
-/// The ids of `ids` in `state`.
-async fn in_state(db: &TestDb, ids: &[i64], state: &str) -> Vec<i64> {
-    sqlx::query_scalar(
-        "SELECT id FROM skiplock.jobs WHERE state::text = $2 AND id = ANY ($1) ORDER BY id",
-    )
-    .bind(ids)
-    .bind(state)
-    .fetch_all(&*db.pool)
-    .await
-    .unwrap()
-}
-
-/// Settles `root`'s edges left after its ack in share `part` of two, as one of the worker's
-/// two settlers does (src/worker/acks.rs, SETTLERS), slice after slice until none is left.
-async fn settle_share(db: &TestDb, root: i64, part: i32) {
-    use skiplock::store::flows::settle_edges;
-    let mut ids = vec![root];
-    while !ids.is_empty() {
-        ids = settle_edges(&db.pool, &ids, 100, &[root], part, 2)
-            .await
-            .unwrap();
-    }
-}
-
-/// Two settlers share what a fan-out's ack left: each takes the children whose id has its
-/// parity, together every child once. When the root failed, a child one settler cancels
-/// passes the cancel on to all of its own dependents, whatever their ids, in that settler's
-/// slices; the other settler's children and theirs wait until it runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_settlers_share_a_fan_out_and_a_failed_roots_cancel_reaches_every_grandchild() {
-    use skiplock::store::ack::ack_many;
-
-    let db = TestDb::new().await;
-    let ok_root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
-    let ok_children = fan_out(&db, ok_root, &vec![json!({}); 800]).await;
-    let bad_root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
-    let bad_children = fan_out(&db, bad_root, &vec![json!({}); 800]).await;
-    // Two grandchildren (consecutive ids: one odd, one even) under each of the last 200
-    // children, which the ack's first 501 edges do not reach.
-    let mut grandchildren = std::collections::BTreeMap::new();
-    for &c in &bad_children[600..] {
-        grandchildren.insert(c, fan_out(&db, c, &[json!({}), json!({})]).await);
-    }
-    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = ANY ($1)")
-        .bind(vec![ok_root, bad_root])
-        .execute(&*db.pool)
-        .await
-        .unwrap();
-
-    // A completed root: the ack releases 501 children; share 0 then the even ones of the rest.
-    let acked = ack_many(&db.pool, &[completed_ack(ok_root, 1)])
-        .await
-        .unwrap();
-    assert_eq!(acked.unsettled, vec![ok_root]);
-    let left = in_state(&db, &ok_children, "waiting").await;
-    assert_eq!(left.len(), 299);
-    settle_share(&db, ok_root, 0).await;
-    let still = in_state(&db, &ok_children, "waiting").await;
-    assert_eq!(
-        still,
-        left.iter()
-            .copied()
-            .filter(|id| id % 2 == 1)
-            .collect::<Vec<_>>()
-    );
-    settle_share(&db, ok_root, 1).await;
-    assert_eq!(available_among(&db, &ok_children).await, 800);
-
-    // A discarded root: share 0 cancels its even children and both grandchildren of each.
-    let mut failed = completed_ack(bad_root, 1);
-    failed.state = skiplock::queue::JobState::Discarded;
-    failed.error = Some("boom".into());
-    let acked = ack_many(&db.pool, &[failed]).await.unwrap();
-    assert_eq!(acked.unsettled, vec![bad_root]);
-    let left = in_state(&db, &bad_children, "waiting").await;
-    assert_eq!(left.len(), 299);
-    settle_share(&db, bad_root, 0).await;
-    for &c in &left {
-        let want = if c % 2 == 0 { "cancelled" } else { "waiting" };
-        assert_eq!(state(&db, c).await, want, "child {c}");
-        if let Some(g) = grandchildren.get(&c) {
-            assert_eq!(
-                in_state(&db, g, want).await.len(),
-                2,
-                "grandchildren of {c}"
-            );
-        }
-    }
-    settle_share(&db, bad_root, 1).await;
-    assert_eq!(in_state(&db, &bad_children, "cancelled").await.len(), 800);
-    let all_grandchildren: Vec<i64> = grandchildren.values().flatten().copied().collect();
-    assert_eq!(
-        in_state(&db, &all_grandchildren, "cancelled").await.len(),
-        all_grandchildren.len()
-    );
-    assert!(
-        errors_of(&db, all_grandchildren[0])
-            .await
-            .contains("cancelled")
-    );
-    assert_eq!(
-        count(
-            &db.pool,
-            "SELECT count(*) FROM skiplock.job_dependencies WHERE resolved IS NULL"
         )
         .await,
         0

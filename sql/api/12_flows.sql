@@ -136,13 +136,9 @@ $$;
 -- The unresolved edges of finished jobs `ids`, at most `max_edges` of them at each step of a
 -- cascade (NULL: all); returns the jobs read by a step that settled a full slice, which may
 -- have edges left (NULL: none), for a later call (the worker's, src/worker/acks.rs, or the
--- maintenance's sweep). `shared`, `part` of `parts` (API 8): of the edges of the jobs
--- `shared`, only those whose dependent's id is `part` modulo `parts`, so that several
--- transactions release one fan-out side by side (src/worker/acks.rs, SETTLERS); the jobs a
--- step cancels are never among them (they were waiting), and pass their dependents on whole.
--- Each edge is resolved once (its row lock decides between settlers: one that
--- waited for it finds it resolved and leaves it), its dependent's count goes down by one, and
--- a dependent that was waiting is then
+-- maintenance's sweep). Each edge is resolved once (its row lock decides between settlers:
+-- one that waited for it finds it resolved and leaves it), its dependent's count goes down by
+-- one, and a dependent that was waiting is then
 --   cancelled, when the dependency did not complete and the dependent's policy is 'cancel'
 --     ("dependency 41 discarded" in its errors; its own dependents and watchers follow,
 --     transitively);
@@ -158,10 +154,7 @@ $$;
 -- plan_cache_mode would plan each of these statements anew at every batch, which cost a
 -- fan-in's ack batches more than the settling itself (docs/performance.md, "Flows").
 DROP FUNCTION IF EXISTS skiplock._settle_edges(bigint[]);
-DROP FUNCTION IF EXISTS skiplock._settle_edges(bigint[], integer);
-CREATE OR REPLACE FUNCTION skiplock._settle_edges(ids bigint[], max_edges integer DEFAULT NULL,
-                                                  shared bigint[] DEFAULT NULL,
-                                                  part integer DEFAULT 0, parts integer DEFAULT 1)
+CREATE OR REPLACE FUNCTION skiplock._settle_edges(ids bigint[], max_edges integer DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -178,15 +171,10 @@ DECLARE
     decided_pending integer[];
     decided_cancel bigint[];
 BEGIN
-    IF parts IS NULL OR parts < 1 OR part IS NULL OR (parts > 1 AND shared IS NULL) THEN
-        RAISE EXCEPTION 'skiplock: _settle_edges needs the shared jobs and a part of at least one part, got % of %',
-            quote_nullable(part), quote_nullable(parts) USING ERRCODE = '22023';
-    END IF;
     WHILE cardinality(ids) > 0 LOOP
         WITH picked AS MATERIALIZED (
             SELECT d.ctid AS t FROM skiplock.job_dependencies d
             WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL
-              AND (parts = 1 OR NOT d.depends_on = ANY (shared) OR d.job_id % parts = part)
             LIMIT max_edges
         ), done AS (
             -- By ctid, as the claim takes its rows: an edge another settler resolved

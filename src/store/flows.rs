@@ -100,25 +100,16 @@ pub async fn settle_dependencies<'e, E: Executor<'e>>(exec: E, limit: i32) -> Re
 }
 
 /// Settles at most `max_edges` of the unresolved edges of finished jobs `ids` (those an ack
-/// left: [`super::ack::Acked::unsettled`]), in one transaction of its own; of the edges of
-/// the jobs `shared`, only those whose dependent's id is `part` modulo `parts` (`parts`
-/// settlers share a fan-out; 0 of 1: all). Returns the jobs that may still have edges to
-/// settle (a full slice was settled; `skiplock._settle_edges`), to be passed again with the
-/// same share. The jobs a step cancels pass their own dependents on whole.
+/// left: [`super::ack::Acked::unsettled`]), in one transaction of its own; returns the jobs
+/// that may still have edges to settle (a full slice was settled; `skiplock._settle_edges`).
 pub async fn settle_edges<'e, E: Executor<'e>>(
     exec: E,
     ids: &[i64],
     max_edges: i32,
-    shared: &[i64],
-    part: i32,
-    parts: i32,
 ) -> Result<Vec<i64>> {
     let left: Option<Vec<i64>> = super::query_scalar(sql!("flows", "settle_edges"))
         .bind(ids)
         .bind(max_edges)
-        .bind(shared)
-        .bind(part)
-        .bind(parts)
         .fetch_one(exec)
         .await?;
     Ok(left.unwrap_or_default())

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "f85b9733db12d2b5050dc0eb0a8c698e5dbf2771bab507931afe358ea2c02264",
+        "27afcd08f7d7f24f5882bc50725c10618b71ad18b8fedde8870bdba6e84c4e30",
     ),
 ];
 

@@ -33,11 +33,6 @@ pub const MAX_WRITES: usize = 2;
 /// The most edges of finished jobs settled in one transaction after their ack (see
 /// [`settle_rest`]): a thousand dependents released at a time.
 pub const SETTLE_SLICE: i32 = 1000;
-/// How many transactions settle what acks left at once, each on its share of the dependents
-/// (their ids modulo this): one alone released a 10,000-job fan-out's children in 250–290 ms
-/// while the worker had drained the first ones and waited, two in 150–170 ms
-/// (docs/performance.md, "Flows"). Each holds a connection of the runtime's pool.
-pub const SETTLERS: i32 = 2;
 /// Capacity of the ack channel (back-pressure on executors beyond it).
 pub const CHANNEL_CAPACITY: usize = 20_000;
 /// First and longest wait between two failed writes (pending acks are kept meanwhile).
@@ -166,36 +161,19 @@ pub(crate) async fn run(
 /// Settles the dependents an ack batch left (a fan-out's root releases its children over
 /// several statements: `skiplock._ack`, sql/api/10_core.sql), [`SETTLE_SLICE`] edges per
 /// transaction, beside the ack writer, so the worker runs the first children while the rest
-/// are released: [`SETTLERS`] tasks, each on its share of the dependents. A failure, or a
-/// worker stopping meanwhile, leaves the rest to the maintenance's sweep
+/// are released. One at a time (`permits`: [`Shared::settling`]); a failure, or a worker
+/// stopping meanwhile, leaves the rest to the maintenance's sweep
 /// (`skiplock.settle_dependencies`, run by the rescuer).
-fn settle_rest(pool: &crate::store::Pool, permits: &Arc<tokio::sync::Semaphore>, ids: Vec<i64>) {
-    for share in 0..SETTLERS {
-        tokio::spawn(settle_share(
-            pool.clone(),
-            permits.clone(),
-            ids.clone(),
-            share,
-        ));
-    }
-}
-
-/// One settler of [`settle_rest`]: the edges of `shared` whose dependent's id is `share`
-/// modulo [`SETTLERS`] (and every dependent of the jobs it cancels), slice after slice,
-/// holding one of `permits` ([`Shared::settling`]) and so one connection of the runtime's
-/// pool, which the claims, acks and heartbeats need too.
-async fn settle_share(
+async fn settle_rest(
     pool: crate::store::Pool,
     permits: Arc<tokio::sync::Semaphore>,
-    shared: Vec<i64>,
-    share: i32,
+    mut ids: Vec<i64>,
 ) {
     let Ok(_permit) = permits.acquire().await else {
         return;
     };
-    let mut ids = shared.clone();
     while !ids.is_empty() {
-        match settle_edges(&pool, &ids, SETTLE_SLICE, &shared, share, SETTLERS).await {
+        match settle_edges(&pool, &ids, SETTLE_SLICE).await {
             Ok(left) => ids = left,
             Err(e) => {
                 tracing::warn!(error = %e, jobs = ?ids,
@@ -230,7 +208,11 @@ async fn flush(shared: &Shared, buf: &[Ack], stop: &CancellationToken) {
             Ok(written) => {
                 shared.metrics.acked(buf.len());
                 if !written.unsettled.is_empty() {
-                    settle_rest(&shared.pool, &shared.settling, written.unsettled);
+                    tokio::spawn(settle_rest(
+                        shared.pool.clone(),
+                        shared.settling.clone(),
+                        written.unsettled,
+                    ));
                 }
                 let written = written.ids;
                 // The ids the database accepted; `None`: all of them (the usual case).

@@ -148,7 +148,7 @@ impl Worker {
             schema_mismatch: Mutex::new(None),
             metrics: crate::metrics::WorkerMetrics::default(),
             hooks: super::hooks::Hooks::new(self.job_hooks),
-            settling: Arc::new(tokio::sync::Semaphore::new(acks::SETTLERS as usize)),
+            settling: Arc::new(tokio::sync::Semaphore::new(1)),
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
 

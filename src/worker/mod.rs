@@ -120,9 +120,8 @@ pub(crate) struct Shared {
     pub metrics: crate::metrics::WorkerMetrics,
     /// The application's job hooks ([`hooks`]).
     pub hooks: hooks::Hooks,
-    /// At most `acks::SETTLERS` settlings of a fan-out at once after its ack
-    /// (`acks::settle_rest`): each holds a connection of the runtime's pool, which the claims,
-    /// acks and heartbeats need.
+    /// One settling of a fan-out at a time after its ack (`acks::settle_rest`): each holds a
+    /// connection of the runtime's pool, which the claims, acks and heartbeats need.
     pub settling: Arc<tokio::sync::Semaphore>,
 }
 
