@@ -560,6 +560,44 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
     assert_eq!(row.attempt, 1);
 }
 
+/// A starting worker opens its runtime pool's connections with its LISTEN, before its first
+/// claim (src/worker/lifecycle.rs, `warm_up`), not when the claims, the acks and a flow's
+/// settling first want them at once. An idle worker needs no more than two of them, so all
+/// six open means they were opened ahead.
+#[tokio::test]
+async fn a_starting_worker_opens_its_runtime_connections_ahead() {
+    let db = TestDb::new().await;
+    // The worker's own pools, told apart from the test's by their application name.
+    let opts = db
+        .url
+        .parse::<sqlx::postgres::PgConnectOptions>()
+        .unwrap()
+        .application_name("warm_up_test");
+    let handlers: skiplock::Pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(opts)
+        .into();
+    let settings = QueueSettings {
+        runtime_connections: 6,
+        ..fast_settings()
+    };
+    let w = start_builtin(&handlers, settings);
+    let name = db.name.clone();
+    wait_for("six runtime connections", Duration::from_secs(60), || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'warm_up_test'",
+        )
+        .bind(&name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        // Six of the runtime's, and at most two of the handlers' pool.
+        (n >= 6).then_some(())
+    })
+    .await;
+    w.stop().await.unwrap();
+}
+
 /// Waits until its job is taken away, then returns an error (which must be ignored).
 struct UntilLost;
 impl Handler for UntilLost {
