@@ -531,15 +531,8 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
     let w = start_builtin(&db.pool, settings);
     // Wait until the worker is listening and registered as waiting (on every queue: it
     // discovers its queues).
-    let name = db.name.clone();
     wait_for("LISTEN", Duration::from_secs(60), || async {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'",
-        )
-        .bind(&name)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+        let n = sessions_where(&db, "query ILIKE 'LISTEN%'").await;
         let waiting = count(
             &db.pool,
             "SELECT count(*) FROM skiplock.waiting WHERE queue = ''",
@@ -558,6 +551,17 @@ async fn notify_starts_a_job_long_before_the_poll_would() {
     .await;
     w.stop().await.unwrap();
     assert_eq!(row.attempt, 1);
+}
+
+/// How many sessions on the test database match `filter` (a condition on pg_stat_activity).
+async fn sessions_where(db: &TestDb, filter: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND {filter}"
+    )))
+    .bind(&db.name)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
 }
 
 /// A starting worker opens its runtime pool's connections with its LISTEN, before its first
@@ -582,18 +586,15 @@ async fn a_starting_worker_opens_its_runtime_connections_ahead() {
         ..fast_settings()
     };
     let w = start_builtin(&handlers, settings);
-    let name = db.name.clone();
-    wait_for("six runtime connections", Duration::from_secs(60), || async {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'warm_up_test'",
-        )
-        .bind(&name)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        // Six of the runtime's, and at most two of the handlers' pool.
-        (n >= 6).then_some(())
-    })
+    wait_for(
+        "six runtime connections",
+        Duration::from_secs(60),
+        || async {
+            let n = sessions_where(&db, "application_name = 'warm_up_test'").await;
+            // Six of the runtime's, and at most two of the handlers' pool.
+            (n >= 6).then_some(())
+        },
+    )
     .await;
     w.stop().await.unwrap();
 }
