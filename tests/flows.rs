@@ -806,13 +806,15 @@ async fn the_reaper_never_takes_a_waiting_job_however_old() {
 }
 
 /// A fan-out bigger than the ack's slice: the ack that finishes the root releases the first
-/// 501 children (500 more edges than it finished jobs) and names the root as unsettled; the rest are released by the slices that
-/// follow (`store::flows::settle_edges`, what the worker's ack writer runs) or, when no worker
-/// sends them (it stopped), by the maintenance's sweep. Every child is released once.
+/// 501 children (500 more edges than it finished jobs, the lowest ids first) and names the
+/// root as unsettled; the rest are released by the slices that follow
+/// (`store::flows::settle_slice`, what the worker's ack writer runs), each resuming after the
+/// last child the one before released, or, when no worker sends them (it stopped), by the
+/// maintenance's sweep. Every child is released once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_the_sweep() {
     use skiplock::store::ack::ack_many;
-    use skiplock::store::flows::{settle_dependencies, settle_edges};
+    use skiplock::store::flows::{FROM_THE_START, Left, settle_dependencies, settle_slice};
 
     let db = TestDb::new().await;
     let mut roots = Vec::new();
@@ -831,25 +833,40 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
     let acked = ack_many(&db.pool, &[completed_ack(root, 1)]).await.unwrap();
     assert_eq!(acked.ids, vec![root]);
     assert_eq!(acked.unsettled, vec![root]);
-    assert_eq!(available_among(&db, &children).await, 501);
+    assert_eq!(in_state(&db, &children, "available").await, children[..501]);
+    let left = settle_slice(&db.pool, &[root], &[FROM_THE_START], 600)
+        .await
+        .unwrap();
     assert_eq!(
-        settle_edges(&db.pool, &[root], 600).await.unwrap(),
-        vec![root]
+        left,
+        Left {
+            jobs: vec![root],
+            after: vec![children[1100]]
+        }
     );
-    assert_eq!(available_among(&db, &children).await, 1101);
-    assert!(
-        settle_edges(&db.pool, &[root], 600)
+    assert_eq!(
+        in_state(&db, &children, "available").await,
+        children[..1101]
+    );
+    // An edge behind the cursor waiting again (as if its child were enqueued late): the next
+    // slice resumes after the cursor and does not read it; the sweep finds it.
+    for sql in [
+        "UPDATE skiplock.job_dependencies SET resolved = NULL WHERE job_id = $1",
+        "UPDATE skiplock.jobs SET state = 'waiting' WHERE id = $1",
+    ] {
+        sqlx::query(sql)
+            .bind(children[0])
+            .execute(&*db.pool)
             .await
-            .unwrap()
-            .is_empty()
-    );
+            .unwrap();
+    }
+    let left = settle_slice(&db.pool, &left.jobs, &left.after, 600)
+        .await
+        .unwrap();
+    assert_eq!(left, Left::default());
+    assert_eq!(in_state(&db, &children, "available").await, children[1..]);
+    assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 1);
     assert_eq!(available_among(&db, &children).await, 1200);
-    assert!(
-        settle_edges(&db.pool, &[root], 600)
-            .await
-            .unwrap()
-            .is_empty()
-    );
 
     // A worker that stopped after the ack: the sweep settles the rest.
     let (root, children) = roots[1].clone();
@@ -863,6 +880,71 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
         count(
             &db.pool,
             "SELECT count(*) FROM skiplock.job_dependencies WHERE resolved IS DISTINCT FROM 'completed'"
+        )
+        .await,
+        0
+    );
+}
+
+/// The ids of `ids` in `state`, in id order.
+async fn in_state(db: &TestDb, ids: &[i64], state: &str) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT id FROM skiplock.jobs WHERE state::text = $2 AND id = ANY ($1) ORDER BY id",
+    )
+    .bind(ids)
+    .bind(state)
+    .fetch_all(&*db.pool)
+    .await
+    .unwrap()
+}
+
+/// A failed root's slices cancel its children and, through them, every grandchild: a child's
+/// own dependents past a full slice come back from the slice as jobs to settle from the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_roots_slices_cancel_every_child_and_grandchild() {
+    use skiplock::store::ack::ack_many;
+    use skiplock::store::flows::{FROM_THE_START, settle_slice};
+
+    let db = TestDb::new().await;
+    let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let children = fan_out(&db, root, &vec![json!({}); 800]).await;
+    // Two grandchildren under each of the last 200 children, which the ack's first 501 edges
+    // do not reach.
+    let mut grandchildren = Vec::new();
+    for &c in &children[600..] {
+        grandchildren.extend(fan_out(&db, c, &[json!({}), json!({})]).await);
+    }
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = $1")
+        .bind(root)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let mut failed = completed_ack(root, 1);
+    failed.state = skiplock::queue::JobState::Discarded;
+    failed.error = Some("boom".into());
+    let acked = ack_many(&db.pool, &[failed]).await.unwrap();
+    assert_eq!(acked.unsettled, vec![root]);
+    assert_eq!(in_state(&db, &children, "cancelled").await, children[..501]);
+    // Slices of 100: each cancels 100 children, whose 200 edges to their grandchildren take
+    // a full slice of the cascade, and the rest come back.
+    let (mut jobs, mut after) = (vec![root], vec![FROM_THE_START]);
+    let mut slices = 0;
+    while !jobs.is_empty() {
+        slices += 1;
+        assert!(slices < 100, "slices do not end: {jobs:?} after {after:?}");
+        let left = settle_slice(&db.pool, &jobs, &after, 100).await.unwrap();
+        (jobs, after) = (left.jobs, left.after);
+    }
+    assert_eq!(in_state(&db, &children, "cancelled").await.len(), 800);
+    assert_eq!(
+        in_state(&db, &grandchildren, "cancelled").await.len(),
+        grandchildren.len()
+    );
+    assert!(errors_of(&db, grandchildren[1]).await.contains("cancelled"));
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.job_dependencies WHERE resolved IS NULL"
         )
         .await,
         0

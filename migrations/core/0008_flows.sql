@@ -15,7 +15,9 @@ CREATE TABLE skiplock.job_dependencies (
 -- Every edge is written once more when it resolves: room on its page for that update to stay
 -- there (a HOT update, no new index entries), as skiplock.jobs leaves for its own.
 WITH (fillfactor = 50);
-CREATE INDEX job_dependencies_depends_on_idx ON skiplock.job_dependencies (depends_on);
+-- In dependent order within a dependency: a slice of a big fan-out's release resumes after
+-- the last dependent the slice before settled (skiplock._settle_slice).
+CREATE INDEX job_dependencies_depends_on_idx ON skiplock.job_dependencies (depends_on, job_id);
 
 -- One row per job that has dependencies: how many have still to count (0: the job is, or
 -- was, released), what a failed dependency does to it ('cancel' it, transitively, or 'run'

@@ -136,7 +136,8 @@ $$;
 -- The unresolved edges of finished jobs `ids`, at most `max_edges` of them at each step of a
 -- cascade (NULL: all); returns the jobs read by a step that settled a full slice, which may
 -- have edges left (NULL: none), for a later call (the worker's, src/worker/acks.rs, or the
--- maintenance's sweep). Each edge is resolved once (its row lock decides between settlers:
+-- maintenance's sweep). `first` (API 8): the edges the first step settles, picked by the caller
+-- (skiplock._settle_slice), instead of the first `max_edges` found. Each edge is resolved once (its row lock decides between settlers:
 -- one that waited for it finds it resolved and leaves it), its dependent's count goes down by
 -- one, and a dependent that was waiting is then
 --   cancelled, when the dependency did not complete and the dependent's policy is 'cancel'
@@ -154,7 +155,9 @@ $$;
 -- plan_cache_mode would plan each of these statements anew at every batch, which cost a
 -- fan-in's ack batches more than the settling itself (docs/performance.md, "Flows").
 DROP FUNCTION IF EXISTS skiplock._settle_edges(bigint[]);
-CREATE OR REPLACE FUNCTION skiplock._settle_edges(ids bigint[], max_edges integer DEFAULT NULL)
+DROP FUNCTION IF EXISTS skiplock._settle_edges(bigint[], integer);
+CREATE OR REPLACE FUNCTION skiplock._settle_edges(ids bigint[], max_edges integer DEFAULT NULL,
+                                                  first tid[] DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -173,9 +176,11 @@ DECLARE
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
         WITH picked AS MATERIALIZED (
-            SELECT d.ctid AS t FROM skiplock.job_dependencies d
-            WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL
-            LIMIT max_edges
+            (SELECT d.ctid AS t FROM skiplock.job_dependencies d
+             WHERE first IS NULL AND d.depends_on = ANY (ids) AND d.resolved IS NULL
+             LIMIT max_edges)
+            UNION ALL
+            SELECT f.t FROM unnest(first) AS f(t)
         ), done AS (
             -- By ctid, as the claim takes its rows: an edge another settler resolved
             -- meanwhile has moved on to a new row version, and is left out.
@@ -209,6 +214,7 @@ BEGIN
         IF picked_now >= max_edges THEN
             left_over := left_over || ids;
         END IF;
+        first := NULL;
         EXIT WHEN decided IS NULL AND dependents IS NULL;
         decided_pending := array_fill(0, ARRAY[coalesce(cardinality(decided), 0)]);
         decided_cancel := array_fill(NULL::bigint, ARRAY[coalesce(cardinality(decided), 0)]);
@@ -242,6 +248,68 @@ BEGIN
         END IF;
     END LOOP;
     RETURN nullif(left_over, '{}');
+END;
+$$;
+
+-- One slice of what acks left to settle (the worker's, src/worker/acks.rs): the unresolved
+-- edges of finished jobs `deps`, each read from its cursor in `afters` on (the greatest
+-- dependent id a slice before settled; the least bigint: from the start) in dependent order,
+-- at most `max_edges` in all, settled as skiplock._settle_edges settles them. Returns the jobs
+-- that may have edges left, each with its cursor: the slice's own, and the jobs a cancel
+-- cascade left with a full slice (from the start). Resuming from a cursor is what keeps a big
+-- fan-out linear: a slice that read the dependency's edges from the first stepped over every
+-- edge settled before it (docs/performance.md, "Flows"). Planned as skiplock._settle_edges.
+CREATE OR REPLACE FUNCTION skiplock._settle_slice(deps bigint[], afters bigint[], max_edges integer,
+                                                  OUT left_deps bigint[], OUT left_afters bigint[])
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    tids tid[];
+    read bigint[];
+    cascade bigint[];
+BEGIN
+    IF max_edges IS NULL OR max_edges < 1 OR cardinality(deps) IS DISTINCT FROM cardinality(afters) THEN
+        RAISE EXCEPTION 'skiplock: _settle_slice needs one cursor per job and a slice of at least one edge'
+            USING ERRCODE = '22023';
+    END IF;
+    WITH cand AS (
+        SELECT c.o, c.dep, c.after, e.t, e.job_id, count(*) OVER (PARTITION BY c.o) AS got
+        FROM unnest(deps, afters) WITH ORDINALITY AS c(dep, after, o)
+        CROSS JOIN LATERAL (
+            SELECT d.ctid AS t, d.job_id FROM skiplock.job_dependencies d
+            WHERE d.depends_on = c.dep AND d.job_id > c.after AND d.resolved IS NULL
+            ORDER BY d.job_id
+            LIMIT max_edges) e
+    ), picked AS MATERIALIZED (
+        SELECT * FROM cand ORDER BY cand.o, cand.job_id LIMIT max_edges
+    ), per AS (
+        -- A job has edges left when the slice took fewer than it found, or found a full
+        -- slice of its own.
+        SELECT c.o, c.dep, max(c.got) AS got, count(p.t) AS took,
+               coalesce(max(p.job_id), max(c.after)) AS cursor
+        FROM cand c LEFT JOIN picked p ON p.o = c.o AND p.t = c.t
+        GROUP BY c.o, c.dep
+    )
+    SELECT (SELECT array_agg(p.t) FROM picked p),
+           (SELECT array_agg(DISTINCT p.dep) FROM picked p),
+           array_agg(per.dep ORDER BY per.o) FILTER (WHERE per.took < per.got OR per.got >= max_edges),
+           array_agg(per.cursor ORDER BY per.o) FILTER (WHERE per.took < per.got OR per.got >= max_edges)
+    INTO tids, read, left_deps, left_afters
+    FROM per;
+    IF tids IS NOT NULL THEN
+        -- The jobs of `read` come back when the slice was full; their cursors say the rest.
+        SELECT array_agg(x) INTO cascade
+        FROM unnest(skiplock._settle_edges(read, max_edges, tids)) AS x
+        WHERE NOT x = ANY (read);
+        IF cascade IS NOT NULL THEN
+            left_deps := coalesce(left_deps, '{}') || cascade;
+            left_afters := coalesce(left_afters, '{}')
+                           || array_fill('-9223372036854775808'::bigint, ARRAY[cardinality(cascade)]);
+        END IF;
+    END IF;
 END;
 $$;
 

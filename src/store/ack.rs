@@ -39,7 +39,7 @@ pub struct Acked {
     pub ids: Vec<i64>,
     /// Finished jobs of the batch whose dependents the statement may not all have settled (it
     /// settles a bounded slice; `sql/api/10_core.sql`, `skiplock._ack`): the caller settles
-    /// the rest with [`super::flows::settle_edges`].
+    /// the rest with [`super::flows::settle_slice`].
     pub unsettled: Vec<i64>,
 }
 

@@ -99,18 +99,39 @@ pub async fn settle_dependencies<'e, E: Executor<'e>>(exec: E, limit: i32) -> Re
         .await?)
 }
 
-/// Settles at most `max_edges` of the unresolved edges of finished jobs `ids` (those an ack
-/// left: [`super::ack::Acked::unsettled`]), in one transaction of its own; returns the jobs
-/// that may still have edges to settle (a full slice was settled; `skiplock._settle_edges`).
-pub async fn settle_edges<'e, E: Executor<'e>>(
+/// Where a job's edges left to settle start: its first dependent, or after the one a slice
+/// before settled last (the dependent's id).
+pub const FROM_THE_START: i64 = i64::MIN;
+
+/// What is left after a slice ([`settle_slice`]): jobs that may still have edges to settle,
+/// each with the cursor to resume from.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Left {
+    /// The finished jobs.
+    pub jobs: Vec<i64>,
+    /// Per job, the greatest dependent id already settled ([`FROM_THE_START`]: none).
+    pub after: Vec<i64>,
+}
+
+/// Settles one slice of what acks left (their [`super::ack::Acked::unsettled`], each
+/// [`FROM_THE_START`] at first): at most `max_edges` unresolved edges of finished jobs
+/// `jobs`, each read in dependent order from its cursor in `after`, in one transaction of its
+/// own (`skiplock._settle_slice`). Returns what is left, cursors included, for the next slice.
+pub async fn settle_slice<'e, E: Executor<'e>>(
     exec: E,
-    ids: &[i64],
+    jobs: &[i64],
+    after: &[i64],
     max_edges: i32,
-) -> Result<Vec<i64>> {
-    let left: Option<Vec<i64>> = super::query_scalar(sql!("flows", "settle_edges"))
-        .bind(ids)
-        .bind(max_edges)
-        .fetch_one(exec)
-        .await?;
-    Ok(left.unwrap_or_default())
+) -> Result<Left> {
+    let (jobs, after): (Option<Vec<i64>>, Option<Vec<i64>>) =
+        super::query_as(sql!("flows", "settle_slice"))
+            .bind(jobs)
+            .bind(after)
+            .bind(max_edges)
+            .fetch_one(exec)
+            .await?;
+    Ok(Left {
+        jobs: jobs.unwrap_or_default(),
+        after: after.unwrap_or_default(),
+    })
 }

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "27afcd08f7d7f24f5882bc50725c10618b71ad18b8fedde8870bdba6e84c4e30",
+        "3cf9b7571e178cd9705a5d56404ebeb9ac53185f4ff46288b89689276e596a25",
     ),
 ];
 

@@ -22,7 +22,7 @@ use super::faults::{self, Point};
 use crate::db::outage::Backoff;
 use crate::metrics::Finish;
 use crate::store::ack::{Ack, ack_many};
-use crate::store::flows::settle_edges;
+use crate::store::flows::{FROM_THE_START, settle_slice};
 
 /// The most acks written in one statement.
 pub const MAX_BATCH: usize = 2000;
@@ -161,22 +161,25 @@ pub(crate) async fn run(
 /// Settles the dependents an ack batch left (a fan-out's root releases its children over
 /// several statements: `skiplock._ack`, sql/api/10_core.sql), [`SETTLE_SLICE`] edges per
 /// transaction, beside the ack writer, so the worker runs the first children while the rest
-/// are released. One at a time (`permits`: [`Shared::settling`]); a failure, or a worker
+/// are released; each slice resumes where the one before stopped. One at a time (`permits`:
+/// [`Shared::settling`]); a failure, or a worker
 /// stopping meanwhile, leaves the rest to the maintenance's sweep
 /// (`skiplock.settle_dependencies`, run by the rescuer).
 async fn settle_rest(
     pool: crate::store::Pool,
     permits: Arc<tokio::sync::Semaphore>,
-    mut ids: Vec<i64>,
+    ids: Vec<i64>,
 ) {
     let Ok(_permit) = permits.acquire().await else {
         return;
     };
-    while !ids.is_empty() {
-        match settle_edges(&pool, &ids, SETTLE_SLICE).await {
-            Ok(left) => ids = left,
+    let mut after = vec![FROM_THE_START; ids.len()];
+    let mut jobs = ids;
+    while !jobs.is_empty() {
+        match settle_slice(&pool, &jobs, &after, SETTLE_SLICE).await {
+            Ok(left) => (jobs, after) = (left.jobs, left.after),
             Err(e) => {
-                tracing::warn!(error = %e, jobs = ?ids,
+                tracing::warn!(error = %e, jobs = ?jobs,
                     "settling the dependents of finished jobs failed; the maintenance's sweep settles them");
                 return;
             }
