@@ -136,10 +136,11 @@ $$;
 -- The unresolved edges of finished jobs `ids`, at most `max_edges` of them at each step of a
 -- cascade (NULL: all); returns the jobs read by a step that settled a full slice, which may
 -- have edges left (NULL: none), for a later call (the worker's, src/worker/acks.rs, or the
--- maintenance's sweep). `first` (API 8): the edges the first step settles, picked by the caller
--- (skiplock._settle_slice), instead of the first `max_edges` found. Each edge is resolved once (its row lock decides between settlers:
--- one that waited for it finds it resolved and leaves it), its dependent's count goes down by
--- one, and a dependent that was waiting is then
+-- maintenance's sweep). `first` (API 8): the edges the first step settles, picked by the
+-- caller (skiplock._settle_slice), instead of the first `max_edges` found. Each edge is
+-- resolved once (its row lock decides between settlers: one that waited for it finds it
+-- resolved and leaves it), its dependent's count goes down by one, and a dependent that was
+-- waiting is then
 --   cancelled, when the dependency did not complete and the dependent's policy is 'cancel'
 --     ("dependency 41 discarded" in its errors; its own dependents and watchers follow,
 --     transitively);

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "3cf9b7571e178cd9705a5d56404ebeb9ac53185f4ff46288b89689276e596a25",
+        "db653fd809ae04ee2e79dde9a4a0e92c2454cb360e10833bf45c38fe6b1b580f",
     ),
 ];
 

@@ -162,9 +162,8 @@ pub(crate) async fn run(
 /// several statements: `skiplock._ack`, sql/api/10_core.sql), [`SETTLE_SLICE`] edges per
 /// transaction, beside the ack writer, so the worker runs the first children while the rest
 /// are released; each slice resumes where the one before stopped. One at a time (`permits`:
-/// [`Shared::settling`]); a failure, or a worker
-/// stopping meanwhile, leaves the rest to the maintenance's sweep
-/// (`skiplock.settle_dependencies`, run by the rescuer).
+/// [`Shared::settling`]); a failure, or a worker stopping meanwhile, leaves the rest to the
+/// maintenance's sweep (`skiplock.settle_dependencies`, run by the rescuer).
 async fn settle_rest(
     pool: crate::store::Pool,
     permits: Arc<tokio::sync::Semaphore>,
