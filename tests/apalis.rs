@@ -263,6 +263,18 @@ async fn sleep_until_cut(_work: Work) -> Result<(), BoxDynError> {
     Ok(())
 }
 
+/// Handlers of [`sleep_until_cut_counted`] that began (only
+/// `a_dropped_apalis_worker_still_puts_back_everything_it_held` runs it).
+static DROPPED_HANDLERS_BEGUN: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// [`sleep_until_cut`], counting the handlers that began: a job claimed is not yet one apalis
+/// runs, and the test that drops apalis mid-run waits for both.
+async fn sleep_until_cut_counted(work: Work) -> Result<(), BoxDynError> {
+    DROPPED_HANDLERS_BEGUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    sleep_until_cut(work).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_returns_running_and_waiting_jobs_without_spending_an_attempt() {
     let db = TestDb::new().await;
@@ -797,11 +809,16 @@ async fn a_dropped_apalis_worker_still_puts_back_everything_it_held() {
         WorkerBuilder::new(&ctx)
             .backend(storage)
             .concurrency(2)
-            .build(sleep_until_cut)
+            .build(sleep_until_cut_counted)
             .run(),
     );
     wait_for("five claimed jobs", Duration::from_secs(60), || async {
         (count_state(&db.pool, "running").await == 5).then_some(())
+    })
+    .await;
+    // And two of them running in apalis' handler (claimed is not yet begun).
+    wait_for("two handlers begun", Duration::from_secs(60), || async {
+        (DROPPED_HANDLERS_BEGUN.load(std::sync::atomic::Ordering::SeqCst) >= 2).then_some(())
     })
     .await;
     // Dropped, not stopped: no poll_close. The storage's runtime shuts down all the same.
