@@ -118,14 +118,8 @@ async fn fan_out(db: &TestDb, root: i64, args: &[Value]) -> Vec<i64> {
 }
 
 /// How many of `ids` are available (released and not yet claimed).
-async fn available_among(db: &TestDb, ids: &[i64]) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM skiplock.jobs WHERE state = 'available' AND id = ANY ($1)",
-    )
-    .bind(ids)
-    .fetch_one(&*db.pool)
-    .await
-    .unwrap()
+async fn available_among(db: &TestDb, ids: &[i64]) -> usize {
+    in_state(db, ids, "available").await.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
