@@ -53,7 +53,10 @@ pub async fn ack_many<'e, E: Executor<'e>>(exec: E, acks: &[Ack]) -> Result<Acke
     acks.sort_by_key(|a| a.id);
     let ids: Vec<i64> = acks.iter().map(|a| a.id).collect();
     let attempts: Vec<i32> = acks.iter().map(|a| a.attempt).collect();
-    let states: Vec<JobState> = acks.iter().map(|a| a.state).collect();
+    // As labels, cast in the statement: a parameter of the enum's own type costs every new
+    // connection two catalog lookups by sqlx before its first ack (the array type by name,
+    // then its element by OID), on the path from a job's end to its dependents' release.
+    let states: Vec<&str> = acks.iter().map(|a| a.state.as_str()).collect();
     let sched: Vec<Option<DateTime<Utc>>> = acks.iter().map(|a| a.scheduled_at).collect();
     let give_back: Vec<bool> = acks.iter().map(|a| a.give_back).collect();
     let errors: Vec<Option<String>> = acks.iter().map(|a| a.error.clone()).collect();
