@@ -916,6 +916,75 @@ async fn hold_key_from_sql_moves_only_that_keys_waiting_jobs_and_extends_never_s
     }
 }
 
+/// A job of a held key that goes back by its own retry or snooze (the worker's ack) is due
+/// no earlier than the hold's end: the remote said "slow down" for the whole key. A job of
+/// another key, and one without a key, keep the time their ack asked for; a completed one is
+/// finished as usual.
+#[tokio::test]
+async fn a_retry_or_snooze_of_a_held_keys_job_waits_for_the_hold() {
+    use skiplock::store::ack::{Ack, ack_many};
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for key in [Some("x"), Some("x"), Some("y"), None, Some("x")] {
+        let mut job = NewJob::new("k", json!({}));
+        if let Some(key) = key {
+            job = job.limit_key(key);
+        }
+        ids.push(enqueue(&db.pool, &job).await.unwrap().id);
+    }
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1, attempted_at = now()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let until = chrono::Utc::now() + chrono::Duration::hours(1);
+    skiplock::admin::hold_key(&db.pool, "default", "x", until)
+        .await
+        .unwrap();
+    let soon = chrono::Utc::now() + chrono::Duration::seconds(5);
+    let back = |id: i64, give_back: bool| Ack {
+        id,
+        attempt: 1,
+        state: skiplock::queue::JobState::Available,
+        scheduled_at: Some(soon),
+        give_back,
+        error: (!give_back).then(|| "boom".to_string()),
+        result: None,
+        started_at: None,
+    };
+    let done = Ack {
+        state: skiplock::queue::JobState::Completed,
+        scheduled_at: None,
+        error: None,
+        ..back(ids[4], false)
+    };
+    let acks = [
+        back(ids[0], false),
+        back(ids[1], true),
+        back(ids[2], false),
+        back(ids[3], false),
+        done,
+    ];
+    assert_eq!(ack_many(&db.pool, &acks).await.unwrap().ids.len(), 5);
+    let rows: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT state::text, scheduled_at >= $1 - interval '1 millisecond' FROM skiplock.jobs ORDER BY id",
+    )
+    .bind(until)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            ("available".to_string(), true),
+            ("available".to_string(), true),
+            ("available".to_string(), false),
+            ("available".to_string(), false),
+            ("completed".to_string(), false),
+        ],
+        "the retry and the snooze of key x wait for its hold; key y, no key and the completed job do not"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_queue_starts_another_keys_first_job_within_one_claim_of_a_100000_job_backlog() {
     let db = TestDb::new().await;

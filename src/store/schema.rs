@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "db653fd809ae04ee2e79dde9a4a0e92c2454cb360e10833bf45c38fe6b1b580f",
+        "2a35ef01582ebf54ed5befcb1fe443e626da49c58bfad67b578622fca0c79b0e",
     ),
 ];
 
