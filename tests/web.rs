@@ -285,7 +285,6 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
-/// The CSRF token in a page's forms.
 /// The body of a GET that must answer 200.
 async fn body_of(h: &reqwest::Client, url: &str) -> String {
     let r = h.get(url).send().await.unwrap();
@@ -295,6 +294,7 @@ async fn body_of(h: &reqwest::Client, url: &str) -> String {
     body
 }
 
+/// The CSRF token in a page's forms.
 fn csrf_in(page: &str) -> String {
     let at = page
         .find("name=\"csrf\" value=\"")
@@ -411,6 +411,32 @@ async fn a_tag_filters_the_list_and_the_job_page_shows_tags_meta_and_an_unstarte
             .as_str()
             .ends_with("/jobs?tag=eu+west")
     );
+
+    // Meta: the jobs whose meta contains the object typed; the bulk form acts on the same set.
+    b.c().goto(&console.url("/jobs")).await.unwrap();
+    b.el("#f-meta")
+        .await
+        .send_keys(r#"{"tenant": "acme"}"#)
+        .await
+        .unwrap();
+    b.el("#f-apply").await.click().await.unwrap();
+    b.text_contains("#bulk", r#"meta containing {"tenant":"acme"}"#)
+        .await;
+    let rows = b
+        .c()
+        .find_all(Locator::Css("#jobs tbody tr[data-id]"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "only the job with that meta");
+    assert_eq!(
+        rows[0].attr("data-id").await.unwrap().as_deref(),
+        Some(tagged.to_string().as_str())
+    );
+    b.c()
+        .goto(&console.url("/jobs?meta=%5B1%5D"))
+        .await
+        .unwrap();
+    b.text_contains("body", "meta must be a JSON object").await;
 
     b.c()
         .goto(&console.url(&format!("/jobs/{}", ids[0])))

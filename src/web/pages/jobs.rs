@@ -23,6 +23,8 @@ const MAX_NAME: usize = 200;
 const MAX_SEARCH: usize = 1000;
 /// Longest tag (as the SQL API allows: skiplock._tags).
 const MAX_TAG: usize = 100;
+/// Longest meta filter (JSON text).
+const MAX_META: usize = 2000;
 
 /// The list's query string.
 #[derive(Debug, Default, Deserialize)]
@@ -37,6 +39,8 @@ pub struct JobsQuery {
     pub q: Option<String>,
     /// One of the job's tags.
     pub tag: Option<String>,
+    /// A JSON object the job's meta contains (jsonb `@>`), e.g. `{"tenant": "acme"}`.
+    pub meta: Option<String>,
     /// Older than this id.
     pub before: Option<String>,
     /// Newer than this id.
@@ -56,14 +60,28 @@ fn text_field(what: &str, v: Option<&str>, max: usize) -> Result<Option<String>,
     }
 }
 
+/// A meta filter: a JSON object (what `skiplock jobs --meta` and the bulk functions take).
+fn meta_field(v: Option<&str>) -> Result<Option<Value>, String> {
+    let Some(text) = text_field("meta", v.map(str::trim), MAX_META)? else {
+        return Ok(None);
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(v @ Value::Object(_)) => Ok(Some(v)),
+        Ok(_) => Err(r#"meta must be a JSON object, e.g. {"tenant": "acme"}"#.into()),
+        Err(e) => Err(format!("meta is not JSON: {e}")),
+    }
+}
+
 /// The filter a query string asks for; empty fields mean "any". Refuses, in one line, an
-/// unknown state, a NUL character (Postgres text cannot hold it) and absurd lengths.
+/// unknown state, a NUL character (Postgres text cannot hold it), absurd lengths and a meta
+/// that is not a JSON object.
 pub fn parse_filter(
     state: Option<&str>,
     kind: Option<&str>,
     queue: Option<&str>,
     search: Option<&str>,
     tag: Option<&str>,
+    meta: Option<&str>,
 ) -> Result<JobFilter, String> {
     let state = match state.map(str::trim) {
         None | Some("") => None,
@@ -75,7 +93,7 @@ pub fn parse_filter(
         queue: text_field("queue", queue, MAX_NAME)?,
         search: text_field("search text", search, MAX_SEARCH)?,
         tag: text_field("tag", tag, MAX_TAG)?,
-        meta: None,
+        meta: meta_field(meta)?,
     })
 }
 
@@ -110,6 +128,7 @@ pub fn list_url(f: &JobFilter, extra: &[(&str, String)]) -> String {
         ("queue", &f.queue),
         ("q", &f.search),
         ("tag", &f.tag),
+        ("meta", &f.meta.as_ref().map(Value::to_string)),
     ] {
         if let Some(v) = v {
             parts.push(format!("{k}={}", q(v)));
@@ -142,6 +161,9 @@ fn describe(f: &JobFilter) -> String {
     }
     if let Some(t) = &f.tag {
         p.push(format!("tag {t}"));
+    }
+    if let Some(m) = &f.meta {
+        p.push(format!("meta containing {m}"));
     }
     if p.is_empty() {
         "no filter (every job)".into()
@@ -184,6 +206,7 @@ struct JobsPage {
     filter_queue: String,
     filter_q: String,
     filter_tag: String,
+    filter_meta: String,
     filter_text: String,
     kinds: Vec<String>,
     queue_names: Vec<String>,
@@ -214,6 +237,7 @@ pub async fn list(
         qs.queue.as_deref(),
         qs.q.as_deref(),
         qs.tag.as_deref(),
+        qs.meta.as_deref(),
     )
     .map_err(|m| bad_request(&st, &nonce, m))?;
     let page = parse_page(qs.before.as_deref(), qs.after.as_deref())
@@ -270,6 +294,7 @@ pub async fn list(
         filter_queue: f.queue.clone().unwrap_or_default(),
         filter_q: f.search.clone().unwrap_or_default(),
         filter_tag: f.tag.clone().unwrap_or_default(),
+        filter_meta: f.meta.as_ref().map(Value::to_string).unwrap_or_default(),
         filter_text: describe(&f),
         kinds,
         queue_names,
@@ -540,6 +565,8 @@ pub struct BulkForm {
     pub q: Option<String>,
     /// Filter: tag.
     pub tag: Option<String>,
+    /// Filter: meta (a JSON object).
+    pub meta: Option<String>,
 }
 
 /// `POST /jobs/bulk`.
@@ -554,6 +581,7 @@ pub async fn bulk(
         form.queue.as_deref(),
         form.q.as_deref(),
         form.tag.as_deref(),
+        form.meta.as_deref(),
     )
     .map_err(|m| bad_request(&st, &nonce, m))?;
     if form.confirm.as_deref() != Some("yes") {
@@ -602,7 +630,7 @@ mod tests {
     #[test]
     fn a_filter_is_what_the_query_string_says_and_bad_input_is_named() {
         assert_eq!(
-            parse_filter(None, Some(""), Some(""), Some(""), None).unwrap(),
+            parse_filter(None, Some(""), Some(""), Some(""), None, Some(" ")).unwrap(),
             JobFilter::default()
         );
         let f = parse_filter(
@@ -611,28 +639,41 @@ mod tests {
             Some("q 1"),
             Some("50%"),
             None,
+            None,
         )
         .unwrap();
         assert_eq!(f.state, Some(JobState::Discarded));
         assert_eq!(f.kind.as_deref(), Some("fail"));
         assert_eq!(f.search.as_deref(), Some("50%"));
         assert!(
-            parse_filter(Some("done"), None, None, None, None)
+            parse_filter(Some("done"), None, None, None, None, None)
                 .unwrap_err()
                 .contains("\"done\"")
         );
         assert!(
-            parse_filter(None, Some("a\0b"), None, None, None)
+            parse_filter(None, Some("a\0b"), None, None, None, None)
                 .unwrap_err()
                 .contains("NUL")
         );
         assert!(
-            parse_filter(None, None, Some(&"q".repeat(201)), None, None)
+            parse_filter(None, None, Some(&"q".repeat(201)), None, None, None)
                 .unwrap_err()
                 .contains("200")
         );
-        assert!(parse_filter(None, None, None, Some(&"s".repeat(1001)), None).is_err());
-        assert!(parse_filter(None, Some(&"k".repeat(200)), None, None, None).is_ok());
+        assert!(parse_filter(None, None, None, Some(&"s".repeat(1001)), None, None).is_err());
+        assert!(parse_filter(None, Some(&"k".repeat(200)), None, None, None, None).is_ok());
+        let meta = |m: &str| parse_filter(None, None, None, None, None, Some(m));
+        assert_eq!(
+            meta(r#" {"tenant": "acme"} "#).unwrap().meta,
+            Some(json!({"tenant": "acme"}))
+        );
+        assert!(meta("[1]").unwrap_err().contains("JSON object"));
+        assert!(meta("{tenant").unwrap_err().contains("not JSON"));
+        assert!(
+            meta(&format!("{{\"k\": \"{}\"}}", "v".repeat(2000)))
+                .unwrap_err()
+                .contains("2000")
+        );
     }
 
     #[test]
@@ -650,11 +691,12 @@ mod tests {
             None,
             Some("x y"),
             Some("eu west"),
+            Some(r#"{"tenant": "a b"}"#),
         )
         .unwrap();
         assert_eq!(
             list_url(&f, &[("before", "10".into())]),
-            "/jobs?state=discarded&kind=a%26b&q=x+y&tag=eu+west&before=10"
+            "/jobs?state=discarded&kind=a%26b&q=x+y&tag=eu+west&meta=%7B%22tenant%22%3A%22a+b%22%7D&before=10"
         );
         assert_eq!(list_url(&JobFilter::default(), &[]), "/jobs");
     }
