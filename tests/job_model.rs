@@ -241,6 +241,50 @@ async fn unique_for_creates_one_job_per_window_whatever_became_of_it() {
     );
 }
 
+/// `unique_for => '1 minute'`: a second job inside the minute is refused (the first one's id
+/// comes back), one after it is a new job. The first two are enqueued in one transaction,
+/// whose clock does not move, so they cannot straddle two windows; the minute's end is brought
+/// about by moving the window into the past, as the clock would.
+#[tokio::test]
+async fn unique_for_a_minute_keeps_one_job_inside_the_minute_and_takes_one_after_it() {
+    let db = TestDb::new().await;
+    let once = "SELECT skiplock.enqueue('digest', '{\"team\": \"a\"}', unique_by => 'args', \
+                unique_for => interval '1 minute')";
+    let mut tx = db.pool.begin().await.unwrap();
+    let first: i64 = sqlx::query_scalar(once).fetch_one(&mut *tx).await.unwrap();
+    let second: i64 = sqlx::query_scalar(once).fetch_one(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        first, second,
+        "the second job inside the minute is the first one"
+    );
+    let window: (bool, bool) = sqlx::query_as(
+        "SELECT window_end - window_start = interval '1 minute', \
+                now() >= window_start AND now() < window_end + interval '1 minute' \
+         FROM skiplock.unique_windows",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(window, (true, true), "one window of a minute, around now");
+    // The job ran (a pending job's args key alone would keep a second one).
+    sqlx::query("UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE id = $1")
+        .bind(first)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE skiplock.unique_windows SET window_start = window_start - interval '1 minute', \
+         window_end = window_end - interval '1 minute'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let after: i64 = sqlx::query_scalar(once).fetch_one(&db.pool).await.unwrap();
+    assert_ne!(after, first, "after the minute, a new job");
+    assert_eq!(jobs_count(&db).await, 2);
+}
+
 #[tokio::test]
 async fn a_waiting_job_in_its_window_is_replaced_and_a_second_window_key_is_another_job() {
     let db = TestDb::new().await;
