@@ -82,6 +82,11 @@ async fn hooks_see_each_job_and_a_panicking_one_loses_no_ack() {
     .await
     .unwrap()
     .id;
+    // One that fails with attempts left: its retry is scheduled.
+    let retried = enqueue(&db.pool, &NewJob::new("judge", json!({"ok": false})))
+        .await
+        .unwrap()
+        .id;
     // A job whose worker died: running, its heartbeat an hour old.
     let orphan = enqueue(
         &db.pool,
@@ -107,15 +112,25 @@ async fn hooks_see_each_job_and_a_panicking_one_loses_no_ack() {
     let w = start_worker(&db.pool, settings, |b| {
         b.register(Judge).hook(Broken).hook(notes.clone())
     });
-    wait_for("every job finished", Duration::from_secs(120), || async {
-        (count(
-            &db.pool,
-            "SELECT count(*) FROM skiplock.jobs WHERE state IN ('completed', 'discarded')",
+    wait_for(
+        "every job finished, and the retry scheduled",
+        Duration::from_secs(120),
+        || async {
+            let finished = count(
+                &db.pool,
+                "SELECT count(*) FROM skiplock.jobs WHERE state IN ('completed', 'discarded')",
+            )
+            .await;
+            let failed_once: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM skiplock.jobs WHERE id = $1 AND jsonb_array_length(errors) > 0",
         )
+        .bind(retried)
+        .fetch_one(&db.pool)
         .await
-            == 3)
-            .then_some(())
-    })
+        .unwrap();
+            (finished == 3 && failed_once == 1).then_some(())
+        },
+    )
     .await;
     w.stop().await.unwrap();
 
@@ -126,11 +141,11 @@ async fn hooks_see_each_job_and_a_panicking_one_loses_no_ack() {
             .await
             .unwrap();
     assert_eq!(
-        states,
+        states.iter().filter(|s| s.0 != retried).collect::<Vec<_>>(),
         [
-            (ok, "completed".to_string()),
-            (bad, "discarded".to_string()),
-            (orphan, "completed".to_string()),
+            &(ok, "completed".to_string()),
+            &(bad, "discarded".to_string()),
+            &(orphan, "completed".to_string()),
         ]
     );
     // The hook after the broken one heard everything, in order for each job.
@@ -154,6 +169,14 @@ async fn hooks_see_each_job_and_a_panicking_one_loses_no_ack() {
         [
             format!("before {bad} attempt 1"),
             format!("after {bad} discarded no good")
+        ]
+    );
+    // Its first attempt's end: a retry scheduled (a later attempt may have begun meanwhile).
+    assert_eq!(
+        of(retried)[..2],
+        [
+            format!("before {retried} attempt 1"),
+            format!("after {retried} available no good")
         ]
     );
     assert_eq!(
