@@ -83,11 +83,13 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
     assert!(r.drain_to_ceiling.as_ref().unwrap().median > 0.0);
     assert!(r.drain_to_ceiling_two_commits.as_ref().unwrap().median > 0.0);
     assert!(r.ceiling_two_commits_to_ceiling.as_ref().unwrap().median > 0.0);
-    // The drains under limits that never bind, and the polite crawl.
+    // The drains under limits that never bind, the fair queue's, and the polite crawl.
     assert!(r.drain_key_rate.as_ref().unwrap().jobs_per_s.median > 0.0);
     assert!(r.drain_queue_limit.as_ref().unwrap().jobs_per_s.median > 0.0);
     assert!(r.key_rate_to_drain.as_ref().unwrap().median > 0.0);
     assert!(r.queue_limit_to_drain.as_ref().unwrap().median > 0.0);
+    assert!(r.drain_fair.as_ref().unwrap().jobs_per_s.median > 0.0);
+    assert!(r.fair_to_drain.as_ref().unwrap().median > 0.0);
     let crawl = r.crawl_pages_per_s.as_ref().unwrap().median;
     assert!(crawl > 0.0);
     // Politeness holds: a host's 20 starts, one per 200 ms, take at least 19 intervals, so
