@@ -1333,9 +1333,8 @@ $$;
 -- nothing. Jobs already claimed (running, or waiting in a worker's buffer) are not stopped; a
 -- job of the key going back by its own retry or snooze (skiplock._ack) is due no earlier than
 -- the hold's end, one put back by skiplock.retry or reschedule when the operator says. What a
--- handler's
--- `Outcome::SnoozeKey` calls (the 429 / Retry-After case); the operator's too. Returns how many
--- waiting jobs it moved. Holds of one key are taken one at a time (a transaction-scoped
+-- handler's `Outcome::SnoozeKey` calls (the 429 / Retry-After case); the operator's too.
+-- Returns how many waiting jobs it moved. Holds of one key are taken one at a time (a transaction-scoped
 -- advisory lock on the key): two moving the same rows in different orders could deadlock.
 CREATE OR REPLACE FUNCTION skiplock.hold_key(queue text, limit_key text, until timestamptz)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "2a35ef01582ebf54ed5befcb1fe443e626da49c58bfad67b578622fca0c79b0e",
+        "f92241763dbc31fde218678c400dfb02824cd5e79ad7cf09bee1ebc364e9c327",
     ),
 ];
 

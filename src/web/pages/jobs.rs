@@ -1,4 +1,5 @@
-//! Jobs: the filtered list (state, kind, queue, text in args or errors) with keyset paging
+//! Jobs: the filtered list (state, kind, queue, text in args or errors, a tag, a JSON object
+//! the meta contains) with keyset paging
 //! by id, one job's page (args, result, every error, timestamps) with Retry and Cancel, and
 //! bulk Retry / Cancel of the filtered set (`skiplock.retry_jobs` / `cancel_jobs`).
 
