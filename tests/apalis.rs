@@ -275,6 +275,19 @@ async fn sleep_until_cut_counted(work: Work) -> Result<(), BoxDynError> {
     sleep_until_cut(work).await
 }
 
+/// Handlers of [`sleep_until_cut_graceful`] that began (only
+/// `a_graceful_stop_returns_running_and_waiting_jobs_without_spending_an_attempt` runs it).
+static GRACEFUL_HANDLERS_BEGUN: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// [`sleep_until_cut`], counting the handlers that began: five jobs claimed are not yet five
+/// jobs the worker started (a claimed job the worker never started goes back at shutdown
+/// with a note in its errors), so the test stops apalis once two of them run in it.
+async fn sleep_until_cut_graceful(work: Work) -> Result<(), BoxDynError> {
+    GRACEFUL_HANDLERS_BEGUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    sleep_until_cut(work).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_returns_running_and_waiting_jobs_without_spending_an_attempt() {
     let db = TestDb::new().await;
@@ -287,11 +300,17 @@ async fn a_graceful_stop_returns_running_and_waiting_jobs_without_spending_an_at
     let worker = WorkerBuilder::new(&ctx)
         .backend(storage)
         .concurrency(2)
-        .build(sleep_until_cut);
+        .build(sleep_until_cut_graceful);
     let handle = spawn(worker.run());
-    wait_for("five claimed jobs", Duration::from_secs(60), || async {
-        (count_state(&db.pool, "running").await == 5).then_some(())
-    })
+    wait_for(
+        "five claimed jobs, two of them running in apalis",
+        Duration::from_secs(60),
+        || async {
+            (count_state(&db.pool, "running").await == 5
+                && GRACEFUL_HANDLERS_BEGUN.load(std::sync::atomic::Ordering::SeqCst) == 2)
+                .then_some(())
+        },
+    )
     .await;
     stop(&ctx, handle).await;
 
