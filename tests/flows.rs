@@ -944,3 +944,173 @@ async fn a_failed_roots_slices_cancel_every_child_and_grandchild() {
         0
     );
 }
+
+/// Snoozes its job the first time when args say `"snooze_once"`, fails it (a retry) the first
+/// time when they say `"retry_once"`, and completes it otherwise.
+#[derive(Clone, Default)]
+struct Flaky {
+    seen: Arc<Mutex<std::collections::HashSet<i64>>>,
+}
+
+impl Handler for Flaky {
+    type Args = Value;
+    fn kind(&self) -> &'static str {
+        "flaky"
+    }
+    async fn run(&self, ctx: JobContext, args: Value) -> HandlerResult {
+        let first = self.seen.lock().unwrap().insert(ctx.id);
+        if first && args["snooze_once"] == true {
+            return Ok(Outcome::Snooze(Duration::from_millis(50)));
+        }
+        if first && args["retry_once"] == true {
+            return Err(JobError::retry("not yet"));
+        }
+        Ok(Outcome::Complete)
+    }
+}
+
+/// A dependency that completes after a snooze, and one that completes after a failed attempt,
+/// each count once: the dependent of both and of a third job, not yet run, still waits for
+/// that third one (were a snooze or a retry counted, or a completion twice, it would be
+/// released early), and is released, and runs once, when the third completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_completing_after_a_snooze_or_a_retry_counts_once() {
+    let db = TestDb::new().await;
+    let snoozed = enqueue(
+        &db.pool,
+        &NewJob::new("flaky", json!({"snooze_once": true})),
+    )
+    .await
+    .unwrap()
+    .id;
+    let retried = enqueue(&db.pool, &NewJob::new("flaky", json!({"retry_once": true})))
+        .await
+        .unwrap()
+        .id;
+    // Not due for a day: it runs when the test moves it.
+    let later = enqueue(
+        &db.pool,
+        &NewJob::new("flaky", json!({})).run_at(chrono::Utc::now() + chrono::Duration::days(1)),
+    )
+    .await
+    .unwrap()
+    .id;
+    let dependent = enqueue(
+        &db.pool,
+        &step(json!({})).depends_on(vec![snoozed, retried, later]),
+    )
+    .await
+    .unwrap()
+    .id;
+    let flaky = Flaky::default();
+    let steps = Step::default();
+    let w = start_with(&db.pool, |r| {
+        r.register(flaky.clone());
+        r.register(steps.clone());
+    });
+    wait_state(&db, snoozed, "completed").await;
+    wait_state(&db, retried, "completed").await;
+    let attempts: Vec<(i32, i64)> = sqlx::query_as(
+        "SELECT attempt, jsonb_array_length(errors)::bigint FROM skiplock.jobs WHERE id = ANY ($1) ORDER BY id",
+    )
+    .bind(vec![snoozed, retried])
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        attempts,
+        [(1, 0), (2, 1)],
+        "the snooze gave its attempt back; the retry spent one"
+    );
+    assert_eq!(state(&db, dependent).await, "waiting");
+    let pending: i32 =
+        sqlx::query_scalar("SELECT pending FROM skiplock.job_waits WHERE job_id = $1")
+            .bind(dependent)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        pending, 1,
+        "two of its three dependencies counted, each once"
+    );
+
+    sqlx::query("UPDATE skiplock.jobs SET scheduled_at = now() WHERE id = $1")
+        .bind(later)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    wait_state(&db, dependent, "completed").await;
+    w.stop().await.unwrap();
+    assert_eq!(
+        *steps.ran.lock().unwrap(),
+        [dependent],
+        "the dependent ran once"
+    );
+    assert_eq!(
+        result_of(&db, dependent).await["deps"]["completed"],
+        json!(3)
+    );
+}
+
+/// Released jobs obey the rest of the queue: a dependent released into a paused queue waits
+/// there (`available`, unclaimed) until the queue resumes, and children released together run
+/// in priority order on a queue of concurrency 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_jobs_wait_for_a_paused_queue_and_run_in_priority_order() {
+    let db = TestDb::new().await;
+    let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let mut children = Vec::new();
+    for p in [3i16, -2, 1, 0] {
+        let id = enqueue(
+            &db.pool,
+            &step(json!({"p": p}))
+                .queue("held")
+                .priority(p)
+                .depends_on(vec![root]),
+        )
+        .await
+        .unwrap()
+        .id;
+        children.push((p, id));
+    }
+    skiplock::admin::pause_queue(&db.pool, "held")
+        .await
+        .unwrap();
+    let steps = Step::default();
+    let settings = skiplock::config::QueueSettings {
+        queues: Some(std::collections::BTreeMap::from([
+            ("default".to_string(), 4),
+            ("held".to_string(), 1),
+        ])),
+        ..fast_settings()
+    };
+    let w = start_worker(&db.pool, settings, |b| b.register(steps.clone()));
+    wait_state(&db, root, "completed").await;
+    let ids: Vec<i64> = children.iter().map(|c| c.1).collect();
+    wait_for("the children released", Duration::from_secs(60), || async {
+        (available_among(&db, &ids).await == ids.len()).then_some(())
+    })
+    .await;
+    // Paused: released, and left alone (a claim would have run them within this time).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(available_among(&db, &ids).await, ids.len());
+    assert_eq!(*steps.ran.lock().unwrap(), [root]);
+
+    skiplock::admin::resume_queue(&db.pool, "held")
+        .await
+        .unwrap();
+    for id in &ids {
+        wait_state(&db, *id, "completed").await;
+    }
+    w.stop().await.unwrap();
+    let mut by_priority = children.clone();
+    by_priority.sort();
+    let want: Vec<i64> = std::iter::once(root)
+        .chain(by_priority.iter().map(|c| c.1))
+        .collect();
+    assert_eq!(
+        *steps.ran.lock().unwrap(),
+        want,
+        "lowest priority value first"
+    );
+}
