@@ -1114,3 +1114,61 @@ async fn released_jobs_wait_for_a_paused_queue_and_run_in_priority_order() {
         "lowest priority value first"
     );
 }
+
+/// `enqueue_flow` at scale, its jobs given in reverse dependency order (the fan-in first, the
+/// root last): a root, 3,000 jobs waiting for it and one waiting for all of them, placed in
+/// three passes, each name resolved once per edge.
+#[tokio::test]
+async fn a_big_flow_in_one_call_is_placed_whole_in_dependency_order() {
+    let db = TestDb::new().await;
+    let n = 3000;
+    let children: Vec<String> = (1..=n).map(|i| format!("c{i}")).collect();
+    let mut flow = vec![json!({"name": "fan-in", "kind": "step", "depends_on": children})];
+    flow.extend(
+        children
+            .iter()
+            .rev()
+            .map(|c| json!({"name": c, "kind": "step", "depends_on": ["root"]})),
+    );
+    flow.push(json!({"name": "root", "kind": "step"}));
+    let out: Value = sqlx::query_scalar("SELECT skiplock.enqueue_flow($1)")
+        .bind(Value::Array(flow))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let jobs = out["jobs"].as_object().unwrap();
+    assert_eq!(jobs.len(), n + 2);
+    assert_eq!(
+        out["flow"], jobs["root"],
+        "the flow is named by its first job placed"
+    );
+    let root = jobs["root"].as_i64().unwrap();
+    let fan_in = jobs["fan-in"].as_i64().unwrap();
+    assert!(
+        jobs.values().all(|id| id.as_i64().unwrap() >= root),
+        "the root was placed first"
+    );
+    assert_eq!(
+        fan_in,
+        jobs.values().map(|id| id.as_i64().unwrap()).max().unwrap(),
+        "the fan-in was placed last"
+    );
+    let counts: (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM skiplock.jobs WHERE state = 'available'), \
+                (SELECT count(*) FROM skiplock.jobs WHERE state = 'waiting'), \
+                (SELECT count(*) FROM skiplock.job_dependencies), \
+                (SELECT count(*) FROM skiplock.flow_jobs)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let n = n as i64;
+    assert_eq!(counts, (1, n + 1, 2 * n, n + 2));
+    let fan_in_waits: i32 =
+        sqlx::query_scalar("SELECT pending FROM skiplock.job_waits WHERE job_id = $1")
+            .bind(fan_in)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(fan_in_waits, n as i32);
+}

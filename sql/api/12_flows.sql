@@ -446,13 +446,19 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
     item jsonb;
-    names text[] := '{}';
+    i integer;
     nm text;
     dep jsonb;
     bad text;
-    ids jsonb := '{}';
-    placed text[] := '{}';
-    progress boolean;
+    -- Each name's first position in `flow` (1-based), built once: a name is looked up in
+    -- O(log n), so a flow of 10,000 jobs costs about 10,000 enqueues, not 10,000² lookups.
+    pos jsonb;
+    -- By position: the id each job placed so far was given (NULL: not yet).
+    ids bigint[];
+    -- Positions not yet placed, in flow order, for this pass and the next.
+    todo integer[];
+    later integer[];
+    ready boolean;
     dep_ids bigint[];
     new_id bigint;
     the_flow bigint;
@@ -465,7 +471,13 @@ BEGIN
         RAISE EXCEPTION 'skiplock: enqueue_flow got % jobs (at most %, setting enqueue_many.max_rows)',
             n, skiplock._limit('enqueue_many.max_rows') USING ERRCODE = '22023';
     END IF;
+    -- Ordered so that, of a repeated name, the first position is the one kept.
+    SELECT coalesce(jsonb_object_agg(t.e ->> 'name', t.o ORDER BY t.o DESC), '{}') INTO pos
+    FROM jsonb_array_elements(flow) WITH ORDINALITY AS t(e, o)
+    WHERE jsonb_typeof(t.e) = 'object' AND jsonb_typeof(t.e -> 'name') = 'string';
+    i := 0;
     FOR item IN SELECT e FROM jsonb_array_elements(flow) AS e LOOP
+        i := i + 1;
         IF jsonb_typeof(item) <> 'object' THEN
             RAISE EXCEPTION 'skiplock: enqueue_flow: each job must be a JSON object, got %', left(item::text, 100)
                 USING ERRCODE = '22023';
@@ -475,7 +487,7 @@ BEGIN
             RAISE EXCEPTION 'skiplock: enqueue_flow: every job needs a "name" (a string of 1 to 200 characters), got %',
                 left(item::text, 100) USING ERRCODE = '22023';
         END IF;
-        IF nm = ANY (names) THEN
+        IF (pos ->> nm)::integer < i THEN
             RAISE EXCEPTION 'skiplock: enqueue_flow: two jobs are named %', quote_literal(nm) USING ERRCODE = '22023';
         END IF;
         SELECT min(k) INTO bad FROM jsonb_object_keys(item) AS k
@@ -490,13 +502,12 @@ BEGIN
             RAISE EXCEPTION 'skiplock: enqueue_flow: depends_on of job % must be an array of names or job ids', quote_literal(nm)
                 USING ERRCODE = '22023';
         END IF;
-        names := names || nm;
     END LOOP;
     -- Every dependency names a job of the flow (a string) or an existing job (a number).
     FOR item IN SELECT e FROM jsonb_array_elements(flow) AS e LOOP
         FOR dep IN SELECT d FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d LOOP
             IF jsonb_typeof(dep) = 'string' THEN
-                IF NOT (dep #>> '{}') = ANY (names) THEN
+                IF NOT pos ? (dep #>> '{}') THEN
                     RAISE EXCEPTION 'skiplock: enqueue_flow: job % depends on %, which is not a job of the flow',
                         quote_literal(item ->> 'name'), quote_literal(dep #>> '{}') USING ERRCODE = '22023';
                 END IF;
@@ -506,16 +517,23 @@ BEGIN
             END IF;
         END LOOP;
     END LOOP;
-    -- Dependency order (Kahn): each pass enqueues the jobs whose named dependencies are all
-    -- placed; a pass that places none while some remain has found a cycle.
-    WHILE cardinality(placed) < n LOOP
-        progress := false;
-        FOR item IN SELECT e FROM jsonb_array_elements(flow) AS e LOOP
-            nm := item ->> 'name';
-            CONTINUE WHEN nm = ANY (placed);
-            CONTINUE WHEN EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d
-                                  WHERE jsonb_typeof(d) = 'string' AND NOT (d #>> '{}') = ANY (placed));
-            SELECT array_agg(CASE WHEN jsonb_typeof(d) = 'string' THEN (ids ->> (d #>> '{}'))::bigint
+    -- Dependency order (Kahn): each pass enqueues, in flow order, the jobs whose named
+    -- dependencies all have their ids; a pass that places none while some remain has found a
+    -- cycle. A pass reads only the jobs still to place.
+    ids := array_fill(NULL::bigint, ARRAY[n]);
+    todo := ARRAY(SELECT generate_series(1, n));
+    WHILE cardinality(todo) > 0 LOOP
+        later := '{}';
+        FOREACH i IN ARRAY todo LOOP
+            item := flow -> (i - 1);
+            SELECT coalesce(bool_and(ids[(pos ->> (d #>> '{}'))::integer] IS NOT NULL), true) INTO ready
+            FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d
+            WHERE jsonb_typeof(d) = 'string';
+            IF NOT ready THEN
+                later := array_append(later, i);
+                CONTINUE;
+            END IF;
+            SELECT array_agg(CASE WHEN jsonb_typeof(d) = 'string' THEN ids[(pos ->> (d #>> '{}'))::integer]
                                   ELSE (d #>> '{}')::bigint END)
             INTO dep_ids FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d;
             PERFORM skiplock._check_enqueue_names(item ->> 'kind', coalesce(item ->> 'queue', 'default'),
@@ -528,21 +546,23 @@ BEGIN
                 (SELECT array_agg(t) FROM jsonb_array_elements_text(item -> 'tags') AS t),
                 item -> 'meta', item ->> 'unique_by', (item ->> 'unique_for')::interval, dep_ids,
                 item ->> 'on_dependency_failure') e;
-            ids := ids || jsonb_build_object(nm, new_id);
-            placed := placed || nm;
+            ids[i] := new_id;
             the_flow := coalesce(the_flow, new_id);
-            progress := true;
         END LOOP;
-        IF NOT progress THEN
+        IF cardinality(later) = cardinality(todo) THEN
             RAISE EXCEPTION 'skiplock: enqueue_flow: the dependencies of % form a cycle',
-                (SELECT string_agg(quote_literal(x), ', ') FROM unnest(names) AS x WHERE NOT x = ANY (placed))
+                (SELECT string_agg(quote_literal(flow -> (t.i - 1) ->> 'name'), ', ' ORDER BY t.i)
+                 FROM unnest(later) AS t(i))
                 USING ERRCODE = '22023';
         END IF;
+        todo := later;
     END LOOP;
     INSERT INTO skiplock.flow_jobs (flow_id, name, job_id)
-    SELECT the_flow, x.k, x.v::bigint FROM jsonb_each_text(ids) AS x(k, v)
+    SELECT the_flow, t.e ->> 'name', ids[t.o] FROM jsonb_array_elements(flow) WITH ORDINALITY AS t(e, o)
     ON CONFLICT DO NOTHING;
-    RETURN jsonb_build_object('flow', the_flow, 'jobs', ids);
+    RETURN jsonb_build_object('flow', the_flow,
+                              'jobs', (SELECT jsonb_object_agg(t.e ->> 'name', ids[t.o])
+                                       FROM jsonb_array_elements(flow) WITH ORDINALITY AS t(e, o)));
 END;
 $$;
 

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "f92241763dbc31fde218678c400dfb02824cd5e79ad7cf09bee1ebc364e9c327",
+        "dc1b59c396bffe794e54afa63a901b5b8af8f70c85053e16ddea8a893ce9b1e0",
     ),
 ];
 
