@@ -477,8 +477,18 @@ async fn keeps_working_after_migrate(r: &Release) {
         one::<i32>(p, "SELECT api_version FROM skiplock.schema_info").await as u32,
         skiplock::store::schema::API_VERSION
     );
-    // A job enqueued through this release's API joins the old ones.
+    // A job enqueued through this release's API joins the old ones; so does a flow (two
+    // jobs in one call) and a job waiting for one of the old jobs.
     exec(p, "SELECT skiplock.enqueue('noop', '{\"after\": true}')").await;
+    exec(
+        p,
+        "SELECT skiplock.enqueue_flow('[{\"name\": \"a\", \"kind\": \"noop\"},
+                                        {\"name\": \"b\", \"kind\": \"noop\", \"depends_on\": [\"a\"]}]');
+         SELECT skiplock.enqueue('noop', depends_on => ARRAY[(SELECT min(id) FROM skiplock.jobs
+                                                              WHERE queue = 'default')]);",
+    )
+    .await;
+    assert_eq!(count_state(p, "waiting").await, 2);
     // The claim path lost its second running index; the limits kept theirs.
     assert_eq!(
         one::<i64>(
@@ -543,8 +553,9 @@ async fn keeps_working_after_migrate(r: &Release) {
     )
     .await;
     worker.stop().await.unwrap();
-    // 34 of the queues above, 4 waiting in lanes, the one completed before and the retried one.
-    assert_eq!(count_state(p, "completed").await, 40);
+    // 34 of the queues above, 4 waiting in lanes, the one completed before, the retried one
+    // and the three of the flows.
+    assert_eq!(count_state(p, "completed").await, 43);
     assert_eq!(count_state(p, "cancelled").await, 1);
     assert_eq!(
         one::<String>(
