@@ -157,6 +157,18 @@ async fn unique_by_fields_looks_only_at_those_fields_and_replace_updates_the_wai
     assert_eq!((again, outcome.as_str()), (id, "deduplicated"));
 }
 
+/// Moves every uniqueness window `by` (an interval) into the past, as the clock would.
+async fn move_windows_back(db: &TestDb, by: &str) {
+    sqlx::query(
+        "UPDATE skiplock.unique_windows SET window_start = window_start - $1::interval, \
+         window_end = window_end - $1::interval",
+    )
+    .bind(by)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unique_for_creates_one_job_per_window_whatever_became_of_it() {
     let db = TestDb::new().await;
@@ -197,13 +209,7 @@ async fn unique_for_creates_one_job_per_window_whatever_became_of_it() {
     assert_eq!(jobs_count(&db).await, 1);
 
     // The window ends (moved into the past, as time would): the next enqueue makes a job.
-    sqlx::query(
-        "UPDATE skiplock.unique_windows SET window_start = window_start - interval '20 years', \
-         window_end = window_end - interval '20 years'",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    move_windows_back(&db, "20 years").await;
     let next = enqueue(&db.pool, &job()).await.unwrap();
     assert_eq!(next.outcome, EnqueueOutcome::Inserted);
     assert_ne!(next.id, first);
@@ -273,13 +279,7 @@ async fn unique_for_a_minute_keeps_one_job_inside_the_minute_and_takes_one_after
         .execute(&db.pool)
         .await
         .unwrap();
-    sqlx::query(
-        "UPDATE skiplock.unique_windows SET window_start = window_start - interval '1 minute', \
-         window_end = window_end - interval '1 minute'",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    move_windows_back(&db, "1 minute").await;
     let after: i64 = sqlx::query_scalar(once).fetch_one(&db.pool).await.unwrap();
     assert_ne!(after, first, "after the minute, a new job");
     assert_eq!(jobs_count(&db).await, 2);
