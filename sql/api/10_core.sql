@@ -150,7 +150,7 @@ $$;
 -- When a job of `queue` with `limit_key`, asked to run at `run_at` (NULL: now), is due: no
 -- earlier than the end of a hold of its key (skiplock.hold_key). One probe of
 -- skiplock.key_holds' primary key; the enqueue functions call it for keyed jobs only, and the
--- ack for a keyed job going back (a retry or a snooze).
+-- ack for a job going back (a retry or a snooze; a NULL key finds no hold).
 CREATE OR REPLACE FUNCTION skiplock._due_after_hold(queue text, limit_key text, run_at timestamptz)
 RETURNS timestamptz LANGUAGE sql STABLE AS $$
     SELECT greatest(coalesce(run_at, now()),
@@ -784,14 +784,12 @@ BEGIN
         -- the worker's, whose clock may lag): a claim reads each lane from a little before its
         -- own clock on (src/worker/cursor.rs), and a retry stamped with a lagging clock would sit
         -- behind that until a claim from the start of the lane found it.
-        -- A keyed job going back is also due no earlier than the end of a hold of its key
+        -- A job going back is also due no earlier than the end of a hold of its key
         -- (skiplock.hold_key): a retry of a job whose remote said "slow down" waits with the
-        -- rest of its key. One probe of key_holds, for keyed jobs going back only.
-        scheduled_at = CASE WHEN a.state = 'available' AND j.limit_key IS NOT NULL
+        -- rest of its key. One probe of key_holds per job going back; none for a job finishing.
+        scheduled_at = CASE WHEN a.state = 'available'
                             THEN skiplock._due_after_hold(j.queue, j.limit_key,
                                      greatest(coalesce(a.scheduled_at, j.scheduled_at), now()))
-                            WHEN a.state = 'available'
-                            THEN greatest(coalesce(a.scheduled_at, j.scheduled_at), now())
                             ELSE coalesce(a.scheduled_at, j.scheduled_at) END,
         attempt = CASE WHEN a.give_back THEN j.attempt - 1 ELSE j.attempt END,
         errors = CASE WHEN a.error IS NULL AND a.holder IS NULL THEN j.errors
@@ -1334,8 +1332,9 @@ $$;
 -- job of the key going back by its own retry or snooze (skiplock._ack) is due no earlier than
 -- the hold's end, one put back by skiplock.retry or reschedule when the operator says. What a
 -- handler's `Outcome::SnoozeKey` calls (the 429 / Retry-After case); the operator's too.
--- Returns how many waiting jobs it moved. Holds of one key are taken one at a time (a transaction-scoped
--- advisory lock on the key): two moving the same rows in different orders could deadlock.
+-- Returns how many waiting jobs it moved. Holds of one key are taken one at a time (a
+-- transaction-scoped advisory lock on the key): two moving the same rows in different orders
+-- could deadlock.
 CREATE OR REPLACE FUNCTION skiplock.hold_key(queue text, limit_key text, until timestamptz)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

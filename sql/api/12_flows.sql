@@ -458,7 +458,6 @@ DECLARE
     -- Positions not yet placed, in flow order, for this pass and the next.
     todo integer[];
     later integer[];
-    ready boolean;
     dep_ids bigint[];
     new_id bigint;
     the_flow bigint;
@@ -526,16 +525,14 @@ BEGIN
         later := '{}';
         FOREACH i IN ARRAY todo LOOP
             item := flow -> (i - 1);
-            SELECT coalesce(bool_and(ids[(pos ->> (d #>> '{}'))::integer] IS NOT NULL), true) INTO ready
-            FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d
-            WHERE jsonb_typeof(d) = 'string';
-            IF NOT ready THEN
-                later := array_append(later, i);
-                CONTINUE;
-            END IF;
+            -- A named dependency not placed yet reads as NULL: the job waits for a later pass.
             SELECT array_agg(CASE WHEN jsonb_typeof(d) = 'string' THEN ids[(pos ->> (d #>> '{}'))::integer]
                                   ELSE (d #>> '{}')::bigint END)
             INTO dep_ids FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d;
+            IF array_position(dep_ids, NULL) IS NOT NULL THEN
+                later := array_append(later, i);
+                CONTINUE;
+            END IF;
             PERFORM skiplock._check_enqueue_names(item ->> 'kind', coalesce(item ->> 'queue', 'default'),
                                                   item ->> 'unique_key');
             SELECT e.job_id INTO new_id FROM skiplock._enqueue_outcome(

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "dc1b59c396bffe794e54afa63a901b5b8af8f70c85053e16ddea8a893ce9b1e0",
+        "802c1b8aad4f5557f6c8ee4a7ecc8720dd151778814e358f8d403ad6588db54e",
     ),
 ];
 
