@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "802c1b8aad4f5557f6c8ee4a7ecc8720dd151778814e358f8d403ad6588db54e",
+        "cc2073954d4f54c12ed72633654aae32b69c63f385921ac48c7c2d7111b41225",
     ),
 ];
 
