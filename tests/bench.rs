@@ -90,6 +90,17 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
     assert!(r.queue_limit_to_drain.as_ref().unwrap().median > 0.0);
     assert!(r.drain_fair.as_ref().unwrap().jobs_per_s.median > 0.0);
     assert!(r.fair_to_drain.as_ref().unwrap().median > 0.0);
+    // The flow, its plain drain and the release ceiling between them.
+    for d in [&r.drain_flow, &r.drain_flow_plain, &r.drain_flow_ceiling] {
+        assert!(d.as_ref().unwrap().jobs_per_s.median > 0.0);
+    }
+    for s in [
+        &r.flow_to_drain,
+        &r.flow_ceiling_to_drain,
+        &r.flow_to_ceiling,
+    ] {
+        assert!(s.as_ref().unwrap().median > 0.0);
+    }
     let crawl = r.crawl_pages_per_s.as_ref().unwrap().median;
     assert!(crawl > 0.0);
     // Politeness holds: a host's 20 starts, one per 200 ms, take at least 19 intervals, so

@@ -331,6 +331,13 @@ pub fn render(r: &BenchReport) -> String {
         ),
         (
             format!(
+                "   drain {} jobs, release ceiling (no edges, no counts)",
+                super::flows::FLOW_JOBS
+            ),
+            rate(r.drain_flow_ceiling.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
+            format!(
                 "8. crawl {} hosts × {} pages, {} ms",
                 limits::CRAWL_HOSTS,
                 limits::CRAWL_PAGES,
@@ -363,6 +370,7 @@ pub fn render(r: &BenchReport) -> String {
     );
     cost_row(&mut o, "fair queue", r.drain_fair.as_ref());
     cost_row(&mut o, "fan-out + fan-in", r.drain_flow.as_ref());
+    cost_row(&mut o, "release ceiling", r.drain_flow_ceiling.as_ref());
     cost_row(&mut o, "ceiling", r.ceiling.as_ref());
     cost_row(
         &mut o,
@@ -426,6 +434,14 @@ pub fn render(r: &BenchReport) -> String {
         (
             "fan-out + fan-in drain / plain drain",
             r.flow_to_drain.as_ref(),
+        ),
+        (
+            "release ceiling / plain drain",
+            r.flow_ceiling_to_drain.as_ref(),
+        ),
+        (
+            "fan-out + fan-in drain / release ceiling",
+            r.flow_to_ceiling.as_ref(),
         ),
         ("crawl pages/s / ideal", r.crawl_to_ideal.as_ref()),
     ];
@@ -699,6 +715,9 @@ mod tests {
             drain_flow: None,
             drain_flow_plain: None,
             flow_to_drain: None,
+            drain_flow_ceiling: None,
+            flow_ceiling_to_drain: None,
+            flow_to_ceiling: None,
             crawl_pages_per_s: Some(stat(450.0)),
             crawl_to_ideal: Some(stat(0.9)),
             targets: evaluate(&figures),

@@ -42,6 +42,19 @@ pub(crate) async fn in_process(
     n: usize,
     meter: &Meter<'_>,
 ) -> Result<DrainRun> {
+    in_process_beside(url, o, n, meter, async { Ok(()) }).await
+}
+
+/// [`in_process`], with `beside` run from the worker's start alongside it (what makes the
+/// jobs due, in a drain where they are not all due at the start: the release ceiling,
+/// src/bench/flows.rs).
+pub(crate) async fn in_process_beside(
+    url: &str,
+    o: &BenchOptions,
+    n: usize,
+    meter: &Meter<'_>,
+    beside: impl std::future::Future<Output = Result<()>>,
+) -> Result<DrainRun> {
     let mark = meter.begin().await?;
     let p = store::pool(url, o.connections).await?;
     let done = Arc::new(AtomicUsize::new(0));
@@ -57,7 +70,15 @@ pub(crate) async fn in_process(
     let cpu0 = cpu_now();
     let started = Instant::now();
     let handle = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
-    all_ran.notified().await;
+    let ran = async {
+        all_ran.notified().await;
+        Ok(())
+    };
+    if let Err(e) = tokio::try_join!(ran, beside) {
+        stop.cancel();
+        let _ = handle.await;
+        return Err(e);
+    }
     // Every handler ran; wait until every ack is written too.
     let mut polls = 0u64;
     loop {

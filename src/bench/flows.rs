@@ -3,7 +3,8 @@
 //! child — drained by the same worker as a plain drain of the same count in the same run. The
 //! flow pays for the releases: the root's ack and the slices after it release every child
 //! (one more write of each), and each child's ack resolves its edge to the fan-in and counts
-//! down the fan-in's wait.
+//! down the fan-in's wait. The release ceiling beside them is what any flow costs that
+//! releases each child with one write and keeps no count at all.
 
 use serde_json::json;
 
@@ -12,6 +13,7 @@ use super::{BenchOptions, DrainRun, drain, fill_noop, store};
 use skiplock::Pool as PgPool;
 use skiplock::error::Result;
 use skiplock::queue::NewJob;
+use std::time::Duration;
 
 /// Jobs of the flow (and of its plain drain).
 pub const FLOW_JOBS: usize = 10_000;
@@ -58,3 +60,36 @@ pub(crate) async fn fan_drain(
     store::analyze_jobs(monitor).await?;
     drain::in_process(url, o, FLOW_JOBS, meter).await
 }
+
+/// The release ceiling: the same count of noop jobs, the first due and every other waiting,
+/// released once the first has completed by plain UPDATEs of [`RELEASE_SLICE`] jobs each, one
+/// after another (sql/bench/release_slice.sql), beside the same worker. The least a flow can
+/// cost while the claim reads only `available` rows: one write per released job, and no edge
+/// or count read or written. An upper bound, not a flow: the last job does not wait for the
+/// others (docs/performance.md, "Flows").
+pub(crate) async fn release_ceiling(
+    url: &str,
+    o: &BenchOptions,
+    monitor: &PgPool,
+    meter: &Meter<'_>,
+) -> Result<DrainRun> {
+    fill_noop(monitor, FLOW_JOBS).await?;
+    let (first, last) = store::hold_back_all_but_first(monitor).await?;
+    store::vacuum_jobs(monitor).await?;
+    let release = async move {
+        while !store::job_completed(monitor, first).await? {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let mut from = first + 1;
+        while from <= last {
+            store::release_slice(monitor, from, from + RELEASE_SLICE - 1).await?;
+            from += RELEASE_SLICE;
+        }
+        Ok(())
+    };
+    drain::in_process_beside(url, o, FLOW_JOBS, meter, release).await
+}
+
+/// Jobs per statement of the release ceiling: as many as a worker's slice of a flow's
+/// releases (`skiplock::worker`'s settling slice, src/worker/acks.rs).
+const RELEASE_SLICE: i64 = 1000;

@@ -259,6 +259,14 @@ pub struct BenchReport {
     pub drain_flow_plain: Option<DrainFigures>,
     /// drain_flow / drain_flow_plain, per run.
     pub flow_to_drain: Option<Stat>,
+    /// The release ceiling: the same jobs released by plain UPDATEs, with no edge or count
+    /// ([`flows::release_ceiling`]).
+    pub drain_flow_ceiling: Option<DrainFigures>,
+    /// drain_flow_ceiling / drain_flow_plain, per run: the most a flow that writes each
+    /// released job once reaches.
+    pub flow_ceiling_to_drain: Option<Stat>,
+    /// drain_flow / drain_flow_ceiling, per run: how much of that the flow reaches.
+    pub flow_to_ceiling: Option<Stat>,
     /// Pages/s of the polite crawl ([`limits::CRAWL_HOSTS`] × [`limits::CRAWL_PAGES`]).
     pub crawl_pages_per_s: Option<Stat>,
     /// crawl pages/s / the ideal ([`limits::crawl_ideal`]), per run.
@@ -490,7 +498,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
     let mut ceil2 = vec![];
     let (mut keyed, mut qlim, mut fair, mut crawls) = (vec![], vec![], vec![], vec![]);
-    let (mut flow_plain, mut flow_fan) = (vec![], vec![]);
+    let (mut flow_plain, mut flow_fan, mut flow_ceiling) = (vec![], vec![], vec![]);
     let (mut cli, mut cli_default, mut cli_first) = (vec![], vec![], vec![]);
     let mut cli_pgbouncer = vec![];
     let mut graphile_version = None;
@@ -581,6 +589,8 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         flow_plain.push(flows::plain_drain(url, o, &monitor, &meter).await?);
         reset(&monitor).await?;
         flow_fan.push(flows::fan_drain(url, o, &monitor, &meter).await?);
+        reset(&monitor).await?;
+        flow_ceiling.push(flows::release_ceiling(url, o, &monitor, &meter).await?);
 
         if !o.skip_limits {
             step(&format!(
@@ -743,6 +753,9 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         flow_to_drain: ratios(&flow_fan, &flow_plain, throughput),
         drain_flow: DrainFigures::of(&flow_fan),
         drain_flow_plain: DrainFigures::of(&flow_plain),
+        flow_ceiling_to_drain: ratios(&flow_ceiling, &flow_plain, throughput),
+        flow_to_ceiling: ratios(&flow_fan, &flow_ceiling, throughput),
+        drain_flow_ceiling: DrainFigures::of(&flow_ceiling),
         crawl_to_ideal: Stat::of_some(
             &crawls
                 .iter()

@@ -121,8 +121,10 @@ pub const TARGETS: &[Target] = &[
         bound: 0.7,
         unit: "×",
     },
-    // A flow's jobs are released by the acks of their dependencies (the root's releases every
-    // child in one statement, each child's counts down the fan-in): docs/flows.md.
+    // A flow's jobs are released by the acks of their dependencies (the root's ack releases
+    // the first slice of its children and the worker the rest, slice by slice; each child's
+    // ack counts down the fan-in): docs/flows.md. The release ceiling beside it in the report
+    // is what a release with no bookkeeping reaches (docs/performance.md, "Flows").
     Target {
         key: "flow_to_drain",
         label: "drain, fan-out + fan-in / plain (same count)",
