@@ -75,15 +75,13 @@ $$;
 -- then removed) and settle the edges that wait for them (skiplock._settle_edges), at most
 -- `max_edges` of them (NULL: all). Returns the jobs of `ids` that may have edges left to
 -- settle (NULL: none; skiplock._settle_edges). What the ack of jobs with neither watchers nor
--- dependents pays: an index probe per job. Planned without sequential scans: with a few
--- thousand edges in the table, statistics make a sequential scan look cheaper than an ack
--- batch's probes, and every ack of every queue would then read the whole table.
+-- dependents pays: two probes of empty tables. Planned as statistics say, not without
+-- sequential scans as the settling functions are: forced index probes slowed the plain
+-- drain, while the scan a plan may choose over a few thousand edges costs a fraction of a
+-- millisecond per ack batch (docs/performance.md, "Flows").
 DROP FUNCTION IF EXISTS skiplock._settle(bigint[]);
 CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[], max_edges integer DEFAULT NULL) RETURNS bigint[]
-LANGUAGE plpgsql
-SET enable_seqscan = off
-SET jit = off
-AS $$
+LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM skiplock._tell_watchers(ids);
     IF EXISTS (SELECT 1 FROM skiplock.job_dependencies d

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "cc2073954d4f54c12ed72633654aae32b69c63f385921ac48c7c2d7111b41225",
+        "db9fba85e55d9824c35c5612a44b6fa668891d1915c99cf09d0bfe1db2b1644d",
     ),
 ];
 
