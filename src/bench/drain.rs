@@ -69,14 +69,27 @@ pub(crate) async fn in_process_beside(
     let s = stop.clone();
     let cpu0 = cpu_now();
     let started = Instant::now();
-    let handle = tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
+    let mut handle =
+        tokio::spawn(async move { worker.run(async move { s.cancelled().await }).await });
     let ran = async {
         all_ran.notified().await;
         Ok(())
     };
-    if let Err(e) = tokio::try_join!(ran, beside) {
+    // A worker that stops before every job ran ends the drain with its error, rather than
+    // leaving the bench waiting for handlers that will never run.
+    let outcome = tokio::select! {
+        r = async { tokio::try_join!(ran, beside) } => r.map(|_| ()),
+        w = &mut handle => Err(match w {
+            Ok(Err(e)) => Error::Other(format!("bench: the worker stopped during the drain: {e}")),
+            Ok(Ok(())) => Error::Other("bench: the worker stopped before the drain ended".into()),
+            Err(e) => Error::Other(format!("bench: the worker's task failed: {e}")),
+        }),
+    };
+    if let Err(e) = outcome {
         stop.cancel();
-        let _ = handle.await;
+        if !handle.is_finished() {
+            let _ = handle.await;
+        }
         return Err(e);
     }
     // Every handler ran; wait until every ack is written too.
