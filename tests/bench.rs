@@ -90,7 +90,7 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
     assert!(r.queue_limit_to_drain.as_ref().unwrap().median > 0.0);
     assert!(r.drain_fair.as_ref().unwrap().jobs_per_s.median > 0.0);
     assert!(r.fair_to_drain.as_ref().unwrap().median > 0.0);
-    // The flow, its plain drain and the release ceiling between them.
+    // The flow, its plain drain, the release ceiling between them, and the flow's halves.
     for d in [&r.drain_flow, &r.drain_flow_plain, &r.drain_flow_ceiling] {
         assert!(d.as_ref().unwrap().jobs_per_s.median > 0.0);
     }
@@ -98,6 +98,8 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
         &r.flow_to_drain,
         &r.flow_ceiling_to_drain,
         &r.flow_to_ceiling,
+        &r.fan_out_to_drain,
+        &r.fan_in_to_drain,
     ] {
         assert!(s.as_ref().unwrap().median > 0.0);
     }

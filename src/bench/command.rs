@@ -443,6 +443,8 @@ pub fn render(r: &BenchReport) -> String {
             "fan-out + fan-in drain / release ceiling",
             r.flow_to_ceiling.as_ref(),
         ),
+        ("fan-out alone / plain drain", r.fan_out_to_drain.as_ref()),
+        ("fan-in alone / plain drain", r.fan_in_to_drain.as_ref()),
         ("crawl pages/s / ideal", r.crawl_to_ideal.as_ref()),
     ];
     lines(
@@ -718,6 +720,8 @@ mod tests {
             drain_flow_ceiling: None,
             flow_ceiling_to_drain: None,
             flow_to_ceiling: None,
+            fan_out_to_drain: None,
+            fan_in_to_drain: None,
             crawl_pages_per_s: Some(stat(450.0)),
             crawl_to_ideal: Some(stat(0.9)),
             targets: evaluate(&figures),

@@ -3,8 +3,9 @@
 //! child — drained by the same worker as a plain drain of the same count in the same run. The
 //! flow pays for the releases: the root's ack and the slices after it release every child
 //! (one more write of each), and each child's ack resolves its edge to the fan-in and counts
-//! down the fan-in's wait. The release ceiling beside them is what any flow costs that
-//! releases each child with one write and keeps no count at all.
+//! down the fan-in's wait. Reported beside it: the release ceiling, what any flow costs that
+//! releases each child with one write and keeps no count at all, and the flow's two halves
+//! drained apart ([`Shape`]), which say where the flow's own cost lies.
 
 use serde_json::json;
 
@@ -29,34 +30,51 @@ pub(crate) async fn plain_drain(
     drain::in_process(url, o, FLOW_JOBS, meter).await
 }
 
-/// The fan-out and fan-in of [`FLOW_JOBS`] noop jobs, enqueued before the clock starts (as
-/// the plain drain's jobs are).
+/// Which dependencies the flow drain's jobs have: the whole flow (the figure), or one of its
+/// two halves, which the report shows apart so that a run says which half costs what
+/// (docs/performance.md, "Flows").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// A root, its children waiting for it, one job waiting for every child.
+    Whole,
+    /// The root and its children; the last job is due from the start.
+    OutOnly,
+    /// The children are due from the start; the last job waits for all of them.
+    InOnly,
+}
+
+/// The flow of [`FLOW_JOBS`] noop jobs in `shape`, enqueued before the clock starts (as the
+/// plain drain's jobs are).
 pub(crate) async fn fan_drain(
     url: &str,
     o: &BenchOptions,
     monitor: &PgPool,
     meter: &Meter<'_>,
+    shape: Shape,
 ) -> Result<DrainRun> {
     let root = skiplock::enqueue_job(monitor, &NewJob::new("noop", json!({})))
         .await?
         .id;
     let args = vec![json!({}); FLOW_JOBS - 2];
+    let roots: &[i64] = if shape == Shape::InOnly { &[] } else { &[root] };
     let children = skiplock::enqueue_many(
         monitor,
         skiplock::ManyJobs {
             kind: "noop",
             args: &args,
             queue: "default",
-            depends_on: &[root],
+            depends_on: roots,
             ..Default::default()
         },
     )
     .await?;
-    skiplock::enqueue_job(
-        monitor,
-        &NewJob::new("noop", json!({})).depends_on(children),
-    )
-    .await?;
+    let last = NewJob::new("noop", json!({}));
+    let last = if shape == Shape::OutOnly {
+        last
+    } else {
+        last.depends_on(children)
+    };
+    skiplock::enqueue_job(monitor, &last).await?;
     store::analyze_jobs(monitor).await?;
     drain::in_process(url, o, FLOW_JOBS, meter).await
 }

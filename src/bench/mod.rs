@@ -267,6 +267,10 @@ pub struct BenchReport {
     pub flow_ceiling_to_drain: Option<Stat>,
     /// drain_flow / drain_flow_ceiling, per run: how much of that the flow reaches.
     pub flow_to_ceiling: Option<Stat>,
+    /// The flow's fan-out alone ([`flows::Shape::OutOnly`]) / drain_flow_plain, per run.
+    pub fan_out_to_drain: Option<Stat>,
+    /// The flow's fan-in alone ([`flows::Shape::InOnly`]) / drain_flow_plain, per run.
+    pub fan_in_to_drain: Option<Stat>,
     /// Pages/s of the polite crawl ([`limits::CRAWL_HOSTS`] × [`limits::CRAWL_PAGES`]).
     pub crawl_pages_per_s: Option<Stat>,
     /// crawl pages/s / the ideal ([`limits::crawl_ideal`]), per run.
@@ -499,6 +503,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let mut ceil2 = vec![];
     let (mut keyed, mut qlim, mut fair, mut crawls) = (vec![], vec![], vec![], vec![]);
     let (mut flow_plain, mut flow_fan, mut flow_ceiling) = (vec![], vec![], vec![]);
+    let (mut fan_out, mut fan_in) = (vec![], vec![]);
     let (mut cli, mut cli_default, mut cli_first) = (vec![], vec![], vec![]);
     let mut cli_pgbouncer = vec![];
     let mut graphile_version = None;
@@ -582,15 +587,19 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         }
 
         step(&format!(
-            "drain {} jobs, plain and as a fan-out + fan-in",
+            "drain {} jobs: plain, the flow, its release ceiling, its two halves",
             flows::FLOW_JOBS
         ));
         reset(&monitor).await?;
         flow_plain.push(flows::plain_drain(url, o, &monitor, &meter).await?);
         reset(&monitor).await?;
-        flow_fan.push(flows::fan_drain(url, o, &monitor, &meter).await?);
+        flow_fan.push(flows::fan_drain(url, o, &monitor, &meter, flows::Shape::Whole).await?);
         reset(&monitor).await?;
         flow_ceiling.push(flows::release_ceiling(url, o, &monitor, &meter).await?);
+        reset(&monitor).await?;
+        fan_out.push(flows::fan_drain(url, o, &monitor, &meter, flows::Shape::OutOnly).await?);
+        reset(&monitor).await?;
+        fan_in.push(flows::fan_drain(url, o, &monitor, &meter, flows::Shape::InOnly).await?);
 
         if !o.skip_limits {
             step(&format!(
@@ -756,6 +765,8 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         flow_ceiling_to_drain: ratios(&flow_ceiling, &flow_plain, throughput),
         flow_to_ceiling: ratios(&flow_fan, &flow_ceiling, throughput),
         drain_flow_ceiling: DrainFigures::of(&flow_ceiling),
+        fan_out_to_drain: ratios(&fan_out, &flow_plain, throughput),
+        fan_in_to_drain: ratios(&fan_in, &flow_plain, throughput),
         crawl_to_ideal: Stat::of_some(
             &crawls
                 .iter()
