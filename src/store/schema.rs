@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "db9fba85e55d9824c35c5612a44b6fa668891d1915c99cf09d0bfe1db2b1644d",
+        "cdf2778e236b3a3a4a5202949d0c172a1ce11f48543b5ddbc75c155ba2a50e22",
     ),
 ];
 
