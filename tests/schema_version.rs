@@ -225,3 +225,25 @@ async fn another_build_of_the_same_version_is_refused_until_migrated() {
     assert_eq!(code, 0);
     schema::ensure_ready(&db.pool).await.unwrap();
 }
+
+/// A database migrated by an earlier build of this API version, one that lacked its last
+/// migration, is refused as another build (not as "API version 8, this binary needs 8").
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn an_earlier_build_missing_a_migration_is_refused_as_another_build() {
+    let db = TestDb::new().await;
+    for sql in [
+        "DELETE FROM skiplock.migrations_core WHERE version = (SELECT max(version) FROM skiplock.migrations_core)",
+        "UPDATE skiplock.schema_info SET api_hash = 'an-earlier-build'",
+    ] {
+        sqlx::query(sql).execute(&db.pool).await.unwrap();
+    }
+    let (code, line) = jobs_refusal(&db.url);
+    assert_eq!(code, 1);
+    assert_eq!(
+        line,
+        format!(
+            "error: schema has another build's SQL API (both say API version {API_VERSION}): run `skiplock migrate`"
+        )
+    );
+}

@@ -492,9 +492,16 @@ pub async fn ensure_ready(pool: &Pool) -> Result<()> {
         .iter()
         .any(|m| !applied.contains(&m.version))
     {
-        return Err(Error::Schema(SchemaMismatch::Older {
-            db: version_of(&info),
-            binary: API_VERSION,
+        // Missing migrations under this very version: an earlier build of it migrated the
+        // database ("schema is at API version 8, this binary needs 8" would say nothing).
+        let db = version_of(&info);
+        return Err(Error::Schema(if db == API_VERSION {
+            SchemaMismatch::Changed { version: db }
+        } else {
+            SchemaMismatch::Older {
+                db,
+                binary: API_VERSION,
+            }
         }));
     }
     check_version(info.as_ref(), API_VERSION, &api_hash())
