@@ -1200,3 +1200,38 @@ async fn a_big_flow_in_one_call_is_placed_whole_in_dependency_order() {
             .unwrap();
     assert_eq!(fan_in_waits, n as i32);
 }
+
+/// A worker started with `--exit-when-idle` after another stopped in the middle of a fan-out
+/// (the root finished without settling its children, as a plain UPDATE or a dead worker leaves
+/// it) runs the maintenance's sweep before it calls itself idle, so it releases and runs the
+/// children instead of exiting with them waiting.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn a_worker_that_exits_when_idle_first_releases_what_a_stopped_worker_left_waiting() {
+    let db = TestDb::new().await;
+    let root = enqueue(&db.pool, &NewJob::new("noop", json!({})))
+        .await
+        .unwrap()
+        .id;
+    let children = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "noop",
+            args: &vec![json!({}); 50],
+            queue: "default",
+            depends_on: &[root],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query("UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE id = $1")
+        .bind(root)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    assert_eq!(in_state(&db, &children, "waiting").await, children);
+    let (code, _, err) = run_cmd(&db.url, &["worker", "--exit-when-idle"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(in_state(&db, &children, "completed").await, children);
+}

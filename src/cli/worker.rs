@@ -16,7 +16,8 @@ pub struct WorkerArgs {
     /// env SKIPLOCK_QUEUES).
     #[arg(long)]
     pub queues: Option<String>,
-    /// Exit 0 once nothing in these queues is claimable now and nothing runs.
+    /// Exit 0 once nothing in these queues is claimable now and nothing runs (jobs left waiting
+    /// for a dependency that finished are released first).
     #[arg(long)]
     pub exit_when_idle: bool,
 }

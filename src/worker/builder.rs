@@ -154,7 +154,8 @@ impl WorkerBuilder {
         self.job_hooks.push(Arc::new(hook));
         self
     }
-    /// Exit once nothing in the worker's queues is claimable now and nothing runs.
+    /// Exit once nothing in the worker's queues is claimable now and nothing runs (jobs left
+    /// waiting for a dependency that has finished are released first: src/worker/idle.rs).
     pub fn exit_when_idle(mut self, yes: bool) -> Self {
         self.exit_when_idle = yes;
         self

@@ -1,6 +1,9 @@
 //! `--exit-when-idle`: ends the worker once nothing in its queues is claimable now and
-//! nothing runs, twice in a row. While the database is unavailable it backs off (and is
-//! never idle: it cannot know).
+//! nothing runs, twice in a row. Before it calls that idle it runs the maintenance's flow
+//! sweep once (`skiplock.settle_dependencies`): jobs left waiting for a dependency that has
+//! finished (a worker stopped in the middle of a fan-out) are about to be claimable, and the
+//! rescuer's own pass may come only after the worker has gone. While the database is
+//! unavailable it backs off (and is never idle: it cannot know).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,9 +11,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use super::rescuer::SETTLE_BATCH;
 use crate::db::outage::Backoff;
 use crate::error::Result;
 use crate::store::claim::has_claimable;
+use crate::store::flows::settle_dependencies;
 
 /// Longest wait between two failed checks.
 pub const CHECK_BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -38,7 +43,13 @@ pub(crate) async fn run(
             idle_checks = 0;
             continue;
         }
-        match has_claimable(&shared.pool, &shared.kinds, queues.as_deref()).await {
+        let checked = match has_claimable(&shared.pool, &shared.kinds, queues.as_deref()).await {
+            Ok(false) => settle_dependencies(&shared.pool, SETTLE_BATCH)
+                .await
+                .map(|settled| settled > 0),
+            other => other,
+        };
+        match checked {
             Ok(claimable) => {
                 backoff.reset();
                 if !claimable && shared.running().is_empty() {

@@ -54,7 +54,7 @@ impl Rescuer {
 }
 
 /// Finished jobs whose dependents one sweep settles per statement.
-const SETTLE_BATCH: i32 = 1000;
+pub(super) const SETTLE_BATCH: i32 = 1000;
 
 /// Rescues up to [`BATCH`] rows per statement until none are left; returns how many.
 pub async fn rescue(pool: &Pool, rescue_after: Duration) -> Result<u64> {
