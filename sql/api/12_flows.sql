@@ -22,6 +22,7 @@ AS $$
 DECLARE
     deps bigint[];
     missing bigint;
+    finished bigint[];
 BEGIN
     IF coalesce(on_failure, 'cancel') NOT IN ('cancel', 'run') THEN
         RAISE EXCEPTION 'skiplock: on_dependency_failure must be ''cancel'' or ''run'', got %',
@@ -47,12 +48,10 @@ BEGIN
     SELECT n, d, cardinality(deps) = 1 FROM unnest(job_ids) AS n, unnest(deps) AS d;
     INSERT INTO skiplock.job_waits (job_id, pending, on_dependency_failure)
     SELECT n, cardinality(deps), coalesce(on_failure, 'cancel') FROM unnest(job_ids) AS n;
-    -- Only the new jobs are counted: settling the finished dependencies whole would read
-    -- again every edge a fan-out released before (sole edges stay unresolved), once per
-    -- enqueue that names them.
-    IF EXISTS (SELECT 1 FROM skiplock.jobs j
-               WHERE j.id = ANY (deps) AND j.state IN ('completed', 'discarded', 'cancelled')) THEN
-        PERFORM skiplock._recount(job_ids);
+    SELECT array_agg(j.id) INTO finished FROM skiplock.jobs j
+    WHERE j.id = ANY (deps) AND j.state IN ('completed', 'discarded', 'cancelled');
+    IF finished IS NOT NULL THEN
+        PERFORM skiplock._settle(finished);
     END IF;
 END;
 $$;
@@ -153,9 +152,9 @@ $$;
 --     transitively);
 --   released (`available`, due now) when nothing is left to wait for.
 -- A dependent no longer waiting (an operator cancelled or retried it) only has its count
--- kept. A sole edge (its dependent's only one, migration 0009) whose dependency completed is
--- not counted: its dependent is released if it still waits, and the edge is resolved only
--- outside a slice (docs/internals.md, "Flows"). Planned without sequential scans, as skiplock._heartbeat: the flow tables fill and
+-- kept. A sole edge (its dependent's only one, migration 0009) resolved with its dependency
+-- completed is not counted: its dependent is released by the same statement (docs/internals.md,
+-- "Flows"). Planned without sequential scans, as skiplock._heartbeat: the flow tables fill and
 -- empty faster than autovacuum analyzes them, and a plan made on stale statistics that reads
 -- the whole of job_dependencies (or jobs) at every ack batch would make a fan-in quadratic.
 -- A function of its own so that an ack without flows never runs with that setting. Without
@@ -186,35 +185,29 @@ DECLARE
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
         WITH picked AS MATERIALIZED (
-            -- An edge is `fast` when it is its dependent's only one (`sole`) and its
-            -- dependency completed: the dependent is released below, uncounted (its own state
-            -- says whether that was done), and the edge is left unresolved by a slice.
-            SELECT x.*, x.sole AND (SELECT j.state FROM skiplock.jobs j WHERE j.id = x.depends_on) = 'completed'
-                        AS fast
-            FROM ((SELECT d.ctid AS t, d.job_id, d.depends_on, d.sole FROM skiplock.job_dependencies d
-                   WHERE first IS NULL AND d.depends_on = ANY (ids) AND d.resolved IS NULL
-                   LIMIT max_edges)
-                  UNION ALL
-                  SELECT d.ctid, d.job_id, d.depends_on, d.sole FROM skiplock.job_dependencies d
-                  WHERE d.ctid = ANY (first)) x
+            (SELECT d.ctid AS t FROM skiplock.job_dependencies d
+             WHERE first IS NULL AND d.depends_on = ANY (ids) AND d.resolved IS NULL
+             LIMIT max_edges)
+            UNION ALL
+            SELECT f.t FROM unnest(first) AS f(t)
         ), done AS (
             -- By ctid, as the claim takes its rows: an edge another settler resolved
-            -- meanwhile has moved on to a new row version, and is left out. Fast edges are
-            -- resolved too outside a slice (an ack's few hundred), so that the slices after
-            -- it, reading unresolved edges from the start, do not read them again.
+            -- meanwhile has moved on to a new row version, and is left out.
             UPDATE skiplock.job_dependencies d SET resolved = j.state
             FROM skiplock.jobs j
-            WHERE d.ctid = ANY (ARRAY(SELECT p.t FROM picked p WHERE first IS NULL OR NOT p.fast))
-              AND d.resolved IS NULL
+            WHERE d.ctid = ANY (ARRAY(SELECT p.t FROM picked p)) AND d.resolved IS NULL
               AND j.id = d.depends_on AND j.state IN ('completed', 'discarded', 'cancelled')
             RETURNING d.job_id, d.depends_on, j.state, d.sole
         ), released AS (
-            -- In id order, as every statement that locks many jobs; after the edges (the
-            -- sub-select runs `done` first), as every settler takes them.
+            -- A sole edge (its dependent's only one) resolved with its dependency completed:
+            -- the dependent is released here, with no count read or written. In id order, as
+            -- every statement that locks many jobs takes them. This is every child of a
+            -- fan-out and every link of a chain.
             UPDATE skiplock.jobs c
             SET state = 'available', scheduled_at = greatest(c.scheduled_at, clock_timestamp())
-            FROM (SELECT p.job_id FROM picked p WHERE p.fast ORDER BY p.job_id) f
-            WHERE c.id = f.job_id AND c.state = 'waiting' AND (SELECT count(*) FROM done) >= 0
+            FROM (SELECT done.job_id FROM done WHERE done.sole AND done.state = 'completed'
+                  ORDER BY done.job_id) f
+            WHERE c.id = f.job_id AND c.state = 'waiting'
             RETURNING c.queue
         ), woken AS (
             SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT r.queue FROM released r) q
@@ -442,37 +435,23 @@ $$;
 
 -- The maintenance's sweep: settles edges whose dependency finished without settling them
 -- (a job discarded by the rescuer, the reaper or a claim, or finished by a plain UPDATE from
--- psql), at most `max_rows` dependencies per call, and recounts at most `max_rows` sole
--- dependents still waiting for a finished dependency (a worker stopped between two slices of
--- a fan-out). Sole edges are not read from the edges' side: a fan-out's slices leave them
--- unresolved once their dependents are released (skiplock._settle_edges), and the waiting
--- jobs' index finds the few that still wait. Returns how many it settled.
+-- psql), at most `max_rows` dependencies per call. Returns how many it settled.
 CREATE OR REPLACE FUNCTION skiplock.settle_dependencies(max_rows integer DEFAULT 1000)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     ids bigint[];
-    stuck bigint[];
 BEGIN
     SELECT array_agg(x.depends_on) INTO ids
     FROM (SELECT DISTINCT d.depends_on
           FROM skiplock.job_dependencies d
           JOIN skiplock.jobs j ON j.id = d.depends_on
-          WHERE d.resolved IS NULL AND NOT d.sole AND j.state IN ('completed', 'discarded', 'cancelled')
+          WHERE d.resolved IS NULL AND j.state IN ('completed', 'discarded', 'cancelled')
           LIMIT settle_dependencies.max_rows) x;
-    SELECT array_agg(x.id ORDER BY x.id) INTO stuck
-    FROM (SELECT w.id
-          FROM skiplock.jobs w
-          JOIN skiplock.job_dependencies d ON d.job_id = w.id AND d.sole
-          JOIN skiplock.jobs j ON j.id = d.depends_on
-          WHERE w.state = 'waiting' AND j.state IN ('completed', 'discarded', 'cancelled')
-          LIMIT settle_dependencies.max_rows) x;
-    IF ids IS NOT NULL THEN
-        PERFORM skiplock._settle(ids);
+    IF ids IS NULL THEN
+        RETURN 0;
     END IF;
-    IF stuck IS NOT NULL THEN
-        PERFORM skiplock._recount(stuck);
-    END IF;
-    RETURN coalesce(cardinality(ids), 0) + coalesce(cardinality(stuck), 0);
+    PERFORM skiplock._settle(ids);
+    RETURN cardinality(ids);
 END;
 $$;
 

@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "cdf2778e236b3a3a4a5202949d0c172a1ce11f48543b5ddbc75c155ba2a50e22",
+        "e9a201c0cc7253485c38c7e36c14a4de92deddf359b0aa9553031baf975775e6",
     ),
 ];
 
