@@ -200,9 +200,11 @@ BEGIN
             RETURNING d.job_id, d.depends_on, j.state, d.sole
         ), released AS (
             -- A sole edge (its dependent's only one) resolved with its dependency completed:
-            -- the dependent is released here, with no count read or written. In id order, as
-            -- every statement that locks many jobs takes them. This is every child of a
-            -- fan-out and every link of a chain.
+            -- the dependent is released here, with no count read or written, as
+            -- skiplock._cancel_or_release releases (due at the release's clock; its comment
+            -- says why), without the arrays, sort and second update that function costs. In
+            -- id order, as every statement that locks many jobs takes them. This is every
+            -- child of a fan-out and every link of a chain.
             UPDATE skiplock.jobs c
             SET state = 'available', scheduled_at = greatest(c.scheduled_at, clock_timestamp())
             FROM (SELECT done.job_id FROM done WHERE done.sole AND done.state = 'completed'

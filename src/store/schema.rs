@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "e9a201c0cc7253485c38c7e36c14a4de92deddf359b0aa9553031baf975775e6",
+        "673371ef02506a3bb06f528d22bbf7863159a350b7014fa7bae43a0a8baa34e0",
     ),
 ];
 
