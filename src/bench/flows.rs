@@ -13,7 +13,7 @@ use super::meter::Meter;
 use super::{BenchOptions, DrainRun, drain, fill_noop, store};
 use skiplock::Pool as PgPool;
 use skiplock::error::Result;
-use skiplock::queue::NewJob;
+use skiplock::queue::{JobState, NewJob};
 use std::time::Duration;
 
 /// Jobs of the flow (and of its plain drain).
@@ -95,7 +95,7 @@ pub(crate) async fn release_ceiling(
     let (first, last) = store::hold_back_all_but_first(monitor).await?;
     store::vacuum_jobs(monitor).await?;
     let release = async move {
-        while !store::job_completed(monitor, first).await? {
+        while skiplock::admin::get_job(monitor, first).await?.state != JobState::Completed {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let mut from = first + 1;

@@ -436,14 +436,6 @@ pub(crate) async fn hold_back_all_but_first(p: &PgPool) -> Result<(i64, i64)> {
         .ok_or_else(|| Error::Other("bench: the release ceiling needs at least two jobs".into()))
 }
 
-/// Whether job `id` has completed.
-pub(crate) async fn job_completed(p: &PgPool, id: i64) -> Result<bool> {
-    Ok(sqlx::query_scalar(sql!("bench", "job_completed"))
-        .bind(id)
-        .fetch_one(p)
-        .await?)
-}
-
 /// Releases the waiting jobs with ids `from..=to` (one slice of the release ceiling).
 pub(crate) async fn release_slice(p: &PgPool, from: i64, to: i64) -> Result<()> {
     sqlx::query(sql!("bench", "release_slice"))
