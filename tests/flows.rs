@@ -1207,3 +1207,66 @@ async fn a_worker_that_exits_when_idle_first_releases_what_a_stopped_worker_left
     assert_eq!(code, 0, "{err}");
     assert_eq!(in_state(&db, &children, "completed").await, children);
 }
+
+/// An ack looks for dependents of the jobs it finishes through the index of edges, whatever
+/// the statistics say: a table of edges that flows have filled (and that autovacuum has not
+/// analyzed yet) made the planner prefer a sequential scan of every edge, at every ack batch of
+/// every queue, flows or not (sql/api/12_flows.sql, skiplock._settle).
+#[tokio::test]
+async fn an_ack_never_scans_every_edge_of_earlier_flows() {
+    use skiplock::store::ack::ack_many;
+
+    let db = TestDb::new().await;
+    // Edges of finished flows, as retention keeps them until their jobs go.
+    for _ in 0..3 {
+        let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+        fan_out(&db, root, &vec![json!({}); 2000]).await;
+        sqlx::query("SELECT skiplock.cancel($1)")
+            .bind(root)
+            .execute(&*db.pool)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.job_dependencies WHERE resolved = 'cancelled'"
+        )
+        .await,
+        6000
+    );
+    // A batch of plain jobs, acked in a transaction that then reads its own scan counts.
+    let ids: Vec<i64> = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "step",
+            args: &vec![json!({}); 400],
+            queue: "default",
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = ANY ($1)")
+        .bind(&ids)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    // The counts this backend has not reported yet, before the ack and after it, in one
+    // transaction (nothing is reported in the middle of one).
+    let mut tx = db.pool.begin().await.unwrap();
+    let scans = "SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables
+                 WHERE schemaname = 'skiplock' AND relname = 'job_dependencies'";
+    let before: (i64, i64) = sqlx::query_as(scans).fetch_one(&mut *tx).await.unwrap();
+    let acks: Vec<_> = ids.iter().map(|&id| completed_ack(id, 1)).collect();
+    assert_eq!(ack_many(&mut *tx, &acks).await.unwrap().ids.len(), 400);
+    let after: (i64, i64) = sqlx::query_as(scans).fetch_one(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        after.0 - before.0,
+        0,
+        "sequential scans of skiplock.job_dependencies"
+    );
+    assert!(after.1 > before.1, "the ack never looked for dependents");
+    assert_eq!(in_state(&db, &ids, "completed").await, ids);
+}

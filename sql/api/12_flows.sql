@@ -75,13 +75,20 @@ $$;
 -- then removed) and settle the edges that wait for them (skiplock._settle_edges), at most
 -- `max_edges` of them (NULL: all). Returns the jobs of `ids` that may have edges left to
 -- settle (NULL: none; skiplock._settle_edges). What the ack of jobs with neither watchers nor
--- dependents pays: two probes of empty tables. Planned as statistics say, not without
--- sequential scans as the settling functions are: forced index probes slowed the plain
--- drain, while the scan a plan may choose over a few thousand edges costs a fraction of a
--- millisecond per ack batch (docs/performance.md, "Flows").
+-- dependents pays: two index probes. Planned without sequential scans, as the settling
+-- functions are: the probe is an EXISTS, which the planner expects to stop early, so with
+-- edges of earlier flows in the table (not yet analyzed) it chose to read every edge at every
+-- ack batch of every queue (tests/flows.rs, an_ack_never_scans_every_edge_of_earlier_flows).
+-- With generic plans, made once per connection: the ack's plan_cache_mode would plan the
+-- probes anew at every batch, for arrays of hundreds of ids, which is what slowed the plain
+-- drain when the probe was first forced onto the index (docs/performance.md, "Flows").
 DROP FUNCTION IF EXISTS skiplock._settle(bigint[]);
 CREATE OR REPLACE FUNCTION skiplock._settle(ids bigint[], max_edges integer DEFAULT NULL) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
 BEGIN
     PERFORM skiplock._tell_watchers(ids);
     IF EXISTS (SELECT 1 FROM skiplock.job_dependencies d

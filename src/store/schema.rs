@@ -205,7 +205,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // meta, and the heartbeat and the ack take each job's start.
     (
         8,
-        "673371ef02506a3bb06f528d22bbf7863159a350b7014fa7bae43a0a8baa34e0",
+        "56e875999a1b8444ff9c9b32ecf0a1b705761667243702dcefa22ae713f478cd",
     ),
 ];
 
