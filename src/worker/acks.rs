@@ -22,6 +22,7 @@ use super::faults::{self, Point};
 use crate::db::outage::Backoff;
 use crate::metrics::Finish;
 use crate::store::ack::{Ack, ack_many};
+use crate::store::PoolMode;
 use crate::store::flows::{FROM_THE_START, settle_slice};
 
 /// The most acks written in one statement.
@@ -164,6 +165,12 @@ pub(crate) async fn run(
 /// are released; each slice resumes where the one before stopped. One at a time (`permits`:
 /// [`Shared::settling`]); a failure, or a worker stopping meanwhile, leaves the rest to the
 /// maintenance's sweep (`skiplock.settle_dependencies`, run by the rescuer).
+///
+/// Every slice runs on one connection: the first slice a server session runs plans the
+/// settling functions, and the pool hands out its connections in turn, so slices spread over
+/// it were planned again and again (a fan-out's slices took a sixth longer; docs/performance.md,
+/// "Flows"). Behind PgBouncer in transaction mode a client connection is no server session, and
+/// each slice goes through the pool, in a transaction with its limits.
 async fn settle_rest(
     pool: crate::store::Pool,
     permits: Arc<tokio::sync::Semaphore>,
@@ -172,16 +179,27 @@ async fn settle_rest(
     let Ok(_permit) = permits.acquire().await else {
         return;
     };
+    let failed = |e: &crate::error::Error, jobs: &[i64]| {
+        tracing::warn!(error = %e, jobs = ?jobs,
+            "settling the dependents of finished jobs failed; the maintenance's sweep settles them");
+    };
+    let mut conn = None;
+    if pool.mode() == PoolMode::Session {
+        match pool.acquire().await {
+            Ok(c) => conn = Some(c),
+            Err(e) => return failed(&e.into(), &ids),
+        }
+    }
     let mut after = vec![FROM_THE_START; ids.len()];
     let mut jobs = ids;
     while !jobs.is_empty() {
-        match settle_slice(&pool, &jobs, &after, SETTLE_SLICE).await {
+        let slice = match conn.as_mut() {
+            Some(c) => settle_slice(&mut **c, &jobs, &after, SETTLE_SLICE).await,
+            None => settle_slice(&pool, &jobs, &after, SETTLE_SLICE).await,
+        };
+        match slice {
             Ok(left) => (jobs, after) = (left.jobs, left.after),
-            Err(e) => {
-                tracing::warn!(error = %e, jobs = ?jobs,
-                    "settling the dependents of finished jobs failed; the maintenance's sweep settles them");
-                return;
-            }
+            Err(e) => return failed(&e, &jobs),
         }
     }
 }
