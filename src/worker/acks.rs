@@ -21,7 +21,8 @@ use super::Shared;
 use super::faults::{self, Point};
 use crate::db::outage::Backoff;
 use crate::metrics::Finish;
-use crate::store::ack::{Ack, ack_many};
+use crate::error::Result;
+use crate::store::ack::{Ack, Acked, ack_many};
 use crate::store::PoolMode;
 use crate::store::flows::{FROM_THE_START, settle_slice};
 
@@ -159,6 +160,23 @@ pub(crate) async fn run(
     Ok(())
 }
 
+/// A connection of the pool, held across statements.
+type Conn = sqlx::pool::PoolConnection<sqlx::Postgres>;
+
+/// Writes `buf` in one statement ([`ack_many`]). In session mode on a connection taken for
+/// it, handed back with the answer when the statement left dependents to settle: the slices
+/// that follow ([`settle_rest`]) then run on the server session that has just planned the
+/// settling functions for the ack.
+async fn write_acks(pool: &crate::store::Pool, buf: &[Ack]) -> Result<(Acked, Option<Conn>)> {
+    if pool.mode() != PoolMode::Session {
+        return Ok((ack_many(pool, buf).await?, None));
+    }
+    let mut conn = pool.acquire().await?;
+    let acked = ack_many(&mut *conn, buf).await?;
+    let keep = (!acked.unsettled.is_empty()).then_some(conn);
+    Ok((acked, keep))
+}
+
 /// Settles the dependents an ack batch left (a fan-out's root releases its children over
 /// several statements: `skiplock._ack`, sql/api/10_core.sql), [`SETTLE_SLICE`] edges per
 /// transaction, beside the ack writer, so the worker runs the first children while the rest
@@ -166,25 +184,34 @@ pub(crate) async fn run(
 /// [`Shared::settling`]); a failure, or a worker stopping meanwhile, leaves the rest to the
 /// maintenance's sweep (`skiplock.settle_dependencies`, run by the rescuer).
 ///
-/// Every slice runs on one connection: the first slice a server session runs plans the
-/// settling functions, and the pool hands out its connections in turn, so slices spread over
-/// it were planned again and again (a fan-out's slices took a sixth longer; docs/performance.md,
-/// "Flows"). Behind PgBouncer in transaction mode a client connection is no server session, and
-/// each slice goes through the pool, in a transaction with its limits.
+/// Every slice runs on one connection, the ack's (`conn`) unless another settling holds the
+/// permit: the first statements a server session runs plan the settling functions, and the
+/// pool hands out its connections in turn, so slices spread over it were planned again and
+/// again (docs/performance.md, "Flows"). Behind PgBouncer in transaction mode a client
+/// connection is no server session, and each slice goes through the pool, in a transaction
+/// with its limits.
 async fn settle_rest(
     pool: crate::store::Pool,
     permits: Arc<tokio::sync::Semaphore>,
     ids: Vec<i64>,
+    mut conn: Option<Conn>,
 ) {
-    let Ok(_permit) = permits.acquire().await else {
-        return;
+    let _permit = match permits.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            // Not held while waiting: the pool may need it meanwhile.
+            conn = None;
+            let Ok(p) = permits.acquire_owned().await else {
+                return;
+            };
+            p
+        }
     };
     let failed = |e: &crate::error::Error, jobs: &[i64]| {
         tracing::warn!(error = %e, jobs = ?jobs,
             "settling the dependents of finished jobs failed; the maintenance's sweep settles them");
     };
-    let mut conn = None;
-    if pool.mode() == PoolMode::Session {
+    if conn.is_none() && pool.mode() == PoolMode::Session {
         match pool.acquire().await {
             Ok(c) => conn = Some(c),
             Err(e) => return failed(&e.into(), &ids),
@@ -224,14 +251,15 @@ async fn flush(shared: &Shared, buf: &[Ack], stop: &CancellationToken) {
     let mut backoff = Backoff::new(ACK_BACKOFF.0, ACK_BACKOFF.1);
     loop {
         faults::hit(&shared.worker_id, Point::AckWriterFlush);
-        match ack_many(&shared.pool, buf).await {
-            Ok(written) => {
+        match write_acks(&shared.pool, buf).await {
+            Ok((written, conn)) => {
                 shared.metrics.acked(buf.len());
                 if !written.unsettled.is_empty() {
                     tokio::spawn(settle_rest(
                         shared.pool.clone(),
                         shared.settling.clone(),
                         written.unsettled,
+                        conn,
                     ));
                 }
                 let written = written.ids;
