@@ -301,6 +301,39 @@ async fn tags_meta_and_uniqueness_by_args_from_the_cli() {
 }
 
 #[tokio::test]
+async fn a_job_whose_meta_cannot_be_read_is_shown_and_listed_with_its_meta_as_text() {
+    // A meta serde_json cannot read, written past enqueue's check: `skiplock job` and
+    // `skiplock jobs` failed on it ("error occurred while decoding column meta").
+    let db = TestDb::new().await;
+    let bad: i64 = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, args, meta) VALUES ('noop', '{}', '{\"m\": 1e400}') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let (code, out, err) = run_cmd(&db.url, &["job", &bad.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("meta:          {\"m\": 1000"), "{out}");
+    assert!(out.contains("(unreadable: number out of range"), "{out}");
+    for args in [
+        vec!["jobs"],
+        vec!["job", &*bad.to_string(), "--json"],
+        vec!["jobs", "--json"],
+    ] {
+        let (code, out, err) = run_cmd(&db.url, &args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(out.contains(&bad.to_string()), "{args:?}: {out}");
+    }
+    // A filter holding `\u0000` is refused by name (Postgres's jsonb cannot hold it).
+    let (code, _, err) = run_cmd(&db.url, &["jobs", "--meta", r#"{"a": "\u0000"}"#]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        one_line(&err).contains("NUL character (\\u0000) at $.a"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn bad_settings_are_named() {
     let db = TestDb::new().await;
     let out = cmd(&db.url)

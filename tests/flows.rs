@@ -433,7 +433,7 @@ async fn a_keyed_job_holds_its_key_while_it_waits_and_retention_keeps_what_it_ne
     let deps = skiplock::admin::dependency_results(&db.pool, first.id)
         .await
         .unwrap();
-    assert_eq!(deps[0].result, Some(json!({"n": 5})));
+    assert_eq!(deps[0].result.as_deref(), Some(&json!({"n": 5})));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

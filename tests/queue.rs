@@ -90,7 +90,7 @@ async fn enqueue_claim_and_complete() {
     let row = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!(row.state.as_str(), "completed");
     assert!(row.finalized_at.is_some());
-    assert_eq!(row.result, Some(json!({"ok": true})));
+    assert_eq!(row.result.as_deref(), Some(&json!({"ok": true})));
     assert_eq!(row.attempted_by.as_deref(), Some("w1"));
 }
 

@@ -101,9 +101,15 @@ async fn typed_jobs_are_enqueued_in_the_callers_transaction_and_run_by_their_typ
 
     let row = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!(row.state.as_str(), "completed");
-    assert_eq!(row.result, Some(serde_json::json!({"hello": "ada"})));
+    assert_eq!(
+        row.result.as_deref(),
+        Some(&serde_json::json!({"hello": "ada"}))
+    );
     let row = jobs::get_job(&db.pool, a).await.unwrap();
-    assert_eq!(row.result, Some(serde_json::json!({"hello": "bob"})));
+    assert_eq!(
+        row.result.as_deref(),
+        Some(&serde_json::json!({"hello": "bob"}))
+    );
     let row = jobs::get_job(&db.pool, bad).await.unwrap();
     assert_eq!(row.state.as_str(), "discarded");
     assert!(

@@ -1532,6 +1532,59 @@ async fn invisible_characters_are_shown_escaped_and_buttons_still_name_the_queue
 }
 
 #[tokio::test]
+async fn a_job_whose_meta_cannot_be_read_is_shown_and_a_nul_in_the_meta_filter_is_refused() {
+    // A meta serde_json cannot read, written past enqueue's check: its page answered 500.
+    // Now it shows the meta as stored and why it cannot be read; the list shows the job.
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let deep = format!("{{\"m\": {}1{}}}", "[".repeat(300), "]".repeat(300));
+    let mut ids = Vec::new();
+    for meta in [r#"{"m": 1e400}"#, deep.as_str()] {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO skiplock.jobs (kind, args, meta) VALUES ('noop', '{}', $1::text::jsonb) RETURNING id",
+        )
+        .bind(meta)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+    let h = http();
+    let page = body_of(&h, &console.url(&format!("/jobs/{}", ids[0]))).await;
+    assert!(
+        page.contains("{&#34;m&#34;: 1000") || page.contains("{&quot;m&quot;: 1000"),
+        "{page}"
+    );
+    assert!(page.contains("(unreadable: number out of range"), "{page}");
+    let page = body_of(&h, &console.url(&format!("/jobs/{}", ids[1]))).await;
+    assert!(
+        page.contains("(unreadable: recursion limit exceeded"),
+        "{page}"
+    );
+    let list = body_of(&h, &console.url("/jobs")).await;
+    for id in &ids {
+        assert!(list.contains(&format!("<tr data-id=\"{id}\"")), "{list}");
+    }
+    // The JSON escape of NUL in the meta filter: 400 naming it, not a database error.
+    for meta in [r#"{"a":"\u0000"}"#, r#"{"a":"x\u0000y"}"#] {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("meta", meta)
+            .finish();
+        let r = h
+            .get(console.url(&format!("/jobs?{query}")))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body = r.text().await.unwrap();
+        assert_eq!(status, 400, "{meta}: {body}");
+        assert!(body.contains("NUL character"), "{body}");
+        assert!(!body.contains("database error"), "{body}");
+    }
+}
+
+#[tokio::test]
 async fn wrong_tokens_lock_a_client_out_and_weak_tokens_are_refused_at_start() {
     for weak in ["aaaaaaaaaaaaaaaaaaaa", "abababababababababab"] {
         let out = cmd("postgres://nobody@127.0.0.1:1/none")

@@ -368,7 +368,7 @@ async fn orphaned_running_jobs_are_rescued() {
     assert!(s.finalized_at.is_some());
     assert_error(s.errors.clone(), 0, "rescued");
     let l = jobs::get_job(&db.pool, live).await.unwrap();
-    assert_eq!((l.state.as_str(), l.errors), ("running", json!([])));
+    assert_eq!((l.state.as_str(), &*l.errors), ("running", &json!([])));
     assert_eq!(
         skiplock::maintenance::rescuer::rescue(&db.pool, Duration::from_secs(60))
             .await
@@ -782,11 +782,14 @@ async fn a_slow_worker_whose_job_was_rescued_and_claimed_again_is_told_and_fence
     );
     let r = jobs::get_job(&db.pool, id).await.unwrap();
     assert_eq!(r.state.as_str(), "completed");
-    assert_eq!(r.result, Some(json!({"by": "the other worker"})));
+    assert_eq!(
+        r.result.as_deref(),
+        Some(&json!({"by": "the other worker"}))
+    );
 }
 
 /// Asserts that error `i` of a job's `errors` array contains `needle`.
-fn assert_error(errors: serde_json::Value, i: usize, needle: &str) {
+fn assert_error(errors: impl std::ops::Deref<Target = serde_json::Value>, i: usize, needle: &str) {
     let e = errors[i]["error"].as_str().unwrap_or_default();
     assert!(
         e.contains(needle),
@@ -1067,6 +1070,59 @@ async fn a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs() 
         assert_discarded_at_first_attempt(&db.pool, bad, want).await;
         assert_eq!(count_state(&db.pool, "running").await, 0);
         assert_eq!(count_state(&db.pool, "available").await, 0);
+    }
+}
+
+#[tokio::test]
+async fn a_meta_the_worker_cannot_decode_discards_its_job_alone_and_its_batch_runs() {
+    // A meta serde_json cannot read, written past enqueue's check (docs/security.md, "One
+    // row's JSON fails that row alone"): it was decoded with the claim's rows, so the whole
+    // batch failed after its UPDATE committed. Now its job alone is discarded, as with
+    // unreadable args, its 19 batch-mates run, and every reader of the row (one job, a list)
+    // shows it with its meta as text.
+    let deep = format!("{{\"m\": {}}}", nested_args(300));
+    for (poison, want) in [
+        (deep, "recursion limit exceeded"),
+        (r#"{"m": 1e400}"#.to_string(), "number out of range"),
+    ] {
+        let db = TestDb::new().await;
+        let bad: i64 = sqlx::query_scalar(
+            "INSERT INTO skiplock.jobs (kind, args, meta, priority, max_attempts) \
+             VALUES ('noop', '{}', $1::text::jsonb, -5, 3) RETURNING id",
+        )
+        .bind(&poison)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        enqueue_noops(&db.pool, 19).await;
+        let mut settings = fast_settings();
+        settings.queues = Some([("default".to_string(), 20)].into());
+        let w = start_worker(&db.pool, settings, |mut b| {
+            builtin::register(b.registry_mut());
+            b.exit_when_idle(true)
+        });
+        tokio::time::timeout(Duration::from_secs(120), w.handle)
+            .await
+            .expect("the idle worker exits")
+            .unwrap()
+            .unwrap();
+        assert_eq!(count_state(&db.pool, "completed").await, 19, "{want}");
+        assert_discarded_at_first_attempt(&db.pool, bad, want).await;
+        assert_discarded_at_first_attempt(&db.pool, bad, "invalid meta for kind noop").await;
+        let rows = jobs::list_jobs(
+            &db.pool,
+            &jobs::JobFilter {
+                limit: 100,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 20);
+        let row = jobs::get_job(&db.pool, bad).await.unwrap();
+        let u = row.meta.readable().unwrap_err();
+        assert!(u.error.contains(want), "{}", u.error);
+        assert!(u.text.starts_with("{\"m\": "), "{}", u.text);
     }
 }
 

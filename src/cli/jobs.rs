@@ -81,7 +81,12 @@ fn parse_unique_by(s: &str) -> Result<UniqueBy, String> {
 
 /// Parses a `--meta` argument into a JSON object, with a message naming the problem.
 fn parse_meta(s: &str) -> anyhow::Result<serde_json::Value> {
-    json_object("--meta", r#"{"tenant": "a"}"#, s)
+    let v = json_object("--meta", r#"{"tenant": "a"}"#, s)?;
+    // A `\u0000` escape: Postgres's jsonb cannot hold NUL (as a filter it would fail the query).
+    if let Some(path) = crate::queue::enqueue::find_nul(&v) {
+        bail!("invalid --meta: a NUL character (\\u0000) at {path}, which no stored meta can hold");
+    }
+    Ok(v)
 }
 
 /// Parses the ARGS_JSON argument into a JSON object, with a message naming the problem.
@@ -248,7 +253,8 @@ pub async fn list(url: Option<&str>, a: JobsArgs) -> anyhow::Result<()> {
         .map(|j| {
             let last_error = j
                 .errors
-                .as_array()
+                .value()
+                .and_then(|e| e.as_array())
                 .and_then(|e| e.last())
                 .and_then(|e| e.get("error"))
                 .and_then(|e| e.as_str())
@@ -318,11 +324,11 @@ pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
     if !j.tags.is_empty() {
         say!("tags:          {}", j.tags.join(", "));
     }
-    if j.meta.as_object().is_some_and(|m| !m.is_empty()) {
-        say!("meta:          {}", j.meta);
+    if !j.meta.is_empty_object() {
+        say!("meta:          {}", j.meta.describe());
     }
     if let Some(r) = &j.result {
-        say!("result:        {r}");
+        say!("result:        {}", r.describe());
     }
     let deps = flows::dependency_results(&pool, j.id).await?;
     if !deps.is_empty() {
@@ -347,7 +353,15 @@ pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
             say!("  {} {} {}", d.id, d.kind, d.state);
         }
     }
-    if let Some(errs) = j.errors.as_array().filter(|e| !e.is_empty()) {
+    if j.errors.value().is_none() {
+        say!("errors:        {}", j.errors.describe());
+    }
+    if let Some(errs) = j
+        .errors
+        .value()
+        .and_then(|e| e.as_array())
+        .filter(|e| !e.is_empty())
+    {
         say!("errors:");
         for e in errs {
             say!(

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::JobState;
 use super::enqueue::{NewJob, OnDependencyFailure, check_key, check_nul, check_reserved_job};
+use super::{JobState, StoredJson};
 use crate::error::{Error, Result};
 use crate::store::Executor;
 
@@ -163,23 +163,28 @@ pub struct DependencyResult {
     pub kind: Option<String>,
     /// Its state (`None` if the row is gone).
     pub state: Option<JobState>,
-    /// What its handler returned on completion.
-    pub result: Option<Value>,
+    /// What its handler returned on completion (read per dependency: one that serde_json
+    /// cannot read fails only [`DependencyResult::result_as`] of that one, not the reading of
+    /// the others; src/queue/stored.rs).
+    pub result: Option<StoredJson>,
 }
 
 impl DependencyResult {
     /// The result as `T` (`None` when there is none).
     pub fn result_as<T: DeserializeOwned>(&self) -> Result<Option<T>> {
-        self.result
-            .clone()
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|e| {
-                Error::Invalid(format!(
-                    "result of dependency {} is not readable: {e}",
-                    self.id
-                ))
-            })
+        let unreadable = |e: &dyn std::fmt::Display| {
+            Error::Invalid(format!(
+                "result of dependency {} is not readable: {e}",
+                self.id
+            ))
+        };
+        match &self.result {
+            None => Ok(None),
+            Some(r) => {
+                let v = r.readable().map_err(|u| unreadable(&u.error))?;
+                T::deserialize(v).map(Some).map_err(|e| unreadable(&e))
+            }
+        }
     }
 }
 

@@ -10,6 +10,7 @@ pub mod args;
 pub mod backoff;
 pub mod enqueue;
 pub mod flow;
+pub mod stored;
 pub mod typed;
 pub mod wait;
 
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub use args::RawArgs;
 pub use enqueue::{NewJob, OnConflict, OnDependencyFailure, UniqueBy};
+pub use stored::{StoredJson, Unreadable};
 pub use typed::{JobArgs, JobOptions};
 
 /// The six states of a job row (`skiplock.job_state`).
@@ -155,8 +157,10 @@ pub struct Job {
     pub attempted_at: Option<DateTime<Utc>>,
     /// Labels to filter by (sorted, once each).
     pub tags: Vec<String>,
-    /// What is about the job rather than its work (a JSON object; `{}` when none was given).
-    pub meta: serde_json::Value,
+    /// What is about the job rather than its work (a JSON object; `{}` when none was given),
+    /// read with its row but never failing the rows read with it: a meta serde_json cannot
+    /// read discards this job alone, as unreadable args do ([`stored`]).
+    pub meta: StoredJson,
 }
 
 /// A whole job row, for operators (`skiplock job`, `skiplock jobs`; read by
@@ -193,14 +197,14 @@ pub struct JobRow {
     pub finalized_at: Option<DateTime<Utc>>,
     /// Dedup / debounce key.
     pub unique_key: Option<String>,
-    /// `[{attempt, at, error}]`.
-    pub errors: serde_json::Value,
-    /// What the handler reported on completion.
-    pub result: Option<serde_json::Value>,
+    /// `[{attempt, at, error}]` (shown as text when serde_json cannot read it: [`stored`]).
+    pub errors: StoredJson,
+    /// What the handler reported on completion (likewise).
+    pub result: Option<StoredJson>,
     /// Labels to filter by.
     pub tags: Vec<String>,
-    /// What is about the job rather than its work.
-    pub meta: serde_json::Value,
+    /// What is about the job rather than its work (likewise).
+    pub meta: StoredJson,
 }
 
 #[cfg(test)]

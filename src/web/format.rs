@@ -98,6 +98,15 @@ pub fn args(a: &crate::queue::RawArgs) -> String {
     }
 }
 
+/// A JSON column pretty-printed for a `<pre>` block, or, when serde_json cannot read it (a
+/// row written past the API: src/queue/stored.rs), the text as stored and why.
+pub fn stored_json(s: &crate::queue::StoredJson) -> String {
+    match s.readable() {
+        Ok(v) => json(v),
+        Err(u) => format!("{}\n(unreadable: {})", u.text, u.error),
+    }
+}
+
 /// JSON pretty-printed for a `<pre>` block (the template escapes it).
 pub fn json(v: &serde_json::Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())

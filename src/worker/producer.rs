@@ -864,7 +864,7 @@ const JOB_SPAN_LEVEL: tracing::Level = if cfg!(feature = "otel") {
 fn spawn_job(
     shared: &Arc<Shared>,
     p: &Arc<Producer>,
-    job: Job,
+    mut job: Job,
     permit: OwnedSemaphorePermit,
     (lost, series, started): (
         CancellationToken,
@@ -873,6 +873,12 @@ fn spawn_job(
     ),
 ) {
     let (producer, slot_freed, wake) = (p.clone(), p.slot_freed.clone(), p.wake.clone());
+    // A meta serde_json could not read (a row written past enqueue's check) discards this job
+    // alone, as unreadable args do: its handler does not run (src/queue/stored.rs).
+    let (meta, unreadable_meta) = match std::mem::take(&mut job.meta).into_readable() {
+        Ok(v) => (v, None),
+        Err(u) => (serde_json::Value::Object(Default::default()), Some(u)),
+    };
     let ctx = JobContext {
         id: job.id,
         kind: job.kind.clone(),
@@ -882,7 +888,7 @@ fn spawn_job(
         created_at: job.created_at,
         scheduled_at: job.scheduled_at,
         tags: job.tags.clone(),
-        meta: job.meta.clone(),
+        meta,
         pool: shared.handler_pool.clone(),
         worker_id: shared.worker_id.clone(),
         shutdown: shared.shutdown.clone(),
@@ -912,13 +918,19 @@ fn spawn_job(
             otel.kind = "consumer", job.id = job.id, job.kind = %job.kind,
             job.queue = %job.queue, job.attempt = job.attempt);
         #[cfg(feature = "otel")]
-        crate::otel::follow_enqueuer(&span, &job.meta, job.attempt);
+        crate::otel::follow_enqueuer(&span, &ctx.meta, job.attempt);
         let began = Instant::now();
-        let attempt = {
-            use tracing::Instrument;
-            executor::execute(handler, ctx, job.args, sh.settings.job_timeout)
-                .instrument(span)
-                .await
+        let attempt = match unreadable_meta {
+            None => {
+                use tracing::Instrument;
+                executor::execute(handler, ctx, job.args, sh.settings.job_timeout)
+                    .instrument(span)
+                    .await
+            }
+            Some(u) => Attempt::Returned(Err(super::JobError::discard(format!(
+                "invalid meta for kind {}: {}",
+                job.kind, u.error
+            )))),
         };
         series.ran(began.elapsed());
         producer.ran(began.elapsed());

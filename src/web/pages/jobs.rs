@@ -67,7 +67,13 @@ fn meta_field(v: Option<&str>) -> Result<Option<Value>, String> {
         return Ok(None);
     };
     match serde_json::from_str::<Value>(&text) {
-        Ok(v @ Value::Object(_)) => Ok(Some(v)),
+        // A `\u0000` escape: Postgres's jsonb cannot hold NUL and would refuse the query.
+        Ok(v @ Value::Object(_)) => match crate::queue::enqueue::find_nul(&v) {
+            Some(path) => Err(format!(
+                "meta contains a NUL character (\\u0000) at {path}, which no stored meta can hold"
+            )),
+            None => Ok(Some(v)),
+        },
         Ok(_) => Err(r#"meta must be a JSON object, e.g. {"tenant": "acme"}"#.into()),
         Err(e) => Err(format!("meta is not JSON: {e}")),
     }
@@ -474,10 +480,10 @@ pub async fn show(
         priority: j.priority,
         unique_key: j.unique_key.unwrap_or_else(|| "-".into()),
         tags: j.tags.iter().map(|t| (t.clone(), q(t))).collect(),
-        meta: if j.meta.as_object().is_some_and(|m| m.is_empty()) {
+        meta: if j.meta.is_empty_object() {
             "-".into()
         } else {
-            j.meta.to_string()
+            j.meta.describe()
         },
         attempted_by: j.attempted_by.unwrap_or_else(|| "-".into()),
         created_at: format::time(Some(j.created_at)),
@@ -494,9 +500,16 @@ pub async fn show(
         result: j
             .result
             .as_ref()
-            .map(format::json)
+            .map(format::stored_json)
             .unwrap_or_else(|| "-".into()),
-        errors: error_views(&j.errors),
+        errors: match j.errors.readable() {
+            Ok(v) => error_views(v),
+            Err(_) => vec![ErrorView {
+                attempt: "-".into(),
+                at: "-".into(),
+                error: j.errors.describe(),
+            }],
+        },
         state: j.state.to_string(),
     })
 }
@@ -663,6 +676,15 @@ mod tests {
         );
         assert!(parse_filter(None, None, None, Some(&"s".repeat(1001)), None, None).is_err());
         assert!(parse_filter(None, Some(&"k".repeat(200)), None, None, None, None).is_ok());
+        // The JSON escape of NUL, not only a raw NUL: Postgres's jsonb cannot hold either.
+        for meta in [
+            r#"{"a": "\u0000"}"#,
+            r#"{"a": {"b": ["x\u0000y"]}}"#,
+            r#"{"\u0000": 1}"#,
+        ] {
+            let e = parse_filter(None, None, None, None, None, Some(meta)).unwrap_err();
+            assert!(e.contains("NUL character (\\u0000) at $."), "{meta}: {e}");
+        }
         let meta = |m: &str| parse_filter(None, None, None, None, None, Some(m));
         assert_eq!(
             meta(r#" {"tenant": "acme"} "#).unwrap().meta,
