@@ -1126,6 +1126,139 @@ async fn a_meta_the_worker_cannot_decode_discards_its_job_alone_and_its_batch_ru
     }
 }
 
+/// Makes the database refuse, with a trigger, what `body` (a PL/pgSQL condition on the
+/// statement's rows) describes: a stand-in for a row or a statement the server fails.
+async fn refuse_updates(db: &TestDb, name: &str, level: &str, condition: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF {condition} THEN RAISE EXCEPTION '{name}: refused for the test'; END IF; \
+         RETURN NULL; END $$; \
+         CREATE TRIGGER {name} AFTER UPDATE ON skiplock.jobs {level} EXECUTE FUNCTION {name}();"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+/// How many times each job ran (the `record` handler's side table), in id order.
+async fn runs_per_job(db: &TestDb) -> Vec<(i64, i64)> {
+    sqlx::query_as("SELECT job_id, count(*) FROM executions GROUP BY job_id ORDER BY job_id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_ack_the_database_refuses_fails_alone_and_its_batch_mates_land_once() {
+    // docs/reliability.md, "A batch that keeps failing": the ack of one job fails its
+    // statement (a trigger here; a settling past the statement timeout, a row lock in the
+    // field). The batch is retried, then written in halves down to that one ack: its 19
+    // batch-mates are acked, each job having run once, and the refused ack is retried alone
+    // until it lands.
+    let db = TestDb::new().await;
+    executions_table(&db).await;
+    let ids = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "record",
+            args: &vec![json!({}); 20],
+            queue: "default",
+            run_at: None,
+            priority: 0,
+            limit_key: None,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let bad = ids[7];
+    refuse_updates(
+        &db,
+        "refuse_one_ack",
+        "FOR EACH ROW",
+        &format!("OLD.id = {bad} AND OLD.state = 'running' AND NEW.state <> 'running'"),
+    )
+    .await;
+    let mut settings = fast_settings();
+    settings.queues = Some([("default".to_string(), 20)].into());
+    // The 20 acks wait for each other: one batch.
+    settings.ack_delay = Duration::from_millis(500);
+    let w = start_worker(&db.pool, settings, |mut b| {
+        b.registry_mut().register(Record);
+        b
+    });
+    wait_for(
+        "the 19 other jobs acked",
+        Duration::from_secs(120),
+        || async { (count_state(&db.pool, "completed").await == 19).then_some(()) },
+    )
+    .await;
+    let state: String = sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+        .bind(bad)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "running");
+    sqlx::query("DROP TRIGGER refuse_one_ack ON skiplock.jobs")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    wait_for(
+        "the refused ack landed",
+        Duration::from_secs(120),
+        || async { (count_state(&db.pool, "completed").await == 20).then_some(()) },
+    )
+    .await;
+    w.stop().await.unwrap();
+    let runs = runs_per_job(&db).await;
+    assert_eq!(runs, ids.iter().map(|id| (*id, 1)).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_claim_the_database_keeps_refusing_asks_for_fewer_jobs() {
+    // docs/reliability.md, "A batch that keeps failing": a statement-level trigger refuses
+    // any statement that starts more than 3 jobs (a stand-in for a claim too expensive at
+    // its size). Each refused claim asks for half as many jobs, so the claims get through
+    // and every job runs, once.
+    let db = TestDb::new().await;
+    executions_table(&db).await;
+    let ids = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "record",
+            args: &vec![json!({}); 20],
+            queue: "default",
+            run_at: None,
+            priority: 0,
+            limit_key: None,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    refuse_updates(
+        &db,
+        "refuse_big_claims",
+        "REFERENCING OLD TABLE AS before NEW TABLE AS after FOR EACH STATEMENT",
+        "(SELECT count(*) FROM after a JOIN before b USING (id) \
+          WHERE a.state = 'running' AND b.state <> 'running') > 3",
+    )
+    .await;
+    let mut settings = fast_settings();
+    settings.queues = Some([("default".to_string(), 20)].into());
+    let w = start_worker(&db.pool, settings, |mut b| {
+        b.registry_mut().register(Record);
+        b
+    });
+    wait_for("every job completed", Duration::from_secs(120), || async {
+        (count_state(&db.pool, "completed").await == 20).then_some(())
+    })
+    .await;
+    w.stop().await.unwrap();
+    let runs = runs_per_job(&db).await;
+    assert_eq!(runs, ids.iter().map(|id| (*id, 1)).collect::<Vec<_>>());
+}
+
 #[cfg(feature = "cli")]
 #[tokio::test]
 async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {

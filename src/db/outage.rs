@@ -64,6 +64,21 @@ pub fn is_unavailable(e: &Error) -> bool {
     }
 }
 
+/// Whether `e` is the server's answer to the statement itself (a constraint, a trigger, a
+/// refusal, its statement or lock timeout) rather than the connection or the server's state
+/// (class 08, shutdown and start-up, too many connections, read-only, I/O, a pool timeout):
+/// the same statement with fewer rows may succeed, where waiting for the server cures the
+/// others. The ack writer splits a batch that keeps failing so only on these.
+pub fn statement_failed(e: &Error) -> bool {
+    match e {
+        Error::Refused { .. } => true,
+        Error::Database(sqlx::Error::Database(d)) => d.code().is_none_or(|c| {
+            !c.starts_with("08") && !matches!(&*c, "57P01" | "57P02" | "57P03" | "53300" | "25006")
+        }),
+        _ => false,
+    }
+}
+
 /// Whether `e` says the server is read-only (SQLSTATE 25006): connections opened before it
 /// turned read-only must not be reused.
 pub fn is_read_only(e: &Error) -> bool {

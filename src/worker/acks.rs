@@ -5,9 +5,15 @@
 //! one's commit: one ack statement at a time left the database idle between them (docs/internals.md).
 //! A failed write is retried with backoff; the channel's capacity gives back-pressure
 //! meanwhile, and the acks stay pending through a database outage of any length (the
-//! heartbeat keeps their jobs alive). Drains on shutdown.
+//! heartbeat keeps their jobs alive). A batch the server keeps refusing (a row that fails its
+//! statement, a job whose settling passes the statement timeout) is written in halves, down
+//! to single acks: its innocent acks land, and an ack that fails alone is retried alone,
+//! with backoff, without holding a write slot ([`after_failed_write`]; docs/reliability.md,
+//! "A batch that keeps failing"). Drains on shutdown.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::faults::{self, Point};
-use crate::db::outage::Backoff;
+use crate::db::outage::{Backoff, statement_failed};
 use crate::metrics::Finish;
 use crate::error::Result;
 use crate::store::ack::{Ack, Acked, ack_many};
@@ -42,6 +48,39 @@ pub const ACK_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Durati
 /// How long a draining ack writer keeps retrying a failed write before it gives up (the
 /// jobs stay `running` and the rescuer returns them).
 pub const DRAIN_RETRY_LIMIT: Duration = Duration::from_secs(30);
+/// How many times in a row the server may refuse a part of a batch before it is split (the
+/// first refusal may be passing: a lock timeout, a statement cancelled by an operator).
+pub const SPLIT_AFTER: u32 = 2;
+
+/// What to do with a part of an ack batch of `len` acks whose write has just failed for the
+/// `failures`-th time in a row; `statement_failed`: the server refused the statement itself
+/// ([`statement_failed`]), rather than being unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// The database is unavailable: the part waits, whole, for it to come back (splitting
+    /// would only multiply the statements that fail the same way).
+    WaitForDatabase,
+    /// Try the same part again after its backoff.
+    Retry,
+    /// Write it as two halves, each at once.
+    Split,
+    /// One ack the server keeps refusing: retried alone with backoff, its job's own problem
+    /// (the rescuer returns the job if the worker stops before the ack lands).
+    Alone,
+}
+
+/// See [`AfterFailure`].
+pub fn after_failed_write(len: usize, failures: u32, statement_failed: bool) -> AfterFailure {
+    if !statement_failed {
+        AfterFailure::WaitForDatabase
+    } else if failures < SPLIT_AFTER {
+        AfterFailure::Retry
+    } else if len > 1 {
+        AfterFailure::Split
+    } else {
+        AfterFailure::Alone
+    }
+}
 
 /// Batches handed to a write that has not finished, by number.
 type Writing = Arc<Mutex<BTreeMap<u64, Arc<Vec<Ack>>>>>;
@@ -70,12 +109,53 @@ fn lock(w: &Writing) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Vec<Ack>>>> 
     w.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Writes whose batches are down to acks the server refuses one by one: they retry those
+/// alone and take no write slot ([`MAX_WRITES`] counts the others).
+#[derive(Clone, Default)]
+struct Lingering(Arc<AtomicUsize>);
+
+impl Lingering {
+    fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One write's mark in [`Lingering`], taken back when the write ends.
+struct LingerMark(Option<Lingering>);
+
+impl LingerMark {
+    fn set(&mut self, l: &Lingering) {
+        if self.0.is_none() {
+            l.0.fetch_add(1, Ordering::Relaxed);
+            self.0 = Some(l.clone());
+        }
+    }
+}
+
+impl Drop for LingerMark {
+    fn drop(&mut self) {
+        if let Some(l) = self.0.take() {
+            l.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Writes batch `n` (what `writing` holds under `n`), then forgets it.
-async fn write(shared: Arc<Shared>, writing: Writing, n: u64, stop: CancellationToken) {
+async fn write(
+    shared: Arc<Shared>,
+    writing: Writing,
+    n: u64,
+    stop: CancellationToken,
+    lingering: Lingering,
+) {
     let Some(batch) = lock(&writing).get(&n).cloned() else {
         return;
     };
-    flush(&shared, &batch, &stop).await;
+    flush(&shared, &batch, &stop, &lingering, |left| {
+        // What a run started after a failure would write again: only what has not landed.
+        lock(&writing).insert(n, Arc::new(left));
+    })
+    .await;
     lock(&writing).remove(&n);
 }
 
@@ -96,17 +176,32 @@ pub(crate) async fn run(
         next_batch,
     } = &mut *guard;
     let mut writes = FuturesUnordered::new();
+    let lingering = Lingering::default();
     // Batches a failed run left unwritten.
     let left: Vec<u64> = lock(writing).keys().copied().collect();
     for n in left {
-        writes.push(write(shared.clone(), writing.clone(), n, stop.clone()));
+        writes.push(write(
+            shared.clone(),
+            writing.clone(),
+            n,
+            stop.clone(),
+            lingering.clone(),
+        ));
     }
     let mut start = |buf: &mut Vec<Ack>, writes: &mut FuturesUnordered<_>| {
         let n = *next_batch;
         *next_batch += 1;
         lock(writing).insert(n, Arc::new(std::mem::take(buf)));
-        writes.push(write(shared.clone(), writing.clone(), n, stop.clone()));
+        writes.push(write(
+            shared.clone(),
+            writing.clone(),
+            n,
+            stop.clone(),
+            lingering.clone(),
+        ));
     };
+    // Writes holding a slot (the lingering ones retry lone acks and hold none).
+    let busy = |writes: &FuturesUnordered<_>| writes.len().saturating_sub(lingering.count());
     // When the batch in `buf` is due to be written (the ack delay after its first ack); a
     // batch a failed run left in `buf` is due at once.
     let mut due: Option<Instant> = (!buf.is_empty()).then(Instant::now);
@@ -120,7 +215,7 @@ pub(crate) async fn run(
                 due = None;
                 continue;
             }
-            if writes.len() < MAX_WRITES {
+            if busy(&writes) < MAX_WRITES {
                 let full = buf.len() >= MAX_BATCH;
                 start(buf, &mut writes);
                 // Acks left in the channel are as old as this batch's: the next batch is due
@@ -129,7 +224,7 @@ pub(crate) async fn run(
                 continue;
             }
         }
-        let free = writes.len() < MAX_WRITES;
+        let free = busy(&writes) < MAX_WRITES;
         tokio::select! {
             Some(()) = writes.next(), if !writes.is_empty() => {}
             // Only the batch's first ack wakes the ack writer; the rest wait in the channel
@@ -151,7 +246,7 @@ pub(crate) async fn run(
         if buf.is_empty() {
             break;
         }
-        while writes.len() >= MAX_WRITES {
+        while busy(&writes) >= MAX_WRITES {
             writes.next().await;
         }
         start(buf, &mut writes);
@@ -241,70 +336,188 @@ fn take_ready(rx: &mut mpsc::Receiver<Ack>, buf: &mut Vec<Ack>) {
     }
 }
 
+/// A part of a batch being written: a range of its acks, with its own failures and backoff.
+struct Part {
+    range: Range<usize>,
+    failures: u32,
+    backoff: Backoff,
+    /// Not written before then.
+    at: Instant,
+}
+
+impl Part {
+    fn new(range: Range<usize>) -> Self {
+        Part {
+            range,
+            failures: 0,
+            backoff: Backoff::new(ACK_BACKOFF.0, ACK_BACKOFF.1),
+            at: Instant::now(),
+        }
+    }
+
+    fn alone(&self) -> bool {
+        self.range.len() == 1 && self.failures >= SPLIT_AFTER
+    }
+}
+
 /// Writes `buf`, retrying until it succeeds; once `stop` is cancelled, for at most
-/// [`DRAIN_RETRY_LIMIT`] (so a worker stopping during an outage still exits).
-async fn flush(shared: &Shared, buf: &[Ack], stop: &CancellationToken) {
+/// [`DRAIN_RETRY_LIMIT`] (so a worker stopping during an outage still exits). A part the
+/// server keeps refusing is split ([`after_failed_write`]); once only lone acks are left the
+/// write is marked [`Lingering`]; `left` is told what has not landed after each part lands.
+async fn flush(
+    shared: &Shared,
+    buf: &[Ack],
+    stop: &CancellationToken,
+    lingering: &Lingering,
+    mut left: impl FnMut(Vec<Ack>),
+) {
     if buf.is_empty() {
         return;
     }
     let mut drain_started: Option<Instant> = None;
-    let mut backoff = Backoff::new(ACK_BACKOFF.0, ACK_BACKOFF.1);
-    loop {
+    let mut outage = Backoff::new(ACK_BACKOFF.0, ACK_BACKOFF.1);
+    let mut mark = LingerMark(None);
+    let mut parts = vec![Part::new(0..buf.len())];
+    while !parts.is_empty() {
+        // The part due first (parts are few: a split makes two, a landing removes one).
+        let i = (0..parts.len()).min_by_key(|&i| parts[i].at).unwrap_or(0);
+        if parts[i].at > Instant::now() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(parts[i].at) => {}
+                _ = shared.availability.back() => {}
+            }
+        }
+        let acks = &buf[parts[i].range.clone()];
         faults::hit(&shared.worker_id, Point::AckWriterFlush);
-        match write_acks(&shared.pool, buf).await {
+        let e = match write_acks(&shared.pool, acks).await {
             Ok((written, conn)) => {
-                shared.metrics.acked(buf.len());
-                if !written.unsettled.is_empty() {
-                    tokio::spawn(settle_rest(
-                        shared.pool.clone(),
-                        shared.settling.clone(),
-                        written.unsettled,
-                        conn,
-                    ));
+                landed(shared, acks, written, conn);
+                outage.reset();
+                let p = parts.swap_remove(i);
+                if p.failures >= SPLIT_AFTER && p.range.len() == 1 {
+                    tracing::info!(job.id = acks[0].id, job.attempt = acks[0].attempt,
+                        "the ack that failed alone is written");
                 }
-                let written = written.ids;
-                // The ids the database accepted; `None`: all of them (the usual case).
-                let partial: Option<std::collections::HashSet<i64>> =
-                    (written.len() != buf.len()).then(|| written.into_iter().collect());
-                if let Some(written) = &partial {
-                    for a in buf.iter().filter(|a| !written.contains(&a.id)) {
-                        tracing::warn!(
-                            job.id = a.id,
-                            job.attempt = a.attempt,
-                            "ack ignored: the job is no longer running this attempt (rescued, cancelled or retried)"
-                        );
-                    }
+                if !parts.is_empty() {
+                    left(
+                        parts
+                            .iter()
+                            .flat_map(|p| buf[p.range.clone()].iter().cloned())
+                            .collect(),
+                    );
                 }
-                let mut running = shared.running();
-                for a in buf.iter() {
-                    if let Some(r) = running.get(&a.id).filter(|r| r.attempt == a.attempt) {
-                        let ok = partial.as_ref().is_none_or(|w| w.contains(&a.id));
-                        // Still executing: released at shutdown, its handler never returned.
-                        r.series
-                            .finished(Finish::of(a.state, a.give_back, r.executing, ok));
-                        running.remove(&a.id);
-                    }
-                }
-                drop(running);
-                return;
+                continue;
             }
-            Err(e) => {
-                shared.db_failed(&e);
-                if stop.is_cancelled() {
-                    drain_started.get_or_insert_with(Instant::now);
-                }
-                if drain_started.is_some_and(|t| t.elapsed() > DRAIN_RETRY_LIMIT) {
-                    tracing::error!(error = %e, jobs = buf.len(),
-                        "could not write acks before exit; the rescuer will return these jobs");
-                    return;
-                }
-                let delay = backoff.next_delay();
-                tracing::warn!(error = %e, jobs = buf.len(), "writing acks failed; retrying in {delay:?}");
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = shared.availability.back() => {}
+            Err(e) => e,
+        };
+        shared.db_failed(&e);
+        if stop.is_cancelled() {
+            drain_started.get_or_insert_with(Instant::now);
+        }
+        if drain_started.is_some_and(|t| t.elapsed() > DRAIN_RETRY_LIMIT) {
+            let ids: Vec<i64> = parts.iter().flat_map(|p| buf[p.range.clone()].iter().map(|a| a.id)).collect();
+            tracing::error!(error = %e, jobs = ids.len(), job.ids = ?ids,
+                "could not write acks before exit; the rescuer will return these jobs");
+            return;
+        }
+        let p = &mut parts[i];
+        p.failures += 1;
+        match after_failed_write(p.range.len(), p.failures, statement_failed(&e)) {
+            AfterFailure::WaitForDatabase => {
+                p.failures = 0;
+                let delay = outage.next_delay();
+                tracing::warn!(error = %e, jobs = p.range.len(), "writing acks failed; retrying in {delay:?}");
+                // Every part waits: they all need the database.
+                let at = Instant::now() + delay;
+                for p in &mut parts {
+                    p.at = p.at.max(at);
                 }
             }
+            AfterFailure::Retry => {
+                let delay = p.backoff.next_delay();
+                tracing::warn!(error = %e, jobs = p.range.len(), "writing acks failed; retrying in {delay:?}");
+                p.at = Instant::now() + delay;
+            }
+            AfterFailure::Split => {
+                let r = p.range.clone();
+                let mid = r.start + r.len() / 2;
+                tracing::debug!(error = %e, jobs = r.len(), "writing acks keeps failing; writing them in halves");
+                parts.swap_remove(i);
+                parts.push(Part::new(r.start..mid));
+                parts.push(Part::new(mid..r.end));
+            }
+            AfterFailure::Alone => {
+                let delay = p.backoff.next_delay();
+                let a = &buf[p.range.start];
+                if p.failures == SPLIT_AFTER {
+                    tracing::warn!(error = %e, job.id = a.id, job.attempt = a.attempt,
+                        "the ack of this job fails alone; the other acks of its batch are written, and this one is retried alone with backoff (if it never lands, the rescuer returns the job once this worker stops)");
+                } else {
+                    tracing::debug!(error = %e, job.id = a.id, "the ack that fails alone failed again; retrying in {delay:?}");
+                }
+                p.at = Instant::now() + delay;
+            }
+        }
+        if parts.iter().all(Part::alone) {
+            mark.set(lingering);
+        }
+    }
+}
+
+/// Records what a write landed: the metrics, the jobs' `running` entries, the settling of
+/// their dependents left for after the statement, and a warning for each ack the database
+/// ignored (its job no longer runs this attempt).
+fn landed(shared: &Shared, buf: &[Ack], written: Acked, conn: Option<Conn>) {
+    shared.metrics.acked(buf.len());
+    if !written.unsettled.is_empty() {
+        tokio::spawn(settle_rest(
+            shared.pool.clone(),
+            shared.settling.clone(),
+            written.unsettled,
+            conn,
+        ));
+    }
+    let written = written.ids;
+    // The ids the database accepted; `None`: all of them (the usual case).
+    let partial: Option<std::collections::HashSet<i64>> =
+        (written.len() != buf.len()).then(|| written.into_iter().collect());
+    if let Some(written) = &partial {
+        for a in buf.iter().filter(|a| !written.contains(&a.id)) {
+            tracing::warn!(
+                job.id = a.id,
+                job.attempt = a.attempt,
+                "ack ignored: the job is no longer running this attempt (rescued, cancelled or retried)"
+            );
+        }
+    }
+    let mut running = shared.running();
+    for a in buf.iter() {
+        if let Some(r) = running.get(&a.id).filter(|r| r.attempt == a.attempt) {
+            let ok = partial.as_ref().is_none_or(|w| w.contains(&a.id));
+            // Still executing: released at shutdown, its handler never returned.
+            r.series
+                .finished(Finish::of(a.state, a.give_back, r.executing, ok));
+            running.remove(&a.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_part_is_retried_once_then_split_down_to_acks_that_fail_alone() {
+        use AfterFailure::*;
+        assert_eq!(after_failed_write(2000, 1, true), Retry);
+        assert_eq!(after_failed_write(2000, SPLIT_AFTER, true), Split);
+        assert_eq!(after_failed_write(2, SPLIT_AFTER, true), Split);
+        assert_eq!(after_failed_write(1, 1, true), Retry);
+        assert_eq!(after_failed_write(1, SPLIT_AFTER, true), Alone);
+        assert_eq!(after_failed_write(1, 50, true), Alone);
+        // An unreachable database is waited for, whole, however often it fails.
+        for (len, n) in [(2000, 1), (2000, 9), (1, 9)] {
+            assert_eq!(after_failed_write(len, n, false), WaitForDatabase);
         }
     }
 }

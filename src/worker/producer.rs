@@ -265,6 +265,20 @@ pub fn buffer_may_stay(control: Option<BufferControl>, claimed_limited: bool) ->
     }
 }
 
+/// The most jobs the next claim may ask for (None: no bound of this kind), after a claim that
+/// asked for `asked` jobs: `refused`, the server refused the statement itself
+/// ([`crate::db::outage::statement_failed`]: a row that fails it, a statement timeout), or
+/// answered. A claim the server keeps refusing asks for half as many each time, down to one,
+/// so a statement too expensive at its size gets through at a smaller one; each answer
+/// doubles the bound back until it reaches `full` (the most a claim asks for) and goes.
+pub fn next_claim_cap(cap: Option<usize>, asked: usize, refused: bool, full: usize) -> Option<usize> {
+    if refused {
+        Some((cap.unwrap_or(asked).min(asked.max(1)) / 2).max(1))
+    } else {
+        cap.map(|c| c.saturating_mul(2)).filter(|&c| c < full)
+    }
+}
+
 /// Whether to claim again after a claim that asked for `want` jobs got `got`: when it came
 /// back full (more may be waiting), or when a wake-up, a freed slot or a poll arrived while it
 /// was in flight (`started_at` wake-ups counted when it started, `wakes` now). That claim's
@@ -382,6 +396,8 @@ struct ClaimLoop {
     /// snapshot), so an empty answer from it does not mean the queue is drained.
     wakes: u64,
     backoff: Backoff,
+    /// The most jobs a claim asks for while claims are being refused ([`next_claim_cap`]).
+    claim_cap: Option<usize>,
     /// A failed claim: the next one waits until then.
     retry_at: Option<tokio::time::Instant>,
     last_claim: Instant,
@@ -436,6 +452,7 @@ impl ClaimLoop {
             backlog: true,
             wakes: 0,
             backoff: Backoff::new(CLAIM_BACKOFF.0, CLAIM_BACKOFF.1),
+            claim_cap: None,
             retry_at: None,
             last_claim: Instant::now() - cooldown,
             last_work: Instant::now(),
@@ -549,6 +566,7 @@ impl ClaimLoop {
                 self.last_claim.elapsed() >= cooldown,
             ) {
                 ClaimNow::Now(want) => {
+                    let want = self.claim_cap.map_or(want, |c| want.min(c));
                     self.last_claim = Instant::now();
                     self.inflight_want += want;
                     self.inflight
@@ -599,12 +617,22 @@ impl ClaimLoop {
             Ok(c) => c,
             Err(e) => {
                 sh.db_failed(&e);
+                let refused = crate::db::outage::statement_failed(&e);
+                if refused {
+                    self.claim_cap = next_claim_cap(self.claim_cap, want, true, 0);
+                }
                 let delay = self.backoff.next_delay();
-                tracing::warn!(queue = %p.queue, error = %e, "claim failed; retrying in {delay:?}");
+                match self.claim_cap.filter(|_| refused) {
+                    Some(cap) => tracing::warn!(queue = %p.queue, error = %e,
+                        "claim failed; retrying in {delay:?}, for at most {cap} jobs"),
+                    None => tracing::warn!(queue = %p.queue, error = %e, "claim failed; retrying in {delay:?}"),
+                }
                 self.retry_at = Some(tokio::time::Instant::now() + delay);
                 return;
             }
         };
+        let full = p.limit + claim_ahead(sh.settings.claim_ahead, p.limit, p.run_time());
+        self.claim_cap = next_claim_cap(self.claim_cap, want, false, full);
         self.buffer_room = c.buffer_room;
         sh.metrics.claimed(c.jobs.len());
         self.backoff.reset();
@@ -1020,6 +1048,28 @@ fn wake_when_due(ack: &crate::store::ack::Ack, poll: Duration, wake: Arc<Notify>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_the_server_keeps_refusing_asks_for_half_as_many_down_to_one() {
+        let mut cap = None;
+        let mut asked = Vec::new();
+        for _ in 0..10 {
+            let want = cap.map_or(300, |c: usize| c.min(300));
+            asked.push(want);
+            cap = next_claim_cap(cap, want, true, 300);
+        }
+        assert_eq!(asked, [300, 150, 75, 37, 18, 9, 4, 2, 1, 1]);
+        // Each answer doubles it back, and at the full size the bound goes.
+        let mut sizes = Vec::new();
+        while let Some(c) = cap {
+            sizes.push(c);
+            cap = next_claim_cap(cap, c, false, 300);
+        }
+        assert_eq!(sizes, [1, 2, 4, 8, 16, 32, 64, 128, 256]);
+        assert_eq!(next_claim_cap(None, 20, false, 300), None);
+        // A refused claim that asked for fewer than the bound (few free slots) halves that.
+        assert_eq!(next_claim_cap(Some(64), 6, true, 300), Some(3));
+    }
 
     #[test]
     fn the_buffer_holds_about_a_tenth_of_a_second_of_work_per_slot() {
