@@ -22,7 +22,7 @@
 //!   `Sec-Fetch-Site`, or an `Origin` that is not one of the console's own names, is
 //!   refused as well.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -64,8 +64,13 @@ pub const LOGIN_FAILURES: u32 = 5;
 pub const LOGIN_LOCKOUT: Duration = Duration::from_secs(60);
 /// Client addresses the login limiter remembers (older ones are forgotten first).
 const LIMITER_CAPACITY: usize = 10_000;
-/// Sessions kept at most (the one expiring soonest is dropped first).
+/// Sessions kept at most per access level: logins with the read-only token and logins with
+/// the write token never take each other's room ([`Auth::open_session`]).
 const MAX_SESSIONS: usize = 10_000;
+/// Sessions one client address (an IPv6 /64) keeps at most per access level: at this bound
+/// its own session expiring soonest is dropped, so a client logging in again and again
+/// replaces its own logins, not other clients'.
+const MAX_SESSIONS_PER_CLIENT: usize = 100;
 /// Characters of a CSRF nonce (hex of 16 random bytes).
 const NONCE_LEN: usize = 32;
 
@@ -128,7 +133,7 @@ fn hmac(key: &[u8], msg: &[u8]) -> [u8; 32] {
 }
 
 /// What a request may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Access {
     /// Every page and `/metrics`; no button.
     Read,
@@ -151,7 +156,77 @@ pub enum Identity {
 
 struct Session {
     access: Access,
+    /// The address it logged in from ([`client_key`]).
+    client: IpAddr,
     expires: Instant,
+}
+
+/// The live sessions, by the SHA-256 of their cookie value (the value itself is never kept),
+/// and each client's per access level, oldest first: every session lasts the same time, so
+/// the oldest is the one expiring soonest.
+#[derive(Default)]
+struct Sessions {
+    by_key: HashMap<[u8; 32], Session>,
+    by_client: HashMap<(Access, IpAddr), VecDeque<[u8; 32]>>,
+}
+
+impl Sessions {
+    fn insert(&mut self, key: [u8; 32], s: Session) {
+        self.by_client
+            .entry((s.access, s.client))
+            .or_default()
+            .push_back(key);
+        self.by_key.insert(key, s);
+    }
+
+    fn remove(&mut self, key: &[u8; 32]) {
+        let Some(s) = self.by_key.remove(key) else {
+            return;
+        };
+        if let Some(keys) = self.by_client.get_mut(&(s.access, s.client)) {
+            keys.retain(|k| k != key);
+            if keys.is_empty() {
+                self.by_client.remove(&(s.access, s.client));
+            }
+        }
+    }
+
+    fn drop_expired(&mut self, now: Instant) {
+        let expired: Vec<[u8; 32]> = self
+            .by_key
+            .iter()
+            .filter(|(_, v)| v.expires <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in expired {
+            self.remove(&k);
+        }
+    }
+
+    /// The session to drop so one more of `access` from `client` fits, if one must go: at
+    /// [`MAX_SESSIONS_PER_CLIENT`] the client's own oldest; at [`MAX_SESSIONS`] of the level,
+    /// the oldest of the client holding the most sessions of the level. Sessions of the other
+    /// level are never chosen: a read-only login cannot log the write token's holder out.
+    fn to_drop(&self, access: Access, client: IpAddr) -> Option<[u8; 32]> {
+        let oldest = |c: IpAddr| {
+            self.by_client
+                .get(&(access, c))
+                .and_then(|k| k.front().copied())
+        };
+        let own = self
+            .by_client
+            .get(&(access, client))
+            .map_or(0, VecDeque::len);
+        if own >= MAX_SESSIONS_PER_CLIENT {
+            return oldest(client);
+        }
+        let level = self.by_client.iter().filter(|((a, _), _)| *a == access);
+        if level.clone().map(|(_, k)| k.len()).sum::<usize>() < MAX_SESSIONS {
+            return None;
+        }
+        let ((_, biggest), _) = level.max_by_key(|(_, k)| k.len())?;
+        oldest(*biggest)
+    }
 }
 
 /// The console's secrets and sessions.
@@ -162,8 +237,8 @@ pub struct Auth {
     write: Option<[u8; 32]>,
     /// The read-only token, hashed the same way.
     read: Option<[u8; 32]>,
-    /// Live sessions by the SHA-256 of their cookie value (the value itself is never kept).
-    sessions: Mutex<HashMap<[u8; 32], Session>>,
+    /// Live sessions.
+    sessions: Mutex<Sessions>,
     /// How long a login lasts.
     ttl: Duration,
     /// Browsers reach the console over https: cookies are `Secure` and `__Host-`.
@@ -184,7 +259,7 @@ impl Auth {
             csrf_key: rand::random(),
             write: write.map(|t| hmac(COMPARE_KEY, t.as_bytes())),
             read: read.map(|t| hmac(COMPARE_KEY, t.as_bytes())),
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(Sessions::default()),
             ttl,
             https,
             limiter: LoginLimiter::default(),
@@ -235,24 +310,26 @@ impl Auth {
         }
     }
 
-    /// Starts a session for `access`; returns the cookie value (32 random bytes, hex).
-    pub fn open_session(&self, access: Access) -> String {
+    /// Starts a session for `access`, logged in from `ip`; returns the cookie value (32
+    /// random bytes, hex). Memory stays bounded without one token holder's logins evicting
+    /// another's ([`Sessions::to_drop`]).
+    pub fn open_session(&self, access: Access, ip: IpAddr) -> String {
         let id: [u8; 32] = rand::random();
         let value = hex::encode(id);
         let now = Instant::now();
+        let client = client_key(ip);
         let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        if s.len() >= MAX_SESSIONS {
-            s.retain(|_, v| v.expires > now);
+        if s.by_key.len() >= MAX_SESSIONS {
+            s.drop_expired(now);
         }
-        if s.len() >= MAX_SESSIONS
-            && let Some(k) = s.iter().min_by_key(|(_, v)| v.expires).map(|(k, _)| *k)
-        {
+        if let Some(k) = s.to_drop(access, client) {
             s.remove(&k);
         }
         s.insert(
             Sha256::digest(value.as_bytes()).into(),
             Session {
                 access,
+                client,
                 expires: now + self.ttl,
             },
         );
@@ -275,7 +352,7 @@ impl Auth {
         // Looked up by hash: the map's comparisons never touch the secret itself.
         let key: [u8; 32] = Sha256::digest(value.as_bytes()).into();
         let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        match s.get(&key) {
+        match s.by_key.get(&key) {
             Some(v) if v.expires > Instant::now() => Some(v.access),
             Some(_) => {
                 s.remove(&key);
@@ -457,6 +534,45 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
+    const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn read_only_logins_never_log_out_the_write_token_or_another_client() {
+        let a = Auth::new(
+            Some("0123456789abcdef"),
+            Some("read-only-0123456789"),
+            DEFAULT_SESSION_TTL,
+            false,
+        );
+        let live = |v: &str| a.identify(&with_cookie(SESSION_COOKIE, v));
+        let ip = |n: u32| IpAddr::V4(std::net::Ipv4Addr::from(0x7f00_0000 + n));
+        // The oldest logins: the admin's and another read-only user's.
+        let admin = a.open_session(Access::Write, ip(1));
+        let reader = a.open_session(Access::Read, ip(2));
+        // One read-token holder logs in from one address, then from a hundred more, past
+        // every bound.
+        let first = a.open_session(Access::Read, ip(3));
+        for _ in 0..MAX_SESSIONS + 10 {
+            a.open_session(Access::Read, ip(3));
+        }
+        assert_eq!(
+            live(&first),
+            Identity::Unknown,
+            "its own oldest login went first"
+        );
+        for n in 0..MAX_SESSIONS + 10 {
+            a.open_session(Access::Read, ip(10 + (n % 150) as u32));
+        }
+        assert_eq!(live(&admin), Identity::Known(Access::Write));
+        assert_eq!(live(&reader), Identity::Known(Access::Read));
+        let kept = a.sessions.lock().unwrap().by_key.len();
+        assert!(kept <= MAX_SESSIONS + 1, "{kept}");
+        // The write token's logins have their own room.
+        let admin2 = a.open_session(Access::Write, ip(3));
+        assert_eq!(live(&admin2), Identity::Known(Access::Write));
+        assert_eq!(live(&admin), Identity::Known(Access::Write));
+    }
+
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
     }
@@ -539,13 +655,13 @@ mod tests {
         assert_eq!(a.token_access("0123456789abcdef"), Some(Access::Write));
         assert_eq!(a.token_access("read-only-0123456789"), Some(Access::Read));
         assert_eq!(a.token_access("0123456789abcdeF"), None);
-        let s1 = a.open_session(Access::Write);
-        let s2 = a.open_session(Access::Write);
+        let s1 = a.open_session(Access::Write, LOCAL);
+        let s2 = a.open_session(Access::Write, LOCAL);
         assert_ne!(s1, s2, "every login gets its own random session");
         assert!(!s1.contains("0123456789abcdef"));
         let h = with_cookie(SESSION_COOKIE, &s1);
         assert_eq!(a.identify(&h), Identity::Known(Access::Write));
-        let r = a.open_session(Access::Read);
+        let r = a.open_session(Access::Read, LOCAL);
         assert_eq!(
             a.identify(&with_cookie(SESSION_COOKIE, &r)),
             Identity::Known(Access::Read)
@@ -575,7 +691,7 @@ mod tests {
         assert_eq!(a.identify(&b), Identity::WrongBearer);
         // A session past its expiry opens nothing.
         let short = Auth::new(Some("0123456789abcdef"), None, Duration::ZERO, false);
-        let s = short.open_session(Access::Write);
+        let s = short.open_session(Access::Write, LOCAL);
         assert_eq!(
             short.identify(&with_cookie(SESSION_COOKIE, &s)),
             Identity::Unknown
@@ -592,7 +708,7 @@ mod tests {
             c.contains("; Secure") && c.contains("Path=/") && !c.contains("Domain"),
             "{c}"
         );
-        let s = a.open_session(Access::Write);
+        let s = a.open_session(Access::Write, LOCAL);
         assert_eq!(
             a.identify(&with_cookie("__Host-skiplock_session", &s)),
             Identity::Known(Access::Write)

@@ -100,7 +100,7 @@ pub async fn submit(
         );
     };
     st.auth.limiter.succeeded(ip);
-    let session = st.auth.open_session(access);
+    let session = st.auth.open_session(access, ip);
     let mut resp = see_other(&auth::safe_next(f.next.as_deref()));
     if let Ok(v) = HeaderValue::from_str(&st.auth.set_cookie(
         st.auth.session_cookie(),
