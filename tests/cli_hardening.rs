@@ -93,6 +93,43 @@ async fn values_from_the_database_are_printed_escaped_by_every_command() {
     assert!(err.contains("k\\x1b[2J"), "{err}");
 }
 
+#[tokio::test]
+async fn characters_that_show_nothing_are_printed_escaped() {
+    // Hangul fillers and tag characters show as nothing: a kind `b\u{3164}` looked like
+    // `b`, and tag characters hid text in plain sight (docs/security.md).
+    let db = TestDb::new().await;
+    let kind = "b\u{3164}\u{115f}\u{e0041}\u{2800}";
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.enqueue($1, '{}', meta => $2)")
+        .bind(kind)
+        .bind(serde_json::json!({"who": "a\u{ffa0}\u{e007f}"}))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (code, out, err) = run_cmd(&db.url, &["job", &id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("kind:          b\\u{3164}\\u{115f}\\u{e0041}\\u{2800}"),
+        "{out}"
+    );
+    assert!(out.contains("a\\u{ffa0}\\u{e007f}"), "{out}");
+    for c in [
+        '\u{3164}',
+        '\u{115f}',
+        '\u{e0041}',
+        '\u{2800}',
+        '\u{ffa0}',
+        '\u{e007f}',
+    ] {
+        assert!(!out.contains(c), "{c:?} printed raw: {out}");
+    }
+    let (code, out, _) = run_cmd(&db.url, &["jobs"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("b\\u{3164}") && !out.contains('\u{3164}'),
+        "{out}"
+    );
+}
+
 /// Waits for `child` up to a window far larger than it needs; kills it and fails if it
 /// is still running then (the old behaviour of a huge `--queues` count).
 fn finish(mut child: Child, what: &str) -> (Option<i32>, String) {

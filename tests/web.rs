@@ -1585,6 +1585,31 @@ async fn a_job_whose_meta_cannot_be_read_is_shown_and_a_nul_in_the_meta_filter_i
 }
 
 #[tokio::test]
+async fn characters_that_show_nothing_are_shown_escaped_on_the_pages() {
+    // Hangul fillers and tag characters show as nothing: a kind `b\u{3164}` looked like `b`.
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let ids = enqueue(&db, "b\u{3164}\u{e0041}", "q\u{115f}", 1).await;
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+    let h = http();
+    let job = body_of(&h, &console.url(&format!("/jobs/{}", ids[0]))).await;
+    let list = body_of(&h, &console.url("/jobs")).await;
+    for (what, page) in [("job", &job), ("list", &list)] {
+        assert!(page.contains("b\\u{3164}\\u{e0041}"), "{what}: {page}");
+        // Form values (the filter's inputs and suggestions) carry the real text.
+        let mut parts = page.split("value=\"");
+        let shown: String = parts
+            .next()
+            .into_iter()
+            .chain(parts.map(|part| part.split_once('"').map_or(part, |(_, after)| after)))
+            .collect();
+        for c in ['\u{3164}', '\u{e0041}', '\u{115f}'] {
+            assert!(!shown.contains(c), "{what} shows {c:?} raw");
+        }
+    }
+}
+
+#[tokio::test]
 async fn wrong_tokens_lock_a_client_out_and_weak_tokens_are_refused_at_start() {
     for weak in ["aaaaaaaaaaaaaaaaaaaa", "abababababababababab"] {
         let out = cmd("postgres://nobody@127.0.0.1:1/none")

@@ -10,12 +10,29 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-/// Whether `c` must not reach a terminal raw: C0 and C1 control characters, DEL, and the
-/// invisible bidirectional and zero-width formatting characters that make text display
-/// differently from what it is.
+/// Whether `c` must not reach a terminal raw: C0 and C1 control characters and DEL; every
+/// character Unicode says shows nothing (Default_Ignorable_Code_Point: zero-width and bidi
+/// controls, variation selectors, the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, the
+/// tag characters U+E0000–U+E0FFF) or is a format character (general category Cf); line and
+/// paragraph separators; and U+2800, the blank Braille pattern, which shows as a space. Any of
+/// them would make text display differently from what it is, or two names look alike. The
+/// Unicode data is ICU4X's (`icu_properties`), so new characters come with its updates.
 fn is_unsafe(c: char) -> bool {
+    use icu_properties::props::{
+        BinaryProperty, DefaultIgnorableCodePoint, EnumeratedProperty, GeneralCategory,
+    };
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
     c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+        || c == '\u{2800}'
+        || DefaultIgnorableCodePoint::for_char(c)
+        || matches!(
+            GeneralCategory::for_char(c),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
 }
 
 /// `s` with control and invisible formatting characters written as escapes (`\n`, `\t`,
@@ -134,10 +151,36 @@ mod tests {
         assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
         assert_eq!(escape("\u{0}"), "\\x00");
         for c in [
-            '\u{202a}', '\u{2066}', '\u{2069}', '\u{200b}', '\u{200f}', '\u{feff}',
+            '\u{202a}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{200b}',
+            '\u{200f}',
+            '\u{feff}',
+            // Shown as nothing, or as a space: Hangul fillers, tag characters, a variation
+            // selector, an Arabic number sign (Cf), the blank Braille
+            // pattern, the line separator.
+            '\u{3164}',
+            '\u{115f}',
+            '\u{1160}',
+            '\u{ffa0}',
+            '\u{e0000}',
+            '\u{e0041}',
+            '\u{e007f}',
+            '\u{e01ef}',
+            '\u{fe0f}',
+            '\u{600}',
+            '\u{2800}',
+            '\u{2028}',
+            '\u{180e}',
+            '\u{1d173}',
         ] {
             assert_eq!(escape(&c.to_string()), format!("\\u{{{:x}}}", c as u32));
         }
+        // The soft hyphen is below U+0100, so written like the C1 controls.
+        assert_eq!(escape("b\u{ad}"), "b\\xad");
+        // Letters, marks, emoji and spaces of other scripts stay as they are.
+        assert_eq!(escape("ㄱ가 é ç ✓ 日本 مرحبا"), "ㄱ가 é ç ✓ 日本 مرحبا");
     }
 
     #[test]
