@@ -58,15 +58,41 @@ fn decode(s: &str) -> String {
     decode_with(s, false)
 }
 
-/// The URL split lexically: `(prefix up to and including "://", userinfo, rest after '@')`.
-/// The userinfo ends at the LAST '@' before the query: a password with a raw '@' or '/'
-/// (a malformed URL) is then still inside it, so redaction errs towards hiding too much.
-fn split_userinfo(url: &str) -> (&str, Option<&str>, &str) {
+/// Whether `user` (a userinfo's text before its first `:`) can be a user name rather than a
+/// piece of a path or query: a raw `/`, `?` or `#` says the `@` after it is no userinfo's.
+fn plain_user(user: &str) -> bool {
+    !user.contains(['/', '?', '#'])
+}
+
+/// Where each reading of `rest` (a URL after its `://`) may end a userinfo, as the index of
+/// its `@`: the widest first. A well-formed URL has one. A password with a raw `/`, `?` or
+/// `#` (not percent-encoded) makes a malformed one, read differently by the `url` crate, by
+/// libpq and by people: the last `@` before the first `?` (a raw `/` or `@` in the password);
+/// failing that, every `@` whose user name part is plain (a raw `?` or `#`, which libpq reads
+/// as part of the password too, since its userinfo ends only at a `/`).
+fn userinfo_ends(rest: &str) -> Vec<usize> {
+    let search_end = rest.find('?').unwrap_or(rest.len());
+    if let Some(at) = rest[..search_end].rfind('@') {
+        return vec![at];
+    }
+    let mut ends: Vec<usize> = rest
+        .match_indices('@')
+        .map(|(i, _)| i)
+        .filter(|&i| plain_user(rest[..i].split(':').next().unwrap_or("")))
+        .collect();
+    ends.reverse();
+    ends
+}
+
+/// The URL split lexically: `(prefix up to and including "://", userinfo, rest after '@')`,
+/// with the widest userinfo any reading gives ([`userinfo_ends`]), so redaction errs towards
+/// hiding too much. The host list parser splits a URL with it too (src/db/hosts.rs), so no
+/// piece of a password is ever read as a host or a port.
+pub(crate) fn split_userinfo(url: &str) -> (&str, Option<&str>, &str) {
     let start = url.find("://").map(|i| i + 3).unwrap_or(0);
     let (prefix, rest) = url.split_at(start);
-    let search_end = rest.find('?').unwrap_or(rest.len());
-    match rest[..search_end].rfind('@') {
-        Some(at) => (prefix, Some(&rest[..at]), &rest[at + 1..]),
+    match userinfo_ends(rest).first() {
+        Some(&at) => (prefix, Some(&rest[..at]), &rest[at + 1..]),
         None => (prefix, None, rest),
     }
 }
@@ -83,9 +109,14 @@ fn redact_query(q: &str) -> String {
 }
 
 /// `url` with the password of its userinfo and the values of password query parameters
-/// replaced by `***`: `postgres://user:***@host/db?sslmode=require&password=***`. Never
-/// fails: a malformed URL is redacted lexically (erring towards hiding more).
+/// replaced by `***`: `postgres://user:***@host/db?sslmode=require&password=***`; a libpq
+/// `key=value` connection string with its password values replaced
+/// (`host=db password=***`, [`key_values`]). Never fails: a malformed URL is redacted
+/// lexically (erring towards hiding more).
 pub fn redact_url(url: &str) -> String {
+    if let Some(kv) = key_values(url) {
+        return kv.redacted();
+    }
     let (prefix, userinfo, rest) = split_userinfo(url);
     let mut out = String::with_capacity(url.len());
     out.push_str(prefix);
@@ -119,15 +150,129 @@ pub fn redact_url(url: &str) -> String {
     out
 }
 
+/// A libpq `key=value` connection string, read lexically as libpq reads it: keywords, `=`
+/// with optional spaces around it, values either bare (up to the next space) or in single
+/// quotes, with `\\` escaping the next character in both. A value left open by a missing
+/// quote runs to the end (hidden whole).
+struct KeyValues<'a> {
+    text: &'a str,
+    /// Each secret value: its byte range in `text` as written (quotes included) and what
+    /// libpq reads from it.
+    secrets: Vec<(std::ops::Range<usize>, String)>,
+}
+
+/// `text` read as a `key=value` connection string, if it is one: it names no URL scheme and
+/// starts with a keyword followed by `=` (libpq takes everything that is not a
+/// `postgres://` or `postgresql://` URI this way).
+fn key_values(text: &str) -> Option<KeyValues<'_>> {
+    if text.contains("://") {
+        return None;
+    }
+    let b = text.as_bytes();
+    let skip_spaces = |mut i: usize| {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let mut secrets = Vec::new();
+    let mut i = skip_spaces(0);
+    let mut first = true;
+    while i < b.len() {
+        let key_start = i;
+        while i < b.len() && b[i] != b'=' && !b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let key = &text[key_start..i];
+        i = skip_spaces(i);
+        if i >= b.len() || b[i] != b'=' || key.is_empty() {
+            // Not `key = value`: not a connection string at all, or its end is garbage
+            // (libpq refuses it; what was read is hidden all the same).
+            if first {
+                return None;
+            }
+            break;
+        }
+        if first && !key.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
+            return None;
+        }
+        first = false;
+        i = skip_spaces(i + 1);
+        let value_start = i;
+        let mut value = Vec::new();
+        if i < b.len() && b[i] == b'\'' {
+            i += 1;
+            while i < b.len() && b[i] != b'\'' {
+                if b[i] == b'\\' && i + 1 < b.len() {
+                    i += 1;
+                }
+                value.push(b[i]);
+                i += 1;
+            }
+            i = (i + 1).min(b.len());
+        } else {
+            while i < b.len() && !b[i].is_ascii_whitespace() {
+                if b[i] == b'\\' && i + 1 < b.len() {
+                    i += 1;
+                }
+                value.push(b[i]);
+                i += 1;
+            }
+        }
+        if is_secret_key(key) {
+            secrets.push((value_start..i, String::from_utf8_lossy(&value).into_owned()));
+        }
+        i = skip_spaces(i);
+    }
+    Some(KeyValues { text, secrets })
+}
+
+impl KeyValues<'_> {
+    /// The string with each secret value written as `***`.
+    fn redacted(&self) -> String {
+        let mut out = String::with_capacity(self.text.len());
+        let mut at = 0;
+        for (r, _) in &self.secrets {
+            out.push_str(&self.text[at..r.start]);
+            out.push_str(MASK);
+            at = r.end;
+        }
+        out.push_str(&self.text[at..]);
+        out
+    }
+
+    /// Each secret as written (its quotes taken off) and as read.
+    fn secrets(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        self.secrets.iter().map(|(r, v)| {
+            let written = &self.text[r.clone()];
+            let inner = written.strip_prefix('\'').unwrap_or(written);
+            let inner = inner.strip_suffix('\'').unwrap_or(inner);
+            (inner.to_string(), v.clone())
+        })
+    }
+}
+
 /// Every spelling of every password in `url`: as written, percent-decoded and
 /// form-decoded, from the userinfo and from the query, read both lexically and the way the
 /// `url` crate (and so sqlx) reads it. Longest first, no empty strings.
 pub fn url_secrets(url: &str) -> Vec<String> {
     let mut raw: Vec<String> = Vec::new();
-    let (_, userinfo, rest) = split_userinfo(url);
-    if let Some((_, pw)) = userinfo.and_then(|ui| ui.split_once(':')) {
-        raw.push(pw.to_string());
+    if let Some(kv) = key_values(url) {
+        // As written (quotes and backslashes included) and as libpq reads it; no URL reading
+        // (an `@` in a value is no userinfo).
+        for (written, value) in kv.secrets() {
+            raw.push(written);
+            raw.push(value);
+        }
+        return spellings(raw);
     }
+    let start = url.find("://").map(|i| i + 3).unwrap_or(0);
+    for at in userinfo_ends(&url[start..]) {
+        if let Some((_, pw)) = url[start..start + at].split_once(':') {
+            raw.push(pw.to_string());
+        }
+    }
+    let (_, _, rest) = split_userinfo(url);
     let query = rest
         .split_once('?')
         .map(|(_, q)| q.split('#').next().unwrap_or(q));
@@ -148,6 +293,11 @@ pub fn url_secrets(url: &str) -> Vec<String> {
             }
         }
     }
+    spellings(raw)
+}
+
+/// Each of `raw` as written, percent-decoded and form-decoded; longest first, no empty ones.
+fn spellings(raw: Vec<String>) -> Vec<String> {
     let mut all: Vec<String> = Vec::new();
     for r in raw {
         for s in [decode_with(&r, false), decode_with(&r, true), r] {
@@ -306,6 +456,54 @@ mod tests {
         assert_eq!(redact_url("post gres://:s3cret@"), "post gres://:***@");
         assert_eq!(redact_url(""), "");
         assert_eq!(redact_url("?password="), "?password=***");
+    }
+
+    #[test]
+    fn every_form_libpq_accepts_is_redacted_and_its_password_registered() {
+        // (connection string, redacted, the password as libpq reads it)
+        let cases: &[(&str, &str, &str)] = &[
+            // URLs: userinfo, percent-encoded, several hosts, the query.
+            ("postgresql://u:Hunter2Secret@h/db", "postgresql://u:***@h/db", "Hunter2Secret"),
+            ("postgres://u:Hunter%3F2@h1:5432,h2:5433/db", "postgres://u:***@h1:5432,h2:5433/db", "Hunter?2"),
+            ("postgres://u@h/db?password=Hunter2Secret&sslmode=require", "postgres://u@h/db?password=***&sslmode=require", "Hunter2Secret"),
+            ("postgres://u@[::1]:5432/db?sslpassword=Hunter2Secret", "postgres://u@[::1]:5432/db?sslpassword=***", "Hunter2Secret"),
+            // Malformed URLs: a raw `?`, `#`, `/`, `@` in the password, and combinations.
+            ("postgres://app:Hunter2?Secret@127.0.0.1/db", "postgres://app:***@127.0.0.1/db", "Hunter2?Secret"),
+            ("postgres://app:Hun#ter2Secret@127.0.0.1/db", "postgres://app:***@127.0.0.1/db", "Hun#ter2Secret"),
+            ("postgres://app:Hun/ter2Secret@127.0.0.1/db", "postgres://app:***@127.0.0.1/db", "Hun/ter2Secret"),
+            ("postgres://app:Hun@ter2Secret@127.0.0.1/db", "postgres://app:***@127.0.0.1/db", "Hun@ter2Secret"),
+            ("postgres://app:a/b?c#d2Secret@h/db?sslmode=disable", "postgres://app:***@h/db?sslmode=disable", "a/b?c#d2Secret"),
+            ("postgres://app:Hunter2?Secret@h1,h2/db?password=Other2Secret", "postgres://app:***@h1,h2/db?password=***", "Hunter2?Secret"),
+            // key=value strings: bare, quoted, escaped, spaces around `=`, sslpassword.
+            ("host=h port=5432 password=Hunter2Secret dbname=d", "host=h port=5432 password=*** dbname=d", "Hunter2Secret"),
+            ("host=h password='Hunter 2 Secret' user=u", "host=h password=*** user=u", "Hunter 2 Secret"),
+            (r"host=h password='it\'s \\ Secret'", "host=h password=***", r"it's \ Secret"),
+            (r"password=Hunter\ 2Secret host=h", "password=*** host=h", "Hunter 2Secret"),
+            ("host = h  password = Hunter2Secret", "host = h  password = ***", "Hunter2Secret"),
+            ("dbname=d sslpassword=Hunter2Secret", "dbname=d sslpassword=***", "Hunter2Secret"),
+            ("PASSWORD=Hunter2Secret host=h", "PASSWORD=*** host=h", "Hunter2Secret"),
+            // A quote left open hides the rest.
+            ("host=h password='Hunter2 Secret", "host=h password=***", "Hunter2 Secret"),
+        ];
+        for &(dsn, redacted, password) in cases {
+            assert_eq!(redact_url(dsn), redacted, "{dsn}");
+            let secrets = url_secrets(dsn);
+            assert!(secrets.iter().any(|s| s == password), "{dsn}: {secrets:?}");
+            let line = format!("FATAL: password authentication failed ({password}) for {dsn}");
+            let clean = scrub_secrets(&line, &secrets);
+            assert!(!clean.contains(password), "{dsn}: {clean}");
+            // Nor a piece of it a reading may have taken for something else.
+            for piece in ["Hunter2", "Secret", "Hun"] {
+                if password.contains(piece) {
+                    assert!(!redact_url(dsn).contains(piece), "{dsn}");
+                }
+            }
+        }
+        // Strings that are neither keep everything; an `@` in a query or path is no userinfo.
+        for plain in ["localhost", "postgres://h/d@b", "postgres://h/db?application_name=x:y@z", "host=h port=5432"] {
+            assert_eq!(redact_url(plain), plain);
+            assert!(url_secrets(plain).is_empty(), "{plain}: {:?}", url_secrets(plain));
+        }
     }
 
     #[test]

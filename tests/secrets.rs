@@ -93,6 +93,65 @@ fn userinfo_passwords_show_as_user_stars_even_when_encoded_or_malformed() {
     }
 }
 
+#[test]
+fn malformed_urls_and_key_value_strings_never_print_the_password() {
+    // A raw `?`, `#` or `/` in a URL's password (read as a host and a port before), and
+    // libpq's key=value strings (not recognised before): the error line shows the
+    // connection string with `***` and no piece of the password (docs/security.md).
+    for (setting, url) in [
+        (
+            "DATABASE_URL",
+            "postgres://app:Hunter2?Secret@127.0.0.1:1/db",
+        ),
+        (
+            "DATABASE_URL",
+            "postgres://app:Hunter2#Secret@127.0.0.1:1/db",
+        ),
+        (
+            "DATABASE_URL",
+            "postgres://app:Hunter2/Secret@127.0.0.1:1/db",
+        ),
+        (
+            "DATABASE_URL",
+            "postgres://app:Hunter2/Se?cr#et@127.0.0.1:1,127.0.0.2:1/db",
+        ),
+        (
+            "DATABASE_URL",
+            "host=127.0.0.1 port=1 user=app password=Hunter2Secret dbname=db",
+        ),
+        (
+            "DATABASE_URL",
+            r"host=127.0.0.1 password='Hunter2 \'Secret' dbname=db",
+        ),
+        (
+            "SKIPLOCK_LISTEN_URL",
+            "postgres://app:Hunter2?Secret@127.0.0.1:1/db",
+        ),
+        (
+            "SKIPLOCK_LISTEN_URL",
+            "host=127.0.0.1 password=Hunter2Secret",
+        ),
+    ] {
+        let mut c = std::process::Command::new(bin());
+        c.current_dir(std::env::temp_dir())
+            .env("DATABASE_URL", "postgres://app@127.0.0.1:1/db")
+            .env(setting, url);
+        if setting == "SKIPLOCK_LISTEN_URL" {
+            c.env("SKIPLOCK_POOL_MODE", "transaction")
+                .args(["worker", "--exit-when-idle"]);
+        } else {
+            c.arg("jobs");
+        }
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{url}: {err}");
+        for piece in ["Hunter", "Secret", "Se?cr", "cr#et"] {
+            assert!(!err.contains(piece), "{setting}={url}: {err}");
+        }
+        assert!(err.contains("***"), "{setting}={url}: {err}");
+    }
+}
+
 #[tokio::test]
 async fn a_worker_logs_nothing_of_a_query_parameter_password() {
     let db = TestDb::new().await;

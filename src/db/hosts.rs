@@ -59,16 +59,31 @@ pub fn split(url: &str) -> std::result::Result<(String, Option<Hosts>), String> 
     let Some((scheme, rest)) = url.split_once("://") else {
         return Ok((url.to_string(), None));
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let (userinfo, hostlist) = match authority.rfind('@') {
-        Some(i) => (&authority[..=i], &authority[i + 1..]),
-        None => ("", authority),
+    // The authority ends at the first `/` (libpq's userinfo too); in it the userinfo ends at
+    // the last `@`, unless what comes before that `@`'s `:` holds a `?` or `#`: then the `@`
+    // belongs to a query (`postgres://h?application_name=a@b`) and the host list ends there.
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let at = authority
+        .rfind('@')
+        .filter(|&i| !authority[..i].split(':').next().unwrap_or("").contains(['?', '#']));
+    let (userinfo, after) = match at {
+        Some(i) => (&rest[..=i], &rest[i + 1..]),
+        None => ("", rest),
     };
+    let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+    let (hostlist, tail) = after.split_at(end);
     let (tail, target) = take_target(tail)?;
     let mut hosts = Vec::new();
     for item in hostlist.split(',') {
-        hosts.push(host_port(item)?);
+        match host_port(item) {
+            Ok(h) => hosts.push(h),
+            // A malformed password (a raw `/`, say) read as a host list: quoting the "host"
+            // or "port" would print a piece of the password.
+            Err(_) if crate::redact::split_userinfo(url).1.is_some_and(|u| !userinfo.starts_with(u)) => {
+                return Err("its host list cannot be read: a `/`, `?`, `#` or `@` in the user name or password must be percent-encoded (%2F, %3F, %23, %40)".into());
+            }
+            Err(e) => return Err(e),
+        }
     }
     if hosts.len() == 1 && target.is_none() {
         return Ok((url.to_string(), None));
@@ -369,5 +384,35 @@ mod tests {
         assert!(e.contains("invalid port `x`"), "{e}");
         let e = split("postgres://h1,,h2/db").unwrap_err();
         assert!(e.contains("empty host"), "{e}");
+    }
+
+    #[test]
+    fn a_password_with_a_raw_separator_is_never_read_as_a_host_or_a_port() {
+        // `?` and `#` end no userinfo (libpq reads them as the password's too).
+        for (url, single) in [
+            ("postgres://app:Hunter2?Secret@127.0.0.1/db", None),
+            ("postgres://app:Hun#ter@h1:5441,h2/db", Some("postgres://app:Hun#ter@h1:5441/db")),
+        ] {
+            let (s, hosts) = split(url).unwrap();
+            match single {
+                None => assert_eq!((s.as_str(), hosts), (url, None)),
+                Some(one) => assert_eq!(s, one),
+            }
+        }
+        // A raw `/` ends the authority: the error names the cause, not the pieces.
+        for url in [
+            "postgres://app:Hun/ter@127.0.0.1/db",
+            "postgres://app:Hun/ter@h1,h2/db",
+            "postgres://app:a/b?c#d@h/db",
+        ] {
+            let e = split(url).unwrap_err();
+            assert!(e.contains("percent-encoded") && !e.contains("Hun") && !e.contains("a/b"), "{url}: {e}");
+        }
+        // An `@` in a database name or a query is no userinfo's.
+        let (s, _) = split("postgres://h/d@b").unwrap();
+        assert_eq!(s, "postgres://h/d@b");
+        let (s, h) = split("postgres://h1,h2?application_name=a@b").unwrap();
+        assert_eq!(s, "postgres://h1?application_name=a@b");
+        assert_eq!(h.unwrap().hosts.len(), 2);
     }
 }
