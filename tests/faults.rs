@@ -59,6 +59,26 @@ async fn sigkilled_worker_processes_lose_nothing() {
     assert!(r.executions >= 1500);
 }
 
+/// The end of a run stops every worker with SIGTERM, and each must exit 0. A worker started
+/// again just before (after a kill near the end of the run) may not have set up its SIGTERM
+/// handler yet on a loaded machine, and would die of the signal: the driver waits until it is
+/// registered. Here the SIGTERM follows the start at once.
+#[tokio::test]
+async fn a_worker_stopped_right_after_its_start_exits_cleanly() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("worker.log");
+    let cfg = ChaosConfig::new(1, bin());
+    let mut child = chaos::spawn_worker(&cfg, &db.url, &log).unwrap();
+    let unexpected = chaos::stop_workers(&db.pool, [&mut child]).await;
+    assert_eq!(
+        unexpected,
+        0,
+        "the worker did not exit 0: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
 #[tokio::test]
 async fn a_postgres_restart_mid_run_loses_nothing_and_no_worker_exits() {
     let cluster = tokio::task::spawn_blocking(PrivateCluster::start)

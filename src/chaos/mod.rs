@@ -325,6 +325,64 @@ fn spawn(cfg: &ChaosConfig, url: &str, log: &PathBuf) -> Result<Child> {
     Ok(child)
 }
 
+// Used by tests/faults.rs, which compiles this file too.
+#[allow(dead_code)]
+/// Starts a `chaos-worker` process on `url`, logging to `log` (for tests of the driver).
+pub fn spawn_worker(cfg: &ChaosConfig, url: &str, log: &PathBuf) -> Result<Child> {
+    spawn(cfg, url, log)
+}
+
+/// Stops worker processes as an operator would (SIGTERM) and returns how many did not exit 0
+/// within a minute (then killed). A process is sent SIGTERM only once it is registered in
+/// `skiplock.workers` (or after a minute): a worker polls its SIGTERM handler before it
+/// registers (`Worker::run`), while a process just started, as after a kill near the end of a
+/// run, still has the default disposition and would die of the signal, which on a loaded machine
+/// can take long enough to be met.
+pub async fn stop_workers(pool: &Pool, children: impl IntoIterator<Item = &mut Child>) -> usize {
+    let mut children: Vec<&mut Child> = children.into_iter().collect();
+    let ready_by = Instant::now() + Duration::from_secs(60);
+    loop {
+        let registered = sql::registered_pids(pool).await.unwrap_or_default();
+        let waiting = children
+            .iter_mut()
+            .any(|c| matches!(c.try_wait(), Ok(None)) && !registered.contains(&(c.id() as i32)));
+        if !waiting || Instant::now() > ready_by {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for c in &children {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+    }
+    let mut unexpected = 0;
+    for c in &mut children {
+        let stop_by = Instant::now() + Duration::from_secs(60);
+        loop {
+            match c.try_wait() {
+                Ok(Some(status)) => {
+                    if !status.success() {
+                        unexpected += 1;
+                    }
+                    break;
+                }
+                Ok(None) if Instant::now() < stop_by => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                _ => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    unexpected += 1;
+                    break;
+                }
+            }
+        }
+    }
+    unexpected
+}
+
 async fn progress(pool: &Pool) -> Option<i64> {
     sql::progress(pool).await.ok()
 }
@@ -505,34 +563,7 @@ pub async fn run(
     }
 
     // Stop the workers gracefully, then record the kills and judge.
-    for s in &slots {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(s.child.id().to_string())
-            .status();
-    }
-    for s in &mut slots {
-        let stop_by = Instant::now() + Duration::from_secs(60);
-        loop {
-            match s.child.try_wait() {
-                Ok(Some(status)) => {
-                    if !status.success() {
-                        report.unexpected_exits += 1;
-                    }
-                    break;
-                }
-                Ok(None) if Instant::now() < stop_by => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                _ => {
-                    let _ = s.child.kill();
-                    let _ = s.child.wait();
-                    report.unexpected_exits += 1;
-                    break;
-                }
-            }
-        }
-    }
+    report.unexpected_exits += stop_workers(&pool, slots.iter_mut().map(|s| &mut s.child)).await;
     if let Some(p) = producer {
         match p.await {
             Ok(Ok(retries)) => report.producer_retries = retries,

@@ -2,6 +2,7 @@
 //! (`sql/chaos/`): the side tables that record executions and kills, the run's jobs, and the
 //! verdict. Nothing in the worker or the CLI proper calls them.
 
+
 use chrono::{DateTime, Utc};
 
 use skiplock::error::{Error, Result};
@@ -50,6 +51,13 @@ pub async fn failover_gaps<'e, E: Executor<'e>>(
     Ok(sqlx::query_as(sql!("chaos", "failover_gaps"))
         .bind(starts)
         .bind(healed)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// The process ids of the registered workers.
+pub async fn registered_pids<'e, E: Executor<'e>>(exec: E) -> Result<Vec<i32>> {
+    Ok(sqlx::query_scalar(sql!("chaos", "registered_pids"))
         .fetch_all(exec)
         .await?)
 }
