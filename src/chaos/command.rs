@@ -64,10 +64,23 @@ pub struct ChaosArgs {
     /// Time from one failover's recovery to the next (with --failover).
     #[arg(long, default_value = "12s", value_parser = parse_duration)]
     pub failover_every: std::time::Duration,
+    /// Faults one worker sees (partitions, pauses, lost replies, resets, a slow link) and a
+    /// full disk, at random, checked over the recorded history (src/chaos/partitions/).
+    #[arg(long, conflicts_with_all = ["pg_restart", "failover"])]
+    pub partitions: bool,
+    /// Randomized schedules to run (with --partitions).
+    #[arg(long, default_value_t = 50)]
+    pub schedules: usize,
+    /// The first schedule's seed (with --partitions; default: random, printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 /// Runs the chaos scenario and prints the summary line; fails unless it is OK.
 pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
+    if a.partitions {
+        return crate::chaos::partitions::command::run(&a).await;
+    }
     use skiplock::cli::check_flag;
     check_flag("--jobs", a.jobs.into(), 1, 10_000_000)?;
     check_flag("--workers", a.workers as i128, 1, 64)?;
@@ -145,6 +158,7 @@ pub async fn worker(url: Option<&str>) -> anyhow::Result<()> {
         .settings(settings)
         .without_maintenance()
         .register(Record)
+        .register(crate::chaos::partitions::job::FaultJob)
         .build();
     worker.run(shutdown::signal()).await?;
     Ok(())

@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod command;
 pub mod ha;
+pub mod partitions;
 pub mod record;
 pub mod store;
 

@@ -2,6 +2,7 @@
 //! (`sql/chaos/`): the side tables that record executions and kills, the run's jobs, and the
 //! verdict. Nothing in the worker or the CLI proper calls them.
 
+pub mod partitions;
 
 use chrono::{DateTime, Utc};
 
