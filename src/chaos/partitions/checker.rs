@@ -192,19 +192,54 @@ pub fn check(h: &History, rescue_after: std::time::Duration, now: DateTime<Utc>)
     let slot_of = |pid: i32| h.slots.get(&pid).cloned();
     let worker_addrs: BTreeSet<&str> = h.slots.values().map(|a| a.as_str()).collect();
 
-    // Duplicates: every execution but a job's last needs a fault on its own worker that was
-    // under way between its start (less the slack) and the next execution's start, or an
-    // error its handler reported for that attempt.
+    // Duplicates: every execution of a job but the one whose completion was recorded (its
+    // last, when none was) is an extra one. It needs a fault on its own worker under way while
+    // its attempt was that worker's: from the claim of the attempt (less the slack) until the
+    // attempt was taken away or ended, or until the execution began if that was later (a worker
+    // cut off may start a job it claimed ahead long after the job was rescued, once TCP gets
+    // its packets through again, seconds after the fault was healed). Or an error its handler
+    // reported for that attempt.
+    let completing_exec: HashMap<i64, Option<i64>> =
+        h.jobs.iter().map(|j| (j.id, j.result_exec)).collect();
     for (job, list) in &execs {
-        if list.len() > 1 {
-            v.duplicates += 1;
+        if list.len() < 2 {
+            continue;
         }
-        for pair in list.windows(2) {
-            let (e, next) = (pair[0], pair[1]);
-            let fault =
-                h.faults.iter().filter(|f| f.pid == Some(e.pid)).find(|f| {
-                    f.started_at <= next.started_at && f.ended_at + SLACK >= e.started_at
-                });
+        v.duplicates += 1;
+        let kept = completing_exec
+            .get(job)
+            .copied()
+            .flatten()
+            .filter(|x| list.iter().any(|e| e.id == *x))
+            .unwrap_or(list[list.len() - 1].id);
+        let moved = moves.get(job).map(|m| m.as_slice()).unwrap_or(&[]);
+        for e in list.iter().filter(|e| e.id != kept) {
+            let claimed = moved
+                .iter()
+                .filter(|t| {
+                    t.old_state != "running"
+                        && t.new_state == "running"
+                        && t.new_attempt == e.attempt
+                        && t.new_owner.as_deref() == Some(e.worker_id.as_str())
+                        && t.at <= e.started_at
+                })
+                .map(|t| t.at)
+                .max()
+                .unwrap_or(e.started_at);
+            let ended = moved
+                .iter()
+                .filter(|t| {
+                    t.old_state == "running" && t.old_attempt == e.attempt && t.at >= claimed
+                })
+                .map(|t| t.at)
+                .min()
+                .unwrap_or(e.started_at)
+                .max(e.started_at);
+            let fault = h
+                .faults
+                .iter()
+                .filter(|f| f.pid == Some(e.pid))
+                .find(|f| f.started_at <= ended && f.ended_at + SLACK >= claimed);
             if let Some(f) = fault {
                 *v.explained.entry(f.kind.clone()).or_default() += 1;
             } else if errors.contains(&(*job, e.attempt)) {
@@ -552,6 +587,26 @@ mod tests {
         let v = verdict(&h);
         assert!(v.ok(), "{}", v.anomalies());
         assert_eq!(v.explained["handler error"], 1);
+    }
+
+    #[test]
+    fn a_stale_execution_begun_after_its_fault_healed_is_explained_by_it() {
+        // Worker A claimed job 2 ahead at 2 and was cut off from 3 to 10; the job was rescued
+        // at 15 and completed by B at 21; A, its packets through again, started its stale
+        // attempt only at 22 (and heard at once that it was lost).
+        let mut h = good();
+        h.executions[1].started_at = t(22);
+        h.executions[1].outcome = Some("lost".into());
+        h.faults = vec![partition(100, 3, 10)];
+        let v = verdict(&h);
+        assert!(v.ok(), "{}", v.anomalies());
+        assert_eq!(v.explained, BTreeMap::from([("partition".to_string(), 1)]));
+        // A fault on A before it claimed the attempt explains nothing.
+        h.faults = vec![partition(100, -20, -5)];
+        assert_eq!(verdict(&h).unexplained, vec![(2, 2)]);
+        // Nor does B's own fault (B's execution is the one that counted).
+        h.faults = vec![partition(200, 3, 25)];
+        assert_eq!(verdict(&h).unexplained, vec![(2, 2)]);
     }
 
     #[test]
