@@ -451,37 +451,50 @@ async fn inject(f: Fault, link: Link, pid: i32, x: Injector) -> Result<sql::Faul
             // claim and ack too) until the history shows a state change committed on it, then
             // that connection reset, so the worker never reads the answer. (Dropping the answers
             // on every connection stalls a worker after one statement per connection, mostly
-            // heartbeats.) An idle worker, with no such connection or commit within seconds,
-            // gets the drop and the reset all the same.
-            let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
-            let mut target = None;
-            while target.is_none() && tokio::time::Instant::now() < give_up {
-                target = sql::claiming_port(pool, &link.ns_addr)
-                    .await
-                    .unwrap_or(None);
-                if target.is_none() {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+            // heartbeats.) A connection whose next statement changed no job (a heartbeat) is
+            // reset all the same after 1.5 s, and the next one tried, four at most; an idle
+            // worker, with no such connection, gets the drop and the reset of every connection.
+            let mut hold = f.hold;
+            for _ in 0..4 {
+                let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+                let mut target = None;
+                while target.is_none() && tokio::time::Instant::now() < give_up {
+                    target = sql::claiming_port(pool, &link.ns_addr)
+                        .await
+                        .unwrap_or(None);
+                    if target.is_none() {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
                 }
-            }
-            port = target;
-            if let Some(p) = target {
+                let Some(p) = target else {
+                    break;
+                };
+                port = Some(p);
                 let l = link.clone();
                 blocking(move || l.drop_replies_on(pg_port, p, true)).await?;
                 let since = Utc::now();
-                tokio::time::sleep(f.hold).await;
-                let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
-                while tokio::time::Instant::now() < give_up
-                    && sql::commits_since(pool, &link.ns_addr, p, since)
+                tokio::time::sleep(hold).await;
+                hold = Duration::ZERO;
+                let give_up = tokio::time::Instant::now() + Duration::from_millis(1500);
+                let mut committed = false;
+                while !committed && tokio::time::Instant::now() < give_up {
+                    committed = sql::commits_since(pool, &link.ns_addr, p, since)
                         .await
                         .unwrap_or(0)
-                        == 0
-                {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                        > 0;
+                    if !committed {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                 }
                 let l = link.clone();
                 blocking(move || l.reset_one(p)).await?;
-                blocking(move || link.drop_replies_on(pg_port, p, false)).await?;
-            } else {
+                let l = link.clone();
+                blocking(move || l.drop_replies_on(pg_port, p, false)).await?;
+                if committed {
+                    break;
+                }
+            }
+            if port.is_none() {
                 let l = link.clone();
                 blocking(move || l.drop_packets(true, false)).await?;
                 tokio::time::sleep(f.hold).await;
