@@ -72,8 +72,9 @@ BEGIN
          port, rescue, last_beat)
     VALUES (NEW.id, OLD.attempt, NEW.attempt, OLD.state::text, NEW.state::text, OLD.attempted_by,
             NEW.attempted_by, coalesce(host(inet_client_addr()), 'local'), inet_client_port(),
-            coalesce(NEW.errors -> -1 ->> 'error' LIKE 'rescued:%', false)
-              AND NEW.errors IS DISTINCT FROM OLD.errors,
+            -- A rescue appends its entry, then (a keyed job superseded) another one.
+            EXISTS (SELECT 1 FROM jsonb_array_elements(NEW.errors) WITH ORDINALITY AS e(x, i)
+                    WHERE i > jsonb_array_length(OLD.errors) AND x->>'error' LIKE 'rescued:%'),
             coalesce(OLD.heartbeat_at, OLD.attempted_at));
     RETURN NULL;
 END;
