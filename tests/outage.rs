@@ -162,6 +162,33 @@ fn skiplock_warnings(p: &Proc) -> usize {
         .count()
 }
 
+/// A server that cannot write (its disk full, SQLSTATE 53100) leaves the heartbeats of live
+/// workers unwritten just as an outage does, so it must stop the rescuer's availability clock:
+/// otherwise, once space returns, a rescuer can run before the live workers' heartbeats land
+/// and their jobs run twice (`scripts/chaos --partitions` found it, docs/reliability.md).
+/// The error is the one the server gives when a file cannot grow, raised by the statement.
+#[tokio::test]
+async fn a_full_disk_stops_the_rescuers_clock_like_an_outage() {
+    use skiplock::db::outage::{Availability, may_rescue};
+    let db = TestDb::new().await;
+    let e = sqlx::query(
+        "DO $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device' \
+         USING ERRCODE = 'disk_full'; END $$",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    let e = skiplock::error::Error::Database(e);
+    let clock = Availability::new();
+    clock.success();
+    assert!(
+        clock.observe(&e),
+        "a full disk is not taken for an outage: {e}"
+    );
+    assert_eq!((clock.failures(), clock.up_for()), (1, Duration::ZERO));
+    assert!(!may_rescue(clock.up_for(), Duration::from_millis(1)));
+}
+
 #[tokio::test]
 async fn a_worker_started_while_postgres_is_down_waits_then_runs_a_job_enqueued_later() {
     let (cluster, pool) = cluster().await;

@@ -11,14 +11,16 @@ use crate::error::Error;
 /// SQLSTATEs that mean the server cannot serve us right now (retry later), not that the
 /// statement is wrong: connection exceptions (class 08), shutdown and start-up (57P01-57P03),
 /// too many connections (53300), a read-only server or session (25006: a standby after
-/// failover, or `default_transaction_read_only`), and statements stopped by skiplock's own
-/// `statement_timeout` / `lock_timeout` (57014, 55P03), which leave heartbeats unwritten
-/// just like an outage does.
+/// failover, or `default_transaction_read_only`), a full disk (53100: no write can commit
+/// until space returns), and statements stopped by skiplock's own `statement_timeout` /
+/// `lock_timeout` (57014, 55P03). Each leaves heartbeats unwritten while their workers live,
+/// so each stops the rescuer's clock (tests/outage.rs
+/// `a_full_disk_stops_the_rescuers_clock_like_an_outage`).
 pub fn unavailable_sqlstate(code: &str) -> bool {
     code.starts_with("08")
         || matches!(
             code,
-            "57P01" | "57P02" | "57P03" | "53300" | "25006" | "57014" | "55P03"
+            "57P01" | "57P02" | "57P03" | "53300" | "53100" | "25006" | "57014" | "55P03"
         )
 }
 
@@ -311,7 +313,7 @@ mod tests {
     #[test]
     fn outage_sqlstates_are_retried_and_statement_errors_are_not() {
         for code in [
-            "08000", "08006", "08001", "57P01", "57P02", "57P03", "53300", "25006", "57014",
+            "08000", "08006", "08001", "57P01", "57P02", "57P03", "53300", "53100", "25006", "57014",
             "55P03",
         ] {
             assert!(unavailable_sqlstate(code), "{code}");
