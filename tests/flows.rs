@@ -732,12 +732,55 @@ async fn the_cli_enqueues_with_dependencies_and_shows_them_on_the_job_and_the_fl
     );
 }
 
-/// An enqueue naming a job and that job's end, at once: the finishing statement waits for the
-/// enqueue's transaction (its share lock) and then settles the new edge itself, so the
-/// dependent never waits for the sweep. No worker runs here, so nothing else could settle it.
+/// The next settle hint `l` hears (what an enqueue whose new edges named unfinished jobs
+/// sends once it has committed), skipping wake-ups.
+async fn next_hint(l: &mut skiplock::store::notify::WakeListener) -> Vec<i64> {
+    use skiplock::store::notify::Heard;
+    let hint = async {
+        loop {
+            match l.recv().await.unwrap() {
+                Some(Heard::Settle(ids)) => return ids,
+                Some(Heard::Queue(_)) => continue,
+                None => panic!("the listener lost its connection"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), hint)
+        .await
+        .expect("a settle hint")
+}
+
+/// An enqueue naming a job, and that job's end, at once. The finishing statement (an
+/// operator's cancel, an ack) waits for nobody, and cannot see the edge the enqueue has not
+/// committed; the enqueue, once committed, has a settle hint sent, and the settling a worker
+/// does for it (`settle_added`) releases the dependent. An ack not yet committed when the hint
+/// is read leaves its job busy, neither waited for nor read half-way, and the next try
+/// settles it. No worker runs here, so nothing else could settle the edges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dependency_finishing_while_its_dependent_is_enqueued_still_releases_it() {
+async fn a_dependency_finishing_while_its_dependent_is_enqueued_is_settled_once_the_enqueue_commits()
+ {
+    use skiplock::store::ack::ack_many;
+    use skiplock::store::flows::settle_added;
+
     let db = TestDb::new().await;
+    let mut hints = skiplock::store::notify::WakeListener::connect(&db.pool)
+        .await
+        .unwrap();
+    let resolved = |child: i64| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Option<String>>(
+                "SELECT resolved::text FROM skiplock.job_dependencies WHERE job_id = $1",
+            )
+            .bind(child)
+            .fetch_one(&*pool)
+            .await
+            .unwrap()
+        }
+    };
+    let limit = Duration::from_secs(60);
+
+    // An operator's cancel.
     let parent = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
     let mut tx = db.pool.begin().await.unwrap();
     let child = enqueue(
@@ -749,24 +792,145 @@ async fn a_dependency_finishing_while_its_dependent_is_enqueued_still_releases_i
     .await
     .unwrap()
     .id;
-    let pool = db.pool.clone();
-    let finisher = tokio::spawn(async move { skiplock::admin::cancel(&pool, parent).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !finisher.is_finished(),
-        "the cancel waits for the enqueue's transaction"
-    );
+    tokio::time::timeout(limit, skiplock::admin::cancel(&db.pool, parent))
+        .await
+        .expect("the cancel waits for the enqueue's transaction")
+        .unwrap();
     tx.commit().await.unwrap();
-    finisher.await.unwrap().unwrap();
+    assert_eq!(state(&db, child).await, "waiting");
+    let heard = next_hint(&mut hints).await;
+    assert_eq!(heard, vec![parent]);
+    let left = settle_added(&db.pool, &heard, 1000).await.unwrap();
+    assert_eq!(left, Default::default());
     assert_eq!(state(&db, child).await, "available");
-    let resolved: Option<String> = sqlx::query_scalar(
-        "SELECT resolved::text FROM skiplock.job_dependencies WHERE job_id = $1",
+    assert_eq!(resolved(child).await.as_deref(), Some("cancelled"));
+
+    // An ack, committed after the hint is read.
+    let parent = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = $1")
+        .bind(parent)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let child = enqueue(&mut *tx, &step(json!({})).depends_on([parent]))
+        .await
+        .unwrap()
+        .id;
+    let mut acking = db.pool.begin().await.unwrap();
+    let acked = tokio::time::timeout(limit, ack_many(&mut *acking, &[completed_ack(parent, 1)]))
+        .await
+        .expect("the ack waits for the enqueue's transaction")
+        .unwrap();
+    assert_eq!((acked.ids, acked.unsettled), (vec![parent], vec![]));
+    tx.commit().await.unwrap();
+    let heard = next_hint(&mut hints).await;
+    assert_eq!(heard, vec![parent]);
+    let left = tokio::time::timeout(limit, settle_added(&db.pool, &heard, 1000))
+        .await
+        .expect("the hint's settling waits for the ack")
+        .unwrap();
+    assert_eq!(left.busy, vec![parent]);
+    assert_eq!(state(&db, child).await, "waiting");
+    acking.commit().await.unwrap();
+    let left = settle_added(&db.pool, &left.busy, 1000).await.unwrap();
+    assert_eq!(left, Default::default());
+    assert_eq!(state(&db, child).await, "available");
+    assert_eq!(resolved(child).await.as_deref(), Some("completed"));
+}
+
+/// One transaction hints at most 300 jobs, however many its calls name (each listening worker
+/// runs a statement for each hint): a job waiting for 400 that all finish before its enqueue
+/// commits has 300 of its edges settled by the hint and the rest by the maintenance's sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_hints_at_most_300_jobs_and_the_sweep_settles_the_rest() {
+    use skiplock::store::flows::{settle_added, settle_dependencies};
+
+    let db = TestDb::new().await;
+    let mut hints = skiplock::store::notify::WakeListener::connect(&db.pool)
+        .await
+        .unwrap();
+    let deps: Vec<i64> = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "step",
+            args: &vec![json!({}); 400],
+            queue: "default",
+            ..Default::default()
+        },
     )
-    .bind(child)
-    .fetch_one(&*db.pool)
     .await
     .unwrap();
-    assert_eq!(resolved.as_deref(), Some("cancelled"));
+    let mut tx = db.pool.begin().await.unwrap();
+    let child = enqueue(&mut *tx, &step(json!({})).depends_on(deps.clone()))
+        .await
+        .unwrap()
+        .id;
+    // A second call in the same transaction hints nothing more.
+    let other = enqueue(&mut *tx, &step(json!({})).depends_on([deps[399]]))
+        .await
+        .unwrap()
+        .id;
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE id = ANY ($1)",
+    )
+    .bind(&deps)
+    .execute(&*db.pool)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let heard = next_hint(&mut hints).await;
+    assert_eq!(heard, deps[..300]);
+    let left = settle_added(&db.pool, &heard, 1000).await.unwrap();
+    assert_eq!(left, Default::default());
+    let pending: i32 =
+        sqlx::query_scalar("SELECT pending FROM skiplock.job_waits WHERE job_id = $1")
+            .bind(child)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+    assert_eq!(pending, 100);
+    assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 101);
+    assert_eq!(state(&db, child).await, "available");
+    assert_eq!(state(&db, other).await, "available");
+}
+
+/// The same, with a worker: the job an open enqueue names is claimed when due, runs and is
+/// acked while the enqueue's transaction stays open; once it commits, the worker, which hears
+/// the settle hint, releases and runs the dependent. This worker has no rescuer, so no
+/// maintenance's sweep: only the hint could release it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_a_dependent_whose_enqueue_committed_after_its_dependency_finished() {
+    let db = TestDb::new().await;
+    let h = Step::default();
+    let hh = h.clone();
+    let w = start_worker(&db.pool, fast_settings(), move |mut b| {
+        b.registry_mut().register(hh);
+        b.without_rescuer()
+    });
+    let parent = enqueue(
+        &db.pool,
+        &step(json!({})).run_at(chrono::Utc::now() + chrono::Duration::seconds(1)),
+    )
+    .await
+    .unwrap()
+    .id;
+    let mut tx = db.pool.begin().await.unwrap();
+    let child = enqueue(&mut *tx, &step(json!({})).depends_on([parent]))
+        .await
+        .unwrap()
+        .id;
+    wait_state(&db, parent, "completed").await;
+    let waits: String = sqlx::query_scalar("SELECT state::text FROM skiplock.jobs WHERE id = $1")
+        .bind(child)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(waits, "waiting", "the ack could not see the edge");
+    tx.commit().await.unwrap();
+    wait_state(&db, child, "completed").await;
+    w.stop().await.unwrap();
+    assert_eq!(*h.ran.lock().unwrap(), vec![parent, child]);
 }
 
 /// The reaper judges abandoned available and running jobs; a waiting job, however long ago it
@@ -804,7 +968,7 @@ async fn the_reaper_never_takes_a_waiting_job_however_old() {
 /// root as unsettled; the rest are released by the slices that follow
 /// (`store::flows::settle_slice`, what the worker's ack writer runs), each resuming after the
 /// last child the one before released, or, when no worker sends them (it stopped), by the
-/// maintenance's sweep. Every child is released once.
+/// maintenance's sweep, which says how many edges it settled. Every child is released once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_the_sweep() {
     use skiplock::store::ack::ack_many;
@@ -867,7 +1031,8 @@ async fn a_fan_out_bigger_than_an_ack_is_released_in_slices_by_the_worker_or_by_
     let acked = ack_many(&db.pool, &[completed_ack(root, 1)]).await.unwrap();
     assert_eq!(acked.unsettled, vec![root]);
     assert_eq!(available_among(&db, &children).await, 501);
-    assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 1);
+    // The 699 edges left, in one sweep statement (it counts edges).
+    assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 699);
     assert_eq!(available_among(&db, &children).await, 1200);
     assert_eq!(settle_dependencies(&db.pool, 1000).await.unwrap(), 0);
     assert_eq!(
@@ -1227,6 +1392,12 @@ async fn an_ack_never_scans_every_edge_of_earlier_flows() {
             .await
             .unwrap();
     }
+    // The cancel settles 1,000 edges of each; the maintenance's sweep the rest.
+    while skiplock::store::flows::settle_dependencies(&db.pool, 1000)
+        .await
+        .unwrap()
+        > 0
+    {}
     assert_eq!(
         count(
             &db.pool,
@@ -1269,4 +1440,253 @@ async fn an_ack_never_scans_every_edge_of_earlier_flows() {
     );
     assert!(after.1 > before.1, "the ack never looked for dependents");
     assert_eq!(in_state(&db, &ids, "completed").await, ids);
+}
+
+/// `n` waiting jobs of kind `step`, each waiting for the one before it and the first for
+/// `first`: a chain written by SQL as `enqueue` writes one (a sole edge and a count of one
+/// each), for the tests of depth; its ids in chain order.
+async fn chain_after(db: &TestDb, first: i64, n: i64) -> Vec<i64> {
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "WITH ins AS (INSERT INTO skiplock.jobs (kind, args, queue, state)
+                      SELECT 'step', '{}', 'default', 'waiting' FROM generate_series(1, $1)
+                      RETURNING id)
+         SELECT id FROM ins ORDER BY id",
+    )
+    .bind(n)
+    .fetch_all(&*db.pool)
+    .await
+    .unwrap();
+    let before: Vec<i64> = std::iter::once(first)
+        .chain(ids[..ids.len() - 1].iter().copied())
+        .collect();
+    sqlx::query(
+        "INSERT INTO skiplock.job_dependencies (job_id, depends_on, sole)
+         SELECT c, p, true FROM unnest($1::bigint[], $2::bigint[]) AS e(c, p)",
+    )
+    .bind(&ids)
+    .bind(&before)
+    .execute(&*db.pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO skiplock.job_waits (job_id, pending) SELECT unnest($1::bigint[]), 1")
+        .bind(&ids)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    ids
+}
+
+/// How many of `ids` are in `state`.
+async fn how_many(db: &TestDb, ids: &[i64], state: &str) -> usize {
+    in_state(db, ids, state).await.len()
+}
+
+/// A root that fails under a chain of 2,000 jobs, acked in one batch with 19 other jobs: the
+/// ack's statement settles at most its bound of edges (500 more than the jobs it finished),
+/// however deep the cancel cascade, names where it stopped as unsettled, and writes every
+/// ack of the batch; the slices that follow (what the worker runs) cancel the rest of the
+/// chain, each within the same bound. A cascade followed level by level in the ack's one
+/// statement passed the statement timeout for a chain long enough, and the whole batch,
+/// innocent jobs too, failed on every retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_settles_a_cancel_cascade_only_as_far_as_its_bound_and_its_whole_batch_lands() {
+    use skiplock::store::ack::ack_many;
+    use skiplock::store::flows::{FROM_THE_START, settle_slice};
+
+    let db = TestDb::new().await;
+    let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let chain = chain_after(&db, root, 2000).await;
+    let innocent: Vec<i64> = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "step",
+            args: &vec![json!({}); 19],
+            queue: "default",
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let batch: Vec<i64> = std::iter::once(root).chain(innocent.clone()).collect();
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = ANY ($1)")
+        .bind(&batch)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let mut failed = completed_ack(root, 1);
+    failed.state = skiplock::queue::JobState::Discarded;
+    failed.error = Some("boom".into());
+    let acks: Vec<_> = std::iter::once(failed)
+        .chain(innocent.iter().map(|&id| completed_ack(id, 1)))
+        .collect();
+    let acked = ack_many(&db.pool, &acks).await.unwrap();
+    assert_eq!(acked.ids.len(), 20);
+    assert_eq!(in_state(&db, &innocent, "completed").await, innocent);
+    // 520 edges at most: one per level of the chain.
+    let cancelled = how_many(&db, &chain, "cancelled").await;
+    assert!(
+        cancelled <= 520,
+        "{cancelled} levels in the ack's statement"
+    );
+    assert_eq!(in_state(&db, &chain, "cancelled").await, chain[..cancelled]);
+    assert!(
+        acked.unsettled.contains(&chain[cancelled - 1]),
+        "where the cascade stopped: {:?}",
+        acked.unsettled
+    );
+    let after = vec![FROM_THE_START; acked.unsettled.len()];
+    let (mut jobs, mut after) = (acked.unsettled, after);
+    let mut slices = 0;
+    while !jobs.is_empty() {
+        slices += 1;
+        assert!(slices <= 20, "slices do not end: {jobs:?}");
+        let before = how_many(&db, &chain, "cancelled").await;
+        let left = settle_slice(&db.pool, &jobs, &after, 100).await.unwrap();
+        assert!(how_many(&db, &chain, "cancelled").await - before <= 100);
+        (jobs, after) = (left.jobs, left.after);
+    }
+    assert_eq!(how_many(&db, &chain, "cancelled").await, 2000);
+    assert!(errors_of(&db, chain[1999]).await.contains("cancelled"));
+}
+
+/// The maintenance's sweep goes through a cancel cascade 20,000 jobs deep (a root finished by
+/// a plain UPDATE, which settles nothing) in statements each under a 2 s statement timeout:
+/// each call settles at most its bound of edges and says so, and the next goes on. One
+/// statement following the whole cascade took longer than that, and failed on every pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_goes_through_a_cancel_cascade_20000_deep_in_bounded_statements() {
+    use sqlx::Connection;
+
+    let db = TestDb::new().await;
+    let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let chain = chain_after(&db, root, 20_000).await;
+    sqlx::query("UPDATE skiplock.jobs SET state = 'discarded', finalized_at = now() WHERE id = $1")
+        .bind(root)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("SET statement_timeout = '2s'")
+        .execute(&mut c)
+        .await
+        .unwrap();
+    let first = skiplock::store::flows::settle_dependencies(&mut c, 1000)
+        .await
+        .unwrap();
+    assert_eq!(first, 1000);
+    assert_eq!(how_many(&db, &chain, "cancelled").await, 1000);
+    let mut calls = 1;
+    while skiplock::store::flows::settle_dependencies(&mut c, 1000)
+        .await
+        .unwrap()
+        > 0
+    {
+        calls += 1;
+        assert!(calls <= 25, "the sweep does not end");
+    }
+    assert_eq!(calls, 20);
+    assert_eq!(how_many(&db, &chain, "cancelled").await, 20_000);
+    c.close().await.unwrap();
+}
+
+/// A chain of 20,000 jobs listed dependents first (each names the next) is placed in one
+/// `enqueue_flow` within a statement timeout of 60 s, in dependency order: each pass over the
+/// jobs left placed one of them, and 4,000 took 34 s (20,000 would take most of an hour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_listed_dependents_first_is_placed_in_one_pass() {
+    use sqlx::Connection;
+
+    let db = TestDb::new().await;
+    let n = 20_000;
+    let flow: Vec<Value> = (0..n)
+        .map(|i| {
+            if i + 1 < n {
+                json!({"name": format!("j{i}"), "kind": "step", "depends_on": [format!("j{}", i + 1)]})
+            } else {
+                json!({"name": format!("j{i}"), "kind": "step"})
+            }
+        })
+        .collect();
+    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("SET statement_timeout = '60s'")
+        .execute(&mut c)
+        .await
+        .unwrap();
+    let out: Value = sqlx::query_scalar("SELECT skiplock.enqueue_flow($1)")
+        .bind(Value::Array(flow))
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+    c.close().await.unwrap();
+    let id = |i: usize| out["jobs"][format!("j{i}")].as_i64().unwrap();
+    assert_eq!(
+        out["flow"].as_i64(),
+        Some(id(n - 1)),
+        "the job placed first"
+    );
+    assert!(
+        (0..n - 1).all(|i| id(i) > id(i + 1)),
+        "each after the job it waits for"
+    );
+    let counts: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM skiplock.jobs WHERE state = 'waiting'),
+                (SELECT count(*) FROM skiplock.job_dependencies)",
+    )
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    assert_eq!(counts, (n as i64 - 1, n as i64 - 1));
+}
+
+/// A flow whose first job is deduplicated into another's job (the same kind, queue and key)
+/// takes its id from the first job it inserted: the other flow keeps its own members, and
+/// this one records its jobs under its own id. A flow all of whose jobs are deduplicated
+/// answers with its first job's id and records nothing.
+#[tokio::test]
+async fn a_flows_id_is_never_a_job_it_was_deduplicated_into() {
+    use skiplock::store::flows::{enqueue_flow, flow_progress};
+
+    let db = TestDb::new().await;
+    let theirs = enqueue_flow(
+        &db.pool,
+        &json!([
+            {"name": "a", "kind": "report", "queue": "billing", "unique_key": "month:2026-12"},
+            {"name": "b", "kind": "step", "depends_on": ["a"]},
+        ]),
+    )
+    .await
+    .unwrap();
+    let ours = enqueue_flow(
+        &db.pool,
+        &json!([
+            {"name": "z0", "kind": "report", "queue": "billing", "unique_key": "month:2026-12"},
+            {"name": "evil", "kind": "step", "run_at": "9999-01-01T00:00:00Z"},
+            {"name": "evil2", "kind": "step", "depends_on": ["z0"]},
+        ]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ours.id("z0"), theirs.id("a"), "deduplicated");
+    assert_ne!(ours.flow, theirs.flow);
+    assert_eq!(Some(ours.flow), ours.id("evil"));
+    let p = flow_progress(&db.pool, theirs.flow).await.unwrap();
+    assert_eq!(p.total, 2, "their flow keeps its own members");
+    let p = flow_progress(&db.pool, ours.flow).await.unwrap();
+    assert_eq!(p.total, 3);
+    let again = enqueue_flow(
+        &db.pool,
+        &json!([{"name": "only", "kind": "report", "queue": "billing", "unique_key": "month:2026-12"}]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(Some(again.flow), theirs.id("a"));
+    assert_eq!(flow_progress(&db.pool, theirs.flow).await.unwrap().total, 2);
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.flow_jobs WHERE name = 'only'"
+        )
+        .await,
+        0
+    );
 }

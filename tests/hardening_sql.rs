@@ -1486,3 +1486,297 @@ async fn pack_now_refuses_a_host_without_pages() {
         .unwrap();
     ap.close().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// 11. Flows between tenants
+// ---------------------------------------------------------------------------------------
+
+/// Runs each of its jobs until the test opens the gate, and counts every run per job (a job
+/// run twice shows).
+#[derive(Clone)]
+struct Gate {
+    open: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    runs: std::sync::Arc<std::sync::Mutex<BTreeMap<i64, usize>>>,
+}
+
+impl Gate {
+    fn new() -> Gate {
+        Gate {
+            open: std::sync::Arc::new(tokio::sync::watch::channel(false).0),
+            runs: Default::default(),
+        }
+    }
+}
+
+impl skiplock::worker::handler::Handler for Gate {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "gate"
+    }
+    async fn run(
+        &self,
+        ctx: skiplock::worker::JobContext,
+        _args: serde_json::Value,
+    ) -> skiplock::worker::HandlerResult {
+        *self.runs.lock().unwrap().entry(ctx.id).or_default() += 1;
+        let mut open = self.open.subscribe();
+        let _ = open.wait_for(|o| *o).await;
+        Ok(skiplock::worker::Outcome::Complete)
+    }
+}
+
+/// The attack, with an enqueuer's login: `depends_on` naming a running job, a
+/// due job and a held one, in a transaction left open. It holds no lock a worker or an
+/// operator needs (the named jobs are locked FOR KEY SHARE, which no UPDATE of a job
+/// conflicts with): the operator reschedules and cancels the held job at once; the due job is
+/// claimed and runs; the running job and its batch-mate keep their heartbeats, are never
+/// rescued and run once, and their acks land; all while the transaction stays open. Once it
+/// commits, its job, whose dependencies have all finished by then, runs, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueuers_open_transaction_with_depends_on_stalls_no_worker_and_runs_no_job_twice() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let gate = Gate::new();
+    let mut qs = fast_settings();
+    // Heartbeats every 3 s; a job whose heartbeat failed for 12 s would be rescued and run
+    // again by this worker's own rescuer.
+    qs.rescue_after = Duration::from_secs(12);
+    let g = gate.clone();
+    let worker = start_worker(p, qs, move |mut b| {
+        skiplock::worker::builtin::register(b.registry_mut());
+        b.registry_mut().register(g);
+        b
+    });
+    let gated = |p: &skiplock::Pool| {
+        let p = p.clone();
+        async move {
+            skiplock::store::jobs::enqueue(&p, &NewJob::new("gate", json!({})))
+                .await
+                .unwrap()
+                .id
+        }
+    };
+    let running = gated(p).await;
+    let mate = gated(p).await;
+    for id in [running, mate] {
+        wait_job(p, id, "the gated job to run", |j| {
+            j.state.as_str() == "running"
+        })
+        .await;
+    }
+    let due = skiplock::store::jobs::enqueue(
+        p,
+        &NewJob::new("noop", json!({})).run_at(Utc::now() + chrono::Duration::seconds(2)),
+    )
+    .await
+    .unwrap()
+    .id;
+    let held = skiplock::store::jobs::enqueue(
+        p,
+        &NewJob::new("noop", json!({})).run_at(Utc::now() + chrono::Duration::hours(1)),
+    )
+    .await
+    .unwrap()
+    .id;
+
+    let app = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let mut them = PgConnection::connect(&app.url(&db.url)).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut them).await.unwrap();
+    let waiter: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('noop', '{}', depends_on => $1, on_dependency_failure => 'run')",
+    )
+    .bind(vec![running, due, held])
+    .fetch_one(&mut them)
+    .await
+    .unwrap();
+
+    // The operator, with a lock timeout: it would fail rather than wait for the enqueuer.
+    let op = Operator::new(&db).await;
+    let mut opc = PgConnection::connect(&op.url).await.unwrap();
+    sqlx::query("SET lock_timeout = '5s'")
+        .execute(&mut opc)
+        .await
+        .unwrap();
+    let moved: Vec<i64> =
+        sqlx::query_scalar("SELECT skiplock.reschedule(ids => $1, priority => 5::smallint)")
+            .bind(vec![held])
+            .fetch_all(&mut opc)
+            .await
+            .unwrap();
+    assert_eq!(moved, vec![held]);
+    let state: String = sqlx::query_scalar("SELECT skiplock.cancel($1)::text")
+        .bind(held)
+        .fetch_one(&mut opc)
+        .await
+        .unwrap();
+    assert_eq!(state, "cancelled");
+
+    wait_job(p, due, "the due job to be claimed and run", |j| {
+        j.state.as_str() == "completed"
+    })
+    .await;
+    // Three heartbeats of each gated job, at least.
+    let mut beats: BTreeMap<i64, std::collections::BTreeSet<DateTime<Utc>>> = BTreeMap::new();
+    let deadline = Instant::now() + LONG;
+    while beats.len() < 2 || beats.values().any(|b| b.len() < 3) {
+        assert!(
+            Instant::now() < deadline,
+            "heartbeats of the running jobs: {beats:?}"
+        );
+        for id in [running, mate] {
+            let hb: Option<DateTime<Utc>> =
+                sqlx::query_scalar("SELECT heartbeat_at FROM skiplock.jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(p)
+                    .await
+                    .unwrap();
+            beats.entry(id).or_default().extend(hb);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    gate.open.send_replace(true);
+    for id in [running, mate] {
+        let j = wait_job(p, id, "the gated job's ack to land", |j| {
+            j.state.as_str() == "completed"
+        })
+        .await;
+        assert_eq!(j.attempt, 1, "never rescued: {:?}", j.errors);
+    }
+    // Its own job still waits: the acks could not see its edges (not committed yet).
+    let waits: String = sqlx::query_scalar("SELECT state::text FROM skiplock.wait($1, '0')")
+        .bind(waiter)
+        .fetch_one(&mut them)
+        .await
+        .unwrap();
+    assert_eq!(waits, "waiting");
+    sqlx::query("COMMIT").execute(&mut them).await.unwrap();
+    wait_job(
+        p,
+        waiter,
+        "the enqueued job to run after its dependencies",
+        |j| j.state.as_str() == "completed",
+    )
+    .await;
+    worker.stop().await.unwrap();
+    assert_eq!(
+        *gate.runs.lock().unwrap(),
+        BTreeMap::from([(running, 1), (mate, 1)])
+    );
+    assert_eq!(
+        count(p, "SELECT count(*) FROM skiplock.jobs WHERE attempt > 1").await,
+        0
+    );
+    them.close().await.unwrap();
+    opc.close().await.unwrap();
+}
+
+/// One call writes at most `depends_on.max_edges` dependency edges (100,000), whatever its
+/// shape: a fan-out of `enqueue_many` (its rows times their dependencies, the one-by-one path
+/// of unique_by included) and a flow (its jobs together); refused whole with the setting
+/// named, nothing written. The owner may lower it; the enqueuer can neither change it nor get
+/// around it.
+#[tokio::test]
+async fn a_call_writes_at_most_the_bound_of_dependency_edges() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let limit: i64 = sqlx::query_scalar(
+        "SELECT value FROM skiplock.settings WHERE name = 'depends_on.max_edges'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(limit, 100_000);
+    let app = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let ap = app.pool(&db).await;
+    let deps: Vec<i64> = sqlx::query_scalar(
+        "SELECT skiplock.enqueue_many('dep', array_fill('{}'::jsonb, ARRAY[333]), run_at => '9999-01-01')",
+    )
+    .fetch_one(&ap)
+    .await
+    .unwrap();
+    // 301 × 333 = 100,233 edges, each factor far under its own cap.
+    let e = sqlx::query(
+        "SELECT skiplock.enqueue_many('x', array_fill('{}'::jsonb, ARRAY[301]), depends_on => $1)",
+    )
+    .bind(&deps)
+    .execute(&ap)
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&e), "22023");
+    assert!(
+        e.to_string().contains(
+            "the call would write 100233 dependency edges (301 jobs, each waiting for 333; at most 100000 per call, setting depends_on.max_edges)"
+        ),
+        "{e}"
+    );
+    // The same, one by one (unique_by): refused before the first.
+    let e = sqlx::query(
+        "SELECT skiplock.enqueue_many('x', (SELECT array_agg(jsonb_build_object('n', g)) FROM generate_series(1, 301) g),
+                                      unique_by => 'args:n', depends_on => $1)",
+    )
+    .bind(&deps)
+    .execute(&ap)
+    .await
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("setting depends_on.max_edges"),
+        "{e}"
+    );
+    // 300 × 333 = 99,900: written.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT skiplock.enqueue_many('x', array_fill('{}'::jsonb, ARRAY[300]), depends_on => $1)",
+    )
+    .bind(&deps)
+    .fetch_one(&ap)
+    .await
+    .unwrap();
+    assert_eq!(ids.len(), 300);
+    assert_eq!(
+        count(p, "SELECT count(*) FROM skiplock.job_dependencies").await,
+        99_900
+    );
+
+    exec(
+        p,
+        "UPDATE skiplock.settings SET value = 4 WHERE name = 'depends_on.max_edges'",
+    )
+    .await;
+    // A flow: 2 + 3 = 5 edges together, each job's under the bound.
+    let flow = json!([
+        {"name": "a", "kind": "x"},
+        {"name": "b", "kind": "x", "depends_on": ["a", deps[0]]},
+        {"name": "c", "kind": "x", "depends_on": ["a", "b", deps[1]]},
+    ]);
+    let e = sqlx::query("SELECT skiplock.enqueue_flow($1)")
+        .bind(&flow)
+        .execute(&ap)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "the call would write 5 dependency edges (the flow's jobs together; at most 4 per call, setting depends_on.max_edges)"
+        ),
+        "{e}"
+    );
+    let e = sqlx::query("SELECT skiplock.enqueue('x', '{}', depends_on => $1)")
+        .bind(&deps[..5])
+        .execute(&ap)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("at most 4 per call"), "{e}");
+    refused(
+        &ap,
+        "UPDATE skiplock.settings SET value = 1000000",
+        "permission denied",
+    )
+    .await;
+    assert_eq!(
+        count(p, "SELECT count(*) FROM skiplock.jobs WHERE kind = 'x'").await,
+        300
+    );
+    assert_eq!(
+        count(p, "SELECT count(*) FROM skiplock.job_dependencies").await,
+        99_900
+    );
+    ap.close().await;
+}

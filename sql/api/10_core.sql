@@ -437,7 +437,7 @@ BEGIN
                 -- locked first so no claim takes it meanwhile (the replace would then insert a
                 -- second job in the window); once it has run, the window is spent.
                 IF _enqueue_outcome.on_conflict = 'replace' THEN
-                    PERFORM 1 FROM skiplock.jobs j WHERE j.id = new_id AND j.state IN ('available', 'waiting') FOR UPDATE;
+                    PERFORM 1 FROM skiplock.jobs j WHERE j.id = new_id AND j.state IN ('available', 'waiting') FOR NO KEY UPDATE;
                 END IF;
                 IF _enqueue_outcome.on_conflict = 'keep' OR NOT FOUND THEN
                     job_id := new_id;
@@ -559,9 +559,11 @@ LANGUAGE sql AS $$
 $$;
 
 -- The claim's pick (skiplock._claim, and skiplock._claim_limited under a queue concurrency
--- limit): up to `want` due jobs of `kinds` in queue `q`, locked FOR UPDATE SKIP LOCKED, in
--- claim order (priority, then scheduled_at, then id); their ctids and ids, and the lanes read
--- to their end (`read_out`).
+-- limit): up to `want` due jobs of `kinds` in queue `q`, locked FOR NO KEY UPDATE SKIP LOCKED,
+-- in claim order (priority, then scheduled_at, then id); their ctids and ids, and the lanes
+-- read to their end (`read_out`). No key update: it does not conflict with the FOR KEY SHARE
+-- an enqueue takes on the jobs it depends on (skiplock._add_dependencies), so an enqueuer's
+-- open transaction never hides a due job from the claim.
 --
 -- Lanes. Each priority of a queue is a lane (skiplock.lanes); a lane is read from
 -- `lane_since` on (per lane in `lane_priority`; a lane not named is read from its start), not
@@ -622,7 +624,7 @@ BEGIN
                 AND j.kind = ANY(kinds)
               ORDER BY j.scheduled_at, j.id
               LIMIT want - cardinality(ids)
-              FOR UPDATE SKIP LOCKED) x;
+              FOR NO KEY UPDATE SKIP LOCKED) x;
         tids := tids || got_tids;
         ids := ids || got_ids;
         EXIT WHEN cardinality(ids) >= want;
@@ -748,10 +750,13 @@ $$;
 -- the batch finished jobs (skiplock._settle): the ack of a fan-out's root would otherwise
 -- release every child in one long statement while the worker has nothing else to run, and a
 -- batch of a fan-in's children still settles all of theirs (the fan-in is released by the ack
--- of its last dependency). Each row carries the finished jobs that may have edges left to
--- settle (`unsettled`: the statement settled a full slice; NULL for none, the same on every
--- row); the worker settles them in slices of their own (src/worker/acks.rs), and the
--- maintenance's sweep settles what a worker that stopped left (skiplock.settle_dependencies).
+-- of its last dependency). Since API 9 the bound covers a cancel cascade too: a chain of any
+-- depth cancelled by its failed root costs this statement at most that many edges, never the
+-- statement timeout that would fail the whole batch, innocent jobs included, on every retry
+-- (docs/security.md, "Flows between tenants"). Each row carries the finished jobs that may
+-- have edges left to settle (`unsettled`: the statement used up its edges; NULL for none, the
+-- same on every row); the worker settles them in slices of their own (src/worker/acks.rs), and
+-- the maintenance's sweep settles what a worker that stopped left (skiplock.settle_dependencies).
 DROP FUNCTION IF EXISTS skiplock._ack(bigint[], integer[], skiplock.job_state[], timestamptz[], boolean[], text[], jsonb[]);
 DROP FUNCTION IF EXISTS skiplock._ack(bigint[], integer[], skiplock.job_state[], timestamptz[], boolean[], text[], jsonb[],
                                       timestamptz[]);
@@ -971,13 +976,16 @@ BEGIN
 END;
 $$;
 
--- A limit from skiplock.settings (migrations/history/0006_hardening.sql seeds them; only the owner
--- may change them). A deleted row falls back to the seeded default.
+-- A limit from skiplock.settings (migrations/history/0006_hardening.sql and
+-- migrations/core/0010_flow_bounds.sql seed them; only the owner may change them). A deleted
+-- row falls back to the seeded default.
 CREATE OR REPLACE FUNCTION skiplock._limit(name text) RETURNS bigint
 LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT s.value FROM skiplock.settings s WHERE s.name = _limit.name),
                     CASE _limit.name WHEN 'enqueue_many.max_rows' THEN 100000
-                                     WHEN 'enqueue_many.max_bytes' THEN 33554432 END)
+                                     WHEN 'enqueue_many.max_bytes' THEN 33554432
+                                     WHEN 'depends_on.max_edges' THEN 100000
+                                     WHEN 'flow_members.max_jobs' THEN 10000 END)
 $$;
 
 -- Bulk insert: one statement, one NOTIFY per queue. Returns the ids in the order of args.
@@ -1056,6 +1064,9 @@ BEGIN
         RAISE EXCEPTION 'skiplock: enqueue_many got % bytes of args (at most % per call, setting enqueue_many.max_bytes)',
             total, max_bytes USING ERRCODE = '22023';
     END IF;
+    -- Every job of the call waits for every job of depends_on: the call's edges are bounded
+    -- here, before the first insert, also where the jobs are enqueued one by one below.
+    PERFORM skiplock._check_edges(coalesce(cardinality(enqueue_many.args), 0), enqueue_many.depends_on);
     IF enqueue_many.unique_by IS NOT NULL OR enqueue_many.unique_for IS NOT NULL THEN
         -- In the order of the keys they lock (then of args), so two calls with the same args in
         -- another order wait for each other instead of deadlocking; each id goes to its place.
@@ -1108,7 +1119,7 @@ DECLARE
     cur skiplock.job_state;
     q text;
 BEGIN
-    SELECT j.state, j.queue INTO cur, q FROM skiplock.jobs j WHERE j.id = cancel.id FOR UPDATE;
+    SELECT j.state, j.queue INTO cur, q FROM skiplock.jobs j WHERE j.id = cancel.id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'skiplock: job % does not exist', cancel.id USING ERRCODE = 'P0002';
     END IF;
@@ -1127,8 +1138,10 @@ BEGIN
     IF cur = 'running' THEN
         PERFORM pg_notify(skiplock._wake_channel(), q);
     END IF;
-    -- Its dependents are cancelled with it (or run, if they asked to), and watchers told.
-    PERFORM skiplock._settle(ARRAY[cancel.id]);
+    -- Its dependents are cancelled with it (or run, if they asked to), and watchers told: at
+    -- most 1,000 edges in this statement, cancel cascades included; the maintenance's sweep
+    -- goes on with a deeper cascade (skiplock.settle_dependencies).
+    PERFORM skiplock._settle(ARRAY[cancel.id], 1000);
     RETURN 'cancelled';
 END;
 $$;
@@ -1141,7 +1154,7 @@ DECLARE
     cur skiplock.job_state;
     q text;
 BEGIN
-    SELECT j.state, j.queue INTO cur, q FROM skiplock.jobs j WHERE j.id = retry.id FOR UPDATE;
+    SELECT j.state, j.queue INTO cur, q FROM skiplock.jobs j WHERE j.id = retry.id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'skiplock: job % does not exist', retry.id USING ERRCODE = 'P0002';
     END IF;
@@ -1241,7 +1254,7 @@ BEGIN
                                       retry_jobs.tag, retry_jobs.meta)
         ORDER BY j.id
         LIMIT retry_jobs.max_rows
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ), pick AS (
         SELECT l.id FROM (
             SELECT l.id, l.kind, l.queue, l.unique_key,
@@ -1295,7 +1308,7 @@ BEGIN
                                       cancel_jobs.tag, cancel_jobs.meta)
         ORDER BY j.id
         LIMIT cancel_jobs.max_rows
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ), moved AS (
         -- As skiplock.cancel: a running job's interrupted attempt is recorded, its heartbeat cleared.
         UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
@@ -1317,7 +1330,8 @@ BEGIN
     SELECT array_agg(moved.id) INTO cancelled FROM moved WHERE (SELECT count(*) FROM woken) >= 0;
     n := coalesce(cardinality(cancelled), 0);
     IF n > 0 THEN
-        PERFORM skiplock._settle(cancelled);
+        -- As skiplock.cancel, with 1,000 edges more than it cancelled jobs (as the ack).
+        PERFORM skiplock._settle(cancelled, (1000 + n)::integer);
     END IF;
     RETURN n;
 END;
@@ -1444,7 +1458,7 @@ BEGIN
           AND (reschedule.kind IS NULL OR j.kind = reschedule.kind)
           AND (reschedule.queue IS NULL OR j.queue = reschedule.queue)
         ORDER BY j.id
-        FOR UPDATE
+        FOR NO KEY UPDATE
     ), moved AS (
         UPDATE skiplock.jobs j
         SET scheduled_at = CASE WHEN reschedule.run_at IS NULL THEN j.scheduled_at

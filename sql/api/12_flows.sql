@@ -6,13 +6,67 @@
 -- (`available`, due now) or cancels it when the dependency failed; skiplock._revive undoes
 -- that when a failed job is retried.
 
+-- Refuses a call that would write more dependency edges than the limit
+-- `depends_on.max_edges` (skiplock.settings, 100,000): `jobs` new jobs, each waiting for
+-- every job of `depends_on` (duplicates count once). Each factor has its own cap
+-- (`enqueue_many.max_rows`), their product had none: one call wrote 3,000,000 edges
+-- (docs/security.md, "Flows between tenants"). skiplock._add_dependencies checks its own
+-- call; skiplock.enqueue_many and skiplock.enqueue_flow check the whole call first, as they
+-- may enqueue its jobs one by one.
+CREATE OR REPLACE FUNCTION skiplock._check_edges(jobs bigint, depends_on bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    deps bigint;
+BEGIN
+    IF coalesce(jobs, 0) = 0 OR coalesce(cardinality(depends_on), 0) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT count(DISTINCT d) INTO deps FROM unnest(depends_on) AS d;
+    PERFORM skiplock._check_edge_count(jobs * deps,
+        format('%s jobs, each waiting for %s', jobs, deps));
+END;
+$$;
+
+-- Refuses `edges` dependency edges in one call when they are more than
+-- `depends_on.max_edges`; `what` says where they come from, for the message.
+CREATE OR REPLACE FUNCTION skiplock._check_edge_count(edges bigint, what text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF edges > skiplock._limit('depends_on.max_edges') THEN
+        RAISE EXCEPTION 'skiplock: the call would write % dependency edges (%; at most % per call, setting depends_on.max_edges)',
+            edges, what, skiplock._limit('depends_on.max_edges') USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
 -- The dependencies of new jobs `job_ids` (their own rows are still being written by the
 -- caller's statement): every one of them waits for every job of `depends_on`, so a fan-out of
--- `enqueue_many` checks and locks the dependencies once, not once per job. The dependencies
--- are locked FOR SHARE until the caller's transaction ends, so that an ack finishing one waits
--- for these edges to be visible and then settles them (skiplock._settle); one that has already
--- finished is settled here. `on_failure`: 'cancel' (the default) or 'run'. The 3-argument form
--- of one job is dropped.
+-- `enqueue_many` checks the dependencies once, not once per job. `on_failure`: 'cancel' (the
+-- default) or 'run'. The 3-argument form of one job is dropped.
+--
+-- The caller's transaction is the enqueuer's, and may stay open for as long as it likes: it
+-- must hold no lock a worker needs (docs/security.md, "Flows between tenants"). The
+-- dependencies are locked FOR KEY SHARE, which only keeps their rows from being deleted until
+-- the edges commit (retention skips a locked row): it conflicts with no UPDATE of a job, as
+-- none changes a column of a unique index without a predicate (the id is the only one), so
+-- the heartbeat, the ack, cancel and reschedule go on, and the claim, which picks FOR NO KEY
+-- UPDATE, still takes a due job. Only the caller's own rows are written: a dependency that
+-- has finished has the new edges settled here (only them: another transaction's edges and its
+-- watchers are the ack's and the sweep's), and nothing else is locked.
+--
+-- Why that is enough. A job finishing while these edges are not yet committed is settled by
+-- a statement that cannot see them, and this statement may not see it finish either (it had
+-- not committed when the states were read below). So for every dependency not finished here,
+-- and not written by this transaction (no other can finish a row this one wrote until it
+-- commits, and then sees the edges), a hint goes to the workers on the settle channel
+-- (skiplock._settle_channel; at most 300 ids a transaction), sent by Postgres once this
+-- transaction has committed: a worker that hears it settles those jobs' edges if they have
+-- finished by then (skiplock._settle_added, which skips, for the worker to try again, a job
+-- another transaction is still writing). Without a listening worker, the maintenance's sweep
+-- settles them (skiplock.settle_dependencies). Tests: tests/hardening_sql.rs,
+-- an_enqueuers_open_transaction_with_depends_on_stalls_no_worker_and_runs_no_job_twice;
+-- tests/flows.rs,
+-- a_dependency_finishing_while_its_dependent_is_enqueued_is_settled_once_the_enqueue_commits.
 DROP FUNCTION IF EXISTS skiplock._add_dependencies(bigint, bigint[], text);
 CREATE OR REPLACE FUNCTION skiplock._add_dependencies(job_ids bigint[], depends_on bigint[], on_failure text)
 RETURNS void LANGUAGE plpgsql
@@ -23,6 +77,9 @@ DECLARE
     deps bigint[];
     missing bigint;
     finished bigint[];
+    open bigint[];
+    mine tid[];
+    hinted integer;
 BEGIN
     IF coalesce(on_failure, 'cancel') NOT IN ('cancel', 'run') THEN
         RAISE EXCEPTION 'skiplock: on_dependency_failure must be ''cancel'' or ''run'', got %',
@@ -36,8 +93,9 @@ BEGIN
         RAISE EXCEPTION 'skiplock: depends_on names % jobs (at most %, setting enqueue_many.max_rows)',
             cardinality(deps), skiplock._limit('enqueue_many.max_rows') USING ERRCODE = '22023';
     END IF;
-    -- In id order, so two enqueues naming the same jobs wait for each other, never deadlock.
-    PERFORM 1 FROM skiplock.jobs j WHERE j.id = ANY (deps) ORDER BY j.id FOR SHARE;
+    PERFORM skiplock._check_edge_count(cardinality(job_ids)::bigint * cardinality(deps),
+        format('%s jobs, each waiting for %s', cardinality(job_ids), cardinality(deps)));
+    PERFORM 1 FROM skiplock.jobs j WHERE j.id = ANY (deps) ORDER BY j.id FOR KEY SHARE;
     SELECT min(d) INTO missing FROM unnest(deps) AS d
     WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = d);
     IF missing IS NOT NULL THEN
@@ -48,10 +106,76 @@ BEGIN
     SELECT n, d, cardinality(deps) = 1 FROM unnest(job_ids) AS n, unnest(deps) AS d;
     INSERT INTO skiplock.job_waits (job_id, pending, on_dependency_failure)
     SELECT n, cardinality(deps), coalesce(on_failure, 'cancel') FROM unnest(job_ids) AS n;
-    SELECT array_agg(j.id) INTO finished FROM skiplock.jobs j
-    WHERE j.id = ANY (deps) AND j.state IN ('completed', 'discarded', 'cancelled');
+    SELECT array_agg(j.id) FILTER (WHERE j.state IN ('completed', 'discarded', 'cancelled')),
+           array_agg(j.id ORDER BY j.id) FILTER (WHERE j.state NOT IN ('completed', 'discarded', 'cancelled')
+                                                 AND j.xmin <> pg_current_xact_id()::xid)
+    INTO finished, open
+    FROM skiplock.jobs j WHERE j.id = ANY (deps);
     IF finished IS NOT NULL THEN
-        PERFORM skiplock._settle(finished);
+        SELECT array_agg(d.ctid) INTO mine FROM skiplock.job_dependencies d
+        WHERE d.job_id = ANY (job_ids) AND d.depends_on = ANY (finished);
+        PERFORM skiplock._settle_edges(finished, cardinality(mine), mine);
+    END IF;
+    -- At most 300 ids hinted a transaction, over all its calls (a payload holds 8,000 bytes,
+    -- and every listening worker runs a statement for each hint: an enqueue naming 100,000
+    -- running jobs would otherwise cost each worker 100,000 row locks). A dependency past
+    -- them that finishes before the transaction commits waits for the sweep.
+    hinted := CASE WHEN coalesce(current_setting('skiplock.hinted_ids', true), '') = '' THEN 0
+                   WHEN current_setting('skiplock.hinted_ids', true) ~ '^[0-9]{1,9}$'
+                   THEN current_setting('skiplock.hinted_ids', true)::integer
+                   ELSE 300 END;
+    IF open IS NOT NULL AND hinted < 300 THEN
+        open := open[1:300 - hinted];
+        PERFORM pg_notify(skiplock._settle_channel(), array_to_string(open, ' '));
+        PERFORM set_config('skiplock.hinted_ids', (hinted + cardinality(open))::text, true);
+    END IF;
+END;
+$$;
+
+-- The channel of the settle hints skiplock._add_dependencies sends (the wake channel's name
+-- with '_settle': as secret, and heard by the same workers, src/worker/listener.rs).
+CREATE OR REPLACE FUNCTION skiplock._settle_channel() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT skiplock._wake_channel() || '_settle'
+$$;
+
+-- What a worker does with a settle hint (src/worker/listener.rs): the jobs `deps` got new
+-- edges from a transaction that has committed, and had not finished when it read them
+-- (skiplock._add_dependencies says why an ack may have missed those edges). The edges of
+-- each that has finished now are settled, at most `max_edges` of them in this statement,
+-- as an ack settles them (skiplock._settle_edges). A job that another transaction is writing
+-- right now (an ack finishing it, a heartbeat, a claim) is not read: its write may be the
+-- finish that missed the edges, not committed yet, and waiting for its row lock would make a
+-- worker wait for whoever holds it. Such jobs come back as `busy`, for the caller to try
+-- again a moment later; `left_over`: jobs whose edges the statement may not all have settled
+-- (the worker settles them in slices, src/worker/acks.rs). A hint is only a hint: any ids,
+-- bounded work. Planned as skiplock._settle_edges.
+CREATE OR REPLACE FUNCTION skiplock._settle_added(deps bigint[], max_edges integer,
+                                                  OUT busy bigint[], OUT left_over bigint[])
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    free bigint[];
+    finished bigint[];
+BEGIN
+    IF max_edges IS NULL OR max_edges < 1 THEN
+        RAISE EXCEPTION 'skiplock: _settle_added needs a slice of at least one edge' USING ERRCODE = '22023';
+    END IF;
+    SELECT array_agg(x.id) INTO free
+    FROM (SELECT j.id FROM skiplock.jobs j WHERE j.id = ANY (deps) ORDER BY j.id FOR SHARE SKIP LOCKED) x;
+    SELECT array_agg(j.id ORDER BY j.id) INTO busy FROM skiplock.jobs j
+    WHERE j.id = ANY (deps) AND NOT j.id = ANY (coalesce(free, '{}'));
+    -- A statement of its own, so its snapshot is taken after the locks: an ack that held
+    -- one has committed by now.
+    SELECT array_agg(j.id) INTO finished FROM skiplock.jobs j
+    WHERE j.id = ANY (free) AND j.state IN ('completed', 'discarded', 'cancelled');
+    IF finished IS NOT NULL
+       AND EXISTS (SELECT 1 FROM skiplock.job_dependencies d
+                   WHERE d.depends_on = ANY (finished) AND d.resolved IS NULL) THEN
+        SELECT s.left_over INTO left_over FROM skiplock._settle_edges(finished, max_edges) s;
     END IF;
 END;
 $$;
@@ -71,10 +195,10 @@ END;
 $$;
 
 -- Jobs `ids` have just finished (completed, discarded or cancelled; every caller passes only
--- such jobs): tell whoever watches them (NOTIFY skiplock_finished, payload the id; the watch is
--- then removed) and settle the edges that wait for them (skiplock._settle_edges), at most
--- `max_edges` of them (NULL: all). Returns the jobs of `ids` that may have edges left to
--- settle (NULL: none; skiplock._settle_edges). What the ack of jobs with neither watchers nor
+-- such jobs): tell whoever watches them (NOTIFY skiplock_finished, payload the id; the watch
+-- is then removed) and settle the edges that wait for them
+-- (skiplock._settle_edges), at most `max_edges` of them, cancel cascades included (NULL: all).
+-- Returns the jobs that may have edges left to settle (NULL: none; skiplock._settle_edges). What the ack of jobs with neither watchers nor
 -- dependents pays: two index probes. Planned without sequential scans, as the settling
 -- functions are: the probe is an EXISTS, which the planner expects to stop early, so with
 -- edges of earlier flows in the table (not yet analyzed) it chose to read every edge at every
@@ -93,7 +217,7 @@ BEGIN
     PERFORM skiplock._tell_watchers(ids);
     IF EXISTS (SELECT 1 FROM skiplock.job_dependencies d
                WHERE d.depends_on = ANY (ids) AND d.resolved IS NULL) THEN
-        RETURN skiplock._settle_edges(ids, max_edges);
+        RETURN (SELECT s.left_over FROM skiplock._settle_edges(ids, max_edges) s);
     END IF;
     RETURN NULL;
 END;
@@ -146,11 +270,18 @@ BEGIN
 END;
 $$;
 
--- The unresolved edges of finished jobs `ids`, at most `max_edges` of them at each step of a
--- cascade (NULL: all); returns the jobs read by a step that settled a full slice, which may
--- have edges left (NULL: none), for a later call (the worker's, src/worker/acks.rs, or the
--- maintenance's sweep). `first` (API 8): the edges the first step settles, picked by the
--- caller (skiplock._settle_slice), instead of the first `max_edges` found. Each edge is
+-- The unresolved edges of finished jobs `ids`, at most `max_edges` of them in all (NULL: all),
+-- over every step of a cascade; returns in `left_over` the jobs that may have edges left
+-- (NULL: none), for a later call (the worker's slices, src/worker/acks.rs, or the
+-- maintenance's sweep), and in `settled` how many edges it resolved. The jobs read by a step
+-- that used up what was left of `max_edges` may have edges left; so may the jobs a step
+-- cancelled, once nothing is left for the next step: a cascade stops there, and the next
+-- call goes on from them. A statement therefore does at most `max_edges` edges' work however
+-- deep the cascade (a chain of 20,000 jobs cancelled by its failed root was followed level by
+-- level in the ack's statement until it passed the statement timeout, failing the whole ack
+-- batch on every retry: docs/security.md, "Flows between tenants"). `first` (API 8): the
+-- edges the first step settles, picked by the caller (skiplock._settle_slice,
+-- skiplock._add_dependencies), instead of the first found. Each edge is
 -- resolved once (its row lock decides between settlers: one that waited for it finds it
 -- resolved and leaves it), its dependent's count goes down by one, and a dependent that was
 -- waiting is then
@@ -172,9 +303,19 @@ $$;
 -- fan-in's ack batches more than the settling itself (docs/performance.md, "Flows").
 DROP FUNCTION IF EXISTS skiplock._settle_edges(bigint[]);
 DROP FUNCTION IF EXISTS skiplock._settle_edges(bigint[], integer);
+-- API 8's form returned the left-over jobs alone: dropped once (its arguments are this one's).
+DO $drop$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+               WHERE n.nspname = 'skiplock' AND p.proname = '_settle_edges'
+                 AND p.prorettype = 'bigint[]'::pg_catalog.regtype) THEN
+        DROP FUNCTION skiplock._settle_edges(bigint[], integer, tid[]);
+    END IF;
+END;
+$drop$;
 CREATE OR REPLACE FUNCTION skiplock._settle_edges(ids bigint[], max_edges integer DEFAULT NULL,
-                                                  first tid[] DEFAULT NULL)
-RETURNS bigint[]
+                                                  first tid[] DEFAULT NULL,
+                                                  OUT left_over bigint[], OUT settled bigint)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET jit = off
@@ -185,16 +326,28 @@ DECLARE
     counts bigint[];
     failed bigint[];
     picked_now bigint;
-    left_over bigint[];
+    done_now bigint;
+    -- What is left of max_edges for the steps to come (NULL: no bound).
+    budget bigint := max_edges;
     decided bigint[];
     decided_pending integer[];
     decided_cancel bigint[];
 BEGIN
+    settled := 0;
     WHILE cardinality(ids) > 0 LOOP
+        IF budget <= 0 THEN
+            -- Jobs the last step cancelled: those with edges are the next call's (one probe
+            -- each, at most one a cancelled job, so within the bound).
+            left_over := left_over || ARRAY(
+                SELECT x.id FROM unnest(ids) AS x(id)
+                WHERE EXISTS (SELECT 1 FROM skiplock.job_dependencies d
+                              WHERE d.depends_on = x.id AND d.resolved IS NULL));
+            EXIT;
+        END IF;
         WITH picked AS MATERIALIZED (
             (SELECT d.ctid AS t FROM skiplock.job_dependencies d
              WHERE first IS NULL AND d.depends_on = ANY (ids) AND d.resolved IS NULL
-             LIMIT max_edges)
+             LIMIT budget)
             UNION ALL
             SELECT f.t FROM unnest(first) AS f(t)
         ), done AS (
@@ -237,12 +390,15 @@ BEGIN
                array_agg(judged.job_id ORDER BY judged.job_id) FILTER (WHERE NOT judged.last),
                array_agg(judged.n ORDER BY judged.job_id) FILTER (WHERE NOT judged.last),
                array_agg(judged.failed_dep ORDER BY judged.job_id) FILTER (WHERE NOT judged.last),
-               (SELECT count(*) FROM picked)
-        INTO decided, dependents, counts, failed, picked_now
+               (SELECT count(*) FROM picked),
+               (SELECT count(*) FROM done)
+        INTO decided, dependents, counts, failed, picked_now, done_now
         FROM judged WHERE (SELECT count(*) FROM woken) >= 0;
-        -- A full slice may have left edges behind: the jobs it read are named for the next
-        -- call (which finds what is left, or nothing), not probed again here.
-        IF picked_now >= max_edges THEN
+        settled := settled + done_now;
+        budget := budget - picked_now;
+        -- A step that used up the budget may have left edges behind: the jobs it read are
+        -- named for the next call (which finds what is left, or nothing), not probed again here.
+        IF budget <= 0 THEN
             left_over := left_over || ids;
         END IF;
         first := NULL;
@@ -278,7 +434,7 @@ BEGIN
             PERFORM skiplock._tell_watchers(ids);
         END IF;
     END LOOP;
-    RETURN nullif(left_over, '{}');
+    left_over := nullif(left_over, '{}');
 END;
 $$;
 
@@ -287,7 +443,7 @@ $$;
 -- dependent id a slice before settled; the least bigint: from the start) in dependent order,
 -- at most `max_edges` in all, settled as skiplock._settle_edges settles them. Returns the jobs
 -- that may have edges left, each with its cursor: the slice's own, and the jobs a cancel
--- cascade left with a full slice (from the start). Resuming from a cursor is what keeps a big
+-- cascade left when the slice's edges were used up (from the start). Resuming from a cursor is what keeps a big
 -- fan-out linear: a slice that read the dependency's edges from the first stepped over every
 -- edge settled before it (docs/performance.md, "Flows"). Planned as skiplock._settle_edges.
 CREATE OR REPLACE FUNCTION skiplock._settle_slice(deps bigint[], afters bigint[], max_edges integer,
@@ -334,7 +490,7 @@ BEGIN
     IF tids IS NOT NULL THEN
         -- The jobs of `read` come back when the slice was full; their cursors say the rest.
         SELECT array_agg(x) INTO cascade
-        FROM unnest(skiplock._settle_edges(read, max_edges, tids)) AS x
+        FROM unnest((SELECT s.left_over FROM skiplock._settle_edges(read, max_edges, tids) s)) AS x
         WHERE NOT x = ANY (read);
         IF cascade IS NOT NULL THEN
             left_deps := coalesce(left_deps, '{}') || cascade;
@@ -376,7 +532,9 @@ BEGIN
     SELECT skiplock._cancel_or_release(array_agg(c.job_id), array_agg(c.pending), array_agg(c.cancelled_by))
     INTO cancelled FROM counted c;
     IF cancelled IS NOT NULL THEN
-        PERFORM skiplock._settle(cancelled);
+        -- At most 1,000 edges here, as a slice of the worker's: a cascade deeper than that
+        -- goes on in the maintenance's sweep (skiplock.settle_dependencies).
+        PERFORM skiplock._settle(cancelled, 1000);
     END IF;
 END;
 $$;
@@ -444,12 +602,22 @@ $$;
 
 -- The maintenance's sweep: settles edges whose dependency finished without settling them
 -- (a job discarded by the rescuer, the reaper or a claim, or finished by a plain UPDATE from
--- psql), at most `max_rows` dependencies per call. Returns how many it settled.
+-- psql; an ack that could not see edges committed after it read them, docs/flows.md; a cancel
+-- cascade a statement stopped at its bound), at most `max_rows` edges per call, cancel
+-- cascades included (from at most `max_rows` finished jobs): each call does bounded work
+-- however deep a cascade, and the next one goes on from where it stopped (a chain of 20,000
+-- jobs under a statement timeout of 2 s: tests/flows.rs). Returns how many edges it settled
+-- (0: nothing was left); the rescuer calls it again while a call settles `max_rows`.
 CREATE OR REPLACE FUNCTION skiplock.settle_dependencies(max_rows integer DEFAULT 1000)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     ids bigint[];
+    n bigint;
 BEGIN
+    IF settle_dependencies.max_rows IS NULL OR settle_dependencies.max_rows < 1 THEN
+        RAISE EXCEPTION 'skiplock: settle_dependencies max_rows must be at least 1, got %',
+            coalesce(settle_dependencies.max_rows::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
     SELECT array_agg(x.depends_on) INTO ids
     FROM (SELECT DISTINCT d.depends_on
           FROM skiplock.job_dependencies d
@@ -459,8 +627,9 @@ BEGIN
     IF ids IS NULL THEN
         RETURN 0;
     END IF;
-    PERFORM skiplock._settle(ids);
-    RETURN cardinality(ids);
+    PERFORM skiplock._tell_watchers(ids);
+    SELECT s.settled INTO n FROM skiplock._settle_edges(ids, settle_dependencies.max_rows) s;
+    RETURN n;
 END;
 $$;
 
@@ -470,8 +639,15 @@ $$;
 -- text), on_dependency_failure and depends_on (names
 -- of other jobs of the flow, or ids of existing jobs). Enqueued atomically in dependency
 -- order; an unknown name, a duplicate name, an unknown field or a cycle is refused with
--- nothing inserted. Returns {"flow": <id of the first job>, "jobs": {name: id, …}}; the flow's
--- members are recorded in skiplock.flow_jobs (skiplock.flow_progress reads them).
+-- nothing inserted, and so is a flow whose edges, all jobs together, are more than
+-- `depends_on.max_edges` (skiplock._check_edge_count). Returns {"flow": <id>, "jobs":
+-- {name: id, …}}; the flow's members are recorded in skiplock.flow_jobs under its id
+-- (skiplock.flow_progress reads them). The flow's id is that of the first job this call
+-- inserted, never one a job was deduplicated into (or replaced): that job may be another
+-- flow's first, even another enqueuer's, and this flow's jobs would be recorded as members of
+-- that one (docs/security.md, "Flows between tenants"). When every job was deduplicated, the
+-- flow's id is its first job's, and nothing is recorded (a flow enqueued again with the same
+-- keys answers with the flow it was the first time).
 CREATE OR REPLACE FUNCTION skiplock.enqueue_flow(flow jsonb) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -486,12 +662,22 @@ DECLARE
     pos jsonb;
     -- By position: the id each job placed so far was given (NULL: not yet).
     ids bigint[];
-    -- Positions not yet placed, in flow order, for this pass and the next.
-    todo integer[];
-    later integer[];
+    -- The flow's named edges, read once (Kahn's algorithm): by position, how many of a job's
+    -- named dependencies are not placed yet; the positions of the jobs that name each job,
+    -- grouped by that job's position (`succ`), and where each group starts (`succ_at`,
+    -- n + 1 entries); the positions ready to place, in the order they became ready.
+    indeg integer[];
+    succ integer[];
+    succ_at integer[];
+    ready integer[];
+    head integer := 1;
+    at integer;
+    next_job integer;
     dep_ids bigint[];
     new_id bigint;
+    what skiplock.enqueue_outcome;
     the_flow bigint;
+    first_id bigint;
 BEGIN
     IF flow IS NULL OR jsonb_typeof(flow) <> 'array' OR jsonb_array_length(flow) = 0 THEN
         RAISE EXCEPTION 'skiplock: enqueue_flow takes a non-empty JSON array of jobs' USING ERRCODE = '22023';
@@ -547,47 +733,75 @@ BEGIN
             END IF;
         END LOOP;
     END LOOP;
-    -- Dependency order (Kahn): each pass enqueues, in flow order, the jobs whose named
-    -- dependencies all have their ids; a pass that places none while some remain has found a
-    -- cycle. A pass reads only the jobs still to place.
+    PERFORM skiplock._check_edge_count(
+        (SELECT coalesce(sum((SELECT count(DISTINCT d) FROM jsonb_array_elements(coalesce(t.e -> 'depends_on', '[]')) AS d)), 0)
+         FROM jsonb_array_elements(flow) AS t(e))::bigint,
+        'the flow''s jobs together');
+    -- Dependency order (Kahn): the jobs with no named dependency are ready at first, in flow
+    -- order; placing a job makes ready each job whose last named dependency it was. Each
+    -- edge is read once, so a flow costs about its jobs' enqueues in any order it is listed
+    -- (reading every remaining job again at each placement made a chain listed dependents
+    -- first quadratic: 4,000 jobs took 34 s). A job never made ready is on a cycle, or waits
+    -- for one.
+    WITH e AS (
+        SELECT DISTINCT t.o::integer AS job, (pos ->> (d #>> '{}'))::integer AS dep
+        FROM jsonb_array_elements(flow) WITH ORDINALITY AS t(e, o),
+             jsonb_array_elements(coalesce(t.e -> 'depends_on', '[]')) AS d
+        WHERE jsonb_typeof(d) = 'string'
+    )
+    SELECT (SELECT array_agg(coalesce(x.m, 0) ORDER BY g.i)
+            FROM generate_series(1, n) AS g(i)
+            LEFT JOIN (SELECT e.job, count(*)::integer AS m FROM e GROUP BY e.job) x ON x.job = g.i),
+           (SELECT coalesce(array_agg(e.job ORDER BY e.dep, e.job), '{}') FROM e),
+           (SELECT array_agg(1 + coalesce(x.before, 0)::integer ORDER BY x.i)
+            FROM (SELECT g.i, sum(y.m) OVER (ORDER BY g.i ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+                  FROM generate_series(1, n + 1) AS g(i)
+                  LEFT JOIN (SELECT e.dep, count(*) AS m FROM e GROUP BY e.dep) y ON y.dep = g.i) x)
+    INTO indeg, succ, succ_at;
+    ready := ARRAY(SELECT g.i FROM generate_series(1, n) AS g(i) WHERE indeg[g.i] = 0 ORDER BY g.i);
     ids := array_fill(NULL::bigint, ARRAY[n]);
-    todo := ARRAY(SELECT generate_series(1, n));
-    WHILE cardinality(todo) > 0 LOOP
-        later := '{}';
-        FOREACH i IN ARRAY todo LOOP
-            item := flow -> (i - 1);
-            -- A named dependency not placed yet reads as NULL: the job waits for a later pass.
-            SELECT array_agg(CASE WHEN jsonb_typeof(d) = 'string' THEN ids[(pos ->> (d #>> '{}'))::integer]
-                                  ELSE (d #>> '{}')::bigint END)
-            INTO dep_ids FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d;
-            IF array_position(dep_ids, NULL) IS NOT NULL THEN
-                later := array_append(later, i);
-                CONTINUE;
-            END IF;
-            PERFORM skiplock._check_enqueue_names(item ->> 'kind', coalesce(item ->> 'queue', 'default'),
-                                                  item ->> 'unique_key');
-            SELECT e.job_id INTO new_id FROM skiplock._enqueue_outcome(
-                item ->> 'kind', coalesce(item -> 'args', '{}'), coalesce(item ->> 'queue', 'default'),
-                coalesce((item ->> 'run_at')::timestamptz, now()), coalesce((item ->> 'priority')::smallint, 0::smallint),
-                coalesce((item ->> 'max_attempts')::integer, 25), item ->> 'unique_key',
-                coalesce(item ->> 'on_conflict', 'keep'), item ->> 'limit_key',
-                (SELECT array_agg(t) FROM jsonb_array_elements_text(item -> 'tags') AS t),
-                item -> 'meta', item ->> 'unique_by', (item ->> 'unique_for')::interval, dep_ids,
-                item ->> 'on_dependency_failure') e;
-            ids[i] := new_id;
+    WHILE head <= cardinality(ready) LOOP
+        i := ready[head];
+        head := head + 1;
+        item := flow -> (i - 1);
+        SELECT array_agg(CASE WHEN jsonb_typeof(d) = 'string' THEN ids[(pos ->> (d #>> '{}'))::integer]
+                              ELSE (d #>> '{}')::bigint END)
+        INTO dep_ids FROM jsonb_array_elements(coalesce(item -> 'depends_on', '[]')) AS d;
+        PERFORM skiplock._check_enqueue_names(item ->> 'kind', coalesce(item ->> 'queue', 'default'),
+                                              item ->> 'unique_key');
+        SELECT e.job_id, e.outcome INTO new_id, what FROM skiplock._enqueue_outcome(
+            item ->> 'kind', coalesce(item -> 'args', '{}'), coalesce(item ->> 'queue', 'default'),
+            coalesce((item ->> 'run_at')::timestamptz, now()), coalesce((item ->> 'priority')::smallint, 0::smallint),
+            coalesce((item ->> 'max_attempts')::integer, 25), item ->> 'unique_key',
+            coalesce(item ->> 'on_conflict', 'keep'), item ->> 'limit_key',
+            (SELECT array_agg(t) FROM jsonb_array_elements_text(item -> 'tags') AS t),
+            item -> 'meta', item ->> 'unique_by', (item ->> 'unique_for')::interval, dep_ids,
+            item ->> 'on_dependency_failure') e;
+        ids[i] := new_id;
+        first_id := coalesce(first_id, new_id);
+        IF what = 'inserted' THEN
             the_flow := coalesce(the_flow, new_id);
-        END LOOP;
-        IF cardinality(later) = cardinality(todo) THEN
-            RAISE EXCEPTION 'skiplock: enqueue_flow: the dependencies of % form a cycle',
-                (SELECT string_agg(quote_literal(flow -> (t.i - 1) ->> 'name'), ', ' ORDER BY t.i)
-                 FROM unnest(later) AS t(i))
-                USING ERRCODE = '22023';
         END IF;
-        todo := later;
+        FOR at IN succ_at[i] .. succ_at[i + 1] - 1 LOOP
+            next_job := succ[at];
+            indeg[next_job] := indeg[next_job] - 1;
+            IF indeg[next_job] = 0 THEN
+                ready := array_append(ready, next_job);
+            END IF;
+        END LOOP;
     END LOOP;
-    INSERT INTO skiplock.flow_jobs (flow_id, name, job_id)
-    SELECT the_flow, t.e ->> 'name', ids[t.o] FROM jsonb_array_elements(flow) WITH ORDINALITY AS t(e, o)
-    ON CONFLICT DO NOTHING;
+    IF cardinality(ready) < n THEN
+        RAISE EXCEPTION 'skiplock: enqueue_flow: the dependencies of % form a cycle',
+            (SELECT string_agg(quote_literal(flow -> (g.i - 1) ->> 'name'), ', ' ORDER BY g.i)
+             FROM generate_series(1, n) AS g(i) WHERE indeg[g.i] > 0)
+            USING ERRCODE = '22023';
+    END IF;
+    IF the_flow IS NOT NULL THEN
+        INSERT INTO skiplock.flow_jobs (flow_id, name, job_id)
+        SELECT the_flow, t.e ->> 'name', ids[t.o] FROM jsonb_array_elements(flow) WITH ORDINALITY AS t(e, o)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    the_flow := coalesce(the_flow, first_id);
     RETURN jsonb_build_object('flow', the_flow,
                               'jobs', (SELECT jsonb_object_agg(t.e ->> 'name', ids[t.o])
                                        FROM jsonb_array_elements(flow) WITH ORDINALITY AS t(e, o)));

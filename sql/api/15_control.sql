@@ -620,7 +620,7 @@ BEGIN
         WITH locked AS (
             SELECT j.id FROM skiplock.jobs j
             WHERE j.id = ANY(picked) AND j.state = 'available'
-            FOR UPDATE SKIP LOCKED
+            FOR NO KEY UPDATE SKIP LOCKED
         ), claimed AS (
             UPDATE skiplock.jobs j
             SET state = CASE WHEN j.attempt < 2147483647 THEN 'running'

@@ -5,5 +5,5 @@ WITH picked AS (
     WHERE state = 'available' AND queue = 'default' AND scheduled_at <= now()
     ORDER BY priority, scheduled_at, id
     LIMIT 100
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 )

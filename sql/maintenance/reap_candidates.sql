@@ -1,6 +1,6 @@
 -- Unfinished jobs that may be abandoned: past the reaper's maximum age ($1 seconds) and not
 -- held ($3: seconds within which a worker's heartbeat makes it live). The reaper appends
--- `LIMIT $2 FOR UPDATE OF j SKIP LOCKED` (locked so no worker claims one while it decides;
+-- `LIMIT $2 FOR NO KEY UPDATE OF j SKIP LOCKED` (locked so no worker claims one while it decides;
 -- claims use SKIP LOCKED and skip these); `skiplock reap --dry-run` appends
 -- `ORDER BY j.id LIMIT $2`. The same rule as `reaper::is_too_old` (which makes the final
 -- decision, docs/maintenance.md "The reaper"): a running job is judged by attempted_at (by its

@@ -12,7 +12,7 @@ WITH stale AS (
       AND coalesce(heartbeat_at, attempted_at, created_at) < now() - make_interval(secs => $1)
     ORDER BY heartbeat_at
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ),
 -- A keyed job going back while another available job holds its unique_key is cancelled
 -- instead, superseded by it (skiplock._superseded_by; sql/queue/ack_many.sql says why this is

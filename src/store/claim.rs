@@ -1,4 +1,4 @@
-//! The claim: one `FOR UPDATE SKIP LOCKED` statement that moves up to `limit` due jobs of the
+//! The claim: one `FOR NO KEY UPDATE SKIP LOCKED` statement that moves up to `limit` due jobs of the
 //! kinds a worker handles to `running` (`sql/queue/claim.sql`), and the two questions a
 //! worker asks around it (which queues have work, is anything claimable at all).
 

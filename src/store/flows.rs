@@ -90,8 +90,9 @@ pub async fn finished_listener(pool: &Pool) -> Result<PgListener> {
     Ok(l)
 }
 
-/// The maintenance's sweep: settles at most `limit` finished jobs whose dependents were not
-/// told yet (`skiplock.settle_dependencies`); returns how many.
+/// The maintenance's sweep: settles at most `limit` edges of finished jobs whose dependents
+/// were not told yet, cancel cascades included (`skiplock.settle_dependencies`); returns how
+/// many (0: none was left). A call that settles `limit` may have left more.
 pub async fn settle_dependencies<'e, E: Executor<'e>>(exec: E, limit: i32) -> Result<i64> {
     Ok(super::query_scalar(sql!("flows", "settle_dependencies"))
         .bind(limit)
@@ -133,5 +134,34 @@ pub async fn settle_slice<'e, E: Executor<'e>>(
     Ok(Left {
         jobs: jobs.unwrap_or_default(),
         after: after.unwrap_or_default(),
+    })
+}
+
+/// What a settle hint left ([`settle_added`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Hinted {
+    /// Jobs another transaction was writing: to try again a moment later.
+    pub busy: Vec<i64>,
+    /// Jobs that may have edges left, for the slices ([`settle_slice`], from the start).
+    pub left: Vec<i64>,
+}
+
+/// Settles the edges of the jobs of a settle hint (`jobs`: new edges committed while they may
+/// have been finishing) that have finished, at most `max_edges` of them, in one transaction
+/// of its own (`skiplock._settle_added`).
+pub async fn settle_added<'e, E: Executor<'e>>(
+    exec: E,
+    jobs: &[i64],
+    max_edges: i32,
+) -> Result<Hinted> {
+    let (busy, left): (Option<Vec<i64>>, Option<Vec<i64>>) =
+        super::query_as(sql!("flows", "settle_added"))
+            .bind(jobs)
+            .bind(max_edges)
+            .fetch_one(exec)
+            .await?;
+    Ok(Hinted {
+        busy: busy.unwrap_or_default(),
+        left: left.unwrap_or_default(),
     })
 }

@@ -71,7 +71,7 @@ pub struct CandidateRow {
 }
 
 /// Up to `limit` unfinished jobs that may be abandoned (older than `max_age`, not held; a
-/// worker is live with a heartbeat within `live_within`), locked (`FOR UPDATE SKIP LOCKED`)
+/// worker is live with a heartbeat within `live_within`), locked (`FOR NO KEY UPDATE SKIP LOCKED`)
 /// until the transaction ends so no worker claims one while the reaper decides. The same
 /// candidate query as [`reap_candidates_preview`] (`reap_candidates.sql`).
 pub async fn reap_candidates_locked<'e, E: Executor<'e>>(
@@ -82,7 +82,7 @@ pub async fn reap_candidates_locked<'e, E: Executor<'e>>(
 ) -> Result<Vec<CandidateRow>> {
     Ok(super::query_as(concat!(
         include_str!("../../sql/maintenance/reap_candidates.sql"),
-        "LIMIT $2 FOR UPDATE OF j SKIP LOCKED"
+        "LIMIT $2 FOR NO KEY UPDATE OF j SKIP LOCKED"
     ))
     .bind(max_age.as_secs_f64())
     .bind(limit)

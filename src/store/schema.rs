@@ -207,6 +207,21 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
         8,
         "56e875999a1b8444ff9c9b32ecf0a1b705761667243702dcefa22ae713f478cd",
     ),
+    // Flows against a hostile enqueuer (docs/security.md, "Flows between tenants"):
+    // depends_on locks its jobs FOR KEY SHARE and the claim, cancel, retry, reschedule and the
+    // rescuer lock FOR NO KEY UPDATE (an enqueuer's open transaction blocks no worker), with
+    // settle hints on a channel of their own for edges an ack could not see; dependency edges
+    // per call bounded (depends_on.max_edges); every settling statement, the ack's and the
+    // sweep's included, bounded in edges however deep a cancel cascade (skiplock._settle_edges
+    // returns what it settled); enqueue_flow linear, its flow id never a deduplicated job's;
+    // flow_members' walk bounded (flow_members.max_jobs) and flow_progress says so
+    // (`truncated`); dependency_results and dependents take a bound and dependency_counts
+    // counts; wait() checks its timeout in seconds; the finished channel's name is a secret
+    // (migration 0010); retention keeps a dependency for one more period at most.
+    (
+        9,
+        "8272e4f47226cf411df7d7d19d8d856919e4d36f01ebd2ecf124b81b99fd3f46",
+    ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).

@@ -384,6 +384,13 @@ fn spawn_listener(
                             Wake::Lost => sh.availability.failure(),
                             Wake::All => sh.availability.success(),
                             Wake::Queue(_) => faults::hit(&sh.worker_id, faults::Point::Listener),
+                            Wake::Settle(ids) => {
+                                tokio::spawn(acks::settle_hinted(
+                                    sh.pool.clone(),
+                                    sh.settling.clone(),
+                                    ids.clone(),
+                                ));
+                            }
                         }
                         q.wake(w)
                     }

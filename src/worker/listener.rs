@@ -3,6 +3,9 @@
 //! role can read; a statement trigger, once per statement and queue); a listener task turns that into a wake
 //! signal for the queue's producer. The fallback poll covers anything missed. A payload is
 //! only a hint: the worker never starts serving a queue because a notification named it.
+//! Settle hints (the settle channel, `crate::store::notify::Heard::Settle`) become
+//! [`Wake::Settle`]: the worker settles those jobs' new edges (`worker::acks::settle_hinted`);
+//! the maintenance's sweep covers anything missed.
 
 use std::time::Duration;
 
@@ -10,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::outage::{Availability, Backoff};
 use crate::store::Pool;
-use crate::store::notify::WakeListener;
+use crate::store::notify::{Heard, WakeListener};
 
 /// What the listener tells the worker.
 #[derive(Debug, Clone)]
@@ -18,6 +21,9 @@ pub enum Wake {
     /// A notification arrived with this payload: a *hint* that a job became due in the queue
     /// it names. Any login may send one, so the worker never trusts it to create anything.
     Queue(String),
+    /// A settle hint: these jobs got dependency edges from a transaction that has committed
+    /// (a hint too: settling a job with nothing to settle costs a probe).
+    Settle(Vec<i64>),
     /// The connection was (re-)established: notifications may have been missed.
     All,
     /// The connection was lost or could not be made (the database may be down).
@@ -68,7 +74,8 @@ pub async fn listen(
                 n = listener.recv() => n,
             };
             match next {
-                Ok(Some(queue)) => on_wake(Wake::Queue(queue)),
+                Ok(Some(Heard::Queue(queue))) => on_wake(Wake::Queue(queue)),
+                Ok(Some(Heard::Settle(ids))) => on_wake(Wake::Settle(ids)),
                 Ok(None) => {
                     on_wake(Wake::Lost);
                     tracing::warn!("listener: connection lost; reconnecting");

@@ -187,7 +187,7 @@ impl Queues {
                     self.hint.notify_one();
                 }
             }
-            Wake::Lost => {}
+            Wake::Lost | Wake::Settle(_) => {}
         }
     }
 

@@ -53,7 +53,8 @@ impl Rescuer {
     }
 }
 
-/// Finished jobs whose dependents one sweep settles per statement.
+/// Edges one sweep statement settles at most (cancel cascades included); the rescuer calls it
+/// again while a statement settles that many.
 pub(super) const SETTLE_BATCH: i32 = 1000;
 
 /// Rescues up to [`BATCH`] rows per statement until none are left; returns how many.
