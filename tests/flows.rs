@@ -1638,6 +1638,55 @@ async fn a_chain_listed_dependents_first_is_placed_in_one_pass() {
     assert_eq!(counts, (n as i64 - 1, n as i64 - 1));
 }
 
+/// `flow_progress` and `flow_members` of a job that is not a recorded flow walk its
+/// dependents up to `flow_members.max_jobs` (10,000), and say when they stopped there: the
+/// second job of a chain of 20,000 answers within a 5 s statement timeout (its walk took
+/// 18.7 s, the console's page 44 s), counted over the first 10,000 jobs reached, and a smaller
+/// bound the owner sets lists the first jobs of the chain. A recorded flow is read whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flows_walk_stops_at_its_bound_and_says_so() {
+    use skiplock::store::flows::{flow_members, flow_progress};
+    use sqlx::Connection;
+
+    let db = TestDb::new().await;
+    let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let chain = chain_after(&db, root, 20_000).await;
+    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("SET statement_timeout = '5s'")
+        .execute(&mut c)
+        .await
+        .unwrap();
+    let p = flow_progress(&mut c, chain[0]).await.unwrap();
+    assert_eq!((p.total, p.waiting, p.truncated), (10_000, 10_000, true));
+    let members = flow_members(&mut c, chain[0], 100_000).await.unwrap();
+    assert_eq!(
+        members.iter().map(|m| m.id).collect::<Vec<_>>(),
+        chain[..10_000]
+    );
+    sqlx::query("UPDATE skiplock.settings SET value = 50 WHERE name = 'flow_members.max_jobs'")
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let p = flow_progress(&mut c, chain[19_900]).await.unwrap();
+    assert_eq!((p.total, p.truncated), (50, true));
+    let p = flow_progress(&mut c, chain[19_950]).await.unwrap();
+    assert_eq!(
+        (p.total, p.truncated),
+        (50, false),
+        "the last 50 jobs: all of them"
+    );
+    c.close().await.unwrap();
+    // A recorded flow of 60 jobs, more than the bound: its members, all of them.
+    let flow: Vec<Value> = (0..60)
+        .map(|i| json!({"name": format!("f{i}"), "kind": "step"}))
+        .collect();
+    let ids = skiplock::store::flows::enqueue_flow(&db.pool, &Value::Array(flow))
+        .await
+        .unwrap();
+    let p = flow_progress(&db.pool, ids.flow).await.unwrap();
+    assert_eq!((p.total, p.available, p.truncated), (60, 60, false));
+}
+
 /// A flow whose first job is deduplicated into another's job (the same kind, queue and key)
 /// takes its id from the first job it inserted: the other flow keeps its own members, and
 /// this one records its jobs under its own id. A flow all of whose jobs are deduplicated
@@ -1689,4 +1738,28 @@ async fn a_flows_id_is_never_a_job_it_was_deduplicated_into() {
         .await,
         0
     );
+}
+
+/// `skiplock job` lists the first 100 dependents of a job and says how many more there are,
+/// rather than every one an enqueuer gave it (100,000 made 100,015 lines).
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn skiplock_job_lists_the_first_hundred_dependents_and_counts_the_rest() {
+    let db = TestDb::new().await;
+    let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let children = fan_out(&db, root, &vec![json!({}); 150]).await;
+    let (code, out, err) = run_cmd(&db.url, &["job", &root.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    let listed: Vec<i64> = out
+        .split("dependents:")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(listed, children[..100]);
+    assert!(out.contains("  … and 50 more"), "{out}");
+    let (code, out, err) = run_cmd(&db.url, &["job", &children[0].to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("more"), "{out}");
 }

@@ -595,6 +595,56 @@ async fn a_job_page_links_its_dependencies_dependents_and_flow_and_the_flow_page
     b.close().await;
 }
 
+/// A job page lists the first 100 of a job's dependents and says how many more there are
+/// (an enqueuer gave one job 100,000 dependents in 0.8 s, and its page grew to 14 MB); a flow
+/// page of a job whose dependents go on past the walk's bound (`flow_members.max_jobs`) says
+/// its counts stop there.
+#[tokio::test]
+async fn a_job_page_lists_a_hundred_dependents_and_a_flow_page_says_where_its_walk_stopped() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let root = enqueue(&db, "noop", "default", 1).await[0];
+    let children = skiplock::store::jobs::enqueue_many(
+        &db.pool,
+        skiplock::store::jobs::ManyJobs {
+            kind: "noop",
+            args: &vec![json!({}); 250],
+            queue: "default",
+            depends_on: &[root],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query("UPDATE skiplock.settings SET value = 40 WHERE name = 'flow_members.max_jobs'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+    let h = http();
+    let page = body_of(&h, &console.url(&format!("/jobs/{root}"))).await;
+    let listed = page
+        .split("id=\"dependents\"")
+        .nth(1)
+        .unwrap()
+        .split("</table>")
+        .next()
+        .unwrap()
+        .matches("<tr>")
+        .count();
+    assert_eq!(listed, 100);
+    assert!(page.contains("Dependents (250)"), "{page}");
+    assert!(page.contains("and 150 more"), "{page}");
+    assert!(!page.contains(&format!("/jobs/{}\"", children[100])));
+    let child = body_of(&h, &console.url(&format!("/jobs/{}", children[0]))).await;
+    assert!(!child.contains("more</p>"), "{child}");
+    let flow = body_of(&h, &console.url(&format!("/flows/{root}"))).await;
+    assert!(flow.contains("id=\"flow-walk-stopped\""), "{flow}");
+    assert!(flow.contains("<dd id=\"flow-total\">40</dd>"), "{flow}");
+    let whole = body_of(&h, &console.url(&format!("/flows/{}", children[0]))).await;
+    assert!(!whole.contains("flow-walk-stopped"), "{whole}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_packet_is_taken_and_completed_from_the_board_and_its_history_shows_both_moves() {
     let Some(b) = Browser::start("a_packet_is_taken_and_completed").await else {
@@ -1047,6 +1097,7 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
             "cancel_by_key",
             "cancel_jobs",
             "complete_packet",
+            "dependency_counts",
             "dependency_results",
             "dependents",
             "flow_members",

@@ -838,9 +838,13 @@ END;
 $$;
 
 -- The dependencies of job `job_id` with how they finished: id, local name in its flow (NULL
--- outside one), kind, state and result (what the handler returned on completion). What a
--- handler reads (`ctx.dependency_results()`); a batch's callback counts states from it.
-CREATE OR REPLACE FUNCTION skiplock.dependency_results(job_id bigint)
+-- outside one), kind, state and result (what the handler returned on completion), the first
+-- `max_rows` by id (NULL: all). What a handler reads (`ctx.dependency_results()`, all of them:
+-- a batch's callback counts states from it); the job page and `skiplock job` show the first
+-- hundred and how many more there are (skiplock.dependency_counts). The 1-argument form is
+-- dropped (the same calls resolve to this one).
+DROP FUNCTION IF EXISTS skiplock.dependency_results(bigint);
+CREATE OR REPLACE FUNCTION skiplock.dependency_results(job_id bigint, max_rows bigint DEFAULT NULL)
 RETURNS TABLE (id bigint, name text, kind text, state skiplock.job_state, result jsonb)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT d.depends_on, (SELECT f.name FROM skiplock.flow_jobs f WHERE f.job_id = d.depends_on LIMIT 1),
@@ -849,10 +853,14 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     LEFT JOIN skiplock.jobs j ON j.id = d.depends_on
     WHERE d.job_id = dependency_results.job_id
     ORDER BY d.depends_on
+    LIMIT dependency_results.max_rows
 $$;
 
--- The jobs that wait for job `job_id`, with their states (the job page's "dependents").
-CREATE OR REPLACE FUNCTION skiplock.dependents(job_id bigint)
+-- The jobs that wait for job `job_id`, with their states (the job page's "dependents"), the
+-- first `max_rows` by id (NULL: all): any enqueuer may make jobs wait for any job, so a job
+-- may have millions of dependents. The 1-argument form is dropped.
+DROP FUNCTION IF EXISTS skiplock.dependents(bigint);
+CREATE OR REPLACE FUNCTION skiplock.dependents(job_id bigint, max_rows bigint DEFAULT NULL)
 RETURNS TABLE (id bigint, kind text, state skiplock.job_state)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT d.job_id, j.kind, j.state
@@ -860,47 +868,102 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     JOIN skiplock.jobs j ON j.id = d.job_id
     WHERE d.depends_on = dependents.job_id
     ORDER BY d.job_id
+    LIMIT dependents.max_rows
+$$;
+
+-- How many dependencies job `job_id` has and how many jobs depend on it, each counted up to
+-- `up_to` (NULL: all): what the job page and `skiplock job` say past the rows they show
+-- ("and 99,900 more").
+CREATE OR REPLACE FUNCTION skiplock.dependency_counts(job_id bigint, up_to bigint DEFAULT NULL,
+                                                      OUT dependencies bigint, OUT dependents bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT (SELECT count(*) FROM (SELECT 1 FROM skiplock.job_dependencies d
+                                  WHERE d.job_id = dependency_counts.job_id
+                                  LIMIT dependency_counts.up_to) x),
+           (SELECT count(*) FROM (SELECT 1 FROM skiplock.job_dependencies d
+                                  WHERE d.depends_on = dependency_counts.job_id
+                                  LIMIT dependency_counts.up_to) x)
+$$;
+
+-- The jobs of flow `flow` as skiplock.flow_members and skiplock.flow_progress read them: the
+-- recorded members of a flow skiplock.enqueue_flow made (with their names; at most as many
+-- as one call enqueues), or else job `flow` and the jobs that depend on it, transitively,
+-- walked breadth first and at most `max_jobs` of them: one more is returned, marked `beyond`,
+-- when the walk goes on past the bound. Any enqueuer may chain jobs, and the walk of a chain
+-- of 20,000 took 18.7 s (docs/security.md, "Flows between tenants"): bounded, and each step
+-- an index probe (without hash or merge joins, which read every edge at every step, or
+-- sequential scans).
+CREATE OR REPLACE FUNCTION skiplock._flow_walk(flow bigint, max_jobs bigint)
+RETURNS TABLE (name text, id bigint, beyond boolean)
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET jit = off
+AS $$
+    WITH RECURSIVE recorded AS (
+        SELECT f.name, f.job_id FROM skiplock.flow_jobs f WHERE f.flow_id = _flow_walk.flow
+    ), reached(id) AS (
+        SELECT _flow_walk.flow WHERE NOT EXISTS (SELECT 1 FROM recorded)
+        UNION
+        SELECT d.job_id FROM reached r JOIN skiplock.job_dependencies d ON d.depends_on = r.id
+    ), walked AS (
+        -- The recursion runs only as far as this LIMIT reads it.
+        SELECT x.id, row_number() OVER () AS n
+        FROM (SELECT r.id FROM reached r LIMIT _flow_walk.max_jobs + 1) x
+    )
+    SELECT r.name, r.job_id, false FROM recorded r
+    UNION ALL
+    SELECT (SELECT f.name FROM skiplock.flow_jobs f WHERE f.job_id = w.id LIMIT 1), w.id,
+           w.n > _flow_walk.max_jobs
+    FROM walked w
 $$;
 
 -- The jobs of a flow: `flow` is the id skiplock.enqueue_flow returned (its members are
 -- recorded, with their names), or any job's id: that job and everything that depends on it,
--- transitively (a batch's children and callback, a chain). With each job's state and how
--- many dependencies it still waits for (0 once it no longer waits: a job released by the
--- statement that resolved its last edges keeps its count unwritten, skiplock._settle_edges).
+-- transitively (a batch's children and callback, a chain), at most `flow_members.max_jobs`
+-- of them (skiplock.settings, 10,000; skiplock._flow_walk; flow_progress says when the walk
+-- stopped there). With each job's state and how many dependencies it still waits for (0 once
+-- it no longer waits: a job released by the statement that resolved its last edges keeps its
+-- count unwritten, skiplock._settle_edges).
 CREATE OR REPLACE FUNCTION skiplock.flow_members(flow bigint)
 RETURNS TABLE (name text, id bigint, kind text, state skiplock.job_state, pending integer)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    WITH RECURSIVE recorded AS (
-        SELECT f.name, f.job_id FROM skiplock.flow_jobs f WHERE f.flow_id = flow_members.flow
-    ), reached(id) AS (
-        SELECT flow_members.flow WHERE NOT EXISTS (SELECT 1 FROM recorded)
-        UNION
-        SELECT d.job_id FROM reached r JOIN skiplock.job_dependencies d ON d.depends_on = r.id
-    ), members AS (
-        SELECT r.name, r.job_id AS id FROM recorded r
-        UNION ALL
-        SELECT (SELECT f.name FROM skiplock.flow_jobs f WHERE f.job_id = x.id LIMIT 1), x.id FROM reached x
-    )
     SELECT m.name, j.id, j.kind, j.state, CASE WHEN j.state = 'waiting' THEN coalesce(w.pending, 0) ELSE 0 END
-    FROM members m
+    FROM skiplock._flow_walk(flow_members.flow, skiplock._limit('flow_members.max_jobs')) m
     JOIN skiplock.jobs j ON j.id = m.id
     LEFT JOIN skiplock.job_waits w ON w.job_id = j.id
+    WHERE NOT m.beyond
     ORDER BY j.id
 $$;
 
--- Progress of a flow (skiplock.flow_members): how many of its jobs are in each state.
+-- Progress of a flow (skiplock.flow_members): how many of its jobs are in each state, and
+-- whether the walk from a job that is not a recorded flow stopped at its bound
+-- (`truncated`, API 9: the counts are then of the first `flow_members.max_jobs` jobs it
+-- reached). The return type changed in API 9: the earlier function is dropped first.
+DO $drop$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+               WHERE n.nspname = 'skiplock' AND p.proname = 'flow_progress'
+                 AND NOT 'truncated' = ANY (p.proargnames)) THEN
+        DROP FUNCTION skiplock.flow_progress(bigint);
+    END IF;
+END;
+$drop$;
 CREATE OR REPLACE FUNCTION skiplock.flow_progress(flow bigint)
 RETURNS TABLE (total bigint, waiting bigint, available bigint, running bigint,
-               completed bigint, discarded bigint, cancelled bigint)
+               completed bigint, discarded bigint, cancelled bigint, truncated boolean)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT count(*),
-           count(*) FILTER (WHERE m.state = 'waiting'),
-           count(*) FILTER (WHERE m.state = 'available'),
-           count(*) FILTER (WHERE m.state = 'running'),
-           count(*) FILTER (WHERE m.state = 'completed'),
-           count(*) FILTER (WHERE m.state = 'discarded'),
-           count(*) FILTER (WHERE m.state = 'cancelled')
-    FROM skiplock.flow_members(flow_progress.flow) m
+    SELECT count(j.id) FILTER (WHERE NOT m.beyond),
+           count(*) FILTER (WHERE NOT m.beyond AND j.state = 'waiting'),
+           count(*) FILTER (WHERE NOT m.beyond AND j.state = 'available'),
+           count(*) FILTER (WHERE NOT m.beyond AND j.state = 'running'),
+           count(*) FILTER (WHERE NOT m.beyond AND j.state = 'completed'),
+           count(*) FILTER (WHERE NOT m.beyond AND j.state = 'discarded'),
+           count(*) FILTER (WHERE NOT m.beyond AND j.state = 'cancelled'),
+           coalesce(bool_or(m.beyond), false)
+    FROM skiplock._flow_walk(flow_progress.flow, skiplock._limit('flow_members.max_jobs')) m
+    LEFT JOIN skiplock.jobs j ON j.id = m.id
 $$;
 
 -- Registers interest in job `job_id` finishing (its ack then sends NOTIFY skiplock_finished

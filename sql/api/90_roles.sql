@@ -189,6 +189,7 @@ BEGIN
               AND p.proname IN ('cancel', 'retry', 'cancel_jobs', 'retry_jobs',
                                 'cancel_by_key', 'reschedule', 'hold_key',
                                 'flow_progress', 'flow_members', 'dependency_results', 'dependents',
+                                'dependency_counts',
                                 'pause_queue', 'resume_queue',
                                 '_job_matches', '_like_pattern')
         LOOP

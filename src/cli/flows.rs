@@ -96,6 +96,13 @@ pub async fn flow(url: Option<&str>, a: FlowArgs) -> anyhow::Result<()> {
         p.discarded,
         p.cancelled
     );
+    if p.truncated {
+        say!(
+            "(the dependents of job {} go on past the first {} jobs reached: setting flow_members.max_jobs)",
+            a.id,
+            p.total
+        );
+    }
     print_table(
         &["NAME", "ID", "KIND", "STATE", "WAITS FOR"],
         &members

@@ -7,6 +7,7 @@ use clap::Args;
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
 use crate::config::parse_duration;
+use crate::queue::flow::{COUNTED_DEPENDENCIES, LISTED_DEPENDENCIES, not_listed};
 use crate::queue::{EnqueueOutcome, JobState, NewJob, OnConflict, OnDependencyFailure, UniqueBy};
 use crate::store::flows;
 use crate::store::jobs::{self, JobFilter};
@@ -330,7 +331,9 @@ pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
     if let Some(r) = &j.result {
         say!("result:        {}", r.describe());
     }
-    let deps = flows::dependency_results(&pool, j.id).await?;
+    // Bounded, as the console's page: any enqueuer may make 100,000 jobs a call wait for this one.
+    let counts = flows::dependency_counts(&pool, j.id, COUNTED_DEPENDENCIES).await?;
+    let deps = flows::first_dependency_results(&pool, j.id, LISTED_DEPENDENCIES).await?;
     if !deps.is_empty() {
         say!("depends on:");
         for d in &deps {
@@ -345,12 +348,18 @@ pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
                 d.state.map_or("deleted", JobState::as_str)
             );
         }
+        if let Some(more) = not_listed(deps.len(), counts.dependencies) {
+            say!("  … {more}");
+        }
     }
-    let dependents = flows::dependents(&pool, j.id).await?;
+    let dependents = flows::first_dependents(&pool, j.id, LISTED_DEPENDENCIES).await?;
     if !dependents.is_empty() {
         say!("dependents:");
         for d in &dependents {
             say!("  {} {} {}", d.id, d.kind, d.state);
+        }
+        if let Some(more) = not_listed(dependents.len(), counts.dependents) {
+            say!("  … {more}");
         }
     }
     if j.errors.value().is_none() {

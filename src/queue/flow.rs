@@ -220,6 +220,36 @@ impl BatchSummary {
     }
 }
 
+/// How many of a job's dependencies, and of its dependents, the console's job page and
+/// `skiplock job` list: any enqueuer may give a job 100,000 dependents a call.
+pub const LISTED_DEPENDENCIES: i64 = 100;
+/// Up to how many of each they count, to say how many are not listed.
+pub const COUNTED_DEPENDENCIES: i64 = 100_000;
+
+/// What a page says of the dependencies (or dependents) it does not list: `listed` of
+/// `counted` (as `skiplock.dependency_counts` counts them, up to [`COUNTED_DEPENDENCIES`]);
+/// `None` when it lists them all.
+pub fn not_listed(listed: usize, counted: i64) -> Option<String> {
+    let rest = counted - listed as i64;
+    if rest <= 0 {
+        None
+    } else if counted >= COUNTED_DEPENDENCIES {
+        Some(format!("and more than {rest} more"))
+    } else {
+        Some(format!("and {rest} more"))
+    }
+}
+
+/// How many dependencies a job has and how many jobs wait for it, each counted up to the
+/// bound asked (`skiplock.dependency_counts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct DependencyCounts {
+    /// The jobs it waits for.
+    pub dependencies: i64,
+    /// The jobs that wait for it.
+    pub dependents: i64,
+}
+
 /// A job that waits for another (the job page's "dependents").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct Dependent {
@@ -263,6 +293,9 @@ pub struct FlowProgress {
     pub discarded: i64,
     /// Cancelled.
     pub cancelled: i64,
+    /// The counts are of the first jobs a walk from a job that is not a recorded flow
+    /// reached: its dependents go on past the bound (`flow_members.max_jobs`, 10,000).
+    pub truncated: bool,
 }
 
 #[cfg(test)]
@@ -277,6 +310,17 @@ mod tests {
             state: Some(state),
             result: None,
         }
+    }
+
+    #[test]
+    fn a_page_says_how_many_dependencies_it_does_not_list() {
+        assert_eq!(not_listed(3, 3), None);
+        assert_eq!(not_listed(0, 0), None);
+        assert_eq!(not_listed(100, 250).as_deref(), Some("and 150 more"));
+        assert_eq!(
+            not_listed(100, COUNTED_DEPENDENCIES).as_deref(),
+            Some("and more than 99900 more")
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@ use sqlx::postgres::PgListener;
 use super::{Executor, Pool, sql};
 use crate::error::{Error, Result};
 use crate::queue::JobState;
-use crate::queue::flow::{DependencyResult, Dependent, FlowIds, FlowMember, FlowProgress};
+use crate::queue::flow::{
+    DependencyCounts, DependencyResult, Dependent, FlowIds, FlowMember, FlowProgress,
+};
 
 /// The channel a watched job's finish is announced on, its id as the payload
 /// (`skiplock._settle`).
@@ -24,7 +26,8 @@ pub async fn enqueue_flow<'e, E: Executor<'e>>(exec: E, spec: &Value) -> Result<
     serde_json::from_value(v).map_err(|e| Error::Other(format!("enqueue_flow answered {e}")))
 }
 
-/// The dependencies of job `id` with their states and results, by id.
+/// The dependencies of job `id` with their states and results, by id: all of them (what a
+/// handler reads; a batch's callback counts them).
 pub async fn dependency_results<'e, E: Executor<'e>>(
     exec: E,
     id: i64,
@@ -35,11 +38,54 @@ pub async fn dependency_results<'e, E: Executor<'e>>(
         .await?)
 }
 
-/// The jobs that depend on job `id`, by id.
+/// The first `limit` dependencies of job `id` by id, with their states and results: what a
+/// page shows (any enqueuer may give a job 100,000 of them; [`dependency_counts`] says how
+/// many there are).
+pub async fn first_dependency_results<'e, E: Executor<'e>>(
+    exec: E,
+    id: i64,
+    limit: i64,
+) -> Result<Vec<DependencyResult>> {
+    Ok(super::query_as(sql!("flows", "first_dependency_results"))
+        .bind(id)
+        .bind(limit)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// The jobs that depend on job `id`, by id: all of them (any enqueuer may add millions; a page
+/// reads [`first_dependents`]).
 pub async fn dependents<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Vec<Dependent>> {
     Ok(super::query_as(sql!("flows", "dependents"))
         .bind(id)
         .fetch_all(exec)
+        .await?)
+}
+
+/// The first `limit` jobs that depend on job `id`, by id.
+pub async fn first_dependents<'e, E: Executor<'e>>(
+    exec: E,
+    id: i64,
+    limit: i64,
+) -> Result<Vec<Dependent>> {
+    Ok(super::query_as(sql!("flows", "first_dependents"))
+        .bind(id)
+        .bind(limit)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// How many dependencies job `id` has and how many jobs depend on it, each counted up to
+/// `up_to` (a page says "and N more" past the rows it shows).
+pub async fn dependency_counts<'e, E: Executor<'e>>(
+    exec: E,
+    id: i64,
+    up_to: i64,
+) -> Result<DependencyCounts> {
+    Ok(super::query_as(sql!("flows", "dependency_counts"))
+        .bind(id)
+        .bind(up_to)
+        .fetch_one(exec)
         .await?)
 }
 

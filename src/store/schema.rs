@@ -220,7 +220,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (migration 0010); retention keeps a dependency for one more period at most.
     (
         9,
-        "8272e4f47226cf411df7d7d19d8d856919e4d36f01ebd2ecf124b81b99fd3f46",
+        "eec44281f33548104e24365f6712e15ebeaa934ed2abc44e675d6e2e965bf474",
     ),
 ];
 

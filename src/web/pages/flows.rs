@@ -40,6 +40,9 @@ struct FlowPage {
     cancelled: i64,
     members: Vec<MemberView>,
     truncated: bool,
+    /// The walk from a job that is not a recorded flow stopped at its bound
+    /// (`flow_members.max_jobs`): the counts are of the jobs it reached.
+    walk_stopped: bool,
 }
 
 /// `GET /flows/{id}`: `id` is a flow's id (what `skiplock.enqueue_flow` returned) or any
@@ -78,6 +81,7 @@ pub async fn show(
         completed: p.completed,
         discarded: p.discarded,
         cancelled: p.cancelled,
+        walk_stopped: p.truncated,
         members: members
             .into_iter()
             .map(|m| MemberView {

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::{Layout, PageError, html, q, see_other_with};
 use crate::queue::JobState;
+use crate::queue::flow::{COUNTED_DEPENDENCIES, LISTED_DEPENDENCIES, not_listed};
 use crate::store::flows;
 use crate::store::web::{self as store, JobFilter, Page};
 use crate::web::guard::CsrfNonce;
@@ -406,10 +407,18 @@ struct JobPage {
     errors: Vec<ErrorView>,
     can_retry: bool,
     can_cancel: bool,
-    /// The jobs it waits for: (id, name or `-`, kind, state).
+    /// The jobs it waits for, the first [`LISTED_DEPENDENCIES`]: (id, name or `-`, kind, state).
     dependencies: Vec<(i64, String, String, String)>,
-    /// The jobs that wait for it: (id, kind, state).
+    /// How many it waits for (counted up to [`COUNTED_DEPENDENCIES`]).
+    dependency_count: i64,
+    /// What is said of those not listed ("and 150 more").
+    dependencies_more: Option<String>,
+    /// The jobs that wait for it, the first [`LISTED_DEPENDENCIES`]: (id, kind, state).
     dependents: Vec<(i64, String, String)>,
+    /// How many wait for it (counted up to [`COUNTED_DEPENDENCIES`]).
+    dependent_count: i64,
+    /// What is said of those not listed.
+    dependents_more: Option<String>,
     /// Its flow's page, if it is part of one.
     flow: Option<i64>,
 }
@@ -438,7 +447,11 @@ pub async fn show(
                 .framed(&st, &nonce)
         })?;
     let fail = |e: crate::Error| PageError::from(e).framed(&st, &nonce);
-    let dependencies = flows::dependency_results(&st.pool, id)
+    // Bounded: any enqueuer may make 100,000 jobs a call wait for this one.
+    let counts = flows::dependency_counts(&st.pool, id, COUNTED_DEPENDENCIES)
+        .await
+        .map_err(fail)?;
+    let dependencies: Vec<_> = flows::first_dependency_results(&st.pool, id, LISTED_DEPENDENCIES)
         .await
         .map_err(fail)?
         .into_iter()
@@ -451,7 +464,7 @@ pub async fn show(
             )
         })
         .collect();
-    let dependents = flows::dependents(&st.pool, id)
+    let dependents: Vec<_> = flows::first_dependents(&st.pool, id, LISTED_DEPENDENCIES)
         .await
         .map_err(fail)?
         .into_iter()
@@ -469,7 +482,11 @@ pub async fn show(
             j.state,
             JobState::Available | JobState::Running | JobState::Waiting
         ),
+        dependencies_more: not_listed(dependencies.len(), counts.dependencies),
+        dependency_count: counts.dependencies,
         dependencies,
+        dependents_more: not_listed(dependents.len(), counts.dependents),
+        dependent_count: counts.dependents,
         dependents,
         flow,
         queue_q: q(&j.queue),
