@@ -407,7 +407,8 @@ async fn a_keyed_job_holds_its_key_while_it_waits_and_retention_keeps_what_it_ne
     assert_eq!(state(&db, first.id).await, "waiting");
 
     // a completes (by a plain UPDATE, as psql could: the sweep settles it) long ago; retention
-    // must keep it while its dependent has not run.
+    // must keep it while its dependent has not run, for one more retention period at most
+    // (docs/flows.md): 30 days ago, against 20 days.
     sqlx::query(
         "UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() - interval '30 days',
          result = '{\"n\": 5}' WHERE id = $1",
@@ -422,7 +423,7 @@ async fn a_keyed_job_holds_its_key_while_it_waits_and_retention_keeps_what_it_ne
         .unwrap();
     assert_eq!(state(&db, first.id).await, "available");
     let settings = skiplock::maintenance::retention::RetentionSettings {
-        completed: Duration::from_secs(1),
+        completed: Duration::from_secs(20 * 86_400),
         failed: Duration::from_secs(1),
         interval: Duration::from_secs(60),
     };
@@ -1685,6 +1686,49 @@ async fn a_flows_walk_stops_at_its_bound_and_says_so() {
         .unwrap();
     let p = flow_progress(&db.pool, ids.flow).await.unwrap();
     assert_eq!((p.total, p.available, p.truncated), (60, 60, false));
+}
+
+/// `wait` refuses a timeout longer than an hour however its interval is written: months and
+/// days of opposite signs (`'1000 years -360000 days'` passed as less than an hour and waited
+/// until 2041), counted in seconds as they would be waited.
+#[tokio::test]
+async fn wait_refuses_a_timeout_over_an_hour_however_its_interval_is_written() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    sqlx::query("UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    for t in [
+        "1000 years -360000 days",
+        "1 mon -29 days",
+        "-1 mon 31 days",
+        "2 hours",
+        "-1 second",
+    ] {
+        let e = sqlx::query("SELECT * FROM skiplock.wait($1, $2::interval)")
+            .bind(id)
+            .bind(t)
+            .execute(&*db.pool)
+            .await
+            .expect_err(t);
+        assert!(
+            e.to_string()
+                .contains("wait timeout must be between 0 and 1 hour"),
+            "{t}: {e}"
+        );
+    }
+    for t in ["1 hour", "1 mon -29 days -23 hours", "0", "2 seconds"] {
+        let finished: bool =
+            sqlx::query_scalar("SELECT finished FROM skiplock.wait($1, $2::interval)")
+                .bind(id)
+                .bind(t)
+                .fetch_one(&*db.pool)
+                .await
+                .unwrap_or_else(|e| panic!("{t}: {e}"));
+        assert!(finished, "{t}");
+    }
 }
 
 /// A flow whose first job is deduplicated into another's job (the same kind, queue and key)

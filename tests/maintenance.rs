@@ -1363,3 +1363,98 @@ async fn a_worker_process_warns_once_about_a_squatted_periodic_job_and_runs_the_
         0
     );
 }
+
+/// A finished job that another enqueuer's job depends on is kept from retention for that
+/// dependent one more retention period at most: a dependent due in 9999 with
+/// on_dependency_failure 'run' (or waiting for a job that never ends, or in a queue nobody
+/// serves) kept another tenant's job, and its args, for good. A dependency whose edge has not
+/// been settled yet is kept whatever its age (deleting it would leave its dependent waiting);
+/// a dependent within the extra period still keeps its dependency.
+#[tokio::test]
+async fn a_dependent_keeps_a_finished_job_from_retention_one_more_period_at_most() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let job = |args: serde_json::Value| {
+        let p = p.clone();
+        async move {
+            skiplock::store::jobs::enqueue(&p, &NewJob::new("noop", args))
+                .await
+                .unwrap()
+                .id
+        }
+    };
+    let finish = |id: i64, ago: &'static str| {
+        let p = p.clone();
+        async move {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() - interval '{ago}' WHERE id = $1"
+            )))
+            .bind(id)
+            .execute(&p)
+            .await
+            .unwrap();
+        }
+    };
+    let pinned = job(json!({"ssn": "078-05-1120"})).await;
+    let recent = job(json!({})).await;
+    let unsettled = job(json!({})).await;
+    finish(pinned, "3 days").await;
+    finish(recent, "36 hours").await;
+    finish(unsettled, "3 days").await;
+    // Another enqueuer's jobs, due in 9999, that run whatever their dependencies did.
+    let mut dependents = Vec::new();
+    for dep in [pinned, recent] {
+        dependents.push(
+            skiplock::store::jobs::enqueue(
+                p,
+                &NewJob::new("ghost", json!({}))
+                    .queue("attq")
+                    .run_at("9999-01-01T00:00:00Z".parse().unwrap())
+                    .depends_on([dep])
+                    .on_dependency_failure(skiplock::queue::OnDependencyFailure::Run),
+            )
+            .await
+            .unwrap()
+            .id,
+        );
+    }
+    // An edge to a finished job not settled yet (its settling is to come).
+    let waiting = job(json!({})).await;
+    sqlx::query("UPDATE skiplock.jobs SET state = 'waiting' WHERE id = $1;")
+        .bind(waiting)
+        .execute(p)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO skiplock.job_dependencies (job_id, depends_on) VALUES ($1, $2)")
+        .bind(waiting)
+        .bind(unsettled)
+        .execute(p)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO skiplock.job_waits (job_id, pending) VALUES ($1, 1)")
+        .bind(waiting)
+        .execute(p)
+        .await
+        .unwrap();
+
+    let settings = RetentionSettings {
+        completed: Duration::from_secs(24 * 3600),
+        ..RetentionSettings::default()
+    };
+    assert_eq!(run_retention(p, &settings).await.unwrap(), 1);
+    assert!(!exists(p, pinned).await, "held by a dependent for good");
+    assert!(exists(p, recent).await, "within the extra period");
+    assert!(exists(p, unsettled).await, "its edge is not settled yet");
+    for d in dependents {
+        assert!(exists(p, d).await, "the dependent itself stays");
+    }
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.job_dependencies WHERE depends_on NOT IN (SELECT id FROM skiplock.jobs)"
+        )
+        .await,
+        0,
+        "the deleted job's edges go with it"
+    );
+}

@@ -276,6 +276,7 @@ async fn migrate_is_idempotent_with_the_roles_and_revokes_public_execute() {
                 "wait",
                 "watch",
                 "flow_progress",
+                "finished_channel",
                 "request_fetch",
                 "timer_reset",
                 "pack_now",
@@ -546,4 +547,87 @@ async fn an_enqueuer_builds_flows_and_waits_but_reads_no_dependency_results() {
             .await,
         "read the edges",
     );
+}
+
+/// A watched job's end is announced on a channel whose name only those who may read the jobs
+/// can read (the enqueuer, operator and worker roles; docs/roles.md): a waiter of the enqueuer
+/// role hears its job, while a login without grants can read neither the name nor the
+/// table, and LISTENing on the old fixed name `skiplock_finished` hears nothing of it (it
+/// heard every watched job's id as it finished).
+#[tokio::test]
+async fn a_login_without_grants_hears_no_job_finish() {
+    let db = TestDb::new().await;
+    let nobody = LoginRole::new(&db, "").await;
+    let nobody_pool = nobody.pool(&db).await;
+    for sql in [
+        "SELECT skiplock.finished_channel()",
+        "SELECT channel FROM skiplock.finished_channel",
+    ] {
+        assert_denied(sqlx::query(sql).execute(&nobody_pool).await, sql);
+    }
+    let mut channels = Vec::new();
+    let mut waiter = None;
+    for grant in ["skiplock_enqueuer", "skiplock_operator", "skiplock_worker"] {
+        let role = LoginRole::new(&db, grant).await;
+        let pool = role.pool(&db).await;
+        channels.push(
+            skiplock::store::flows::finished_channel(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{grant}: {e}")),
+        );
+        if grant == "skiplock_enqueuer" {
+            waiter = Some((role, pool));
+        }
+    }
+    let channel = channels[0].clone();
+    assert!(
+        channel.starts_with("skiplock_finished_") && channel.len() == 50,
+        "{channel}"
+    );
+    assert!(channels.iter().all(|c| *c == channel), "{channels:?}");
+    let (role, pool) = waiter.unwrap();
+    let mut eavesdropper = PgListener::connect(&nobody.url(&db)).await.unwrap();
+    eavesdropper.listen("skiplock_finished").await.unwrap();
+    // On a pool of its own: the listener keeps its connection.
+    let mut listener = skiplock::store::flows::finished_listener(&role.pool(&db).await.into())
+        .await
+        .unwrap();
+
+    let id: i64 = sqlx::query_scalar("SELECT skiplock.enqueue('noop', '{}')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    sqlx::query("SELECT * FROM skiplock.watch($1)")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    skiplock::store::ack::ack_many(&db.pool, &[completed_ack(id, 1)])
+        .await
+        .unwrap();
+    // Notifications arrive in the order their transactions committed: anything the ack sent
+    // on the old name would come before this.
+    sqlx::query("SELECT pg_notify('skiplock_finished', 'marker')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(30), eavesdropper.recv())
+        .await
+        .expect("the marker within 30 s")
+        .unwrap();
+    assert_eq!(
+        heard.payload(),
+        "marker",
+        "a login without grants heard a job end"
+    );
+    let n = tokio::time::timeout(Duration::from_secs(30), listener.recv())
+        .await
+        .expect("the job's end within 30 s")
+        .unwrap();
+    assert_eq!(n.payload(), id.to_string());
 }

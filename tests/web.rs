@@ -1100,6 +1100,7 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
             "dependency_counts",
             "dependency_results",
             "dependents",
+            "finished_channel",
             "flow_members",
             "flow_progress",
             "hold_key",

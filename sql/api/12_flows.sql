@@ -180,8 +180,26 @@ BEGIN
 END;
 $$;
 
--- Finished jobs `ids`: each one watched (skiplock.watch) is announced on channel
--- skiplock_finished, its id the payload, and its watch removed.
+-- The channel a watched job's finish is announced on (migrations/core/0010_flow_bounds.sql):
+-- a secret of those who may read the jobs, so a login without skiplock's grants that LISTENs
+-- learns no job's id or end (docs/security.md, "Flows between tenants"). One inlined read of a
+-- one-row table, as skiplock._wake_channel; a deleted row falls back to the old fixed name
+-- rather than failing every ack of a watched job.
+CREATE OR REPLACE FUNCTION skiplock._finished_channel() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT c.channel FROM skiplock.finished_channel c), 'skiplock_finished')
+$$;
+
+-- The finished channel's name, for a waiter to LISTEN on (`skiplock::wait_for`, `skiplock
+-- wait`): whoever may watch a job may read it (the enqueuer and operator roles, by grant;
+-- sql/api/90_roles.sql), nobody else.
+CREATE OR REPLACE FUNCTION skiplock.finished_channel() RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT skiplock._finished_channel()
+$$;
+
+-- Finished jobs `ids`: each one watched (skiplock.watch) is announced on the finished channel
+-- (skiplock._finished_channel), its id the payload, and its watch removed.
 CREATE OR REPLACE FUNCTION skiplock._tell_watchers(ids bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -190,13 +208,13 @@ BEGIN
     WITH gone AS (
         DELETE FROM skiplock.job_watches w WHERE w.job_id = ANY (ids) RETURNING w.job_id
     )
-    SELECT count(pg_notify('skiplock_finished', g.job_id::text)) INTO told FROM gone g;
+    SELECT count(pg_notify(skiplock._finished_channel(), g.job_id::text)) INTO told FROM gone g;
 END;
 $$;
 
 -- Jobs `ids` have just finished (completed, discarded or cancelled; every caller passes only
--- such jobs): tell whoever watches them (NOTIFY skiplock_finished, payload the id; the watch
--- is then removed) and settle the edges that wait for them
+-- such jobs): tell whoever watches them (a NOTIFY on skiplock._finished_channel(), payload the
+-- id; the watch is then removed) and settle the edges that wait for them
 -- (skiplock._settle_edges), at most `max_edges` of them, cancel cascades included (NULL: all).
 -- Returns the jobs that may have edges left to settle (NULL: none; skiplock._settle_edges). What the ack of jobs with neither watchers nor
 -- dependents pays: two index probes. Planned without sequential scans, as the settling
@@ -966,8 +984,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     LEFT JOIN skiplock.jobs j ON j.id = m.id
 $$;
 
--- Registers interest in job `job_id` finishing (its ack then sends NOTIFY skiplock_finished
--- with the id: `skiplock::wait_for` listens) and returns its state and result now. A
+-- Registers interest in job `job_id` finishing (its ack then sends a NOTIFY with the id on
+-- the finished channel, skiplock.finished_channel(): `skiplock::wait_for` listens) and returns its state and result now. A
 -- watcher refreshes its row while it waits, and the call that finds the job finished removes
 -- it; retention forgets rows not refreshed for a day.
 CREATE OR REPLACE FUNCTION skiplock.watch(job_id bigint)
@@ -1001,13 +1019,19 @@ CREATE OR REPLACE FUNCTION skiplock.wait(job_id bigint, timeout interval DEFAULT
 RETURNS TABLE (state skiplock.job_state, result jsonb, finished boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    deadline timestamptz := clock_timestamp() + coalesce(wait.timeout, '0');
+    -- In seconds: an interval mixing months and days of opposite signs compares by its
+    -- months counted as 30 days, and is added by calendar ('1000 years -360000 days' passed
+    -- the check as under an hour and waited until 2041); its length in seconds is both what
+    -- is checked and what is waited.
+    secs double precision := extract(epoch FROM coalesce(wait.timeout, '0'));
+    deadline timestamptz;
     pause double precision := 0.01;
 BEGIN
-    IF wait.timeout < interval '0' OR wait.timeout > interval '1 hour' THEN
+    IF NOT secs BETWEEN 0 AND 3600 THEN
         RAISE EXCEPTION 'skiplock: wait timeout must be between 0 and 1 hour, got %', wait.timeout
             USING ERRCODE = '22023';
     END IF;
+    deadline := clock_timestamp() + make_interval(secs => secs);
     LOOP
         SELECT j.state, j.result INTO state, result FROM skiplock.jobs j WHERE j.id = wait.job_id;
         IF NOT FOUND THEN

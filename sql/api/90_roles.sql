@@ -123,14 +123,15 @@ BEGIN
         -- The core's enqueue functions, by name, with every overload (each workflow part's
         -- roles file grants its own: sql/api/9*_roles.sql), and waiting for a job: a producer
         -- may make its jobs depend on, and wait for, any job whose id it knows (it learns
-        -- that job's state and result; docs/roles.md, "Flows").
+        -- that job's state and result; docs/roles.md, "Flows"), with the name of the channel
+        -- a watched job's end is announced on.
         FOR f IN
             SELECT p.oid::regprocedure::text
             FROM pg_catalog.pg_proc p
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
             WHERE n.nspname = 'skiplock'
               AND p.proname IN ('enqueue', 'enqueue_result', 'enqueue_many', 'enqueue_flow', 'enqueue_batch',
-                                'watch', 'wait', 'flow_progress')
+                                'watch', 'wait', 'flow_progress', 'finished_channel')
         LOOP
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO skiplock_enqueuer', f);
         END LOOP;
@@ -148,8 +149,8 @@ BEGIN
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.schema_parts, skiplock.reserved_names FROM skiplock_worker';
         -- Only `skiplock migrate` (the owner) records the SQL API's version.
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.schema_info FROM skiplock_worker';
-        -- The wake-up channel's name is read (to LISTEN on it), never changed.
-        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.wake_channel FROM skiplock_worker';
+        -- The wake-up and finished channels' names are read (to LISTEN on them), never changed.
+        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.wake_channel, skiplock.finished_channel FROM skiplock_worker';
         -- Queue control (limits, pause) is the owner's and the operator's, through the
         -- SECURITY DEFINER functions of sql/api/15_control.sql: a worker login may not delete
         -- or loosen a row, the fetch queue's politeness above all (it sets that one only
@@ -189,7 +190,7 @@ BEGIN
               AND p.proname IN ('cancel', 'retry', 'cancel_jobs', 'retry_jobs',
                                 'cancel_by_key', 'reschedule', 'hold_key',
                                 'flow_progress', 'flow_members', 'dependency_results', 'dependents',
-                                'dependency_counts',
+                                'dependency_counts', 'finished_channel',
                                 'pause_queue', 'resume_queue',
                                 '_job_matches', '_like_pattern')
         LOOP

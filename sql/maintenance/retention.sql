@@ -1,7 +1,13 @@
 -- Delete at most $3 jobs in state $1 finalized more than $2 seconds ago, oldest first.
 -- Small batches keep each statement's locks short so the claim path is never held up.
--- A job some unfinished job depends on is kept (its dependent reads its result:
--- skiplock.dependency_results); a deleted job's flow rows go with it. Returns how many.
+-- A job an unfinished job depends on is kept (its dependent reads its result:
+-- skiplock.dependency_results), but for one more retention period at most: any enqueuer may
+-- make a job depend on any other, and a dependent that never runs (due in 9999, or in a queue
+-- nobody serves, with on_dependency_failure 'run') held another's finished job and its args
+-- for good (docs/security.md, "Flows between tenants"). An edge not yet settled keeps its job
+-- whatever its age: deleting it would leave the dependent waiting for good, and the settling
+-- comes soon (the ack's slices, the maintenance's sweep). A deleted job's flow rows go with it.
+-- Returns how many.
 WITH doomed AS (
     SELECT id
     FROM skiplock.jobs j
@@ -9,7 +15,10 @@ WITH doomed AS (
       AND finalized_at < now() - make_interval(secs => $2)
       AND NOT EXISTS (SELECT 1 FROM skiplock.job_dependencies d
                       JOIN skiplock.jobs w ON w.id = d.job_id
-                      WHERE d.depends_on = j.id AND w.state IN ('waiting', 'available', 'running'))
+                      WHERE d.depends_on = j.id
+                        AND (d.resolved IS NULL
+                             OR (w.state IN ('waiting', 'available', 'running')
+                                 AND j.finalized_at >= now() - make_interval(secs => 2 * $2))))
     ORDER BY finalized_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED

@@ -13,10 +13,6 @@ use crate::queue::flow::{
     DependencyCounts, DependencyResult, Dependent, FlowIds, FlowMember, FlowProgress,
 };
 
-/// The channel a watched job's finish is announced on, its id as the payload
-/// (`skiplock._settle`).
-pub const FINISHED_CHANNEL: &str = "skiplock_finished";
-
 /// Enqueues the flow `spec` (the JSON array `skiplock.enqueue_flow` takes) atomically.
 pub async fn enqueue_flow<'e, E: Executor<'e>>(exec: E, spec: &Value) -> Result<FlowIds> {
     let v: Value = super::query_scalar(sql!("flows", "enqueue_flow"))
@@ -120,8 +116,8 @@ pub async fn flow_of<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Option<i64
         .await?)
 }
 
-/// Registers a watch on job `id` (its finish is then announced on [`FINISHED_CHANNEL`]) and
-/// returns its state and result now.
+/// Registers a watch on job `id` (its finish is then announced on the finished channel,
+/// [`finished_channel`]) and returns its state and result now.
 pub async fn watch<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<(JobState, Option<Value>)> {
     Ok(super::query_as(sql!("flows", "watch"))
         .bind(id)
@@ -129,10 +125,20 @@ pub async fn watch<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<(JobState, O
         .await?)
 }
 
-/// A connection listening on [`FINISHED_CHANNEL`].
+/// The channel a watched job's finish is announced on, its id as the payload
+/// (`skiplock.finished_channel()`): a name only those who may read the jobs can read, so no
+/// other login learns which jobs finished when (docs/security.md).
+pub async fn finished_channel<'e, E: Executor<'e>>(exec: E) -> Result<String> {
+    Ok(super::query_scalar(sql!("flows", "finished_channel"))
+        .fetch_one(exec)
+        .await?)
+}
+
+/// A connection listening on the finished channel ([`finished_channel`]).
 pub async fn finished_listener(pool: &Pool) -> Result<PgListener> {
+    let channel = finished_channel(pool).await?;
     let mut l = PgListener::connect_with(pool).await?;
-    l.listen(FINISHED_CHANNEL).await?;
+    l.listen(&channel).await?;
     Ok(l)
 }
 

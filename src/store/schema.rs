@@ -220,7 +220,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (migration 0010); retention keeps a dependency for one more period at most.
     (
         9,
-        "eec44281f33548104e24365f6712e15ebeaa934ed2abc44e675d6e2e965bf474",
+        "a2afb8d9c71f3f0a9d080e0d0212118fbe06f65d274af8a068f4f3acc6cc6bd5",
     ),
 ];
 
