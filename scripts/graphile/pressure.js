@@ -17,6 +17,15 @@
 // Everything on stdout is JSON lines; graphile's own log lines go to stderr.
 "use strict";
 
+// graphile-worker's version, from its package.json (since 0.18 its package exports no
+// `graphile-worker/package.json` subpath, so the file is read from where it is installed).
+function graphileVersion() {
+  const fs = require("fs");
+  const path = require("path");
+  const file = path.join(__dirname, "node_modules", "graphile-worker", "package.json");
+  return JSON.parse(fs.readFileSync(file, "utf8")).version;
+}
+
 const { run, runMigrations, Logger } = require("graphile-worker");
 
 function parseArgs(argv) {
@@ -52,7 +61,7 @@ function say(obj) {
 async function main() {
   const o = parseArgs(process.argv.slice(2));
   await runMigrations({ connectionString: o.url, logger });
-  const version = require("graphile-worker/package.json").version;
+  const version = graphileVersion();
   let pickups = [];
   const runner = await run({
     noHandleSignals: true,
@@ -67,8 +76,12 @@ async function main() {
         connectionString: o.url,
         logger,
         concurrentJobs: o.concurrency,
+        // Its performance page's fastest settings: a pool of concurrency + 1 connections, a
+        // local queue, completions and failures batched with no added delay.
+        maxPoolSize: o.concurrency + 1,
         localQueue: { size: o.localQueue },
         completeJobBatchDelay: 0,
+        failJobBatchDelay: 0,
         pollInterval: 1000,
       },
     },

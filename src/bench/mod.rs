@@ -4,7 +4,8 @@
 //! targets are checked at the end ([`targets::TARGETS`]). The benchmark creates and drops its
 //! own database.
 //!
-//! Files: `drain.rs` (skiplock's drains), `peers.rs` (ceiling, Graphile), `enqueue.rs`
+//! Files: `drain.rs` (skiplock's drains), `peers.rs` (ceiling, Graphile), `harness.rs` (the
+//! contract with a peer's drain program), `enqueue.rs`
 //! (enqueue rates, latency), `meter.rs` (idle %, WAL and commits per job), `pgbouncer.rs` (the
 //! PgBouncer of the drain through it), `store.rs` (every SQL statement), `stats.rs` and
 //! `targets.rs` (pure).
@@ -19,6 +20,7 @@ pub mod command;
 pub mod drain;
 pub mod enqueue;
 pub mod flows;
+pub mod harness;
 pub mod limits;
 pub mod meter;
 pub mod peers;

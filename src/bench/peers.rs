@@ -1,22 +1,20 @@
 //! The baselines skiplock's drain is compared with, in the same run on the same server: the
-//! plain-SQL ceiling and Graphile Worker (the harness in `scripts/graphile/drain.js`).
+//! plain-SQL ceiling and Graphile Worker (the harness in `scripts/graphile/drain.js`, run
+//! through the contract of `harness.rs`).
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Instant;
 
-use serde::Deserialize;
 use skiplock::Pool as PgPool;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::ChildStdout;
 
 use super::meter::{Meter, cpu_now, idle_pct};
 use super::{BenchOptions, DrainRun, store};
 use skiplock::error::{Error, Result};
 
-/// Graphile Worker's settings in the comparison (the "batched" row): 10 concurrent
-/// jobs, a local queue of 500 claimed ahead, completions batched with no added delay.
-pub const GRAPHILE_CONCURRENCY: usize = 10;
+/// Graphile Worker's settings in the comparison (the "batched" row), those of its
+/// performance page's fastest run: 24 concurrent jobs (a pool of 25 connections), a local
+/// queue of 500 claimed ahead, completions and failures batched with no added delay.
+pub const GRAPHILE_CONCURRENCY: usize = 24;
 /// See [`GRAPHILE_CONCURRENCY`].
 pub const GRAPHILE_LOCAL_QUEUE: usize = 500;
 
@@ -129,58 +127,13 @@ impl Graphile {
             .is_ok_and(|o| o.status.success());
         if !runs {
             return Err(Error::Invalid(format!(
-                "bench: `{} --version` does not run: the Graphile drain needs Node.js 20 \
+                "bench: `{} --version` does not run: the Graphile drain needs Node.js \
                  (pass --node PATH, or --skip-graphile)",
                 self.node
             )));
         }
         Ok(())
     }
-}
-
-/// The harness's first line: set up and waiting for "go".
-#[derive(Debug, Deserialize)]
-struct Ready {
-    ready: bool,
-    graphile_worker: Option<String>,
-}
-
-/// The harness's last line.
-#[derive(Debug, Deserialize)]
-struct Drained {
-    jobs: usize,
-    jobs_per_s: f64,
-    polls: u64,
-}
-
-/// How long the harness may take to install its schema and insert its jobs, and to drain.
-fn harness_limit(n: usize) -> Duration {
-    Duration::from_secs(600) + Duration::from_millis(n as u64 * 10)
-}
-
-async fn next_json<T: for<'de> Deserialize<'de>>(
-    lines: &mut Lines<BufReader<ChildStdout>>,
-    what: &str,
-    limit: Duration,
-) -> Result<T> {
-    let line = tokio::time::timeout(limit, lines.next_line())
-        .await
-        .map_err(|_| {
-            Error::Other(format!(
-                "bench: the Graphile harness sent no {what} within {}s",
-                limit.as_secs()
-            ))
-        })??
-        .ok_or_else(|| {
-            Error::Other(format!(
-                "bench: the Graphile harness exited before its {what} (its error is above)"
-            ))
-        })?;
-    serde_json::from_str(&line).map_err(|e| {
-        Error::Other(format!(
-            "bench: the Graphile harness's {what} is not what was expected ({e}): {line:.200}"
-        ))
-    })
 }
 
 /// Graphile Worker drains `n` pre-inserted no-op jobs in the benchmark's database (its own
@@ -192,65 +145,10 @@ pub(crate) async fn graphile(
     g: &Graphile,
     meter: &Meter<'_>,
 ) -> Result<(DrainRun, Option<String>)> {
-    let script: &Path = &g.dir.join("drain.js");
-    let mut child = tokio::process::Command::new(&g.node)
-        .arg(script)
+    let mut cmd = tokio::process::Command::new(&g.node);
+    cmd.arg(g.dir.join("drain.js"))
         .args(["--jobs", &n.to_string()])
         .args(["--concurrency", &GRAPHILE_CONCURRENCY.to_string()])
-        .args(["--local-queue", &GRAPHILE_LOCAL_QUEUE.to_string()])
-        .env("DATABASE_URL", url)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            Error::Other(format!(
-                "bench: cannot start `{}` for the Graphile drain (Node.js 20 is needed; or pass \
-                 --skip-graphile): {e}",
-                g.node
-            ))
-        })?;
-    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(Error::Other(
-            "bench: the Graphile harness has no pipes".into(),
-        ));
-    };
-    let mut lines = BufReader::new(stdout).lines();
-    let limit = harness_limit(n);
-    let ready: Ready = next_json(&mut lines, "ready line", limit).await?;
-    if !ready.ready {
-        return Err(Error::Other(
-            "bench: the Graphile harness is not ready".into(),
-        ));
-    }
-    let mark = meter.begin().await?;
-    let cpu0 = cpu_now();
-    stdin.write_all(b"go\n").await?;
-    stdin.flush().await?;
-    let d: Drained = next_json(&mut lines, "result", limit).await?;
-    let cpu1 = cpu_now();
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .map_err(|_| Error::Other("bench: the Graphile harness did not exit".into()))??;
-    if !status.success() {
-        return Err(Error::Other(format!(
-            "bench: the Graphile harness exited with {status}"
-        )));
-    }
-    if d.jobs != n {
-        return Err(Error::Other(format!(
-            "bench: the Graphile harness drained {} jobs, not {n}",
-            d.jobs
-        )));
-    }
-    // The harness's "all deleted yet" polls are commits in the database: taken out.
-    let usage = meter.end(mark, n, d.polls).await?;
-    Ok((
-        DrainRun {
-            jobs_per_s: d.jobs_per_s,
-            usage,
-            idle_pct: idle_pct(cpu0, cpu1),
-        },
-        ready.graphile_worker,
-    ))
+        .args(["--local-queue", &GRAPHILE_LOCAL_QUEUE.to_string()]);
+    super::harness::drain(cmd, "Graphile", "graphile_worker", url, n, meter).await
 }
