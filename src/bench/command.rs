@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::bench::targets::{Cmp, Verdict};
-use crate::bench::{BenchOptions, BenchReport, DrainFigures, Graphile, Stat, drain, limits, run};
+use crate::bench::{
+    Awa, BenchOptions, BenchReport, DrainFigures, Graphile, Stat, drain, limits, run,
+};
 
 /// `skiplock bench` flags.
 #[derive(Debug, Args)]
@@ -63,6 +65,12 @@ pub struct BenchArgs {
     /// Skip the Graphile Worker drain.
     #[arg(long)]
     pub skip_graphile: bool,
+    /// The awa harness's executable (`scripts/awa`, built by `scripts/bench`).
+    #[arg(long, default_value = "scripts/awa/target/release/skiplock-bench-awa")]
+    pub awa_bin: PathBuf,
+    /// Skip the awa drain.
+    #[arg(long)]
+    pub skip_awa: bool,
     /// With --pressure: run Graphile Worker only (to find the rate it holds before a full run).
     #[arg(long, requires = "pressure", conflicts_with = "skip_graphile")]
     pub skip_skiplock: bool,
@@ -188,8 +196,10 @@ pub fn render(r: &BenchReport) -> String {
         get("ack_delay"),
         get("claim_ahead")
     );
-    if let Some(g) = s.get("graphile") {
-        let _ = writeln!(o, "peer: {g}");
+    for peer in ["graphile", "awa"] {
+        if let Some(g) = s.get(peer) {
+            let _ = writeln!(o, "peer: {g}");
+        }
     }
     let pg = |k: &str| r.postgres.get(k).map(String::as_str).unwrap_or("?");
     let _ = writeln!(
@@ -307,6 +317,10 @@ pub fn render(r: &BenchReport) -> String {
             rate(r.graphile.as_ref().map(|d| &d.jobs_per_s)),
         ),
         (
+            "   awa, queue storage".into(),
+            rate(r.awa.as_ref().map(|d| &d.jobs_per_s)),
+        ),
+        (
             "7. drain, per-key rate never binding".into(),
             rate(r.drain_key_rate.as_ref().map(|d| &d.jobs_per_s)),
         ),
@@ -378,6 +392,7 @@ pub fn render(r: &BenchReport) -> String {
         r.ceiling_two_commits.as_ref(),
     );
     cost_row(&mut o, "graphile", r.graphile.as_ref());
+    cost_row(&mut o, "awa", r.awa.as_ref());
     let _ = writeln!(o);
     let _ = writeln!(o, "same-run ratios (median of the runs' ratios)");
     let processes = format!("{} processes / 1 process", drain::PROCESSES);
@@ -392,6 +407,8 @@ pub fn render(r: &BenchReport) -> String {
         ),
         ("skiplock / graphile", r.drain_to_graphile.as_ref()),
         ("skiplock worker / graphile", r.cli_to_graphile.as_ref()),
+        ("skiplock / awa", r.drain_to_awa.as_ref()),
+        ("skiplock worker / awa", r.cli_to_awa.as_ref()),
         (
             "skiplock worker via PgBouncer (transaction) / direct",
             r.pgbouncer_to_cli.as_ref(),
@@ -417,6 +434,7 @@ pub fn render(r: &BenchReport) -> String {
             "WAL per job, skiplock / graphile",
             r.wal_to_graphile.as_ref(),
         ),
+        ("WAL per job, skiplock / awa", r.wal_to_awa.as_ref()),
         (
             "latency p50, skiplock / floor",
             r.latency_p50_to_floor.as_ref(),
@@ -521,6 +539,8 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
         skip_latency: a.skip_latency,
         skip_ceiling: a.skip_ceiling,
         skip_graphile: a.skip_graphile,
+        awa: Awa { bin: a.awa_bin },
+        skip_awa: a.skip_awa,
         skip_scale: a.skip_scale,
         skip_limits: a.skip_limits,
         pgbouncer: if a.skip_pgbouncer {
@@ -667,7 +687,10 @@ mod tests {
             ("idle_pct".to_string(), 5.0),
         ]);
         let r = BenchReport {
-            settings: BTreeMap::from([("runs".to_string(), "1".to_string())]),
+            settings: BTreeMap::from([
+                ("runs".to_string(), "1".to_string()),
+                ("awa".to_string(), "awa 0.6.9, queue storage".to_string()),
+            ]),
             postgres: BTreeMap::new(),
             enqueue_single: None,
             enqueue_many: Some(stat(150_000.0)),
@@ -694,17 +717,21 @@ mod tests {
             ceiling: None,
             ceiling_two_commits: None,
             graphile: None,
+            awa: None,
             drain_to_ceiling: None,
             drain_to_ceiling_two_commits: Some(stat(0.83)),
             ceiling_two_commits_to_ceiling: None,
             drain_to_graphile: Some(stat(0.7)),
             wal_to_graphile: None,
+            drain_to_awa: None,
+            wal_to_awa: None,
             server_cpu_to_ceiling: Some(stat(1.25)),
             processes_to_drain: None,
             drain_cli: None,
             drain_cli_default: None,
             first_claim_ms: None,
             cli_to_graphile: None,
+            cli_to_awa: None,
             cli_default_to_cli: None,
             drain_cli_pgbouncer: None,
             pgbouncer_to_cli: None,
@@ -728,6 +755,8 @@ mod tests {
             figures,
         };
         let out = render(&r);
+        // The peer's version is in the heading.
+        assert!(out.contains("peer: awa 0.6.9, queue storage"), "{out}");
         let block = out.split("TARGETS").nth(1).unwrap();
         assert_eq!(
             block.lines().filter(|l| !l.trim().is_empty()).count(),

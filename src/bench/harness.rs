@@ -1,5 +1,5 @@
-//! The contract between the bench and a peer's drain harness (`scripts/graphile/drain.js`),
-//! and the one function that runs one.
+//! The contract between the bench and a peer's drain harness (`scripts/graphile/drain.js`,
+//! `scripts/awa`), and the one function that runs one.
 //!
 //! A harness is a child process given the benchmark database's URL in `DATABASE_URL`. It
 //! installs its peer's schema, pre-inserts the jobs the peer's own way and closes its setup

@@ -1,11 +1,11 @@
 //! `skiplock bench`: throughput, cost and latency of the queue, measured against baselines
-//! run in the same run on the same server: what plain SQL achieves (the ceiling) and Graphile
-//! Worker (the peer). Each figure is the median of several runs, with min and max; the
-//! targets are checked at the end ([`targets::TARGETS`]). The benchmark creates and drops its
-//! own database.
+//! run in the same run on the same server: what plain SQL achieves (the ceiling) and the peers
+//! at their newest releases, Graphile Worker and awa. Each figure is the median of several
+//! runs, with min and max; the targets are checked at the end ([`targets::TARGETS`]). The
+//! benchmark creates and drops its own database.
 //!
-//! Files: `drain.rs` (skiplock's drains), `peers.rs` (ceiling, Graphile), `harness.rs` (the
-//! contract with a peer's drain program), `enqueue.rs`
+//! Files: `drain.rs` (skiplock's drains), `peers.rs` (ceiling, Graphile), `awa.rs`,
+//! `harness.rs` (the contract with a peer's drain program), `enqueue.rs`
 //! (enqueue rates, latency), `meter.rs` (idle %, WAL and commits per job), `pgbouncer.rs` (the
 //! PgBouncer of the drain through it), `store.rs` (every SQL statement), `stats.rs` and
 //! `targets.rs` (pure).
@@ -16,6 +16,7 @@
 
 #[cfg(feature = "apalis-bench")]
 pub mod apalis;
+pub mod awa;
 pub mod command;
 pub mod drain;
 pub mod enqueue;
@@ -38,6 +39,7 @@ use serde::Serialize;
 use serde_json::json;
 use skiplock::Pool as PgPool;
 
+pub use awa::Awa;
 pub use meter::Usage;
 pub use peers::Graphile;
 use skiplock::config::QueueSettings;
@@ -69,6 +71,8 @@ pub struct BenchOptions {
     pub worker_bin: Option<PathBuf>,
     /// The Graphile harness.
     pub graphile: Graphile,
+    /// The awa harness.
+    pub awa: Awa,
     /// Skip the enqueue rates.
     pub skip_enqueue: bool,
     /// Skip the multi-process drain.
@@ -79,6 +83,8 @@ pub struct BenchOptions {
     pub skip_ceiling: bool,
     /// Skip the Graphile Worker drain.
     pub skip_graphile: bool,
+    /// Skip the awa drain.
+    pub skip_awa: bool,
     /// Skip the (slow) scale run.
     pub skip_scale: bool,
     /// Skip the drains under limits and the polite crawl.
@@ -106,11 +112,15 @@ impl Default for BenchOptions {
                 node: "node".into(),
                 dir: PathBuf::from("scripts/graphile"),
             },
+            awa: Awa {
+                bin: PathBuf::from("scripts/awa/target/release/skiplock-bench-awa"),
+            },
             skip_enqueue: false,
             skip_processes: false,
             skip_latency: false,
             skip_ceiling: false,
             skip_graphile: false,
+            skip_awa: false,
             skip_scale: false,
             skip_limits: false,
             pgbouncer: None,
@@ -210,6 +220,8 @@ pub struct BenchReport {
     pub ceiling_two_commits: Option<DrainFigures>,
     /// Graphile Worker, batched.
     pub graphile: Option<DrainFigures>,
+    /// awa, with its documented settings ([`awa::AWA_MAX_WORKERS`]).
+    pub awa: Option<DrainFigures>,
     /// drain / ceiling, per run (same run, same server).
     pub drain_to_ceiling: Option<Stat>,
     /// drain / the two-commit ceiling, per run.
@@ -221,6 +233,10 @@ pub struct BenchReport {
     pub drain_to_graphile: Option<Stat>,
     /// WAL per job, drain / graphile, per run.
     pub wal_to_graphile: Option<Stat>,
+    /// drain / awa, per run.
+    pub drain_to_awa: Option<Stat>,
+    /// WAL per job, drain / awa, per run.
+    pub wal_to_awa: Option<Stat>,
     /// The server's CPU time per job, drain / ceiling, per run: how much more work each job
     /// is for Postgres than the ceiling's (no target; it bounds drain / ceiling from above
     /// when the server's cores are what runs out).
@@ -236,6 +252,8 @@ pub struct BenchReport {
     pub first_claim_ms: Option<Stat>,
     /// drain_cli / graphile, per run.
     pub cli_to_graphile: Option<Stat>,
+    /// drain_cli / awa, per run.
+    pub cli_to_awa: Option<Stat>,
     /// drain_cli_default / drain_cli, per run.
     pub cli_default_to_cli: Option<Stat>,
     /// jobs/s of the same process as `drain_cli` through PgBouncer in transaction mode
@@ -404,6 +422,9 @@ pub async fn run(
     if !o.skip_graphile {
         o.graphile.check()?;
     }
+    if !o.skip_awa {
+        o.awa.check()?;
+    }
     if !o.skip_processes && o.worker_bin.is_none() {
         return Err(Error::Invalid(
             "bench: the multi-process drain needs the skiplock binary (worker_bin)".into(),
@@ -441,8 +462,10 @@ fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> Option<f64>) 
 
 /// The medians the targets are checked on.
 fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
-    let stats: [(&str, Option<&Stat>); 20] = [
+    let stats: [(&str, Option<&Stat>); 22] = [
         ("cli_to_graphile", r.cli_to_graphile.as_ref()),
+        ("cli_to_awa", r.cli_to_awa.as_ref()),
+        ("drain_to_awa", r.drain_to_awa.as_ref()),
         ("pgbouncer_to_cli", r.pgbouncer_to_cli.as_ref()),
         ("cli_default_to_cli", r.cli_default_to_cli.as_ref()),
         ("first_claim_ms", r.first_claim_ms.as_ref()),
@@ -509,6 +532,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let (mut cli, mut cli_default, mut cli_first) = (vec![], vec![], vec![]);
     let mut cli_pgbouncer = vec![];
     let mut graphile_version = None;
+    let (mut awas, mut awa_version) = (vec![], None);
     for run in 1..=o.runs {
         let step = |what: &str| progress(&format!("run {run}/{}: {what}", o.runs));
         if !o.skip_enqueue {
@@ -662,6 +686,14 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             graph.push(r);
             graphile_version = v;
         }
+
+        if !o.skip_awa {
+            step(&format!("awa drain {} jobs", o.jobs));
+            reset(&monitor).await?;
+            let (r, v) = awa::drain(url, o.jobs, &o.awa, &meter).await?;
+            awas.push(r);
+            awa_version = v;
+        }
     }
     if !o.skip_scale {
         reset(&monitor).await?;
@@ -729,6 +761,17 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             ),
         );
     }
+    if !o.skip_awa {
+        let v = awa_version.unwrap_or_else(|| "?".into());
+        settings.insert(
+            "awa".to_string(),
+            format!(
+                "awa {v}, queue storage, max_workers {}, claim_batch_size {}",
+                awa::AWA_MAX_WORKERS,
+                awa::AWA_CLAIM_BATCH
+            ),
+        );
+    }
     let mut report = BenchReport {
         settings,
         postgres,
@@ -743,6 +786,8 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         ceiling_two_commits_to_ceiling: ratios(&ceil2, &ceil, throughput),
         drain_to_graphile: ratios(&drains, &graph, throughput),
         wal_to_graphile: ratios(&drains, &graph, |r| Some(r.usage.wal_bytes_per_job)),
+        drain_to_awa: ratios(&drains, &awas, throughput),
+        wal_to_awa: ratios(&drains, &awas, |r| Some(r.usage.wal_bytes_per_job)),
         server_cpu_to_ceiling: ratios(&drains, &ceil, |r| r.usage.server_us_per_job),
         processes_to_drain: ratios(&procs, &drains, throughput),
         drain_cli: Stat::of_some(&cli),
@@ -752,6 +797,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             &cli,
             &graph.iter().map(|r| r.jobs_per_s).collect::<Vec<_>>(),
         ),
+        cli_to_awa: per_run_ratio(&cli, &awas.iter().map(|r| r.jobs_per_s).collect::<Vec<_>>()),
         cli_default_to_cli: per_run_ratio(&cli_default, &cli),
         drain_cli_pgbouncer: Stat::of_some(&cli_pgbouncer),
         pgbouncer_to_cli: per_run_ratio(&cli_pgbouncer, &cli),
@@ -788,6 +834,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         ceiling: DrainFigures::of(&ceil),
         ceiling_two_commits: DrainFigures::of(&ceil2),
         graphile: DrainFigures::of(&graph),
+        awa: DrainFigures::of(&awas),
         figures: BTreeMap::new(),
         targets: Vec::new(),
     };

@@ -1,6 +1,6 @@
 //! The baselines skiplock's drain is compared with, in the same run on the same server: the
-//! plain-SQL ceiling and Graphile Worker (the harness in `scripts/graphile/drain.js`, run
-//! through the contract of `harness.rs`).
+//! plain-SQL ceiling and Graphile Worker (the harness in `scripts/graphile/drain.js`; awa's is
+//! in `awa.rs`, the contract of both in `harness.rs`).
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -147,6 +147,14 @@ pub const TARGETS: &[Target] = &[
         bound: 1.3,
         unit: "×",
     },
+    // awa, the closest peer, at its newest release with its documented settings.
+    Target {
+        key: "cli_to_awa",
+        label: "skiplock worker --queues default=100 / awa",
+        cmp: Cmp::AtLeast,
+        bound: 1.3,
+        unit: "×",
+    },
     Target {
         key: "cli_default_to_cli",
         label: "skiplock worker (no flags) / with --queues",
