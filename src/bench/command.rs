@@ -201,15 +201,7 @@ pub fn render(r: &BenchReport) -> String {
             let _ = writeln!(o, "peer: {g}");
         }
     }
-    let pg = |k: &str| r.postgres.get(k).map(String::as_str).unwrap_or("?");
-    let _ = writeln!(
-        o,
-        "postgres {} (shared_buffers {}, synchronous_commit {}, fsync {})",
-        pg("server_version"),
-        pg("shared_buffers"),
-        pg("synchronous_commit"),
-        pg("fsync")
-    );
+    let _ = writeln!(o, "{}", crate::bench::postgres_heading(&r.postgres));
     let _ = writeln!(o);
     let rows: Vec<(String, String)> = vec![
         (
@@ -691,7 +683,7 @@ mod tests {
                 ("runs".to_string(), "1".to_string()),
                 ("awa".to_string(), "awa 0.6.9, queue storage".to_string()),
             ]),
-            postgres: BTreeMap::new(),
+            postgres: BTreeMap::from([("autovacuum".to_string(), "on".to_string())]),
             enqueue_single: None,
             enqueue_many: Some(stat(150_000.0)),
             enqueue_single_plain: None,
@@ -755,8 +747,9 @@ mod tests {
             figures,
         };
         let out = render(&r);
-        // The peer's version is in the heading.
+        // The peer's version and the server's autovacuum are in the heading.
         assert!(out.contains("peer: awa 0.6.9, queue storage"), "{out}");
+        assert!(out.contains("(autovacuum on, "), "{out}");
         let block = out.split("TARGETS").nth(1).unwrap();
         assert_eq!(
             block.lines().filter(|l| !l.trim().is_empty()).count(),

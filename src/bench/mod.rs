@@ -397,19 +397,35 @@ pub(crate) fn worker_settings(o: &BenchOptions) -> QueueSettings {
     }
 }
 
-async fn postgres_facts(p: &PgPool) -> Result<BTreeMap<String, String>> {
+/// The server's version and the settings that matter for the figures (a report prints them:
+/// figures from a server with autovacuum off or fsync off describe a database nobody runs).
+pub(crate) async fn postgres_facts(p: &PgPool) -> Result<BTreeMap<String, String>> {
     let mut m = BTreeMap::new();
     for name in [
         "server_version",
         "shared_buffers",
         "synchronous_commit",
         "fsync",
+        "autovacuum",
         "wal_level",
         "max_connections",
     ] {
         m.insert(name.to_string(), store::setting(p, name).await?);
     }
     Ok(m)
+}
+
+/// The report's line of [`postgres_facts`].
+pub fn postgres_heading(pg: &BTreeMap<String, String>) -> String {
+    let get = |k: &str| pg.get(k).map(String::as_str).unwrap_or("?");
+    format!(
+        "postgres {} (autovacuum {}, shared_buffers {}, synchronous_commit {}, fsync {})",
+        get("server_version"),
+        get("autovacuum"),
+        get("shared_buffers"),
+        get("synchronous_commit"),
+        get("fsync")
+    )
 }
 
 /// Runs every measurement on a fresh database on the server of `server_url`; `progress` is

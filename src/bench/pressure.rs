@@ -20,6 +20,7 @@
 //! Graphile's batched completion is written) and its pickup runs from the producer's clock to
 //! the task's start. Both are on the same machine.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -210,6 +211,8 @@ pub struct PressureReport {
     pub runs: Vec<ScenarioRun>,
     pub ramps: Vec<Ramp>,
     pub graphile_worker: Option<String>,
+    /// The server's version and settings ([`super::postgres_facts`]).
+    pub postgres: BTreeMap<String, String>,
 }
 
 /// The rates the ramp tries, in order, until one is not sustained.
@@ -330,12 +333,19 @@ pub async fn run(
         g.check_script("pressure.js")?;
     }
     let server_url = same_transport(server_url)?;
+    let postgres = {
+        let p = skiplock::db::connect(&server_url, 1).await?;
+        let facts = super::postgres_facts(&p).await;
+        p.close().await;
+        facts?
+    };
     let mut report = PressureReport {
         rate: o.rate,
         concurrency: o.concurrency,
         runs: Vec::new(),
         ramps: Vec::new(),
         graphile_worker: None,
+        postgres,
     };
     let mut systems = Vec::new();
     if o.skiplock {
@@ -894,6 +904,7 @@ pub fn render(r: &PressureReport) -> String {
             .map(|v| format!(", graphile-worker {v}"))
             .unwrap_or_default()
     );
+    let _ = writeln!(out, "{}", super::postgres_heading(&r.postgres));
     let ms = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "–".into());
     let _ = writeln!(
         out,
