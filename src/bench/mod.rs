@@ -782,9 +782,10 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         settings.insert(
             "awa".to_string(),
             format!(
-                "awa {v}, queue storage, max_workers {}, claim_batch_size {}",
+                "awa {v}, queue storage, max_workers {}, claim_batch_size {}, deadline_duration {} ms",
                 awa::AWA_MAX_WORKERS,
-                awa::AWA_CLAIM_BATCH
+                awa::AWA_CLAIM_BATCH,
+                awa::AWA_DEADLINE_MS
             ),
         );
     }

@@ -3,7 +3,7 @@
 //! `scripts/bench` builds it on first use, as it runs `npm ci` for the Graphile harness.
 //!
 //!   DATABASE_URL=postgres://... skiplock-bench-awa --jobs 50000 [--max-workers 1024]
-//!        [--claim-batch 512] [--batch 1000] [--no-wait]
+//!        [--claim-batch 512] [--deadline-ms 0] [--batch 1000] [--no-wait]
 //!
 //! 1. runs awa's migrations in the database of DATABASE_URL and installs awa's queue storage
 //!    (its default engine since 0.6: schema `awa`, default slot counts), emptied;
@@ -13,8 +13,10 @@
 //! 3. closes its setup connections, prints {"ready":true,"jobs":N,"awa":"<version>"} and waits
 //!    for one line on stdin (so the caller can take its "before" readings with nothing of
 //!    ours connected); --no-wait skips the wait;
-//! 4. runs an awa `Client` on one queue with `max_workers` --max-workers and
-//!    `claim_batch_size` --claim-batch and a no-op handler, until every handler returned and
+//! 4. runs an awa `Client` on one queue with `max_workers` --max-workers, `claim_batch_size`
+//!    --claim-batch and `deadline_duration` --deadline-ms (0, awa's own throughput benchmark's
+//!    setting, takes its compact claim path: one receipt row per claim batch rather than one
+//!    per job; its default is 5 minutes) and a no-op handler, until every handler returned and
 //!    awa's exact queue counts show every job terminal (its completions are batched, so
 //!    "done" is the durable count, not the handler's return);
 //! 5. prints {"jobs", "seconds", "jobs_per_s", "polls"} on one line and exits 0.
@@ -45,6 +47,7 @@ struct Options {
     jobs: usize,
     max_workers: u32,
     claim_batch: usize,
+    deadline_ms: u64,
     batch: usize,
     wait: bool,
 }
@@ -57,6 +60,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         // in-flight worker permits"; its claim batch default is 512.
         max_workers: 1024,
         claim_batch: 512,
+        deadline_ms: 0,
         batch: 1000,
         wait: true,
     };
@@ -76,6 +80,12 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
                     .map_err(|_| "--max-workers is too large".to_string())?
             }
             "--claim-batch" => o.claim_batch = value("--claim-batch")? as usize,
+            "--deadline-ms" => {
+                let v = args.next().ok_or("--deadline-ms needs a value")?;
+                o.deadline_ms = v
+                    .parse()
+                    .map_err(|_| format!("--deadline-ms must be a whole number, got {v}"))?;
+            }
             "--batch" => o.batch = value("--batch")? as usize,
             "--no-wait" => o.wait = false,
             other => return Err(format!("unknown argument {other}")),
@@ -165,6 +175,7 @@ async fn drain(
             QueueConfig {
                 max_workers: o.max_workers,
                 claim_batch_size: o.claim_batch,
+                deadline_duration: Duration::from_millis(o.deadline_ms),
                 ..QueueConfig::default()
             },
         )
