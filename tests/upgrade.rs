@@ -61,6 +61,27 @@ const V7: Release = Release {
     api_hash: "0ceb2a0e2bed1cc9b9766aaef605e7be573e6a149b699fcca60f544f126bb7d6",
 };
 
+/// The released SQL API version 8 (commit 1371091): the schema in parts, each part's
+/// migrations recorded in its own table, verbatim in its fixture.
+const V8_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-api-8");
+/// What that release recorded: its SQL API version and hash (`API_VERSIONS` entry 8), and the
+/// hash of each workflow part (`schema::part_hash` as that release computed it).
+const V8_API_HASH: &str = "56e875999a1b8444ff9c9b32ecf0a1b705761667243702dcefa22ae713f478cd";
+const V8_PART_HASHES: [(&str, &str); 3] = [
+    (
+        "fetch",
+        "57cbd69d67fc791711c83cce57427fd433ffaadbde732121ca8e8c84d38995d7",
+    ),
+    (
+        "pack",
+        "ee1708480c4cebe687e4658f338f2180d5828b603ec893f6a9bfc5b1b6b592d9",
+    ),
+    (
+        "packets",
+        "8f940fe1a15724bdc2d1741fc0e92a15bc7dd21d8f25c410ee686d17907bb87e",
+    ),
+];
+
 /// A release whose schema a fixture holds verbatim.
 struct Release {
     fixture: &'static str,
@@ -372,6 +393,289 @@ async fn migrate_as_release(pool: &PgPool, r: &Release) {
         ),
     )
     .await;
+}
+
+/// Builds the schema exactly as release API 8's `skiplock migrate` did on a new database (a
+/// program with every workflow, src/store/schema.rs at that release): each part's migrations
+/// run by a migrator that records them in `skiplock.migrations_<part>` (with their checksums,
+/// as that binary recorded them), its SQL API files in name order (that release's order) in
+/// one transaction, then its records: `skiplock.schema_info` (version 8 and its hash) and
+/// `skiplock.schema_parts` (each workflow part's hash).
+async fn migrate_as_release_8(pool: &PgPool) {
+    for part in ["core", "fetch", "pack", "packets"] {
+        let mut m =
+            sqlx::migrate::Migrator::new(Path::new(&format!("{V8_FIXTURE}/migrations/{part}")))
+                .await
+                .unwrap_or_else(|e| panic!("the fixture's {part} migrations: {e}"));
+        m.dangerous_set_table_name(format!("skiplock.migrations_{part}"));
+        m.create_schema("skiplock");
+        m.run(pool)
+            .await
+            .unwrap_or_else(|e| panic!("the fixture's {part} migrations: {e}"));
+    }
+    let mut files: Vec<_> = std::fs::read_dir(format!("{V8_FIXTURE}/api"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 12);
+    let mut tx = pool.begin().await.unwrap();
+    for f in files {
+        let sql = std::fs::read_to_string(&f).unwrap();
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&mut *tx)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
+    sqlx::query(
+        "INSERT INTO skiplock.schema_info (id, api_version, api_hash, migrated_by, migrated_at)
+         VALUES (true, 8, $1, '0.1.0', now())",
+    )
+    .bind(V8_API_HASH)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    for (part, hash) in V8_PART_HASHES {
+        sqlx::query(
+            "INSERT INTO skiplock.schema_parts (part, api_hash, migrated_by, migrated_at)
+             VALUES ($1, $2, '0.1.0', now())",
+        )
+        .bind(part)
+        .bind(hash)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// A database as release API 8 left it, filled through that release's API (jobs in every
+/// state and in several lanes, keyed jobs: a key, a key derived from args and a window, a
+/// flow half done, a packet and a pending fetch), is refused until migrated, then keeps
+/// working after today's `migrate`: nothing is lost, its keys and its window still hold
+/// against the same enqueuer, the flow finishes, and a worker runs every due job.
+#[tokio::test]
+async fn a_release_api_8_database_keeps_working_after_migrate() {
+    use skiplock::store::schema;
+    let db = TestDb::empty().await;
+    let p = &db.pool;
+    migrate_as_release_8(p).await;
+    let (code, out, err) = run_cmd(&db.url, &["stats"]);
+    if schema::API_VERSIONS.last() == Some(&(8, V8_API_HASH)) {
+        assert_eq!(code, 0, "{err}");
+    } else {
+        let want = format!(
+            "error: schema is at API version 8, this binary needs {}: run `skiplock migrate`",
+            schema::API_VERSION
+        );
+        assert_eq!((code, out.as_str(), err.trim()), (1, "", want.as_str()));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let frames = dir.path().join("frames");
+    std::fs::create_dir_all(&frames).unwrap();
+    std::fs::write(frames.join("f1.tif"), "frame").unwrap();
+
+    // Through release 8's API: due jobs, jobs in several lanes (one due a day ago, one due in
+    // two seconds), keyed jobs due in an hour, a window spent by a job due now, a flow whose
+    // second job waits for its first, and a job a dead worker of that release had claimed.
+    exec(
+        p,
+        "SELECT skiplock.enqueue_many('noop', array_fill('{}'::jsonb, ARRAY[20]));
+         SELECT skiplock.enqueue('noop', queue => 'lanes', priority => (-5)::smallint,
+                                 tags => ARRAY['old'], meta => '{\"tenant\": \"t1\"}');
+         SELECT skiplock.enqueue('noop', queue => 'lanes', priority => 3::smallint);
+         SELECT skiplock.enqueue('noop', queue => 'lanes', run_at => now() - interval '1 day');
+         SELECT skiplock.enqueue('noop', queue => 'lanes', run_at => now() + interval '2 seconds');
+         SELECT skiplock.enqueue('noop', '{\"v\": 1}', queue => 'keyed', run_at => now() + interval '1 hour',
+                                 unique_key => 'report:2026');
+         SELECT skiplock.enqueue('noop', '{\"email\": \"a@example.com\", \"n\": 1}', queue => 'keyed',
+                                 run_at => now() + interval '1 hour', unique_by => 'args:email');
+         SELECT skiplock.enqueue('noop', queue => 'windowed', unique_key => 'digest',
+                                 unique_for => interval '100 years');
+         SELECT skiplock.enqueue_flow('[{\"name\": \"a\", \"kind\": \"noop\", \"queue\": \"flows\"},
+                                        {\"name\": \"b\", \"kind\": \"noop\", \"queue\": \"flows\",
+                                         \"depends_on\": [\"a\"]}]');
+         INSERT INTO skiplock.workers (id, host, pid) VALUES ('old-worker', 'gone', 1);
+         SELECT skiplock.enqueue('noop', queue => 'crashed');
+         UPDATE skiplock.jobs SET state = 'running', attempt = 1, attempted_by = 'old-worker',
+                attempted_at = now() - interval '1 hour', heartbeat_at = now() - interval '1 hour'
+         WHERE queue = 'crashed';
+         SELECT skiplock.enqueue_many('noop', array_fill('{}'::jsonb, ARRAY[3]), queue => 'finished',
+                                      priority => 7::smallint);
+         UPDATE skiplock.jobs SET state = (ARRAY['completed', 'discarded', 'cancelled'])
+                    [row_number]::skiplock.job_state, finalized_at = now(), attempt = 1
+         FROM (SELECT id, row_number() OVER (ORDER BY id) FROM skiplock.jobs
+               WHERE queue = 'finished') f
+         WHERE skiplock.jobs.id = f.id;",
+    )
+    .await;
+    let packet: i64 = one(
+        p,
+        &format!(
+            "SELECT skiplock.submit_packet('{}', 'upgrade', 'alice')",
+            frames.display()
+        ),
+    )
+    .await;
+    let fetch: i64 = one(p, "SELECT skiplock.request_fetch('http://up.example/')").await;
+    let id_of = |queue: &str, key: &str| {
+        format!("SELECT id FROM skiplock.jobs WHERE queue = '{queue}' AND unique_key LIKE '{key}'")
+    };
+    let report: i64 = one(p, &id_of("keyed", "report:2026")).await;
+    let by_email: i64 = one(p, &id_of("keyed", "args:%")).await;
+    let digest: i64 = one(p, &id_of("windowed", "digest")).await;
+    let crashed: i64 = one(p, "SELECT id FROM skiplock.jobs WHERE queue = 'crashed'").await;
+    let discarded: i64 = one(
+        p,
+        "SELECT id FROM skiplock.jobs WHERE queue = 'finished' AND state = 'discarded'",
+    )
+    .await;
+    assert_eq!(count_state(p, "waiting").await, 1);
+    let jobs_before = count(p, "SELECT count(*) FROM skiplock.jobs").await;
+
+    schema::migrate(p).await.unwrap();
+    schema::ensure_ready(p).await.unwrap();
+    for part in ["fetch", "pack", "packets"] {
+        schema::ensure_part(p, part).await.unwrap();
+    }
+    let (code, _, err) = run_cmd(&db.url, &["stats"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        one::<i32>(p, "SELECT api_version FROM skiplock.schema_info").await as u32,
+        schema::API_VERSION
+    );
+    // Nothing lost: every job and every migration record of that release is still there.
+    assert_eq!(
+        count(p, "SELECT count(*) FROM skiplock.jobs").await,
+        jobs_before
+    );
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.migrations_core WHERE version <= 9 AND success"
+        )
+        .await,
+        9
+    );
+    assert_eq!(
+        one::<String>(
+            p,
+            "SELECT tags[1] || ' ' || (meta ->> 'tenant') FROM skiplock.jobs
+             WHERE queue = 'lanes' AND priority = -5"
+        )
+        .await,
+        "old t1"
+    );
+    // The keys, the key derived from args and the window that release's enqueues took still
+    // hold against the same enqueuer, and so does the fetch's own key.
+    let again = |sql: &str| {
+        let sql = sql.to_string();
+        async move {
+            sqlx::query_as::<_, (i64, String)>(AssertSqlSafe(format!(
+                "SELECT id, outcome::text FROM {sql}"
+            )))
+            .fetch_one(p)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        }
+    };
+    assert_eq!(
+        again(
+            "skiplock.enqueue_result('noop', '{\"v\": 2}', 'keyed', unique_key => 'report:2026')"
+        )
+        .await,
+        (report, "deduplicated".to_string())
+    );
+    assert_eq!(
+        again(
+            "skiplock.enqueue_result('noop', '{\"email\": \"a@example.com\", \"n\": 2}', 'keyed',
+                                     unique_by => 'args:email')"
+        )
+        .await,
+        (by_email, "deduplicated".to_string())
+    );
+    assert_eq!(
+        again(
+            "skiplock.enqueue_result('noop', '{}', 'windowed', unique_key => 'digest',
+                                     unique_for => interval '100 years')"
+        )
+        .await,
+        (digest, "deduplicated".to_string())
+    );
+    assert_eq!(
+        one::<i64>(p, "SELECT skiplock.request_fetch('http://up.example/')").await,
+        fetch
+    );
+
+    // The dead worker's job goes back, the discarded one is retried, and a worker of this
+    // release runs every due job: every lane, the window's job, both jobs of the flow, the
+    // packet; the keyed jobs due in an hour and the fetch (no fetch worker here) wait.
+    rescue_now(p, crashed).await;
+    exec(p, &format!("SELECT skiplock.retry({discarded})")).await;
+    let mut qs = fast_settings();
+    qs.queues = Some(BTreeMap::from([
+        ("default".to_string(), 4),
+        ("lanes".to_string(), 2),
+        ("windowed".to_string(), 1),
+        ("flows".to_string(), 1),
+        ("crashed".to_string(), 1),
+        ("finished".to_string(), 1),
+        ("packets".to_string(), 1),
+    ]));
+    let worker = start_worker(p, qs, move |mut b| {
+        skiplock::worker::builtin::register(b.registry_mut());
+        packets::register_with(
+            b,
+            PacketSettings {
+                concurrency: 1,
+                processor: Processor::Manifest,
+                timeout: Duration::from_secs(30),
+                recovery: true,
+                roots: skiplock::workflows::packets::roots::PacketRoots::new(&[packet_root()]),
+            },
+        )
+    });
+    wait_for("every due job to finish", LONG, || async {
+        let n: i64 = count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs
+             WHERE state IN ('available', 'running', 'waiting') AND queue NOT IN ('keyed', 'fetch')",
+        )
+        .await;
+        (n == 0).then_some(())
+    })
+    .await;
+    wait_for("the packet to be processed", LONG, || async {
+        (packets::get(p, packet).await.unwrap().state == PacketState::ReadyForReview).then_some(())
+    })
+    .await;
+    worker.stop().await.unwrap();
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs WHERE queue = 'flows' AND state = 'completed'"
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        one::<i32>(
+            p,
+            &format!("SELECT attempt FROM skiplock.jobs WHERE id = {crashed}")
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs WHERE state = 'available' AND queue IN ('keyed', 'fetch')"
+        )
+        .await,
+        3
+    );
+    // Migrating again is a no-op.
+    schema::migrate(p).await.unwrap();
 }
 
 #[tokio::test]
@@ -705,9 +1009,22 @@ async fn schema_lines(p: &PgPool) -> Vec<String> {
 /// differs between the two paths (a column, a constraint's name, an index, a function).
 #[tokio::test]
 async fn a_migrated_database_of_an_earlier_release_has_the_schema_of_a_new_one() {
-    let fresh = TestDb::new().await;
     let old = TestDb::empty().await;
     migrate_as_release(&old.pool, &V7).await;
+    same_schema_as_a_new_database(&old).await;
+}
+
+/// So does one release API 8 migrated (each part's migrations recorded in a table of its own).
+#[tokio::test]
+async fn a_migrated_release_api_8_database_has_the_schema_of_a_new_one() {
+    let old = TestDb::empty().await;
+    migrate_as_release_8(&old.pool).await;
+    same_schema_as_a_new_database(&old).await;
+}
+
+/// `old`, migrated now, has the schema of a database this release migrates new.
+async fn same_schema_as_a_new_database(old: &TestDb) {
+    let fresh = TestDb::new().await;
     skiplock::store::schema::migrate(&old.pool).await.unwrap();
     let (a, b) = (
         schema_lines(&fresh.pool).await,
