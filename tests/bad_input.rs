@@ -588,11 +588,14 @@ async fn enqueue_refuses_args_serde_json_cannot_read_naming_the_problem() {
             r#"{"x": [1, {"y": 1.7976931348623159e308}]}"#.into(),
             too_big,
         ),
+        // f64::MAX's shortest form: Postgres sends it as 309 digits, which serde_json reads
+        // as out of range (skiplock._unreadable_args says why).
+        (r#"{"x": 1.7976931348623157e308}"#.into(), too_big),
     ];
     let accepted: Vec<String> = vec![
         nest(127),
         arrays(127),
-        r#"{"x": 1e308, "y": -1e308, "z": 1.7976931348623157e308, "w": 1e-400}"#.into(),
+        r#"{"x": 1e308, "y": -1e308, "z": 1.7976931348623156e308, "w": 1e-400}"#.into(),
         format!(r#"{{"s": "{}"}}"#, "[{".repeat(200)),
     ];
     for (args, want) in &refused {
@@ -633,4 +636,78 @@ async fn enqueue_refuses_args_serde_json_cannot_read_naming_the_problem() {
             .unwrap_or_else(|e| panic!("{args:.60}: {e}"));
     }
     assert_eq!(count_state(&db.pool, "available").await, 8);
+}
+
+/// The enqueue check matches the decoder exactly: a number from serde_json's float edge on
+/// (1.7976931348623156225e308 in magnitude, as Postgres sends it: plain digits) is refused in
+/// args and in meta by every enqueue path, naming the problem, and a job whose args and meta
+/// hold the largest magnitude below it is read and run by a worker, not discarded.
+#[tokio::test]
+async fn enqueue_refuses_numbers_from_the_decoders_edge_on_in_args_and_meta_and_a_worker_runs_one_below_it()
+ {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let edge = "outside the range of a 64-bit float";
+    for number in [
+        "1.7976931348623157e308",
+        "-1.7976931348623157e308",
+        "1.7976931348623156225e308",
+    ] {
+        let doc = format!(r#"{{"m": {number}}}"#);
+        for (sql, what) in [
+            (
+                "SELECT skiplock.enqueue('noop', $1::text::jsonb)",
+                "job args",
+            ),
+            (
+                "SELECT skiplock.enqueue('noop', meta => $1::text::jsonb)",
+                "meta",
+            ),
+            (
+                "SELECT skiplock.enqueue_many('noop', ARRAY['{}'::jsonb], meta => $1::text::jsonb)",
+                "meta",
+            ),
+            (
+                "SELECT skiplock.enqueue_many('noop', ARRAY[$1::text::jsonb])",
+                "args[1]",
+            ),
+            (
+                "SELECT skiplock.enqueue_flow(jsonb_build_array(jsonb_build_object(
+                     'name', 'a', 'kind', 'noop', 'meta', $1::text::jsonb)))",
+                "meta",
+            ),
+            (
+                "SELECT skiplock.enqueue_flow(jsonb_build_array(jsonb_build_object(
+                     'name', 'a', 'kind', 'noop', 'args', $1::text::jsonb)))",
+                "job args",
+            ),
+        ] {
+            let e = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(&doc)
+                .execute(&**p)
+                .await
+                .expect_err(sql)
+                .to_string();
+            assert!(e.contains(edge) && e.contains(what), "{sql} {doc}: {e}");
+        }
+    }
+    assert_eq!(count(p, "SELECT count(*) FROM skiplock.jobs").await, 0);
+    // The largest magnitude below the edge Postgres can hold with these digits, in both.
+    let below = format!("17976931348623156224{}.5", "9".repeat(289));
+    let id: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('noop', jsonb_build_object('x', $1::numeric),
+                                 meta => jsonb_build_object('m', -$1::numeric))",
+    )
+    .bind(&below)
+    .fetch_one(&**p)
+    .await
+    .unwrap();
+    let mut qs = fast_settings();
+    qs.queues = Some(BTreeMap::from([("default".to_string(), 1)]));
+    let worker = start_worker(p, qs, |mut b| {
+        builtin::register(b.registry_mut());
+        b
+    });
+    wait_job(p, id, "completed", |r| r.state.as_str() == "completed").await;
+    worker.stop().await.unwrap();
 }

@@ -1487,6 +1487,69 @@ async fn pack_now_refuses_a_host_without_pages() {
     ap.close().await;
 }
 
+/// A keyed job replaced again and again with other args keeps only the latest
+/// `skiplock._replaced_kept` (10) replace entries in its `errors`, numbered so the dropped ones
+/// are counted; the entries of its failed attempts stay. Without the bound every replace added
+/// about 2 KB to the row (and rewrote all of it), for as long as anyone kept replacing.
+#[tokio::test]
+async fn a_job_replaced_again_and_again_keeps_its_latest_replaces_only_and_counts_them() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let id: i64 = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('send', '{\"v\": 0}', 'replaced', unique_key => 'order:9')",
+    )
+    .fetch_one(&**p)
+    .await
+    .unwrap();
+    // A failed attempt's entry, as an ack writes it.
+    exec(
+        p,
+        &format!(
+            "UPDATE skiplock.jobs SET errors = '[{{\"attempt\": 1, \"error\": \"boom\"}}]' WHERE id = {id}"
+        ),
+    )
+    .await;
+    for v in 1..=30 {
+        let same: i64 = sqlx::query_scalar(
+            "SELECT skiplock.enqueue('send', jsonb_build_object('v', $1::int, 'pad', repeat('x', 3000)),
+                                     'replaced', unique_key => 'order:9', on_conflict => 'replace')",
+        )
+        .bind(v)
+        .fetch_one(&**p)
+        .await
+        .unwrap();
+        assert_eq!(same, id);
+    }
+    let errors: serde_json::Value =
+        sqlx::query_scalar("SELECT errors FROM skiplock.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&**p)
+            .await
+            .unwrap();
+    let entries = errors.as_array().unwrap();
+    assert_eq!(entries.len(), 11, "{errors:#}");
+    assert_eq!(entries[0]["error"], "boom");
+    let numbers: Vec<i64> = entries[1..]
+        .iter()
+        .map(|e| e["replace"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, (21..=30).collect::<Vec<i64>>());
+    // The latest entry holds the args the 30th replace overwrote (those of the 29th).
+    assert!(
+        entries[10]["replaced_args"]
+            .as_str()
+            .unwrap()
+            .starts_with("{\"v\": 29"),
+        "{:#}",
+        entries[10]
+    );
+    assert!(
+        errors.to_string().len() < 11 * 2300,
+        "{}",
+        errors.to_string().len()
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // 11. Flows between tenants
 // ---------------------------------------------------------------------------------------

@@ -84,21 +84,29 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
            END
 $$;
 
--- Why a worker could not read these args, or NULL when it can. Valid jsonb is not always JSON
--- that serde_json (which reads every job's args: src/queue/args.rs) accepts: it refuses 128 or
--- more nested arrays/objects (its recursion limit) and numbers outside the range of an f64.
--- Such args would be discarded by the worker ("invalid args …"), so enqueue refuses them at
--- once, naming the problem (tests/bad_input.rs
+-- Why a worker could not read these args (or meta), or NULL when it can. Valid jsonb is not
+-- always JSON that serde_json (which reads every job's args and meta: src/queue/args.rs)
+-- accepts: it refuses 128 or more nested arrays/objects (its recursion limit) and numbers it
+-- reads as outside the range of an f64. Such args would be discarded by the worker ("invalid
+-- args …"), so enqueue refuses them at once, naming the problem (tests/bad_input.rs
 -- enqueue_refuses_args_serde_json_cannot_read_naming_the_problem). A container at level 127
 -- (the root object is level 0) is the 128th nested one. Two scans of the document, without a
 -- query: about a microsecond for a small job (docs/reliability.md, "Bad args").
+--
+-- The number bound is the decoder's, not the float's: Postgres sends a jsonb number as plain
+-- decimal digits (1.7976931348623157e308, f64::MAX's shortest form, as 309 digits), and
+-- serde_json's parser keeps the first 20 digits as an integer and scales it by one power of
+-- ten, which overflows from 17976931348623156225 followed by 289 zeros on. Every magnitude
+-- below that decodes; that one and above do not (the unit test
+-- `serde_json_reads_the_numbers_postgres_prints_below_the_bound_enqueue_enforces` checks
+-- this bound against serde_json itself).
 CREATE OR REPLACE FUNCTION skiplock._unreadable_args(args jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
         WHEN jsonb_path_exists(args, 'strict $.**{127} ? (@.type() == "object" || @.type() == "array")')
             THEN 'are nested 128 or more levels deep (a worker reads at most 127 nested arrays and objects)'
-        WHEN jsonb_path_exists(args, 'strict $.** ? (@.type() == "number" && (@ > 1.7976931348623157e308 || @ < -1.7976931348623157e308))')
-            THEN 'hold a number outside the range of a 64-bit float (a worker reads at most ±1.7976931348623157e308)'
+        WHEN jsonb_path_exists(args, 'strict $.** ? (@.type() == "number" && (@ >= 1.7976931348623156225e308 || @ <= -1.7976931348623156225e308))')
+            THEN 'hold a number outside the range of a 64-bit float as a worker reads it (a magnitude below 1.7976931348623156225e308)'
     END
 $$;
 
@@ -222,16 +230,41 @@ DROP FUNCTION IF EXISTS skiplock._attempt_taken_away(jsonb);
 CREATE OR REPLACE FUNCTION skiplock._replaced_args_max() RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$ SELECT 2000 $$;
 
--- The `errors` entry a replace that changed a waiting job's args appends (skiplock._enqueue):
--- {attempt, at, error: 'replaced by <login>', replaced_args: <the old args' JSON text, at
--- most skiplock._replaced_args_max characters>, truncated: whether it was cut}.
-CREATE OR REPLACE FUNCTION skiplock._replaced_entry(attempt integer, old_args jsonb)
+-- How many replace entries a job's `errors` keeps: the latest ones. Each entry holds up to
+-- skiplock._replaced_args_max characters of args, so without a bound every replace that
+-- changes the args would grow the row (and rewrite all of it) for as long as the key is
+-- replaced; each entry numbers its replace (`replace`), so the ones no longer kept are
+-- counted, not lost without a trace.
+CREATE OR REPLACE FUNCTION skiplock._replaced_kept() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 10 $$;
+
+-- The form of API 8 (one entry, no number) is replaced by skiplock._with_replaced_entry.
+DROP FUNCTION IF EXISTS skiplock._replaced_entry(integer, jsonb);
+
+-- A job's `errors` after a replace that changed its args (skiplock._enqueue_outcome): the
+-- entries it had, less the oldest replace entries beyond skiplock._replaced_kept - 1, and the
+-- new entry {attempt, at, error: 'replaced by <login>', replace: <its number: 1 for the job's
+-- first replace>, replaced_args: <the old args' JSON text, at most
+-- skiplock._replaced_args_max characters>, truncated: whether it was cut}. Entries of failed
+-- attempts are all kept. Runs only for a replace that changes the args.
+CREATE OR REPLACE FUNCTION skiplock._with_replaced_entry(errors jsonb, attempt integer, old_args jsonb)
 RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_array(jsonb_build_object(
-        'attempt', attempt, 'at', now(),
-        'error', format('replaced by %s: the args before are in replaced_args', session_user),
-        'replaced_args', left(old_args::text, skiplock._replaced_args_max()),
-        'truncated', length(old_args::text) > skiplock._replaced_args_max()))
+    WITH e AS (
+        SELECT t.e, t.o,
+               count(*) FILTER (WHERE t.e ? 'replaced_args') OVER (ORDER BY t.o DESC) AS newer_replaces
+        FROM jsonb_array_elements(errors) WITH ORDINALITY AS t(e, o)
+    )
+    SELECT coalesce((SELECT jsonb_agg(e.e ORDER BY e.o) FROM e
+                     WHERE NOT (e.e ? 'replaced_args' AND e.newer_replaces >= skiplock._replaced_kept())),
+                    '[]'::jsonb)
+           || jsonb_build_array(jsonb_build_object(
+                  'attempt', attempt, 'at', now(),
+                  'error', format('replaced by %s: the args before are in replaced_args', session_user),
+                  -- Entries of API 8 have no number: each counts as one replace.
+                  'replace', 1 + (SELECT greatest(coalesce(max((e.e ->> 'replace')::bigint), 0), count(*))
+                                  FROM e WHERE e.e ? 'replaced_args'),
+                  'replaced_args', left(old_args::text, skiplock._replaced_args_max()),
+                  'truncated', length(old_args::text) > skiplock._replaced_args_max()))
 $$;
 
 -- A job's tags as stored: each 1 to 100 characters, at most 32, sorted, without repeats (so
@@ -466,9 +499,10 @@ BEGIN
             -- 0013_enqueue_namespaces.sql): a job of another kind or queue with the same key is
             -- another job. A replace that changes the args records the args it overwrote, and who
             -- replaced them (the login: session_user, not the functions' owner), in the job's
-            -- errors, at most skiplock._replaced_args_max characters of them: the original args
-            -- are never lost without trace. Identical args (a debounce that only moves the time)
-            -- record nothing, so a debounced row does not grow.
+            -- errors, at most skiplock._replaced_args_max characters of them, and the latest
+            -- skiplock._replaced_kept replaces only (numbered): the original args are never lost
+            -- without trace, and the row does not grow without bound. Identical args (a
+            -- debounce that only moves the time) record nothing, so a debounced row does not grow.
             INSERT INTO skiplock.jobs AS j (kind, args, queue, scheduled_at, priority, max_attempts, unique_key, limit_key, tags, meta, state)
             VALUES (_enqueue_outcome.kind, _enqueue_outcome.args, _enqueue_outcome.queue, coalesce(_enqueue_outcome.run_at, now()),
                     _enqueue_outcome.priority, _enqueue_outcome.max_attempts, the_key, _enqueue_outcome.limit_key,
@@ -482,7 +516,7 @@ BEGIN
                                     THEN least(j.attempt::bigint + EXCLUDED.max_attempts, 2147483647)::integer
                                     ELSE EXCLUDED.max_attempts END,
                 errors = CASE WHEN j.args = EXCLUDED.args THEN j.errors
-                              ELSE j.errors || skiplock._replaced_entry(j.attempt, j.args) END
+                              ELSE skiplock._with_replaced_entry(j.errors, j.attempt, j.args) END
             -- xmax is 0 on a row this statement inserted, this transaction's id on one it updated.
             RETURNING id, (xmax = 0) INTO new_id, inserted;
             -- The insert trigger sees only inserted rows: a replace that moved the job to another

@@ -153,21 +153,37 @@ mod tests {
     }
 
     #[test]
-    fn serde_json_reads_every_number_up_to_the_largest_f64() {
-        // The bound enqueue enforces: |x| <= 1.7976931348623157e308.
+    fn serde_json_reads_the_numbers_postgres_prints_below_the_bound_enqueue_enforces() {
+        // Postgres sends a jsonb number as plain decimal digits: the bound enqueue enforces
+        // (skiplock._unreadable_args, sql/api/10_core.sql) is 17976931348623156225 followed
+        // by 289 zeros, in magnitude.
+        let sql = crate::store::sql!("api", "10_core");
+        assert!(sql.contains("@ >= 1.7976931348623156225e308 || @ <= -1.7976931348623156225e308"));
+        let digits =
+            |head: &str, tail: char, n: usize| format!("{head}{}", tail.to_string().repeat(n));
+        let below = digits("17976931348623156224", '9', 289);
+        let bound = digits("17976931348623156225", '0', 289);
+        // f64::MAX's shortest form, 1.7976931348623157e308, as Postgres prints it.
+        let max_shortest = digits("17976931348623157", '0', 292);
         for ok in [
-            "1e308",
-            "-1e308",
-            "1.7976931348623157e308",
-            "1e-400",
-            "-1e-400",
+            below.clone(),
+            format!("-{below}"),
+            format!("{below}.99"),
+            digits("1", '0', 308),
+            "0.".to_string() + &"0".repeat(399) + "1",
         ] {
             let a = RawArgs::new(format!(r#"{{"x": {ok}}}"#));
-            assert!(a.to_value().is_ok(), "{ok}");
+            assert!(a.to_value().is_ok(), "{ok:.40}");
         }
-        for bad in ["1e400", "-1e400", "1.7976931348623159e308"] {
+        for bad in [
+            bound.clone(),
+            format!("-{bound}"),
+            max_shortest,
+            digits("1", '0', 309),
+        ] {
             let a = RawArgs::new(format!(r#"{{"x": {bad}}}"#));
-            assert!(a.to_value().is_err(), "{bad}");
+            let e = a.to_value().unwrap_err().to_string();
+            assert!(e.contains("number out of range"), "{bad:.40}: {e}");
         }
     }
 

@@ -218,9 +218,11 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (`truncated`); dependency_results and dependents take a bound and dependency_counts
     // counts; wait() checks its timeout in seconds; the finished channel's name is a secret
     // (migration 0010); retention keeps a dependency for one more period at most.
+    // The third hardening: the enqueue check at serde_json's float edge (args and meta), a
+    // job's replace entries bounded to the latest ten.
     (
         9,
-        "a2afb8d9c71f3f0a9d080e0d0212118fbe06f65d274af8a068f4f3acc6cc6bd5",
+        "b61bf0f305cc12c9da37a1ba38985f7376ba66312404d83bcf31b00a353b8e31",
     ),
 ];
 
