@@ -685,7 +685,7 @@ async fn attempted_at_is_when_the_handler_started_and_a_buffered_job_shows_none(
 #[tokio::test]
 async fn the_heartbeat_and_the_ack_write_a_buffered_jobs_start() {
     use skiplock::store::ack::{Ack, ack_many};
-    use skiplock::store::claim::{ClaimParams, claim_from};
+    use skiplock::store::claim::{ClaimParams, LaneReads, claim_from};
     use skiplock::store::heartbeat::{HeldJob, heartbeat_many};
     let db = TestDb::new().await;
     let args = vec![json!({}), json!({}), json!({})];
@@ -711,7 +711,7 @@ async fn the_heartbeat_and_the_ack_write_a_buffered_jobs_start() {
             worker: "w:1:x",
         },
         1,
-        None,
+        LaneReads::default(),
     )
     .await
     .unwrap();
@@ -1148,6 +1148,66 @@ async fn a_fair_claim_walks_past_keys_with_nothing_due_and_leaves_the_starts_to_
     )
     .await;
     assert_eq!(started, 2, "a fair pick writes no start: the worker does");
+}
+
+/// An enqueuer's 50,000 keys whose jobs are due in 9999 cost a fair queue's claims nothing:
+/// the walk reads only the keys that may have due jobs (skiplock.key_lanes), so another
+/// tenant's keyed job and a job without a key are both taken by the first claim (the promise
+/// of docs/concepts.md, "Fair queues"), whether the keys came before fair mode was turned on or
+/// after. Without it the walk read every one of those keys, a few hundred per claim, and the
+/// keyed job waited minutes.
+#[tokio::test]
+async fn a_fair_queues_first_claim_takes_a_keyed_job_past_50000_keys_due_later() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    skiplock::admin::set_queue_fairness(p, "tenants", true)
+        .await
+        .unwrap();
+    let ghosts = |from: i32| {
+        format!(
+            "INSERT INTO skiplock.jobs (kind, queue, limit_key, scheduled_at)
+             SELECT 'ghost', 'tenants', 'a' || lpad(g::text, 6, '0'), '9999-01-01'
+             FROM generate_series({from}, {from} + 49999) g"
+        )
+    };
+    sqlx::query(sqlx::AssertSqlSafe(ghosts(1)))
+        .execute(&**p)
+        .await
+        .unwrap();
+    let victim = |key: &'static str| async move {
+        enqueue(
+            p,
+            &NewJob::new("noop", json!({}))
+                .queue("tenants")
+                .limit_key(key),
+        )
+        .await
+        .unwrap()
+        .id
+    };
+    let keyed = victim("tenant-victim").await;
+    let unkeyed = enqueue(p, &NewJob::new("noop", json!({})).queue("tenants"))
+        .await
+        .unwrap()
+        .id;
+    let mut claimed: Vec<i64> = claim_tenants(&db, 10).await.iter().map(|j| j.id).collect();
+    claimed.sort();
+    assert_eq!(claimed, vec![keyed, unkeyed]);
+
+    // Fair mode turned on after the keys came: the same.
+    skiplock::admin::set_queue_fairness(p, "tenants", false)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(ghosts(50_001)))
+        .execute(&**p)
+        .await
+        .unwrap();
+    let keyed = victim("tenant-victim-2").await;
+    skiplock::admin::set_queue_fairness(p, "tenants", true)
+        .await
+        .unwrap();
+    let claimed: Vec<i64> = claim_tenants(&db, 10).await.iter().map(|j| j.id).collect();
+    assert_eq!(claimed, vec![keyed]);
 }
 
 /// One claim of up to `limit` `noop` jobs of queue `tenants`, as a worker's producer makes it.

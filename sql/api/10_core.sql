@@ -10,6 +10,39 @@ LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT w.channel FROM skiplock.wake_channel w), 'skiplock_wake')
 $$;
 
+-- The lanes (skiplock.lanes: a queue's priorities) and the fair queues' key lanes
+-- (skiplock.key_lanes) that jobs just made available need (migrations/core/0011_sleeping_lanes.sql):
+-- per lane of `queues[i]` and `priorities[i]` (and per key `keys[i]` of a fair queue), the
+-- earliest of its jobs' `times[i]`. A lane with a row a claim will read by then (not pending,
+-- awake or due by then) needs nothing: one probe of its index, no write. Otherwise the caller
+-- adds a row of its own (awake, or asleep until that time), which becomes visible with its
+-- jobs, and never waits for another transaction. Every statement that makes a job available
+-- or moves one earlier calls it, after writing the jobs (the maintenance waits for such
+-- writers before it changes a row one of them may rely on: skiplock._lanes_settle).
+CREATE OR REPLACE FUNCTION skiplock._lanes_need(queues text[], priorities smallint[], keys text[],
+                                                times timestamptz[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO skiplock.lanes (queue, priority, due_at)
+    SELECT n.q, n.p, CASE WHEN n.t <= now() THEN NULL ELSE n.t END
+    FROM (SELECT u.q, u.p, min(u.t) AS t FROM unnest(queues, priorities, times) AS u(q, p, t)
+          GROUP BY u.q, u.p) n
+    WHERE NOT EXISTS (SELECT 1 FROM skiplock.lanes l
+                      WHERE l.queue = n.q AND l.priority = n.p AND NOT l.pending
+                        AND (l.due_at IS NULL OR l.due_at <= greatest(n.t, now())));
+    IF EXISTS (SELECT 1 FROM unnest(keys) AS k WHERE k IS NOT NULL) THEN
+        INSERT INTO skiplock.key_lanes (queue, limit_key, due_at)
+        SELECT n.q, n.k, CASE WHEN n.t <= now() THEN NULL ELSE n.t END
+        FROM (SELECT u.q, u.k, min(u.t) AS t FROM unnest(queues, keys, times) AS u(q, k, t)
+              WHERE u.k IS NOT NULL GROUP BY u.q, u.k) n
+        WHERE EXISTS (SELECT 1 FROM skiplock.queues c WHERE c.queue = n.q AND c.fair)
+          AND NOT EXISTS (SELECT 1 FROM skiplock.key_lanes l
+                          WHERE l.queue = n.q AND l.limit_key = n.k AND NOT l.pending
+                            AND (l.due_at IS NULL OR l.due_at <= greatest(n.t, now())));
+    END IF;
+END;
+$$;
+
 -- Wake idle workers once per statement (not per row) for every queue that got a job due now
 -- and that some producer waits on (skiplock.waiting; '' stands for every queue): a commit
 -- that notified takes a server-wide lock, so notifying nobody would serialise every
@@ -17,15 +50,16 @@ $$;
 -- plain INSERTs from psql alike; owner's rights, so an inserting role needs no access to
 -- skiplock.waiting.
 --
--- The same trigger registers the statement's lanes (skiplock.lanes; the claim reads a queue
--- lane by lane): one probe of the lanes' primary key per lane of the statement, which writes
--- nothing when the lane is known.
+-- The same trigger registers the lanes of the statement's available jobs
+-- (skiplock._lanes_need): one index probe per lane of the statement, which writes nothing
+-- when the lane has a row to rely on. A job inserted `waiting` gets its lane when it is
+-- released (sql/api/12_flows.sql).
 CREATE OR REPLACE FUNCTION skiplock._notify_inserted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    INSERT INTO skiplock.lanes (queue, priority)
-    SELECT DISTINCT n.queue, n.priority FROM new_rows n
-    ON CONFLICT DO NOTHING;
+    PERFORM skiplock._lanes_need(array_agg(n.queue), array_agg(n.priority), array_agg(n.limit_key),
+                                 array_agg(n.scheduled_at))
+    FROM new_rows n WHERE n.state = 'available';
     PERFORM pg_notify(skiplock._wake_channel(), q.queue)
     FROM (SELECT DISTINCT n.queue FROM new_rows n
           WHERE n.state = 'available' AND n.scheduled_at <= now()) AS q
@@ -520,11 +554,14 @@ BEGIN
             -- xmax is 0 on a row this statement inserted, this transaction's id on one it updated.
             RETURNING id, (xmax = 0) INTO new_id, inserted;
             -- The insert trigger sees only inserted rows: a replace that moved the job to another
-            -- priority registers that lane itself (the claim reads lane by lane), and a waiting
+            -- priority or time registers that lane itself (skiplock._lanes_need), and a waiting
             -- job moved to now needs its own wake-up (a second NOTIFY for an insert is folded
             -- into one by Postgres).
-            INSERT INTO skiplock.lanes (queue, priority) VALUES (_enqueue_outcome.queue, _enqueue_outcome.priority)
-            ON CONFLICT DO NOTHING;
+            IF NOT inserted AND the_state = 'available' THEN
+                PERFORM skiplock._lanes_need(ARRAY[_enqueue_outcome.queue], ARRAY[_enqueue_outcome.priority],
+                                             ARRAY[_enqueue_outcome.limit_key],
+                                             ARRAY[coalesce(_enqueue_outcome.run_at, now())]);
+            END IF;
             IF coalesce(_enqueue_outcome.run_at, now()) <= now() THEN
                 PERFORM pg_notify(skiplock._wake_channel(), _enqueue_outcome.queue);
             END IF;
@@ -592,12 +629,20 @@ LANGUAGE sql AS $$
                                                    unique_key, on_conflict, limit_key) e
 $$;
 
+-- How many lanes one claim reads at most (skiplock._claim_lanes): a claim's work stays
+-- bounded whatever the number of lanes a queue has, and one that reached this many without
+-- filling its batch says where the next claim resumes.
+CREATE OR REPLACE FUNCTION skiplock._claim_max_lanes() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 64 $$;
+
 -- The claim's pick (skiplock._claim, and skiplock._claim_limited under a queue concurrency
 -- limit): up to `want` due jobs of `kinds` in queue `q`, locked FOR NO KEY UPDATE SKIP LOCKED,
--- in claim order (priority, then scheduled_at, then id); their ctids and ids, and the lanes
--- read to their end (`read_out`). No key update: it does not conflict with the FOR KEY SHARE
--- an enqueue takes on the jobs it depends on (skiplock._add_dependencies), so an enqueuer's
--- open transaction never hides a due job from the claim.
+-- in claim order (priority, then scheduled_at, then id); their ctids and ids, the lanes read
+-- to their end (`read_out`), and where the next claim resumes when this one stopped at
+-- skiplock._claim_max_lanes lanes (`more_after`; NULL: it read every lane it had to). No key
+-- update: it does not conflict with the FOR KEY SHARE an enqueue takes on the jobs it depends
+-- on (skiplock._add_dependencies), so an enqueuer's open transaction never hides a due job
+-- from the claim.
 --
 -- Lanes. Each priority of a queue is a lane (skiplock.lanes); a lane is read from
 -- `lane_since` on (per lane in `lane_priority`; a lane not named is read from its start), not
@@ -607,20 +652,30 @@ $$;
 -- to step over each one, so without the bound every claim would cost more with every job run
 -- since (docs/internals.md, "Claims when Postgres cannot vacuum"). The worker keeps where each
 -- lane's scan may start (src/worker/cursor.rs): a little before the clock of its last claim
--- that found the lane empty. NULL arrays: every lane from its start, after registering the
--- lanes of the queue's available jobs that have no row (a plain UPDATE of `priority` or
--- `queue` can make one; a loose index scan, one probe per priority). The worker sends such a
+-- that found the lane empty. NULL arrays: every lane from its start; the worker sends such a
 -- claim first, after a failure, and then as often as its cost allows.
+--
+-- Only the lanes a job may be due in are read: the awake ones and those whose `due_at` has
+-- come (migrations/core/0011_sleeping_lanes.sql), in priority order, after `after_lane` (NULL:
+-- from the first), at most skiplock._claim_max_lanes of them: a lane whose jobs are all due
+-- later, or that has none left, costs nothing, and however many lanes a queue has (an
+-- enqueuer may use all 65,536 priorities) one claim reads at most that many. One probe of each
+-- lane index to list them, then one probe of jobs_claim_idx per lane read.
+DROP FUNCTION IF EXISTS skiplock._claim_lanes(text, text[], integer, smallint[], timestamptz[]);
 CREATE OR REPLACE FUNCTION skiplock._claim_lanes(q text, kinds text[], want integer,
                                                  lane_priority smallint[], lane_since timestamptz[],
-                                                 OUT tids tid[], OUT ids bigint[], OUT read_out smallint[])
+                                                 after_lane smallint,
+                                                 OUT tids tid[], OUT ids bigint[], OUT read_out smallint[],
+                                                 OUT more_after smallint)
 -- See skiplock._claim: plans kept from the function's first calls must not scan the table.
 SET enable_seqscan = off
 LANGUAGE plpgsql AS $$
 DECLARE
     lane record;
+    lanes smallint[];
     got_tids tid[];
     got_ids bigint[];
+    max_lanes constant integer := skiplock._claim_max_lanes();
 BEGIN
     tids := '{}';
     ids := '{}';
@@ -628,27 +683,22 @@ BEGIN
     IF coalesce(want, 0) <= 0 OR coalesce(cardinality(kinds), 0) = 0 THEN
         RETURN;
     END IF;
-    IF lane_priority IS NULL THEN
-        INSERT INTO skiplock.lanes AS l (queue, priority)
-        WITH RECURSIVE p AS (
-            (SELECT j.priority FROM skiplock.jobs j
-             WHERE j.state = 'available' AND j.queue = q
-             ORDER BY j.priority LIMIT 1)
+    lanes := ARRAY(
+        SELECT DISTINCT u.p FROM (
+            (SELECT l.priority AS p FROM skiplock.lanes l
+             WHERE l.queue = q AND l.due_at IS NULL AND l.priority > coalesce(after_lane::integer, -32769)
+             ORDER BY l.priority LIMIT max_lanes)
             UNION ALL
-            SELECT (SELECT j.priority FROM skiplock.jobs j
-                    WHERE j.state = 'available' AND j.queue = q AND j.priority > p.priority
-                    ORDER BY j.priority LIMIT 1)
-            FROM p WHERE p.priority IS NOT NULL
-        )
-        SELECT q, p.priority FROM p WHERE p.priority IS NOT NULL
-        ON CONFLICT DO NOTHING;
-    END IF;
+            (SELECT l.priority FROM skiplock.lanes l
+             WHERE l.queue = q AND l.due_at <= now() AND l.priority > coalesce(after_lane::integer, -32769)
+             ORDER BY l.due_at LIMIT max_lanes)
+        ) u
+        ORDER BY 1 LIMIT max_lanes);
     FOR lane IN
-        SELECT l.priority AS p, coalesce(c.since, '-infinity') AS since
-        FROM skiplock.lanes l
-        LEFT JOIN unnest(lane_priority, lane_since) AS c(p, since) ON c.p = l.priority
-        WHERE l.queue = q
-        ORDER BY l.priority
+        SELECT u.p, coalesce(c.since, '-infinity') AS since
+        FROM unnest(lanes) AS u(p)
+        LEFT JOIN unnest(lane_priority, lane_since) AS c(p, since) ON c.p = u.p
+        ORDER BY u.p
     LOOP
         SELECT coalesce(array_agg(x.ctid), '{}'), coalesce(array_agg(x.id), '{}')
         INTO got_tids, got_ids
@@ -664,6 +714,9 @@ BEGIN
         EXIT WHEN cardinality(ids) >= want;
         read_out := read_out || lane.p;
     END LOOP;
+    IF cardinality(ids) < want AND cardinality(lanes) >= max_lanes THEN
+        more_after := lanes[cardinality(lanes)];
+    END IF;
 END;
 $$;
 
@@ -680,7 +733,9 @@ $$;
 -- the worker saw it (skiplock._heartbeat, skiplock._ack).
 --
 -- Returns the claimed jobs, then one row with id NULL: the claim's clock (`attempted_at`) and
--- the lanes it read to their end (`exhausted`), and for a controlled queue what
+-- the lanes it read to their end (`exhausted`), where the next claim resumes (`lanes_after`,
+-- API 9: the claim stopped at skiplock._claim_max_lanes lanes without filling its batch; the
+-- worker claims again at once from there), and for a controlled queue what
 -- skiplock._claim_limited reports (`controlled`, `wait_until`, `buffer_room`; its clock is
 -- NULL when its pick did not go lane by lane, and the worker's bounds then stay as they were).
 --
@@ -688,24 +743,18 @@ $$;
 -- write one) keeps it rather than failing every claim of its queue on `integer out of range`;
 -- store::claim discards such a row with the reason (sql/queue/discard_overflow.sql).
 --
--- tags and meta (API 8) are returned with each job; the return type changed, so the earlier
--- function is dropped first (only then: every migrate reapplies this file).
-DO $drop$
-BEGIN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-               WHERE n.nspname = 'skiplock' AND p.proname IN ('_claim', '_claim_limited')
-                 AND NOT 'meta' = ANY (p.proargnames)) THEN
-        DROP FUNCTION IF EXISTS skiplock._claim(text, text[], integer, text, integer, smallint[], timestamptz[]);
-        DROP FUNCTION IF EXISTS skiplock._claim_limited(text, text[], integer, text, integer, smallint[], timestamptz[]);
-    END IF;
-END;
-$drop$;
+-- tags and meta (API 8) are returned with each job; `after_lane` (API 9) is an argument and
+-- `lanes_after` a column: the forms of earlier versions are dropped first.
+DROP FUNCTION IF EXISTS skiplock._claim(text, text[], integer, text, integer, smallint[], timestamptz[]);
+DROP FUNCTION IF EXISTS skiplock._claim_limited(text, text[], integer, text, integer, smallint[], timestamptz[]);
 CREATE OR REPLACE FUNCTION skiplock._claim(q text, kinds text[], n integer, worker text, ahead integer,
-                                           lane_priority smallint[], lane_since timestamptz[])
+                                           lane_priority smallint[], lane_since timestamptz[],
+                                           after_lane smallint DEFAULT NULL)
 RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint, attempt integer,
                max_attempts integer, scheduled_at timestamptz, created_at timestamptz,
                attempted_at timestamptz, tags text[], meta jsonb, controlled boolean,
-               wait_until timestamptz, buffer_room integer, exhausted smallint[])
+               wait_until timestamptz, buffer_room integer, exhausted smallint[],
+               lanes_after smallint)
 -- A function's statements keep the plans made at its first calls. The claim's UPDATE finds
 -- its rows by ctid; planned while the table was nearly empty (a new database, or right after
 -- a TRUNCATE), a sequential scan would look as cheap and stay the plan while the table grows,
@@ -721,12 +770,12 @@ DECLARE
 BEGIN
     IF EXISTS (SELECT 1 FROM skiplock.queues c WHERE c.queue = q) THEN
         RETURN QUERY SELECT l.* FROM skiplock._claim_limited(q, kinds, n, worker, ahead,
-                                                             lane_priority, lane_since) l;
+                                                             lane_priority, lane_since, after_lane) l;
         RETURN;
     END IF;
     SELECT * INTO pick FROM skiplock._claim_lanes(
         q, kinds, greatest(coalesce(n, 0), 0) + greatest(coalesce(ahead, 0), 0),
-        lane_priority, lane_since);
+        lane_priority, lane_since, after_lane);
     started := pick.tids[1:greatest(coalesce(n, 0), 0)];
     RETURN QUERY
     UPDATE skiplock.jobs j
@@ -740,10 +789,11 @@ BEGIN
     WHERE j.ctid = ANY(pick.tids)
     RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.attempt, j.max_attempts,
               j.scheduled_at, j.created_at, j.attempted_at, j.tags, j.meta, false,
-              NULL::timestamptz, NULL::integer, NULL::smallint[];
+              NULL::timestamptz, NULL::integer, NULL::smallint[], NULL::smallint;
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::integer,
                         NULL::integer, NULL::timestamptz, NULL::timestamptz, now(), NULL::text[],
-                        NULL::jsonb, false, NULL::timestamptz, NULL::integer, pick.read_out;
+                        NULL::jsonb, false, NULL::timestamptz, NULL::integer, pick.read_out,
+                        pick.more_after;
 END;
 $$;
 
@@ -804,6 +854,10 @@ DECLARE
     acked_ids bigint[];
     finished bigint[];
     left_over bigint[];
+    back_queues text[];
+    back_priorities smallint[];
+    back_keys text[];
+    back_times timestamptz[];
 BEGIN
     WITH keyed AS MATERIALIZED (
         SELECT h.id, h.holder
@@ -858,7 +912,8 @@ BEGIN
       -- heartbeat and ack statements never deadlock each other).
       AND j.state::text = 'running'
       AND j.attempt = a.attempt
-    RETURNING j.id, j.queue, j.finalized_at IS NOT NULL AS finished
+    RETURNING j.id, j.queue, j.finalized_at IS NOT NULL AS finished, j.state = 'available' AS back,
+              j.priority, j.limit_key, j.scheduled_at
     ),
     woken AS (
         SELECT pg_notify(skiplock._wake_channel(), q.queue)
@@ -868,9 +923,17 @@ BEGIN
                         AND (c.concurrency IS NOT NULL OR c.key_concurrency IS NOT NULL))
     )
     -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
-    SELECT array_agg(acked.id), array_agg(acked.id) FILTER (WHERE acked.finished)
-    INTO acked_ids, finished
+    SELECT array_agg(acked.id), array_agg(acked.id) FILTER (WHERE acked.finished),
+           array_agg(acked.queue) FILTER (WHERE acked.back), array_agg(acked.priority) FILTER (WHERE acked.back),
+           array_agg(acked.limit_key) FILTER (WHERE acked.back),
+           array_agg(acked.scheduled_at) FILTER (WHERE acked.back)
+    INTO acked_ids, finished, back_queues, back_priorities, back_keys, back_times
     FROM acked WHERE (SELECT count(*) FROM woken) >= 0;
+    -- A job going back (a retry, a snooze) is in a lane that may have gone to sleep or away
+    -- while it ran (skiplock._lanes_need); nothing for a batch of finished jobs.
+    IF back_queues IS NOT NULL THEN
+        PERFORM skiplock._lanes_need(back_queues, back_priorities, back_keys, back_times);
+    END IF;
     -- Flows and watchers (sql/api/12_flows.sql): two index probes for a batch without either.
     IF finished IS NOT NULL THEN
         left_over := skiplock._settle(finished, 500 + cardinality(finished));
@@ -1210,6 +1273,8 @@ BEGIN
     SET state = 'available', scheduled_at = now(), finalized_at = NULL,
         max_attempts = greatest(j.max_attempts, j.attempt + 1)
     WHERE j.id = retry.id;
+    PERFORM skiplock._lanes_need(ARRAY[j.queue], ARRAY[j.priority], ARRAY[j.limit_key], ARRAY[j.scheduled_at])
+    FROM skiplock.jobs j WHERE j.id = retry.id;
     PERFORM pg_notify(skiplock._wake_channel(), q);
     -- Its flow comes back to life (sql/api/12_flows.sql): it may wait again for dependencies.
     PERFORM skiplock._revive(ARRAY[retry.id]);
@@ -1304,11 +1369,15 @@ BEGIN
             max_attempts = greatest(j.max_attempts, j.attempt + 1)
         FROM pick
         WHERE j.id = pick.id
-        RETURNING j.id, j.queue
+        RETURNING j.id, j.queue, j.priority, j.limit_key, j.scheduled_at
     ), woken AS (
         SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT m.queue FROM moved m) q
+    ), laned AS (
+        SELECT skiplock._lanes_need(array_agg(m.queue), array_agg(m.priority), array_agg(m.limit_key),
+                                    array_agg(m.scheduled_at)) FROM moved m
     )
-    SELECT (SELECT array_agg(m.id) FROM moved m), (SELECT count(*) FROM woken) INTO retried, woken_queues;
+    SELECT (SELECT array_agg(m.id) FROM moved m), (SELECT count(*) FROM woken) + (SELECT count(*) FROM laned)
+    INTO retried, woken_queues;
     n := coalesce(cardinality(retried), 0);
     IF n > 0 THEN
         PERFORM skiplock._revive(retried);
@@ -1500,11 +1569,16 @@ BEGIN
             priority = coalesce(reschedule.priority, j.priority),
             max_attempts = coalesce(reschedule.max_attempts, j.max_attempts)
         FROM locked WHERE j.id = locked.id AND j.state IN ('available', 'waiting')
-        RETURNING j.id, j.queue
+        RETURNING j.id, j.queue, j.state, j.priority, j.limit_key, j.scheduled_at
     ), woken AS (
         SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT m.queue FROM moved m) q
+    ), laned AS (
+        -- A job moved to another priority or earlier needs its lane (skiplock._lanes_need).
+        SELECT skiplock._lanes_need(array_agg(m.queue), array_agg(m.priority), array_agg(m.limit_key),
+                                    array_agg(m.scheduled_at))
+        FROM moved m WHERE m.state = 'available'
     )
-    SELECT m.id FROM moved m WHERE (SELECT count(*) FROM woken) >= 0 ORDER BY m.id;
+    SELECT m.id FROM moved m WHERE (SELECT count(*) FROM woken) + (SELECT count(*) FROM laned) >= 0 ORDER BY m.id;
 END;
 $$;
 

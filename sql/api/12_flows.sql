@@ -279,11 +279,16 @@ BEGIN
         SET state = 'available', scheduled_at = greatest(j.scheduled_at, clock_timestamp())
         FROM d
         WHERE j.id = d.job_id AND j.state = 'waiting' AND d.pending = 0 AND d.cancel_for IS NULL
-        RETURNING j.queue
+        RETURNING j.queue, j.priority, j.limit_key, j.scheduled_at
     ), woken AS (
         SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT r.queue FROM released r) q
+    ), laned AS (
+        -- Their lanes (skiplock._lanes_need): a job inserted waiting registered none.
+        SELECT skiplock._lanes_need(array_agg(r.queue), array_agg(r.priority), array_agg(r.limit_key),
+                                    array_agg(r.scheduled_at)) FROM released r
     )
-    SELECT array_agg(g.id) INTO cancelled FROM gone g WHERE (SELECT count(*) FROM woken) >= 0;
+    SELECT array_agg(g.id) INTO cancelled FROM gone g
+    WHERE (SELECT count(*) FROM woken) + (SELECT count(*) FROM laned) >= 0;
     RETURN cancelled;
 END;
 $$;
@@ -388,9 +393,13 @@ BEGIN
             FROM (SELECT done.job_id FROM done WHERE done.sole AND done.state = 'completed'
                   ORDER BY done.job_id) f
             WHERE c.id = f.job_id AND c.state = 'waiting'
-            RETURNING c.queue
+            RETURNING c.queue, c.priority, c.limit_key, c.scheduled_at
         ), woken AS (
             SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT r.queue FROM released r) q
+        ), laned AS (
+            -- Their lanes (skiplock._lanes_need): a job inserted waiting registered none.
+            SELECT skiplock._lanes_need(array_agg(r.queue), array_agg(r.priority), array_agg(r.limit_key),
+                                        array_agg(r.scheduled_at)) FROM released r
         ), per AS (
             SELECT done.job_id, count(*) AS n,
                    min(done.depends_on) FILTER (WHERE done.state <> 'completed') AS failed_dep
@@ -411,7 +420,7 @@ BEGIN
                (SELECT count(*) FROM picked),
                (SELECT count(*) FROM done)
         INTO decided, dependents, counts, failed, picked_now, done_now
-        FROM judged WHERE (SELECT count(*) FROM woken) >= 0;
+        FROM judged WHERE (SELECT count(*) FROM woken) + (SELECT count(*) FROM laned) >= 0;
         settled := settled + done_now;
         budget := budget - picked_now;
         -- A step that used up the budget may have left edges behind: the jobs it read are
@@ -592,9 +601,13 @@ BEGIN
         SET state = 'available', scheduled_at = now(), finalized_at = NULL,
             max_attempts = greatest(j.max_attempts, j.attempt + 1)
         WHERE j.id = ANY (up) AND NOT j.id = ANY (ids) AND j.state IN ('discarded', 'cancelled')
-        RETURNING j.queue
+        RETURNING j.queue, j.priority, j.limit_key, j.scheduled_at
+    ), laned AS (
+        -- Their lanes (skiplock._lanes_need), as skiplock.retry registers them.
+        SELECT skiplock._lanes_need(array_agg(m.queue), array_agg(m.priority), array_agg(m.limit_key),
+                                    array_agg(m.scheduled_at)) FROM moved m
     )
-    SELECT count(pg_notify(skiplock._wake_channel(), q.queue)) INTO woken
+    SELECT count(pg_notify(skiplock._wake_channel(), q.queue)) + (SELECT count(*) FROM laned) INTO woken
     FROM (SELECT DISTINCT m.queue FROM moved m) q;
     WITH RECURSIVE dn(id) AS (
         SELECT unnest(up)

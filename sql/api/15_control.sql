@@ -42,6 +42,29 @@ BEGIN
     ON CONFLICT ON CONSTRAINT queues_pkey DO UPDATE SET fair = EXCLUDED.fair, updated_at = now();
     IF NOT set_queue_fairness.fair THEN
         DELETE FROM skiplock.key_scans ks WHERE ks.queue = set_queue_fairness.queue;
+        DELETE FROM skiplock.key_lanes kl WHERE kl.queue = set_queue_fairness.queue;
+    ELSE
+        -- The keys it has now (skiplock.key_lanes: the fair pick walks them), each awake or
+        -- asleep until its earliest job: a loose index scan of jobs_key_claim_idx, once.
+        INSERT INTO skiplock.key_lanes (queue, limit_key, due_at)
+        WITH RECURSIVE k AS (
+            (SELECT j.limit_key AS key FROM skiplock.jobs j
+             WHERE j.state = 'available' AND j.queue = set_queue_fairness.queue AND j.limit_key > ''
+             ORDER BY j.limit_key LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.limit_key FROM skiplock.jobs j
+                    WHERE j.state = 'available' AND j.queue = set_queue_fairness.queue AND j.limit_key > k.key
+                    ORDER BY j.limit_key LIMIT 1)
+            FROM k WHERE k.key IS NOT NULL
+        )
+        SELECT set_queue_fairness.queue, k.key, CASE WHEN f.first_at <= now() THEN NULL ELSE f.first_at END
+        FROM k
+        CROSS JOIN LATERAL (SELECT min(j.scheduled_at) AS first_at FROM skiplock.jobs j
+                            WHERE j.state = 'available' AND j.queue = set_queue_fairness.queue
+                              AND j.limit_key = k.key) f
+        WHERE k.key IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM skiplock.key_lanes l
+                          WHERE l.queue = set_queue_fairness.queue AND l.limit_key = k.key);
     END IF;
     PERFORM skiplock._queue_tidy(set_queue_fairness.queue);
     PERFORM pg_notify(skiplock._wake_channel(), set_queue_fairness.queue);
@@ -73,6 +96,31 @@ BEGIN
     )
     SELECT coalesce(array_agg(w.k ORDER BY w.i), '{}') FROM w
     WHERE w.k IS NOT NULL AND (upto IS NULL OR w.k <= upto));
+END;
+$$;
+
+-- Up to `n` limit keys of fair queue `q` that may have due jobs (skiplock.key_lanes: awake,
+-- or asleep until a time that has come), in key order after `after` (NULL: from the first)
+-- and not after `upto` (NULL: to the last). A key whose jobs are all due later is not among
+-- them: however many such keys a queue has, the walk of the fair pick never reads one.
+CREATE OR REPLACE FUNCTION skiplock._fair_keys_between(q text, after text, upto text, n integer)
+RETURNS text[]
+SET enable_seqscan = off
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN ARRAY(
+        SELECT DISTINCT u.k FROM (
+            (SELECT l.limit_key AS k FROM skiplock.key_lanes l
+             WHERE l.queue = q AND l.due_at IS NULL AND l.limit_key > coalesce(after, '')
+               AND (upto IS NULL OR l.limit_key <= upto)
+             ORDER BY l.limit_key LIMIT n)
+            UNION ALL
+            (SELECT l.limit_key FROM skiplock.key_lanes l
+             WHERE l.queue = q AND l.due_at <= now() AND l.limit_key > coalesce(after, '')
+               AND (upto IS NULL OR l.limit_key <= upto)
+             ORDER BY l.due_at LIMIT n)
+        ) u
+        ORDER BY 1 LIMIT n);
 END;
 $$;
 
@@ -118,16 +166,16 @@ BEGIN
     cursor_key := start_key;
     LOOP
         IF NOT wrapped THEN
-            keys := skiplock._keys_between(q, cursor_key, NULL, n_keys);
+            keys := skiplock._fair_keys_between(q, cursor_key, NULL, n_keys);
             IF cardinality(keys) < n_keys THEN
                 -- The last key passed: round to the first, up to where this claim began.
                 wrapped := true;
                 IF start_key IS NOT NULL THEN
-                    keys := keys || skiplock._keys_between(q, NULL, start_key, n_keys - cardinality(keys));
+                    keys := keys || skiplock._fair_keys_between(q, NULL, start_key, n_keys - cardinality(keys));
                 END IF;
             END IF;
         ELSE
-            keys := skiplock._keys_between(q, cursor_key, start_key, n_keys);
+            keys := skiplock._fair_keys_between(q, cursor_key, start_key, n_keys);
         END IF;
         -- The jobs without a key go round with the first keys.
         EXIT WHEN cardinality(keys) = 0 AND examined > 0;
@@ -413,14 +461,17 @@ $$;
 -- first jobs, wherever they are), and reports no clock: the worker's bounds stay as they were.
 DROP FUNCTION IF EXISTS skiplock._claim_limited(text, text[], integer, text);
 DROP FUNCTION IF EXISTS skiplock._claim_limited(text, text[], integer, text, integer);
+DROP FUNCTION IF EXISTS skiplock._claim_limited(text, text[], integer, text, integer, smallint[], timestamptz[]);
 CREATE OR REPLACE FUNCTION skiplock._claim_limited(q text, kinds text[], n integer, worker text,
                                                    ahead integer DEFAULT 0,
                                                    lane_priority smallint[] DEFAULT NULL,
-                                                   lane_since timestamptz[] DEFAULT NULL)
+                                                   lane_since timestamptz[] DEFAULT NULL,
+                                                   after_lane smallint DEFAULT NULL)
 RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint, attempt integer,
                max_attempts integer, scheduled_at timestamptz, created_at timestamptz,
                attempted_at timestamptz, tags text[], meta jsonb, controlled boolean,
-               wait_until timestamptz, buffer_room integer, exhausted smallint[])
+               wait_until timestamptz, buffer_room integer, exhausted smallint[],
+               lanes_after smallint)
 -- See skiplock._claim: plans kept from the function's first calls must not scan the table.
 SET enable_seqscan = off
 LANGUAGE plpgsql AS $$
@@ -458,6 +509,7 @@ DECLARE
     -- The picked jobs whose start the claim writes (below).
     started bigint[];
     read_out smallint[];
+    more_after smallint;
 BEGIN
     SELECT * INTO ctl FROM skiplock.queues c WHERE c.queue = q FOR UPDATE;
     is_controlled := FOUND;
@@ -498,8 +550,8 @@ BEGIN
         picked := skiplock._fair_pick(q, kinds, free);
         fair_pick := true;
     ELSIF free > 0 AND ctl.key_concurrency IS NULL AND ctl.key_rate IS NULL THEN
-        SELECT p.ids, p.read_out INTO picked, read_out
-        FROM skiplock._claim_lanes(q, kinds, free, lane_priority, lane_since) p;
+        SELECT p.ids, p.read_out, p.more_after INTO picked, read_out, more_after
+        FROM skiplock._claim_lanes(q, kinds, free, lane_priority, lane_since, after_lane) p;
     ELSIF free > 0 THEN
         IF ctl.key_rate IS NOT NULL THEN
             step := ctl.key_period / ctl.key_rate;
@@ -653,12 +705,12 @@ BEGIN
         )
         SELECT c.id, c.kind, c.queue, c.args, c.priority, c.attempt, c.max_attempts,
                c.scheduled_at, c.created_at, c.attempted_at, c.tags, c.meta, true, next_at, room,
-               NULL::smallint[]
+               NULL::smallint[], NULL::smallint
         FROM claimed c WHERE c.state = 'running';
     END IF;
     RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint,
         NULL::integer, NULL::integer, NULL::timestamptz, NULL::timestamptz, clock, NULL::text[],
-        NULL::jsonb, is_controlled, next_at, room, read_out;
+        NULL::jsonb, is_controlled, next_at, room, read_out, more_after;
 END;
 $$;
 

@@ -365,6 +365,9 @@ BEGIN
     ORDER BY j.scheduled_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
     IF next_job IS NOT NULL THEN
         UPDATE skiplock.jobs j SET scheduled_at = now() WHERE j.id = next_job;
+        -- Moved earlier: its lane may sleep until its old time (skiplock._lanes_need).
+        PERFORM skiplock._lanes_need(ARRAY[j.queue], ARRAY[j.priority], ARRAY[j.limit_key], ARRAY[j.scheduled_at])
+        FROM skiplock.jobs j WHERE j.id = next_job;
         PERFORM pg_notify(skiplock._wake_channel(), q);
     END IF;
 END;

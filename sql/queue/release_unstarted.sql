@@ -41,10 +41,17 @@ WHERE j.id = h.id
   -- statement's snapshot; locking it there too would write a second lock per row).
   AND j.state = 'running'
   AND j.attempted_by = $1
-RETURNING j.id, j.state, j.queue
+RETURNING j.id, j.state, j.queue, j.priority, j.limit_key, j.scheduled_at
 ),
 woken AS (
     SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT released.queue FROM released) q
+),
+-- Their lanes, which may have gone to sleep or away meanwhile (skiplock._lanes_need).
+laned AS (
+    SELECT skiplock._lanes_need(array_agg(r.queue), array_agg(r.priority), array_agg(r.limit_key),
+                                array_agg(r.scheduled_at))
+    FROM released r WHERE r.state = 'available'
 )
--- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
-SELECT released.id, released.state FROM released WHERE (SELECT count(*) FROM woken) >= 0
+-- The uncorrelated sub-selects run once (InitPlans), so the notifications are sent.
+SELECT released.id, released.state FROM released
+WHERE (SELECT count(*) FROM woken) + (SELECT count(*) FROM laned) >= 0

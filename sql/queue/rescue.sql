@@ -44,10 +44,17 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded'
         || skiplock._superseded_entry(j.attempt, h.holder, j.unique_key)
 FROM held h
 WHERE j.id = h.id
-RETURNING j.id, j.kind, j.state, j.queue
+RETURNING j.id, j.kind, j.state, j.queue, j.priority, j.limit_key, j.scheduled_at
 ),
 woken AS (
     SELECT pg_notify(skiplock._wake_channel(), q.queue) FROM (SELECT DISTINCT rescued.queue FROM rescued) q
+),
+-- Their lanes, which may have gone to sleep or away while they ran (skiplock._lanes_need).
+laned AS (
+    SELECT skiplock._lanes_need(array_agg(r.queue), array_agg(r.priority), array_agg(r.limit_key),
+                                array_agg(r.scheduled_at))
+    FROM rescued r WHERE r.state = 'available'
 )
--- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
-SELECT rescued.id, rescued.kind, rescued.state FROM rescued WHERE (SELECT count(*) FROM woken) >= 0
+-- The uncorrelated sub-selects run once (InitPlans), so the notifications are sent.
+SELECT rescued.id, rescued.kind, rescued.state FROM rescued
+WHERE (SELECT count(*) FROM woken) + (SELECT count(*) FROM laned) >= 0

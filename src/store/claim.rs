@@ -51,6 +51,9 @@ pub struct Claimed {
     pub clock: Option<DateTime<Utc>>,
     /// The lanes the claim read to their end.
     pub exhausted: Vec<i16>,
+    /// The claim read as many lanes as one claim may (`skiplock._claim_max_lanes`) without
+    /// filling its batch: the next claim resumes after this lane, at once.
+    pub lanes_after: Option<i16>,
 }
 
 impl Claimed {
@@ -71,20 +74,31 @@ pub async fn claim<'c, A>(exec: A, p: ClaimParams<'_>) -> Result<Vec<Job>>
 where
     A: sqlx::Acquire<'c, Database = sqlx::Postgres>,
 {
-    Ok(claim_from(exec, p, p.limit, None).await?.jobs)
+    Ok(claim_from(exec, p, p.limit, LaneReads::default())
+        .await?
+        .jobs)
+}
+
+/// Where a claim reads a queue's lanes: each lane from its [`LaneStart`] (`starts` None: every
+/// lane from its start), the lanes after priority `after` only (None: from the first).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LaneReads<'a> {
+    /// Each lane's bound.
+    pub starts: Option<&'a [LaneStart]>,
+    /// Resume after this lane (the previous claim's `lanes_after`).
+    pub after: Option<i16>,
 }
 
 /// Claims up to `p.limit` due jobs of `p.kinds` from `p.queue` for `p.worker`
 /// (`sql/queue/claim.sql`): `free` of them for free slots, the rest for the worker's buffer (a
-/// controlled queue may give the buffer less: `skiplock._claim_limited`), each lane read from
-/// its [`LaneStart`] (`lanes` None: every lane from its start). A claimed row whose attempt
-/// counter is at its maximum is discarded with the reason and left out (a second statement,
-/// only when such a row comes back).
+/// controlled queue may give the buffer less: `skiplock._claim_limited`), each lane read as
+/// `lanes` says. A claimed row whose attempt counter is at its maximum is discarded with the
+/// reason and left out (a second statement, only when such a row comes back).
 pub async fn claim_from<'c, A>(
     exec: A,
     p: ClaimParams<'_>,
     free: usize,
-    lanes: Option<&[LaneStart]>,
+    lanes: LaneReads<'_>,
 ) -> Result<Claimed>
 where
     A: sqlx::Acquire<'c, Database = sqlx::Postgres>,
@@ -99,14 +113,14 @@ pub async fn claim_on(
     conn: &mut sqlx::PgConnection,
     p: ClaimParams<'_>,
     free: usize,
-    lanes: Option<&[LaneStart]>,
+    lanes: LaneReads<'_>,
 ) -> Result<Claimed> {
     if p.kinds.is_empty() {
         return Ok(Claimed::default());
     }
     let n = free.min(p.limit);
     let ahead = p.limit - n;
-    let (priorities, since): (Option<Vec<i16>>, Option<Vec<DateTime<Utc>>>) = match lanes {
+    let (priorities, since): (Option<Vec<i16>>, Option<Vec<DateTime<Utc>>>) = match lanes.starts {
         Some(l) => (
             Some(l.iter().map(|l| l.priority).collect()),
             Some(l.iter().map(|l| l.since).collect()),
@@ -121,6 +135,7 @@ pub async fn claim_on(
         .bind(ahead.min(i32::MAX as usize) as i32)
         .bind(priorities)
         .bind(since)
+        .bind(lanes.after)
         .fetch_all(&mut *conn)
         .await?;
     let mut out = Claimed::default();
@@ -137,6 +152,7 @@ pub async fn claim_on(
             out.exhausted = r
                 .try_get::<Option<Vec<i16>>, _>("exhausted")?
                 .unwrap_or_default();
+            out.lanes_after = r.try_get("lanes_after")?;
         }
     }
     out.held = out.controlled;

@@ -10,7 +10,7 @@ use serde::Serialize;
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Row};
 
-use super::claim::{ClaimParams, Claimed, LaneStart};
+use super::claim::{ClaimParams, Claimed, LaneReads};
 use super::{Executor, sql};
 use crate::error::{Error, Result};
 use crate::queue::Job;
@@ -40,7 +40,7 @@ pub async fn claim_any(
     pool: &super::Pool,
     params: ClaimParams<'_>,
     free: usize,
-    lanes: Option<&[LaneStart]>,
+    lanes: LaneReads<'_>,
 ) -> Result<Claimed> {
     match pool.mode() {
         super::PoolMode::Session => {

@@ -349,3 +349,73 @@ pub async fn list_periodic<'e, E: Executor<'e>>(exec: E) -> Result<Vec<DeclaredP
         .fetch_all(exec)
         .await?)
 }
+
+/// Step 1 of the lanes' upkeep (`skiplock._lanes_mark`, sql/api/50_maintenance.sql): wakes
+/// the lanes whose time came, registers lanes with available jobs and no row, and marks the
+/// rows it means to change; returns how many it marked.
+pub async fn lanes_mark<'e, E: Executor<'e>>(exec: E) -> Result<i64> {
+    Ok(super::query_scalar(sql!("maintenance", "lanes_mark"))
+        .fetch_one(exec)
+        .await?)
+}
+
+/// What step 2 of the lanes' upkeep found: the rows marked (lanes', fair queues' keys'), and
+/// the transactions writing jobs when it looked.
+#[derive(Debug, Clone, Default, sqlx::FromRow)]
+pub struct LanesMarked {
+    /// Marked rows of `skiplock.lanes` (their ctids, as text).
+    pub lane_rows: Vec<String>,
+    /// Marked rows of `skiplock.key_lanes`.
+    pub key_rows: Vec<String>,
+    /// The virtual transaction ids of the transactions then writing jobs.
+    pub writers: Vec<String>,
+}
+
+/// Step 2 of the lanes' upkeep (`skiplock._lanes_marked`).
+pub async fn lanes_marked<'e, E: Executor<'e>>(exec: E) -> Result<LanesMarked> {
+    Ok(super::query_as(sql!("maintenance", "lanes_marked"))
+        .fetch_one(exec)
+        .await?)
+}
+
+/// How many of `writers` are still running (`skiplock._lanes_writers_left`).
+pub async fn lanes_writers_left<'e, E: Executor<'e>>(exec: E, writers: &[String]) -> Result<i32> {
+    Ok(super::query_scalar(sql!("maintenance", "lanes_writers_left"))
+        .bind(writers)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Step 3 of the lanes' upkeep (`skiplock._lanes_settle`): the marked rows decided again;
+/// returns how many it removed.
+pub async fn lanes_settle<'e, E: Executor<'e>>(exec: E, m: &LanesMarked) -> Result<i64> {
+    Ok(super::query_scalar(sql!("maintenance", "lanes_settle"))
+        .bind(&m.lane_rows)
+        .bind(&m.key_rows)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// How often [`tidy_lanes`] looks whether the writers it waits for have ended.
+const WRITERS_POLL: Duration = Duration::from_millis(10);
+
+/// The lanes' upkeep, retention's last step (docs/internals.md, "Claims when Postgres cannot
+/// vacuum"): marks the lane rows to change, waits at most `wait` for every transaction that
+/// was writing jobs when the marks committed, then decides those rows again. Returns the rows
+/// removed, or None when a writer was still running at the deadline (a long transaction): the
+/// marks stay, and the next pass waits again.
+pub async fn tidy_lanes(pool: &super::Pool, wait: Duration) -> Result<Option<i64>> {
+    lanes_mark(pool).await?;
+    let m = lanes_marked(pool).await?;
+    if m.lane_rows.is_empty() && m.key_rows.is_empty() {
+        return Ok(Some(0));
+    }
+    let deadline = std::time::Instant::now() + wait;
+    while lanes_writers_left(pool, &m.writers).await? > 0 {
+        if std::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(WRITERS_POLL).await;
+    }
+    Ok(Some(lanes_settle(pool, &m).await?))
+}

@@ -219,10 +219,14 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // counts; wait() checks its timeout in seconds; the finished channel's name is a secret
     // (migration 0010); retention keeps a dependency for one more period at most.
     // The third hardening: the enqueue check at serde_json's float edge (args and meta), a
-    // job's replace entries bounded to the latest ten.
+    // job's replace entries bounded to the latest ten; lanes that sleep (core migration 0011):
+    // skiplock._claim reads at most skiplock._claim_max_lanes lanes a job may be due in and
+    // says where the next claim resumes (`lanes_after`), an enqueue never waits for another's
+    // lane row, and fair queues walk only their keys with due jobs (skiplock.key_lanes).
+    // Workers of version 8 stop on the schema change (the claim's arguments changed).
     (
         9,
-        "b61bf0f305cc12c9da37a1ba38985f7376ba66312404d83bcf31b00a353b8e31",
+        "8bfea96e6db4fd52176f79783ad12f0cc73e2863369baed0d75909832a603d51",
     ),
 ];
 

@@ -33,6 +33,9 @@ const IN_FLIGHT: Duration = Duration::from_secs(600);
 #[derive(Debug, Clone)]
 pub struct Cursors {
     lanes: BTreeMap<i16, DateTime<Utc>>,
+    /// The last claim read as many lanes as one claim may without filling its batch: the next
+    /// one resumes after this lane (`skiplock._claim_lanes`).
+    after: Option<i16>,
     /// When the next claim from the start is due (None: now).
     from_start_at: Option<Instant>,
     lookback: chrono::TimeDelta,
@@ -48,6 +51,8 @@ pub struct Answer<'a> {
     pub exhausted: &'a [i16],
     /// Priority and scheduled_at of each job claimed.
     pub claimed: &'a [(i16, DateTime<Utc>)],
+    /// Where the next claim resumes (None: from the first lane).
+    pub lanes_after: Option<i16>,
 }
 
 impl Cursors {
@@ -55,6 +60,7 @@ impl Cursors {
     pub fn new(lookback: Duration, every: Duration) -> Self {
         Cursors {
             lanes: BTreeMap::new(),
+            after: None,
             from_start_at: None,
             lookback: chrono::TimeDelta::from_std(lookback).unwrap_or(chrono::TimeDelta::MAX),
             every,
@@ -76,6 +82,11 @@ impl Cursors {
         )
     }
 
+    /// The lane the next claim resumes after (None: it reads from the first lane).
+    pub fn after(&self) -> Option<i16> {
+        self.after
+    }
+
     /// Records a claim's answer. `from_start`: it was sent without lanes, at `sent` and
     /// answered after `took`.
     pub fn answered(&mut self, from_start: bool, sent: Instant, took: Duration, a: Answer<'_>) {
@@ -85,6 +96,7 @@ impl Cursors {
             let wait = self.every.max(took.div_f64(FROM_START_SHARE));
             self.from_start_at = Some(sent + took + wait);
         }
+        self.after = a.lanes_after;
         let Some(clock) = a.clock else { return };
         let bound = clock.checked_sub_signed(self.lookback).unwrap_or(clock);
         for &p in a.exhausted {
@@ -107,6 +119,7 @@ impl Cursors {
     /// claim reads every lane from its start.
     pub fn failed(&mut self) {
         self.from_start_at = None;
+        self.after = None;
     }
 
     fn raise(&mut self, p: i16, since: DateTime<Utc>) {
@@ -136,6 +149,7 @@ mod tests {
                 clock: Some(t(100)),
                 exhausted: &[0],
                 claimed: &[],
+                lanes_after: None,
             },
         );
         assert_eq!(
@@ -161,6 +175,7 @@ mod tests {
                 clock: Some(t(10)),
                 exhausted: &[-1, 0, 5],
                 claimed: &[],
+                lanes_after: None,
             },
         );
         // Lane 0 read to its end; lane 5 filled the claim at its job of t(3).
@@ -172,6 +187,7 @@ mod tests {
                 clock: Some(t(50)),
                 exhausted: &[-1, 0],
                 claimed: &[(0, t(49)), (5, t(2)), (5, t(3))],
+                lanes_after: None,
             },
         );
         let lanes = c.next(now).unwrap();
@@ -201,6 +217,7 @@ mod tests {
                 clock: Some(t(20)),
                 exhausted: &[0],
                 claimed: &[],
+                lanes_after: None,
             },
         );
         assert_eq!(
@@ -219,6 +236,7 @@ mod tests {
                 clock: Some(t(60)),
                 exhausted: &[],
                 claimed: &[(5, t(60))],
+                lanes_after: None,
             },
         );
         assert_eq!(
@@ -243,6 +261,7 @@ mod tests {
                 clock: Some(t(0)),
                 exhausted: &[0],
                 claimed: &[],
+                lanes_after: None,
             },
         );
         assert!(c.next(now + Duration::from_millis(900)).is_some());
@@ -256,6 +275,7 @@ mod tests {
                 clock: Some(t(0)),
                 exhausted: &[0],
                 claimed: &[],
+                lanes_after: None,
             },
         );
         assert!(c.next(now + Duration::from_secs(29)).is_some());
@@ -269,6 +289,7 @@ mod tests {
                 clock: Some(t(100)),
                 exhausted: &[0, 3],
                 claimed: &[],
+                lanes_after: None,
             },
         );
         c.answered(
@@ -279,6 +300,7 @@ mod tests {
                 clock: Some(t(200)),
                 exhausted: &[],
                 claimed: &[(0, t(150))],
+                lanes_after: None,
             },
         );
         assert_eq!(
@@ -288,5 +310,27 @@ mod tests {
                 since: t(150)
             }]
         );
+    }
+
+    #[test]
+    fn a_claim_that_read_as_many_lanes_as_it_may_is_resumed_after_its_last_lane() {
+        let now = Instant::now();
+        let mut c = Cursors::new(Duration::from_secs(1), Duration::from_secs(1));
+        let answer = |after| Answer {
+            clock: Some(t(10)),
+            exhausted: &[-3, -2],
+            claimed: &[],
+            lanes_after: after,
+        };
+        assert_eq!(c.after(), None);
+        c.answered(true, now, Duration::from_millis(1), answer(Some(-2)));
+        assert_eq!(c.after(), Some(-2));
+        // The claim from there read to the last lane: the next one starts from the first.
+        c.answered(false, now, Duration::from_millis(1), answer(None));
+        assert_eq!(c.after(), None);
+        // A failed claim starts again from the first lane too.
+        c.answered(false, now, Duration::from_millis(1), answer(Some(7)));
+        c.failed();
+        assert_eq!(c.after(), None);
     }
 }

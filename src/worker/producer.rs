@@ -36,7 +36,7 @@ use crate::db::outage::Backoff;
 use crate::error::Result;
 use crate::queue::Job;
 use crate::queue::backoff::random_jitter;
-use crate::store::claim::ClaimParams;
+use crate::store::claim::{ClaimParams, LaneReads};
 use crate::store::claim::Claimed;
 use crate::store::control::{BufferControl, buffer_control, claim_any};
 use crate::store::notify::{waiting_add, waiting_remove};
@@ -636,7 +636,10 @@ impl ClaimLoop {
         self.buffer_room = c.buffer_room;
         sh.metrics.claimed(c.jobs.len());
         self.backoff.reset();
-        self.backlog = look_again(c.jobs.len(), want, started_at, self.wakes);
+        // A claim that stopped at the most lanes one claim reads left lanes unread: the next
+        // one reads them at once (skiplock._claim_lanes), not at the next poll.
+        self.backlog =
+            look_again(c.jobs.len(), want, started_at, self.wakes) || c.lanes_after.is_some();
         if self.backlog {
             self.busy_since.get_or_insert_with(Instant::now);
         } else {
@@ -764,8 +767,15 @@ fn start_claim(
             worker: &sh.worker_id,
         };
         let sent = Instant::now();
-        let lanes = p.cursors().next(sent);
-        let r = claim_any(&sh.pool, params, free, lanes.as_deref()).await;
+        let (lanes, after) = {
+            let mut c = p.cursors();
+            (c.next(sent), c.after())
+        };
+        let reads = LaneReads {
+            starts: lanes.as_deref(),
+            after,
+        };
+        let r = claim_any(&sh.pool, params, free, reads).await;
         match &r {
             Ok(c) => {
                 if let Some(clock) = c.clock {
@@ -784,6 +794,7 @@ fn start_claim(
                         clock: c.clock,
                         exhausted: &c.exhausted,
                         claimed: &claimed,
+                        lanes_after: c.lanes_after,
                     },
                 );
             }

@@ -142,8 +142,20 @@ pub async fn run_retention(pool: &Pool, settings: &RetentionSettings) -> Result<
             "retention forgot unique_for windows and key holds that had passed"
         );
     }
+    match store::maintenance::tidy_lanes(pool, LANES_WAIT).await? {
+        Some(0) => {}
+        Some(n) => tracing::debug!(rows = n, "retention removed lane rows no job needs"),
+        None => tracing::debug!(
+            "a transaction writing jobs outlasted the wait; the lanes are tidied at the next pass"
+        ),
+    }
     Ok(total)
 }
+
+/// How long a retention pass waits for the transactions writing jobs when it marked lanes to
+/// tidy (store::maintenance::tidy_lanes): enqueues and claims take milliseconds, so only a
+/// transaction left open makes it give up until the next pass.
+const LANES_WAIT: Duration = Duration::from_secs(10);
 
 /// The `retain` job: one retention pass; completes with
 /// `{"deleted": N, "completed_after_s": …, "failed_after_s": …}`. Args are ignored.
