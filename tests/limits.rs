@@ -1393,3 +1393,155 @@ async fn a_worker_claims_again_at_once_while_keys_are_left_unexamined() {
     );
     w.stop().await.unwrap();
 }
+
+/// Calls of skiplock._claim_limited in this database so far, as its function statistics
+/// report them (a backend reports its counts within about ten seconds of its last call).
+async fn limited_claims(p: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions
+         WHERE schemaname = 'skiplock' AND funcname = '_claim_limited'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap()
+}
+
+/// A key-rate queue (one start an hour per key) whose 300 keys each started their first job
+/// and have a second one due: every due job waits for its key's rate, and one walk over the
+/// keys takes two claims (one examines at most `claim_limited.max_keys`, 250). The worker then
+/// sleeps until the earliest start a rate allows instead of claiming in a loop: over a window
+/// of five seconds it makes a handful of claims at most. Its claims answer 20 ms late (a
+/// test-only fault point), as on a loaded database. Counted in calls of
+/// skiplock._claim_limited (the database's function statistics), not by timing. Before, a
+/// claim that asked to be followed at once left its elapsed `wait_until` behind, which fired a
+/// poll at each turn of the producer's loop while the next claim was in flight, each counting
+/// as a wake-up that claim may have missed: about 150 claims a second, for as long as the
+/// rates held the jobs.
+#[tokio::test]
+async fn a_worker_does_not_claim_in_a_loop_while_every_due_key_waits_for_its_rate() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE {} SET track_functions = 'pl'",
+        db.name
+    )))
+    .execute(&**p)
+    .await
+    .unwrap();
+    control::set_key_limit(
+        p,
+        "tenants",
+        KeyLimit {
+            concurrency: None,
+            rate: Some(Rate {
+                count: 1,
+                period: Duration::from_secs(3600),
+            }),
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO skiplock.jobs (kind, queue, limit_key, scheduled_at)
+         SELECT 'noop', 'tenants', 'k' || lpad(g::text, 4, '0'), '1970-01-02'
+         FROM generate_series(1, 300) g, generate_series(1, 2)",
+    )
+    .execute(&**p)
+    .await
+    .unwrap();
+    // A pool opened after the setting, so the worker's sessions count their calls.
+    let counted: skiplock::Pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&db.url)
+        .await
+        .unwrap()
+        .into();
+    let settings = skiplock::config::QueueSettings {
+        queues: Some([("tenants".to_string(), 10)].into_iter().collect()),
+        ..fast_settings()
+    };
+    let mut b = skiplock::worker::Worker::builder(counted)
+        .settings(settings)
+        .without_maintenance();
+    skiplock::worker::builtin::register(b.registry_mut());
+    let worker = b.build();
+    skiplock::worker::faults::delay_claims(worker.id(), Duration::from_millis(20));
+    let w = run_worker(worker);
+    wait_for(
+        "every key's first job to run",
+        Duration::from_secs(120),
+        || async { (count_state(p, "completed").await == 300).then_some(()) },
+    )
+    .await;
+    // Every claim made so far reaches the statistics first.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let before = limited_claims(p).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = limited_claims(p).await - before;
+    w.stop().await.unwrap();
+    assert!(during <= 10, "{during} claims in five seconds");
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM skiplock.jobs WHERE state = 'available'"
+        )
+        .await,
+        300,
+        "no key started a second job"
+    );
+}
+
+/// While every due job of a key-rate queue waits for its key's rate (an hour here), its
+/// worker sleeps until the earliest start, but a job that becomes due meanwhile (a new key's,
+/// enqueued with a `run_at` two seconds ahead) still runs when it is due: the claim that sent
+/// the worker to sleep named that time too (skiplock._next_due), not only the rates' next start.
+#[tokio::test]
+async fn a_job_that_becomes_due_in_a_queue_held_by_its_rates_runs_when_due() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    control::set_key_limit(
+        p,
+        "tenants",
+        KeyLimit {
+            concurrency: None,
+            rate: Some(Rate {
+                count: 1,
+                period: Duration::from_secs(3600),
+            }),
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO skiplock.jobs (kind, queue, limit_key, scheduled_at)
+         SELECT 'noop', 'tenants', 'k' || g, '1970-01-02'
+         FROM generate_series(1, 3) g, generate_series(1, 2)",
+    )
+    .execute(&**p)
+    .await
+    .unwrap();
+    let later = enqueue(
+        p,
+        &NewJob::new("noop", json!({}))
+            .queue("tenants")
+            .limit_key("fresh")
+            .run_at(chrono::Utc::now() + chrono::Duration::seconds(2)),
+    )
+    .await
+    .unwrap()
+    .id;
+    let settings = skiplock::config::QueueSettings {
+        queues: Some([("tenants".to_string(), 10)].into_iter().collect()),
+        ..fast_settings()
+    };
+    let w = start_builtin(p, settings);
+    // Well within the worker's fallback nap of a minute (producer::HELD_NAP).
+    wait_for(
+        "the job due two seconds later",
+        Duration::from_secs(30),
+        || async { (state_of(&db, later).await == "completed").then_some(()) },
+    )
+    .await;
+    w.stop().await.unwrap();
+    assert_eq!(count_state(p, "completed").await, 4);
+}

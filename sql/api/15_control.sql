@@ -411,6 +411,29 @@ BEGIN
 END;
 $$;
 
+-- When the next available job of queue `q` not yet due becomes due (NULL: none): the
+-- earliest sleeping lane's time, and each awake lane's first job after now (at most
+-- skiplock._claim_max_lanes lanes; a sleeping lane whose time has come counts as awake, and
+-- the maintenance wakes it). One probe per lane.
+CREATE OR REPLACE FUNCTION skiplock._next_due(q text) RETURNS timestamptz
+SET enable_seqscan = off
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        SELECT min(x.t) FROM (
+            (SELECT l.due_at AS t FROM skiplock.lanes l
+             WHERE l.queue = q AND l.due_at > now() ORDER BY l.due_at LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.scheduled_at FROM skiplock.jobs j
+                    WHERE j.state = 'available' AND j.queue = q AND j.priority = a.p AND j.scheduled_at > now()
+                    ORDER BY j.scheduled_at LIMIT 1)
+            FROM (SELECT DISTINCT l.priority AS p FROM skiplock.lanes l
+                  WHERE l.queue = q AND l.due_at IS NULL
+                  ORDER BY 1 LIMIT skiplock._claim_max_lanes()) a
+        ) x);
+END;
+$$;
+
 -- The claim of a controlled queue (one with a row in skiplock.queues). Returns the claimed
 -- jobs (the columns of sql/queue/claim.sql) and always one extra row with id NULL that says
 -- whether the queue is still controlled (false: use the plain claim again), the earliest
@@ -661,6 +684,12 @@ BEGIN
                 -- claims again at once rather than at its next poll.
                 next_at := t;
             END IF;
+        END IF;
+        -- The due jobs left wait for their keys' rates until next_at: the worker sleeps until
+        -- then (src/worker/producer.rs, limit_nap) instead of reading every key again at each
+        -- poll, so the answer names the next job that becomes due as well, if it comes first.
+        IF next_at > t THEN
+            next_at := least(next_at, skiplock._next_due(q));
         END IF;
     END IF;
 

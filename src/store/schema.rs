@@ -223,10 +223,12 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // skiplock._claim reads at most skiplock._claim_max_lanes lanes a job may be due in and
     // says where the next claim resumes (`lanes_after`), an enqueue never waits for another's
     // lane row, and fair queues walk only their keys with due jobs (skiplock.key_lanes).
-    // Workers of version 8 stop on the schema change (the claim's arguments changed).
+    // A key-rate queue's claim that sends the worker to sleep names the next job due too
+    // (skiplock._next_due). Workers of version 8 stop on the schema change (the claim's
+    // arguments changed).
     (
         9,
-        "8bfea96e6db4fd52176f79783ad12f0cc73e2863369baed0d75909832a603d51",
+        "c750c49ba4dd7d0c6c68cea18ddff8f8c4ca73522fdb5560761602879fc8a20e",
     ),
 ];
 

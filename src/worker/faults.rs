@@ -1,8 +1,8 @@
 //! Fault points for the supervision tests: with the `fault-injection` feature (enabled only
 //! for this crate's own tests, through its dev-dependency on itself), a test can make one
 //! task of one worker panic at a chosen point, or make a pack wait between building and
-//! uploading its artifact (so a worker can be killed mid-pack), or hold a worker's claims
-//! after they answered (so something can happen while one is in flight). Without the feature, [`hit`]
+//! uploading its artifact (so a worker can be killed mid-pack), or hold or slow a worker's
+//! claims after they answered (so something can happen while one is in flight). Without the feature, [`hit`]
 //! [`upload_delay`] and `claim_returned` are empty inline functions: no setting, no production code path can
 //! reach a fault.
 
@@ -32,6 +32,22 @@ mod armed {
     static ARMED: Mutex<Vec<(String, Point, u32)>> = Mutex::new(Vec::new());
     static CLAIM_GATES: Mutex<Vec<(String, std::sync::Arc<super::ClaimGate>)>> =
         Mutex::new(Vec::new());
+    static CLAIM_DELAYS: Mutex<Vec<(String, Duration)>> = Mutex::new(Vec::new());
+
+    pub fn delay_claims(worker_id: &str, delay: Duration) {
+        CLAIM_DELAYS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((worker_id.to_string(), delay));
+    }
+
+    pub fn claim_delay(worker_id: &str) -> Option<Duration> {
+        let delays = CLAIM_DELAYS.lock().unwrap_or_else(|p| p.into_inner());
+        delays
+            .iter()
+            .find(|(w, _)| w == worker_id)
+            .map(|(_, d)| *d)
+    }
 
     pub fn gate_claims(worker_id: &str) -> std::sync::Arc<super::ClaimGate> {
         let gate = std::sync::Arc::new(super::ClaimGate::default());
@@ -166,9 +182,19 @@ pub fn gate_claims(worker_id: &str) -> std::sync::Arc<ClaimGate> {
     armed::gate_claims(worker_id)
 }
 
-/// Where a claim's answer waits if a test gated the worker's claims.
+/// From now on, every claim of worker `worker_id` in this process answers `delay` after its
+/// statement did, as claims do on a loaded database (only with `fault-injection`).
+#[cfg(feature = "fault-injection")]
+pub fn delay_claims(worker_id: &str, delay: Duration) {
+    armed::delay_claims(worker_id, delay)
+}
+
+/// Where a claim's answer waits if a test gated or delayed the worker's claims.
 #[cfg(feature = "fault-injection")]
 pub(crate) async fn claim_returned(worker_id: &str) {
+    if let Some(d) = armed::claim_delay(worker_id) {
+        tokio::time::sleep(d).await;
+    }
     if let Some(g) = armed::claim_gate(worker_id) {
         g.arrived.add_permits(1);
         if let Ok(p) = g.open.acquire().await {

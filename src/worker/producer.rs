@@ -359,6 +359,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
         let poll = limit_nap(
             l.shared.settings.poll_interval,
             l.wait_until,
+            l.held_back && l.listens,
             chrono::Utc::now(),
         );
         tokio::select! {
@@ -434,8 +435,12 @@ struct ClaimLoop {
     put_back: bool,
     /// When to claim again after one of our jobs freed a slot of a held-back queue.
     settle_at: Option<tokio::time::Instant>,
-    /// When a job held back by a key's rate may start.
+    /// When a job held back by a key's rate may start (or, the claim's own clock: claim again
+    /// at once). Cleared once the claim it asked for is sent.
     wait_until: Option<chrono::DateTime<chrono::Utc>>,
+    /// The worker LISTENs for wake-ups (a session pool, or `SKIPLOCK_LISTEN_URL`): a producer
+    /// held back by a key's rate may then sleep until its next start.
+    listens: bool,
 }
 
 impl ClaimLoop {
@@ -444,6 +449,8 @@ impl ClaimLoop {
         p.one_at_a_time.store(careful_left > 0, Ordering::Relaxed);
         let stop = shared.stop_claiming.clone();
         let cooldown = shared.settings.fetch_cooldown;
+        let listens = shared.pool.mode() == crate::store::PoolMode::Session
+            || shared.settings.listen_url.is_some();
         ClaimLoop {
             shared,
             p,
@@ -468,6 +475,7 @@ impl ClaimLoop {
             put_back: false,
             settle_at: None,
             wait_until: None,
+            listens,
         }
     }
 
@@ -567,6 +575,13 @@ impl ClaimLoop {
             ) {
                 ClaimNow::Now(want) => {
                     let want = self.claim_cap.map_or(want, |c| want.min(c));
+                    // The wait the last answer named is over once this claim is sent: kept, an
+                    // elapsed one would fire a poll at every turn of the loop while this claim is
+                    // in flight, and each would count as a wake-up it may have missed
+                    // (look_again), so the claims never stopped while a key's rate held jobs
+                    // back (tests/limits.rs
+                    // `a_worker_does_not_claim_in_a_loop_while_every_due_key_waits_for_its_rate`).
+                    self.wait_until = None;
                     self.last_claim = Instant::now();
                     self.inflight_want += want;
                     self.inflight
@@ -734,16 +749,28 @@ impl ClaimLoop {
 /// finished before it claims again, so the job no longer counts as running.
 const ACK_SETTLE: Duration = Duration::from_millis(20);
 
+/// The longest a producer held back by a key's rate sleeps before it claims again (unless a
+/// wake-up comes first): every change that could let a job start sooner wakes it (an insert,
+/// a slot freed, a limit changed, the listener reconnecting), and its claim's `wait_until`
+/// names the earliest start a key's rate allows or the next job due, whichever is first; this
+/// is only the fallback should one be missed.
+pub const HELD_NAP: Duration = Duration::from_secs(60);
+
 /// How long an idle producer waits at most before claiming again: the poll interval, or
 /// less when a job held back by a key's rate may start sooner (a few ms after it may).
+/// `held`: every due job of the queue waits for a key's rate (its last claim took none and
+/// named `wait_until`) and wake-ups are heard: then it waits until `wait_until`, at most the
+/// longer of the poll interval and [`HELD_NAP`], rather than re-reading every key at each poll.
 pub(crate) fn limit_nap(
     poll: Duration,
     wait_until: Option<chrono::DateTime<chrono::Utc>>,
+    held: bool,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Duration {
+    let most = if held { poll.max(HELD_NAP) } else { poll };
     match wait_until {
         Some(at) => {
-            ((at - now).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(2)).min(poll)
+            ((at - now).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(2)).min(most)
         }
         None => poll,
     }
@@ -1165,13 +1192,33 @@ mod tests {
     fn a_rate_limited_producer_naps_until_the_next_allowed_start() {
         let poll = Duration::from_secs(1);
         let now = chrono::Utc::now();
-        assert_eq!(limit_nap(poll, None, now), poll);
+        assert_eq!(limit_nap(poll, None, false, now), poll);
         let soon = now + chrono::TimeDelta::milliseconds(300);
-        assert_eq!(limit_nap(poll, Some(soon), now), Duration::from_millis(302));
+        assert_eq!(
+            limit_nap(poll, Some(soon), false, now),
+            Duration::from_millis(302)
+        );
         let late = now + chrono::TimeDelta::seconds(30);
-        assert_eq!(limit_nap(poll, Some(late), now), poll);
+        assert_eq!(limit_nap(poll, Some(late), false, now), poll);
         let past = now - chrono::TimeDelta::seconds(3);
-        assert_eq!(limit_nap(poll, Some(past), now), Duration::from_millis(2));
+        assert_eq!(
+            limit_nap(poll, Some(past), false, now),
+            Duration::from_millis(2)
+        );
+        // Every due job held by a rate: until the next start, at most HELD_NAP (or the poll
+        // interval, when it is longer); nothing held, the poll interval.
+        assert_eq!(
+            limit_nap(poll, Some(late), true, now),
+            Duration::from_millis(30_002)
+        );
+        let much_later = now + chrono::TimeDelta::hours(1);
+        assert_eq!(limit_nap(poll, Some(much_later), true, now), HELD_NAP);
+        let long_poll = Duration::from_secs(600);
+        assert_eq!(
+            limit_nap(long_poll, Some(much_later), true, now),
+            long_poll
+        );
+        assert_eq!(limit_nap(poll, None, true, now), poll);
     }
 
     #[test]
