@@ -1550,6 +1550,211 @@ async fn a_job_replaced_again_and_again_keeps_its_latest_replaces_only_and_count
     );
 }
 
+/// (id, outcome) of one `skiplock.enqueue_result` call `call` (its arguments) as `pool`'s login.
+async fn enqueue_result(pool: &PgPool, call: &str) -> (i64, String) {
+    sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT id, outcome::text FROM skiplock.enqueue_result({call})"
+    )))
+    .fetch_one(pool)
+    .await
+    .unwrap_or_else(|e| panic!("{call}: {e}"))
+}
+
+/// Another enqueuer (another login) cannot squat a `unique_for` window: the attacker's window
+/// taken first in the victim's kind and queue (its job due in 9999) is the attacker's, and the
+/// victim's enqueue makes the victim's own job, which its later enqueues in the window find.
+/// Without key scopes the victim's call answered `deduplicated` with the attacker's job, for
+/// the whole window.
+#[tokio::test]
+async fn another_enqueuer_cannot_squat_a_unique_for_window() {
+    let db = TestDb::new().await;
+    let attacker = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let victim = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let (e, v) = (attacker.pool(&db).await, victim.pool(&db).await);
+    let (squat, _) = enqueue_result(
+        &e,
+        "'digest', '{\"evil\": 1}', 'mail', run_at => '9999-01-01', unique_for => interval '100 years'",
+    )
+    .await;
+    let call = "'digest', '{\"user\": \"alice\"}', 'mail', unique_for => interval '100 years'";
+    let (mine, outcome) = enqueue_result(&v, call).await;
+    assert_ne!(mine, squat);
+    assert_eq!(outcome, "inserted");
+    assert_eq!(
+        enqueue_result(&v, call).await,
+        (mine, "deduplicated".to_string())
+    );
+    // The same with a key derived from the args.
+    let by = "'digest', '{\"user\": \"bob\"}', 'mail', unique_by => 'args:user', unique_for => interval '100 years'";
+    let (theirs, _) = enqueue_result(&e, by).await;
+    let (mine, outcome) = enqueue_result(&v, by).await;
+    assert_eq!(outcome, "inserted");
+    assert_ne!(mine, theirs);
+}
+
+/// A window whose job was cancelled is free again: an operator cancelling a squatter (here a
+/// job holding the victim's own key, which any enqueuer of the kind and queue may name), or an
+/// enqueuer cancelling its own, lets the next enqueue in the window make a new job. Without it
+/// the window stayed spent on the cancelled job, whatever the operator did.
+#[tokio::test]
+async fn a_cancelled_job_frees_its_unique_for_window() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let attacker = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let victim = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let (e, v) = (attacker.pool(&db).await, victim.pool(&db).await);
+    let call =
+        "'charge', '{}', 'billing', unique_key => 'order:77', unique_for => interval '100 years'";
+    // The attacker holds the key (a key one names is shared by the kind and queue).
+    let (squat, _) = enqueue_result(
+        &e,
+        "'charge', '{\"evil\": 1}', 'billing', run_at => '9999-01-01', unique_key => 'order:77',
+         unique_for => interval '100 years'",
+    )
+    .await;
+    assert_eq!(
+        enqueue_result(&v, call).await,
+        (squat, "deduplicated".to_string())
+    );
+    exec(p, &format!("SELECT skiplock.cancel({squat})")).await;
+    let (mine, outcome) = enqueue_result(&v, call).await;
+    assert_eq!(outcome, "inserted");
+    assert_ne!(mine, squat);
+    assert_eq!(
+        enqueue_result(&v, call).await,
+        (mine, "deduplicated".to_string())
+    );
+    // Its own job cancelled: the window is free again too.
+    exec(p, &format!("SELECT skiplock.cancel({mine})")).await;
+    let (again, outcome) = enqueue_result(&v, call).await;
+    assert_eq!(outcome, "inserted");
+    assert!(again != mine && again != squat);
+}
+
+/// `unique_by` is no oracle on another enqueuer's pending args: the attacker's guess of the
+/// victim's args, in a transaction it rolls back, answers `inserted` (its own key), never
+/// `deduplicated` with the victim's job; and it cannot name the victim's derived key itself,
+/// `args:` being reserved to `unique_by`. Without key scopes the answer told the attacker
+/// which addresses had a pending password reset, and left no trace.
+#[tokio::test]
+async fn unique_by_tells_another_enqueuer_nothing_of_pending_args() {
+    let db = TestDb::new().await;
+    let attacker = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let victim = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let (e, v) = (attacker.pool(&db).await, victim.pool(&db).await);
+    let (reset, _) = enqueue_result(
+        &v,
+        "'reset-password', '{\"email\": \"alice@corp.example\", \"token\": \"t1\"}', 'auth',
+         unique_by => 'args:email'",
+    )
+    .await;
+    let mut tx = e.begin().await.unwrap();
+    let (id, outcome): (i64, String) = sqlx::query_as(
+        "SELECT id, outcome::text FROM skiplock.enqueue_result('reset-password',
+             '{\"email\": \"alice@corp.example\"}', 'auth', unique_by => 'args:email')",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(outcome, "inserted");
+    assert_ne!(id, reset);
+    // The victim's key, named outright, is refused before anything is looked up.
+    let key: String = sqlx::query_scalar("SELECT unique_key FROM skiplock.jobs WHERE id = $1")
+        .bind(reset)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap();
+    let e_err = sqlx::query_scalar::<_, i64>(
+        "SELECT skiplock.enqueue('reset-password', '{}', 'auth', unique_key => $1)",
+    )
+    .bind(&key)
+    .fetch_one(&e)
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e_err.contains("unique_key prefix 'args:' is reserved"),
+        "{e_err}"
+    );
+    // Nor can it replace the victim's job through its own call.
+    let (replaced, outcome) = enqueue_result(
+        &e,
+        "'reset-password', '{\"email\": \"alice@corp.example\", \"redirect\": \"https://evil.example\"}',
+         'auth', unique_by => 'args:email', on_conflict => 'replace'",
+    )
+    .await;
+    assert_eq!(outcome, "inserted");
+    assert_ne!(replaced, reset);
+}
+
+/// An enqueuer's open transaction never makes another enqueuer's `unique_for` enqueue wait: the
+/// attacker's uncommitted window is its own. (The window's primary key was the kind, queue and
+/// key alone, so the victim's insert waited for the attacker's commit, for as long as the
+/// attacker liked.) Within one login a second caller still waits for the first's commit and
+/// then finds its job, and logins the owner gave one key scope share their windows.
+#[tokio::test]
+async fn another_enqueuers_open_transaction_never_makes_a_unique_for_enqueue_wait() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let attacker = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let victim = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let (e, v) = (attacker.pool(&db).await, victim.pool(&db).await);
+    let call = "'digest2', '{}', 'mail', unique_for => interval '100 years'";
+    let mut open = e.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT skiplock.enqueue_result({call})"
+    )))
+    .execute(&mut *open)
+    .await
+    .unwrap();
+    let mut vc = v.acquire().await.unwrap();
+    sqlx::query("SET statement_timeout = '5s'")
+        .execute(&mut *vc)
+        .await
+        .unwrap();
+    let (_, outcome): (i64, String) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT id, outcome::text FROM skiplock.enqueue_result({call})"
+    )))
+    .fetch_one(&mut *vc)
+    .await
+    .expect("the victim's enqueue waited for the attacker's open transaction");
+    assert_eq!(outcome, "inserted");
+    drop(vc);
+    open.rollback().await.unwrap();
+    // A second login given the victim's key scope by the owner shares its window.
+    let sibling = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    exec(
+        p,
+        &format!(
+            "SELECT skiplock.set_key_scope('{}', 'mail-service'); SELECT skiplock.set_key_scope('{}', 'mail-service')",
+            victim.name, sibling.name
+        ),
+    )
+    .await;
+    let s = sibling.pool(&db).await;
+    let (first, _) = enqueue_result(
+        &s,
+        "'digest3', '{}', 'mail', unique_for => interval '100 years'",
+    )
+    .await;
+    assert_eq!(
+        enqueue_result(
+            &v,
+            "'digest3', '{}', 'mail', unique_for => interval '100 years'"
+        )
+        .await,
+        (first, "deduplicated".to_string())
+    );
+    // The scope is the owner's to give: an enqueuer cannot call set_key_scope.
+    let e_err = sqlx::query("SELECT skiplock.set_key_scope(current_user, 'mail-service')")
+        .execute(&e)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e_err.contains("permission denied"), "{e_err}");
+}
+
 // ---------------------------------------------------------------------------------------
 // 11. Flows between tenants
 // ---------------------------------------------------------------------------------------

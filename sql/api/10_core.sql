@@ -24,7 +24,7 @@ CREATE OR REPLACE FUNCTION skiplock._lanes_need(queues text[], priorities smalli
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO skiplock.lanes (queue, priority, due_at)
-    SELECT n.q, n.p, CASE WHEN n.t <= now() THEN NULL ELSE n.t END
+    SELECT n.q, n.p, CASE WHEN n.t <= now() THEN NULL ELSE skiplock._time_clamp(n.t) END
     FROM (SELECT u.q, u.p, min(u.t) AS t FROM unnest(queues, priorities, times) AS u(q, p, t)
           GROUP BY u.q, u.p) n
     WHERE NOT EXISTS (SELECT 1 FROM skiplock.lanes l
@@ -32,7 +32,7 @@ BEGIN
                         AND (l.due_at IS NULL OR l.due_at <= greatest(n.t, now())));
     IF EXISTS (SELECT 1 FROM unnest(keys) AS k WHERE k IS NOT NULL) THEN
         INSERT INTO skiplock.key_lanes (queue, limit_key, due_at)
-        SELECT n.q, n.k, CASE WHEN n.t <= now() THEN NULL ELSE n.t END
+        SELECT n.q, n.k, CASE WHEN n.t <= now() THEN NULL ELSE skiplock._time_clamp(n.t) END
         FROM (SELECT u.q, u.k, min(u.t) AS t FROM unnest(queues, keys, times) AS u(q, k, t)
               WHERE u.k IS NOT NULL GROUP BY u.q, u.k) n
         WHERE EXISTS (SELECT 1 FROM skiplock.queues c WHERE c.queue = n.q AND c.fair)
@@ -324,10 +324,11 @@ BEGIN
 END;
 $$;
 
--- The unique_key `unique_by` derives from a job's args (docs/sql-reference.md, "Uniqueness"):
--- 'args' hashes the whole args, 'args:a,b' only their top-level fields a and b (a field
--- missing counts as null). Two args are the same when their jsonb text is: keys are sorted by
--- jsonb, so their order in the caller's JSON does not matter. The key is 'args:' and an md5.
+-- The unique_key `unique_by` derived from a job's args before key scopes (API 8; a job
+-- enqueued then keeps it, and skiplock._enqueue_outcome still finds it): 'args' hashes the
+-- whole args, 'args:a,b' only their top-level fields a and b (a field missing counts as null).
+-- Two args are the same when their jsonb text is: keys are sorted by jsonb, so their order in
+-- the caller's JSON does not matter. The key is 'args:' and an md5.
 CREATE OR REPLACE FUNCTION skiplock._unique_args_key(unique_by text, args jsonb) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -347,6 +348,51 @@ BEGIN
     END IF;
     RAISE EXCEPTION 'skiplock: unique_by must be ''args'' or ''args:<field>,<field>...'', got %',
         quote_nullable(left(unique_by, 200)) USING ERRCODE = '22023';
+END;
+$$;
+
+-- The enqueuing login's key scope (migrations/core/0012_key_scopes.sql): the one the owner
+-- gave it (skiplock.set_key_scope), else its name. `session_user`, not the functions' owner:
+-- the SECURITY DEFINER enqueue functions run as their owner, but the login is the caller's.
+CREATE OR REPLACE FUNCTION skiplock._key_scope() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT s.scope FROM skiplock.key_scopes s WHERE s.login = session_user),
+                    session_user::text)
+$$;
+
+-- The unique_key `unique_by` derives from a job's args for an enqueue of key scope `scope`
+-- (docs/sql-reference.md, "Uniqueness"): as skiplock._unique_args_key(unique_by, args) does,
+-- with the scope in the hashed text, so two scopes never derive the same key and another
+-- enqueuer cannot find yours from the args it guesses (the 'args:' prefix is reserved to
+-- unique_by: sql/api/80_reserved.sql).
+CREATE OR REPLACE FUNCTION skiplock._unique_args_key(unique_by text, args jsonb, scope text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT 'args:' || md5(jsonb_build_array(scope, skiplock._unique_args_key(unique_by, args))::text)
+$$;
+
+-- Gives `login` the key scope `scope` (NULL: its own name again): the logins of one service
+-- (its processes, the worker role that enqueues its periodic jobs, an operator's login for
+-- `skiplock enqueue`) share the keys `unique_by` derives and the `unique_for` windows only when
+-- they share a scope. The owner's alone (no role is granted it): a scope is what separates
+-- tenants, so no enqueuer may choose another's. Takes effect at the login's next enqueue.
+CREATE OR REPLACE FUNCTION skiplock.set_key_scope(login text, scope text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF set_key_scope.login IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                                                 WHERE r.rolname = set_key_scope.login) THEN
+        RAISE EXCEPTION 'skiplock: set_key_scope: no role named %', quote_nullable(set_key_scope.login)
+            USING ERRCODE = '22023';
+    END IF;
+    IF set_key_scope.scope = '' OR length(set_key_scope.scope) > 200 THEN
+        RAISE EXCEPTION 'skiplock: a key scope must be 1 to 200 characters (NULL: the login''s own name)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF set_key_scope.scope IS NULL THEN
+        DELETE FROM skiplock.key_scopes s WHERE s.login = set_key_scope.login;
+    ELSE
+        INSERT INTO skiplock.key_scopes AS s (login, scope) VALUES (set_key_scope.login, set_key_scope.scope)
+        ON CONFLICT ON CONSTRAINT key_scopes_pkey DO UPDATE SET scope = EXCLUDED.scope;
+    END IF;
 END;
 $$;
 
@@ -374,14 +420,16 @@ $$;
 -- Safe under concurrent callers: no unique violation escapes.
 -- limit_key (0008): the key the queue's per-key limits count the job under (NULL: none).
 -- tags, meta (API 8): see skiplock._tags and migrations/core/0006_job_model.sql.
--- unique_by (API 8): the unique_key is derived from the args (skiplock._unique_args_key);
--- it and unique_key exclude each other.
+-- unique_by (API 8): the unique_key is derived from the args and the caller's key scope
+-- (skiplock._unique_args_key, API 9); it and unique_key exclude each other.
 -- unique_for (API 8): at most one job of the kind, queue and key (unique_key, unique_by's, or
 -- none: the kind and queue alone) is created per window of that length
--- (skiplock._window_start), whatever became of it since: a second enqueue in the window returns
+-- (skiplock._window_start) and key scope (API 9), whatever became of it since, unless it was
+-- cancelled (API 9: the window is free again): a second enqueue in the window returns
 -- the window's job (`deduplicated`), or with 'replace' updates it while it is still available.
 -- The window's row (skiplock.unique_windows) is taken before the job is written, and its
--- primary key decides a race: the second caller waits for the first's commit, then finds it.
+-- primary key decides a race within a scope: the second caller waits for the first's commit,
+-- then finds it; a caller of another scope has a window of its own and waits for no one.
 -- The forms of earlier versions are dropped first: with them left in place, a call without the
 -- newer arguments would be ambiguous.
 DROP FUNCTION IF EXISTS skiplock._enqueue(text, jsonb, text, timestamptz, smallint, integer, text, text);
@@ -422,6 +470,11 @@ DECLARE
     the_meta jsonb := coalesce(_enqueue_outcome.meta, '{}');
     w_start timestamptz;
     w_taken boolean := false;
+    -- The key scope of the call (skiplock._key_scope), and the window's scope and key.
+    the_scope text;
+    legacy_key text;
+    w_scope text;
+    w_key text;
     -- A constant for a job without dependencies: its insert is the one it always was.
     the_state skiplock.job_state := CASE WHEN cardinality(_enqueue_outcome.depends_on) > 0
                                          THEN 'waiting' ELSE 'available' END;
@@ -466,11 +519,22 @@ BEGIN
     END IF;
 
     IF _enqueue_outcome.unique_by IS NOT NULL OR _enqueue_outcome.unique_for IS NOT NULL THEN
+        -- Keys derived from args and windows are the caller's key scope's
+        -- (migrations/core/0012_key_scopes.sql): another enqueuer neither finds nor takes them.
+        the_scope := skiplock._key_scope();
         IF _enqueue_outcome.unique_by IS NOT NULL THEN
             IF the_key IS NOT NULL THEN
                 RAISE EXCEPTION 'skiplock: give unique_key or unique_by, not both' USING ERRCODE = '22023';
             END IF;
-            the_key := skiplock._unique_args_key(_enqueue_outcome.unique_by, _enqueue_outcome.args);
+            the_key := skiplock._unique_args_key(_enqueue_outcome.unique_by, _enqueue_outcome.args, the_scope);
+            -- A job enqueued with these args before key scopes keeps the key it got then
+            -- (shared, as keys were): while it waits, it is the one found.
+            legacy_key := skiplock._unique_args_key(_enqueue_outcome.unique_by, _enqueue_outcome.args);
+            IF EXISTS (SELECT 1 FROM skiplock.jobs j
+                       WHERE j.kind = _enqueue_outcome.kind AND j.queue = _enqueue_outcome.queue
+                         AND j.unique_key = legacy_key AND j.state IN ('available', 'waiting')) THEN
+                the_key := legacy_key;
+            END IF;
         END IF;
         IF _enqueue_outcome.unique_for IS NOT NULL THEN
             -- Bounded so that the window's end stays a time a row may hold (skiplock._time_ok).
@@ -483,19 +547,47 @@ BEGIN
                     USING ERRCODE = '22023';
             END IF;
             w_start := skiplock._window_start(_enqueue_outcome.unique_for);
+            -- A window taken before key scopes (scope '', its key as it was then) holds for
+            -- every caller until it ends, as it did; otherwise the caller's scope's window.
+            w_scope := the_scope;
+            w_key := coalesce(the_key, '');
+            IF EXISTS (SELECT 1 FROM skiplock.unique_windows w
+                       WHERE w.kind = _enqueue_outcome.kind AND w.queue = _enqueue_outcome.queue
+                         AND w.scope = '' AND w.key = coalesce(legacy_key, _enqueue_outcome.unique_key, '')
+                         AND w.window_start = w_start) THEN
+                w_scope := '';
+                w_key := coalesce(legacy_key, _enqueue_outcome.unique_key, '');
+            END IF;
             -- The window's row, or the job it names; the row is share-locked when found, so
             -- retention cannot delete it between the two statements (if it did before, the
             -- insert is tried again).
             LOOP
-                INSERT INTO skiplock.unique_windows (kind, queue, key, window_start, window_end, job_id)
-                VALUES (_enqueue_outcome.kind, _enqueue_outcome.queue, coalesce(the_key, ''), w_start,
+                INSERT INTO skiplock.unique_windows (kind, queue, scope, key, window_start, window_end, job_id)
+                VALUES (_enqueue_outcome.kind, _enqueue_outcome.queue, w_scope, w_key, w_start,
                         w_start + make_interval(secs => extract(epoch FROM _enqueue_outcome.unique_for)), 0)
                 ON CONFLICT DO NOTHING;
                 w_taken := FOUND;
                 EXIT WHEN w_taken;
                 SELECT w.job_id INTO new_id FROM skiplock.unique_windows w
                 WHERE w.kind = _enqueue_outcome.kind AND w.queue = _enqueue_outcome.queue
-                  AND w.key = coalesce(the_key, '') AND w.window_start = w_start
+                  AND w.scope = w_scope AND w.key = w_key AND w.window_start = w_start;
+                CONTINUE WHEN NOT FOUND;
+                IF EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = new_id AND j.state = 'cancelled') THEN
+                    -- The window's job was cancelled (an operator undoing a squatter, or the
+                    -- enqueuer's own second thought): the window is free again. Taken under
+                    -- the row's lock, so one caller of the scope writes the new job, and the
+                    -- others find it.
+                    SELECT w.job_id INTO new_id FROM skiplock.unique_windows w
+                    WHERE w.kind = _enqueue_outcome.kind AND w.queue = _enqueue_outcome.queue
+                      AND w.scope = w_scope AND w.key = w_key AND w.window_start = w_start
+                    FOR UPDATE;
+                    CONTINUE WHEN NOT FOUND;
+                    w_taken := EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = new_id AND j.state = 'cancelled');
+                    EXIT;
+                END IF;
+                SELECT w.job_id INTO new_id FROM skiplock.unique_windows w
+                WHERE w.kind = _enqueue_outcome.kind AND w.queue = _enqueue_outcome.queue
+                  AND w.scope = w_scope AND w.key = w_key AND w.window_start = w_start
                 FOR SHARE;
                 EXIT WHEN FOUND;
             END LOOP;
@@ -605,7 +697,7 @@ BEGIN
     IF w_taken THEN
         UPDATE skiplock.unique_windows w SET job_id = _enqueue_outcome.job_id
         WHERE w.kind = _enqueue_outcome.kind AND w.queue = _enqueue_outcome.queue
-          AND w.key = coalesce(the_key, '') AND w.window_start = w_start;
+          AND w.scope = w_scope AND w.key = w_key AND w.window_start = w_start;
     END IF;
 END;
 $$;
@@ -1171,7 +1263,8 @@ BEGIN
         FOR one, pos IN
             SELECT t.a, t.ord FROM unnest(enqueue_many.args) WITH ORDINALITY AS t(a, ord)
             ORDER BY CASE WHEN enqueue_many.unique_by IS NOT NULL
-                          THEN skiplock._unique_args_key(enqueue_many.unique_by, t.a) END, t.ord
+                          THEN skiplock._unique_args_key(enqueue_many.unique_by, t.a, skiplock._key_scope()) END,
+                     t.ord
         LOOP
             ids[pos] := (SELECT e.job_id FROM skiplock._enqueue_outcome(
                 enqueue_many.kind, one, enqueue_many.queue, coalesce(enqueue_many.run_at, now()),

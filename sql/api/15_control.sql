@@ -57,7 +57,7 @@ BEGIN
                     ORDER BY j.limit_key LIMIT 1)
             FROM k WHERE k.key IS NOT NULL
         )
-        SELECT set_queue_fairness.queue, k.key, CASE WHEN f.first_at <= now() THEN NULL ELSE f.first_at END
+        SELECT set_queue_fairness.queue, k.key, CASE WHEN f.first_at <= now() THEN NULL ELSE skiplock._time_clamp(f.first_at) END
         FROM k
         CROSS JOIN LATERAL (SELECT min(j.scheduled_at) AS first_at FROM skiplock.jobs j
                             WHERE j.state = 'available' AND j.queue = set_queue_fairness.queue

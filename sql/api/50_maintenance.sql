@@ -203,7 +203,7 @@ BEGIN
             removed := removed + 1;
         ELSE
             UPDATE skiplock.lanes l
-            SET pending = false, due_at = CASE WHEN first_at <= now() THEN NULL ELSE first_at END
+            SET pending = false, due_at = CASE WHEN first_at <= now() THEN NULL ELSE skiplock._time_clamp(first_at) END
             WHERE l.ctid = r.t;
         END IF;
     END LOOP;
@@ -221,7 +221,7 @@ BEGIN
             removed := removed + 1;
         ELSE
             UPDATE skiplock.key_lanes l
-            SET pending = false, due_at = CASE WHEN first_at <= now() THEN NULL ELSE first_at END
+            SET pending = false, due_at = CASE WHEN first_at <= now() THEN NULL ELSE skiplock._time_clamp(first_at) END
             WHERE l.ctid = r.t;
         END IF;
     END LOOP;

@@ -10,11 +10,14 @@
 -- migrating a database with a workflow keeps that workflow's names reserved.
 
 -- The core's own: the worker's maintenance jobs (periodic `reap` and `retain` in queue
--- skiplock.maintenance, enqueued by skiplock.enqueue_periodic) and every `skiplock.` queue.
+-- skiplock.maintenance, enqueued by skiplock.enqueue_periodic), every `skiplock.` queue, and
+-- the keys `unique_by` derives (`args:`, each of its key scope: skiplock._unique_args_key), so
+-- no caller names another's.
 INSERT INTO skiplock.reserved_names (part, what, name, use_instead) VALUES
     ('core', 'queue_prefix', 'skiplock.', 'the worker''s own maintenance (periodic jobs: skiplock.enqueue_periodic)'),
     ('core', 'kind', 'reap', 'the worker''s own maintenance (periodic jobs: skiplock.enqueue_periodic)'),
-    ('core', 'kind', 'retain', 'the worker''s own maintenance (periodic jobs: skiplock.enqueue_periodic)')
+    ('core', 'kind', 'retain', 'the worker''s own maintenance (periodic jobs: skiplock.enqueue_periodic)'),
+    ('core', 'key_prefix', 'args:', 'unique_by, whose keys belong to the login that enqueues')
 ON CONFLICT (what, name) DO UPDATE SET part = EXCLUDED.part, use_instead = EXCLUDED.use_instead;
 
 DO $reserved$

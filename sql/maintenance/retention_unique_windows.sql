@@ -4,7 +4,7 @@
 -- began before the window ended), and deleting it changes no decision. Rows an enqueue holds
 -- are skipped.
 WITH gone AS (
-    SELECT w.kind, w.queue, w.key, w.window_start
+    SELECT w.kind, w.queue, w.scope, w.key, w.window_start
     FROM skiplock.unique_windows w
     WHERE w.window_end <= now() - interval '1 hour'
     LIMIT $1
@@ -12,4 +12,5 @@ WITH gone AS (
 )
 DELETE FROM skiplock.unique_windows w
 USING gone
-WHERE (w.kind, w.queue, w.key, w.window_start) = (gone.kind, gone.queue, gone.key, gone.window_start)
+WHERE (w.kind, w.queue, w.scope, w.key, w.window_start)
+    = (gone.kind, gone.queue, gone.scope, gone.key, gone.window_start)

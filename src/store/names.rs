@@ -35,6 +35,10 @@ pub const PACKET_PROCESSING_LOCK: &str = "packets.processing";
 /// Kind of the chaos runs' jobs (a dev tool: `skiplock chaos`).
 pub const CHAOS_RECORD_KIND: &str = "chaos_record";
 
+/// Unique-key prefix of the keys `unique_by` derives (each of the enqueuing login's key scope:
+/// `skiplock._unique_args_key`), reserved so that no caller names another's.
+pub const UNIQUE_BY_KEY_PREFIX: &str = "args:";
+
 /// Queue-name prefix of skiplock's own queues (the maintenance jobs' `skiplock.maintenance`).
 pub const RESERVED_QUEUE_PREFIX: &str = "skiplock.";
 /// Kinds of the maintenance jobs (the reaper's and retention's), enqueued only by the
@@ -94,6 +98,12 @@ pub const CORE_RESERVED: &[ReservedName] = &[
     ),
     reserved("core", Reserved::Kind, "reap", MAINTENANCE_USE),
     reserved("core", Reserved::Kind, "retain", MAINTENANCE_USE),
+    reserved(
+        "core",
+        Reserved::KeyPrefix,
+        UNIQUE_BY_KEY_PREFIX,
+        "unique_by, whose keys belong to the login that enqueues",
+    ),
 ];
 /// The fetch workflow's (sql/api/20_fetch.sql).
 #[cfg(feature = "fetch")]

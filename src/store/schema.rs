@@ -224,11 +224,13 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // says where the next claim resumes (`lanes_after`), an enqueue never waits for another's
     // lane row, and fair queues walk only their keys with due jobs (skiplock.key_lanes).
     // A key-rate queue's claim that sends the worker to sleep names the next job due too
-    // (skiplock._next_due). Workers of version 8 stop on the schema change (the claim's
-    // arguments changed).
+    // (skiplock._next_due). Key scopes (core migration 0012): the keys unique_by derives and
+    // the unique_for windows belong to the enqueuing login's scope (skiplock.set_key_scope),
+    // `args:` is a reserved key prefix, a cancelled window job frees its window. Workers of
+    // version 8 stop on the schema change (the claim's arguments changed).
     (
         9,
-        "c750c49ba4dd7d0c6c68cea18ddff8f8c4ca73522fdb5560761602879fc8a20e",
+        "2980f3a0d1350d311618d3081a060b8aa4c434c59bebd35b1c55452bd1ace398",
     ),
 ];
 
