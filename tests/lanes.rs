@@ -538,3 +538,39 @@ async fn an_enqueue_into_a_new_lane_never_waits_for_another_enqueuers_open_trans
     let (_, got, _) = claim_reads(p, "q", None, None).await;
     assert_eq!(got, vec![id]);
 }
+
+/// A row written past the API with an empty `limit_key` (the API refuses it) in a fair queue
+/// fails no statement that registers lanes: the insert of it and of its neighbours lands, and
+/// so does an ack batch sending it back with another job (one bad row never fails the rows
+/// written with it).
+#[tokio::test]
+async fn a_row_with_an_empty_key_fails_no_statement_that_registers_lanes() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    skiplock::admin::set_queue_fairness(p, "fq", true)
+        .await
+        .unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO skiplock.jobs (kind, queue, limit_key)
+         VALUES ('noop', 'fq', ''), ('noop', 'fq', 'a') RETURNING id",
+    )
+    .fetch_all(&**p)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = ANY($1)")
+        .bind(&ids)
+        .execute(&**p)
+        .await
+        .unwrap();
+    let back: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM skiplock._ack($1, ARRAY[1, 1], ARRAY['available', 'available']::skiplock.job_state[],
+                                    ARRAY[now(), now()], ARRAY[false, false], ARRAY['again', 'again'],
+                                    ARRAY[NULL, NULL]::jsonb[], ARRAY[NULL, NULL]::timestamptz[])",
+    )
+    .bind(&ids)
+    .fetch_all(&**p)
+    .await
+    .unwrap();
+    assert_eq!(back.len(), 2);
+    assert_eq!(count_state(p, "available").await, 2);
+}

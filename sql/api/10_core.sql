@@ -30,11 +30,13 @@ BEGIN
     WHERE NOT EXISTS (SELECT 1 FROM skiplock.lanes l
                       WHERE l.queue = n.q AND l.priority = n.p AND NOT l.pending
                         AND (l.due_at IS NULL OR l.due_at <= greatest(n.t, now())));
-    IF EXISTS (SELECT 1 FROM unnest(keys) AS k WHERE k IS NOT NULL) THEN
+    IF EXISTS (SELECT 1 FROM unnest(keys) AS k WHERE k > '') THEN
         INSERT INTO skiplock.key_lanes (queue, limit_key, due_at)
         SELECT n.q, n.k, CASE WHEN n.t <= now() THEN NULL ELSE skiplock._time_clamp(n.t) END
+        -- No '' key: the API refuses it, and a row written past it must not fail the
+        -- statement (an ack batch, a whole insert) for every other row.
         FROM (SELECT u.q, u.k, min(u.t) AS t FROM unnest(queues, keys, times) AS u(q, k, t)
-              WHERE u.k IS NOT NULL GROUP BY u.q, u.k) n
+              WHERE u.k > '' GROUP BY u.q, u.k) n
         WHERE EXISTS (SELECT 1 FROM skiplock.queues c WHERE c.queue = n.q AND c.fair)
           AND NOT EXISTS (SELECT 1 FROM skiplock.key_lanes l
                           WHERE l.queue = n.q AND l.limit_key = n.k AND NOT l.pending

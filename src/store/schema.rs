@@ -230,7 +230,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // version 8 stop on the schema change (the claim's arguments changed).
     (
         9,
-        "2980f3a0d1350d311618d3081a060b8aa4c434c59bebd35b1c55452bd1ace398",
+        "92707cdb4d91e9c72e7b00b95af4668c09bc174ba66659069fdec78c9531347c",
     ),
 ];
 
