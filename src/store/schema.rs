@@ -230,7 +230,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // version 8 stop on the schema change (the claim's arguments changed).
     (
         9,
-        "92707cdb4d91e9c72e7b00b95af4668c09bc174ba66659069fdec78c9531347c",
+        "b92967e0e2f3000bfa6d6676ed616a9f6b0144596b427d206c7e9a6ed672d18e",
     ),
 ];
 
