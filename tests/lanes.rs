@@ -574,3 +574,125 @@ async fn a_row_with_an_empty_key_fails_no_statement_that_registers_lanes() {
     assert_eq!(back.len(), 2);
     assert_eq!(count_state(p, "available").await, 2);
 }
+
+/// Moves job `id` (attempt 1) to `state` through the worker's ack (skiplock._ack), as a worker
+/// finishing it does.
+async fn ack_as(pool: &PgPool, id: i64, state: &str) {
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .unwrap();
+    let acked: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM skiplock._ack(ARRAY[$1], ARRAY[1], ARRAY[$2]::skiplock.job_state[], ARRAY[now()],
+                                    ARRAY[false], ARRAY[NULL], ARRAY[NULL]::jsonb[], ARRAY[NULL]::timestamptz[])",
+    )
+    .bind(id)
+    .bind(state)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(acked, [id]);
+}
+
+/// The ids a claim of queue `q` from the start of every lane takes.
+async fn claim_all(pool: &PgPool, q: &str) -> Vec<i64> {
+    let mut ids: Vec<i64> = sqlx::query_scalar::<_, Option<i64>>(
+        "SELECT id FROM skiplock._claim($1, ARRAY['noop'], 10, 'w', 0, NULL, NULL)",
+    )
+    .bind(q)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .flatten()
+    .collect();
+    ids.sort();
+    ids
+}
+
+/// Every statement of the flows that makes a job available registers its lane
+/// (skiplock._lanes_need; a job inserted `waiting` registers none, and the claim reads only
+/// lanes with a row): the release of a job whose only dependency finished
+/// (skiplock._settle_edges), of one whose last edge of several was resolved
+/// (skiplock._cancel_or_release), of one whose dependencies had all finished when it was
+/// enqueued, and a retry that brings back the failed dependency of a flow (skiplock._revive).
+/// Each job is in a priority of its own, with no lane row until its release, and the first
+/// claim after it takes it.
+#[tokio::test]
+async fn every_release_of_a_flow_registers_its_lane_and_the_next_claim_takes_its_job() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let enqueue = |sql: &'static str, deps: Vec<i64>| async move {
+        sqlx::query_scalar::<_, i64>(sql)
+            .bind(deps)
+            .fetch_one(&**p)
+            .await
+            .unwrap()
+    };
+    let root = enqueue(
+        "SELECT skiplock.enqueue('noop', queue => 'f', depends_on => $1)",
+        vec![],
+    )
+    .await;
+    let earlier = enqueue(
+        "SELECT skiplock.enqueue('noop', queue => 'f', depends_on => $1)",
+        vec![],
+    )
+    .await;
+    ack_as(p, earlier, "completed").await;
+    let sole = enqueue(
+        "SELECT skiplock.enqueue('noop', queue => 'f', priority => 1::smallint, depends_on => $1)",
+        vec![root],
+    )
+    .await;
+    let last_of_two = enqueue(
+        "SELECT skiplock.enqueue('noop', queue => 'f', priority => 2::smallint, depends_on => $1)",
+        vec![root, earlier],
+    )
+    .await;
+    let at_once = enqueue(
+        "SELECT skiplock.enqueue('noop', queue => 'f', priority => 3::smallint, depends_on => $1)",
+        vec![earlier],
+    )
+    .await;
+    let lanes = "SELECT count(*) FROM skiplock.lanes WHERE queue = 'f' AND priority > 0";
+    assert_eq!(
+        count(p, lanes).await,
+        1,
+        "only the lane of the job released at its enqueue"
+    );
+    ack_as(p, root, "completed").await;
+    assert_eq!(count(p, lanes).await, 3);
+    let mut want = vec![sole, last_of_two, at_once];
+    want.sort();
+    assert_eq!(claim_all(p, "f").await, want);
+
+    // A failed dependency cancels its dependent; once retention has removed the lane no job
+    // needed any more, retrying the dependent brings the dependency back in its lane.
+    let failing = enqueue(
+        "SELECT skiplock.enqueue('noop', queue => 'r', priority => 5::smallint, depends_on => $1)",
+        vec![],
+    )
+    .await;
+    let dependent = enqueue(
+        "SELECT skiplock.enqueue('noop', queue => 'r', depends_on => $1)",
+        vec![failing],
+    )
+    .await;
+    ack_as(p, failing, "discarded").await;
+    assert_eq!(count_state(p, "cancelled").await, 1);
+    skiplock::store::maintenance::tidy_lanes(p, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        count(p, "SELECT count(*) FROM skiplock.lanes WHERE queue = 'r'").await,
+        0
+    );
+    sqlx::query("SELECT skiplock.retry($1)")
+        .bind(dependent)
+        .execute(&**p)
+        .await
+        .unwrap();
+    assert_eq!(claim_all(p, "r").await, [failing]);
+}
