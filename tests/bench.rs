@@ -28,6 +28,8 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
         scale_future: 200,
         worker_bin: Some(PathBuf::from(env!("CARGO_BIN_EXE_skiplock"))),
         skip_graphile: true,
+        // The peers' harnesses are built by scripts/bench, not by the test suite.
+        skip_awa: true,
         pgbouncer: bench::pgbouncer::find(),
         ..BenchOptions::default()
     };
