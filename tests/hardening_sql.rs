@@ -1938,6 +1938,89 @@ async fn an_enqueuers_open_transaction_with_depends_on_stalls_no_worker_and_runs
     opc.close().await.unwrap();
 }
 
+/// A watcher (any enqueuer may watch any job) that calls `skiplock.watch` in a transaction it
+/// leaves open holds its watch row's lock: the ack of the watched job, and of the rest of its
+/// batch, never waits for it. The watcher is still told (the NOTIFY on the finished channel),
+/// and its next call, which finds the job finished, removes the watch. The ack runs with a
+/// lock timeout, so a wait fails it instead of hanging the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchers_open_transaction_never_blocks_the_ack_of_the_job_it_watches() {
+    use skiplock::store::ack::ack_many;
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let id = skiplock::store::jobs::enqueue(p, &NewJob::new("noop", json!({})))
+            .await
+            .unwrap()
+            .id;
+        sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = $1")
+            .bind(id)
+            .execute(&**p)
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let watched = ids[0];
+    let app = LoginRole::new(&db, Some("skiplock_enqueuer")).await;
+    let mut them = PgConnection::connect(&app.url(&db.url)).await.unwrap();
+    let channel: String = sqlx::query_scalar("SELECT skiplock.finished_channel()")
+        .fetch_one(&mut them)
+        .await
+        .unwrap();
+    let mut heard = sqlx::postgres::PgListener::connect(&app.url(&db.url))
+        .await
+        .unwrap();
+    heard.listen(&channel).await.unwrap();
+    let watch = "SELECT state::text FROM skiplock.watch($1)";
+    let s: String = sqlx::query_scalar(watch)
+        .bind(watched)
+        .fetch_one(&mut them)
+        .await
+        .unwrap();
+    assert_eq!(s, "running");
+    // Called again in a transaction left open: the row is locked (ON CONFLICT DO UPDATE locks
+    // the row it finds even when its WHERE leaves it as it is).
+    sqlx::query("BEGIN").execute(&mut them).await.unwrap();
+    sqlx::query_scalar::<_, String>(watch)
+        .bind(watched)
+        .fetch_one(&mut them)
+        .await
+        .unwrap();
+
+    let mut acking = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("SET lock_timeout = '10s'")
+        .execute(&mut acking)
+        .await
+        .unwrap();
+    let acks: Vec<_> = ids.iter().map(|&id| completed_ack(id, 1)).collect();
+    let acked = ack_many(&mut acking, &acks)
+        .await
+        .expect("the ack never waits for the watcher's transaction");
+    assert_eq!(acked.ids.len(), 2);
+    for &id in &ids {
+        assert_eq!(job_state(p, id).await, "completed");
+    }
+    let n = tokio::time::timeout(LONG, heard.recv())
+        .await
+        .expect("the watcher is told")
+        .unwrap();
+    assert_eq!(n.payload(), watched.to_string());
+    sqlx::query("COMMIT").execute(&mut them).await.unwrap();
+    let s: String = sqlx::query_scalar(watch)
+        .bind(watched)
+        .fetch_one(&mut them)
+        .await
+        .unwrap();
+    assert_eq!(s, "completed");
+    assert_eq!(
+        count(p, "SELECT count(*) FROM skiplock.job_watches").await,
+        0
+    );
+    them.close().await.unwrap();
+    acking.close().await.unwrap();
+}
+
 /// One call writes at most `depends_on.max_edges` dependency edges (100,000), whatever its
 /// shape: a fan-out of `enqueue_many` (its rows times their dependencies, the one-by-one path
 /// of unique_by included) and a flow (its jobs together); refused whole with the setting

@@ -199,16 +199,26 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Finished jobs `ids`: each one watched (skiplock.watch) is announced on the finished channel
--- (skiplock._finished_channel), its id the payload, and its watch removed.
+-- (skiplock._finished_channel), its id the payload, and its watch removed unless another
+-- transaction holds it. The watch rows are read without a lock and removed FOR UPDATE SKIP
+-- LOCKED: a watcher (any enqueuer may watch any job) that calls skiplock.watch in a
+-- transaction it leaves open holds its row's lock until it ends, and a plain DELETE here
+-- waited for it, holding the ack of the watched job and of every job of its batch
+-- (tests/hardening_sql.rs, a_watchers_open_transaction_never_blocks_the_ack_of_the_job_it_watches).
+-- A watch skipped is still announced; the watcher's next call, which finds the job finished,
+-- removes it, or retention does once it is a day old (skiplock.watch).
 CREATE OR REPLACE FUNCTION skiplock._tell_watchers(ids bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     told bigint;
 BEGIN
-    WITH gone AS (
-        DELETE FROM skiplock.job_watches w WHERE w.job_id = ANY (ids) RETURNING w.job_id
-    )
-    SELECT count(pg_notify(skiplock._finished_channel(), g.job_id::text)) INTO told FROM gone g;
+    SELECT count(pg_notify(skiplock._finished_channel(), w.job_id::text)) INTO told
+    FROM skiplock.job_watches w WHERE w.job_id = ANY (ids);
+    IF told > 0 THEN
+        DELETE FROM skiplock.job_watches w
+        WHERE w.job_id IN (SELECT x.job_id FROM skiplock.job_watches x WHERE x.job_id = ANY (ids)
+                           FOR UPDATE SKIP LOCKED);
+    END IF;
 END;
 $$;
 
