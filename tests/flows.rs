@@ -840,6 +840,76 @@ async fn a_dependency_finishing_while_its_dependent_is_enqueued_is_settled_once_
     assert_eq!(resolved(child).await.as_deref(), Some("completed"));
 }
 
+/// A transaction holding a waiting dependent's row (an enqueuer's replace of its unique key,
+/// left uncommitted) never makes the ack of its dependency wait: the ack settles the edges of
+/// free dependents only, leaves that one's edge unresolved, and the maintenance's sweep
+/// releases it once the row is free. The ack runs with a lock timeout, so a wait fails it
+/// instead of hanging the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replace_holding_a_waiting_dependent_never_blocks_its_dependencys_ack() {
+    use skiplock::store::ack::ack_many;
+    use skiplock::store::flows::settle_dependencies;
+    use sqlx::Connection;
+
+    let db = TestDb::new().await;
+    let parent = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = $1")
+        .bind(parent)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let held = enqueue(
+        &db.pool,
+        &step(json!({"n": 1}))
+            .unique_key("debounced", OnConflict::Replace)
+            .depends_on([parent]),
+    )
+    .await
+    .unwrap()
+    .id;
+    let free = enqueue(&db.pool, &step(json!({})).depends_on([parent]))
+        .await
+        .unwrap()
+        .id;
+    let mut tx = db.pool.begin().await.unwrap();
+    let replaced = enqueue(
+        &mut *tx,
+        &step(json!({"n": 2})).unique_key("debounced", OnConflict::Replace),
+    )
+    .await
+    .unwrap();
+    assert_eq!(replaced.id, held);
+
+    let mut acking = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("SET lock_timeout = '10s'")
+        .execute(&mut acking)
+        .await
+        .unwrap();
+    let acked = ack_many(&mut acking, &[completed_ack(parent, 1)])
+        .await
+        .expect("the ack never waits for the replace's transaction");
+    assert_eq!(acked.ids, vec![parent]);
+    assert_eq!(state(&db, free).await, "available");
+    assert_eq!(state(&db, held).await, "waiting");
+    // The sweep skips it while the row is held, and releases it once it is free.
+    sqlx::query("SET lock_timeout = '10s'")
+        .execute(&mut acking)
+        .await
+        .unwrap();
+    assert_eq!(settle_dependencies(&mut acking, 1000).await.unwrap(), 0);
+    assert_eq!(state(&db, held).await, "waiting");
+    tx.commit().await.unwrap();
+    assert_eq!(settle_dependencies(&mut acking, 1000).await.unwrap(), 1);
+    assert_eq!(state(&db, held).await, "available");
+    let args: Value = sqlx::query_scalar("SELECT args FROM skiplock.jobs WHERE id = $1")
+        .bind(held)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap();
+    assert_eq!(args, json!({"n": 2}));
+    acking.close().await.unwrap();
+}
+
 /// One transaction hints at most 300 jobs, however many its calls name (each listening worker
 /// runs a statement for each hint): a job waiting for 400 that all finish before its enqueue
 /// commits has 300 of its edges settled by the hint and the rest by the maintenance's sweep.

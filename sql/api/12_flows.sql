@@ -365,6 +365,10 @@ DECLARE
     decided bigint[];
     decided_pending integer[];
     decided_cancel bigint[];
+    cand_t tid[];
+    cand_jobs bigint[];
+    cand_counted bigint[];
+    free bigint[];
 BEGIN
     settled := 0;
     WHILE cardinality(ids) > 0 LOOP
@@ -377,12 +381,37 @@ BEGIN
                               WHERE d.depends_on = x.id AND d.resolved IS NULL));
             EXIT;
         END IF;
+        -- The edges this step may settle (at most what is left of the budget), then their
+        -- dependents' rows, locked FOR NO KEY UPDATE SKIP LOCKED (as a claim takes a job): a
+        -- dependent another transaction holds (an enqueuer's replace of a waiting job it
+        -- leaves uncommitted; any enqueuer may replace a keyed job) made the ack of its
+        -- dependency wait for that transaction, and with it the ack's whole batch. Its edge
+        -- is left unresolved, for the maintenance's sweep (skiplock.settle_dependencies) once
+        -- the row is free (tests/flows.rs,
+        -- a_replace_holding_a_waiting_dependent_never_blocks_its_dependencys_ack). Another
+        -- settler is waited for, not skipped: the counts of dependents with several edges
+        -- are locked first, in dependent order (two acks of one fan-in's children wait for
+        -- each other there, as below, and never deadlock), and a settler that holds a
+        -- dependent's row holds its count until it commits; a dependent with one edge has one
+        -- settler only, the one that resolves that edge.
+        SELECT array_agg(x.t), array_agg(x.job_id), array_agg(x.job_id) FILTER (WHERE NOT x.sole)
+        INTO cand_t, cand_jobs, cand_counted
+        FROM ((SELECT d.ctid AS t, d.job_id, d.sole FROM skiplock.job_dependencies d
+               WHERE first IS NULL AND d.depends_on = ANY (ids) AND d.resolved IS NULL
+               LIMIT budget)
+              UNION ALL
+              SELECT d.ctid, d.job_id, d.sole FROM skiplock.job_dependencies d
+              WHERE d.ctid = ANY (first)) x;
+        picked_now := coalesce(cardinality(cand_t), 0);
+        IF cand_counted IS NOT NULL THEN
+            PERFORM 1 FROM skiplock.job_waits w WHERE w.job_id = ANY (cand_counted)
+            ORDER BY w.job_id FOR UPDATE;
+        END IF;
+        SELECT array_agg(c.id) INTO free FROM (
+            SELECT c.id FROM skiplock.jobs c WHERE c.id = ANY (cand_jobs)
+            FOR NO KEY UPDATE SKIP LOCKED) c;
         WITH picked AS MATERIALIZED (
-            (SELECT d.ctid AS t FROM skiplock.job_dependencies d
-             WHERE first IS NULL AND d.depends_on = ANY (ids) AND d.resolved IS NULL
-             LIMIT budget)
-            UNION ALL
-            SELECT f.t FROM unnest(first) AS f(t)
+            SELECT u.t FROM unnest(cand_t, cand_jobs) AS u(t, job_id) WHERE u.job_id = ANY (free)
         ), done AS (
             -- By ctid, as the claim takes its rows: an edge another settler resolved
             -- meanwhile has moved on to a new row version, and is left out.
@@ -427,9 +456,8 @@ BEGIN
                array_agg(judged.job_id ORDER BY judged.job_id) FILTER (WHERE NOT judged.last),
                array_agg(judged.n ORDER BY judged.job_id) FILTER (WHERE NOT judged.last),
                array_agg(judged.failed_dep ORDER BY judged.job_id) FILTER (WHERE NOT judged.last),
-               (SELECT count(*) FROM picked),
                (SELECT count(*) FROM done)
-        INTO decided, dependents, counts, failed, picked_now, done_now
+        INTO decided, dependents, counts, failed, done_now
         FROM judged WHERE (SELECT count(*) FROM woken) + (SELECT count(*) FROM laned) >= 0;
         settled := settled + done_now;
         budget := budget - picked_now;
