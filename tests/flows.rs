@@ -751,6 +751,47 @@ async fn next_hint(l: &mut skiplock::store::notify::WakeListener) -> Vec<i64> {
         .expect("a settle hint")
 }
 
+/// The settling of a hint locks none of the jobs it reads: any enqueuer sends hints naming
+/// any jobs, to every listening worker, and a share lock held by the hint's statement on a
+/// running job made its heartbeat and its ack wait. Here the hint's transaction stays open;
+/// the heartbeat and the ack, with a lock timeout (a wait fails them instead of hanging the
+/// test), go on, and the hint's job reads as not finished (`busy`, to be read again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_hint_locks_no_job_a_worker_writes() {
+    use skiplock::store::ack::ack_many;
+    use skiplock::store::flows::settle_added;
+    use sqlx::Connection;
+
+    let db = TestDb::new().await;
+    let parent = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    sqlx::query("UPDATE skiplock.jobs SET state = 'running', attempt = 1 WHERE id = $1")
+        .bind(parent)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let mut hinting = db.pool.begin().await.unwrap();
+    let h = settle_added(&mut *hinting, &[parent], 1000).await.unwrap();
+
+    let mut worker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("SET lock_timeout = '10s'")
+        .execute(&mut worker)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE skiplock.jobs SET heartbeat_at = now() WHERE id = $1")
+        .bind(parent)
+        .execute(&mut worker)
+        .await
+        .expect("the heartbeat never waits for a hint's settling");
+    let acked = ack_many(&mut worker, &[completed_ack(parent, 1)])
+        .await
+        .expect("the ack never waits for a hint's settling");
+    assert_eq!(acked.ids, vec![parent]);
+    // Read before the ack: not finished, to be read again.
+    assert_eq!(h.busy, vec![parent]);
+    hinting.commit().await.unwrap();
+    worker.close().await.unwrap();
+}
+
 /// An enqueue naming a job, and that job's end, at once. The finishing statement (an
 /// operator's cancel, an ack) waits for nobody, and cannot see the edge the enqueue has not
 /// committed; the enqueue, once committed, has a settle hint sent, and the settling a worker

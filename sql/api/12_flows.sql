@@ -143,13 +143,15 @@ $$;
 -- edges from a transaction that has committed, and had not finished when it read them
 -- (skiplock._add_dependencies says why an ack may have missed those edges). The edges of
 -- each that has finished now are settled, at most `max_edges` of them in this statement,
--- as an ack settles them (skiplock._settle_edges). A job that another transaction is writing
--- right now (an ack finishing it, a heartbeat, a claim) is not read: its write may be the
--- finish that missed the edges, not committed yet, and waiting for its row lock would make a
--- worker wait for whoever holds it. Such jobs come back as `busy`, for the caller to try
--- again a moment later; `left_over`: jobs whose edges the statement may not all have settled
--- (the worker settles them in slices, src/worker/acks.rs). A hint is only a hint: any ids,
--- bounded work. Planned as skiplock._settle_edges.
+-- as an ack settles them (skiplock._settle_edges). The jobs are read without a lock: any
+-- enqueuer sends hints (300 ids a transaction, to every listening worker), and a share lock
+-- taken here on a running job made its heartbeat and its ack wait for the hint's statement
+-- (tests/flows.rs, a_settle_hint_locks_no_job_a_worker_writes). A job not finished as read
+-- now may be running, or finishing in a transaction not yet committed (the ack that missed
+-- the edges): such jobs come back as `busy`, for the caller to read again a moment later
+-- (src/worker/acks.rs, a few times, then the maintenance's sweep's); `left_over`: jobs whose
+-- edges the statement may not all have settled (the worker settles them in slices). A hint
+-- is only a hint: any ids, bounded work. Planned as skiplock._settle_edges.
 CREATE OR REPLACE FUNCTION skiplock._settle_added(deps bigint[], max_edges integer,
                                                   OUT busy bigint[], OUT left_over bigint[])
 LANGUAGE plpgsql
@@ -158,20 +160,15 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    free bigint[];
     finished bigint[];
 BEGIN
     IF max_edges IS NULL OR max_edges < 1 THEN
         RAISE EXCEPTION 'skiplock: _settle_added needs a slice of at least one edge' USING ERRCODE = '22023';
     END IF;
-    SELECT array_agg(x.id) INTO free
-    FROM (SELECT j.id FROM skiplock.jobs j WHERE j.id = ANY (deps) ORDER BY j.id FOR SHARE SKIP LOCKED) x;
-    SELECT array_agg(j.id ORDER BY j.id) INTO busy FROM skiplock.jobs j
-    WHERE j.id = ANY (deps) AND NOT j.id = ANY (coalesce(free, '{}'));
-    -- A statement of its own, so its snapshot is taken after the locks: an ack that held
-    -- one has committed by now.
-    SELECT array_agg(j.id) INTO finished FROM skiplock.jobs j
-    WHERE j.id = ANY (free) AND j.state IN ('completed', 'discarded', 'cancelled');
+    SELECT array_agg(j.id ORDER BY j.id) FILTER (WHERE j.state IN ('completed', 'discarded', 'cancelled')),
+           array_agg(j.id ORDER BY j.id) FILTER (WHERE j.state NOT IN ('completed', 'discarded', 'cancelled'))
+    INTO finished, busy
+    FROM skiplock.jobs j WHERE j.id = ANY (deps);
     IF finished IS NOT NULL
        AND EXISTS (SELECT 1 FROM skiplock.job_dependencies d
                    WHERE d.depends_on = ANY (finished) AND d.resolved IS NULL) THEN

@@ -30,7 +30,7 @@ use crate::metrics::Finish;
 use crate::error::Result;
 use crate::store::ack::{Ack, Acked, ack_many};
 use crate::store::PoolMode;
-use crate::store::flows::{FROM_THE_START, settle_added, settle_slice};
+use crate::store::flows::{FROM_THE_START, settle_slice};
 
 /// The most acks written in one statement.
 pub const MAX_BATCH: usize = 2000;
@@ -285,7 +285,7 @@ async fn write_acks(pool: &crate::store::Pool, buf: &[Ack]) -> Result<(Acked, Op
 /// again (docs/performance.md, "Flows"). Behind PgBouncer in transaction mode a client
 /// connection is no server session, and each slice goes through the pool, in a transaction
 /// with its limits.
-async fn settle_rest(
+pub(crate) async fn settle_rest(
     pool: crate::store::Pool,
     permits: Arc<tokio::sync::Semaphore>,
     ids: Vec<i64>,
@@ -323,52 +323,6 @@ async fn settle_rest(
             Ok(left) => (jobs, after) = (left.jobs, left.after),
             Err(e) => return failed(&e, &jobs),
         }
-    }
-}
-
-/// How many times a settle hint's jobs that another transaction was writing are tried, and
-/// the first wait between two tries (doubling: about 13 s in all, then the sweep's).
-const HINT_TRIES: u32 = 8;
-const HINT_RETRY: Duration = Duration::from_millis(50);
-
-/// Settles the jobs of a settle hint ([`super::listener::Wake::Settle`]): an enqueue gave
-/// them dependency edges while they may have been finishing, and an ack that finished one
-/// before the edges committed could not see them (`skiplock._add_dependencies`). Those that
-/// have finished have those edges settled ([`settle_added`]), the rest in slices
-/// ([`settle_rest`]); a job another transaction is writing right now (its ack, its heartbeat)
-/// is tried again a moment later, [`HINT_TRIES`] times, then left to the maintenance's sweep,
-/// as a failure is.
-pub(crate) async fn settle_hinted(
-    pool: crate::store::Pool,
-    permits: Arc<tokio::sync::Semaphore>,
-    ids: Vec<i64>,
-) {
-    let mut ids = ids;
-    let mut wait = HINT_RETRY;
-    for _ in 0..HINT_TRIES {
-        if ids.is_empty() {
-            return;
-        }
-        match settle_added(&pool, &ids, SETTLE_SLICE).await {
-            Ok(h) => {
-                if !h.left.is_empty() {
-                    settle_rest(pool.clone(), permits.clone(), h.left, None).await;
-                }
-                ids = h.busy;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, jobs = ?ids,
-                    "settling the new dependents of jobs failed; the maintenance's sweep settles them");
-                return;
-            }
-        }
-        if !ids.is_empty() {
-            tokio::time::sleep(wait).await;
-            wait *= 2;
-        }
-    }
-    if !ids.is_empty() {
-        tracing::debug!(jobs = ?ids, "jobs still being written; the maintenance's sweep settles their new dependents");
     }
 }
 

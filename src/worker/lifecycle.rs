@@ -372,9 +372,15 @@ fn spawn_listener(
     };
     let (q, sh) = (queues.clone(), shared.clone());
     let first = Arc::new(Mutex::new(first));
+    // One task settles every hint this process hears (super::hints); it ends with the claims.
+    let (hints, _) = super::hints::spawn(
+        shared.pool.clone(),
+        shared.settling.clone(),
+        shared.stop_claiming.clone(),
+    );
     tokio::spawn(async move {
         supervise("listener", sh.stop_claiming.clone(), |_| {
-            let (q, sh, pool) = (q.clone(), sh.clone(), pool.clone());
+            let (q, sh, pool, hints) = (q.clone(), sh.clone(), pool.clone(), hints.clone());
             let first = first.lock().unwrap_or_else(|p| p.into_inner()).take();
             async move {
                 let on_wake = {
@@ -384,13 +390,7 @@ fn spawn_listener(
                             Wake::Lost => sh.availability.failure(),
                             Wake::All => sh.availability.success(),
                             Wake::Queue(_) => faults::hit(&sh.worker_id, faults::Point::Listener),
-                            Wake::Settle(ids) => {
-                                tokio::spawn(acks::settle_hinted(
-                                    sh.pool.clone(),
-                                    sh.settling.clone(),
-                                    ids.clone(),
-                                ));
-                            }
+                            Wake::Settle(ids) => hints.hint(ids.clone()),
                         }
                         q.wake(w)
                     }

@@ -4,7 +4,7 @@
 //! signal for the queue's producer. The fallback poll covers anything missed. A payload is
 //! only a hint: the worker never starts serving a queue because a notification named it.
 //! Settle hints (the settle channel, `crate::store::notify::Heard::Settle`) become
-//! [`Wake::Settle`]: the worker settles those jobs' new edges (`worker::acks::settle_hinted`);
+//! [`Wake::Settle`]: the worker settles those jobs' new edges (`worker::hints`: one task, batched);
 //! the maintenance's sweep covers anything missed.
 
 use std::time::Duration;

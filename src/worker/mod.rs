@@ -35,6 +35,7 @@ pub mod hooks;
 internal_mod!(faults);
 internal_mod!(handler);
 internal_mod!(heartbeat);
+mod hints;
 mod idle;
 mod lifecycle;
 internal_mod!(listener);
@@ -120,8 +121,9 @@ pub(crate) struct Shared {
     pub metrics: crate::metrics::WorkerMetrics,
     /// The application's job hooks ([`hooks`]).
     pub hooks: hooks::Hooks,
-    /// One settling of a fan-out at a time after its ack (`acks::settle_rest`): each holds a
-    /// connection of the runtime's pool, which the claims, acks and heartbeats need.
+    /// One settling at a time, of a fan-out after its ack (`acks::settle_rest`) or of the
+    /// settle hints heard (`hints`): each holds a connection of the runtime's pool, which the
+    /// claims, acks and heartbeats need.
     pub settling: Arc<tokio::sync::Semaphore>,
 }
 
