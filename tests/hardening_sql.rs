@@ -1688,6 +1688,37 @@ async fn unique_by_tells_another_enqueuer_nothing_of_pending_args() {
     assert_ne!(replaced, reset);
 }
 
+/// A failure the server raises for its own state (a full disk, no memory, an I/O error) is not
+/// the statement's: the ack writer waits for the server with the batch whole instead of
+/// splitting it down to single acks (`statement_failed`). Each SQLSTATE comes from the real
+/// server, raised as it would raise it; a statement's own failures still count as its own.
+#[tokio::test]
+async fn the_servers_own_trouble_is_never_blamed_on_the_statement() {
+    use skiplock::db::outage::statement_failed;
+    let db = TestDb::new().await;
+    let raised = |code: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let e = sqlx::raw_sql(AssertSqlSafe(format!(
+                "DO $$ BEGIN RAISE EXCEPTION 'raised' USING ERRCODE = '{code}'; END $$"
+            )))
+            .execute(&*pool)
+            .await
+            .expect_err(code);
+            assert_eq!(sqlstate(&e), code);
+            statement_failed(&skiplock::Error::from(e))
+        }
+    };
+    for code in [
+        "53000", "53100", "53200", "53300", "58000", "58030", "58P01", "57P01", "08006",
+    ] {
+        assert!(!raised(code).await, "{code} is the server's trouble");
+    }
+    for code in ["22023", "23505", "57014", "55P03", "40P01", "P0001"] {
+        assert!(raised(code).await, "{code} is the statement's");
+    }
+}
+
 /// An enqueuer's open transaction never makes another enqueuer's `unique_for` enqueue wait: the
 /// attacker's uncommitted window is its own. (The window's primary key was the kind, queue and
 /// key alone, so the victim's insert waited for the attacker's commit, for as long as the

@@ -68,14 +68,22 @@ pub fn is_unavailable(e: &Error) -> bool {
 
 /// Whether `e` is the server's answer to the statement itself (a constraint, a trigger, a
 /// refusal, its statement or lock timeout) rather than the connection or the server's state
-/// (class 08, shutdown and start-up, too many connections, read-only, I/O, a pool timeout):
-/// the same statement with fewer rows may succeed, where waiting for the server cures the
-/// others. The ack writer splits a batch that keeps failing so only on these.
+/// (class 08, shutdown and start-up, read-only, a pool timeout, and the server's resources:
+/// class 53's insufficient resources, disk full, out of memory and too many connections, and
+/// class 58's system and I/O errors): the same statement with fewer rows may succeed, where
+/// waiting for the server cures the others. The ack writer splits a batch that keeps failing
+/// so only on these; a full disk is an outage, whose acks wait whole (tests/hardening_sql.rs,
+/// the_servers_own_trouble_is_never_blamed_on_the_statement).
 pub fn statement_failed(e: &Error) -> bool {
     match e {
         Error::Refused { .. } => true,
         Error::Database(sqlx::Error::Database(d)) => d.code().is_none_or(|c| {
-            !c.starts_with("08") && !matches!(&*c, "57P01" | "57P02" | "57P03" | "53300" | "25006")
+            !c.starts_with("08")
+                && !c.starts_with("58")
+                && !matches!(
+                    &*c,
+                    "57P01" | "57P02" | "57P03" | "53000" | "53100" | "53200" | "53300" | "25006"
+                )
         }),
         _ => false,
     }
