@@ -1214,6 +1214,66 @@ async fn an_ack_the_database_refuses_fails_alone_and_its_batch_mates_land_once()
     assert_eq!(runs, ids.iter().map(|id| (*id, 1)).collect::<Vec<_>>());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_that_keeps_failing_alone_lets_its_job_go_to_the_rescuer() {
+    // docs/reliability.md, "A batch that keeps failing": the ack of one job's first attempt
+    // always fails its statement, with a statement timeout's SQLSTATE (57014, which a heartbeat
+    // or a claim failing with counts as an outage). After its tries alone the worker lets the
+    // job go: out of `running`, no longer heartbeated, still in the table, so the rescuer
+    // (this worker's own) returns it and its second attempt lands. Its batch-mates land once.
+    // Retried alone for good, the ack kept the job heartbeated and never rescued.
+    let db = TestDb::new().await;
+    executions_table(&db).await;
+    let ids = enqueue_many(
+        &db.pool,
+        ManyJobs {
+            kind: "record",
+            args: &vec![json!({}); 3],
+            queue: "default",
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let bad = ids[1];
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION refuse_first_ack() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF OLD.id = {bad} AND OLD.attempt = 1 AND NEW.state = 'completed' THEN \
+         RAISE EXCEPTION 'refused for the test' USING ERRCODE = '57014'; END IF; \
+         RETURN NULL; END $$; \
+         CREATE TRIGGER refuse_first_ack AFTER UPDATE ON skiplock.jobs FOR EACH ROW \
+         EXECUTE FUNCTION refuse_first_ack();"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut settings = fast_settings();
+    settings.queues = Some([("default".to_string(), 3)].into());
+    settings.ack_delay = Duration::from_millis(200);
+    settings.rescue_after = Duration::from_secs(4);
+    let w = start_worker(&db.pool, settings, |mut b| {
+        b.registry_mut().register(Record);
+        b
+    });
+    wait_for("every job completed", Duration::from_secs(240), || async {
+        (count_state(&db.pool, "completed").await == 3).then_some(())
+    })
+    .await;
+    w.stop().await.unwrap();
+    let attempt: i32 = sqlx::query_scalar("SELECT attempt FROM skiplock.jobs WHERE id = $1")
+        .bind(bad)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempt, 2);
+    let runs = runs_per_job(&db).await;
+    let want: Vec<(i64, i64)> = ids
+        .iter()
+        .map(|&id| (id, if id == bad { 2 } else { 1 }))
+        .collect();
+    assert_eq!(runs, want);
+}
+
 #[tokio::test]
 async fn a_claim_the_database_keeps_refusing_asks_for_fewer_jobs() {
     // docs/reliability.md, "A batch that keeps failing": a statement-level trigger refuses

@@ -51,6 +51,11 @@ pub const DRAIN_RETRY_LIMIT: Duration = Duration::from_secs(30);
 /// How many times in a row the server may refuse a part of a batch before it is split (the
 /// first refusal may be passing: a lock timeout, a statement cancelled by an operator).
 pub const SPLIT_AFTER: u32 = 2;
+/// How many times in a row one ack may fail alone before the worker lets its job go (about
+/// 20 s of backoff): the job leaves `running`, so its heartbeat stops and the rescuer returns
+/// it, and nothing is deleted. Retried for good, an ack whose statement always fails (a
+/// settling past the statement timeout, a trigger) kept its job heartbeated, never rescued.
+pub const GIVE_UP_ALONE_AFTER: u32 = 10;
 
 /// What to do with a part of an ack batch of `len` acks whose write has just failed for the
 /// `failures`-th time in a row; `statement_failed`: the server refused the statement itself
@@ -410,7 +415,12 @@ async fn flush(
             }
             Err(e) => e,
         };
-        shared.db_failed(&e);
+        // One ack the server refuses is its job's trouble, not the database's: it never feeds
+        // the worker's availability (a statement timeout counts as an outage there), which
+        // pauses the rescuer's clock while it fails.
+        if !(parts[i].range.len() == 1 && statement_failed(&e)) {
+            shared.db_failed(&e);
+        }
         if stop.is_cancelled() {
             drain_started.get_or_insert_with(Instant::now);
         }
@@ -446,6 +456,20 @@ async fn flush(
                 parts.push(Part::new(r.start..mid));
                 parts.push(Part::new(mid..r.end));
             }
+            AfterFailure::Alone if p.failures >= GIVE_UP_ALONE_AFTER => {
+                let a = &buf[p.range.start];
+                tracing::error!(error = %e, job.id = a.id, job.attempt = a.attempt, failures = p.failures,
+                    "the ack of this job failed alone too many times in a row; this worker lets the job go: it stays running in the table, its heartbeat stops, and the rescuer returns it");
+                let_go(shared, a);
+                parts.swap_remove(i);
+                left(
+                    parts
+                        .iter()
+                        .flat_map(|p| buf[p.range.clone()].iter().cloned())
+                        .collect(),
+                );
+                continue;
+            }
             AfterFailure::Alone => {
                 let delay = p.backoff.next_delay();
                 let a = &buf[p.range.start];
@@ -461,6 +485,17 @@ async fn flush(
         if parts.iter().all(Part::alone) {
             mark.set(lingering);
         }
+    }
+}
+
+/// Drops the job of ack `a` from `running` (its attempt only), counted as lost: the heartbeat
+/// no longer names it, so the rescuer returns it once its heartbeat is stale.
+fn let_go(shared: &Shared, a: &Ack) {
+    let mut running = shared.running();
+    if let Some(r) = running.get(&a.id).filter(|r| r.attempt == a.attempt) {
+        r.series
+            .finished(Finish::of(a.state, a.give_back, r.executing, false));
+        running.remove(&a.id);
     }
 }
 
