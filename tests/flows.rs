@@ -1701,6 +1701,29 @@ async fn the_sweep_goes_through_a_cancel_cascade_20000_deep_in_bounded_statement
     c.close().await.unwrap();
 }
 
+/// One pass of the rescuer runs at most its bound of sweep statements (20 of 1,000 edges):
+/// a cancel cascade 21,000 jobs deep is settled over two passes, the first stopping at 20,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rescuer_pass_sweeps_a_bounded_number_of_edges() {
+    use skiplock::worker::rescuer::{SETTLE_STATEMENTS, rescue};
+
+    let db = TestDb::new().await;
+    let root = enqueue(&db.pool, &step(json!({}))).await.unwrap().id;
+    let chain = chain_after(&db, root, 21_000).await;
+    sqlx::query("UPDATE skiplock.jobs SET state = 'discarded', finalized_at = now() WHERE id = $1")
+        .bind(root)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    rescue(&db.pool, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(
+        how_many(&db, &chain, "cancelled").await,
+        SETTLE_STATEMENTS * 1000
+    );
+    rescue(&db.pool, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(how_many(&db, &chain, "cancelled").await, 21_000);
+}
+
 /// A chain of 20,000 jobs listed dependents first (each names the next) is placed in one
 /// `enqueue_flow` within a statement timeout of 60 s, in dependency order: each pass over the
 /// jobs left placed one of them, and 4,000 took 34 s (20,000 would take most of an hour).

@@ -54,8 +54,13 @@ impl Rescuer {
 }
 
 /// Edges one sweep statement settles at most (cancel cascades included); the rescuer calls it
-/// again while a statement settles that many.
+/// again while a statement settles that many, at most [`SETTLE_STATEMENTS`] times a pass.
 pub(super) const SETTLE_BATCH: i32 = 1000;
+/// Sweep statements one pass runs at most (20,000 edges): the rest is the next pass's (every
+/// half rescue timeout, at most 30 s). Without a bound, a pass followed any enqueuer's fan-out
+/// or cascade of millions of edges to its end before it forgot silent workers or let the next
+/// pass rescue.
+pub const SETTLE_STATEMENTS: usize = 20;
 
 /// Rescues up to [`BATCH`] rows per statement until none are left; returns how many.
 pub async fn rescue(pool: &Pool, rescue_after: Duration) -> Result<u64> {
@@ -86,7 +91,11 @@ async fn rescue_telling(pool: &Pool, rescue_after: Duration, hooks: &Hooks) -> R
     // Jobs this pass (or the reaper, or a claim) discarded without settling their flows:
     // their dependents are released or cancelled now, not at the next ack of a dependency
     // (sql/api/12_flows.sql, skiplock.settle_dependencies).
-    while store::flows::settle_dependencies(pool, SETTLE_BATCH).await? >= SETTLE_BATCH as i64 {}
+    for _ in 0..SETTLE_STATEMENTS {
+        if store::flows::settle_dependencies(pool, SETTLE_BATCH).await? < SETTLE_BATCH as i64 {
+            break;
+        }
+    }
     // Forget worker rows that have been silent for much longer than the rescue timeout.
     let silent_for = (rescue_after * 10).max(Duration::from_secs(600));
     store::rescue::forget_workers(pool, silent_for).await?;
