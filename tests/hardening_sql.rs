@@ -2162,3 +2162,40 @@ async fn a_call_writes_at_most_the_bound_of_dependency_edges() {
     );
     ap.close().await;
 }
+
+/// A claimed row that could not be read failed the whole claim, stranding every job it had
+/// just marked running: a tags array with a NULL element (a plain UPDATE writes one; the API
+/// never does) is read without it, and the claim hands over every job of its batch.
+#[tokio::test]
+async fn a_claim_gets_past_a_row_it_cannot_read() {
+    let db = TestDb::new().await;
+    let p = &db.pool;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            skiplock::store::jobs::enqueue(p, &NewJob::new("noop", json!({})).queue("badrow"))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    sqlx::query("UPDATE skiplock.jobs SET tags = '{a,NULL}' WHERE id = $1")
+        .bind(ids[1])
+        .execute(&**p)
+        .await
+        .unwrap();
+    let mut jobs = skiplock::store::claim::claim(
+        p.pg(),
+        skiplock::store::claim::ClaimParams {
+            queue: "badrow",
+            kinds: &["noop".to_string()],
+            limit: 10,
+            worker: "w:1:x",
+        },
+    )
+    .await
+    .expect("the claim gets past the row");
+    jobs.sort_by_key(|j| j.id);
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), ids);
+    assert_eq!(jobs[1].tags, vec!["a".to_string()]);
+}

@@ -140,8 +140,16 @@ pub async fn claim_on(
         .await?;
     let mut out = Claimed::default();
     for r in &rows {
-        if r.try_get::<Option<i64>, _>("id")?.is_some() {
-            out.jobs.push(Job::from_row(r)?);
+        if let Some(id) = r.try_get::<Option<i64>, _>("id")? {
+            // One row that cannot be read is left out alone: its job stays running, unheld, so
+            // the rescuer returns it (and discards it once out of attempts); failing the claim
+            // stranded every job it had just claimed (tests/hardening_sql.rs,
+            // a_claim_gets_past_a_row_it_cannot_read).
+            match Job::from_row(r) {
+                Ok(j) => out.jobs.push(j),
+                Err(e) => tracing::error!(job.id = id, error = %e,
+                    "a claimed job's row could not be read; left out of the claim for the rescuer"),
+            }
         } else {
             out.controlled = r.try_get::<Option<bool>, _>("controlled")?.unwrap_or(false);
             out.wait_until = r.try_get::<DbTimeOpt, _>("wait_until")?.0;
@@ -221,7 +229,12 @@ impl<'r> sqlx::FromRow<'r, PgRow> for Job {
             scheduled_at: r.try_get::<DbTime, _>("scheduled_at")?.0,
             created_at: r.try_get::<DbTime, _>("created_at")?.0,
             attempted_at: r.try_get::<DbTimeOpt, _>("attempted_at")?.0,
-            tags: r.try_get("tags")?,
+            // A NULL element (only a plain UPDATE can write one) is no tag.
+            tags: r
+                .try_get::<Vec<Option<String>>, _>("tags")?
+                .into_iter()
+                .flatten()
+                .collect(),
             meta: r.try_get("meta")?,
         })
     }
