@@ -189,7 +189,7 @@ RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     cur skiplock.packet_state;
 BEGIN
-    SELECT p.state INTO cur FROM skiplock.packets p WHERE p.id = _packet_move.id FOR UPDATE;
+    SELECT p.state INTO cur FROM skiplock.packets p WHERE p.id = _packet_move.id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'skiplock: packet % does not exist', _packet_move.id USING ERRCODE = 'P0002';
     END IF;
@@ -234,7 +234,7 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     cur skiplock.packet_state;
 BEGIN
-    SELECT p.state INTO cur FROM skiplock.packets p WHERE p.id = retry_packet.id FOR UPDATE;
+    SELECT p.state INTO cur FROM skiplock.packets p WHERE p.id = retry_packet.id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'skiplock: packet % does not exist', retry_packet.id USING ERRCODE = 'P0002';
     END IF;
@@ -263,7 +263,7 @@ DECLARE
     cur_job bigint;
     js skiplock.job_state;
 BEGIN
-    SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_requeue.id FOR UPDATE;
+    SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_requeue.id FOR NO KEY UPDATE;
     IF NOT FOUND OR cur <> 'processing' THEN
         RETURN false;
     END IF;
@@ -321,7 +321,7 @@ BEGIN
             RETURN ('busy', NULL, NULL)::skiplock.packet_start_result;
         END IF;
     END IF;
-    SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_start.id FOR UPDATE;
+    SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_start.id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN ('stale', NULL, NULL)::skiplock.packet_start_result;
     END IF;
@@ -362,7 +362,7 @@ DECLARE
 BEGIN
     SELECT j.id, j.queue INTO next_job, q FROM skiplock.jobs j
     WHERE j.kind = 'process-packet' AND j.state = 'available' AND j.scheduled_at > now()
-    ORDER BY j.scheduled_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+    ORDER BY j.scheduled_at, j.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
     IF next_job IS NOT NULL THEN
         UPDATE skiplock.jobs j SET scheduled_at = now() WHERE j.id = next_job;
         -- Moved earlier: its lane may sleep until its old time (skiplock._lanes_need).
@@ -394,7 +394,7 @@ DECLARE
     cur skiplock.packet_state;
     cur_job bigint;
 BEGIN
-    SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_finish.id FOR UPDATE;
+    SELECT p.state, p.job_id INTO cur, cur_job FROM skiplock.packets p WHERE p.id = _packet_finish.id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN (false, NULL)::skiplock.packet_finish_result;
     END IF;
@@ -461,7 +461,7 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM skiplock.jobs j
                           WHERE j.id = p.job_id AND j.state IN ('available', 'running'))
         ORDER BY p.id
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     LOOP
         packet_id := r.id;
         was := r.state;
