@@ -161,11 +161,12 @@ struct KeyValues<'a> {
     secrets: Vec<(std::ops::Range<usize>, String)>,
 }
 
-/// `text` read as a `key=value` connection string, if it is one: it names no URL scheme and
-/// starts with a keyword followed by `=` (libpq takes everything that is not a
-/// `postgres://` or `postgresql://` URI this way).
+/// `text` read as a `key=value` connection string, if it is one: it does not start with
+/// `postgres://` or `postgresql://` and starts with a keyword followed by `=` (libpq takes
+/// everything that is not such a URI this way, so a value holding `://`, such as an
+/// `application_name`, leaves it a connection string, whose passwords are then hidden).
 fn key_values(text: &str) -> Option<KeyValues<'_>> {
-    if text.contains("://") {
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
         return None;
     }
     let b = text.as_bytes();
@@ -482,6 +483,9 @@ mod tests {
             ("host = h  password = Hunter2Secret", "host = h  password = ***", "Hunter2Secret"),
             ("dbname=d sslpassword=Hunter2Secret", "dbname=d sslpassword=***", "Hunter2Secret"),
             ("PASSWORD=Hunter2Secret host=h", "PASSWORD=*** host=h", "Hunter2Secret"),
+            // A value holding `://` leaves it a key=value string (only a string starting with
+            // postgres:// or postgresql:// is a URL to libpq).
+            ("application_name=http://x host=h password=Hunter2Secret", "application_name=http://x host=h password=***", "Hunter2Secret"),
             // A quote left open hides the rest.
             ("host=h password='Hunter2 Secret", "host=h password=***", "Hunter2 Secret"),
         ];

@@ -228,13 +228,13 @@ pub const COUNTED_DEPENDENCIES: i64 = 100_000;
 
 /// What a page says of the dependencies (or dependents) it does not list: `listed` of
 /// `counted` (as `skiplock.dependency_counts` counts them, up to [`COUNTED_DEPENDENCIES`]);
-/// `None` when it lists them all.
+/// `None` when it lists them all. A count at its bound may be exact or cut: "at least".
 pub fn not_listed(listed: usize, counted: i64) -> Option<String> {
     let rest = counted - listed as i64;
     if rest <= 0 {
         None
     } else if counted >= COUNTED_DEPENDENCIES {
-        Some(format!("and more than {rest} more"))
+        Some(format!("and at least {rest} more"))
     } else {
         Some(format!("and {rest} more"))
     }
@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(not_listed(100, 250).as_deref(), Some("and 150 more"));
         assert_eq!(
             not_listed(100, COUNTED_DEPENDENCIES).as_deref(),
-            Some("and more than 99900 more")
+            Some("and at least 99900 more")
         );
     }
 
