@@ -230,7 +230,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // version 8 stop on the schema change (the claim's arguments changed).
     (
         9,
-        "b92967e0e2f3000bfa6d6676ed616a9f6b0144596b427d206c7e9a6ed672d18e",
+        "a5fd0535aa619b2621a02291313f36cc4fd4a97daff9590d6e0d0b60449328cb",
     ),
 ];
 
