@@ -227,10 +227,12 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (skiplock._next_due). Key scopes (core migration 0012): the keys unique_by derives and
     // the unique_for windows belong to the enqueuing login's scope (skiplock.set_key_scope),
     // `args:` is a reserved key prefix, a cancelled window job frees its window. Workers of
-    // version 8 stop on the schema change (the claim's arguments changed).
+    // version 8 stop on the schema change (the claim's arguments changed). Admission control
+    // (core migration 0015): skiplock.set_queue_admission limits a queue's waiting jobs, and
+    // the insert trigger refuses a statement that would pass it (SQLSTATE SK429).
     (
         9,
-        "b92967e0e2f3000bfa6d6676ed616a9f6b0144596b427d206c7e9a6ed672d18e",
+        "964886c75317a519df17fa8761952eb4b0943c85cef255984b97b3e134dd2fe4",
     ),
 ];
 
