@@ -22,7 +22,7 @@ pub struct DoctorArgs {
     /// A transaction holding the vacuum horizon this long is a warning.
     #[arg(long, value_parser = config::parse_duration, default_value = "5m")]
     pub warn_age: Duration,
-    /// … and this long needs action.
+    /// A transaction holding the vacuum horizon this long needs action.
     #[arg(long, value_parser = config::parse_duration, default_value = "1h")]
     pub action_age: Duration,
     /// How long each check's statement may run.
