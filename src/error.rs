@@ -188,3 +188,22 @@ impl Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sqlxs_named_statements_lost_or_taken_name_the_pool_mode() {
+        let taken = r#"prepared statement "sqlx_s_1" already exists"#;
+        let lost = r#"prepared statement "sqlx_s_12" does not exist"#;
+        assert!(pooled_statement_lost(Some("42P05"), taken));
+        assert!(pooled_statement_lost(Some("26000"), lost));
+        assert!(!pooled_statement_lost(
+            Some("42P05"),
+            r#"prepared statement "mine" already exists"#
+        ));
+        assert!(!pooled_statement_lost(Some("42601"), taken));
+        assert!(!pooled_statement_lost(None, lost));
+    }
+}
