@@ -291,6 +291,10 @@ async fn a_stuck_job_an_unhandled_kind_and_a_paused_queue_are_named() {
     .fetch_all(&pg)
     .await
     .unwrap();
+    sqlx::query("SELECT skiplock.set_queue_admission('held_back', 1)")
+        .execute(&pg)
+        .await
+        .unwrap();
     sqlx::query("SELECT skiplock.pause_queue('held_back')")
         .execute(&pg)
         .await
@@ -328,6 +332,9 @@ async fn a_stuck_job_an_unhandled_kind_and_a_paused_queue_are_named() {
     assert_eq!(paused.len(), 1, "{report:#}");
     assert_eq!(evidence(paused[0], "queue").as_deref(), Some("held_back"));
     assert_eq!(evidence(paused[0], "waiting").as_deref(), Some("1"));
+    let full = findings(&report, "queue_full");
+    assert_eq!(full.len(), 1, "{report:#}");
+    assert_eq!(evidence(full[0], "max_waiting").as_deref(), Some("1"));
 
     // The rescue window is the workers' setting: with a longer one the job is not stuck yet.
     let (code, out, _) = {

@@ -261,6 +261,29 @@ async fn runtime(
             .fix(format!("skiplock queue resume {}", q.queue)),
         );
     }
+    for q in read!("full_queues", |tx| store::doctor::full_queues(
+        &mut tx, t.limit, 100_000
+    )) {
+        if q.waiting < i64::from(q.max_waiting) {
+            continue;
+        }
+        r.findings.push(
+            Finding::new(
+                "queue_full",
+                Area::Runtime,
+                Severity::Warning,
+                format!(
+                    "queue {} is at its admission limit of {} waiting jobs",
+                    q.queue, q.max_waiting
+                ),
+            )
+            .with("queue", &q.queue)
+            .with("max_waiting", q.max_waiting)
+            .with("waiting", q.waiting)
+            .cost("enqueues into it are refused (SK429) until the workers drain it")
+            .fix("add workers for the queue, or raise the limit with skiplock.set_queue_admission"),
+        );
+    }
     for k in read!("held_keys", |tx| store::doctor::held_keys(&mut tx, t.limit)) {
         r.findings.push(
             Finding::new(

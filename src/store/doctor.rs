@@ -253,6 +253,30 @@ pub async fn paused_queues(
         .await?)
 }
 
+/// A queue with an admission limit (`sql/doctor/full_queues.sql`).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct AdmissionQueue {
+    /// The queue.
+    pub queue: String,
+    /// Its limit on waiting jobs.
+    pub max_waiting: i32,
+    /// Available jobs in it (counted up to the limit + 1, at most the cap passed + 1).
+    pub waiting: i64,
+}
+
+/// Queues with an admission limit, at most `n`, their waiting jobs counted up to `cap` + 1.
+pub async fn full_queues(
+    tx: &mut Transaction<'_>,
+    n: usize,
+    cap: usize,
+) -> Result<Vec<AdmissionQueue>> {
+    Ok(super::query_as(sql!("doctor", "full_queues"))
+        .bind(limit(n))
+        .bind(limit(cap))
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
 /// A key held now (`sql/doctor/held_keys.sql`).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct HeldKey {
