@@ -118,8 +118,32 @@ impl From<sqlx::Error> for Error {
                 message: d.message().to_string(),
             };
         }
+        if let sqlx::Error::Database(d) = &e
+            && pooled_statement_lost(d.code().as_deref(), d.message())
+        {
+            return Error::Config {
+                name: "SKIPLOCK_POOL_MODE".into(),
+                message: format!(
+                    "the server answered `{}` ({}): the URL goes through a pooler in transaction \
+                     mode (PgBouncer pool_mode = transaction), which hands a client's statements \
+                     to other server connections; set SKIPLOCK_POOL_MODE=transaction \
+                     (docs/operations.md, \"Behind PgBouncer\")",
+                    d.message(),
+                    d.code().unwrap_or_default()
+                ),
+            };
+        }
         Error::Database(e)
     }
+}
+
+/// Whether a server error says one of sqlx's named prepared statements (`sqlx_s_N`) is missing
+/// on the connection (26000) or already taken there (42P05): what a pooler in transaction mode
+/// does to a client that prepares statements in session mode, since the prepare and the
+/// execute land on different server connections (src/store/pool.rs). Nothing else makes them:
+/// sqlx names each statement once per connection.
+pub fn pooled_statement_lost(code: Option<&str>, message: &str) -> bool {
+    matches!(code, Some("26000" | "42P05")) && message.contains("\"sqlx_s_")
 }
 
 impl From<sqlx::migrate::MigrateError> for Error {
@@ -162,5 +186,24 @@ impl Error {
             Error::Refused { sqlstate, .. } => Some(sqlstate),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sqlxs_named_statements_lost_or_taken_name_the_pool_mode() {
+        let taken = r#"prepared statement "sqlx_s_1" already exists"#;
+        let lost = r#"prepared statement "sqlx_s_12" does not exist"#;
+        assert!(pooled_statement_lost(Some("42P05"), taken));
+        assert!(pooled_statement_lost(Some("26000"), lost));
+        assert!(!pooled_statement_lost(
+            Some("42P05"),
+            r#"prepared statement "mine" already exists"#
+        ));
+        assert!(!pooled_statement_lost(Some("42601"), taken));
+        assert!(!pooled_statement_lost(None, lost));
     }
 }

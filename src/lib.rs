@@ -40,6 +40,7 @@ pub mod apalis;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod doctor;
 pub mod error;
 pub mod metrics;
 #[cfg(feature = "otel")]

@@ -665,3 +665,40 @@ async fn per_queue_series_are_bounded_and_the_rest_added_up() {
         body.lines().count()
     );
 }
+
+/// The horizon's gauges (docs/operations.md, "Keeping the database healthy"): a session of the
+/// scraping login left idle in transaction shows in `skiplock_vacuum_horizon_age_seconds` (the
+/// largest age of any holder the login may see, so at least this one's), and the dead tuples
+/// of skiplock's tables have their gauge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_horizons_age_and_the_dead_tuples_are_gauges() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let mut holder = <sqlx::PgConnection as sqlx::Connection>::connect(&op.url)
+        .await
+        .unwrap();
+    for sql in [
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+        "SELECT count(*) FROM skiplock.jobs",
+    ] {
+        sqlx::query(sql).execute(&mut holder).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut c = cmd(&op.url);
+    c.args(["web", "--listen", "127.0.0.1:0"])
+        .env_remove("SKIPLOCK_WEB_TOKEN")
+        .env_remove("SKIPLOCK_WEB_LISTEN");
+    let console = Served::start(c, LIMIT);
+    let http = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
+    let (status, body) = get(&http, &format!("{}/metrics", console.base), None).await;
+    assert_eq!(status, 200, "{body}");
+    let s = parse(&body);
+    let age = value(&s, "skiplock_vacuum_horizon_age_seconds", &[]).expect(&body);
+    assert!(age >= 1.0, "{age}\n{body}");
+    assert!(
+        value(&s, "skiplock_vacuum_horizon_xid_age", &[]).is_some(),
+        "{body}"
+    );
+    assert!(value(&s, "skiplock_dead_tuples", &[]).is_some(), "{body}");
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+}

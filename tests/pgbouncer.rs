@@ -419,3 +419,32 @@ async fn the_consoles_pool_follows_a_multi_host_url_after_a_page_met_the_outage(
     )
     .await;
 }
+
+/// A worker left in session mode (no `SKIPLOCK_POOL_MODE`) behind PgBouncer in transaction
+/// mode: its connections' named statements meet on the one server connection, the server
+/// answers `prepared statement "sqlx_s_N" already exists` (or `does not exist`), and the worker
+/// exits 1 with one line naming the setting to change (docs/operations.md, "Behind PgBouncer").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_mode_worker_behind_a_transaction_pooler_exits_naming_skiplock_pool_mode() {
+    let Some(bin) = pgbouncer_bin() else { return };
+    let db = TestDb::new().await;
+    enqueue_noops(&db.pool, 20).await;
+    let bouncer = start(&bin, "transaction", "* = host=127.0.0.1 port=5432", 1).await;
+    let url = bouncer.url(&db.url).unwrap();
+    let (status, log) = cli_worker(&url, &[]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    let named: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("SKIPLOCK_POOL_MODE=transaction"))
+        .collect();
+    assert_eq!(named.len(), 1, "{log}");
+    assert!(
+        named[0].contains("invalid setting SKIPLOCK_POOL_MODE"),
+        "{log}"
+    );
+    let raw = log.lines().filter(|l| l.contains("sqlx_s_")).count();
+    assert_eq!(
+        raw, 1,
+        "only the one line quotes the server's answer:\n{log}"
+    );
+}

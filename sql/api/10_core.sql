@@ -86,7 +86,36 @@ $$;
 -- A job inserted `waiting` gets its lane when it is released (sql/api/12_flows.sql).
 CREATE OR REPLACE FUNCTION skiplock._notify_inserted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    adm record;
+    waiting bigint;
 BEGIN
+    -- Admission control (skiplock.set_queue_admission, sql/api/15_control.sql): nothing but
+    -- this read of an empty table while no queue has a limit. A limited queue's enqueues take
+    -- its transaction-level advisory lock (so two producers cannot both see room for one job)
+    -- and count its available jobs, at most max_waiting + the statement's own + 1 index
+    -- entries of jobs_claim_idx; past the limit the whole statement is refused (SK429).
+    IF EXISTS (SELECT 1 FROM skiplock.queue_admission) THEN
+        FOR adm IN
+            SELECT a.queue, a.max_waiting, n.added
+            FROM (SELECT r.queue, count(*) AS added FROM new_rows r
+                  WHERE r.state = 'available' GROUP BY r.queue) n
+            JOIN skiplock.queue_admission a ON a.queue = n.queue
+            ORDER BY a.queue
+        LOOP
+            PERFORM pg_advisory_xact_lock(hashtext('skiplock.queue_admission'), hashtext(adm.queue));
+            SELECT count(*) INTO waiting
+            FROM (SELECT 1 FROM skiplock.jobs j
+                  WHERE j.queue = adm.queue AND j.state = 'available'
+                  LIMIT adm.max_waiting::bigint + adm.added + 1) w;
+            IF waiting > adm.max_waiting THEN
+                RAISE EXCEPTION 'skiplock: queue % is full: % jobs wait and its limit is % (max_waiting); % more refused',
+                    quote_literal(adm.queue), waiting - adm.added, adm.max_waiting, adm.added
+                    USING ERRCODE = 'SK429',
+                          HINT = 'wait for the workers to drain it, or raise the limit with skiplock.set_queue_admission';
+            END IF;
+        END LOOP;
+    END IF;
     INSERT INTO skiplock.lanes (queue, priority, due_at)
     SELECT n.queue, n.priority, CASE WHEN n.t <= now() THEN NULL ELSE skiplock._time_clamp(n.t) END
     FROM (SELECT r.queue, r.priority, min(r.scheduled_at) AS t FROM new_rows r

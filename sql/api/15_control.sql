@@ -25,6 +25,31 @@ BEGIN
 END;
 $$;
 
+-- Admission control (docs/operations.md, "Admission control"): at most `max_waiting` available
+-- jobs (due now or later) in `queue`; NULL removes the limit. An enqueue (or enqueue_many, or
+-- a flow) that would make more is refused whole with SQLSTATE SK429 by the insert trigger
+-- (skiplock._notify_inserted, sql/api/10_core.sql). Lowering the limit below what waits now
+-- removes nothing: enqueues are refused until the workers drain the queue under it.
+CREATE OR REPLACE FUNCTION skiplock.set_queue_admission(queue text, max_waiting integer)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM skiplock._check_queue_name(set_queue_admission.queue);
+    IF set_queue_admission.max_waiting IS NULL THEN
+        DELETE FROM skiplock.queue_admission a WHERE a.queue = set_queue_admission.queue;
+        RETURN;
+    END IF;
+    IF set_queue_admission.max_waiting < 0 THEN
+        RAISE EXCEPTION 'skiplock: max_waiting must be at least 0 (NULL: no limit), got %',
+            set_queue_admission.max_waiting USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO skiplock.queue_admission AS a (queue, max_waiting)
+    VALUES (set_queue_admission.queue, set_queue_admission.max_waiting)
+    ON CONFLICT ON CONSTRAINT queue_admission_pkey
+    DO UPDATE SET max_waiting = EXCLUDED.max_waiting, updated_at = now();
+END;
+$$;
+
 -- Fair mode on or off (docs/concepts.md, "Fair queues"): a fair queue's claims serve its
 -- limit keys round-robin (skiplock._fair_pick), so one key's backlog delays another key's
 -- first job by at most one claim. Its claims go through skiplock._claim_limited (the queue has

@@ -160,12 +160,13 @@ BEGIN
         -- set_queue_limit stays (the packet workflow sets its queue's concurrency at start, and
         -- it cannot remove a key limit).
         EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.queues FROM skiplock_worker';
+        EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.queue_admission FROM skiplock_worker';
         EXECUTE 'GRANT UPDATE (updated_at) ON skiplock.queues TO skiplock_worker';
         FOR f IN
             SELECT p.oid::regprocedure::text
             FROM pg_catalog.pg_proc p
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-            WHERE n.nspname = 'skiplock' AND p.proname IN ('set_key_limit', 'change_key_limit', 'set_queue_fairness')
+            WHERE n.nspname = 'skiplock' AND p.proname IN ('set_key_limit', 'change_key_limit', 'set_queue_fairness', 'set_queue_admission')
         LOOP
             EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM skiplock_worker', f);
         END LOOP;

@@ -60,6 +60,14 @@ fn free_port() -> Result<u16> {
 impl PrivateCluster {
     /// Creates and starts a cluster (trust authentication, user `postgres`, fsync off).
     pub fn start() -> Result<PrivateCluster> {
+        Self::start_with(free_port()?, "")
+    }
+
+    // Used by tests/doctor.rs, which compiles this file too.
+    #[allow(dead_code)]
+    /// [`PrivateCluster::start`] on `port` with extra server options (`-c name=value …`):
+    /// tests/doctor.rs needs `wal_level=logical` and `max_prepared_transactions`.
+    pub fn start_with(port: u16, extra_opts: &str) -> Result<PrivateCluster> {
         let bin = pg_bin_dir()?;
         let dir = tempfile::Builder::new().prefix("skiplock-pg-").tempdir()?;
         let as_postgres = is_root();
@@ -68,9 +76,8 @@ impl PrivateCluster {
                 .arg("postgres:postgres")
                 .arg(dir.path()))?;
         }
-        let port = free_port()?;
         let server_opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60 {extra_opts}",
             port,
             dir.path().display()
         );

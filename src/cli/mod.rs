@@ -1,6 +1,7 @@
 //! The `skiplock` command: clap definitions and dispatch. Errors bubble up as `anyhow`
 //! and `main` prints them on one line.
 
+pub mod doctor;
 pub mod fetch;
 pub mod flows;
 pub mod jobs;
@@ -86,6 +87,9 @@ pub enum Command {
     Periodic(maintenance::PeriodicArgs),
     /// Discard abandoned jobs left unfinished past the maximum age, never held ones (see --dry-run).
     Reap(maintenance::ReapArgs),
+    /// Check the database's health: what holds the vacuum horizon, stuck jobs, settings (exit
+    /// 0 all well, 1 warnings, 2 action needed).
+    Doctor(doctor::DoctorArgs),
     /// The operator console in the browser (default http://127.0.0.1:8080/).
     Web(web::WebArgs),
 }
@@ -165,6 +169,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Packet(a) => packets::run(url, a).await,
         Command::Periodic(a) => maintenance::periodic(url, a).await,
         Command::Reap(a) => maintenance::reap(url, a).await,
+        Command::Doctor(a) => doctor::run(url, a).await,
         Command::Web(a) => web::run(url, a).await,
     }
 }

@@ -69,7 +69,19 @@ pub fn worker_pool(
             Box::pin(async move {
                 super::nodelay::set(conn).await?;
                 let flags = match mode {
-                    PoolMode::Session => crate::store::session::open(conn, limits).await?,
+                    PoolMode::Session => match crate::store::session::open(conn, limits).await {
+                        // Behind a transaction-mode pooler (crate::error::pooled_statement_lost):
+                        // failing here would only have the pool log and retry the connect until
+                        // its timeout; the next statement meets the same answer and ends the
+                        // start with the one line naming SKIPLOCK_POOL_MODE
+                        // (tests/pgbouncer.rs).
+                        Err(sqlx::Error::Database(d))
+                            if crate::error::pooled_statement_lost(d.code().as_deref(), d.message()) =>
+                        {
+                            return Ok(());
+                        }
+                        other => other?,
+                    },
                     PoolMode::Transaction => {
                         crate::store::session::learn_types(conn).await?;
                         crate::store::session::read_only(conn).await?

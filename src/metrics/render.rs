@@ -35,6 +35,12 @@ pub const OTHER_OLDEST_WAIT: &str = "skiplock_other_queues_oldest_wait_seconds";
 pub const OTHER_PAUSED: &str = "skiplock_other_queues_paused";
 /// Packets per state.
 pub const PACKETS: &str = "skiplock_packets";
+/// Seconds since the oldest transaction holding the vacuum horizon began.
+pub const HORIZON_AGE: &str = "skiplock_vacuum_horizon_age_seconds";
+/// The largest xid age a session, a prepared transaction or a replication slot holds.
+pub const HORIZON_XID_AGE: &str = "skiplock_vacuum_horizon_xid_age";
+/// Dead tuples in skiplock's tables.
+pub const DEAD_TUPLES: &str = "skiplock_dead_tuples";
 /// 1 when the scrape's database read succeeded.
 pub const DATABASE_UP: &str = "skiplock_metrics_database_up";
 /// How long the scrape's database read took.
@@ -211,6 +217,28 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
         "Paused queues among those past the first SKIPLOCK_TOP_QUEUES.",
     );
     let _ = writeln!(out, "{OTHER_PAUSED} {}", o.paused_queues);
+    header(
+        &mut out,
+        HORIZON_AGE,
+        "Seconds since the oldest transaction with an xid or a snapshot began (a session's, the scrape's own excluded, or a prepared one): vacuum removes no dead tuple newer than it. Other logins' sessions count only with pg_monitor.",
+    );
+    let _ = writeln!(
+        out,
+        "{HORIZON_AGE} {}",
+        value(snap.horizon.age_seconds.max(0.0))
+    );
+    header(
+        &mut out,
+        HORIZON_XID_AGE,
+        "The largest transaction-id age a session, a prepared transaction or a replication slot holds.",
+    );
+    let _ = writeln!(out, "{HORIZON_XID_AGE} {}", snap.horizon.xid_age);
+    header(
+        &mut out,
+        DEAD_TUPLES,
+        "Dead tuples in skiplock's tables now: what vacuum has not removed, or cannot while the horizon is held (skiplock doctor names the holder).",
+    );
+    let _ = writeln!(out, "{DEAD_TUPLES} {}", snap.horizon.dead_tuples);
     #[cfg(feature = "packets")]
     {
         header(&mut out, PACKETS, "Packets per state.");
@@ -283,9 +311,17 @@ mod tests {
                 key_concurrency: None,
                 key_rate_per_second: Some(0.5),
             }],
+            horizon: crate::store::metrics::Horizon {
+                age_seconds: 12.5,
+                xid_age: 40,
+                dead_tuples: 900,
+            },
         };
         let t = database(Some(&snap), Duration::ZERO);
         assert!(t.contains("skiplock_metrics_database_up 1\n"));
+        assert!(t.contains("skiplock_vacuum_horizon_age_seconds 12.5\n"));
+        assert!(t.contains("skiplock_vacuum_horizon_xid_age 40\n"));
+        assert!(t.contains("skiplock_dead_tuples 900\n"));
         assert!(t.contains("skiplock_queue_depth{queue=\"we\\\"ird\",state=\"available\"} 3\n"));
         assert!(t.contains("skiplock_queue_depth{queue=\"we\\\"ird\",state=\"running\"} 2\n"));
         assert!(t.contains("skiplock_queue_oldest_wait_seconds{queue=\"we\\\"ird\"} 4.25\n"));
@@ -344,6 +380,7 @@ mod tests {
             others: None,
             packets: vec![],
             control,
+            horizon: Default::default(),
         };
         let t = database(Some(&snap), Duration::ZERO);
         let count = |prefix: &str| t.lines().filter(|l| l.starts_with(prefix)).count();

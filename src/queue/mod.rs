@@ -6,6 +6,7 @@
 //! States: `available` → `running` → `completed` | `discarded` | `cancelled`, and back to
 //! `available` on a retryable error, a snooze, a rescue or a shutdown.
 
+pub mod admission;
 pub mod args;
 pub mod backoff;
 pub mod enqueue;

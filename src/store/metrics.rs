@@ -1,7 +1,8 @@
 //! What `/metrics` reads from the database at scrape time: queue depth and the oldest
 //! waiting job per queue (`sql/metrics/queue_depth.sql`), packets per state
 //! (`sql/metrics/packet_states.sql`), paused queues and limits
-//! (`sql/metrics/queue_control.sql`), all in one read-only transaction under a short
+//! (`sql/metrics/queue_control.sql`), what holds the vacuum horizon
+//! (`sql/metrics/horizon.sql`), all in one read-only transaction under a short
 //! `statement_timeout` (`sql/metrics/scrape_timeout.sql`).
 
 use std::time::Duration;
@@ -58,6 +59,17 @@ pub struct QueueControl {
     pub key_rate_per_second: Option<f64>,
 }
 
+/// What holds the vacuum horizon back, and what it costs (`sql/metrics/horizon.sql`).
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
+pub struct Horizon {
+    /// Seconds since the oldest transaction with an xid or a snapshot began (0: none).
+    pub age_seconds: f64,
+    /// The largest xid age a session, a prepared transaction or a slot holds (0: none).
+    pub xid_age: i64,
+    /// Dead tuples in skiplock's tables now.
+    pub dead_tuples: i64,
+}
+
 /// Everything a scrape reads.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
@@ -70,6 +82,8 @@ pub struct Snapshot {
     pub packets: Vec<PacketCount>,
     /// Per queue with control settings, ordered by name.
     pub control: Vec<QueueControl>,
+    /// What holds the vacuum horizon.
+    pub horizon: Horizon,
 }
 
 /// Sets the `statement_timeout` of the current transaction (at least 1 ms).
@@ -106,6 +120,13 @@ pub async fn queue_control<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueCont
         .await?)
 }
 
+/// What holds the vacuum horizon.
+pub async fn horizon<'e, E: Executor<'e>>(exec: E) -> Result<Horizon> {
+    Ok(super::query_as(sql!("metrics", "horizon"))
+        .fetch_one(exec)
+        .await?)
+}
+
 /// Reads a [`Snapshot`] of the `top` queues in one transaction (rolled back: it only reads)
 /// whose statements may run `timeout` at most.
 pub async fn snapshot(pool: &Pool, timeout: Duration, top: usize) -> Result<Snapshot> {
@@ -118,6 +139,7 @@ pub async fn snapshot(pool: &Pool, timeout: Duration, top: usize) -> Result<Snap
     #[cfg(feature = "packets")]
     let packets = packet_states(&mut *tx).await?;
     let control = queue_control(&mut *tx).await?;
+    let horizon = horizon(&mut *tx).await?;
     tx.rollback().await?;
     Ok(Snapshot {
         queues,
@@ -125,5 +147,6 @@ pub async fn snapshot(pool: &Pool, timeout: Duration, top: usize) -> Result<Snap
         #[cfg(feature = "packets")]
         packets,
         control,
+        horizon,
     })
 }

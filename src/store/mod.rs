@@ -29,6 +29,7 @@
 pub mod ack;
 pub mod claim;
 pub mod control;
+pub mod doctor;
 #[cfg(feature = "fetch")]
 pub mod fetch;
 pub mod flows;

@@ -227,10 +227,12 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (skiplock._next_due). Key scopes (core migration 0012): the keys unique_by derives and
     // the unique_for windows belong to the enqueuing login's scope (skiplock.set_key_scope),
     // `args:` is a reserved key prefix, a cancelled window job frees its window. Workers of
-    // version 8 stop on the schema change (the claim's arguments changed).
+    // version 8 stop on the schema change (the claim's arguments changed). Admission control
+    // (core migration 0015): skiplock.set_queue_admission limits a queue's waiting jobs, and
+    // the insert trigger refuses a statement that would pass it (SQLSTATE SK429).
     (
         9,
-        "a5fd0535aa619b2621a02291313f36cc4fd4a97daff9590d6e0d0b60449328cb",
+        "968d9954cf0cc8140adefd0ec4214527471ea4168b2936fe26864b20f3f03b92",
     ),
 ];
 

@@ -1,0 +1,523 @@
+//! [`examine`]: runs each read of `src/store/doctor.rs` in its own read-only, time-bounded
+//! transaction and turns the rows into findings with the decisions of the parent module. A
+//! read that fails (its statement timed out, or this login may not read what it needs) is a
+//! finding of its own (`check_failed`), and the other checks still run.
+
+use super::*;
+use crate::error::Result;
+use crate::store::{self, Pool};
+
+/// Runs every check against the database `pool` reaches and reports, worst first. Fails only
+/// when no transaction can begin at all (the database is unreachable).
+pub async fn examine(pool: &Pool, t: &Thresholds) -> Result<Report> {
+    let mut r = Report::default();
+    let mut failed: Vec<Finding> = Vec::new();
+
+    // Each read in its own transaction: a statement_timeout aborts only that one.
+    macro_rules! read {
+        ($name:literal, |$tx:ident| $body:expr) => {{
+            let mut $tx = store::doctor::begin(pool, t.statement_timeout).await?;
+            let res = $body.await;
+            let _ = $tx.rollback().await;
+            match res {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    failed.push(check_failed($name, &e));
+                    None
+                }
+            }
+        }};
+    }
+
+    let tables = read!("tables", |tx| store::doctor::tables(&mut tx, 100)).unwrap_or_default();
+    r.dead_tuples = tables.iter().map(|s| s.dead_tuples).sum();
+    let held_back = r.dead_tuples;
+
+    if let Some(backends) = read!("backends", |tx| store::doctor::backends(&mut tx, t.limit)) {
+        for b in &backends {
+            r.horizon_seconds = r.horizon_seconds.max(b.xact_seconds);
+            r.horizon_xid_age = r.horizon_xid_age.max(b.xid_age.unwrap_or(0));
+            if let Some(f) = backend_finding(b, held_back, t) {
+                r.findings.push(f);
+            }
+        }
+    }
+    let hidden = read!("hidden", |tx| store::doctor::hidden(&mut tx)).unwrap_or(0);
+    if hidden > 0 {
+        r.findings.push(
+            Finding::new(
+                "hidden_sessions",
+                Area::Horizon,
+                Severity::Warning,
+                format!("{hidden} session(s) of other logins cannot be seen by this one"),
+            )
+            .with("sessions", hidden)
+            .cost("one of them may hold the vacuum horizon, and could not be named")
+            .fix("run doctor as a login with pg_monitor: GRANT pg_monitor TO <login> (docs/roles.md)"),
+        );
+    }
+
+    if let Some(slots) = read!("slots", |tx| store::doctor::slots(&mut tx, t.limit)) {
+        for s in &slots {
+            r.horizon_xid_age = r.horizon_xid_age.max(s.xid_age.unwrap_or(0));
+            if let Some(sev) = slot_severity(s.active, s.xid_age, s.retained_wal_bytes) {
+                r.findings.push(slot_finding(s, sev, held_back));
+            }
+        }
+    }
+
+    if let Some(prepared) = read!("prepared", |tx| store::doctor::prepared(&mut tx, t.limit)) {
+        for p in &prepared {
+            r.horizon_seconds = r.horizon_seconds.max(p.seconds);
+            r.horizon_xid_age = r.horizon_xid_age.max(p.xid_age.unwrap_or(0));
+            if let Some(sev) = holder_severity(p.seconds, p.xid_age, t) {
+                r.findings.push(
+                    Finding::new(
+                        "prepared_transaction",
+                        Area::Horizon,
+                        sev,
+                        format!(
+                            "prepared transaction '{}' open for {}",
+                            p.gid,
+                            format_age(p.seconds)
+                        ),
+                    )
+                    .with("gid", &p.gid)
+                    .with_opt("owner", p.owner.as_ref())
+                    .with_opt("database", p.database.as_ref())
+                    .with_opt("xid", p.xid.as_ref())
+                    .with_opt("xid age", p.xid_age)
+                    .with("age", format_age(p.seconds))
+                    .with("dead tuples in skiplock's tables", held_back)
+                    .cost("vacuum removes no dead tuple newer than it, in any table of the cluster; it holds its locks until it ends")
+                    .fix(format!(
+                        "COMMIT PREPARED '{0}' or ROLLBACK PREPARED '{0}' (in database {1}), once its coordinator is known to have gone",
+                        p.gid,
+                        p.database.as_deref().unwrap_or("?")
+                    )),
+                );
+            }
+        }
+    }
+
+    for s in &tables {
+        if let Some(sev) = table_severity(s.live_tuples, s.dead_tuples) {
+            r.findings.push(
+                Finding::new(
+                    "dead_tuples",
+                    Area::Tables,
+                    sev,
+                    format!(
+                        "skiplock.{} has {} dead tuples against {} live",
+                        s.table_name, s.dead_tuples, s.live_tuples
+                    ),
+                )
+                .with("table", format!("skiplock.{}", s.table_name))
+                .with("live tuples", s.live_tuples)
+                .with("dead tuples", s.dead_tuples)
+                .with("size", format_bytes(s.total_bytes))
+                .with(
+                    "last vacuum",
+                    s.vacuumed_seconds_ago
+                        .map_or("never".into(), |a| format!("{} ago", format_age(a))),
+                )
+                .cost("claims and scans step over dead index entries; the table and its indexes grow")
+                .fix("end what holds the horizon (the findings above), then VACUUM (VERBOSE) the table; if autovacuum runs but lags, lower autovacuum_vacuum_scale_factor for it"),
+            );
+        }
+    }
+    r.tables = tables
+        .into_iter()
+        .map(|s| TableReport {
+            table: s.table_name,
+            live_tuples: s.live_tuples,
+            dead_tuples: s.dead_tuples,
+            total_bytes: s.total_bytes,
+            vacuumed_seconds_ago: s.vacuumed_seconds_ago,
+            analyzed_seconds_ago: s.analyzed_seconds_ago,
+        })
+        .collect();
+
+    if migrated(pool, t, &mut r, &mut failed).await? {
+        runtime(pool, t, &mut r, &mut failed).await?;
+    }
+    settings(pool, t, &mut r, &mut failed).await?;
+
+    r.findings.append(&mut failed);
+    r.sort();
+    Ok(r)
+}
+
+async fn runtime(
+    pool: &Pool,
+    t: &Thresholds,
+    r: &mut Report,
+    failed: &mut Vec<Finding>,
+) -> Result<()> {
+    macro_rules! read {
+        ($name:literal, |$tx:ident| $body:expr) => {{
+            let mut $tx = store::doctor::begin(pool, t.statement_timeout).await?;
+            let res = $body.await;
+            let _ = $tx.rollback().await;
+            match res {
+                Ok(v) => v,
+                Err(e) => {
+                    failed.push(check_failed($name, &e));
+                    Vec::new()
+                }
+            }
+        }};
+    }
+    let window = t.rescue_after;
+    for w in read!("stale_workers", |tx| store::doctor::stale_workers(
+        &mut tx, window, t.limit
+    )) {
+        r.findings.push(
+            Finding::new(
+                "stale_worker",
+                Area::Runtime,
+                Severity::Warning,
+                format!("worker {} has sent no heartbeat for {}", w.id, format_age(w.heartbeat_seconds)),
+            )
+            .with("worker", &w.id)
+            .with("host", &w.host)
+            .with("pid", w.pid)
+            .with("last heartbeat", format!("{} ago", format_age(w.heartbeat_seconds)))
+            .cost("its running jobs wait for a rescue; its kinds count as handled until the row goes")
+            .fix("check the process on that host; a worker that stopped for good is forgotten by the live workers' maintenance"),
+        );
+    }
+    for j in read!("stuck_jobs", |tx| store::doctor::stuck_jobs(
+        &mut tx, window, t.limit
+    )) {
+        let Some(sev) = stuck_severity(j.heartbeat_seconds, window) else {
+            continue;
+        };
+        r.findings.push(
+            Finding::new(
+                "stuck_job",
+                Area::Runtime,
+                sev,
+                format!(
+                    "job {} ({}) has been running {} without a heartbeat for {}",
+                    j.id,
+                    j.kind,
+                    format_age(j.running_seconds),
+                    format_age(j.heartbeat_seconds)
+                ),
+            )
+            .with("job", j.id)
+            .with("kind", &j.kind)
+            .with("queue", &j.queue)
+            .with_opt("worker", j.attempted_by.as_ref())
+            .with("running for", format_age(j.running_seconds))
+            .with("last heartbeat", format!("{} ago", format_age(j.heartbeat_seconds)))
+            .with("rescue window", format_age(window.as_secs_f64()))
+            .cost("the job never finishes: a live worker's rescuer would have moved it back within one window")
+            .fix("start a worker (its rescuer moves the job back), or `skiplock cancel` the job"),
+        );
+    }
+    for k in read!("unhandled_kinds", |tx| store::doctor::unhandled_kinds(
+        &mut tx, window, t.limit
+    )) {
+        let sev = if k.oldest_seconds >= t.action_age.as_secs_f64() {
+            Severity::Action
+        } else {
+            Severity::Warning
+        };
+        r.findings.push(
+            Finding::new(
+                "unhandled_kind",
+                Area::Runtime,
+                sev,
+                format!("{} job(s) of kind {} wait, and no live worker handles it", k.jobs, k.kind),
+            )
+            .with("kind", &k.kind)
+            .with("jobs", k.jobs)
+            .with("oldest due for", format_age(k.oldest_seconds))
+            .cost("these jobs are never claimed")
+            .fix("deploy a worker with a handler for the kind (or cancel the jobs if the kind was retired)"),
+        );
+    }
+    for q in read!("paused_queues", |tx| store::doctor::paused_queues(
+        &mut tx, t.limit, 100_000
+    )) {
+        let sev = if q.waiting > 0 {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        r.findings.push(
+            Finding::new(
+                "paused_queue",
+                Area::Runtime,
+                sev,
+                format!("queue {} is paused ({} job(s) waiting)", q.queue, q.waiting),
+            )
+            .with("queue", &q.queue)
+            .with("paused for", format_age(q.paused_seconds))
+            .with("waiting", q.waiting)
+            .cost("no job of the queue is claimed while it is paused")
+            .fix(format!("skiplock queue resume {}", q.queue)),
+        );
+    }
+    for q in read!("full_queues", |tx| store::doctor::full_queues(
+        &mut tx, t.limit, 100_000
+    )) {
+        if q.waiting < i64::from(q.max_waiting) {
+            continue;
+        }
+        r.findings.push(
+            Finding::new(
+                "queue_full",
+                Area::Runtime,
+                Severity::Warning,
+                format!(
+                    "queue {} is at its admission limit of {} waiting jobs",
+                    q.queue, q.max_waiting
+                ),
+            )
+            .with("queue", &q.queue)
+            .with("max_waiting", q.max_waiting)
+            .with("waiting", q.waiting)
+            .cost("enqueues into it are refused (SK429) until the workers drain it")
+            .fix("add workers for the queue, or raise the limit with skiplock.set_queue_admission"),
+        );
+    }
+    for k in read!("held_keys", |tx| store::doctor::held_keys(&mut tx, t.limit)) {
+        r.findings.push(
+            Finding::new(
+                "held_key",
+                Area::Runtime,
+                Severity::Info,
+                format!(
+                    "key {} of queue {} is held for {} more",
+                    k.limit_key,
+                    k.queue,
+                    format_age(k.seconds_left)
+                ),
+            )
+            .with("queue", &k.queue)
+            .with("key", &k.limit_key)
+            .with("released in", format_age(k.seconds_left))
+            .cost("the key's jobs wait until the hold ends")
+            .fix("none if the hold is meant; skiplock.hold_key with a past time releases it"),
+        );
+    }
+    for p in read!("periodic_failures", |tx| store::doctor::periodic_failures(
+        &mut tx, t.limit
+    )) {
+        r.findings.push(
+            Finding::new(
+                "periodic_failure",
+                Area::Runtime,
+                Severity::Warning,
+                format!("the latest enqueue of periodic job {} failed", p.name),
+            )
+            .with("name", &p.name)
+            .with("kind", &p.kind)
+            .with("queue", &p.queue)
+            .with_opt("error", p.last_error.as_ref())
+            .with_opt(
+                "failed",
+                p.seconds_ago.map(|s| format!("{} ago", format_age(s))),
+            )
+            .cost("its periods are not run until an enqueue succeeds")
+            .fix("read the error (docs/maintenance.md, \"When an enqueue fails\")"),
+        );
+    }
+    Ok(())
+}
+
+async fn settings(
+    pool: &Pool,
+    t: &Thresholds,
+    r: &mut Report,
+    failed: &mut Vec<Finding>,
+) -> Result<()> {
+    let mut tx = store::doctor::begin(pool, t.statement_timeout).await?;
+    let res = store::doctor::settings(&mut tx).await;
+    let _ = tx.rollback().await;
+    match res {
+        Err(e) => failed.push(check_failed("settings", &e)),
+        Ok(s) => {
+            if s.in_recovery {
+                r.findings.push(
+                    Finding::new("read_only_server", Area::Settings, Severity::Action, "the server is a standby: read only".into())
+                        .with("server_version", &s.server_version)
+                        .cost("nothing can be enqueued, claimed or finished")
+                        .fix("point DATABASE_URL at the primary (with several hosts: target_session_attrs=read-write)"),
+                );
+            }
+            if s.synchronous_commit == "off" {
+                r.findings.push(
+                    Finding::new("synchronous_commit", Area::Settings, Severity::Warning, "synchronous_commit is off".into())
+                        .with("synchronous_commit", &s.synchronous_commit)
+                        .cost("a server crash loses the last moments of acknowledged enqueues and completions (a completed job may run again)")
+                        .fix("ALTER ROLE <worker login> SET synchronous_commit = on, unless that loss is accepted (docs/reliability.md)"),
+                );
+            }
+            if timeout_unset(&s.idle_in_transaction_session_timeout) {
+                r.findings.push(
+                    Finding::new("idle_in_transaction_timeout", Area::Settings, Severity::Warning, "idle_in_transaction_session_timeout is unset".into())
+                        .with("idle_in_transaction_session_timeout", &s.idle_in_transaction_session_timeout)
+                        .cost("a client that opens a transaction and walks away holds the vacuum horizon until someone notices")
+                        .fix("ALTER DATABASE <db> SET idle_in_transaction_session_timeout = '10min' (skiplock's own transactions are short)"),
+                );
+            }
+            if let Some(sev) =
+                headroom_severity(s.connections, s.max_connections, s.reserved_connections)
+            {
+                r.findings.push(
+                    Finding::new(
+                        "connection_headroom",
+                        Area::Settings,
+                        sev,
+                        format!("{} of {} connections in use", s.connections, s.max_connections - s.reserved_connections),
+                    )
+                    .with("connections", s.connections)
+                    .with("max_connections", s.max_connections)
+                    .with("superuser_reserved_connections", s.reserved_connections)
+                    .cost("a worker that cannot open its pool's connections stalls; a new one fails to start")
+                    .fix("lower SKIPLOCK_MAX_CONNECTIONS per worker, put PgBouncer in front (SKIPLOCK_POOL_MODE=transaction), or raise max_connections"),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The SQL API version check; false when the database has no skiplock schema at all (one
+/// finding then, instead of every runtime check failing).
+async fn migrated(
+    pool: &Pool,
+    t: &Thresholds,
+    r: &mut Report,
+    failed: &mut Vec<Finding>,
+) -> Result<bool> {
+    let mut tx = store::doctor::begin(pool, t.statement_timeout).await?;
+    let res = store::doctor::api_version(&mut tx).await;
+    let _ = tx.rollback().await;
+    match res {
+        Err(e) if undefined_table(&e) => {
+            r.findings.push(
+                Finding::new("not_migrated", Area::Settings, Severity::Action, "the database has no skiplock schema".into())
+                    .with("error", e)
+                    .cost("no worker or command of skiplock runs against it")
+                    .fix("check DATABASE_URL names the queue's database; on a new one, run `skiplock migrate`"),
+            );
+            return Ok(false);
+        }
+        Err(e) => failed.push(check_failed("api_version", &e)),
+        Ok(info) => {
+            let binary = store::schema::API_VERSION;
+            if let Some(m) = store::schema::mismatch_of(info.as_ref()) {
+                r.findings.push(
+                    Finding::new("api_version", Area::Settings, Severity::Action, m.to_string())
+                        .with_opt("database's SQL API", info.as_ref().map(|i| i.api_version))
+                        .with("this binary's SQL API", binary)
+                        .with_opt("migrated by", info.as_ref().map(|i| i.migrated_by.clone()))
+                        .cost("workers and commands of this release refuse to run against the database")
+                        .fix("run `skiplock migrate` with the newer of the two releases, and deploy the same release everywhere"),
+                );
+            }
+        }
+    }
+    Ok(true)
+}
+
+fn undefined_table(e: &crate::Error) -> bool {
+    matches!(e, crate::Error::Database(sqlx::Error::Database(d)) if d.code().as_deref() == Some("42P01"))
+}
+
+fn backend_finding(b: &store::doctor::Backend, held_back: i64, t: &Thresholds) -> Option<Finding> {
+    let sev = holder_severity(b.xact_seconds, b.xid_age, t)?;
+    let state = b.state.as_deref().unwrap_or("?");
+    let idle = state.starts_with("idle in transaction");
+    let (check, summary) = if idle {
+        (
+            "idle_in_transaction",
+            format!(
+                "pid {} is idle in transaction for {}",
+                b.pid,
+                format_age(b.state_seconds)
+            ),
+        )
+    } else {
+        (
+            "long_transaction",
+            format!(
+                "pid {} has a transaction open for {} ({state})",
+                b.pid,
+                format_age(b.xact_seconds)
+            ),
+        )
+    };
+    Some(
+        Finding::new(check, Area::Horizon, sev, summary)
+            .with("pid", b.pid)
+            .with_opt("user", b.user_name.as_ref())
+            .with_opt("application", b.application_name.as_ref().filter(|a| !a.is_empty()))
+            .with("client", b.client.as_deref().unwrap_or("local socket"))
+            .with("state", state)
+            .with("transaction age", format_age(b.xact_seconds))
+            .with_opt("xid", b.xid.as_ref())
+            .with_opt("xmin", b.xmin.as_ref())
+            .with_opt("xid age", b.xid_age)
+            .with_opt("query", b.query.as_ref())
+            .with("dead tuples in skiplock's tables", held_back)
+            .cost("vacuum removes no dead tuple newer than its snapshot, in any table: skiplock's jobs and indexes bloat and claims slow down")
+            .fix(if idle {
+                format!("fix the client that leaves its transaction open; now: SELECT pg_terminate_backend({}); and set idle_in_transaction_session_timeout", b.pid)
+            } else {
+                format!("if the statement is not meant to run this long: SELECT pg_cancel_backend({0}); (or pg_terminate_backend({0}))", b.pid)
+            }),
+    )
+}
+
+fn slot_finding(s: &store::doctor::Slot, sev: Severity, held_back: i64) -> Finding {
+    let kind = s.slot_type.as_deref().unwrap_or("replication");
+    Finding::new(
+        "replication_slot",
+        Area::Horizon,
+        sev,
+        format!(
+            "{kind} slot {} is {}",
+            s.slot_name,
+            if s.active { "active but far behind" } else { "inactive: no consumer is connected" }
+        ),
+    )
+    .with("slot", &s.slot_name)
+    .with("type", kind)
+    .with_opt("database", s.database.as_ref())
+    .with("active", s.active)
+    .with_opt("xmin", s.xmin.as_ref())
+    .with_opt("catalog_xmin", s.catalog_xmin.as_ref())
+    .with_opt("xid age", s.xid_age)
+    .with_opt("retained WAL", s.retained_wal_bytes.map(format_bytes))
+    .with("dead tuples in skiplock's tables", held_back)
+    .cost("the server keeps all WAL since the slot's position (the disk fills) and vacuum keeps what its xmin / catalog_xmin still needs")
+    .fix(format!(
+        "if its consumer is gone for good: SELECT pg_drop_replication_slot('{}'); else reconnect the consumer (and set max_slot_wal_keep_size)",
+        s.slot_name
+    ))
+}
+
+fn check_failed(name: &'static str, e: &crate::Error) -> Finding {
+    let text = e.to_string();
+    let timed_out = text.contains("statement timeout");
+    Finding::new(
+        "check_failed",
+        Area::Settings,
+        Severity::Warning,
+        format!("the {name} check could not run"),
+    )
+    .with("check", name)
+    .with("error", text)
+    .cost("what it looks for is not known")
+    .fix(if timed_out {
+        "the database answered too slowly: rerun with a longer --statement-timeout"
+    } else {
+        "run doctor as a login with SELECT on skiplock's tables and pg_monitor (docs/roles.md)"
+    })
+}

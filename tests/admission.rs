@@ -1,0 +1,269 @@
+//! Admission control (docs/operations.md, "Admission control"): a queue limited by
+//! `skiplock.set_queue_admission` refuses an enqueue past its limit with SQLSTATE SK429, whole
+//! (enqueue_many enqueues all or nothing), under concurrent producers; accepts again once the
+//! workers drain it; `OnFull::Wait` returns once room is made; a queue without a limit is not
+//! touched; and only the owner sets a limit (sql/api/90_roles.sql).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skiplock::queue::NewJob;
+use skiplock::queue::admission::{OnFull, QUEUE_FULL, is_queue_full, with_room};
+use skiplock::store::jobs::{ManyJobs, enqueue, enqueue_many};
+use skiplock::worker::handler::Handler;
+use skiplock::worker::{HandlerResult, JobContext, Outcome};
+use sqlx::postgres::PgPoolOptions;
+use support::*;
+
+async fn limit(db: &TestDb, queue: &str, max: Option<i32>) {
+    sqlx::query("SELECT skiplock.set_queue_admission($1, $2)")
+        .bind(queue)
+        .bind(max)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+}
+
+async fn waiting(db: &TestDb, queue: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.jobs WHERE queue = $1 AND state = 'available'",
+    )
+    .bind(queue)
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap()
+}
+
+fn job(queue: &str) -> NewJob {
+    NewJob::new("drain", json!({})).queue(queue)
+}
+
+async fn many(pool: &skiplock::Pool, queue: &str, n: usize) -> skiplock::Result<()> {
+    let args = vec![json!({}); n];
+    enqueue_many(
+        pool,
+        ManyJobs {
+            kind: "drain",
+            args: &args,
+            queue,
+            ..Default::default()
+        },
+    )
+    .await
+    .map(|_| ())
+}
+
+struct Drain;
+
+impl Handler for Drain {
+    type Args = Value;
+    fn kind(&self) -> &'static str {
+        "drain"
+    }
+    async fn run(&self, _ctx: JobContext, _args: Value) -> HandlerResult {
+        Ok(Outcome::Complete)
+    }
+}
+
+#[tokio::test]
+async fn an_enqueue_past_the_limit_is_refused_naming_the_queue_the_limit_and_the_count() {
+    let db = TestDb::new().await;
+    limit(&db, "mail", Some(3)).await;
+    for _ in 0..3 {
+        enqueue(&db.pool, &job("mail")).await.unwrap();
+    }
+    let e = enqueue(&db.pool, &job("mail")).await.unwrap_err();
+    assert!(is_queue_full(&e), "{e:?}");
+    match &e {
+        skiplock::Error::Refused { sqlstate, message } => {
+            assert_eq!(sqlstate, QUEUE_FULL);
+            assert_eq!(
+                message,
+                "skiplock: queue 'mail' is full: 3 jobs wait and its limit is 3 (max_waiting); 1 more refused"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(waiting(&db, "mail").await, 3);
+    // Other queues are not limited by it.
+    many(&db.pool, "other", 10).await.unwrap();
+    // Removing the limit lets it grow again.
+    limit(&db, "mail", None).await;
+    enqueue(&db.pool, &job("mail")).await.unwrap();
+    assert_eq!(waiting(&db, "mail").await, 4);
+}
+
+#[tokio::test]
+async fn enqueue_many_enqueues_all_or_nothing() {
+    let db = TestDb::new().await;
+    limit(&db, "batch", Some(5)).await;
+    many(&db.pool, "batch", 4).await.unwrap();
+    let e = many(&db.pool, "batch", 2).await.unwrap_err();
+    assert!(is_queue_full(&e), "{e:?}");
+    assert!(
+        e.to_string().contains("4 jobs wait and its limit is 5"),
+        "{e}"
+    );
+    assert_eq!(
+        waiting(&db, "batch").await,
+        4,
+        "nothing of the refused batch was enqueued"
+    );
+    many(&db.pool, "batch", 1).await.unwrap();
+    assert_eq!(waiting(&db, "batch").await, 5);
+    // A limit of 0 closes the queue to new jobs.
+    limit(&db, "closed", Some(0)).await;
+    assert!(is_queue_full(
+        &many(&db.pool, "closed", 1).await.unwrap_err()
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_producers_never_pass_the_limit() {
+    let db = TestDb::new().await;
+    let max = 200;
+    limit(&db, "busy", Some(max)).await;
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let pool = db.pool.clone();
+        let refused = refused.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..60 {
+                // Singles and small batches, interleaved.
+                let r = if i % 3 == 0 {
+                    many(&pool, "busy", 3).await
+                } else {
+                    enqueue(&pool, &job("busy")).await.map(|_| ())
+                };
+                match r {
+                    Ok(()) => {}
+                    Err(e) if is_queue_full(&e) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }));
+    }
+    // Sampled while they run: never more than the limit (nothing drains the queue, so the
+    // last sample is the largest).
+    let sampler = {
+        let pool = (*db.pool).clone();
+        tokio::spawn(async move {
+            let mut most = 0i64;
+            for _ in 0..200 {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM skiplock.jobs WHERE queue = 'busy' AND state = 'available'",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                most = most.max(n);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            most
+        })
+    };
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(sampler.await.unwrap() <= i64::from(max));
+    let n = waiting(&db, "busy").await;
+    assert!(n <= i64::from(max), "{n} jobs wait, the limit is {max}");
+    // 8 × 60 attempts of 1 or 3 jobs (1,120 jobs) against room for 200: the queue fills up
+    // to within one batch of its limit, and the rest is refused.
+    assert!(n > i64::from(max) - 3, "{n}");
+    assert!(refused.load(Ordering::Relaxed) > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_accepts_again_once_drained_and_wait_returns_when_room_is_made() {
+    let db = TestDb::new().await;
+    limit(&db, "default", Some(2)).await;
+    many(&db.pool, "default", 2).await.unwrap();
+    assert!(is_queue_full(
+        &enqueue(&db.pool, &job("default")).await.unwrap_err()
+    ));
+    // Refuse: the refusal at once, however long the wait would be.
+    let one = job("default");
+    let e = with_room(OnFull::Refuse, || enqueue(&db.pool, &one))
+        .await
+        .unwrap_err();
+    assert!(is_queue_full(&e));
+    // Wait: a producer waits for room; a worker drains the queue and it gets in.
+    let waiter = {
+        let pool = db.pool.clone();
+        tokio::spawn(async move {
+            let one = job("default");
+            with_room(OnFull::Wait(Duration::from_secs(120)), || {
+                enqueue(&pool, &one)
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "it waits while the queue is full");
+    let w = start_with(&db.pool, |r| {
+        r.register(Drain);
+    });
+    let id = waiter
+        .await
+        .unwrap()
+        .expect("enqueued once room was made")
+        .id;
+    wait_for(
+        "the waiter's job to complete",
+        Duration::from_secs(60),
+        || async { (state_of(&db, id).await == "completed").then_some(()) },
+    )
+    .await;
+    w.stop().await.unwrap();
+    assert_eq!(waiting(&db, "default").await, 0);
+    many(&db.pool, "default", 2).await.unwrap();
+}
+
+#[tokio::test]
+async fn only_the_owner_sets_a_limit_and_every_enqueuer_is_held_to_it() {
+    let db = TestDb::new().await;
+    limit(&db, "mail", Some(1)).await;
+    for role in ["skiplock_enqueuer", "skiplock_worker", "skiplock_operator"] {
+        let name = format!("adm_{:012x}", rand::random::<u64>() >> 16);
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {name} LOGIN IN ROLE {role}"
+        )))
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+        let mut u = url::Url::parse(&db.url).unwrap();
+        u.set_username(&name).unwrap();
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(u.as_str())
+            .await
+            .unwrap();
+        let e = sqlx::query("SELECT skiplock.set_queue_admission('mail', 1000)")
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.as_database_error().and_then(|d| d.code()).as_deref(),
+            Some("42501"),
+            "{role}: {e}"
+        );
+        if role != "skiplock_operator" {
+            let pool: skiplock::Pool = pool.clone().into();
+            if waiting(&db, "mail").await == 0 {
+                enqueue(&pool, &job("mail")).await.unwrap();
+            }
+            let e = enqueue(&pool, &job("mail")).await.unwrap_err();
+            assert!(is_queue_full(&e), "{role}: {e:?}");
+        }
+        pool.close().await;
+        admin_exec_blocking(format!("DROP ROLE IF EXISTS {name}"));
+    }
+}
