@@ -227,10 +227,11 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (skiplock._next_due). Key scopes (core migration 0012): the keys unique_by derives and
     // the unique_for windows belong to the enqueuing login's scope (skiplock.set_key_scope),
     // `args:` is a reserved key prefix, a cancelled window job frees its window. Workers of
-    // version 8 stop on the schema change (the claim's arguments changed).
+    // version 8 stop on the schema change (the claim's arguments changed). Durable steps (core
+    // migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "b92967e0e2f3000bfa6d6676ed616a9f6b0144596b427d206c7e9a6ed672d18e",
+        "f3b3f979aaf290270d535574131cf3ec4d264b3b65a1e19e49443d8570f21665",
     ),
 ];
 
@@ -246,6 +247,7 @@ pub fn api_files() -> Vec<(&'static str, &'static str, &'static str)> {
         ("core", "sql/api/10_core.sql", sql!("api", "10_core")),
         ("core", "sql/api/12_flows.sql", sql!("api", "12_flows")),
         ("core", "sql/api/15_control.sql", sql!("api", "15_control")),
+        ("core", "sql/api/16_steps.sql", sql!("api", "16_steps")),
     ];
     #[cfg(feature = "fetch")]
     v.push(("fetch", "sql/api/20_fetch.sql", sql!("api", "20_fetch")));

@@ -959,6 +959,7 @@ fn spawn_job(
         worker_id: shared.worker_id.clone(),
         shutdown: shared.shutdown.clone(),
         lost,
+        steps: Default::default(),
     };
     let sh = shared.clone();
     let id = job.id;
@@ -1002,6 +1003,8 @@ fn spawn_job(
         producer.ran(began.elapsed());
         match &attempt {
             Attempt::Returned(Ok(_)) => {}
+            Attempt::Suspended(until) => tracing::debug!(job.id = job.id, job.kind = %job.kind,
+                job.attempt = job.attempt, %until, "job sleeps (docs/steps.md)"),
             Attempt::Returned(Err(e)) => tracing::warn!(job.id = job.id, job.kind = %job.kind,
                 job.attempt = job.attempt, error = %e.message, "job failed"),
             other => tracing::warn!(job.id = job.id, job.kind = %job.kind,
