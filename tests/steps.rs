@@ -510,3 +510,199 @@ async fn a_durable_sleep_holds_nothing_and_resumes_after_a_worker_restart() {
         assert_eq!(attempt, 1, "the sleep used up no attempt");
     }
 }
+
+/// A job that waits for approval: one step before, the wait, one step after that records
+/// what the wait got (a signal's payload and sender, or `timed out`).
+fn approval() -> With {
+    handler("approval", |ctx: JobContext, args: Value| async move {
+        let c = ctx.clone();
+        ctx.step("before", || async move {
+            ran(&c.pool, c.id, "before", c.attempt).await?;
+            Ok::<_, JobError>(())
+        })
+        .await?;
+        let timeout = Duration::from_secs(args["timeout"].as_u64().unwrap_or(3600));
+        let from: Option<Vec<String>> = args["from"].as_str().map(|s| vec![s.to_string()]);
+        let got = ctx
+            .wait_for_from::<Value>("approved", from.as_deref(), timeout)
+            .await?;
+        let got = match got {
+            Some(s) => json!({ "payload": s.payload, "scope": s.scope }),
+            None => json!("timed out"),
+        };
+        let c = ctx.clone();
+        ctx.step("after", || async move {
+            ran(&c.pool, c.id, "after", c.attempt).await?;
+            Ok::<_, JobError>(())
+        })
+        .await?;
+        Ok(Outcome::CompleteWith(got))
+    })
+}
+
+async fn wait_waiting(db: &TestDb, id: i64) {
+    wait_for(
+        "the job to wait for its signal",
+        Duration::from_secs(60),
+        || async {
+            let (state, attempt, pending): (String, i32, bool) = sqlx::query_as(
+                "SELECT state::text, attempt, EXISTS (SELECT 1 FROM skiplock.job_steps s
+                                                  WHERE s.job_id = j.id AND s.kind = 'wait'
+                                                    AND NOT s.result ? 'outcome')
+             FROM skiplock.jobs j WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+            (state == "available" && attempt == 0 && pending).then_some(())
+        },
+    )
+    .await;
+}
+
+async fn result_of(db: &TestDb, id: i64) -> Value {
+    sqlx::query_scalar("SELECT result FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap()
+}
+
+fn psql(db: &TestDb, sql: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .args([db.url.as_str(), "-XAtqc", sql])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_is_answered_by_a_signal_from_psql_after_a_worker_restart() {
+    let db = TestDb::new().await;
+    side_table(&db).await;
+    let id = enqueue_job(&db, NewJob::new("approval", json!({}))).await;
+    let w = start_worker(&db.pool, fast_settings(), |b| b.register(approval()));
+    wait_waiting(&db, id).await;
+    w.stop().await.unwrap();
+    let w = start_worker(&db.pool, fast_settings(), |b| b.register(approval()));
+    assert_eq!(
+        psql(
+            &db,
+            &format!("SELECT skiplock.signal({id}, 'approved', '{{\"by\": \"ops\"}}')")
+        ),
+        "t"
+    );
+    // A second signal of the name from the same scope is refused, and changes nothing.
+    assert_eq!(
+        psql(
+            &db,
+            &format!("SELECT skiplock.signal({id}, 'approved', '{{\"by\": \"late\"}}')")
+        ),
+        "f"
+    );
+    wait_state(&db, id, "completed").await;
+    w.stop().await.unwrap();
+    let got = result_of(&db, id).await;
+    assert_eq!(got["payload"], json!({ "by": "ops" }), "{got}");
+    assert_eq!(
+        runs(&db, id).await,
+        vec![("after".into(), 1), ("before".into(), 1)]
+    );
+    let attempt: i32 = sqlx::query_scalar("SELECT attempt FROM skiplock.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempt, 1, "the wait used up no attempt");
+    // A finished job is refused a signal, and so is a job that does not exist.
+    for (job, want) in [(id, "has finished"), (id + 1000, "no job")] {
+        let e = skiplock::signal(&db.pool, job, "approved", &json!(1))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_sent_before_the_wait_is_kept_and_a_wait_without_one_times_out() {
+    let db = TestDb::new().await;
+    side_table(&db).await;
+    let early = enqueue_job(&db, NewJob::new("approval", json!({}))).await;
+    assert!(
+        skiplock::signal(&db.pool, early, "approved", &json!("yes"))
+            .await
+            .unwrap()
+    );
+    let late = enqueue_job(&db, NewJob::new("approval", json!({ "timeout": 1 }))).await;
+    let w = start_worker(&db.pool, fast_settings(), |b| b.register(approval()));
+    wait_state(&db, early, "completed").await;
+    wait_state(&db, late, "completed").await;
+    w.stop().await.unwrap();
+    assert_eq!(result_of(&db, early).await["payload"], json!("yes"));
+    assert_eq!(result_of(&db, late).await, json!("timed out"));
+    for id in [early, late] {
+        assert_eq!(
+            runs(&db, id).await,
+            vec![("after".into(), 1), ("before".into(), 1)]
+        );
+    }
+}
+
+/// Signals between tenants (docs/security.md): a wait that takes one key scope's signals
+/// ignores another's, which neither replaces nor blocks the one it waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_one_scopes_signal_ignores_another_tenants() {
+    let db = TestDb::new().await;
+    side_table(&db).await;
+    let tenant = |scope: &str| {
+        let name = format!("skiplock_t_{:012x}", rand::random::<u64>() >> 16);
+        admin_exec_blocking(format!(
+            "CREATE ROLE {name} LOGIN IN ROLE skiplock_enqueuer"
+        ));
+        let mut u = url::Url::parse(&db.url).unwrap();
+        u.set_username(&name).unwrap();
+        (name, u.to_string(), scope.to_string())
+    };
+    let (owner_login, owner_url, _) = tenant("");
+    let (other_login, other_url, _) = tenant("");
+    let id = enqueue_job(&db, NewJob::new("approval", json!({ "from": owner_login }))).await;
+    let w = start_worker(&db.pool, fast_settings(), |b| b.register(approval()));
+    wait_waiting(&db, id).await;
+    let other = sqlx::PgPool::connect(&other_url).await.unwrap();
+    let kept: bool = sqlx::query_scalar("SELECT skiplock.signal($1, 'approved', '\"forged\"')")
+        .bind(id)
+        .fetch_one(&other)
+        .await
+        .unwrap();
+    assert!(kept, "another scope's signal is kept, as its own");
+    let due_later: bool = sqlx::query_scalar(
+        "SELECT scheduled_at > now() + interval '10 minutes' FROM skiplock.jobs WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    assert!(due_later, "the forged signal did not wake the job");
+    let owner = sqlx::PgPool::connect(&owner_url).await.unwrap();
+    sqlx::query("SELECT skiplock.signal($1, 'approved', '\"real\"')")
+        .bind(id)
+        .execute(&owner)
+        .await
+        .unwrap();
+    wait_state(&db, id, "completed").await;
+    w.stop().await.unwrap();
+    let got = result_of(&db, id).await;
+    assert_eq!(got, json!({ "payload": "real", "scope": owner_login }));
+    other.close().await;
+    owner.close().await;
+    for login in [owner_login, other_login] {
+        admin_exec_blocking(format!("DROP ROLE IF EXISTS {login}"));
+    }
+}

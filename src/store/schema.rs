@@ -231,7 +231,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "f3b3f979aaf290270d535574131cf3ec4d264b3b65a1e19e49443d8570f21665",
+        "4e9558a94b1ca97d13d11d06dd6e1e0253128c542a9e938ea9f2b680ba616bde",
     ),
 ];
 

@@ -71,3 +71,84 @@ pub async fn record<'e, E: Executor<'e>>(exec: E, s: NewStep<'_>) -> Result<Opti
         .fetch_one(exec)
         .await?)
 }
+
+/// What [`wait`] asks.
+#[derive(Debug, Clone, Copy)]
+pub struct NewWait<'a> {
+    /// The job.
+    pub job: i64,
+    /// The attempt running (the fence, with `worker`).
+    pub attempt: i32,
+    /// The worker running it.
+    pub worker: &'a str,
+    /// The signal's name.
+    pub name: &'a str,
+    /// How long to wait, from the first time the job waits for it.
+    pub timeout_secs: f64,
+    /// The key scopes whose signals it takes (`None`: any).
+    pub scopes: Option<&'a [String]>,
+}
+
+/// The answer of [`wait`].
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct WaitAnswer {
+    /// `signal`, `timed_out`, `waiting` or `fenced`.
+    pub outcome: String,
+    /// The signal's payload.
+    pub payload: Option<StoredJson>,
+    /// The sender's key scope.
+    pub scope: Option<String>,
+    /// When it was sent.
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
+    pub sent_at: Option<DateTime<Utc>>,
+    /// When the wait times out.
+    #[sqlx(try_from = "crate::time::DbTimeOpt")]
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// A wait for a signal by a running attempt (`skiplock._wait_step`).
+pub async fn wait<'e, E: Executor<'e>>(exec: E, w: NewWait<'_>) -> Result<WaitAnswer> {
+    Ok(super::query_as(sql!("steps", "wait"))
+        .bind(w.job)
+        .bind(w.attempt)
+        .bind(w.worker)
+        .bind(w.name)
+        .bind(w.timeout_secs)
+        .bind(w.scopes)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// After the ack of an attempt that ended waiting for `name`: makes the job due if the signal
+/// came meanwhile. `running`, `woken` or `done`.
+pub async fn wake_signalled<'e, E: Executor<'e>>(
+    exec: E,
+    job: i64,
+    attempt: i32,
+    worker: &str,
+    name: &str,
+) -> Result<String> {
+    Ok(super::query_scalar(sql!("steps", "wake_signalled"))
+        .bind(job)
+        .bind(attempt)
+        .bind(worker)
+        .bind(name)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Sends signal `name` with `payload` to job `job` (`skiplock.signal`): whether it was kept
+/// (false: this key scope already sent one of that name).
+pub async fn signal<'e, E: Executor<'e>>(
+    exec: E,
+    job: i64,
+    name: &str,
+    payload: Option<&Value>,
+) -> Result<bool> {
+    Ok(super::query_scalar(sql!("steps", "signal"))
+        .bind(job)
+        .bind(name)
+        .bind(payload)
+        .fetch_one(exec)
+        .await?)
+}

@@ -27,6 +27,33 @@ pub const MAX_STEP_BYTES: usize = 65536;
 const STEP: &str = "step";
 const CURSOR: &str = "cursor";
 const SLEEP: &str = "sleep";
+const WAIT: &str = "wait";
+
+/// A signal a job received (docs/steps.md, "Signals").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Signal<T> {
+    /// Its payload (`null` when it was sent without one).
+    pub payload: T,
+    /// The key scope of the login that sent it (docs/security.md, "Tenants").
+    pub scope: String,
+    /// When it was sent.
+    pub sent_at: DateTime<Utc>,
+}
+
+/// Sends signal `name` with `payload` to job `job` (as `skiplock.signal` does from SQL;
+/// docs/steps.md, "Signals"): kept until the job's wait for it, and a job waiting for it is
+/// made due now. Returns whether it was kept: `false` when this login's key scope already sent
+/// that job a signal of that name. A job that does not exist or has finished is refused.
+pub async fn signal(
+    pool: &crate::store::Pool,
+    job: i64,
+    name: &str,
+    payload: &impl Serialize,
+) -> Result<bool> {
+    let payload = serde_json::to_value(payload)
+        .map_err(|e| Error::Invalid(format!("the payload of signal {name:?} is not JSON: {e}")))?;
+    steps::signal(pool, job, name, Some(&payload)).await
+}
 
 /// The steps state of one attempt, shared by the clones of its [`JobContext`].
 #[derive(Debug, Default)]
@@ -35,6 +62,9 @@ pub(crate) struct Steps {
     inner: tokio::sync::Mutex<Inner>,
     /// Set once the attempt ended itself (a sleep, a wait): the job is due again then.
     suspended: Mutex<Option<DateTime<Utc>>>,
+    /// The signal the attempt ended waiting for, if it did (src/worker/producer.rs makes the
+    /// job due after the ack if the signal came meanwhile).
+    waiting_for: Mutex<Option<String>>,
     /// The error of the step that failed, if one did: the attempt's verdict when the handler
     /// returns an error (so a step's discard discards the job).
     failed: Mutex<Option<JobError>>,
@@ -57,6 +87,12 @@ struct Inner {
 impl Steps {
     pub(crate) fn suspended(&self) -> Option<DateTime<Utc>> {
         *self.suspended.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    pub(crate) fn waiting_for(&self) -> Option<String> {
+        self.waiting_for
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
     pub(crate) fn failed(&self) -> Option<JobError> {
         self.failed
@@ -294,5 +330,83 @@ impl JobContext {
             .checked_add_signed(d)
             .unwrap_or_else(crate::time::latest);
         self.sleep_until(until).await
+    }
+
+    /// Waits for signal `name` (docs/steps.md, "Signals"), from any sender:
+    /// [`JobContext::wait_for_from`] without a restriction.
+    pub async fn wait_for<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Signal<T>>> {
+        self.wait_for_from(name, None, timeout).await
+    }
+
+    /// Waits for signal `name` sent by one of the key scopes `from` (`None`: any), for at most
+    /// `timeout` from the first time the job waits for it. A signal already sent is returned
+    /// at once; otherwise the attempt ends as [`JobContext::sleep_until`] ends it (the handler
+    /// returns the [`Error::Suspended`] with `?`) and the job is due again when the signal comes
+    /// (`skiplock.signal`, [`signal`]) or the wait times out: then this returns the signal, or
+    /// `None` for a timeout. What the wait got is recorded: a later attempt gets the same.
+    pub async fn wait_for_from<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        from: Option<&[String]>,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Signal<T>>> {
+        let mut inner = self.steps_loaded().await?;
+        inner.used.insert((WAIT.to_string(), name.to_string()));
+        let a = steps::wait(
+            &self.pool,
+            steps::NewWait {
+                job: self.id,
+                attempt: self.attempt,
+                worker: &self.worker_id,
+                name,
+                timeout_secs: timeout.as_secs_f64(),
+                scopes: from,
+            },
+        )
+        .await;
+        let a = match a {
+            Err(e @ Error::Refused { .. }) => {
+                self.steps.fail(JobError::discard(e.to_string()));
+                return Err(e);
+            }
+            a => a?,
+        };
+        match a.outcome.as_str() {
+            "signal" => {
+                let payload = a
+                    .payload
+                    .map(|p| p.into_readable().map_err(|u| u.error))
+                    .transpose()
+                    .map_err(|e| Error::Invalid(format!("signal {name:?} is not readable: {e}")))?
+                    .unwrap_or(Value::Null);
+                let payload = T::deserialize(payload).map_err(|e| {
+                    Error::Invalid(format!("signal {name:?} does not read as this type: {e}"))
+                })?;
+                Ok(Some(Signal {
+                    payload,
+                    scope: a.scope.unwrap_or_default(),
+                    sent_at: a.sent_at.unwrap_or_default(),
+                }))
+            }
+            "timed_out" => Ok(None),
+            "waiting" => {
+                *self
+                    .steps
+                    .waiting_for
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(name.to_string());
+                Err(self
+                    .steps
+                    .suspend(a.until.unwrap_or_else(crate::time::latest)))
+            }
+            _ => Err(Error::Other(format!(
+                "wait {name:?} not recorded: attempt {} of job {} was taken away (rescued or cancelled)",
+                self.attempt, self.id
+            ))),
+        }
     }
 }
