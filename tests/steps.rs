@@ -706,3 +706,73 @@ async fn a_wait_for_one_scopes_signal_ignores_another_tenants() {
         admin_exec_blocking(format!("DROP ROLE IF EXISTS {login}"));
     }
 }
+
+/// What a checkpoint and a recorded step cost (docs/steps.md, "Cost"): run by hand with
+/// `cargo test --test steps -- --ignored --exact measure_checkpoint_and_step_cost --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn measure_checkpoint_and_step_cost() {
+    let db = TestDb::new().await;
+    let said = Arc::new(std::sync::Mutex::new(String::new()));
+    let s = said.clone();
+    let w = start_with(&db.pool, move |r| {
+        let s = s.clone();
+        r.register(handler("measure", move |ctx: JobContext, _| {
+            let s = s.clone();
+            async move {
+                let n = 2000u32;
+                let t = std::time::Instant::now();
+                for i in 0..n {
+                    ctx.checkpoint(&i).await?;
+                }
+                let cp = t.elapsed().as_secs_f64() * 1e6 / f64::from(n);
+                let t = std::time::Instant::now();
+                for i in 0..900 {
+                    ctx.step(format!("s{i}"), || async move { Ok::<_, JobError>(i) })
+                        .await?;
+                }
+                let st = t.elapsed().as_secs_f64() * 1e6 / 900.0;
+                *s.lock().unwrap() = format!("checkpoint: {cp:.0} µs, recorded step: {st:.0} µs");
+                Ok(Outcome::Complete)
+            }
+        }));
+    });
+    let id = enqueue_job(&db, NewJob::new("measure", json!({}))).await;
+    wait_state(&db, id, "completed").await;
+    w.stop().await.unwrap();
+    eprintln!("{}", said.lock().unwrap());
+}
+
+/// A tenant that leaves its transaction open after a signal holds no lock on a running job's
+/// row, which every heartbeat of its worker updates (docs/security.md, "Signals between
+/// tenants").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_in_an_open_transaction_holds_no_lock_a_running_jobs_worker_needs() {
+    let db = TestDb::new().await;
+    let id = enqueue_job(&db, NewJob::new("approval", json!({}))).await;
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'running', attempt = 1, attempted_by = 'w', heartbeat_at = now()
+         WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&*db.pool)
+    .await
+    .unwrap();
+    let mut open = db.pool.begin().await.unwrap();
+    let kept: bool = sqlx::query_scalar("SELECT skiplock.signal($1, 'approved', '1')")
+        .bind(id)
+        .fetch_one(&mut *open)
+        .await
+        .unwrap();
+    assert!(kept);
+    // What the heartbeat takes, without waiting: refused at once if the row were locked.
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT 1 FROM skiplock.jobs WHERE id = $1 FOR NO KEY UPDATE NOWAIT) x",
+    )
+    .bind(id)
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    assert_eq!(n, 1);
+    open.commit().await.unwrap();
+}

@@ -72,8 +72,9 @@ CREATE OR REPLACE FUNCTION skiplock._max_signals() RETURNS integer IMMUTABLE LAN
 -- scope when NULL, with its payload and sender), 'timed_out', 'waiting' (the attempt ends and
 -- the job is due again at `until`, or when the signal comes) or 'fenced' (the attempt was
 -- taken away). A wait already answered answers the same again (a later attempt replays it).
--- The job's row is locked FOR SHARE before the signals are read, and skiplock.signal locks it
--- FOR NO KEY UPDATE before it writes one: a signal either is read here or finds the wait.
+-- A signal committed before this statement is read here; one committed later finds the wait
+-- (skiplock.signal makes the job due), or, while this attempt's ack is not written yet, is
+-- found by skiplock._wake_signalled after it.
 CREATE OR REPLACE FUNCTION skiplock._wait_step(job bigint, att integer, worker text, wait_name text,
                                                timeout_secs double precision, scopes text[])
 RETURNS TABLE (outcome text, payload jsonb, scope text, sent_at timestamptz, until timestamptz)
@@ -179,8 +180,12 @@ BEGIN
         RAISE EXCEPTION 'skiplock: the payload of signal % is % bytes (at most %)', quote_literal(signal.name),
             octet_length(signal.payload::text), skiplock._max_step_bytes() USING ERRCODE = '22023';
     END IF;
+    -- No lock on the row: a tenant that leaves its transaction open after a signal must hold
+    -- nothing a worker needs (a running job's row is in every heartbeat of its worker;
+    -- docs/security.md, "Signals between tenants"). Only a job that sleeps waiting for this
+    -- signal is locked, by the reschedule that makes it due.
     SELECT x.state::text AS state, x.scheduled_at INTO j
-    FROM skiplock.jobs x WHERE x.id = signal.job_id FOR NO KEY UPDATE;
+    FROM skiplock.jobs x WHERE x.id = signal.job_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'skiplock: no job %', signal.job_id USING ERRCODE = 'P0002';
     END IF;

@@ -231,7 +231,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "4e9558a94b1ca97d13d11d06dd6e1e0253128c542a9e938ea9f2b680ba616bde",
+        "d658601385f94b113c729d454bead8b6041482c8ee6419c6852cf1fe4a894d9f",
     ),
 ];
 
