@@ -391,6 +391,17 @@ async fn a_step_new_to_a_later_attempt_runs_and_its_record_says_the_steps_change
             (4, "y".into(), 2, false),
         ]
     );
+    // `skiplock job ID` lists them, the note too.
+    let (code, out, err) = run_cmd(&db.url, &["job", &id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("steps:\n  1 step a attempt 1: null\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  3 step x attempt 2: null (recorded by attempt 2 before steps 1..=2"),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -591,20 +602,17 @@ async fn a_wait_is_answered_by_a_signal_from_psql_after_a_worker_restart() {
     wait_waiting(&db, id).await;
     w.stop().await.unwrap();
     let w = start_worker(&db.pool, fast_settings(), |b| b.register(approval()));
+    // A second signal of the name from the same scope is refused, and changes nothing (one
+    // statement: the job cannot finish between the two).
     assert_eq!(
         psql(
             &db,
-            &format!("SELECT skiplock.signal({id}, 'approved', '{{\"by\": \"ops\"}}')")
+            &format!(
+                "SELECT skiplock.signal({id}, 'approved', '{{\"by\": \"ops\"}}'),
+                        skiplock.signal({id}, 'approved', '{{\"by\": \"late\"}}')"
+            )
         ),
-        "t"
-    );
-    // A second signal of the name from the same scope is refused, and changes nothing.
-    assert_eq!(
-        psql(
-            &db,
-            &format!("SELECT skiplock.signal({id}, 'approved', '{{\"by\": \"late\"}}')")
-        ),
-        "f"
+        "t|f"
     );
     wait_state(&db, id, "completed").await;
     w.stop().await.unwrap();
@@ -620,6 +628,17 @@ async fn a_wait_is_answered_by_a_signal_from_psql_after_a_worker_restart() {
         .await
         .unwrap();
     assert_eq!(attempt, 1, "the wait used up no attempt");
+    let notes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM skiplock.job_steps WHERE job_id = $1 AND note IS NOT NULL",
+    )
+    .bind(id)
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        notes, 0,
+        "a step after a wait it replayed is no change of the handler"
+    );
     // A finished job is refused a signal, and so is a job that does not exist.
     for (job, want) in [(id, "has finished"), (id + 1000, "no job")] {
         let e = skiplock::signal(&db.pool, job, "approved", &json!(1))
@@ -628,6 +647,30 @@ async fn a_wait_is_answered_by_a_signal_from_psql_after_a_worker_restart() {
             .to_string();
         assert!(e.contains(want), "{e}");
     }
+    // Retention deletes the job's steps and signals with it.
+    sqlx::query("UPDATE skiplock.jobs SET finalized_at = now() - interval '2 days' WHERE id = $1")
+        .bind(id)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let deleted = skiplock::store::maintenance::retention(
+        &db.pool,
+        skiplock::queue::JobState::Completed,
+        Duration::from_secs(86400),
+        100,
+    )
+    .await
+    .unwrap();
+    assert_eq!(deleted, 1);
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM skiplock.job_steps WHERE job_id = $1)
+              + (SELECT count(*) FROM skiplock.job_signals WHERE job_id = $1)",
+    )
+    .bind(id)
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

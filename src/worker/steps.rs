@@ -70,16 +70,19 @@ pub(crate) struct Steps {
     failed: Mutex<Option<JobError>>,
 }
 
+/// A record's kind and name.
+type Key = (String, String);
+
 #[derive(Debug, Default)]
 struct Inner {
     /// What earlier attempts (and this one) recorded, by (kind, name): (seq, result).
-    recorded: Option<HashMap<(String, String), (i32, Option<Value>)>>,
+    recorded: Option<HashMap<Key, (i32, Option<Value>)>>,
     /// The highest seq recorded before this attempt began.
     last_before: i32,
     /// The highest seq this attempt replayed or recorded.
     reached: i32,
     /// The steps this attempt already ran or replayed, by (kind, name).
-    used: HashSet<(String, String)>,
+    used: HashSet<Key>,
     /// Sleeps this attempt reached, for their names.
     sleeps: u32,
 }
@@ -355,7 +358,17 @@ impl JobContext {
         timeout: std::time::Duration,
     ) -> Result<Option<Signal<T>>> {
         let mut inner = self.steps_loaded().await?;
-        inner.used.insert((WAIT.to_string(), name.to_string()));
+        let key = (WAIT.to_string(), name.to_string());
+        inner.used.insert(key.clone());
+        // A wait an earlier attempt recorded counts as replayed (for the notes of new steps).
+        if let Some(seq) = inner
+            .recorded
+            .as_ref()
+            .and_then(|r| r.get(&key))
+            .map(|r| r.0)
+        {
+            inner.reached = inner.reached.max(seq);
+        }
         let a = steps::wait(
             &self.pool,
             steps::NewWait {
