@@ -17,7 +17,7 @@ CREATE TABLE skiplock.job_steps (
     attempt integer NOT NULL,
     result jsonb,
     note text,
-    recorded_at timestamptz NOT NULL DEFAULT now(),
+    recorded_at timestamptz NOT NULL DEFAULT now() CHECK (skiplock._time_ok(recorded_at)),
     PRIMARY KEY (job_id, seq),
     UNIQUE (job_id, kind, name)
 );
@@ -31,7 +31,7 @@ CREATE TABLE skiplock.job_signals (
     name text NOT NULL CHECK (name <> '' AND octet_length(name) <= 200),
     scope text NOT NULL,
     payload jsonb,
-    sent_at timestamptz NOT NULL DEFAULT now(),
+    sent_at timestamptz NOT NULL DEFAULT now() CHECK (skiplock._time_ok(sent_at)),
     id bigint GENERATED ALWAYS AS IDENTITY,
     PRIMARY KEY (job_id, name, scope)
 );

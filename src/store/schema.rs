@@ -231,7 +231,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "d658601385f94b113c729d454bead8b6041482c8ee6419c6852cf1fe4a894d9f",
+        "d2efedda0ea475eda4a089445b8623fe227c9dc885316309fe65bd9394401c6a",
     ),
 ];
 
