@@ -51,6 +51,23 @@ pub enum Error {
     /// An I/O error outside the database (files, processes, object storage).
     #[error("{0}")]
     Io(std::io::Error),
+    /// A durable step's closure failed (docs/steps.md): the attempt fails as the handler's own
+    /// error would (a step that returned [`crate::worker::JobError::discard`] discards the job).
+    #[error("step {name} failed: {message}")]
+    Step {
+        /// The step's name.
+        name: String,
+        /// Its error.
+        message: String,
+    },
+    /// The attempt ends here without using it up (`JobContext::sleep_until`,
+    /// `JobContext::wait_for`; docs/steps.md): the handler should return at once, with this
+    /// error or anything else; the job is due again at `until`.
+    #[error("the attempt ends here; the job resumes at {until}")]
+    Suspended {
+        /// When the job is due again.
+        until: chrono::DateTime<chrono::Utc>,
+    },
     /// Anything else, with a message naming it.
     #[error("{0}")]
     Other(String),

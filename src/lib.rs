@@ -70,3 +70,4 @@ pub use store::jobs::{ManyJobs, enqueue as enqueue_job, enqueue_many};
 pub use store::schema::migrate;
 /// The maintenance services every worker runs by default (they live under the worker).
 pub use worker::maintenance;
+pub use worker::signal;

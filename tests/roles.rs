@@ -277,6 +277,7 @@ async fn migrate_is_idempotent_with_the_roles_and_revokes_public_execute() {
                 "watch",
                 "flow_progress",
                 "finished_channel",
+                "signal",
                 "request_fetch",
                 "timer_reset",
                 "pack_now",

@@ -124,14 +124,16 @@ BEGIN
         -- roles file grants its own: sql/api/9*_roles.sql), and waiting for a job: a producer
         -- may make its jobs depend on, and wait for, any job whose id it knows (it learns
         -- that job's state and result; docs/roles.md, "Flows"), with the name of the channel
-        -- a watched job's end is announced on.
+        -- a watched job's end is announced on. `signal` (docs/steps.md): a producer may signal
+        -- any unfinished job whose id it knows; the signal carries its key scope, and a wait
+        -- may take only some scopes' signals (docs/security.md, "Signals between tenants").
         FOR f IN
             SELECT p.oid::regprocedure::text
             FROM pg_catalog.pg_proc p
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
             WHERE n.nspname = 'skiplock'
               AND p.proname IN ('enqueue', 'enqueue_result', 'enqueue_many', 'enqueue_flow', 'enqueue_batch',
-                                'watch', 'wait', 'flow_progress', 'finished_channel')
+                                'watch', 'wait', 'flow_progress', 'finished_channel', 'signal')
         LOOP
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO skiplock_enqueuer', f);
         END LOOP;

@@ -6,7 +6,8 @@
 -- nobody serves, with on_dependency_failure 'run') held another's finished job and its args
 -- for good (docs/security.md, "Flows between tenants"). An edge not yet settled keeps its job
 -- whatever its age: deleting it would leave the dependent waiting for good, and the settling
--- comes soon (the ack's slices, the maintenance's sweep). A deleted job's flow rows go with it.
+-- comes soon (the ack's slices, the maintenance's sweep). A deleted job's flow rows go with it,
+-- and so do its steps and signals (docs/steps.md).
 -- Returns how many.
 WITH doomed AS (
     SELECT id
@@ -32,5 +33,9 @@ WITH doomed AS (
     DELETE FROM skiplock.flow_jobs x USING gone g WHERE x.job_id = g.id
 ), watches AS (
     DELETE FROM skiplock.job_watches x USING gone g WHERE x.job_id = g.id
+), steps AS (
+    DELETE FROM skiplock.job_steps x USING gone g WHERE x.job_id = g.id
+), signals AS (
+    DELETE FROM skiplock.job_signals x USING gone g WHERE x.job_id = g.id
 )
 SELECT count(*) FROM gone

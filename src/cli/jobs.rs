@@ -362,6 +362,25 @@ pub async fn show(url: Option<&str>, a: JobArgs) -> anyhow::Result<()> {
             say!("  … {more}");
         }
     }
+    // What its durable steps recorded (docs/steps.md): at most 1000 rows, the bound per job.
+    let steps = crate::store::steps::load(&pool, j.id).await?;
+    if !steps.is_empty() {
+        say!("steps:");
+        for s in &steps {
+            say!(
+                "  {} {} {} attempt {}: {}{}",
+                s.seq,
+                s.kind,
+                s.name,
+                s.attempt,
+                s.result.as_ref().map_or("-".into(), |r| r.describe()),
+                s.note
+                    .as_deref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
     if j.errors.value().is_none() {
         say!("errors:        {}", j.errors.describe());
     }

@@ -46,6 +46,7 @@ pub mod packets;
 pub mod rescue;
 pub mod schema;
 pub mod session;
+pub mod steps;
 pub(crate) mod testing;
 pub mod types;
 pub mod web;

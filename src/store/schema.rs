@@ -229,10 +229,11 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // `args:` is a reserved key prefix, a cancelled window job frees its window. Workers of
     // version 8 stop on the schema change (the claim's arguments changed). Admission control
     // (core migration 0015): skiplock.set_queue_admission limits a queue's waiting jobs, and
-    // the insert trigger refuses a statement that would pass it (SQLSTATE SK429).
+    // the insert trigger refuses a statement that would pass it (SQLSTATE SK429). Durable steps
+    // (core migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "968d9954cf0cc8140adefd0ec4214527471ea4168b2936fe26864b20f3f03b92",
+        "b0cadff5d25f326d689639772fb6ad9e83e46483d98dd9ed9dc3b3ae7d2ab341",
     ),
 ];
 
@@ -248,6 +249,7 @@ pub fn api_files() -> Vec<(&'static str, &'static str, &'static str)> {
         ("core", "sql/api/10_core.sql", sql!("api", "10_core")),
         ("core", "sql/api/12_flows.sql", sql!("api", "12_flows")),
         ("core", "sql/api/15_control.sql", sql!("api", "15_control")),
+        ("core", "sql/api/16_steps.sql", sql!("api", "16_steps")),
     ];
     #[cfg(feature = "fetch")]
     v.push(("fetch", "sql/api/20_fetch.sql", sql!("api", "20_fetch")));

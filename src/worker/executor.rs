@@ -22,7 +22,30 @@ pub async fn execute(
         return Attempt::NoHandler;
     };
     let timeout = h.timeout().unwrap_or(default_timeout);
+    let steps = ctx.steps.clone();
     let fut = AssertUnwindSafe(h.call(ctx, args)).catch_unwind();
+    let attempt = run(fut, timeout).await;
+    // An attempt that ended itself (a durable sleep or wait) is due again then, whatever its
+    // handler returned after; a step's own error (a discard) is the verdict when the handler
+    // returned an error (docs/steps.md).
+    if let Some(until) = steps.suspended() {
+        return Attempt::Suspended(until);
+    }
+    match (attempt, steps.failed()) {
+        (Attempt::Returned(Err(_)), Some(mut e)) => {
+            e.message = cap_error_owned(e.message);
+            Attempt::Returned(Err(e))
+        }
+        (attempt, _) => attempt,
+    }
+}
+
+async fn run(
+    fut: impl std::future::Future<
+        Output = Result<super::HandlerResult, Box<dyn Any + Send + 'static>>,
+    >,
+    timeout: Duration,
+) -> Attempt {
     // Messages capped here, before the worker logs the attempt and acks it (the ack caps
     // again, a no-op then): neither the log line nor `errors` holds more than
     // MAX_ERROR_BYTES of a message (docs/reliability.md, "Errors").

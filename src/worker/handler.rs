@@ -45,6 +45,8 @@ pub struct JobContext {
     pub worker_id: Arc<str>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) lost: CancellationToken,
+    /// What this attempt replayed and recorded (src/worker/steps.rs).
+    pub(crate) steps: Arc<super::steps::Steps>,
 }
 
 impl JobContext {
@@ -94,6 +96,7 @@ impl JobContext {
             worker_id: Arc::from("detached"),
             shutdown: CancellationToken::new(),
             lost: CancellationToken::new(),
+            steps: Arc::default(),
         }
     }
 }

@@ -48,6 +48,7 @@ internal_mod!(rescuer);
 internal_mod!(service);
 pub mod shutdown;
 mod startup;
+mod steps;
 mod supervisor;
 
 use std::collections::HashMap;
@@ -64,6 +65,7 @@ pub use hooks::Hook;
 pub use lifecycle::{Started, Worker};
 pub use outcome::{HandlerResult, IntoJobResult, IntoOutcome, JobError, Outcome};
 pub use service::Service;
+pub use steps::{MAX_STEP_BYTES, MAX_STEPS, Signal, signal};
 
 use crate::config::QueueSettings;
 use crate::db::outage::{Availability, is_read_only};

@@ -129,6 +129,9 @@ pub enum Attempt {
     NoHandler,
     /// The worker is shutting down and stopped the handler: put the job back untouched.
     Released,
+    /// The handler ended its attempt with a durable sleep or wait (docs/steps.md): the job is
+    /// due again at this time, its attempt given back.
+    Suspended(DateTime<Utc>),
 }
 
 /// The most bytes of an error message stored in a job's `errors` and written in the worker's
@@ -254,6 +257,12 @@ pub fn decide(
         Attempt::Released => Ack {
             state: JobState::Available,
             scheduled_at: Some(now),
+            give_back: true,
+            ..base
+        },
+        Attempt::Suspended(until) => Ack {
+            state: JobState::Available,
+            scheduled_at: Some(crate::time::clamp(until)),
             give_back: true,
             ..base
         },

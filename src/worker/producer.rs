@@ -959,9 +959,11 @@ fn spawn_job(
         worker_id: shared.worker_id.clone(),
         shutdown: shared.shutdown.clone(),
         lost,
+        steps: Default::default(),
     };
     let sh = shared.clone();
     let id = job.id;
+    let steps = ctx.steps.clone();
     let handle = tokio::spawn(async move {
         let _permit = permit;
         let handler = sh.registry.get(&job.kind).cloned();
@@ -1002,6 +1004,8 @@ fn spawn_job(
         producer.ran(began.elapsed());
         match &attempt {
             Attempt::Returned(Ok(_)) => {}
+            Attempt::Suspended(until) => tracing::debug!(job.id = job.id, job.kind = %job.kind,
+                job.attempt = job.attempt, %until, "job sleeps (docs/steps.md)"),
             Attempt::Returned(Err(e)) => tracing::warn!(job.id = job.id, job.kind = %job.kind,
                 job.attempt = job.attempt, error = %e.message, "job failed"),
             other => tracing::warn!(job.id = job.id, job.kind = %job.kind,
@@ -1043,9 +1047,29 @@ fn spawn_job(
         }
         drop(_permit);
         slot_freed.notify_one();
+        if let Some(name) = steps.waiting_for() {
+            wake_if_signalled(&sh, job.id, job.attempt, name).await;
+        }
     });
     if let Some(r) = shared.running().get_mut(&id) {
         r.abort = Some(handle.abort_handle());
+    }
+}
+
+/// After the ack of an attempt that ended waiting for signal `name` (docs/steps.md,
+/// "Signals"): a signal sent between the wait's statement and the ack found the job running and
+/// could not make it due, so once the ack is written the job is made due if the signal is there.
+/// Checked every 50 ms while the ack is still pending, for at most two minutes: past that (an
+/// outage, a worker stopped) the job wakes at its wait's timeout and reads the signal then.
+async fn wake_if_signalled(sh: &Shared, id: i64, attempt: i32, name: String) {
+    for _ in 0..2400 {
+        match crate::store::steps::wake_signalled(&sh.pool, id, attempt, &sh.worker_id, &name).await
+        {
+            Ok(s) if s == "running" => {}
+            Ok(_) => return,
+            Err(e) => tracing::debug!(job.id = id, error = %e, "could not check the job's signal yet"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
