@@ -3,19 +3,10 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use skiplock::cli::output::escape;
 use skiplock::cli::{self, LogFormat};
 use tracing_subscriber::EnvFilter;
-
-// The dev tools are modules of the binary, not of the library: `skiplock bench` and the
-// fault-injection run (`scripts/chaos`). tests/bench.rs and tests/faults.rs compile the same
-// files (`#[path]`).
-#[macro_use]
-mod sql_text;
-#[cfg(all(feature = "fetch", feature = "http"))]
-mod bench;
-mod chaos;
 
 /// skiplock: a Postgres-as-queue job runner.
 #[derive(Debug, Parser)]
@@ -29,41 +20,16 @@ struct Args {
     log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
-    command: Command,
-}
-
-/// The library's commands ([`skiplock::cli::Command`]) and the dev tools'.
-#[derive(Debug, Subcommand)]
-enum Command {
-    #[command(flatten)]
-    Queue(cli::Command),
-    /// Measure throughput and latency against a plain-SQL ceiling.
-    #[cfg(all(feature = "fetch", feature = "http"))]
-    Bench(bench::command::BenchArgs),
-    /// Fault injection: SIGKILLed workers and a Postgres restart (scripts/chaos).
-    #[command(hide = true)]
-    Chaos(chaos::command::ChaosArgs),
-    /// A worker with only the chaos_record kind (started by `skiplock chaos`).
-    #[command(hide = true)]
-    ChaosWorker,
+    command: cli::Command,
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let url = args.database_url.as_deref();
-    match args.command {
-        Command::Queue(command) => {
-            cli::run(cli::Cli {
-                database_url: args.database_url.clone(),
-                log_format: args.log_format,
-                command,
-            })
-            .await
-        }
-        #[cfg(all(feature = "fetch", feature = "http"))]
-        Command::Bench(a) => bench::command::run_cli(url, a).await,
-        Command::Chaos(a) => chaos::command::run(url, a).await,
-        Command::ChaosWorker => chaos::command::worker(url).await,
-    }
+    cli::run(cli::Cli {
+        database_url: args.database_url,
+        log_format: args.log_format,
+        command: args.command,
+    })
+    .await
 }
 
 fn init_tracing(format: LogFormat) {
