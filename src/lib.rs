@@ -34,8 +34,6 @@ macro_rules! internal_mod {
 }
 
 pub mod admin;
-#[cfg(feature = "apalis")]
-pub mod apalis;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;

@@ -1,5 +1,5 @@
 //! `skiplock-devtools bench --apalis` (feature `apalis-bench`): the same drain of pre-inserted jobs
-//! through one apalis worker, once on [`skiplock::apalis::SkiplockStorage`] and once on
+//! through one apalis worker, once on [`skiplock_apalis::SkiplockStorage`] and once on
 //! apalis-postgres's `PostgresStorage`, in the same run, on the same server, with the same
 //! handler, concurrency and pool size. Each figure is jobs/s from the worker's start to its
 //! exit after the last job (every ack written); runs alternate between the two backends.
@@ -77,12 +77,12 @@ fn worker_error(e: impl std::fmt::Display) -> Error {
 async fn skiplock_drain(url: &str, monitor: &PgPool, o: &ApalisOptions) -> Result<f64> {
     reset(monitor).await?;
     fill_kind(monitor, KIND, o.jobs, |n| {
-        skiplock::apalis::encode_args(&BenchJob { n: n as u64 })
+        skiplock_apalis::encode_args(&BenchJob { n: n as u64 })
     })
     .await?;
     store::vacuum_jobs(monitor).await?;
     let pool = store::pool(url, o.connections).await?;
-    let storage = skiplock::apalis::SkiplockStorage::<BenchJob>::new(pool.clone(), KIND)
+    let storage = skiplock_apalis::SkiplockStorage::<BenchJob>::new(pool.clone(), KIND)
         .concurrency(o.concurrency);
     let done = Done {
         count: Arc::new(AtomicUsize::new(0)),

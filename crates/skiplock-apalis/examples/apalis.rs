@@ -2,7 +2,7 @@
 //! apalis; only the backend line differs from an apalis-postgres worker.
 //!
 //! ```sh
-//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --features apalis --example apalis
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run -p skiplock-apalis --example apalis
 //! ```
 //!
 //! It migrates the database, pushes 20 emails through apalis's `TaskSink` (one of them a
@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use apalis::prelude::*;
 use serde::{Deserialize, Serialize};
-use skiplock::apalis::{JobOptions, SkiplockJob, SkiplockStorage};
 use skiplock::queue::OnConflict;
+use skiplock_apalis::{JobOptions, SkiplockJob, SkiplockStorage};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Email {

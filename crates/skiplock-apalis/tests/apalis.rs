@@ -1,4 +1,4 @@
-//! The apalis backend (docs/apalis.md): apalis 1.x workers on `skiplock::apalis::SkiplockStorage`,
+//! The apalis backend (docs/apalis.md): apalis 1.x workers on `skiplock_apalis::SkiplockStorage`,
 //! against a real database, next to native workers.
 
 mod support;
@@ -11,10 +11,10 @@ use std::time::Duration;
 use apalis::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use skiplock::apalis::{JobOptions, SkiplockJob, SkiplockStorage};
 use skiplock::config::QueueSettings;
 use skiplock::queue::{NewJob, OnConflict};
 use skiplock::store::jobs::{enqueue, get_job};
+use skiplock_apalis::{JobOptions, SkiplockJob, SkiplockStorage};
 use sqlx::PgPool;
 use support::*;
 use tokio::task::JoinHandle;
@@ -527,11 +527,12 @@ async fn apalis_jobs_of_a_sigkilled_process_are_rescued_and_finished() {
     }
 }
 
-/// docs/apalis-migrate.sql with its psql variables filled in.
+/// The repository's docs/apalis-migrate.sql (two folders above this crate's) with its psql
+/// variables filled in.
 fn migrate_script(job_type: &str, kind: &str, queue: &str) -> String {
     std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/docs/apalis-migrate.sql"
+        "/../../docs/apalis-migrate.sql"
     ))
     .unwrap()
     .replace(":'job_type'", &format!("'{job_type}'"))

@@ -1,8 +1,8 @@
 //! How a job the native worker claimed reaches apalis, and how apalis' result comes back.
 //!
-//! The storage's native worker (src/apalis/runtime.rs) has one handler, for the storage's
+//! The storage's native worker (src/runtime.rs) has one handler, for the storage's
 //! kind, and it does not run the job: [`hand_over`] decodes the args, sends an apalis task
-//! down the storage's stream and waits. The storage's tower layer (src/apalis/layer.rs)
+//! down the storage's stream and waits. The storage's tower layer (src/layer.rs)
 //! reports, through the task's [`Handoff`], first that apalis started the task, then how
 //! the user's service ended; that report is the native handler's result, so retries,
 //! discards, panics, timeouts and fenced acks are the native worker's own.
@@ -27,9 +27,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::SkiplockJob;
 use super::args::decode_raw_args;
-use crate::queue::RawArgs;
-use crate::worker::handler::{BoxFuture, JobContext};
-use crate::worker::outcome::{HandlerResult, JobError, Outcome};
+use skiplock::queue::RawArgs;
+use skiplock::worker::{BoxFuture, JobContext};
+use skiplock::worker::{HandlerResult, JobError, Outcome};
 
 /// How the user's service ended, as the layer saw it.
 pub(crate) enum Ended {

@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
-use crate::queue::{NewJob, OnConflict, RawArgs};
+use skiplock::error::{Error, Result};
+use skiplock::queue::{NewJob, OnConflict, RawArgs};
 
 /// The key under which arguments that are not a JSON object are stored (skiplock's `args`
 /// must be an object): `42` is stored as `{"value": 42}`.
@@ -60,12 +60,12 @@ pub fn decode_args<A: DeserializeOwned>(v: &Value) -> std::result::Result<A, Str
 }
 
 /// skiplock options for a job pushed through apalis are the typed-enqueue options
-/// ([`crate::queue::JobOptions`]): attach one to a task
+/// ([`skiplock::queue::JobOptions`]): attach one to a task
 /// (`TaskBuilder::new(args).data(JobOptions::new().queue("slow")).build()`) or pass it to
 /// [`super::SkiplockStorage::enqueue`]. Unset fields fall back to the apalis task's own
 /// (`run_at`, `priority`, `max_attempts`, `idempotency_key` as a keep-key), then to the
 /// storage's queue and skiplock's defaults.
-pub use crate::queue::typed::JobOptions;
+pub use skiplock::queue::JobOptions;
 
 /// What an apalis task carries besides its arguments, read from apalis's `Task` (kept apart
 /// so the conversion is a plain function).

@@ -1,17 +1,17 @@
-//! An [apalis](https://docs.rs/apalis) 1.x backend on skiplock's jobs table (feature
-//! `apalis`): teams with apalis workers (plain async handlers, tower middleware) switch to
+//! An [apalis](https://docs.rs/apalis) 1.x backend on skiplock's jobs table (this crate,
+//! `skiplock-apalis`): teams with apalis workers (plain async handlers, tower middleware) switch to
 //! skiplock by changing the backend and keep everything else.
 //!
 //! ```no_run
 //! # use serde::{Deserialize, Serialize};
 //! # use apalis_core::worker::builder::WorkerBuilder;
-//! # use skiplock::apalis::SkiplockStorage;
+//! # use skiplock_apalis::SkiplockStorage;
 //! #[derive(Serialize, Deserialize)]
 //! struct Email { to: String }
 //!
 //! async fn send_email(email: Email) -> Result<(), std::io::Error> { Ok(()) }
 //!
-//! # async fn run(pool: skiplock::store::Pool) {
+//! # async fn run(pool: skiplock::Pool) {
 //! let worker = WorkerBuilder::new("email")
 //!     .backend(SkiplockStorage::<Email>::new(pool, "send-email").concurrency(10))
 //!     .build(send_email);
@@ -20,8 +20,8 @@
 //! ```
 //!
 //! Jobs are plain `skiplock.jobs` rows of the storage's kind, claimed, heartbeated, rescued
-//! and acknowledged by a native skiplock worker inside the storage (src/apalis/runtime.rs)
-//! that hands each job to apalis to run (src/apalis/handoff.rs); they are visible to
+//! and acknowledged by a native skiplock worker inside the storage (src/runtime.rs)
+//! that hands each job to apalis to run (src/handoff.rs); they are visible to
 //! `skiplock jobs`, `stats`, psql and the console. See `docs/apalis.md` for what behaves
 //! differently from apalis-postgres.
 
@@ -53,13 +53,13 @@ pub use args::{
 };
 pub use layer::{SkiplockLayer, SkiplockService, error_message, is_abort};
 
-use crate::config::{DEFAULT_QUEUE_CONCURRENCY, QueueSettings};
-use crate::error::{Error, Result};
-use crate::queue::NewJob;
-use crate::store::Pool;
-use crate::store::names::DEFAULT_QUEUE;
 use handoff::Handoff;
 use runtime::{Options, Runtime};
+use skiplock::Pool;
+use skiplock::config::{DEFAULT_QUEUE_CONCURRENCY, QueueSettings};
+use skiplock::error::{Error, Result};
+use skiplock::queue::DEFAULT_QUEUE;
+use skiplock::queue::NewJob;
 
 /// The skiplock row behind an apalis task, in the task's data: a handler can take it as
 /// `Data<SkiplockJob>`.
@@ -216,9 +216,7 @@ impl<Args: Serialize> SkiplockStorage<Args> {
             &TaskFields::default(),
             Some(opts),
         )?;
-        crate::store::jobs::enqueue(&self.pool, &job)
-            .await
-            .map(|e| e.id)
+        skiplock::enqueue_job(&self.pool, &job).await.map(|e| e.id)
     }
 
     fn task_to_job(&self, task: &Task<Args>) -> Result<NewJob> {
@@ -247,7 +245,7 @@ async fn write_jobs(pool: Pool, jobs: Vec<NewJob>) -> Result<()> {
     while i < jobs.len() {
         let first = &jobs[i];
         if !plain(first) {
-            crate::store::jobs::enqueue(&pool, first).await?;
+            skiplock::enqueue_job(&pool, first).await?;
             i += 1;
             continue;
         }
@@ -262,9 +260,9 @@ async fn write_jobs(pool: Pool, jobs: Vec<NewJob>) -> Result<()> {
             end += 1;
         }
         let args: Vec<serde_json::Value> = jobs[i..end].iter().map(|j| j.args.clone()).collect();
-        crate::store::jobs::enqueue_many(
+        skiplock::enqueue_many(
             &pool,
-            crate::store::jobs::ManyJobs {
+            skiplock::ManyJobs {
                 kind: &first.kind,
                 args: &args,
                 queue: &first.queue,

@@ -1,7 +1,7 @@
 //! The tower layer a [`super::SkiplockStorage`] gives its apalis worker. apalis puts it
 //! outside the user's middleware, so it sees each task's final result (after the user's
 //! retries, timeouts and the like) and reports it to the native worker that claimed the job
-//! (src/apalis/handoff.rs): `Ok` completes, an error retries with skiplock's backoff
+//! (src/handoff.rs): `Ok` completes, an error retries with skiplock's backoff
 //! (discarded after `max_attempts`), an `AbortError` discards at once, a panic is an error.
 //! When the native side stops waiting (the job was taken away, timed out, or still ran when
 //! the shutdown grace ran out), it drops the user's future.
@@ -20,7 +20,7 @@ use tower_service::Service;
 
 use super::SkiplockJob;
 use super::handoff::{Ended, Handoff};
-use crate::worker::outcome::{JobError, Outcome};
+use skiplock::worker::{JobError, Outcome};
 
 /// Reports each task's result to skiplock's worker.
 #[derive(Clone, Debug, Default)]
@@ -126,7 +126,7 @@ where
                     Err(e)
                 }
                 Err(panic) => {
-                    let msg = crate::worker::executor::panic_message(panic.as_ref());
+                    let msg = skiplock::worker::panic_message(panic.as_ref());
                     let _ = report.send(Ended::Panicked(msg.clone()));
                     Err(format!("handler panicked: {msg}").into())
                 }

@@ -1,6 +1,6 @@
 //! What runs behind a [`super::SkiplockStorage`] once its apalis worker starts: a native
 //! skiplock [`Worker`] serving the storage's queue with the storage's concurrency, whose one
-//! handler hands the storage's kind to apalis (src/apalis/handoff.rs). The claim loop, the
+//! handler hands the storage's kind to apalis (src/handoff.rs). The claim loop, the
 //! buffer, NOTIFY wake-ups, limits and pause, heartbeats, the rescuer, the fenced ack writer
 //! and the graceful shutdown are the native worker's, not copies of them.
 //!
@@ -16,10 +16,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::handoff;
-use crate::config::{MAX_QUEUE_CONCURRENCY, QueueSettings};
-use crate::error::{Error, Result};
-use crate::store::Pool;
-use crate::worker::Worker;
+use skiplock::Pool;
+use skiplock::config::{MAX_QUEUE_CONCURRENCY, QueueSettings};
+use skiplock::error::{Error, Result};
+use skiplock::worker::Worker;
 
 /// How often the watcher looks at apalis' worker state.
 const WATCH_EVERY: Duration = Duration::from_millis(50);
