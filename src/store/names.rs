@@ -60,7 +60,7 @@ pub enum Reserved {
 
 /// A name only skiplock's own functions may enqueue under: the Rust twin of a row of
 /// `skiplock.reserved_names`, which each part's SQL API file writes (sql/api/80_reserved.sql
-/// builds the database's checks from them; tests/roles.rs checks both agree).
+/// builds the database's checks from them; crates/skiplock-cli/tests/roles.rs checks both agree).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReservedName {
     /// The part that reserves it (`core`, `fetch`, `pack`, `packets`).

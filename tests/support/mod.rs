@@ -1,7 +1,5 @@
-//! The shared fixtures (crates/skiplock-test-support), with the `skiplock` binary of this
-//! package as the binary the tests drive.
+//! The shared fixtures (crates/skiplock-test-support). The core has no binary: the tests that
+//! drive `skiplock` are crates/skiplock-cli's.
 #![allow(dead_code, unused_imports)]
 
 pub use skiplock_test_support::*;
-
-skiplock_test_support::binary!("skiplock");

@@ -6,8 +6,8 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use skiplock::cli::output::escape;
-use skiplock::cli::{self, LogFormat};
+use skiplock_cli::output::escape;
+use skiplock_cli::{self as cli, LogFormat};
 use skiplock_devtools::{bench, chaos};
 use tracing_subscriber::EnvFilter;
 
@@ -26,7 +26,7 @@ struct Args {
     command: Command,
 }
 
-/// The library's commands ([`skiplock::cli::Command`]) and the dev tools'.
+/// The library's commands ([`skiplock_cli::Command`]) and the dev tools'.
 #[derive(Debug, Subcommand)]
 enum Command {
     #[command(flatten)]
@@ -62,11 +62,11 @@ fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(skiplock::db::DEFAULT_LOG_FILTER));
     // Colours only on a terminal: logs redirected to files (scripts/chaos) stay plain text.
-    // Every log line goes through the password scrubber (see skiplock::cli::ScrubbedStderr).
+    // Every log line goes through the password scrubber (see skiplock_cli::ScrubbedStderr).
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(skiplock::cli::ScrubbedStderr);
+        .with_writer(skiplock_cli::ScrubbedStderr);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Text => b.init(),
@@ -92,7 +92,7 @@ fn main() -> ExitCode {
         .or_else(|| std::env::var("DATABASE_URL").ok())
         .unwrap_or_default();
     // Before anything can log or fail: the URL's passwords are never printed from here on.
-    skiplock::cli::register_url(&url);
+    skiplock_cli::register_url(&url);
     init_tracing(cli.log_format);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -103,8 +103,8 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<skiplock::cli::ExitStatus>().is_some() => ExitCode::from(
-            e.downcast_ref::<skiplock::cli::ExitStatus>()
+        Err(e) if e.downcast_ref::<skiplock_cli::ExitStatus>().is_some() => ExitCode::from(
+            e.downcast_ref::<skiplock_cli::ExitStatus>()
                 .map_or(1, |s| s.0),
         ),
         Err(e) => {

@@ -289,7 +289,7 @@ fn chaos_worker(name: &str, url: &str, concurrency: usize) -> Proc {
             ("SKIPLOCK_SHUTDOWN_GRACE", "60s"),
             // Each worker holds exactly its concurrency's worth of jobs, so two workers of 10
             // split 20 jobs evenly (claim-ahead would let the first take them all); the
-            // buffered jobs' own outage and kill guarantees are tests/worker.rs's.
+            // buffered jobs' own outage and kill guarantees are crates/skiplock-cli/tests/worker.rs's.
             ("SKIPLOCK_CLAIM_AHEAD", "0"),
         ],
     )

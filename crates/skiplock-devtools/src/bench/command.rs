@@ -493,7 +493,7 @@ pub fn render(r: &BenchReport) -> String {
 
 /// Runs `skiplock-devtools bench`.
 pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
-    use skiplock::cli::check_flag;
+    use skiplock_cli::check_flag;
     check_flag("--runs", a.runs as i128, 1, 100)?;
     check_flag("--jobs", a.jobs as i128, 1000, 10_000_000)?;
     check_flag("--concurrency", a.concurrency as i128, 1, 10_000)?;
@@ -551,7 +551,7 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
     };
     // On a terminal a spinner shows the running step and the time; each step also leaves a
     // line (plain stderr lines elsewhere, as before).
-    let progress = skiplock::progress::Progress::spinner("bench");
+    let progress = skiplock_cli::progress::Progress::spinner("bench");
     let report = run(&server, &o, |m| {
         progress.line(&format!("bench: {m}"));
         progress.message(m.to_string());
@@ -570,7 +570,7 @@ pub async fn run_cli(url: Option<&str>, a: BenchArgs) -> anyhow::Result<()> {
 /// `skiplock-devtools bench --pressure`.
 async fn run_pressure(server: &str, a: BenchArgs) -> anyhow::Result<()> {
     use crate::bench::pressure::{self, PressureOptions, Scenario};
-    use skiplock::cli::check_flag;
+    use skiplock_cli::check_flag;
     check_flag(
         "--worker-concurrency",
         a.worker_concurrency as i128,
@@ -606,7 +606,7 @@ async fn run_pressure(server: &str, a: BenchArgs) -> anyhow::Result<()> {
         ramp: a.ramp,
         ramp_step: std::time::Duration::from_secs(a.ramp_secs),
     };
-    let progress = skiplock::progress::Progress::spinner("bench");
+    let progress = skiplock_cli::progress::Progress::spinner("bench");
     let report = pressure::run(server, &o, |m| {
         progress.line(&format!("bench: {m}"));
         progress.message(m.to_string());
@@ -636,7 +636,7 @@ async fn run_apalis(server: &str, a: &BenchArgs) -> anyhow::Result<()> {
         connections: a.connections,
         runs: a.runs.max(1),
     };
-    let progress = skiplock::progress::Progress::spinner("bench");
+    let progress = skiplock_cli::progress::Progress::spinner("bench");
     let report = run(server, &o, |m| {
         progress.line(&format!("bench: {m}"));
         progress.message(m.to_string());

@@ -81,7 +81,7 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
     if a.partitions {
         return crate::chaos::partitions::command::run(&a).await;
     }
-    use skiplock::cli::check_flag;
+    use skiplock_cli::check_flag;
     check_flag("--jobs", a.jobs.into(), 1, 10_000_000)?;
     check_flag("--workers", a.workers as i128, 1, 64)?;
     check_flag("--kills", a.kills as i128, 0, 100_000)?;
@@ -89,8 +89,8 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
     check_flag("--max-connections", a.max_connections.into(), 2, 1000)?;
     check_flag("--work-ms", a.work_ms.into(), 0, 60_000)?;
     let d = std::time::Duration::from_secs;
-    skiplock::cli::check_duration_flag("--rescue-after", a.rescue_after, d(1), d(86_400))?;
-    skiplock::cli::check_duration_flag("--deadline", a.deadline, d(1), d(7 * 86_400))?;
+    skiplock_cli::check_duration_flag("--rescue-after", a.rescue_after, d(1), d(86_400))?;
+    skiplock_cli::check_duration_flag("--deadline", a.deadline, d(1), d(7 * 86_400))?;
     let mut cfg = ChaosConfig::new(a.jobs, std::env::current_exe()?);
     cfg.workers = a.workers.max(1);
     cfg.kills = a.kills;
@@ -109,10 +109,10 @@ pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
     cfg.rescue_after = a.rescue_after;
     cfg.deadline = a.deadline;
     cfg.log_dir = a.log_dir;
-    cfg.progress = skiplock::progress::Progress::bar(a.jobs, "chaos: jobs recorded");
+    cfg.progress = skiplock_cli::progress::Progress::bar(a.jobs, "chaos: jobs recorded");
     let report = if a.failover {
         check_flag("--failovers", a.failovers as i128, 1, 1000)?;
-        skiplock::cli::check_duration_flag("--failover-every", a.failover_every, d(1), d(3600))?;
+        skiplock_cli::check_duration_flag("--failover-every", a.failover_every, d(1), d(3600))?;
         let ha = tokio::task::spawn_blocking(crate::chaos::ha::HaCluster::start).await??;
         let admin = skiplock::db::connect(&ha.url("postgres")?, 1).await?;
         crate::chaos::store::create_database(&admin, "skiplock_chaos").await?;

@@ -62,7 +62,7 @@ pub struct ChaosConfig {
     /// Where worker logs go (one file per worker slot); a temp dir if `None`.
     pub log_dir: Option<PathBuf>,
     /// Shows the recorded jobs as they come in (`skiplock-devtools chaos` on a terminal).
-    pub progress: skiplock::progress::Progress,
+    pub progress: skiplock_cli::progress::Progress,
     /// Failovers to cause, in this order (needs a [`PgServer`] that fails over:
     /// [`ha::HaCluster`]), one every `failover_every`. With failovers, a tenth of the jobs
     /// is enqueued before the workers start and a producer enqueues the rest while the
@@ -92,7 +92,7 @@ impl ChaosConfig {
             deadline: Duration::from_secs(600),
             worker_bin: worker_bin.into(),
             log_dir: None,
-            progress: skiplock::progress::Progress::hidden(),
+            progress: skiplock_cli::progress::Progress::hidden(),
             failovers: Vec::new(),
             failover_every: Duration::from_secs(12),
             worker_urls: Vec::new(),

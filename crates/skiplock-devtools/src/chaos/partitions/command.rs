@@ -6,12 +6,12 @@ use crate::chaos::partitions::{self, PartitionConfig, net};
 
 /// Runs the schedules and prints their lines and the totals; fails unless every one is OK.
 pub async fn run(a: &ChaosArgs) -> anyhow::Result<()> {
-    use skiplock::cli::check_flag;
+    use skiplock_cli::check_flag;
     check_flag("--jobs", a.jobs.into(), 1, 10_000_000)?;
     check_flag("--workers", a.workers as i128, 1, 20)?;
     check_flag("--schedules", a.schedules as i128, 1, 100_000)?;
     let d = std::time::Duration::from_secs;
-    skiplock::cli::check_duration_flag("--rescue-after", a.rescue_after, d(1), d(3600))?;
+    skiplock_cli::check_duration_flag("--rescue-after", a.rescue_after, d(1), d(3600))?;
     if let Some(why) = net::unsupported() {
         anyhow::bail!("the partition run cannot run here: {why}");
     }

@@ -4,10 +4,10 @@
 use clap::Args;
 
 use super::settings::Settings;
-use crate::config::{self, parse_queues};
-use crate::metrics::serve;
 use crate::progress::{DrainCount, Progress};
-use crate::worker::{Worker, builtin, shutdown};
+use skiplock::config::{self, parse_queues};
+use skiplock::metrics::serve;
+use skiplock::worker::{Worker, builtin, shutdown};
 
 /// `skiplock worker` flags.
 #[derive(Debug, Args)]
@@ -36,7 +36,7 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     }
     // Built without contacting the database: the worker waits for it (with a capped
     // backoff, forever unless SKIPLOCK_CONNECT_TIMEOUT), where one-shot commands fail fast.
-    let pool = crate::db::session::handler_pool(&config::database_url(url)?, &settings)?;
+    let pool = skiplock::db::session::handler_pool(&config::database_url(url)?, &settings)?;
     // The metrics endpoint first: a refused or taken address fails before any work starts,
     // and the recorder must be installed before the worker resolves its metric handles.
     let metrics_stop = tokio_util::sync::CancellationToken::new();
@@ -70,7 +70,7 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     if config::diagnostic_kinds()? {
         builtin::register(builder.registry_mut());
     }
-    builder = crate::workflows::register_all(builder, workflows)?;
+    builder = skiplock::workflows::register_all(builder, workflows)?;
     builder = builder.maintenance(maintenance);
     let worker = builder.build();
     let meter = a
@@ -94,7 +94,7 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
 /// available or running in the served queues (all queues when none are named), sampled from
 /// `skiplock.queue_stats` twice a second by a task of its own.
 fn drain_progress(
-    pool: crate::store::Pool,
+    pool: skiplock::store::Pool,
     queues: Option<Vec<String>>,
 ) -> Option<(Progress, tokio::task::JoinHandle<()>)> {
     let progress = Progress::bar(0, "drain");
@@ -105,13 +105,14 @@ fn drain_progress(
     let task = tokio::spawn(async move {
         let mut count = DrainCount::default();
         loop {
-            if let Ok(stats) = crate::store::jobs::queue_stats(&pool).await {
+            if let Ok(stats) = skiplock::store::jobs::queue_stats(&pool).await {
                 let remaining: i64 = stats
                     .iter()
                     .filter(|s| {
                         matches!(
                             s.state,
-                            crate::queue::JobState::Available | crate::queue::JobState::Running
+                            skiplock::queue::JobState::Available
+                                | skiplock::queue::JobState::Running
                         )
                     })
                     .filter(|s| queues.as_ref().is_none_or(|q| q.contains(&s.queue)))

@@ -1,5 +1,6 @@
-//! The `skiplock` command: clap definitions and dispatch. Errors bubble up as `anyhow`
-//! and `main` prints them on one line.
+//! The `skiplock` command: clap definitions and dispatch (the binary is src/main.rs). Errors
+//! bubble up as `anyhow` and `main` prints them on one line. A library too, so the dev tools'
+//! binary (crates/skiplock-devtools) takes every command.
 
 pub mod fetch;
 pub mod flows;
@@ -8,6 +9,7 @@ pub mod maintenance;
 pub mod output;
 pub mod pack;
 pub mod packets;
+pub mod progress;
 pub mod queue;
 pub mod settings;
 pub mod web;
@@ -16,11 +18,24 @@ pub mod worker;
 use clap::{Parser, Subcommand};
 
 /// What a program's edge needs to log and print without leaking a database password: the
-/// log writer that scrubs every line, and the registration of the URL whose password it hides.
-pub use crate::redact::{ScrubbedStderr, register_url};
+/// registration of the URL whose password [`ScrubbedStderr`] hides.
+pub use skiplock::redact::register_url;
 
-use crate::config;
-use crate::store::{Pool, schema};
+/// Stderr for `tracing_subscriber`, with every registered password scrubbed from each line
+/// (`skiplock::redact::ScrubbedWriter`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScrubbedStderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for ScrubbedStderr {
+    type Writer = skiplock::redact::ScrubbedWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        skiplock::redact::ScrubbedWriter
+    }
+}
+
+use skiplock::config;
+use skiplock::store::{Pool, schema};
 
 /// skiplock: a Postgres-as-queue job runner.
 #[derive(Debug, Parser)]
@@ -135,7 +150,7 @@ pub const MAX_LIMIT: i128 = 100_000;
 /// Connects with the settings' pool size.
 pub async fn connect(cli_url: Option<&str>, max: u32) -> anyhow::Result<Pool> {
     let url = config::database_url(cli_url)?;
-    Ok(crate::db::connect_in_mode(&url, max, config::pool_mode()?).await?)
+    Ok(skiplock::db::connect_in_mode(&url, max, config::pool_mode()?).await?)
 }
 
 /// Runs the parsed command.

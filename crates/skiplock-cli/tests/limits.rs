@@ -3,18 +3,6 @@
 //! condition wait with a generous deadline; what the tests assert comes from the jobs' own
 //! recorded run times (`sleep` with `record`) or the database's clock (`attempted_at`).
 
-// Some tests here need the `skiplock` binary or a built-in workflow (the default build); the
-// helpers only they use are unused in a build of the core alone.
-#![cfg_attr(
-    not(all(
-        feature = "cli",
-        feature = "fetch",
-        feature = "pack",
-        feature = "packets"
-    )),
-    allow(dead_code, unused_imports)
-)]
-
 mod support;
 
 use std::collections::HashMap;

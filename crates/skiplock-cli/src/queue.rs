@@ -8,8 +8,8 @@ use clap::{Args, Subcommand};
 
 use super::connect_migrated;
 use super::output::{print_json, print_table, say};
-use crate::config::parse_duration;
-use crate::store::control::{self, KeyLimitChange, Rate};
+use skiplock::config::parse_duration;
+use skiplock::store::control::{self, KeyLimitChange, Rate};
 
 /// `skiplock queue`.
 #[derive(Debug, Args)]
@@ -193,7 +193,7 @@ pub fn parse_rate(v: Option<&str>) -> anyhow::Result<Setting<Rate>> {
 }
 
 fn check_name(q: &str) -> anyhow::Result<()> {
-    Ok(crate::store::control::check_queue(q)?)
+    Ok(skiplock::store::control::check_queue(q)?)
 }
 
 async fn limit(url: Option<&str>, a: LimitArgs) -> anyhow::Result<()> {

@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use skiplock::cli::output::escape;
-use skiplock::cli::{self, LogFormat};
+use skiplock_cli::output::escape;
+use skiplock_cli::{self as cli, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 /// skiplock: a Postgres-as-queue job runner.
@@ -36,11 +36,11 @@ fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(skiplock::db::DEFAULT_LOG_FILTER));
     // Colours only on a terminal: logs redirected to files (scripts/chaos) stay plain text.
-    // Every log line goes through the password scrubber (see skiplock::cli::ScrubbedStderr).
+    // Every log line goes through the password scrubber (see skiplock_cli::ScrubbedStderr).
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(skiplock::cli::ScrubbedStderr);
+        .with_writer(skiplock_cli::ScrubbedStderr);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Text => b.init(),
@@ -66,7 +66,7 @@ fn main() -> ExitCode {
         .or_else(|| std::env::var("DATABASE_URL").ok())
         .unwrap_or_default();
     // Before anything can log or fail: the URL's passwords are never printed from here on.
-    skiplock::cli::register_url(&url);
+    skiplock_cli::register_url(&url);
     init_tracing(cli.log_format);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -77,8 +77,8 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<skiplock::cli::ExitStatus>().is_some() => ExitCode::from(
-            e.downcast_ref::<skiplock::cli::ExitStatus>()
+        Err(e) if e.downcast_ref::<skiplock_cli::ExitStatus>().is_some() => ExitCode::from(
+            e.downcast_ref::<skiplock_cli::ExitStatus>()
                 .map_or(1, |s| s.0),
         ),
         Err(e) => {

@@ -6,11 +6,13 @@ use clap::Args;
 
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
-use crate::config::parse_duration;
-use crate::queue::flow::{COUNTED_DEPENDENCIES, LISTED_DEPENDENCIES, not_listed};
-use crate::queue::{EnqueueOutcome, JobState, NewJob, OnConflict, OnDependencyFailure, UniqueBy};
-use crate::store::flows;
-use crate::store::jobs::{self, JobFilter};
+use skiplock::config::parse_duration;
+use skiplock::queue::flow::{COUNTED_DEPENDENCIES, LISTED_DEPENDENCIES, not_listed};
+use skiplock::queue::{
+    EnqueueOutcome, JobState, NewJob, OnConflict, OnDependencyFailure, UniqueBy,
+};
+use skiplock::store::flows;
+use skiplock::store::jobs::{self, JobFilter};
 
 /// `skiplock enqueue`.
 #[derive(Debug, Args)]
@@ -21,7 +23,7 @@ pub struct EnqueueArgs {
     #[arg(default_value = "{}")]
     pub args: String,
     /// Queue.
-    #[arg(long, default_value = crate::store::names::DEFAULT_QUEUE)]
+    #[arg(long, default_value = skiplock::store::names::DEFAULT_QUEUE)]
     pub queue: String,
     /// Priority (smaller runs first).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -84,7 +86,7 @@ fn parse_unique_by(s: &str) -> Result<UniqueBy, String> {
 fn parse_meta(s: &str) -> anyhow::Result<serde_json::Value> {
     let v = json_object("--meta", r#"{"tenant": "a"}"#, s)?;
     // A `\u0000` escape: Postgres's jsonb cannot hold NUL (as a filter it would fail the query).
-    if let Some(path) = crate::queue::enqueue::find_nul(&v) {
+    if let Some(path) = skiplock::queue::enqueue::find_nul(&v) {
         bail!("invalid --meta: a NUL character (\\u0000) at {path}, which no stored meta can hold");
     }
     Ok(v)
@@ -102,7 +104,7 @@ fn json_object(what: &str, example: &str, s: &str) -> anyhow::Result<serde_json:
     if !v.is_object() {
         bail!(
             "invalid {what}: expected a JSON object like {example}, got {}",
-            crate::queue::typed::json_type(&v)
+            skiplock::queue::typed::json_type(&v)
         );
     }
     Ok(v)
@@ -506,7 +508,7 @@ pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
     let rows = jobs::queue_stats(&pool).await?;
     let unhandled = jobs::unhandled_kinds(&pool, 120.0).await?;
     let workers = jobs::live_workers(&pool, 120.0).await?;
-    let control: Vec<_> = crate::store::control::list(&pool)
+    let control: Vec<_> = skiplock::store::control::list(&pool)
         .await?
         .into_iter()
         .filter(|q| {

@@ -4,10 +4,10 @@
 //! reads the environment; each section's `from_env` is called from here or another
 //! command of `src/cli/`.)
 
-use crate::config::QueueSettings;
-use crate::error::Result;
-use crate::maintenance::MaintenanceSettings;
-use crate::workflows::WorkflowSettings;
+use skiplock::config::QueueSettings;
+use skiplock::error::Result;
+use skiplock::maintenance::MaintenanceSettings;
+use skiplock::workflows::WorkflowSettings;
 
 /// Everything a worker process is configured with.
 #[derive(Debug, Clone)]

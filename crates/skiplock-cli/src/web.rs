@@ -1,12 +1,12 @@
-//! `skiplock web`: the operator console (see [`crate::web`] and docs/console.md).
+//! `skiplock web`: the operator console (see [`skiplock::web`] and docs/console.md).
 
 use std::io::Write as _;
 use std::sync::Arc;
 
 use clap::Args;
 
-use crate::config;
-use crate::web::{self, AppState, auth};
+use skiplock::config;
+use skiplock::web::{self, AppState, auth};
 
 /// `skiplock web [--listen ADDR]`.
 #[derive(Debug, Args)]
@@ -22,11 +22,11 @@ pub fn token_setting(name: &str) -> anyhow::Result<Option<String>> {
     match std::env::var(name) {
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => {
-            Err(crate::Error::config(name, "is not valid UTF-8").into())
+            Err(skiplock::Error::config(name, "is not valid UTF-8").into())
         }
         Ok(t) if t.is_empty() => Ok(None),
         Ok(t) => {
-            auth::check_token(&t).map_err(|m| crate::Error::config(name, m))?;
+            auth::check_token(&t).map_err(|m| skiplock::Error::config(name, m))?;
             Ok(Some(t))
         }
     }
@@ -37,7 +37,7 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
     let token = token_setting(auth::TOKEN_SETTING)?;
     let read_token = token_setting(auth::READ_TOKEN_SETTING)?;
     if token.is_some() && token == read_token {
-        return Err(crate::Error::config(
+        return Err(skiplock::Error::config(
             auth::READ_TOKEN_SETTING,
             format!("is the same as {}; a read-only token must differ from the token that opens everything", auth::TOKEN_SETTING),
         )
@@ -51,7 +51,7 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
     let extra_hosts = web::hosts::parse_hosts(
         &config::env_opt(web::hosts::WEB_HOSTS_SETTING).unwrap_or_default(),
     )
-    .map_err(|m| crate::Error::config(web::hosts::WEB_HOSTS_SETTING, m))?;
+    .map_err(|m| skiplock::Error::config(web::hosts::WEB_HOSTS_SETTING, m))?;
     let any_token = token.is_some() || read_token.is_some();
     let statement_timeout = config::env_duration(
         "SKIPLOCK_WEB_STATEMENT_TIMEOUT",
@@ -61,15 +61,15 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
     // The address first: a refused --listen must not wait on the database.
     let addr = web::resolve_listen(&a.listen, any_token).await?;
     let db_url = config::database_url(url)?;
-    let pool = crate::db::console::connect(
+    let pool = skiplock::db::console::connect(
         &db_url,
         connections as u32,
         statement_timeout,
         config::pool_mode()?,
     )
     .await?;
-    crate::store::schema::ensure_ready(&pool).await?;
-    let db_user = crate::store::web::session_user(&pool).await?;
+    skiplock::store::schema::ensure_ready(&pool).await?;
+    let db_user = skiplock::store::web::session_user(&pool).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
@@ -104,7 +104,7 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
         listener,
         state,
         read_timeout,
-        crate::worker::shutdown::signal(),
+        skiplock::worker::shutdown::signal(),
     )
     .await?;
     Ok(())

@@ -15,11 +15,11 @@ use serde::Serialize;
 
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
-use crate::config::{DEFAULT_RESCUE_AFTER, env_duration};
-use crate::maintenance::periodic::{PeriodicJobs, Schedule};
-use crate::maintenance::reaper::{self, ReapCandidate, ReaperSettings};
-use crate::maintenance::{MaintenanceSettings, builtin_jobs};
-use crate::store;
+use skiplock::config::{DEFAULT_RESCUE_AFTER, env_duration};
+use skiplock::maintenance::periodic::{PeriodicJobs, Schedule};
+use skiplock::maintenance::reaper::{self, ReapCandidate, ReaperSettings};
+use skiplock::maintenance::{MaintenanceSettings, builtin_jobs};
+use skiplock::store;
 
 /// `skiplock periodic`.
 #[derive(Debug, Args)]

@@ -6,9 +6,9 @@ use clap::Args;
 
 use super::output::{print_json, print_table, say};
 use super::{ExitStatus, check_duration_flag, connect_migrated};
-use crate::config::parse_duration;
-use crate::queue::JobState;
-use crate::store::flows;
+use skiplock::config::parse_duration;
+use skiplock::queue::JobState;
+use skiplock::store::flows;
 
 /// `skiplock wait`.
 #[derive(Debug, Args)]
@@ -45,7 +45,7 @@ pub async fn wait(url: Option<&str>, a: WaitArgs) -> anyhow::Result<()> {
         Duration::from_secs(24 * 3600),
     )?;
     let pool = connect_migrated(url).await?;
-    let w = crate::queue::wait::wait_for(&pool, a.id, timeout).await?;
+    let w = skiplock::queue::wait::wait_for(&pool, a.id, timeout).await?;
     if a.json {
         print_json(&w)?;
     } else {

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, ts};
-use crate::store;
+use skiplock::store;
 
 /// `skiplock timer-reset HOST`.
 #[derive(Debug, Args)]
