@@ -5,7 +5,7 @@
 //! WorkflowSettings)`) and never reads the environment on its own. The `from_env`
 //! functions here and in each section's module are called at the edge only: by
 //! `cli::settings::Settings::from_env` (everything `skiplock worker` uses, parsed before
-//! anything starts) and by the other commands of `src/cli/` for the sections they need.
+//! anything starts) and by the other commands of `crates/skiplock-cli/src/` for the sections they need.
 //!
 //! Every setting has a default except `DATABASE_URL`; `.env-template` documents each one.
 //! Durations are written like `30s`, `5m`, `48h`, `7d`.

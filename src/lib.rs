@@ -13,7 +13,8 @@
 //! runs jobs: builder, lifecycle phases, runtime tasks, and under it [`maintenance`]: reaper,
 //! retention, periodic jobs), `workflows` (built-in handlers registered exactly as a user's
 //! would be), [`config`] (settings as values; the environment is read only at the edge),
-//! `cli` (the `skiplock` command).
+//! [`text`] (values shown to people, escaped). The `skiplock` command is the crate
+//! `skiplock-cli` (crates/skiplock-cli).
 
 /// Declares a module of the runtime's inside: crate-private, and public only with the
 /// `internals` feature, which this crate's own tests enable (Cargo.toml) so they can reach
@@ -34,10 +35,6 @@ macro_rules! internal_mod {
 }
 
 pub mod admin;
-#[cfg(feature = "apalis")]
-pub mod apalis;
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod config;
 pub mod db;
 pub mod doctor;
@@ -46,12 +43,11 @@ pub mod metrics;
 #[cfg(feature = "otel")]
 pub mod otel;
 pub mod prelude;
-#[cfg(feature = "cli")]
-pub mod progress;
 pub mod queue;
 internal_mod!(redact);
 internal_mod!(store);
 pub mod testing;
+pub mod text;
 internal_mod!(time);
 #[cfg(feature = "http")]
 pub mod web;

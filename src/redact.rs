@@ -352,12 +352,9 @@ pub fn scrub(text: &str) -> String {
     scrub_secrets(text, &g)
 }
 
-/// Stderr for `tracing_subscriber`, with every registered password scrubbed from each
-/// line. The formatter writes one event per `write` call, so a password never straddles two.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ScrubbedStderr;
-
-/// The writer [`ScrubbedStderr`] hands out.
+/// Stderr with every registered password scrubbed from each write: the writer of the
+/// `skiplock` command's logs (crates/skiplock-cli, `ScrubbedStderr`). `tracing_subscriber`'s
+/// formatter writes one event per `write` call, so a password never straddles two.
 #[derive(Debug)]
 pub struct ScrubbedWriter;
 
@@ -371,15 +368,6 @@ impl Write for ScrubbedWriter {
 
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
-    }
-}
-
-#[cfg(feature = "cli")]
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for ScrubbedStderr {
-    type Writer = ScrubbedWriter;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        ScrubbedWriter
     }
 }
 

@@ -1,7 +1,6 @@
 //! `sql!("area", "name")`: the text of the statement `sql/<area>/<name>.sql`, embedded at
-//! build time. One file for the library's store (src/store/mod.rs) and the binary's dev tools
-//! (src/bench/mod.rs, src/chaos/mod.rs), which include it by path: every statement stays a
-//! file under `sql/`.
+//! build time, for the library's store (src/store/mod.rs): every statement stays a file under
+//! `sql/`.
 
 macro_rules! sql {
     ($area:literal, $name:literal) => {
@@ -15,6 +14,5 @@ macro_rules! sql {
         ))
     };
 }
-// The store names it by path (`store::sql`); the dev tools take it by `#[macro_use]`.
-#[allow(unused_imports)]
+// The store names it by path (`store::sql`).
 pub(crate) use sql;

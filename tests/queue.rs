@@ -1,15 +1,10 @@
 //! The queue's SQL API and statements against a real Postgres: enqueue rules, unique keys
 //! (keep / replace, concurrent callers), bulk insert, claim, fenced acks, cancel and retry.
 
-// Some tests here need the `skiplock` binary or a built-in workflow (the default build); the
+// Some tests here need a built-in workflow (the default build); the
 // helpers only they use are unused in a build of the core alone.
 #![cfg_attr(
-    not(all(
-        feature = "cli",
-        feature = "fetch",
-        feature = "pack",
-        feature = "packets"
-    )),
+    not(all(feature = "fetch", feature = "pack", feature = "packets")),
     allow(dead_code, unused_imports)
 )]
 
@@ -1237,59 +1232,6 @@ async fn an_attempt_counter_at_its_maximum_fails_only_its_own_row() {
             .contains("attempt counter is at its maximum"),
         "{errors}"
     );
-}
-
-#[cfg(feature = "cli")]
-/// `SKIPLOCK_DIAGNOSTIC_KINDS=off` keeps `skiplock worker` from registering `noop`, `sleep`
-/// and `fail` (registered, they let any enqueuer hold a worker slot with one `sleep` job until
-/// the job timeout): their jobs stay waiting, as jobs
-/// of a kind nobody handles do. The default (on) still runs them.
-#[tokio::test]
-async fn the_diagnostic_kinds_can_be_turned_off() {
-    let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("noop", json!({})))
-        .await
-        .unwrap()
-        .id;
-    let run = |setting: Option<&str>| {
-        let mut c = support::cmd(&db.url);
-        c.args(["worker", "--exit-when-idle", "--queues", "default=1"])
-            .stdin(std::process::Stdio::null());
-        match setting {
-            Some(v) => c.env("SKIPLOCK_DIAGNOSTIC_KINDS", v),
-            None => c.env_remove("SKIPLOCK_DIAGNOSTIC_KINDS"),
-        };
-        c.output().unwrap()
-    };
-    let out = run(Some("off"));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(state_of(&db, id).await, "available");
-    let kinds: Vec<String> =
-        sqlx::query_scalar("SELECT DISTINCT unnest(kinds) FROM skiplock.workers ORDER BY 1")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap_or_default();
-    assert!(!kinds.iter().any(|k| k == "noop"), "{kinds:?}");
-    let out = run(Some("maybe"));
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("SKIPLOCK_DIAGNOSTIC_KINDS"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = run(None);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(state_of(&db, id).await, "completed");
 }
 
 /// `skiplock.cancel_by_key` and `skiplock.reschedule` (through `skiplock::admin`): only the

@@ -2,15 +2,10 @@
 //! backoff and discard, snooze, panics and timeouts, bad args, unknown kinds, rescue of
 //! orphaned jobs, graceful shutdown, NOTIFY wake-ups and cancellation.
 
-// Some tests here need the `skiplock` binary or a built-in workflow (the default build); the
+// Some tests here need a built-in workflow (the default build); the
 // helpers only they use are unused in a build of the core alone.
 #![cfg_attr(
-    not(all(
-        feature = "cli",
-        feature = "fetch",
-        feature = "pack",
-        feature = "packets"
-    )),
+    not(all(feature = "fetch", feature = "pack", feature = "packets")),
     allow(dead_code, unused_imports)
 )]
 
@@ -388,54 +383,6 @@ async fn orphaned_running_jobs_are_rescued() {
     assert_eq!(o.errors.as_array().unwrap().len(), 1, "{}", o.errors);
 }
 
-#[cfg(feature = "cli")]
-#[tokio::test]
-async fn a_killed_worker_process_loses_no_job() {
-    let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 60000})))
-        .await
-        .unwrap()
-        .id;
-    let mut child = spawn_worker_process(&db.url, &[], &[("SKIPLOCK_RESCUE_AFTER", "2s")]);
-    wait_job(&db.pool, id, "job running", |r| {
-        r.state.as_str() == "running"
-    })
-    .await;
-    sigkill(&child);
-    let _ = child.wait();
-    // Shorten the job so the rescuing worker finishes it quickly.
-    sqlx::query("UPDATE skiplock.jobs SET args = '{\"ms\": 10}' WHERE id = $1")
-        .bind(id)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    // Another worker's own rescuer brings the job back. Its window is short, so a stall of
-    // this machine may let it rescue the job again while it runs it: every extra attempt
-    // must then be explained by a rescue, which is what is asserted.
-    let settings = QueueSettings {
-        rescue_after: Duration::from_secs(2),
-        ..fast_settings()
-    };
-    let w = start_builtin(&db.pool, settings);
-    let row = wait_job(&db.pool, id, "completed", |r| {
-        r.state.as_str() == "completed"
-    })
-    .await;
-    w.stop().await.unwrap();
-    let errors = row.errors.as_array().unwrap();
-    assert!(!errors.is_empty(), "the job was rescued: {}", row.errors);
-    assert_eq!(
-        row.attempt as usize,
-        errors.len() + 1,
-        "one rescue per extra attempt: {}",
-        row.errors
-    );
-    assert_eq!(errors[0]["attempt"], 1, "{}", row.errors);
-    for i in 0..errors.len() {
-        assert_error(row.errors.clone(), i, "rescued");
-    }
-}
-
 /// Ignores shutdown: only the grace period's end stops it.
 struct Stubborn;
 impl Handler for Stubborn {
@@ -493,30 +440,6 @@ async fn graceful_shutdown_returns_unfinished_jobs_without_using_an_attempt() {
         .await
         .unwrap();
     assert_eq!(workers, 0, "a clean exit removes the worker row");
-}
-
-#[cfg(feature = "cli")]
-#[tokio::test]
-async fn sigterm_stops_a_worker_process_cleanly() {
-    let db = TestDb::new().await;
-    let id = enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 600000})))
-        .await
-        .unwrap()
-        .id;
-    let mut child = spawn_worker_process(&db.url, &[], &[]);
-    wait_job(&db.pool, id, "job running", |r| {
-        r.state.as_str() == "running"
-    })
-    .await;
-    sigterm(&child);
-    let status = child.wait().unwrap();
-    let mut log = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut log);
-    }
-    assert_eq!(status.code(), Some(0), "{log}");
-    let r = jobs::get_job(&db.pool, id).await.unwrap();
-    assert_eq!((r.state.as_str(), r.attempt), ("available", 0), "{log}");
 }
 
 #[tokio::test]
@@ -904,65 +827,6 @@ async fn claims_in_flight_never_hold_more_than_the_slots_and_the_buffer() {
     assert_eq!(count_state(&db.pool, "available").await, 30);
 }
 
-#[cfg(feature = "cli")]
-/// A worker process killed while it holds jobs claimed ahead loses none: the rescuer returns
-/// the buffered ones like the started ones.
-#[tokio::test]
-async fn jobs_claimed_ahead_by_a_killed_worker_are_rescued() {
-    let db = TestDb::new().await;
-    let mut ids = Vec::new();
-    for _ in 0..2 {
-        ids.push(
-            enqueue(&db.pool, &NewJob::new("sleep", json!({"ms": 60000})))
-                .await
-                .unwrap()
-                .id,
-        );
-    }
-    // One slot and one job of buffer (claim-ahead is at most the queue's concurrency).
-    let mut child = spawn_worker_process(
-        &db.url,
-        &[],
-        &[
-            ("SKIPLOCK_QUEUES", "default=1"),
-            ("SKIPLOCK_CLAIM_AHEAD", "1"),
-            ("SKIPLOCK_RESCUE_AFTER", "2s"),
-        ],
-    );
-    wait_for("both jobs claimed", Duration::from_secs(60), || async {
-        (count_state(&db.pool, "running").await == 2).then_some(())
-    })
-    .await;
-    sigkill(&child);
-    let _ = child.wait();
-    sqlx::query("UPDATE skiplock.jobs SET args = '{\"ms\": 10}'")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let settings = QueueSettings {
-        rescue_after: Duration::from_secs(2),
-        ..fast_settings()
-    };
-    let w = start_builtin(&db.pool, settings);
-    for id in &ids {
-        wait_job(&db.pool, *id, "completed", |r| {
-            r.state.as_str() == "completed"
-        })
-        .await;
-    }
-    w.stop().await.unwrap();
-    for id in ids {
-        let r = jobs::get_job(&db.pool, id).await.unwrap();
-        assert_eq!(r.state.as_str(), "completed", "job {id}");
-        let errors = r.errors.as_array().unwrap();
-        assert!(!errors.is_empty(), "job {id} was rescued: {}", r.errors);
-        assert_eq!(r.attempt as usize, errors.len() + 1, "{}", r.errors);
-        for i in 0..errors.len() {
-            assert_error(r.errors.clone(), i, "rescued");
-        }
-    }
-}
-
 /// Inserts notify only queues a producer waits on (docs/internals.md: every notifying commit takes a
 /// server-wide lock). Notifications arrive in commit order, so if the insert into the queue
 /// nobody serves had notified, its notification would come first.
@@ -1317,62 +1181,6 @@ async fn a_claim_the_database_keeps_refusing_asks_for_fewer_jobs() {
     w.stop().await.unwrap();
     let runs = runs_per_job(&db).await;
     assert_eq!(runs, ids.iter().map(|id| (*id, 1)).collect::<Vec<_>>());
-}
-
-#[cfg(feature = "cli")]
-#[tokio::test]
-async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
-    // docs/reliability.md "Errors": a 520 KB message is cut to 8 KiB (with a marker of what
-    // was cut) in each stored error and in each WARN line, so an enqueuer cannot amplify its
-    // input by max_attempts into the row and the logs.
-    const CAP: usize = 8 * 1024;
-    let db = TestDb::new().await;
-    let huge = "é".repeat(260_000);
-    let id = enqueue(
-        &db.pool,
-        &NewJob::new("fail", json!({ "message": huge })).max_attempts(3),
-    )
-    .await
-    .unwrap()
-    .id;
-    let mut child = spawn_worker_process(
-        &db.url,
-        &[
-            "--queues",
-            "default=1",
-            "--exit-when-idle",
-            "--log-format",
-            "json",
-        ],
-        &[("SKIPLOCK_BACKOFF_UNIT", "1ms")],
-    );
-    let mut stderr = child.stderr.take().expect("stderr piped");
-    let log = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
-        s
-    });
-    let status = wait_exit_within(&mut child, Duration::from_secs(120)).await;
-    let log = log.join().unwrap();
-    assert!(status.success(), "{:.2000}", log);
-    let r = jobs::get_job(&db.pool, id).await.unwrap();
-    assert_eq!((r.state.as_str(), r.attempt), ("discarded", 3));
-    let errors = r.errors.as_array().unwrap();
-    assert_eq!(errors.len(), 3, "{:.300}", r.errors);
-    for e in errors {
-        let msg = e["error"].as_str().unwrap();
-        assert!(msg.len() <= CAP, "a stored error of {} bytes", msg.len());
-        assert!(
-            msg.starts_with("éé") && msg.contains("bytes cut"),
-            "{msg:.100}"
-        );
-    }
-    let failed: Vec<&str> = log.lines().filter(|l| l.contains("job failed")).collect();
-    assert_eq!(failed.len(), 3, "{:.2000}", log);
-    for l in log.lines() {
-        // The capped message plus the line's other fields (JSON escapes é as itself).
-        assert!(l.len() <= CAP + 1024, "a log line of {} bytes", l.len());
-    }
 }
 
 /// Queue discovery cannot be starved by queues named to sort first: with `SKIPLOCK_MAX_QUEUES`

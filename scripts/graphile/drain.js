@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Graphile Worker as the peer in `skiplock bench` (docs/performance.md): the same no-op drain, on the same
+// Graphile Worker as the peer in `skiplock-devtools bench` (docs/performance.md): the same no-op drain, on the same
 // database server, in the same run.
 //
 //   DATABASE_URL=postgres://... node scripts/graphile/drain.js --jobs 50000 [--concurrency 24]

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Graphile Worker as the peer in `skiplock bench --pressure`: a worker that runs no-op jobs
+// Graphile Worker as the peer in `skiplock-devtools bench --pressure`: a worker that runs no-op jobs
 // while the benchmark enqueues them at a fixed rate and pins the vacuum horizon.
 //
 //   DATABASE_URL=postgres://... node scripts/graphile/pressure.js [--concurrency 50]

@@ -14,7 +14,7 @@ use crate::error::Error;
 /// failover, or `default_transaction_read_only`), a full disk (53100: no write can commit
 /// until space returns), and statements stopped by skiplock's own `statement_timeout` /
 /// `lock_timeout` (57014, 55P03). Each leaves heartbeats unwritten while their workers live,
-/// so each stops the rescuer's clock (tests/outage.rs
+/// so each stops the rescuer's clock (crates/skiplock-devtools/tests/outage.rs
 /// `a_full_disk_stops_the_rescuers_clock_like_an_outage`).
 pub fn unavailable_sqlstate(code: &str) -> bool {
     code.starts_with("08")

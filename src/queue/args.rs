@@ -8,7 +8,7 @@
 //! `skiplock._unreadable_args`), but a row written past the API (by a superuser, or before the
 //! check existed) must still fail alone, as a discarded job with the decode error, not fail
 //! the decoding of every row read with it (docs/errors.md;
-//! tests/worker.rs `a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs`).
+//! crates/skiplock-cli/tests/worker.rs `a_row_the_worker_cannot_decode_is_discarded_alone_and_its_batch_runs`).
 
 use std::fmt;
 

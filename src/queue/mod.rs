@@ -26,6 +26,9 @@ pub use enqueue::{NewJob, OnConflict, OnDependencyFailure, UniqueBy};
 pub use stored::{StoredJson, Unreadable};
 pub use typed::{JobArgs, JobOptions};
 
+/// The queue of a job enqueued without one.
+pub use crate::store::names::DEFAULT_QUEUE;
+
 /// The six states of a job row (`skiplock.job_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

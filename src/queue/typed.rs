@@ -225,7 +225,7 @@ impl NewJob {
 }
 
 /// What kind of JSON value `v` is, for error messages ("a string", "an array").
-pub(crate) fn json_type(v: &serde_json::Value) -> &'static str {
+pub fn json_type(v: &serde_json::Value) -> &'static str {
     match v {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "a boolean",

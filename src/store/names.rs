@@ -32,9 +32,6 @@ pub const PACKET_KEY_PREFIX: &str = "packet:";
 /// The `skiplock.locks` row that serialises packet starts.
 pub const PACKET_PROCESSING_LOCK: &str = "packets.processing";
 
-/// Kind of the chaos runs' jobs (a dev tool: `skiplock chaos`).
-pub const CHAOS_RECORD_KIND: &str = "chaos_record";
-
 /// Unique-key prefix of the keys `unique_by` derives (each of the enqueuing login's key scope:
 /// `skiplock._unique_args_key`), reserved so that no caller names another's.
 pub const UNIQUE_BY_KEY_PREFIX: &str = "args:";
@@ -63,7 +60,7 @@ pub enum Reserved {
 
 /// A name only skiplock's own functions may enqueue under: the Rust twin of a row of
 /// `skiplock.reserved_names`, which each part's SQL API file writes (sql/api/80_reserved.sql
-/// builds the database's checks from them; tests/roles.rs checks both agree).
+/// builds the database's checks from them; crates/skiplock-cli/tests/roles.rs checks both agree).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReservedName {
     /// The part that reserves it (`core`, `fetch`, `pack`, `packets`).
@@ -211,10 +208,6 @@ pub const ALL: &[(&str, &[&str])] = &[
     (PACKET_QUEUE, &["api/40_packets.sql"]),
     (PACKET_KEY_PREFIX, &["api/40_packets.sql"]),
     (PACKET_PROCESSING_LOCK, &["api/40_packets.sql"]),
-    (
-        CHAOS_RECORD_KIND,
-        &["chaos/fill.sql", "chaos/progress.sql", "chaos/verify.sql"],
-    ),
 ];
 
 #[cfg(test)]

@@ -396,7 +396,7 @@ pub async fn migrate(pool: &Pool) -> Result<()> {
 }
 
 /// [`migrate`] for the given parts only (the core always among them): what a program built
-/// with just those parts does (tests/upgrade.rs migrates a core-only database this way).
+/// with just those parts does (crates/skiplock-cli/tests/upgrade.rs migrates a core-only database this way).
 pub async fn migrate_parts(pool: &Pool, parts: &[&'static Part]) -> Result<()> {
     if !parts.iter().any(|p| p.name == "core") {
         return Err(Error::Invalid(

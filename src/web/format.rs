@@ -5,7 +5,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 /// The escaper of every value the console's templates print (src/web/askama.toml): the
 /// CLI's escapes for control and invisible formatting characters first
-/// ([`crate::cli::output::escape_invisible`]: a bidi override `U+202E` shows as `\u{202e}`
+/// ([`crate::text::escape_invisible`]: a bidi override `U+202E` shows as `\u{202e}`
 /// instead of reversing the text after it, a zero-width space as `\u{200b}` instead of
 /// making two names look alike), then askama's HTML escaping.
 #[derive(Debug, Clone, Copy, Default)]
@@ -13,7 +13,7 @@ pub struct ConsoleHtml;
 
 impl askama::filters::Escaper for ConsoleHtml {
     fn write_escaped_str<W: std::fmt::Write>(&self, dest: W, string: &str) -> std::fmt::Result {
-        askama::filters::Html.write_escaped_str(dest, &crate::cli::output::escape_invisible(string))
+        askama::filters::Html.write_escaped_str(dest, &crate::text::escape_invisible(string))
     }
 }
 

@@ -212,8 +212,8 @@ impl WorkerBuilder {
 
     /// Puts `label` in the worker's id (`host:pid:label:…`), so `skiplock workers` and
     /// `attempted_by` show what kind of process it is.
-    #[cfg_attr(not(feature = "apalis"), allow(dead_code))]
-    pub(crate) fn id_label(mut self, label: &'static str) -> Self {
+    /// (crates/skiplock-apalis labels its native worker `apalis`.)
+    pub fn id_label(mut self, label: &'static str) -> Self {
         self.id_label = Some(label);
         self
     }

@@ -219,8 +219,8 @@ impl Registry {
     }
 
     /// Registers a handler of a kind known only at run time that reads the stored args
-    /// itself (the apalis backend's hand-over to apalis, src/apalis/handoff.rs).
-    pub(crate) fn register_raw(
+    /// itself (the apalis backend's hand-over to apalis, crates/skiplock-apalis/src/handoff.rs).
+    pub fn register_raw(
         &mut self,
         kind: String,
         timeout: Option<Duration>,

@@ -60,6 +60,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::WorkerBuilder;
+pub use executor::panic_message;
 pub use handler::{BoxFuture, FnHandler, Handler, JobContext, Registry};
 pub use hooks::Hook;
 pub use lifecycle::{Started, Worker};

@@ -579,7 +579,7 @@ impl ClaimLoop {
                     // elapsed one would fire a poll at every turn of the loop while this claim is
                     // in flight, and each would count as a wake-up it may have missed
                     // (look_again), so the claims never stopped while a key's rate held jobs
-                    // back (tests/limits.rs
+                    // back (crates/skiplock-cli/tests/limits.rs
                     // `a_worker_does_not_claim_in_a_loop_while_every_due_key_waits_for_its_rate`).
                     self.wait_until = None;
                     self.last_claim = Instant::now();

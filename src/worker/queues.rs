@@ -12,7 +12,7 @@
 //! the others from being found), and a queue with due jobs that finds no room takes the place
 //! of the producer whose claims have found its queue drained the longest (at least one poll
 //! interval): that producer claims no more and retires, its started jobs run on
-//! (`tests/worker.rs`, `a_capped_worker_serves_a_queue_behind_busy_ones_named_first`).
+//! (`crates/skiplock-cli/tests/worker.rs`, `a_capped_worker_serves_a_queue_behind_busy_ones_named_first`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

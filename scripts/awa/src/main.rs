@@ -1,4 +1,4 @@
-//! awa as a peer in `skiplock bench` (docs/performance.md): the same no-op drain, on the same
+//! awa as a peer in `skiplock-devtools bench` (docs/performance.md): the same no-op drain, on the same
 //! database server, in the same run. A project of its own (not part of skiplock's build):
 //! `scripts/bench` builds it on first use, as it runs `npm ci` for the Graphile harness.
 //!

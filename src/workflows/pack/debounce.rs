@@ -2,7 +2,7 @@
 //! `do-the-packing` job packs or skips ([`skip_reason`]), and how long it waits for another
 //! pack of its host ([`busy_snooze`]). When a reset makes the timer fire is the SQL API's
 //! rule alone (`skiplock._pack_next_fire` in `sql/api/30_pack.sql`, checked in
-//! `tests/pack.rs`): plain-SQL callers get exactly what the worker gets.
+//! `crates/skiplock-cli/tests/pack.rs`): plain-SQL callers get exactly what the worker gets.
 
 use std::time::Duration;
 

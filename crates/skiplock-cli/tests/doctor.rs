@@ -1,0 +1,384 @@
+//! `skiplock doctor` against a real server (docs/operations.md, "Keeping the database
+//! healthy"): each test starts a private cluster of its own (`wal_level=logical`,
+//! `max_prepared_transactions`, ports 55500…), since what the doctor reads is cluster-wide
+//! (sessions, slots, prepared transactions) and the shared server's other sessions would be
+//! findings too. Each test creates the condition, runs the binary and checks the finding, its
+//! evidence and the exit status.
+
+#[allow(dead_code)]
+#[path = "../../skiplock-devtools/src/chaos/cluster.rs"]
+mod cluster;
+mod support;
+
+use std::time::Duration;
+
+use cluster::PrivateCluster;
+use serde_json::Value;
+use sqlx::Connection;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnection, PgPoolOptions};
+use support::*;
+
+/// A private cluster on `port` whose database `doctor` is migrated, with
+/// idle_in_transaction_session_timeout set (unset, it is a finding of its own).
+async fn cluster(port: u16) -> (PrivateCluster, String, PgPool) {
+    let cluster = tokio::task::spawn_blocking(move || {
+        PrivateCluster::start_with(
+            port,
+            "-c wal_level=logical -c max_prepared_transactions=5 -c max_wal_senders=5 -c max_replication_slots=5",
+        )
+    })
+    .await
+    .unwrap()
+    .expect("start a private Postgres cluster (initdb + pg_ctl)");
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&cluster.url("postgres"))
+        .await
+        .unwrap();
+    for sql in [
+        "CREATE DATABASE doctor",
+        "ALTER DATABASE doctor SET idle_in_transaction_session_timeout = '10min'",
+    ] {
+        sqlx::query(sql).execute(&admin).await.unwrap();
+    }
+    admin.close().await;
+    let url = cluster.url("doctor");
+    let pool: skiplock::Pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .unwrap()
+        .into();
+    skiplock::store::schema::migrate(&pool)
+        .await
+        .expect("migrate");
+    let pg: PgPool = (*pool).clone();
+    (cluster, url, pg)
+}
+
+/// `skiplock doctor --json ARGS` as `url`'s login: (exit status, report).
+fn doctor_json(url: &str, args: &[&str]) -> (i32, Value) {
+    let mut all = vec!["doctor", "--json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = run_cmd(url, &all);
+    let report: Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("doctor printed no JSON ({e}): {out}\nstderr: {err}"));
+    (code, report)
+}
+
+/// The findings of `check`.
+fn findings<'a>(report: &'a Value, check: &str) -> Vec<&'a Value> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == check)
+        .collect()
+}
+
+/// A finding's evidence `name`, as text.
+fn evidence(f: &Value, name: &str) -> Option<String> {
+    f["evidence"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .map(|e| e["value"].as_str().unwrap().to_string())
+}
+
+async fn sleep(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_database_exits_0_with_nothing_to_say() {
+    let (_cluster, url, _pg) = cluster(55500).await;
+    let (code, report) = doctor_json(&url, &[]);
+    assert_eq!(report["findings"], Value::Array(vec![]), "{report:#}");
+    assert_eq!((code, report["exit_code"].as_i64()), (0, Some(0)));
+    assert!(
+        report["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["table"] == "jobs"),
+        "{report:#}"
+    );
+    let (code, out, _) = run_cmd(&url, &["doctor"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("all well"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_transaction_a_prepared_transaction_and_a_forgotten_slot_are_named() {
+    let (_cluster, url, pg) = cluster(55501).await;
+    // A logical replication slot nobody consumes (created first: its creation waits for every
+    // transaction with an id to end).
+    sqlx::query("SELECT pg_create_logical_replication_slot('forgotten_slot', 'pgoutput')")
+        .execute(&pg)
+        .await
+        .unwrap();
+    // A session idle in transaction, holding a snapshot and a transaction id.
+    let mut holder = PgConnection::connect(&format!("{url}?application_name=forgotten-report"))
+        .await
+        .unwrap();
+    let holder_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    sqlx::query("SELECT count(*), txid_current() FROM skiplock.jobs\n-- the report's second line")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    // A prepared transaction nobody commits.
+    let mut two_pc = PgConnection::connect(&url).await.unwrap();
+    for sql in [
+        "BEGIN",
+        "SELECT txid_current()",
+        "PREPARE TRANSACTION 'coordinator-gone'",
+    ] {
+        sqlx::query(sql).execute(&mut two_pc).await.unwrap();
+    }
+    // Dead tuples in skiplock's tables that the holders keep.
+    enqueue_noops(&(pg.clone().into()), 50).await;
+    sqlx::query("DELETE FROM skiplock.jobs")
+        .execute(&pg)
+        .await
+        .unwrap();
+
+    // With the default ages (5m, 1h) only the inactive slot is a finding: exit 1.
+    let (code, report) = doctor_json(&url, &[]);
+    let slots = findings(&report, "replication_slot");
+    assert_eq!(slots.len(), 1, "{report:#}");
+    assert_eq!(slots[0]["severity"], "warning");
+    assert_eq!(
+        evidence(slots[0], "slot").as_deref(),
+        Some("forgotten_slot")
+    );
+    assert_eq!(evidence(slots[0], "active").as_deref(), Some("false"));
+    assert!(evidence(slots[0], "catalog_xmin").is_some(), "{report:#}");
+    assert!(
+        findings(&report, "idle_in_transaction").is_empty(),
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "{report:#}");
+
+    // Once both transactions are older than --action-age: exit 2, each named.
+    sleep(Duration::from_millis(2100)).await;
+    let (code, report) = doctor_json(&url, &["--warn-age", "1s", "--action-age", "2s"]);
+    assert_eq!(code, 2, "{report:#}");
+    let idle = findings(&report, "idle_in_transaction");
+    assert_eq!(idle.len(), 1, "{report:#}");
+    let idle = idle[0];
+    assert_eq!(idle["severity"], "action");
+    assert_eq!(idle["area"], "horizon");
+    assert_eq!(evidence(idle, "pid"), Some(holder_pid.to_string()));
+    assert_eq!(evidence(idle, "user").as_deref(), Some("postgres"));
+    assert_eq!(
+        evidence(idle, "application").as_deref(),
+        Some("forgotten-report")
+    );
+    assert_eq!(evidence(idle, "client").as_deref(), Some("127.0.0.1"));
+    assert_eq!(
+        evidence(idle, "state").as_deref(),
+        Some("idle in transaction")
+    );
+    assert_eq!(
+        evidence(idle, "query").as_deref(),
+        Some("SELECT count(*), txid_current() FROM skiplock.jobs")
+    );
+    assert!(evidence(idle, "xmin").is_some() && evidence(idle, "xid").is_some());
+    assert!(
+        idle["fix"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pg_terminate_backend({holder_pid})")),
+        "{idle:#}"
+    );
+    let prepared = findings(&report, "prepared_transaction");
+    assert_eq!(prepared.len(), 1, "{report:#}");
+    assert_eq!(prepared[0]["severity"], "action");
+    assert_eq!(
+        evidence(prepared[0], "gid").as_deref(),
+        Some("coordinator-gone")
+    );
+    assert_eq!(evidence(prepared[0], "database").as_deref(), Some("doctor"));
+    assert!(
+        prepared[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("ROLLBACK PREPARED 'coordinator-gone'")
+    );
+    // The worst first.
+    assert_eq!(report["findings"][0]["severity"], "action");
+    assert!(
+        report["horizon_seconds"].as_f64().unwrap() >= 2.0,
+        "{report:#}"
+    );
+
+    // For people: grouped worst first, the pid and its fix on the lines.
+    let (code, out, _) = run_cmd(&url, &["doctor", "--warn-age", "1s", "--action-age", "2s"]);
+    assert_eq!(code, 2);
+    let action = out.find("[ACTION] vacuum horizon").expect(&out);
+    let warning = out.find("[warning] vacuum horizon").expect(&out);
+    assert!(action < warning, "{out}");
+    assert!(
+        out.contains(&format!("pid {holder_pid} is idle in transaction")),
+        "{out}"
+    );
+    assert!(out.contains("exit 2: action needed"), "{out}");
+
+    // The operator role with pg_monitor sees the same; without it, the sessions are hidden
+    // (and said to be).
+    let op = OperatorLogin::new(&pg, &url, true).await;
+    let (code, report) = doctor_json(&op.url, &["--warn-age", "1s", "--action-age", "2s"]);
+    assert_eq!(code, 2, "{report:#}");
+    let idle = findings(&report, "idle_in_transaction");
+    assert_eq!(
+        evidence(idle[0], "pid"),
+        Some(holder_pid.to_string()),
+        "{report:#}"
+    );
+    assert!(findings(&report, "check_failed").is_empty(), "{report:#}");
+    let bare = OperatorLogin::new(&pg, &url, false).await;
+    let (_, report) = doctor_json(&bare.url, &["--warn-age", "1s", "--action-age", "2s"]);
+    assert!(
+        findings(&report, "idle_in_transaction").is_empty(),
+        "{report:#}"
+    );
+    assert_eq!(findings(&report, "hidden_sessions").len(), 1, "{report:#}");
+    assert!(findings(&report, "check_failed").is_empty(), "{report:#}");
+
+    // Ended, the findings go.
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    sqlx::query("ROLLBACK PREPARED 'coordinator-gone'")
+        .execute(&pg)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_drop_replication_slot('forgotten_slot')")
+        .execute(&pg)
+        .await
+        .unwrap();
+    let (code, report) = doctor_json(&url, &["--warn-age", "1s", "--action-age", "2s"]);
+    assert_eq!(
+        findings(&report, "idle_in_transaction").len(),
+        0,
+        "{report:#}"
+    );
+    assert_eq!(
+        findings(&report, "prepared_transaction").len(),
+        0,
+        "{report:#}"
+    );
+    assert_eq!(findings(&report, "replication_slot").len(), 0, "{report:#}");
+    assert_eq!(code, 0, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_job_an_unhandled_kind_and_a_paused_queue_are_named() {
+    let (_cluster, url, pg) = cluster(55502).await;
+    let pool: skiplock::Pool = pg.clone().into();
+    // A job of a kind no worker handles, in a paused queue, and a job running for an hour
+    // whose worker stopped sending heartbeats 10 minutes ago.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('nobody.handles', '{}', 'held_back')
+         UNION ALL SELECT skiplock.enqueue('report.build', '{}', 'default')",
+    )
+    .fetch_all(&pg)
+    .await
+    .unwrap();
+    sqlx::query("SELECT skiplock.set_queue_admission('held_back', 1)")
+        .execute(&pg)
+        .await
+        .unwrap();
+    sqlx::query("SELECT skiplock.pause_queue('held_back')")
+        .execute(&pg)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'running', attempt = 1, attempted_by = 'host-7:gone',
+                attempted_at = now() - interval '1 hour', heartbeat_at = now() - interval '10 minutes'
+         WHERE id = $1",
+    )
+    .bind(ids[1])
+    .execute(&pg)
+    .await
+    .unwrap();
+    drop(pool);
+
+    let (code, report) = doctor_json(&url, &[]);
+    assert_eq!(code, 2, "{report:#}");
+    let stuck = findings(&report, "stuck_job");
+    assert_eq!(stuck.len(), 1, "{report:#}");
+    assert_eq!(stuck[0]["severity"], "action");
+    assert_eq!(evidence(stuck[0], "job"), Some(ids[1].to_string()));
+    assert_eq!(evidence(stuck[0], "worker").as_deref(), Some("host-7:gone"));
+    assert_eq!(
+        evidence(stuck[0], "rescue window").as_deref(),
+        Some("1m 0s")
+    );
+    let unhandled = findings(&report, "unhandled_kind");
+    assert_eq!(unhandled.len(), 1, "{report:#}");
+    assert_eq!(
+        evidence(unhandled[0], "kind").as_deref(),
+        Some("nobody.handles")
+    );
+    assert_eq!(unhandled[0]["severity"], "warning");
+    let paused = findings(&report, "paused_queue");
+    assert_eq!(paused.len(), 1, "{report:#}");
+    assert_eq!(evidence(paused[0], "queue").as_deref(), Some("held_back"));
+    assert_eq!(evidence(paused[0], "waiting").as_deref(), Some("1"));
+    let full = findings(&report, "queue_full");
+    assert_eq!(full.len(), 1, "{report:#}");
+    assert_eq!(evidence(full[0], "max_waiting").as_deref(), Some("1"));
+
+    // The rescue window is the workers' setting: with a longer one the job is not stuck yet.
+    let (code, out, _) = {
+        let o = cmd(&url)
+            .args(["doctor", "--json"])
+            .env("SKIPLOCK_RESCUE_AFTER", "15m")
+            .output()
+            .unwrap();
+        (
+            o.status.code().unwrap(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            (),
+        )
+    };
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert!(findings(&report, "stuck_job").is_empty(), "{report:#}");
+    assert_eq!(code, 1, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_exits_2() {
+    let (code, _, err) = run_cmd("postgres://postgres@127.0.0.1:55509/doctor", &["doctor"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot check the database"), "{err}");
+}
+
+/// A login holding `skiplock_operator` (and `pg_monitor` if asked): the role `doctor` is meant
+/// to run as (docs/roles.md).
+struct OperatorLogin {
+    url: String,
+}
+
+impl OperatorLogin {
+    async fn new(pg: &PgPool, url: &str, monitor: bool) -> OperatorLogin {
+        let name = format!("doctor_op_{}", if monitor { "monitor" } else { "bare" });
+        let grants = if monitor { ", pg_monitor" } else { "" };
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE {name} LOGIN IN ROLE skiplock_operator{grants}"
+        )))
+        .execute(pg)
+        .await
+        .unwrap();
+        let mut u = url::Url::parse(url).unwrap();
+        u.set_username(&name).unwrap();
+        OperatorLogin { url: u.to_string() }
+    }
+}

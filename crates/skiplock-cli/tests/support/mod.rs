@@ -1,0 +1,7 @@
+//! The shared fixtures (crates/skiplock-test-support), with this crate's binary, `skiplock`,
+//! as the binary the tests drive.
+#![allow(dead_code, unused_imports)]
+
+pub use skiplock_test_support::*;
+
+skiplock_test_support::binary!("skiplock");
