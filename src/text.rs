@@ -71,6 +71,21 @@ fn escape_unless(s: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A number of seconds as its two largest units: `45s`, `12m 5s`, `3h 20m`, `2d 4h` — the
+/// one way the doctor (src/doctor/mod.rs) and the console (src/web/format.rs) show an age.
+pub fn two_units(s: u64) -> String {
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}d {h}h")
+    } else if h > 0 {
+        format!("{h}h {m}m")
+    } else if m > 0 {
+        format!("{m}m {sec}s")
+    } else {
+        format!("{sec}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -333,16 +333,7 @@ pub fn format_age(seconds: f64) -> String {
     } else {
         0
     };
-    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
-    if d > 0 {
-        format!("{d}d {h}h")
-    } else if h > 0 {
-        format!("{h}h {m}m")
-    } else if m > 0 {
-        format!("{m}m {sec}s")
-    } else {
-        format!("{sec}s")
-    }
+    crate::text::two_units(s)
 }
 
 /// Bytes the way a person reads a size: `512 B`, `3.2 MiB`.

@@ -41,16 +41,7 @@ pub fn age(secs: f64) -> String {
     } else {
         secs.min(1e15) as u64
     };
-    let (d, h, m, sec) = (s / 86_400, s / 3_600 % 24, s / 60 % 60, s % 60);
-    if d > 0 {
-        format!("{d}d {h}h")
-    } else if h > 0 {
-        format!("{h}h {m}m")
-    } else if m > 0 {
-        format!("{m}m {sec}s")
-    } else {
-        format!("{sec}s")
-    }
+    crate::text::two_units(s)
 }
 
 /// `age` of an optional duration; `None` as `-`.
