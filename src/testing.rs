@@ -256,6 +256,8 @@ where
         Attempt::Suspended(until) => Some(until),
         _ => None,
     };
+    // The worker's default backoff, its jitter halfway: a retry's time matters little here,
+    // since replay_job claims a job whatever its run time.
     let policy = RetryPolicy {
         unit: crate::config::DEFAULT_BACKOFF_UNIT,
         max: crate::config::DEFAULT_BACKOFF_MAX,
