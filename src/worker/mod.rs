@@ -66,6 +66,7 @@ pub use hooks::Hook;
 pub use lifecycle::{Started, Worker};
 pub use outcome::{HandlerResult, IntoJobResult, IntoOutcome, JobError, Outcome};
 pub use service::Service;
+pub(crate) use steps::signal_payload;
 pub use steps::{MAX_STEP_BYTES, MAX_STEPS, Signal, signal};
 
 use crate::config::QueueSettings;
