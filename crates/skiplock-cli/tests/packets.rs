@@ -451,7 +451,7 @@ async fn the_packet_job_uses_the_shared_names_and_attempts() {
     );
     assert_eq!(
         row.unique_key,
-        Some(format!("{}{id}", skiplock::store::names::PACKET_KEY_PREFIX))
+        Some(format!("{}{id}", skiplock::names::PACKET_KEY_PREFIX))
     );
 }
 
