@@ -85,7 +85,7 @@ impl JobContext {
         JobContext {
             id,
             kind: kind.to_string(),
-            queue: crate::store::names::DEFAULT_QUEUE.into(),
+            queue: crate::names::DEFAULT_QUEUE.into(),
             attempt: 1,
             max_attempts: 1,
             created_at: now,

@@ -23,7 +23,7 @@ pub struct EnqueueArgs {
     #[arg(default_value = "{}")]
     pub args: String,
     /// Queue.
-    #[arg(long, default_value = skiplock::store::names::DEFAULT_QUEUE)]
+    #[arg(long, default_value = skiplock::names::DEFAULT_QUEUE)]
     pub queue: String,
     /// Priority (smaller runs first).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
