@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::handler::JobContext;
-use super::outcome::JobError;
+use super::JobContext;
+use crate::worker::outcome::JobError;
 use crate::error::{Error, Result};
 use crate::store::steps::{self, NewStep, StepRecord};
 
