@@ -184,7 +184,9 @@ BEGIN
         -- the name hears every queue's wake-ups (migrations/history/0015_wake_channel.sql).
         EXECUTE 'REVOKE SELECT ON skiplock.wake_channel FROM skiplock_operator';
         -- The console's buttons (every one SECURITY DEFINER) and the filter helpers its job
-        -- list shares with the bulk functions; by name, with every overload.
+        -- list shares with the bulk functions; by name, with every overload. `signal`: an
+        -- operator answers a job's wait (an approval) as it may cancel or retry the job; the
+        -- signal carries the operator login's key scope (docs/steps.md, "Signals").
         FOR f IN
             SELECT p.oid::regprocedure::text
             FROM pg_catalog.pg_proc p
@@ -194,7 +196,7 @@ BEGIN
                                 'cancel_by_key', 'reschedule', 'hold_key',
                                 'flow_progress', 'flow_members', 'dependency_results', 'dependents',
                                 'dependency_counts', 'finished_channel',
-                                'pause_queue', 'resume_queue',
+                                'pause_queue', 'resume_queue', 'signal',
                                 '_job_matches', '_like_pattern')
         LOOP
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO skiplock_operator', f);

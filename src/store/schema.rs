@@ -233,7 +233,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (core migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "b0cadff5d25f326d689639772fb6ad9e83e46483d98dd9ed9dc3b3ae7d2ab341",
+        "2eae6d8be9daebdd73440ca49e9bb45a83c44c2f77580ee8a77b47988a1d9a7b",
     ),
 ];
 

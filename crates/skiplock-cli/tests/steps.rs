@@ -814,6 +814,30 @@ async fn a_signal_sent_before_the_wait_is_kept_and_a_wait_without_one_times_out(
     }
 }
 
+/// An operator answers a job's wait (docs/roles.md): `skiplock_operator` may call
+/// `skiplock.signal`, and the signal carries the operator login as its key scope.
+#[tokio::test]
+async fn an_operator_login_signals_a_job() {
+    let db = TestDb::new().await;
+    let id = enqueue_job(&db, NewJob::new("approval", json!({}))).await;
+    let op = Operator::new(&db).await;
+    let pool = sqlx::PgPool::connect(&op.url).await.unwrap();
+    let kept: bool = sqlx::query_scalar("SELECT skiplock.signal($1, 'approved', '\"ok\"')")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(kept);
+    pool.close().await;
+    let scope: String =
+        sqlx::query_scalar("SELECT scope FROM skiplock.job_signals WHERE job_id = $1")
+            .bind(id)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+    assert_eq!(scope, op.name);
+}
+
 /// Signals between tenants (docs/security.md): a wait that takes one key scope's signals
 /// ignores another's, which neither replaces nor blocks the one it waits for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
