@@ -193,7 +193,7 @@ pub fn reserved_job(kind: &str, queue: &str) -> Option<&'static str> {
 
 /// Every shared name, with where the SQL must use it.
 pub const ALL: &[(&str, &[&str])] = &[
-    (DEFAULT_QUEUE, &["api/10_core.sql"]),
+    (DEFAULT_QUEUE, &["api/11_enqueue.sql"]),
     (FETCH_KIND, &["api/20_fetch.sql"]),
     (FETCH_QUEUE, &["api/20_fetch.sql"]),
     (FETCH_KEY_PREFIX, &["api/20_fetch.sql"]),

@@ -28,7 +28,7 @@ $$;
 -- Admission control (docs/operations.md, "Admission control"): at most `max_waiting` available
 -- jobs (due now or later) in `queue`; NULL removes the limit. An enqueue (or enqueue_many, or
 -- a flow) that would make more is refused whole with SQLSTATE SK429 by the insert trigger
--- (skiplock._notify_inserted, sql/api/10_core.sql). Lowering the limit below what waits now
+-- (skiplock._notify_inserted, sql/api/10_jobs.sql). Lowering the limit below what waits now
 -- removes nothing: enqueues are refused until the workers drain the queue under it.
 CREATE OR REPLACE FUNCTION skiplock.set_queue_admission(queue text, max_waiting integer)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

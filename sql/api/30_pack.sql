@@ -133,9 +133,9 @@ $$;
 
 -- A claimed timer stops being the host's timer by itself: the unique index covers only
 -- available rows, so a reset during a pack arms a new one. A failed pack going back to
--- available next to that new timer is superseded by it (the statements that send jobs back,
--- see sql/api/10_core.sql), and the new timer packs everything. An earlier pack-specific trigger
--- that cleared the key on claim is dropped here.
+-- available next to that new timer is superseded by it (the statements that send jobs back:
+-- skiplock._superseded_by, sql/api/11_enqueue.sql), and the new timer packs everything. An
+-- earlier pack-specific trigger that cleared the key on claim is dropped here.
 DROP TRIGGER IF EXISTS jobs_pack_release_key ON skiplock.jobs;
 DROP FUNCTION IF EXISTS skiplock._pack_release_key();
 

@@ -5,7 +5,7 @@
 --                      superuser, no login; whoever migrates must be a member (or superuser).
 --   skiplock_enqueuer  may call the enqueue-style functions and read skiplock.queue_stats,
 --                      nothing else: no table privileges at all (the enqueue functions are
---                      SECURITY DEFINER, see sql/api/10_core.sql).
+--                      SECURITY DEFINER, see sql/api/11_enqueue.sql).
 --   skiplock_worker    what `skiplock worker` needs: rows of the skiplock tables, their
 --                      sequences, every skiplock function, the migrations table (read); but
 --                      the packet history only to read, packets never to delete, the

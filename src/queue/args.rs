@@ -4,7 +4,7 @@
 //! Every reader of a job row (the claim, `skiplock job`, the console, the apalis storage)
 //! reads args as text, and only the code that needs their value parses them, one job at a
 //! time. Valid jsonb is not always JSON that serde_json reads (nesting of 128 levels or
-//! more, a number outside the range of an `f64`): enqueue refuses both (sql/api/10_core.sql,
+//! more, a number outside the range of an `f64`): enqueue refuses both (sql/api/11_enqueue.sql,
 //! `skiplock._unreadable_args`), but a row written past the API (by a superuser, or before the
 //! check existed) must still fail alone, as a discarded job with the decode error, not fail
 //! the decoding of every row read with it (docs/errors.md;
@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn serde_json_reads_127_nested_containers_and_not_128() {
-        // The limit enqueue enforces (skiplock._unreadable_args, sql/api/10_core.sql).
+        // The limit enqueue enforces (skiplock._unreadable_args, sql/api/11_enqueue.sql).
         let nest = |d: usize| RawArgs::new(format!("{}1{}", "{\"a\":".repeat(d), "}".repeat(d)));
         assert!(nest(127).to_value().is_ok());
         assert!(nest(128).to_value().is_err());
@@ -155,9 +155,9 @@ mod tests {
     #[test]
     fn serde_json_reads_the_numbers_postgres_prints_below_the_bound_enqueue_enforces() {
         // Postgres sends a jsonb number as plain decimal digits: the bound enqueue enforces
-        // (skiplock._unreadable_args, sql/api/10_core.sql) is 17976931348623156225 followed
+        // (skiplock._unreadable_args, sql/api/11_enqueue.sql) is 17976931348623156225 followed
         // by 289 zeros, in magnitude.
-        let sql = include_str!("../../sql/api/10_core.sql");
+        let sql = include_str!("../../sql/api/11_enqueue.sql");
         assert!(sql.contains("@ >= 1.7976931348623156225e308 || @ <= -1.7976931348623156225e308"));
         let digits =
             |head: &str, tail: char, n: usize| format!("{head}{}", tail.to_string().repeat(n));

@@ -38,7 +38,7 @@ pub struct Acked {
     /// retried meanwhile and are left alone).
     pub ids: Vec<i64>,
     /// Finished jobs of the batch whose dependents the statement may not all have settled (it
-    /// settles a bounded slice; `sql/api/10_core.sql`, `skiplock._ack`): the caller settles
+    /// settles a bounded slice; `sql/api/14_ack.sql`, `skiplock._ack`): the caller settles
     /// the rest with [`super::flows::settle_slice`].
     pub unsettled: Vec<i64>,
 }

@@ -25,7 +25,7 @@ pub struct ClaimParams<'a> {
 }
 
 /// Where one lane of a queue (one priority) is read from by a claim: jobs with an older
-/// `scheduled_at` are not looked at (`skiplock._claim` in `sql/api/10_core.sql` says why).
+/// `scheduled_at` are not looked at (`skiplock._claim` in `sql/api/13_claim.sql` says why).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaneStart {
     /// The lane's priority.

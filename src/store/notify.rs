@@ -1,7 +1,7 @@
 //! The LISTEN side of wake-ups: a dedicated connection listening on the wake-up channel
 //! ([`wake_channel`]: a name only the owner and the worker role can read, so other logins
 //! learn no queue name; migrations/history/0015_wake_channel.sql), which inserting a due job notifies
-//! (a statement trigger in `sql/api/10_core.sql`, once per statement and queue). The reconnecting loop around it is
+//! (a statement trigger in `sql/api/10_jobs.sql`, once per statement and queue). The reconnecting loop around it is
 //! the worker's (`worker::listener`). The trigger notifies only queues some producer waits
 //! on (`skiplock.waiting`): producers register with [`waiting_add`] before their last
 //! empty claim and leave with [`waiting_remove`] while their claims come back full.

@@ -233,7 +233,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (core migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "2eae6d8be9daebdd73440ca49e9bb45a83c44c2f77580ee8a77b47988a1d9a7b",
+        "6df47fb38aac02baca6d038e17d26c5964e6ae7bb96416f87b0d17c1741f1db4",
     ),
 ];
 
@@ -246,10 +246,14 @@ pub const API_VERSION: u32 = API_VERSIONS[API_VERSIONS.len() - 1].0;
 /// then each workflow's grants (applied by every program: see the list).
 pub fn api_files() -> Vec<(&'static str, &'static str, &'static str)> {
     let mut v = vec![
-        ("core", "sql/api/10_core.sql", sql!("api", "10_core")),
+        ("core", "sql/api/10_jobs.sql", sql!("api", "10_jobs")),
+        ("core", "sql/api/11_enqueue.sql", sql!("api", "11_enqueue")),
         ("core", "sql/api/12_flows.sql", sql!("api", "12_flows")),
+        ("core", "sql/api/13_claim.sql", sql!("api", "13_claim")),
+        ("core", "sql/api/14_ack.sql", sql!("api", "14_ack")),
         ("core", "sql/api/15_control.sql", sql!("api", "15_control")),
         ("core", "sql/api/16_steps.sql", sql!("api", "16_steps")),
+        ("core", "sql/api/17_admin.sql", sql!("api", "17_admin")),
     ];
     #[cfg(feature = "fetch")]
     v.push(("fetch", "sql/api/20_fetch.sql", sql!("api", "20_fetch")));

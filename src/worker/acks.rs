@@ -278,7 +278,7 @@ async fn write_acks(pool: &crate::store::Pool, buf: &[Ack]) -> Result<(Acked, Op
 }
 
 /// Settles the dependents an ack batch left (a fan-out's root releases its children over
-/// several statements: `skiplock._ack`, sql/api/10_core.sql), [`SETTLE_SLICE`] edges per
+/// several statements: `skiplock._ack`, sql/api/14_ack.sql), [`SETTLE_SLICE`] edges per
 /// transaction, beside the ack writer, so the worker runs the first children while the rest
 /// are released; each slice resumes where the one before stopped. One at a time (`permits`:
 /// [`Shared::settling`]); a failure, or a worker stopping meanwhile, leaves the rest to the

@@ -1,6 +1,6 @@
 //! Where a producer's next claim starts reading each lane of its queue (a lane: one priority;
 //! `skiplock.lanes`), so that a claim does not step over the index entries of every job claimed
-//! since Postgres last could vacuum (`skiplock._claim` in `sql/api/10_core.sql` says why;
+//! since Postgres last could vacuum (`skiplock._claim` in `sql/api/13_claim.sql` says why;
 //! docs/internals.md, "Claims when Postgres cannot vacuum").
 //!
 //! A lane a claim read to its end (every due job it could lock) holds no due job older than
