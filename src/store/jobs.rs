@@ -318,15 +318,21 @@ pub struct UnhandledKind {
     pub kind: String,
     /// How many available jobs have it.
     pub count: i64,
+    /// Seconds the oldest of them has been due.
+    pub oldest_seconds: f64,
 }
 
-/// Kinds waiting in `available` that no worker seen within `live_secs` can run.
+/// Kinds waiting in `available` that no worker seen within `live_secs` can run, at most
+/// `limit` of them (`None`: all), in kind order (`sql/queue/unhandled_kinds.sql`; `skiplock
+/// stats` and `skiplock doctor` read it).
 pub async fn unhandled_kinds<'e, E: Executor<'e>>(
     exec: E,
     live_secs: f64,
+    limit: Option<usize>,
 ) -> Result<Vec<UnhandledKind>> {
     Ok(super::query_as(sql!("queue", "unhandled_kinds"))
         .bind(live_secs)
+        .bind(limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
         .fetch_all(exec)
         .await?)
 }
