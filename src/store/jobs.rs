@@ -52,7 +52,8 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
         .bind((!job.depends_on.is_empty()).then_some(&job.depends_on))
         .bind(job.on_dependency_failure.as_str())
         .fetch_one(exec)
-        .await?;
+        .await
+        .map_err(|e| counted(e.into(), &job.queue))?;
     Ok(Enqueued {
         id,
         outcome: outcome.parse().map_err(Error::Other)?,
@@ -150,7 +151,17 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .bind((!jobs.depends_on.is_empty()).then_some(jobs.depends_on))
         .bind(jobs.on_dependency_failure.as_str())
         .fetch_one(exec)
-        .await?)
+        .await
+        .map_err(|e| counted(e.into(), jobs.queue))?)
+}
+
+/// `e`, counted in `skiplock_enqueue_refused_total` when it is a refusal for a full queue
+/// (docs/operations.md, "Metrics").
+fn counted(e: Error, queue: &str) -> Error {
+    if crate::queue::admission::is_queue_full(&e) {
+        crate::metrics::enqueue_refused(queue);
+    }
+    e
 }
 
 /// Holds the limit key of job `id` for `d` from the database's clock (`skiplock.hold_key`):
