@@ -149,6 +149,7 @@ impl Worker {
             metrics: crate::metrics::WorkerMetrics::default(),
             hooks: super::hooks::Hooks::new(self.job_hooks),
             settling: Arc::new(tokio::sync::Semaphore::new(1)),
+            failures: Mutex::new(Default::default()),
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
 
@@ -478,6 +479,15 @@ impl Started {
         }
         if self.owns_runtime_pool {
             let _ = tokio::time::timeout(Duration::from_secs(5), self.runtime_pool.close()).await;
+        }
+        // The failures summed since their kind's line, said before the last line.
+        let unsaid = shared
+            .failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain();
+        for (kind, more, last_error) in unsaid {
+            super::failure_log::summary(&kind, more, &last_error);
         }
         tracing::info!(worker = %self.id, "worker stopped");
         let moved = shared
