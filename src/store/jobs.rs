@@ -155,13 +155,14 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .map_err(|e| counted(e.into(), jobs.queue))?)
 }
 
-/// `e`, counted in `skiplock_enqueue_refused_total` when it is a refusal for a full queue
-/// (docs/operations.md, "Metrics").
+/// An enqueue's error: counted in `skiplock_enqueue_refused_total` when it is a refusal for a
+/// full queue (docs/operations.md, "Metrics"); a login without `skiplock_enqueuer` named with
+/// the grant it needs ([`crate::error::missing_grant`]).
 fn counted(e: Error, queue: &str) -> Error {
     if crate::queue::admission::is_queue_full(&e) {
         crate::metrics::enqueue_refused(queue);
     }
-    e
+    crate::error::missing_grant(e, "skiplock_enqueuer", None)
 }
 
 /// Holds the limit key of job `id` for `d` from the database's clock (`skiplock.hold_key`):
