@@ -8,7 +8,8 @@ use crate::error::Result;
 use crate::store::{self, Pool};
 
 /// Runs every check against the database `pool` reaches and reports, worst first. Fails only
-/// when no transaction can begin at all (the database is unreachable).
+/// when no transaction can begin at all (the database is unreachable). A pool of at least two
+/// connections also lets it see a transaction-mode pooler (`pool_mode`).
 pub async fn examine(pool: &Pool, t: &Thresholds) -> Result<Report> {
     let mut r = Report::default();
     let mut failed: Vec<Finding> = Vec::new();

@@ -25,8 +25,12 @@ pub async fn begin(pool: &Pool, timeout: Duration) -> Result<Transaction<'static
 /// The server process two client connections of `pool`, held at once, are answered by, if it
 /// is the same one (`sql/doctor/backend_pid.sql`): only a pooler that lends server connections
 /// per transaction does that; a direct connection or a pooler in session mode never does (a
-/// pooler with several server connections may also lend two, so `None` proves nothing).
+/// pooler with several server connections may also lend two, so `None` proves nothing). A
+/// pool of one connection cannot hold two: `None` without asking.
 pub async fn shared_backend(pool: &Pool) -> Result<Option<i32>> {
+    if pool.options().get_max_connections() < 2 {
+        return Ok(None);
+    }
     let mut a = pool.acquire().await?;
     let mut b = pool.acquire().await?;
     let pa: i32 = super::query_scalar(sql!("doctor", "backend_pid"))
