@@ -214,3 +214,33 @@ async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
         assert!(l.len() <= CAP + 1024, "a log line of {} bytes", l.len());
     }
 }
+
+/// `SKIPLOCK_LISTEN_URL` set to the same address and database as a `DATABASE_URL` that
+/// `SKIPLOCK_POOL_MODE=transaction` says is a transaction-mode pool: a LISTEN there would
+/// never hear, so the worker says so in one line naming the setting and polls (here against
+/// the server itself, which serves transaction mode as well).
+#[tokio::test]
+async fn a_listen_url_through_the_transaction_pooler_is_named_and_not_listened_on() {
+    let db = TestDb::new().await;
+    enqueue_noops(&db.pool, 5).await;
+    let out = cmd(&db.url)
+        .args(["worker", "--exit-when-idle"])
+        .env("SKIPLOCK_POOL_MODE", "transaction")
+        .env("SKIPLOCK_LISTEN_URL", &db.url)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let named: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("SKIPLOCK_LISTEN_URL"))
+        .collect();
+    assert_eq!(named.len(), 1, "{err}");
+    assert!(
+        named[0].contains("reaches the same address and database as DATABASE_URL"),
+        "{err}"
+    );
+    assert_eq!(count_state(&db.pool, "completed").await, 5);
+}
