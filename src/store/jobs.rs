@@ -136,7 +136,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
     if let Some(t) = jobs.run_at {
         crate::time::check("run_at", t)?;
     }
-    Ok(super::query_scalar(sql!("queue", "enqueue_many"))
+    super::query_scalar(sql!("queue", "enqueue_many"))
         .bind(jobs.kind)
         .bind(jobs.args)
         .bind(jobs.queue)
@@ -152,7 +152,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .bind(jobs.on_dependency_failure.as_str())
         .fetch_one(exec)
         .await
-        .map_err(|e| counted(e.into(), jobs.queue))?)
+        .map_err(|e| counted(e.into(), jobs.queue))
 }
 
 /// An enqueue's error: counted in `skiplock_enqueue_refused_total` when it is a refusal for a
