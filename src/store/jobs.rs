@@ -53,7 +53,7 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
         .bind(job.on_dependency_failure.as_str())
         .fetch_one(exec)
         .await
-        .map_err(|e| counted(e.into(), &job.queue))?;
+        .map_err(|e| named(e.into()))?;
     Ok(Enqueued {
         id,
         outcome: outcome.parse().map_err(Error::Other)?,
@@ -152,16 +152,12 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .bind(jobs.on_dependency_failure.as_str())
         .fetch_one(exec)
         .await
-        .map_err(|e| counted(e.into(), jobs.queue))
+        .map_err(|e| named(e.into()))
 }
 
-/// An enqueue's error: counted in `skiplock_enqueue_refused_total` when it is a refusal for a
-/// full queue (docs/operations.md, "Metrics"); a login without `skiplock_enqueuer` named with
-/// the grant it needs ([`crate::error::missing_grant`]).
-fn counted(e: Error, queue: &str) -> Error {
-    if crate::queue::admission::is_queue_full(&e) {
-        crate::metrics::enqueue_refused(queue);
-    }
+/// An enqueue's error, a login without `skiplock_enqueuer` named with the grant it needs
+/// ([`crate::error::missing_grant`]).
+fn named(e: Error) -> Error {
     crate::error::missing_grant(e, "skiplock_enqueuer", None)
 }
 
