@@ -68,6 +68,22 @@ pub enum Error {
         /// When the job is due again.
         until: chrono::DateTime<chrono::Utc>,
     },
+    /// The login lacks a privilege one of skiplock's statements needs (SQLSTATE 42501): the
+    /// message names the role to grant it (docs/roles.md).
+    #[error(
+        "{message} (42501): the login {} needs the role {role}: GRANT {role} TO {}; (docs/roles.md)",
+        login.as_deref().unwrap_or("of DATABASE_URL"),
+        login.as_deref().unwrap_or("<login>")
+    )]
+    MissingGrant {
+        /// The skiplock role the statement's caller needs (`skiplock_worker`,
+        /// `skiplock_enqueuer`, …).
+        role: String,
+        /// The login, when known.
+        login: Option<String>,
+        /// The server's message (`permission denied for table workers`).
+        message: String,
+    },
     /// Anything else, with a message naming it.
     #[error("{0}")]
     Other(String),
@@ -151,6 +167,22 @@ impl From<sqlx::Error> for Error {
             };
         }
         Error::Database(e)
+    }
+}
+
+/// `e` named as a missing grant of `role` to `login` when the server refused it for a missing
+/// privilege (42501, [`Error::MissingGrant`]); any other error as it is. A refusal of the SQL
+/// API (`skiplock: …`, e.g. a limit only the owner sets) says its own reason and is kept.
+pub fn missing_grant(e: Error, role: &str, login: Option<&str>) -> Error {
+    match e {
+        Error::Database(sqlx::Error::Database(d)) if d.code().as_deref() == Some("42501") => {
+            Error::MissingGrant {
+                role: role.to_string(),
+                login: login.map(str::to_string),
+                message: d.message().to_string(),
+            }
+        }
+        other => other,
     }
 }
 

@@ -57,13 +57,15 @@ pub mod worker;
 #[cfg(any(feature = "fetch", feature = "pack", feature = "packets"))]
 pub mod workflows;
 
-pub use client::{Waited, enqueue, enqueue_flow, enqueue_with, wait_for};
+pub use client::{
+    Waited, enqueue, enqueue_flow, enqueue_job, enqueue_many, enqueue_with, wait_for,
+};
 pub use db::connect;
 pub use error::{Error, Result};
 pub use queue::flow::{Flow, FlowIds};
 pub use queue::{EnqueueOutcome, Enqueued};
 pub use store::Pool;
-pub use store::jobs::{ManyJobs, enqueue as enqueue_job, enqueue_many};
+pub use store::jobs::ManyJobs;
 pub use store::schema::migrate;
 /// The maintenance services every worker runs by default (they live under the worker).
 pub use worker::maintenance;

@@ -267,3 +267,51 @@ async fn only_the_owner_sets_a_limit_and_every_enqueuer_is_held_to_it() {
         admin_exec_blocking(format!("DROP ROLE IF EXISTS {name}"));
     }
 }
+
+/// `n` jobs through the public API's `enqueue_many` (which counts refusals; the store's does not).
+async fn api_many(pool: &skiplock::Pool, queue: &str, n: usize) -> skiplock::Result<Vec<i64>> {
+    let args = vec![json!({}); n];
+    skiplock::enqueue_many(
+        pool,
+        ManyJobs {
+            kind: "drain",
+            args: &args,
+            queue,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Each refused enqueue statement counts once in `skiplock_enqueue_refused_total{queue}`
+/// (docs/operations.md, "Metrics"), `enqueue_many`'s as one; accepted ones do not count.
+#[tokio::test]
+async fn refusals_are_counted_by_queue() {
+    let handle = skiplock::metrics::install().expect("the Prometheus recorder");
+    let counted = |queue: &str| -> u64 {
+        let text = handle.render();
+        let prefix = format!("skiplock_enqueue_refused_total{{queue=\"{queue}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    };
+    let db = TestDb::new().await;
+    limit(&db, "counted_refusals", Some(2)).await;
+    api_many(&db.pool, "counted_refusals", 2).await.unwrap();
+    assert_eq!(counted("counted_refusals"), 0);
+    assert!(is_queue_full(
+        &skiplock::enqueue_job(&db.pool, &job("counted_refusals"))
+            .await
+            .unwrap_err()
+    ));
+    assert!(is_queue_full(
+        &api_many(&db.pool, "counted_refusals", 3).await.unwrap_err()
+    ));
+    assert_eq!(counted("counted_refusals"), 2);
+    // Another error is not a refusal for a full queue.
+    limit(&db, "counted_refusals", None).await;
+    skiplock::enqueue_job(&db.pool, &job("counted_refusals"))
+        .await
+        .unwrap();
+    assert_eq!(counted("counted_refusals"), 2);
+}

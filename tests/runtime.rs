@@ -538,3 +538,130 @@ async fn a_pooled_connection_the_server_closed_while_it_sat_idle_is_replaced_wit
         assert_ne!(before, after, "{name} pool: a new connection");
     }
 }
+
+/// Waits until the worker stops it (never returns on its own).
+struct Endless;
+
+impl Handler for Endless {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "endless"
+    }
+    async fn run(&self, _ctx: JobContext, _args: serde_json::Value) -> HandlerResult {
+        std::future::pending::<()>().await;
+        Ok(Outcome::Complete)
+    }
+}
+
+/// Fails every job.
+struct AlwaysFails;
+
+impl Handler for AlwaysFails {
+    type Args = serde_json::Value;
+    fn kind(&self) -> &'static str {
+        "always.fails"
+    }
+    async fn run(&self, _ctx: JobContext, args: serde_json::Value) -> HandlerResult {
+        Err(skiplock::worker::JobError::discard(format!(
+            "upstream down (job {})",
+            args["n"]
+        )))
+    }
+}
+
+#[tokio::test]
+async fn a_stop_returns_its_claimed_ahead_jobs_in_one_line() {
+    let (logs, _guard) = Logs::collect();
+    let db = TestDb::new().await;
+    for _ in 0..30 {
+        enqueue(&db.pool, &NewJob::new("endless", json!({})))
+            .await
+            .unwrap();
+    }
+    let settings = QueueSettings {
+        // The buffer is at most the slots until a run time is known (producer::claim_ahead).
+        queues: queues(&[("default", 12)]),
+        claim_ahead: 12,
+        shutdown_grace: Duration::from_millis(100),
+        ..fast_settings()
+    };
+    let w = start_worker(&db.pool, settings, |b| b.register(Endless));
+    wait_for("the buffer full", Duration::from_secs(60), || async {
+        let buffered = count(
+            &db.pool,
+            "SELECT count(*) FROM skiplock.jobs WHERE state = 'running' AND attempted_at IS NULL",
+        )
+        .await;
+        (buffered >= 12).then_some(())
+    })
+    .await;
+    w.stop().await.unwrap();
+    let returned = count(
+        &db.pool,
+        "SELECT count(*) FROM skiplock.jobs WHERE errors::text LIKE '%claimed but never started%'",
+    )
+    .await;
+    assert!(returned >= 12, "{returned}");
+    let lines: Vec<String> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("claimed but never started"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].contains(&format!("returned {returned} job(s)")),
+        "{lines:#?}"
+    );
+    assert!(lines[0].contains(" INFO "), "{lines:#?}");
+    // The twelve that ran past the grace period: one line too.
+    assert_eq!(logs.count(&["grace period over"]), 1, "{:#?}", logs.lines());
+    assert_eq!(
+        logs.count(&["grace period over", "returning 12 running job(s)"]),
+        1
+    );
+}
+
+#[tokio::test]
+async fn repeated_failures_of_one_kind_are_summed_into_one_line() {
+    let (logs, _guard) = Logs::collect();
+    let db = TestDb::new().await;
+    const N: i64 = 40;
+    for n in 0..N {
+        enqueue(
+            &db.pool,
+            &NewJob::new("always.fails", json!({ "n": n })).max_attempts(1),
+        )
+        .await
+        .unwrap();
+    }
+    let w = start_worker(&db.pool, fast_settings(), |b| b.register(AlwaysFails));
+    wait_for("every job discarded", Duration::from_secs(120), || async {
+        (count_state(&db.pool, "discarded").await == N).then_some(())
+    })
+    .await;
+    w.stop().await.unwrap();
+    let full = logs.count(&["job failed", "always.fails"]);
+    let summed: i64 = logs
+        .lines()
+        .iter()
+        .filter(|l| l.contains("more job(s) of kind always.fails failed"))
+        .map(|l| {
+            let at = l.find("failures=").expect(l) + "failures=".len();
+            l[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(summed > 0, "{:#?}", logs.lines());
+    assert_eq!(full as i64 + summed, N, "{:#?}", logs.lines());
+    assert!(
+        logs.lines()
+            .iter()
+            .any(|l| l.contains("last_error=upstream down")),
+        "{:#?}",
+        logs.lines()
+    );
+}

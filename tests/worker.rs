@@ -315,7 +315,7 @@ async fn unknown_kinds_stay_available_and_idle_workers_exit() {
     );
     let m = jobs::get_job(&db.pool, mystery).await.unwrap();
     assert_eq!((m.state.as_str(), m.attempt), ("available", 0));
-    let unhandled = jobs::unhandled_kinds(&db.pool, 120.0).await.unwrap();
+    let unhandled = jobs::unhandled_kinds(&db.pool, 120.0, None).await.unwrap();
     assert_eq!(unhandled.len(), 1);
     assert_eq!(unhandled[0].kind, "mystery");
 }

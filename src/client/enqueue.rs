@@ -2,10 +2,38 @@
 //! ([`enqueue_flow`]), each checked by the job model (`crate::queue`) and then written by the
 //! store (`crate::store::jobs`, `crate::store::flows`).
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::queue::flow::{Flow, FlowIds};
 use crate::queue::{Enqueued, JobArgs, JobOptions, NewJob};
 use crate::store::Executor;
+use crate::store::jobs::ManyJobs;
+
+/// Enqueues one job (`skiplock::enqueue_job`): its id (or the id of the available job holding
+/// its key) and what the enqueue did; a refusal for a full queue is counted
+/// (`skiplock_enqueue_refused_total`).
+pub async fn enqueue_job<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enqueued> {
+    crate::store::jobs::enqueue(exec, job)
+        .await
+        .map_err(|e| counted(e, &job.queue))
+}
+
+/// Enqueues many jobs of one kind in one statement (`skiplock::enqueue_many`): their ids in
+/// order; all or none. A refusal for a full queue is counted once.
+pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> Result<Vec<i64>> {
+    let queue = jobs.queue;
+    crate::store::jobs::enqueue_many(exec, jobs)
+        .await
+        .map_err(|e| counted(e, queue))
+}
+
+/// `e`, counted in `skiplock_enqueue_refused_total` when it refuses an enqueue into `queue`
+/// because the queue is full (docs/operations.md, "Metrics").
+fn counted(e: Error, queue: &str) -> Error {
+    if super::admission::is_queue_full(&e) {
+        crate::metrics::enqueue_refused(queue);
+    }
+    e
+}
 
 /// Enqueues a typed job with its type's default options: its id (or the id of the available
 /// job holding its unique key) and what the enqueue did. `exec` is a pool (`&pool`) or a
@@ -21,7 +49,7 @@ pub async fn enqueue_with<'e, E: Executor<'e>, A: JobArgs>(
     options: JobOptions,
 ) -> Result<Enqueued> {
     let job = NewJob::typed(&args, options)?;
-    crate::store::jobs::enqueue(exec, &job).await
+    enqueue_job(exec, &job).await
 }
 
 /// Enqueues `flow` atomically (in `exec`'s transaction, if it is one): every job or none.

@@ -8,5 +8,5 @@ pub mod admission;
 pub mod enqueue;
 pub mod wait;
 
-pub use enqueue::{enqueue, enqueue_flow, enqueue_with};
+pub use enqueue::{enqueue, enqueue_flow, enqueue_job, enqueue_many, enqueue_with};
 pub use wait::{Waited, wait_for};

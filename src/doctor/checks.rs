@@ -8,10 +8,26 @@ use crate::error::Result;
 use crate::store::{self, Pool};
 
 /// Runs every check against the database `pool` reaches and reports, worst first. Fails only
-/// when no transaction can begin at all (the database is unreachable).
+/// when no transaction can begin at all (the database is unreachable). A pool of at least two
+/// connections also lets it see a transaction-mode pooler (`pool_mode`).
 pub async fn examine(pool: &Pool, t: &Thresholds) -> Result<Report> {
     let mut r = Report::default();
     let mut failed: Vec<Finding> = Vec::new();
+
+    // First: behind a transaction-mode pooler in session mode every other read fails alike
+    // (or worse, lands on another client's statement), so that one finding is the report.
+    pool_mode(pool, &mut r, &mut failed).await;
+    if r.findings
+        .iter()
+        .chain(&failed)
+        .any(|f| f.check == "pool_mode")
+    {
+        failed.retain(|f| f.check == "pool_mode");
+        r.findings.append(&mut failed);
+        r.findings.truncate(1);
+        r.sort();
+        return Ok(r);
+    }
 
     // Each read in its own transaction: a statement_timeout aborts only that one.
     macro_rules! read {
@@ -141,8 +157,16 @@ pub async fn examine(pool: &Pool, t: &Thresholds) -> Result<Report> {
     if migrated(pool, t, &mut r, &mut failed).await? {
         runtime(pool, t, &mut r, &mut failed).await?;
     }
-    settings(pool, t, &mut r, &mut failed).await?;
+    let server = settings(pool, t, &mut r, &mut failed).await?;
+    if let Some(server) = server {
+        autovacuum(pool, t, &server, &mut r, &mut failed).await?;
+    }
 
+    // A pool mode that does not match (seen only now, by a later read) is said once.
+    if failed.iter().any(|f| f.check == "pool_mode") {
+        failed.retain(|f| f.check == "pool_mode");
+        failed.truncate(1);
+    }
     r.findings.append(&mut failed);
     r.sort();
     Ok(r)
@@ -217,8 +241,80 @@ async fn runtime(
             .fix("start a worker (its rescuer moves the job back), or `skiplock cancel` the job"),
         );
     }
-    for k in read!("unhandled_kinds", |tx| store::doctor::unhandled_kinds(
-        &mut tx, window, t.limit
+    let reaper = t.reaper_max_age;
+    for j in read!("long_running_jobs", |tx| store::doctor::long_running_jobs(
+        &mut tx,
+        window,
+        reaper.mul_f64(0.5),
+        t.limit
+    )) {
+        let Some(sev) = long_running_severity(j.running_seconds, reaper) else {
+            continue;
+        };
+        let left = (reaper.as_secs_f64() - j.running_seconds).max(0.0);
+        r.findings.push(
+            Finding::new(
+                "long_running_job",
+                Area::Runtime,
+                sev,
+                format!(
+                    "job {} ({}) has been running {}; the reaper discards it in {}",
+                    j.id,
+                    j.kind,
+                    format_age(j.running_seconds),
+                    format_age(left)
+                ),
+            )
+            .with("job", j.id)
+            .with("kind", &j.kind)
+            .with("queue", &j.queue)
+            .with_opt("worker", j.attempted_by.as_ref())
+            .with("running for", format_age(j.running_seconds))
+            .with("last heartbeat", format!("{} ago", format_age(j.heartbeat_seconds)))
+            .with("SKIPLOCK_REAPER_MAX_AGE", format_age(reaper.as_secs_f64()))
+            .cost("its worker is live, but the reaper discards a running job past SKIPLOCK_REAPER_MAX_AGE, heartbeat or not: its work is lost")
+            .fix("if the job is meant to run this long, raise SKIPLOCK_REAPER_MAX_AGE on the workers (or split the work into steps); if it hangs, `skiplock cancel` it"),
+        );
+    }
+    for d in read!("stranded_dependents", |tx| {
+        store::doctor::stranded_dependents(&mut tx, window, t.limit)
+    }) {
+        let since = d.last_finished_seconds.unwrap_or(d.waiting_seconds);
+        let sev = if since >= t.action_age.as_secs_f64() {
+            Severity::Action
+        } else {
+            Severity::Warning
+        };
+        r.findings.push(
+            Finding::new(
+                "stranded_dependent",
+                Area::Runtime,
+                sev,
+                format!(
+                    "job {} ({}) still waits although its {} dependenc{} finished",
+                    d.id,
+                    d.kind,
+                    d.dependencies,
+                    if d.dependencies == 1 { "y" } else { "ies all" }
+                ),
+            )
+            .with("job", d.id)
+            .with("kind", &d.kind)
+            .with("queue", &d.queue)
+            .with("dependencies", d.dependencies)
+            .with(
+                "last dependency finished",
+                d.last_finished_seconds
+                    .map_or("unknown (deleted)".into(), |s| format!("{} ago", format_age(s))),
+            )
+            .cost("the job is never released or cancelled: the flow does not finish")
+            .fix("start a worker (its rescuer runs the dependencies' sweep), or run SELECT skiplock.settle_dependencies();"),
+        );
+    }
+    for k in read!("unhandled_kinds", |tx| store::jobs::unhandled_kinds(
+        &mut *tx,
+        window.as_secs_f64(),
+        Some(t.limit)
     )) {
         let sev = if k.oldest_seconds >= t.action_age.as_secs_f64() {
             Severity::Action
@@ -230,10 +326,10 @@ async fn runtime(
                 "unhandled_kind",
                 Area::Runtime,
                 sev,
-                format!("{} job(s) of kind {} wait, and no live worker handles it", k.jobs, k.kind),
+                format!("{} job(s) of kind {} wait, and no live worker handles it", k.count, k.kind),
             )
             .with("kind", &k.kind)
-            .with("jobs", k.jobs)
+            .with("jobs", k.count)
             .with("oldest due for", format_age(k.oldest_seconds))
             .cost("these jobs are never claimed")
             .fix("deploy a worker with a handler for the kind (or cancel the jobs if the kind was retired)"),
@@ -329,17 +425,46 @@ async fn runtime(
     Ok(())
 }
 
+/// A login in session mode (`SKIPLOCK_POOL_MODE` unset or `session`) whose URL goes through a
+/// pooler in transaction mode: seen when two connections held at once share one server
+/// process, or when the pooler's answer is the one the worker ends with (`check_failed`).
+async fn pool_mode(pool: &Pool, r: &mut Report, failed: &mut Vec<Finding>) {
+    if pool.mode() != crate::config::PoolMode::Session {
+        return;
+    }
+    match store::doctor::shared_backend(pool).await {
+        Ok(None) => {}
+        Ok(Some(pid)) => r.findings.push(
+            Finding::new(
+                "pool_mode",
+                Area::Settings,
+                Severity::Action,
+                "SKIPLOCK_POOL_MODE is session, but the URL goes through a pooler in transaction mode: two connections were answered by one server process".into(),
+            )
+            .with("setting", "SKIPLOCK_POOL_MODE")
+            .with("server process", pid)
+            .cost("a worker with this setting ends at its first statements (prepared statement \"sqlx_s_N\" already exists); commands fail at random")
+            .fix("set SKIPLOCK_POOL_MODE=transaction for every process whose URL goes through the pooler (docs/operations.md, \"Behind PgBouncer\")"),
+        ),
+        Err(e) => failed.push(check_failed("pool_mode", &e)),
+    }
+}
+
+/// The server settings' findings; returns the settings read (`None`: they could not be).
 async fn settings(
     pool: &Pool,
     t: &Thresholds,
     r: &mut Report,
     failed: &mut Vec<Finding>,
-) -> Result<()> {
+) -> Result<Option<store::doctor::ServerSettings>> {
     let mut tx = store::doctor::begin(pool, t.statement_timeout).await?;
     let res = store::doctor::settings(&mut tx).await;
     let _ = tx.rollback().await;
     match res {
-        Err(e) => failed.push(check_failed("settings", &e)),
+        Err(e) => {
+            failed.push(check_failed("settings", &e));
+            Ok(None)
+        }
         Ok(s) => {
             if s.in_recovery {
                 r.findings.push(
@@ -382,7 +507,119 @@ async fn settings(
                     .fix("lower SKIPLOCK_MAX_CONNECTIONS per worker, put PgBouncer in front (SKIPLOCK_POOL_MODE=transaction), or raise max_connections"),
                 );
             }
+            Ok(Some(s))
         }
+    }
+}
+
+/// Whether autovacuum keeps up with skiplock's tables: off on the server (or without
+/// `track_counts`, which it needs), off for a table, or behind a table whose dead tuples passed
+/// its threshold long ago (docs/operations.md, "Keeping the database healthy").
+async fn autovacuum(
+    pool: &Pool,
+    t: &Thresholds,
+    server: &store::doctor::ServerSettings,
+    r: &mut Report,
+    failed: &mut Vec<Finding>,
+) -> Result<()> {
+    let mut tx = store::doctor::begin(pool, t.statement_timeout).await?;
+    let res = store::doctor::autovacuum(&mut tx, 100).await;
+    let _ = tx.rollback().await;
+    let tables = match res {
+        Ok(v) => v,
+        Err(e) => {
+            failed.push(check_failed("autovacuum", &e));
+            return Ok(());
+        }
+    };
+    // What turns autovacuum off for every table, named as the setting to change.
+    let server_off = if !server.autovacuum {
+        Some("autovacuum = off")
+    } else if !server.track_counts {
+        Some("track_counts = off")
+    } else {
+        None
+    };
+    let mut past = 0;
+    for a in &tables {
+        let over = a.dead_tuples > a.threshold;
+        let setting = match (server_off, a.enabled) {
+            (Some(s), _) => Some(s.to_string()),
+            (None, false) => Some(format!(
+                "autovacuum_enabled = false on skiplock.{}",
+                a.table_name
+            )),
+            (None, true) => None,
+        };
+        let vacuumed = a
+            .vacuumed_seconds_ago
+            .map_or("never".into(), |s| format!("{} ago", format_age(s)));
+        if let Some(setting) = setting {
+            if server_off.is_some() && !over {
+                continue;
+            }
+            past += usize::from(over);
+            r.findings.push(
+                Finding::new(
+                    "autovacuum_off",
+                    Area::Tables,
+                    autovacuum_off_severity(a.dead_tuples, a.threshold),
+                    format!(
+                        "autovacuum does not vacuum skiplock.{} ({setting}): {} dead tuples, its threshold {}",
+                        a.table_name, a.dead_tuples, a.threshold
+                    ),
+                )
+                .with("table", format!("skiplock.{}", a.table_name))
+                .with("setting", &setting)
+                .with("dead tuples", a.dead_tuples)
+                .with("autovacuum threshold", a.threshold)
+                .with("last vacuum", &vacuumed)
+                .cost("nothing removes the dead tuples every finished job leaves: the table and its indexes grow and claims slow down")
+                .fix(if server_off.is_some() {
+                    format!("ALTER SYSTEM SET {} = on; SELECT pg_reload_conf(); then VACUUM skiplock.{}", setting.split(' ').next().unwrap_or("autovacuum"), a.table_name)
+                } else {
+                    format!("ALTER TABLE skiplock.{0} RESET (autovacuum_enabled); then VACUUM skiplock.{0}", a.table_name)
+                }),
+            );
+        } else if let Some(sev) =
+            lagging_severity(a.dead_tuples, a.threshold, a.vacuumed_seconds_ago, t)
+        {
+            r.findings.push(
+                Finding::new(
+                    "autovacuum_lagging",
+                    Area::Tables,
+                    sev,
+                    format!(
+                        "skiplock.{} has {} dead tuples, past autovacuum's threshold of {}, and was last vacuumed {vacuumed}",
+                        a.table_name, a.dead_tuples, a.threshold
+                    ),
+                )
+                .with("table", format!("skiplock.{}", a.table_name))
+                .with("dead tuples", a.dead_tuples)
+                .with("autovacuum threshold", a.threshold)
+                .with("last vacuum", &vacuumed)
+                .cost("dead tuples pile up between vacuums: the table and its indexes grow and claims slow down")
+                .fix("autovacuum is busy elsewhere or throttled: raise autovacuum_max_workers or autovacuum_vacuum_cost_limit (or lower autovacuum_vacuum_cost_delay), and check pg_stat_activity for a running autovacuum on the table; VACUUM it now"),
+            );
+        }
+    }
+    if let Some(setting) = server_off
+        && past == 0
+    {
+        r.findings.push(
+            Finding::new(
+                "autovacuum_off",
+                Area::Settings,
+                Severity::Warning,
+                format!("autovacuum is off on the server ({setting})"),
+            )
+            .with("setting", setting)
+            .cost("no table is vacuumed unless someone runs VACUUM: skiplock's tables bloat as jobs finish")
+            .fix(format!(
+                "ALTER SYSTEM SET {} = on; SELECT pg_reload_conf();",
+                setting.split(' ').next().unwrap_or("autovacuum")
+            )),
+        );
     }
     Ok(())
 }
@@ -504,6 +741,25 @@ fn slot_finding(s: &store::doctor::Slot, sev: Severity, held_back: i64) -> Findi
 }
 
 fn check_failed(name: &'static str, e: &crate::Error) -> Finding {
+    // The answer of a pooler in transaction mode to a login in session mode (the same line
+    // the worker ends with, src/error.rs): one finding naming the setting, not a failed check.
+    if let crate::Error::Config {
+        name: setting,
+        message,
+    } = e
+        && setting == "SKIPLOCK_POOL_MODE"
+    {
+        return Finding::new(
+            "pool_mode",
+            Area::Settings,
+            Severity::Action,
+            format!("SKIPLOCK_POOL_MODE does not match the server: {message}"),
+        )
+        .with("setting", "SKIPLOCK_POOL_MODE")
+        .with("check", name)
+        .cost("a worker with this setting ends at its first statements; commands fail at random")
+        .fix("set SKIPLOCK_POOL_MODE=transaction for every process whose URL goes through the pooler (docs/operations.md, \"Behind PgBouncer\")");
+    }
     let text = e.to_string();
     let timed_out = text.contains("statement timeout");
     Finding::new(

@@ -195,6 +195,9 @@ pub struct Thresholds {
     /// The workers' rescue window (`SKIPLOCK_RESCUE_AFTER`): a heartbeat older than this is
     /// stale.
     pub rescue_after: Duration,
+    /// The reaper's maximum age (`SKIPLOCK_REAPER_MAX_AGE`): a running job that started
+    /// longer ago is discarded, heartbeat or not.
+    pub reaper_max_age: Duration,
     /// How long each check's statement may run.
     pub statement_timeout: Duration,
     /// The most rows each listing reads.
@@ -207,6 +210,7 @@ impl Default for Thresholds {
             warn_age: Duration::from_secs(5 * 60),
             action_age: Duration::from_secs(60 * 60),
             rescue_after: crate::config::DEFAULT_RESCUE_AFTER,
+            reaper_max_age: crate::worker::maintenance::reaper::DEFAULT_MAX_AGE,
             statement_timeout: Duration::from_secs(5),
             limit: 20,
         }
@@ -295,6 +299,49 @@ pub fn stuck_severity(heartbeat_seconds: f64, rescue_after: Duration) -> Option<
         Some(Severity::Warning)
     } else {
         None
+    }
+}
+
+/// The severity of a running job of a live worker that started `running_seconds` ago: the
+/// reaper discards a running job once its start is older than `reaper_max_age`
+/// (`SKIPLOCK_REAPER_MAX_AGE`), heartbeat or not, so past half of that it is a warning, and
+/// past nine tenths action (the job is discarded soon, its work lost).
+pub fn long_running_severity(running_seconds: f64, reaper_max_age: Duration) -> Option<Severity> {
+    let max = reaper_max_age.as_secs_f64();
+    if running_seconds >= 0.9 * max {
+        Some(Severity::Action)
+    } else if running_seconds >= 0.5 * max {
+        Some(Severity::Warning)
+    } else {
+        None
+    }
+}
+
+/// The severity of a table's dead tuples against autovacuum's threshold when autovacuum may
+/// vacuum it: none at or under the threshold (autovacuum has not been due), and past it by
+/// how long ago the table was last vacuumed ([`age_severity`]); a table never vacuumed since
+/// the statistics were reset is not judged (its wait is not known: `dead_tuples` still
+/// judges its count).
+pub fn lagging_severity(
+    dead: i64,
+    threshold: i64,
+    vacuumed_seconds_ago: Option<f64>,
+    t: &Thresholds,
+) -> Option<Severity> {
+    if dead <= threshold {
+        return None;
+    }
+    age_severity(vacuumed_seconds_ago?, t)
+}
+
+/// The severity of a table autovacuum may not vacuum (it is off on the server, or the table's
+/// `autovacuum_enabled` is false): action once its dead tuples pass the threshold autovacuum
+/// would have vacuumed at, a warning before.
+pub fn autovacuum_off_severity(dead: i64, threshold: i64) -> Severity {
+    if dead > threshold {
+        Severity::Action
+    } else {
+        Severity::Warning
     }
 }
 
@@ -447,6 +494,31 @@ mod tests {
         assert_eq!(stuck_severity(59.0, w), None);
         assert_eq!(stuck_severity(60.0, w), Some(Severity::Warning));
         assert_eq!(stuck_severity(120.0, w), Some(Severity::Action));
+    }
+
+    #[test]
+    fn a_long_running_job_warns_at_half_the_reapers_age() {
+        let max = Duration::from_secs(100);
+        assert_eq!(long_running_severity(49.0, max), None);
+        assert_eq!(long_running_severity(50.0, max), Some(Severity::Warning));
+        assert_eq!(long_running_severity(90.0, max), Some(Severity::Action));
+    }
+
+    #[test]
+    fn autovacuum_lags_when_dead_tuples_pass_its_threshold_and_no_vacuum_came() {
+        assert_eq!(lagging_severity(50, 50, Some(86_400.0), &t()), None);
+        assert_eq!(lagging_severity(51, 50, Some(10.0), &t()), None);
+        assert_eq!(lagging_severity(51, 50, None, &t()), None);
+        assert_eq!(
+            lagging_severity(51, 50, Some(300.0), &t()),
+            Some(Severity::Warning)
+        );
+        assert_eq!(
+            lagging_severity(51, 50, Some(3600.0), &t()),
+            Some(Severity::Action)
+        );
+        assert_eq!(autovacuum_off_severity(50, 50), Severity::Warning);
+        assert_eq!(autovacuum_off_severity(51, 50), Severity::Action);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub const PACKS: &str = "skiplock_packs_total";
 /// How long a pack took (lock to commit).
 pub const PACK_DURATION: &str = "skiplock_pack_duration_seconds";
 
+/// Enqueues through the Rust API refused because their queue was full (SK429), by queue.
+pub const ENQUEUE_REFUSED: &str = "skiplock_enqueue_refused_total";
+
 /// Buckets of the duration histograms (seconds): 1 ms to 10 min.
 pub const DURATION_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,
@@ -207,6 +210,13 @@ pub fn rescued(kind: &str, state: JobState) {
     counter!(RESCUED, "kind" => kind.to_string(), "state" => state.as_str()).increment(1);
 }
 
+/// Counts one enqueue statement into `queue` refused because the queue was at its admission
+/// limit (SK429; src/queue/admission.rs): one per refused statement, however many jobs it
+/// carried, and one per attempt of an `OnFull::Wait` enqueue that was refused.
+pub fn enqueue_refused(queue: &str) {
+    counter!(ENQUEUE_REFUSED, "queue" => queue.to_string()).increment(1);
+}
+
 /// Counts one HTTP fetch: its status code, or `None` when no response came.
 pub fn fetched(status: Option<u16>) {
     let label = match status {
@@ -277,6 +287,11 @@ fn describe() {
         "HTTP requests of the fetch workflow by status code (error: no response)."
     );
     describe_counter!(PACKS, Unit::Count, "Packs written.");
+    describe_counter!(
+        ENQUEUE_REFUSED,
+        Unit::Count,
+        "Enqueue statements of this process refused because their queue was at its admission limit (SK429), by queue."
+    );
     describe_histogram!(
         PACK_DURATION,
         Unit::Seconds,

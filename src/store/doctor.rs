@@ -22,6 +22,26 @@ pub async fn begin(pool: &Pool, timeout: Duration) -> Result<Transaction<'static
     Ok(tx)
 }
 
+/// The server process two client connections of `pool`, held at once, are answered by, if it
+/// is the same one (`sql/doctor/backend_pid.sql`): only a pooler that lends server connections
+/// per transaction does that; a direct connection or a pooler in session mode never does (a
+/// pooler with several server connections may also lend two, so `None` proves nothing). A
+/// pool of one connection cannot hold two: `None` without asking.
+pub async fn shared_backend(pool: &Pool) -> Result<Option<i32>> {
+    if pool.options().get_max_connections() < 2 {
+        return Ok(None);
+    }
+    let mut a = pool.acquire().await?;
+    let mut b = pool.acquire().await?;
+    let pa: i32 = super::query_scalar(sql!("doctor", "backend_pid"))
+        .fetch_one(&mut *a)
+        .await?;
+    let pb: i32 = super::query_scalar(sql!("doctor", "backend_pid"))
+        .fetch_one(&mut *b)
+        .await?;
+    Ok((pa == pb).then_some(pa))
+}
+
 fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -205,25 +225,88 @@ pub async fn stuck_jobs(
         .await?)
 }
 
-/// A kind no live worker handles (`sql/doctor/unhandled_kinds.sql`).
+/// A running job of a live worker that started long ago (`sql/doctor/long_running_jobs.sql`).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct UnhandledKind {
-    /// The kind.
+pub struct LongRunningJob {
+    /// Its id.
+    pub id: i64,
+    /// Its kind.
     pub kind: String,
-    /// Available jobs of it.
-    pub jobs: i64,
-    /// Seconds the oldest has been due.
-    pub oldest_seconds: f64,
+    /// Its queue.
+    pub queue: String,
+    /// The worker that claimed it.
+    pub attempted_by: Option<String>,
+    /// Seconds since it started (what the reaper judges it by).
+    pub running_seconds: f64,
+    /// Seconds since its heartbeat.
+    pub heartbeat_seconds: f64,
 }
 
-/// Kinds no worker with a heartbeat within `window` handles, at most `n`.
-pub async fn unhandled_kinds(
+/// Running jobs with a heartbeat within `window` that started more than `older_than` ago, at
+/// most `n`.
+pub async fn long_running_jobs(
     tx: &mut Transaction<'_>,
     window: Duration,
+    older_than: Duration,
     n: usize,
-) -> Result<Vec<UnhandledKind>> {
-    Ok(super::query_as(sql!("doctor", "unhandled_kinds"))
+) -> Result<Vec<LongRunningJob>> {
+    Ok(super::query_as(sql!("doctor", "long_running_jobs"))
         .bind(window.as_secs_f64())
+        .bind(older_than.as_secs_f64())
+        .bind(limit(n))
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+/// A job left waiting although its dependencies have all finished
+/// (`sql/doctor/stranded_dependents.sql`).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct StrandedDependent {
+    /// Its id.
+    pub id: i64,
+    /// Its kind.
+    pub kind: String,
+    /// Its queue.
+    pub queue: String,
+    /// How many dependencies it has.
+    pub dependencies: i64,
+    /// Seconds since it was enqueued.
+    pub waiting_seconds: f64,
+    /// Seconds since its last dependency finished (`None`: they were all deleted).
+    pub last_finished_seconds: Option<f64>,
+}
+
+/// Waiting jobs whose dependencies all finished more than `settled_after` ago, at most `n`.
+pub async fn stranded_dependents(
+    tx: &mut Transaction<'_>,
+    settled_after: Duration,
+    n: usize,
+) -> Result<Vec<StrandedDependent>> {
+    Ok(super::query_as(sql!("doctor", "stranded_dependents"))
+        .bind(settled_after.as_secs_f64())
+        .bind(limit(n))
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+/// One of skiplock's tables against autovacuum's threshold (`sql/doctor/autovacuum.sql`).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct AutovacuumTable {
+    /// The table, in schema `skiplock`.
+    pub table_name: String,
+    /// Dead tuples not yet removed.
+    pub dead_tuples: i64,
+    /// The dead tuples past which autovacuum vacuums it.
+    pub threshold: i64,
+    /// Its `autovacuum_enabled` (true unless the table turns it off).
+    pub enabled: bool,
+    /// Seconds since its latest vacuum (`None`: none recorded).
+    pub vacuumed_seconds_ago: Option<f64>,
+}
+
+/// skiplock's tables with autovacuum's threshold, most dead tuples first, at most `n`.
+pub async fn autovacuum(tx: &mut Transaction<'_>, n: usize) -> Result<Vec<AutovacuumTable>> {
+    Ok(super::query_as(sql!("doctor", "autovacuum"))
         .bind(limit(n))
         .fetch_all(&mut **tx)
         .await?)
@@ -339,6 +422,10 @@ pub struct ServerSettings {
     pub in_recovery: bool,
     /// `server_version`.
     pub server_version: String,
+    /// `autovacuum`.
+    pub autovacuum: bool,
+    /// `track_counts` (autovacuum needs it).
+    pub track_counts: bool,
 }
 
 /// The server settings.

@@ -52,7 +52,8 @@ pub async fn enqueue<'e, E: Executor<'e>>(exec: E, job: &NewJob) -> Result<Enque
         .bind((!job.depends_on.is_empty()).then_some(&job.depends_on))
         .bind(job.on_dependency_failure.as_str())
         .fetch_one(exec)
-        .await?;
+        .await
+        .map_err(|e| named(e.into()))?;
     Ok(Enqueued {
         id,
         outcome: outcome.parse().map_err(Error::Other)?,
@@ -135,7 +136,7 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
     if let Some(t) = jobs.run_at {
         crate::time::check("run_at", t)?;
     }
-    Ok(super::query_scalar(sql!("queue", "enqueue_many"))
+    super::query_scalar(sql!("queue", "enqueue_many"))
         .bind(jobs.kind)
         .bind(jobs.args)
         .bind(jobs.queue)
@@ -150,7 +151,14 @@ pub async fn enqueue_many<'e, E: Executor<'e>>(exec: E, jobs: ManyJobs<'_>) -> R
         .bind((!jobs.depends_on.is_empty()).then_some(jobs.depends_on))
         .bind(jobs.on_dependency_failure.as_str())
         .fetch_one(exec)
-        .await?)
+        .await
+        .map_err(|e| named(e.into()))
+}
+
+/// An enqueue's error, a login without `skiplock_enqueuer` named with the grant it needs
+/// ([`crate::error::missing_grant`]).
+fn named(e: Error) -> Error {
+    crate::error::missing_grant(e, "skiplock_enqueuer", None)
 }
 
 /// Holds the limit key of job `id` for `d` from the database's clock (`skiplock.hold_key`):
@@ -318,15 +326,21 @@ pub struct UnhandledKind {
     pub kind: String,
     /// How many available jobs have it.
     pub count: i64,
+    /// Seconds the oldest of them has been due.
+    pub oldest_seconds: f64,
 }
 
-/// Kinds waiting in `available` that no worker seen within `live_secs` can run.
+/// Kinds waiting in `available` that no worker seen within `live_secs` can run, at most
+/// `limit` of them (`None`: all), in kind order (`sql/queue/unhandled_kinds.sql`; `skiplock
+/// stats` and `skiplock doctor` read it).
 pub async fn unhandled_kinds<'e, E: Executor<'e>>(
     exec: E,
     live_secs: f64,
+    limit: Option<usize>,
 ) -> Result<Vec<UnhandledKind>> {
     Ok(super::query_as(sql!("queue", "unhandled_kinds"))
         .bind(live_secs)
+        .bind(limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
         .fetch_all(exec)
         .await?)
 }

@@ -149,6 +149,7 @@ impl Worker {
             metrics: crate::metrics::WorkerMetrics::default(),
             hooks: super::hooks::Hooks::new(self.job_hooks),
             settling: Arc::new(tokio::sync::Semaphore::new(1)),
+            failures: Mutex::new(Default::default()),
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
 
@@ -286,6 +287,22 @@ fn listen_pool(runtime: &Pool, settings: &QueueSettings) -> Result<Option<Pool>>
         return Ok(None);
     };
     let opts = db::session::worker_options(&db::parse_url_of("SKIPLOCK_LISTEN_URL", url)?);
+    // The same address and database as DATABASE_URL: the same transaction-mode pool, whose
+    // LISTEN would never hear a notification. Said in one line instead of listening in vain
+    // (crates/skiplock-cli/tests/worker.rs,
+    // a_listen_url_through_the_transaction_pooler_is_named_and_not_listened_on).
+    let runtime_opts = runtime.connect_options();
+    if same_endpoint(&opts, &runtime_opts) {
+        tracing::warn!(
+            poll_interval = %crate::config::format_duration(settings.poll_interval),
+            "SKIPLOCK_LISTEN_URL reaches the same address and database as DATABASE_URL, which \
+             SKIPLOCK_POOL_MODE=transaction says is a pooler in transaction mode: a LISTEN there \
+             never hears a notification, so there is none; point SKIPLOCK_LISTEN_URL at the \
+             server itself (or a session-mode pool); new jobs are found by polling every \
+             SKIPLOCK_POLL_INTERVAL"
+        );
+        return Ok(None);
+    }
     let limits = settings.session_limits();
     let timeout = db::session::HANDLER_ACQUIRE_TIMEOUT;
     Ok(Some(db::session::worker_pool(
@@ -295,6 +312,17 @@ fn listen_pool(runtime: &Pool, settings: &QueueSettings) -> Result<Option<Pool>>
         1,
         timeout,
     )))
+}
+
+/// Whether two connect options reach the same host, port and database (a pooler's pool is
+/// one database alias on one address).
+fn same_endpoint(
+    a: &sqlx::postgres::PgConnectOptions,
+    b: &sqlx::postgres::PgConnectOptions,
+) -> bool {
+    a.get_host() == b.get_host()
+        && a.get_port() == b.get_port()
+        && a.get_database() == b.get_database()
 }
 
 /// The longest a starting worker waits for its listener's connection (a database that went
@@ -478,6 +506,15 @@ impl Started {
         }
         if self.owns_runtime_pool {
             let _ = tokio::time::timeout(Duration::from_secs(5), self.runtime_pool.close()).await;
+        }
+        // The failures summed since their kind's line, said before the last line.
+        let unsaid = shared
+            .failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain();
+        for (kind, more, last_error) in unsaid {
+            super::failure_log::summary(&kind, more, &last_error);
         }
         tracing::info!(worker = %self.id, "worker stopped");
         let moved = shared

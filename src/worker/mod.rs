@@ -30,6 +30,7 @@ mod builder;
 pub mod builtin;
 pub(crate) mod cursor;
 pub(crate) mod db_clock;
+pub(crate) mod failure_log;
 internal_mod!(executor);
 pub mod hooks;
 internal_mod!(faults);
@@ -128,6 +129,8 @@ pub(crate) struct Shared {
     /// settle hints heard (`hints`): each holds a connection of the runtime's pool, which the
     /// claims, acks and heartbeats need.
     pub settling: Arc<tokio::sync::Semaphore>,
+    /// Handler failures summarised per kind ([`failure_log`]).
+    pub failures: Mutex<failure_log::FailureLog>,
 }
 
 impl Shared {

@@ -1006,8 +1006,23 @@ fn spawn_job(
             Attempt::Returned(Ok(_)) => {}
             Attempt::Suspended(until) => tracing::debug!(job.id = job.id, job.kind = %job.kind,
                 job.attempt = job.attempt, %until, "job sleeps (docs/steps.md)"),
-            Attempt::Returned(Err(e)) => tracing::warn!(job.id = job.id, job.kind = %job.kind,
-                job.attempt = job.attempt, error = %e.message, "job failed"),
+            Attempt::Returned(Err(e)) => {
+                // The first failure of a kind in full, the rest summed (worker::failure_log).
+                let say = sh
+                    .failures
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .record(&job.kind, Instant::now(), &e.message);
+                if let super::failure_log::Say::SummaryThenFull { more, last_error } = &say {
+                    super::failure_log::summary(&job.kind, *more, last_error);
+                }
+                if say != super::failure_log::Say::Nothing {
+                    tracing::warn!(job.id = job.id, job.kind = %job.kind,
+                        job.attempt = job.attempt, error = %e.message,
+                        "job failed (more failures of its kind within {}s are summed into one line)",
+                        super::failure_log::WINDOW.as_secs());
+                }
+            }
             other => tracing::warn!(job.id = job.id, job.kind = %job.kind,
                 job.attempt = job.attempt, outcome = ?other, "job did not finish normally"),
         }

@@ -27,8 +27,13 @@ pub(crate) fn held(shared: &Shared) -> Vec<i64> {
         .collect()
 }
 
+/// Job ids a summary line names at most; the count says how many there were.
+pub(crate) const IDS_SHOWN: usize = 20;
+
 /// Puts back the jobs `shared` claimed but does not hold, of `queue` (or of every queue),
-/// logging each.
+/// logged as one line with their count (a stop that returns a full buffer wrote one WARN per
+/// job): at INFO when they went back with their attempt given back (a graceful stop, a batch
+/// after a producer failure: nothing lost), at WARN when the attempt was used up.
 pub(crate) async fn unstarted(
     shared: &Shared,
     queue: Option<&str>,
@@ -44,10 +49,23 @@ pub(crate) async fn unstarted(
         reason,
     };
     let rows = release_unstarted(&shared.pool, p).await?;
-    for r in &rows {
-        tracing::warn!(job.id = r.id, new_state = %r.state, "returned a job this worker claimed but never started: {reason}");
+    if rows.is_empty() {
+        return Ok(0);
     }
-    Ok(rows.len())
+    let n = rows.len();
+    let available = rows
+        .iter()
+        .filter(|r| r.state == crate::queue::JobState::Available)
+        .count();
+    let ids: Vec<i64> = rows.iter().take(IDS_SHOWN).map(|r| r.id).collect();
+    if count_attempt {
+        tracing::warn!(jobs = n, available, discarded = n - available, job.ids = ?ids,
+            "returned {n} job(s) this worker claimed but never started, their attempt used up: {reason}");
+    } else {
+        tracing::info!(jobs = n, available, job.ids = ?ids,
+            "returned {n} job(s) this worker claimed but never started: {reason}");
+    }
+    Ok(n)
 }
 
 #[cfg(test)]

@@ -39,11 +39,22 @@ pub(crate) async fn finish_running(shared: &Shared) {
             })
             .collect()
     };
-    for (id, attempt) in leftovers {
+    // One line for all of them, with their count (tests/runtime.rs,
+    // a_stop_returns_its_claimed_ahead_jobs_in_one_line).
+    if !leftovers.is_empty() {
+        let ids: Vec<i64> = leftovers
+            .iter()
+            .take(super::release::IDS_SHOWN)
+            .map(|(id, _)| *id)
+            .collect();
         tracing::warn!(
-            job.id = id,
-            "grace period over; returning the job to the queue"
+            jobs = leftovers.len(),
+            job.ids = ?ids,
+            "grace period over; returning {} running job(s) to the queue",
+            leftovers.len()
         );
+    }
+    for (id, attempt) in leftovers {
         let policy = RetryPolicy {
             unit: shared.settings.backoff_unit,
             max: shared.settings.backoff_max,

@@ -38,8 +38,12 @@ pub(crate) async fn start(
             let both = [runtime.pg(), handlers.pg()];
             let (probed, ()) = tokio::join!(hosts::point(&both), warm(runtime, handlers));
             probed?;
-            schema::ensure_ready(runtime).await?;
-            worker_upsert(runtime, info).await?;
+            // A login without the worker's role is named with the grant it needs.
+            let opts = runtime.connect_options();
+            let grant =
+                |e| crate::error::missing_grant(e, "skiplock_worker", opts.get_username().into());
+            schema::ensure_ready(runtime).await.map_err(grant)?;
+            worker_upsert(runtime, info).await.map_err(grant)?;
             while hooks_done < hooks.len() {
                 hooks[hooks_done](handlers.clone()).await?;
                 hooks_done += 1;

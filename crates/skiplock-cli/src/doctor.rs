@@ -49,6 +49,10 @@ pub async fn run(url: Option<&str>, a: DoctorArgs) -> anyhow::Result<()> {
         warn_age: a.warn_age,
         action_age: a.action_age,
         rescue_after: config::env_duration("SKIPLOCK_RESCUE_AFTER", config::DEFAULT_RESCUE_AFTER)?,
+        reaper_max_age: config::env_duration(
+            "SKIPLOCK_REAPER_MAX_AGE",
+            skiplock::maintenance::reaper::DEFAULT_MAX_AGE,
+        )?,
         statement_timeout: a.statement_timeout,
         limit: a.limit,
     };

@@ -525,7 +525,7 @@ pub struct StatsArgs {
 pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
     let pool = connect_migrated(url).await?;
     let rows = jobs::queue_stats(&pool).await?;
-    let unhandled = jobs::unhandled_kinds(&pool, 120.0).await?;
+    let unhandled = jobs::unhandled_kinds(&pool, 120.0, None).await?;
     let workers = jobs::live_workers(&pool, 120.0).await?;
     let control: Vec<_> = skiplock::store::control::list(&pool)
         .await?

@@ -382,3 +382,189 @@ impl OperatorLogin {
         OperatorLogin { url: u.to_string() }
     }
 }
+
+// The checks below read only the test's own database's rows (jobs, flows, tables), so they
+// run on the shared test server: its other sessions may add findings of their own, and the
+// tests look only at the checks they are about.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_the_reaper_will_discard_although_its_worker_is_live_is_named() {
+    let db = TestDb::new().await;
+    let pg: &PgPool = &db.pool;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('report.build', '{}')
+         UNION ALL SELECT skiplock.enqueue('report.quick', '{}')",
+    )
+    .fetch_all(pg)
+    .await
+    .unwrap();
+    // Both running with a fresh heartbeat; one started 30 hours ago, the other a minute ago.
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'running', attempt = 1, attempted_by = 'host-1:live',
+                attempted_at = now() - CASE WHEN id = $1 THEN interval '30 hours' ELSE interval '1 minute' END,
+                heartbeat_at = now()",
+    )
+    .bind(ids[0])
+    .execute(pg)
+    .await
+    .unwrap();
+
+    // The reaper's default age is 48h: past half of it, a warning.
+    let (_, report) = doctor_json(&db.url, &[]);
+    let long = findings(&report, "long_running_job");
+    assert_eq!(long.len(), 1, "{report:#}");
+    assert_eq!(long[0]["severity"], "warning");
+    assert_eq!(evidence(long[0], "job"), Some(ids[0].to_string()));
+    assert_eq!(evidence(long[0], "worker").as_deref(), Some("host-1:live"));
+    assert_eq!(
+        evidence(long[0], "SKIPLOCK_REAPER_MAX_AGE").as_deref(),
+        Some("2d 0h")
+    );
+    assert!(findings(&report, "stuck_job").is_empty(), "{report:#}");
+
+    // With the workers' SKIPLOCK_REAPER_MAX_AGE of 24h the reaper takes it at its next run.
+    let o = cmd(&db.url)
+        .args(["doctor", "--json"])
+        .env("SKIPLOCK_REAPER_MAX_AGE", "24h")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let long = findings(&report, "long_running_job");
+    assert_eq!(long.len(), 1, "{report:#}");
+    assert_eq!(long[0]["severity"], "action");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        long[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("SKIPLOCK_REAPER_MAX_AGE")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependent_left_waiting_after_its_dependencies_finished_is_named() {
+    let db = TestDb::new().await;
+    let pg: &PgPool = &db.pool;
+    let parents: Vec<i64> = sqlx::query_scalar(
+        "SELECT skiplock.enqueue('flow.parent', '{}') FROM generate_series(1, 3)",
+    )
+    .fetch_all(pg)
+    .await
+    .unwrap();
+    let stranded: i64 =
+        sqlx::query_scalar("SELECT skiplock.enqueue('flow.child', '{}', depends_on => $1)")
+            .bind(&parents[..2])
+            .fetch_one(pg)
+            .await
+            .unwrap();
+    let still: i64 =
+        sqlx::query_scalar("SELECT skiplock.enqueue('flow.child', '{}', depends_on => $1)")
+            .bind(&parents[1..])
+            .fetch_one(pg)
+            .await
+            .unwrap();
+    // The first two parents finished ten minutes ago by a plain UPDATE (as from psql: no ack
+    // settled their edges), and no worker runs the sweep. The third still waits to run.
+    sqlx::query(
+        "UPDATE skiplock.jobs SET state = 'completed', finalized_at = now() - interval '10 minutes'
+         WHERE id = ANY($1)",
+    )
+    .bind(&parents[..2])
+    .execute(pg)
+    .await
+    .unwrap();
+
+    let (_, report) = doctor_json(&db.url, &[]);
+    let found = findings(&report, "stranded_dependent");
+    assert_eq!(found.len(), 1, "{report:#}");
+    assert_eq!(evidence(found[0], "job"), Some(stranded.to_string()));
+    assert_eq!(evidence(found[0], "dependencies").as_deref(), Some("2"));
+    assert_eq!(found[0]["severity"], "warning");
+    assert!(
+        found[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("skiplock.settle_dependencies()")
+    );
+    let _ = still;
+
+    // The fix it names releases the job, and the finding goes.
+    sqlx::query("SELECT skiplock.settle_dependencies()")
+        .execute(pg)
+        .await
+        .unwrap();
+    assert_eq!(state_of(&db, stranded).await, "available");
+    let (_, report) = doctor_json(&db.url, &[]);
+    assert!(
+        findings(&report, "stranded_dependent").is_empty(),
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_autovacuum_does_not_vacuum_is_named_with_its_setting() {
+    let db = TestDb::new().await;
+    let pg: &PgPool = &db.pool;
+    sqlx::query("ALTER TABLE skiplock.jobs SET (autovacuum_enabled = false)")
+        .execute(pg)
+        .await
+        .unwrap();
+    enqueue_noops(&db.pool, 300).await;
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("DELETE FROM skiplock.jobs")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // The deleting session reports its counts when it is next idle; made now.
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    wait_for(
+        "the dead tuples counted",
+        Duration::from_secs(60),
+        || async {
+            let dead: i64 = sqlx::query_scalar(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs'::regclass",
+        )
+        .fetch_one(pg)
+        .await
+        .unwrap();
+            (dead >= 300).then_some(())
+        },
+    )
+    .await;
+
+    let (code, report) = doctor_json(&db.url, &[]);
+    let off: Vec<_> = findings(&report, "autovacuum_off")
+        .into_iter()
+        .filter(|f| evidence(f, "table").as_deref() == Some("skiplock.jobs"))
+        .collect();
+    assert_eq!(off.len(), 1, "{report:#}");
+    assert_eq!(off[0]["severity"], "action");
+    assert_eq!(code, 2);
+    let dead: i64 = evidence(off[0], "dead tuples").unwrap().parse().unwrap();
+    let threshold: i64 = evidence(off[0], "autovacuum threshold")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(dead >= 300 && threshold < dead, "{report:#}");
+    // The setting in force is named: the server's (`autovacuum = off`, as on some test
+    // servers) or else the table's own.
+    let setting = evidence(off[0], "setting").unwrap();
+    let server_on: bool = sqlx::query_scalar("SELECT current_setting('autovacuum')::bool")
+        .fetch_one(pg)
+        .await
+        .unwrap();
+    if server_on {
+        assert_eq!(setting, "autovacuum_enabled = false on skiplock.jobs");
+        assert!(
+            off[0]["fix"]
+                .as_str()
+                .unwrap()
+                .contains("ALTER TABLE skiplock.jobs RESET (autovacuum_enabled)")
+        );
+    } else {
+        assert_eq!(setting, "autovacuum = off");
+    }
+}

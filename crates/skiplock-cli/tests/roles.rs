@@ -632,3 +632,40 @@ async fn a_login_without_grants_hears_no_job_finish() {
         .unwrap();
     assert_eq!(n.payload(), id.to_string());
 }
+
+/// A login without the role its statements need is told, in one line, which role to grant
+/// to it (docs/roles.md): a worker run as an enqueuer's login, and an enqueue through the
+/// Rust API by a login holding no role.
+#[tokio::test]
+async fn a_login_without_its_role_is_told_the_grant_to_give() {
+    let db = TestDb::new().await;
+    let enqueuer = LoginRole::new(&db, "skiplock_enqueuer").await;
+    let out = cmd(&enqueuer.url(&db))
+        .args(["worker", "--exit-when-idle"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let named: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(&format!("GRANT skiplock_worker TO {};", enqueuer.name)))
+        .collect();
+    assert_eq!(named.len(), 1, "{err}");
+    assert!(named[0].contains("permission denied"), "{err}");
+
+    let nobody = LoginRole::new(&db, "").await;
+    let pool: skiplock::Pool = nobody.pool(&db).await.into();
+    let e = skiplock::enqueue_job(&pool, &skiplock::queue::NewJob::new("noop", json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, skiplock::Error::MissingGrant { role, .. } if role == "skiplock_enqueuer"),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .contains("GRANT skiplock_enqueuer TO <login>;"),
+        "{e}"
+    );
+}

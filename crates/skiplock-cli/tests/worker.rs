@@ -199,10 +199,48 @@ async fn a_huge_error_is_stored_and_logged_capped_on_every_attempt() {
             "{msg:.100}"
         );
     }
+    // The kind's first failure in full, the next two summed into one line (with the latest
+    // error, capped as well) when the worker stops (src/worker/failure_log.rs).
     let failed: Vec<&str> = log.lines().filter(|l| l.contains("job failed")).collect();
-    assert_eq!(failed.len(), 3, "{:.2000}", log);
+    assert_eq!(failed.len(), 1, "{:.2000}", log);
+    let summed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("more job(s) of kind"))
+        .collect();
+    assert_eq!(summed.len(), 1, "{:.2000}", log);
+    assert!(summed[0].contains("\"failures\":2"), "{:.2000}", summed[0]);
     for l in log.lines() {
         // The capped message plus the line's other fields (JSON escapes é as itself).
         assert!(l.len() <= CAP + 1024, "a log line of {} bytes", l.len());
     }
+}
+
+/// `SKIPLOCK_LISTEN_URL` set to the same address and database as a `DATABASE_URL` that
+/// `SKIPLOCK_POOL_MODE=transaction` says is a transaction-mode pool: a LISTEN there would
+/// never hear, so the worker says so in one line naming the setting and polls (here against
+/// the server itself, which serves transaction mode as well).
+#[tokio::test]
+async fn a_listen_url_through_the_transaction_pooler_is_named_and_not_listened_on() {
+    let db = TestDb::new().await;
+    enqueue_noops(&db.pool, 5).await;
+    let out = cmd(&db.url)
+        .args(["worker", "--exit-when-idle"])
+        .env("SKIPLOCK_POOL_MODE", "transaction")
+        .env("SKIPLOCK_LISTEN_URL", &db.url)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let named: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("SKIPLOCK_LISTEN_URL"))
+        .collect();
+    assert_eq!(named.len(), 1, "{err}");
+    assert!(
+        named[0].contains("reaches the same address and database as DATABASE_URL"),
+        "{err}"
+    );
+    assert_eq!(count_state(&db.pool, "completed").await, 5);
 }

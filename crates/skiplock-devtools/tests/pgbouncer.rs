@@ -445,3 +445,68 @@ async fn a_session_mode_worker_behind_a_transaction_pooler_exits_naming_skiplock
         "only the one line quotes the server's answer:\n{log}"
     );
 }
+
+/// `skiplock doctor` through PgBouncer in transaction mode, left in session mode (no
+/// `SKIPLOCK_POOL_MODE`): one finding, `pool_mode`, naming the setting, exit 2; with
+/// `SKIPLOCK_POOL_MODE=transaction`, or through PgBouncer in session mode, none
+/// (docs/operations.md, "Keeping the database healthy").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_names_skiplock_pool_mode_behind_a_transaction_pooler() {
+    let Some(bin) = pgbouncer_bin() else { return };
+    let db = TestDb::new().await;
+    let doctor = |url: &str, env: &[(&str, &str)]| -> (Option<i32>, serde_json::Value) {
+        let out = Command::new(self::bin())
+            .args(["doctor", "--json"])
+            .env("DATABASE_URL", url)
+            .env_remove("SKIPLOCK_POOL_MODE")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run skiplock doctor");
+        let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "no JSON ({e}): {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out.status.code(), report)
+    };
+    let pool_mode = |report: &serde_json::Value| -> Vec<serde_json::Value> {
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["check"] == "pool_mode")
+            .cloned()
+            .collect()
+    };
+
+    let bouncer = start(&bin, "transaction", "* = host=127.0.0.1 port=5432", 1).await;
+    let url = bouncer.url(&db.url).unwrap();
+    let (code, report) = doctor(&url, &[]);
+    let found = pool_mode(&report);
+    assert_eq!(found.len(), 1, "{report:#}");
+    assert_eq!(found[0]["severity"], "action");
+    assert!(
+        found[0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("SKIPLOCK_POOL_MODE"),
+        "{report:#}"
+    );
+    assert!(
+        found[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("SKIPLOCK_POOL_MODE=transaction")
+    );
+    assert_eq!(code, Some(2));
+    let (_, report) = doctor(&url, &[("SKIPLOCK_POOL_MODE", "transaction")]);
+    assert!(pool_mode(&report).is_empty(), "{report:#}");
+    drop(bouncer);
+
+    let bouncer = start(&bin, "session", "* = host=127.0.0.1 port=5432", 4).await;
+    let (_, report) = doctor(&bouncer.url(&db.url).unwrap(), &[]);
+    assert!(pool_mode(&report).is_empty(), "{report:#}");
+}
