@@ -10,7 +10,7 @@
 //!   `sql/packets/start.sql`. A module is an entity or a service, so names within it read as
 //!   verbs (`packets::start`, `jobs::cancel_job`), with `_many` when the statement takes
 //!   arrays (`heartbeat_many`, `ack_many`). Areas: `queue` ([`jobs`], [`claim`], [`ack`],
-//!   [`heartbeat`], [`rescue`]), `maintenance`, `fetch`, `pack`, `packets`, [`metrics`]
+//!   [`heartbeat`], [`rescue`]), [`bulk`] (cancel and retry a filtered set), `maintenance`, `fetch`, `pack`, `packets`, [`metrics`]
 //!   (what a scrape reads), `schema`. (The dev tools' statements, `bench` and `chaos`, are in
 //!   the binary's modules of those names: they are not part of the library.)
 //! - **Typed in, typed out.** More than about three parameters come as a struct; every row is
@@ -27,6 +27,7 @@
 //!   checks that version at start ([`schema::ensure_ready`]).
 
 pub mod ack;
+pub mod bulk;
 pub mod claim;
 pub mod control;
 pub mod doctor;

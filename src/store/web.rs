@@ -9,50 +9,13 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 pub use super::Pool;
 
-use crate::error::{Error, Result};
-use crate::queue::{JobRow, JobState};
+use crate::error::Result;
+use crate::queue::JobRow;
 
-/// A SQL API refusal (`RAISE EXCEPTION 'skiplock: …'`) or a missing privilege becomes
-/// [`Error::Invalid`] with the database's own words (written for people); anything else
-/// stays a database error.
-fn refusal(e: sqlx::Error) -> Error {
-    if let sqlx::Error::Database(d) = &e {
-        let m = d.message();
-        if let Some(rest) = m.strip_prefix("skiplock: ") {
-            return Error::Invalid(rest.to_string());
-        }
-        if d.code().as_deref() == Some("42501") {
-            return Error::Invalid(m.to_string());
-        }
-    }
-    Error::Database(e)
-}
-
-/// A job state bound as `skiplock.job_state` itself, not as text: a text parameter cast in
-/// SQL (`$1::skiplock.job_state`) goes through `enum_in`, which is only STABLE, so even a
-/// custom plan cannot fold it into a constant, and `state = 'available'` would not match the
-/// partial index of available rows (a full scan instead of a few index pages).
-#[derive(Debug, Clone, Copy)]
-struct StateParam(JobState);
-
-impl sqlx::Type<sqlx::Postgres> for StateParam {
-    fn type_info() -> sqlx::postgres::PgTypeInfo {
-        sqlx::postgres::PgTypeInfo::with_name("skiplock.job_state")
-    }
-}
-
-impl sqlx::Encode<'_, sqlx::Postgres> for StateParam {
-    fn encode_by_ref(
-        &self,
-        buf: &mut sqlx::postgres::PgArgumentBuffer,
-    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-        <&str as sqlx::Encode<sqlx::Postgres>>::encode_by_ref(&self.0.as_str(), buf)
-    }
-}
-
-fn state_param(f: &JobFilter) -> Option<StateParam> {
-    f.state.map(StateParam)
-}
+// The bulk Retry / Cancel and their filter are the core's (`admin::retry_jobs`/`cancel_jobs`
+// run them too), named here as the job list's page uses them.
+use super::bulk::{refusal, state_param};
+pub use super::bulk::{JobFilter, cancel_jobs, retry_jobs};
 
 /// One queue's line on the overview, or the line adding up the queues past the first N.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -154,25 +117,6 @@ pub async fn live_workers(pool: &Pool, live_secs: f64) -> Result<Vec<LiveWorker>
             .await?,
     )
 }
-
-/// The job list's filter (each `None`: any). `search` is a plain substring looked for in
-/// args and errors, ignoring case (`skiplock._job_matches`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JobFilter {
-    /// Only this state.
-    pub state: Option<JobState>,
-    /// Only this kind.
-    pub kind: Option<String>,
-    /// Only this queue.
-    pub queue: Option<String>,
-    /// Only jobs whose args or errors contain this.
-    pub search: Option<String>,
-    /// Only jobs with this tag.
-    pub tag: Option<String>,
-    /// Only jobs whose meta contains this JSON object (jsonb `@>`).
-    pub meta: Option<serde_json::Value>,
-}
-
 /// A job on the list (args and last error cut short).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobLine {
@@ -307,35 +251,6 @@ pub async fn cancel_job(pool: &Pool, id: i64) -> Result<()> {
     Ok(())
 }
 
-/// Retry the filtered finished jobs, at most `max_rows` (`skiplock.retry_jobs`); how many.
-pub async fn retry_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i64> {
-    super::query_scalar(include_str!("../../sql/web/retry_jobs.sql"))
-        .bind(state_param(f))
-        .bind(&f.kind)
-        .bind(&f.queue)
-        .bind(&f.search)
-        .bind(max_rows)
-        .bind(&f.tag)
-        .bind(&f.meta)
-        .fetch_one(pool)
-        .await
-        .map_err(refusal)
-}
-
-/// Cancel the filtered unfinished jobs, at most `max_rows` (`skiplock.cancel_jobs`); how many.
-pub async fn cancel_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i64> {
-    super::query_scalar(include_str!("../../sql/web/cancel_jobs.sql"))
-        .bind(state_param(f))
-        .bind(&f.kind)
-        .bind(&f.queue)
-        .bind(&f.search)
-        .bind(max_rows)
-        .bind(&f.tag)
-        .bind(&f.meta)
-        .fetch_one(pool)
-        .await
-        .map_err(refusal)
-}
 
 /// A packet on the board.
 #[derive(Debug, Clone, sqlx::FromRow)]
