@@ -50,11 +50,12 @@ pub mod session;
 pub mod steps;
 pub(crate) mod testing;
 pub mod types;
-pub mod web;
 
 pub mod pool;
 pub use pool::{Pool, PoolMode};
-pub(crate) use pool::{query, query_as, query_scalar};
+// Public (with `internals`) for the statements of crates/skiplock-console, which run as the
+// core's do (unnamed in transaction mode).
+pub use pool::{query, query_as, query_scalar};
 /// A transaction on the skiplock database.
 pub type Transaction<'c> = sqlx::Transaction<'c, sqlx::Postgres>;
 /// Anything a statement can run on: `&Pool`, `&mut *tx`, `&mut Connection`.

@@ -216,12 +216,12 @@ async fn a_worker_behind_pgbouncer_in_transaction_mode_drains_10000_jobs() {
             .await
             .unwrap();
     assert!(
-        !skiplock::store::web::queue_counts(&console, 10)
+        !skiplock_console::store::web::queue_counts(&console, 10)
             .await
             .unwrap()
             .is_empty()
     );
-    let job = skiplock::store::web::job(&console, id.parse().unwrap())
+    let job = skiplock_console::store::web::job(&console, id.parse().unwrap())
         .await
         .unwrap()
         .expect("the job, read through the console's pool");

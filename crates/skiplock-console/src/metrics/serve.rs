@@ -156,15 +156,41 @@ pub fn scrape_pool(pool: &Pool, limits: crate::db::session::SessionLimits) -> Po
     crate::db::session::worker_pool(opts, limits, pool.mode(), 1, SCRAPE_TIMEOUT)
 }
 
-/// Installs the recorder and serves a worker's endpoint on `listen` until `stop`: checks the
-/// address ([`listen_decision`]), binds it (so a bad address fails before the worker
-/// starts), and returns the bound address and the server task.
+/// A worker's endpoint's settings, as values: the `skiplock` command reads them from the
+/// environment (crates/skiplock-cli/src/worker.rs, the settings named beside each field).
+#[derive(Debug, Clone)]
+pub struct EndpointSettings {
+    /// The address to listen on ([`LISTEN_SETTING`]).
+    pub listen: String,
+    /// Whether a non-loopback address may be used ([`ALLOW_REMOTE_SETTING`]).
+    pub allow_remote: bool,
+    /// Names the endpoint answers for besides its address's
+    /// ([`crate::web::hosts::METRICS_HOSTS_SETTING`], [`crate::web::hosts::parse_hosts`]).
+    pub extra_hosts: Vec<String>,
+    /// The longest a scraper may take to send a request's headers ([`READ_TIMEOUT_SETTING`],
+    /// default [`crate::web::server::DEFAULT_READ_TIMEOUT`]).
+    pub read_timeout: Duration,
+    /// Queues listed one by one in a scrape ([`crate::web::TOP_QUEUES_SETTING`], default
+    /// [`crate::web::DEFAULT_TOP_QUEUES`]).
+    pub top_queues: usize,
+}
+
+/// Installs the recorder and serves a worker's endpoint on `settings.listen` until `stop`:
+/// checks the address ([`listen_decision`]), binds it (so a bad address fails before the
+/// worker starts), and returns the bound address and the server task.
 pub async fn start(
-    listen: &str,
-    allow_remote: bool,
+    settings: EndpointSettings,
     scrape_pool: Pool,
     stop: CancellationToken,
 ) -> Result<(SocketAddr, JoinHandle<()>)> {
+    let EndpointSettings {
+        listen,
+        allow_remote,
+        extra_hosts,
+        read_timeout,
+        top_queues: top,
+    } = settings;
+    let listen = listen.as_str();
     let invalid = |m: String| Error::config(LISTEN_SETTING, m);
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host(listen)
         .await
@@ -172,17 +198,6 @@ pub async fn start(
         .collect();
     listen_decision(listen, &addrs, allow_remote).map_err(invalid)?;
     let hosts_setting = crate::web::hosts::METRICS_HOSTS_SETTING;
-    let extra_hosts =
-        crate::web::hosts::parse_hosts(&crate::config::env_opt(hosts_setting).unwrap_or_default())
-            .map_err(|m| Error::config(hosts_setting, m))?;
-    let read_timeout = crate::config::env_duration(
-        READ_TIMEOUT_SETTING,
-        crate::web::server::DEFAULT_READ_TIMEOUT,
-    )?;
-    let top = crate::config::env_usize(
-        crate::web::TOP_QUEUES_SETTING,
-        crate::web::DEFAULT_TOP_QUEUES,
-    )?;
     let listener = tokio::net::TcpListener::bind(addrs[0])
         .await
         .map_err(|e| invalid(format!("cannot listen on {}: {e}", addrs[0])))?;

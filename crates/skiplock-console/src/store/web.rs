@@ -5,17 +5,17 @@
 //! on any table (the `skiplock_operator` role, `sql/api/90_roles.sql`) and every rule the
 //! CLI and SQL obey holds here too.
 
+pub use super::Pool;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-pub use super::Pool;
 
 use crate::error::Result;
 use crate::queue::JobRow;
 
 // The bulk Retry / Cancel and their filter are the core's (`admin::retry_jobs`/`cancel_jobs`
 // run them too), named here as the job list's page uses them.
-use super::bulk::{refusal, state_param};
 pub use super::bulk::{JobFilter, cancel_jobs, retry_jobs};
+use super::bulk::{refusal, state_param};
 
 /// One queue's line on the overview, or the line adding up the queues past the first N.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -78,9 +78,11 @@ pub struct MinuteCount {
 
 /// Completed and discarded jobs per minute, the last 60 minutes, oldest first.
 pub async fn throughput(pool: &Pool) -> Result<Vec<MinuteCount>> {
-    Ok(super::query_as(include_str!("../../sql/web/throughput.sql"))
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        super::query_as(include_str!("../../sql/web/throughput.sql"))
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// A worker process with a recent heartbeat.
@@ -161,12 +163,7 @@ pub enum Page {
 }
 
 /// One page of the filtered jobs, newest first, at most `limit` rows.
-pub async fn jobs_page(
-    pool: &Pool,
-    f: &JobFilter,
-    page: Page,
-    limit: i64,
-) -> Result<Vec<JobLine>> {
+pub async fn jobs_page(pool: &Pool, f: &JobFilter, page: Page, limit: i64) -> Result<Vec<JobLine>> {
     let state = state_param(f);
     match page {
         Page::First | Page::Older(_) => {
@@ -174,17 +171,19 @@ pub async fn jobs_page(
                 Page::Older(id) => Some(id),
                 _ => None,
             };
-            Ok(super::query_as(include_str!("../../sql/web/jobs_older.sql"))
-                .bind(state)
-                .bind(&f.kind)
-                .bind(&f.queue)
-                .bind(&f.search)
-                .bind(before)
-                .bind(limit)
-                .bind(&f.tag)
-                .bind(&f.meta)
-                .fetch_all(pool)
-                .await?)
+            Ok(
+                super::query_as(include_str!("../../sql/web/jobs_older.sql"))
+                    .bind(state)
+                    .bind(&f.kind)
+                    .bind(&f.queue)
+                    .bind(&f.search)
+                    .bind(before)
+                    .bind(limit)
+                    .bind(&f.tag)
+                    .bind(&f.meta)
+                    .fetch_all(pool)
+                    .await?,
+            )
         }
         Page::Newer(after) => {
             let mut rows: Vec<JobLine> =
@@ -250,7 +249,6 @@ pub async fn cancel_job(pool: &Pool, id: i64) -> Result<()> {
         .map_err(refusal)?;
     Ok(())
 }
-
 
 /// A packet on the board.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -475,12 +473,14 @@ pub async fn host_pages(
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<PageLine>> {
-    Ok(super::query_as(include_str!("../../sql/web/host_pages.sql"))
-        .bind(host)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        super::query_as(include_str!("../../sql/web/host_pages.sql"))
+            .bind(host)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// A host's last pack and pending timer.
