@@ -34,7 +34,7 @@ static UNNAMED: AtomicBool = AtomicBool::new(false);
 /// Makes every statement of this process unnamed from now on ([`UNNAMED`]): called before a
 /// transaction-mode pool opens its first connection, whose set-up statements must be unnamed
 /// already.
-pub(crate) fn expect_transaction_pooling() {
+pub fn expect_transaction_pooling() {
     UNNAMED.store(true, Ordering::Relaxed);
 }
 

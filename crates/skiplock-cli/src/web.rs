@@ -61,7 +61,7 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
     // The address first: a refused --listen must not wait on the database.
     let addr = web::resolve_listen(&a.listen, any_token).await?;
     let db_url = config::database_url(url)?;
-    let pool = skiplock::db::console::connect(
+    let pool = skiplock_console::db::console::connect(
         &db_url,
         connections as u32,
         statement_timeout,

@@ -9,6 +9,7 @@
 //! - [`metrics`]: the Prometheus recorder of the worker's series (`skiplock::metrics`), the
 //!   database's part of a scrape and a worker's `/metrics` endpoint, whose settings come in
 //!   as values ([`metrics::serve::EndpointSettings`]; the `skiplock` command reads them).
+//! - [`db`]: the console's connections ([`db::console::connect`]).
 //! - [`store`]: the console's statements (`sql/web/`); changes go through the SQL API, the
 //!   bulk ones through the core's (`skiplock::admin::cancel_jobs`/`retry_jobs`).
 //!
@@ -18,8 +19,9 @@
 
 // The core's modules, under the names the console's files have used since they were part of
 // the core (`crate::queue::JobState`, `crate::db::outage`, ...).
-use skiplock::{Error, db, error, queue, redact, text, time, workflows};
+use skiplock::{Error, config, error, queue, redact, text, time, workflows};
 
+pub mod db;
 pub mod metrics;
 pub mod store;
 pub mod web;
