@@ -10,9 +10,10 @@
 //!   `sql/packets/start.sql`. A module is an entity or a service, so names within it read as
 //!   verbs (`packets::start`, `jobs::cancel_job`), with `_many` when the statement takes
 //!   arrays (`heartbeat_many`, `ack_many`). Areas: `queue` ([`jobs`], [`claim`], [`ack`],
-//!   [`heartbeat`], [`rescue`]), [`bulk`] (cancel and retry a filtered set), `maintenance`, `fetch`, `pack`, `packets`, [`metrics`]
-//!   (what a scrape reads), `schema`. (The dev tools' statements, `bench` and `chaos`, are in
-//!   the binary's modules of those names: they are not part of the library.)
+//!   [`heartbeat`], [`rescue`]), [`bulk`] (cancel and retry a filtered set), `maintenance`,
+//!   `fetch`, `pack`, `packets`, [`metrics`] (what a scrape reads), `schema`. (The dev tools'
+//!   statements are crates/skiplock-devtools', the console's crates/skiplock-console's: they
+//!   are not part of the library.)
 //! - **Typed in, typed out.** More than about three parameters come as a struct; every row is
 //!   a named `FromRow` struct (no tuples); states are enums mapped to the database's enum
 //!   types ([`types`]); times are read through [`time::DbTime`] so no stored value can panic.
