@@ -4,8 +4,8 @@
 //!
 //! - The Prometheus exporter is the crate skiplock-console's (`skiplock_console::metrics`):
 //!   `skiplock worker` with `SKIPLOCK_METRICS_LISTEN` installs its recorder and serves
-//!   `/metrics`, the process's counters and histograms, then the database's view
-//!   ([`crate::store::metrics`] reads it); `skiplock web` serves the database's view only,
+//!   `/metrics`, the process's counters and histograms, then the database's view (the
+//!   store's `metrics` statements read it); `skiplock web` serves the database's view only,
 //!   behind the console's auth (the console runs no jobs).
 //!
 //! The hot path only touches pre-registered handles: a job's series are looked up once

@@ -230,7 +230,7 @@ pub async fn job(pool: &Pool, id: i64) -> Result<Option<JobRow>> {
         .await?)
 }
 
-/// Retry one job (`skiplock.retry`); a refusal is [`Error::Invalid`].
+/// Retry one job (`skiplock.retry`); a refusal is [`skiplock::Error::Invalid`].
 pub async fn retry_job(pool: &Pool, id: i64) -> Result<()> {
     super::query(include_str!("../../sql/web/retry_job.sql"))
         .bind(id)
@@ -240,7 +240,7 @@ pub async fn retry_job(pool: &Pool, id: i64) -> Result<()> {
     Ok(())
 }
 
-/// Cancel one job (`skiplock.cancel`); a refusal is [`Error::Invalid`].
+/// Cancel one job (`skiplock.cancel`); a refusal is [`skiplock::Error::Invalid`].
 pub async fn cancel_job(pool: &Pool, id: i64) -> Result<()> {
     super::query(include_str!("../../sql/web/cancel_job.sql"))
         .bind(id)
@@ -378,7 +378,7 @@ pub async fn packet_counts(pool: &Pool) -> Result<PacketCounts> {
     )
 }
 
-/// Take a packet for review (`skiplock.take_packet`); a refused move is [`Error::Invalid`].
+/// Take a packet for review (`skiplock.take_packet`); a refused move is [`skiplock::Error::Invalid`].
 pub async fn take_packet(pool: &Pool, id: i64, actor: Option<&str>) -> Result<()> {
     super::query(include_str!("../../sql/web/take_packet.sql"))
         .bind(id)
