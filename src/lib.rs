@@ -35,6 +35,7 @@ macro_rules! internal_mod {
 }
 
 pub mod admin;
+pub mod client;
 pub mod config;
 pub mod db;
 pub mod doctor;
@@ -44,6 +45,7 @@ pub mod metrics;
 pub mod otel;
 pub mod prelude;
 pub mod queue;
+internal_mod!(names);
 internal_mod!(redact);
 internal_mod!(store);
 pub mod testing;
@@ -53,11 +55,10 @@ pub mod worker;
 #[cfg(any(feature = "fetch", feature = "pack", feature = "packets"))]
 pub mod workflows;
 
+pub use client::{Waited, enqueue, enqueue_flow, enqueue_with, wait_for};
 pub use db::connect;
 pub use error::{Error, Result};
-pub use queue::flow::{Flow, FlowIds, enqueue_flow};
-pub use queue::typed::{enqueue, enqueue_with};
-pub use queue::wait::{Waited, wait_for};
+pub use queue::flow::{Flow, FlowIds};
 pub use queue::{EnqueueOutcome, Enqueued};
 pub use store::Pool;
 pub use store::jobs::{ManyJobs, enqueue as enqueue_job, enqueue_many};

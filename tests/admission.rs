@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use skiplock::client::admission::{OnFull, QUEUE_FULL, is_queue_full, with_room};
 use skiplock::queue::NewJob;
-use skiplock::queue::admission::{OnFull, QUEUE_FULL, is_queue_full, with_room};
 use skiplock::store::jobs::{ManyJobs, enqueue, enqueue_many};
 use skiplock::worker::handler::Handler;
 use skiplock::worker::{HandlerResult, JobContext, Outcome};

@@ -16,6 +16,13 @@ use sqlx::pool::PoolConnectionMetadata;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection};
 
+use super::outage::RecycleMark;
+
+/// Marks connections to be replaced after a statement met a read-only server or the URL's
+/// hosts were re-pointed (`super::hosts::point`); every pool skiplock builds honours it here,
+/// at checkout ([`check`]).
+pub static RECYCLE: RecycleMark = RecycleMark::new();
+
 /// How long a connection may have sat in the pool before it is pinged at checkout.
 pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
@@ -25,11 +32,11 @@ pub fn should_ping(idle_for: Duration) -> bool {
 }
 
 /// The check at checkout: refuses a connection opened before the last
-/// [`super::session::RECYCLE`] mark (its server turned read-only, or the URL's hosts were
+/// [`RECYCLE`] mark (its server turned read-only, or the URL's hosts were
 /// re-pointed), and pings one that sat idle long enough ([`should_ping`]). A refusal or an
 /// error makes the pool close it and take or open another.
 pub async fn check(conn: &mut PgConnection, meta: &PoolConnectionMetadata) -> sqlx::Result<bool> {
-    if !super::session::RECYCLE.accepts(meta.age) {
+    if !RECYCLE.accepts(meta.age) {
         return Ok(false);
     }
     if should_ping(meta.idle_for) {

@@ -20,18 +20,15 @@ use std::time::Duration;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
-use super::outage::{Backoff, RecycleMark, is_unavailable, sqlx_unavailable};
+use super::outage::{Backoff, is_unavailable, sqlx_unavailable};
 use crate::error::{Error, Result};
 
 /// First and longest wait between two connection attempts at start-up.
 pub const CONNECT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(200), Duration::from_secs(10));
 
-/// Marks connections to be replaced after a statement met a read-only server or the URL's
-/// hosts were re-pointed (`super::hosts::point`); every pool skiplock builds honours it at
-/// checkout (`super::checkout::check`).
-pub static RECYCLE: RecycleMark = RecycleMark::new();
-
+/// The mark of connections to be replaced, kept by the checkout that honours it.
+pub use super::checkout::RECYCLE;
 pub use crate::config::{PoolMode, SessionLimits};
 use crate::store::Pool;
 

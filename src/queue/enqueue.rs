@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::store::names::{DEFAULT_QUEUE, reserved_job, reserved_key_prefix};
+use crate::names::{DEFAULT_QUEUE, reserved_job, reserved_key_prefix};
 
 /// What to do when an available job already holds the new job's `unique_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

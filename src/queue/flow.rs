@@ -13,7 +13,6 @@ use serde_json::{Map, Value, json};
 use super::enqueue::{NewJob, OnDependencyFailure, check_key, check_nul, check_reserved_job};
 use super::{JobState, StoredJson};
 use crate::error::{Error, Result};
-use crate::store::Executor;
 
 /// A DAG of jobs with local names, for [`enqueue_flow`]. Names are the flow's own; a job may
 /// also wait for existing jobs by id ([`NewJob::depends_on`]).
@@ -144,12 +143,6 @@ impl FlowIds {
     pub fn id(&self, name: &str) -> Option<i64> {
         self.jobs.get(name).copied()
     }
-}
-
-/// Enqueues `flow` atomically (in `exec`'s transaction, if it is one): every job or none.
-/// Cycles, unknown or duplicate names are refused with nothing inserted.
-pub async fn enqueue_flow<'e, E: Executor<'e>>(exec: E, flow: &Flow) -> Result<FlowIds> {
-    crate::store::flows::enqueue_flow(exec, &flow.to_spec()?).await
 }
 
 /// One dependency of a job, as it finished (`skiplock.dependency_results`).

@@ -1,19 +1,19 @@
 //! The queue's data model: a job's states, the job as a worker and as an operator sees it,
-//! a job to enqueue (with its validation), and the pure retry policy ([`backoff`]). The
-//! statements that move jobs through their states are in `crate::store` (enqueue:
-//! [`crate::store::jobs::enqueue`]).
+//! a job to enqueue (with its validation), typed jobs, flows, and the pure retry policy
+//! ([`backoff`]). It runs no statement and sits below the store (docs/layout.md, "Layers"):
+//! the statements that move jobs through their states are in `crate::store` (enqueue:
+//! [`crate::store::jobs::enqueue`]), and what a service calls to enqueue or wait is
+//! [`crate::client`].
 //!
 //! States: `available` → `running` → `completed` | `discarded` | `cancelled`, and back to
 //! `available` on a retryable error, a snooze, a rescue or a shutdown.
 
-pub mod admission;
 pub mod args;
 pub mod backoff;
 pub mod enqueue;
 pub mod flow;
 pub mod stored;
 pub mod typed;
-pub mod wait;
 
 use std::fmt;
 use std::str::FromStr;
@@ -27,7 +27,7 @@ pub use stored::{StoredJson, Unreadable};
 pub use typed::{JobArgs, JobOptions};
 
 /// The queue of a job enqueued without one.
-pub use crate::store::names::DEFAULT_QUEUE;
+pub use crate::names::DEFAULT_QUEUE;
 
 /// The six states of a job row (`skiplock.job_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -31,10 +31,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::Enqueued;
 use super::enqueue::{NewJob, OnConflict, OnDependencyFailure, UniqueBy};
 use crate::error::{Error, Result};
-use crate::store::Executor;
 
 /// The args of a job kind known at compile time: the type is the contract between the code
 /// that enqueues and the handler that runs it (see the module docs).
@@ -234,23 +232,6 @@ pub fn json_type(v: &serde_json::Value) -> &'static str {
         serde_json::Value::Array(_) => "an array",
         serde_json::Value::Object(_) => "an object",
     }
-}
-
-/// Enqueues a typed job with its type's default options: its id (or the id of the available
-/// job holding its unique key) and what the enqueue did. `exec` is a pool (`&pool`) or a
-/// transaction (`&mut *tx`: the job exists only if the transaction commits).
-pub async fn enqueue<'e, E: Executor<'e>, A: JobArgs>(exec: E, args: A) -> Result<Enqueued> {
-    enqueue_with(exec, args, JobOptions::default()).await
-}
-
-/// Like [`enqueue`], with `options` overriding the type's defaults.
-pub async fn enqueue_with<'e, E: Executor<'e>, A: JobArgs>(
-    exec: E,
-    args: A,
-    options: JobOptions,
-) -> Result<Enqueued> {
-    let job = NewJob::typed(&args, options)?;
-    crate::store::jobs::enqueue(exec, &job).await
 }
 
 #[cfg(test)]

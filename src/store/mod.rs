@@ -23,7 +23,7 @@
 //!   SQLSTATE; connection trouble stays [`crate::Error::Database`] (see
 //!   [`crate::db::outage`] for which of those mean "retry later").
 //! - **Shared names.** Kinds, queues, key prefixes and channels the SQL API also spells are
-//!   the constants of [`names`]; a test checks the SQL files use exactly those.
+//!   the constants of [`crate::names`] (below the store: the job model's checks use them too); a test checks the SQL files use exactly those.
 //! - **A versioned SQL API.** [`schema`] installs it and records its version; every process
 //!   checks that version at start ([`schema::ensure_ready`]).
 
@@ -39,7 +39,6 @@ pub mod heartbeat;
 pub mod jobs;
 pub mod maintenance;
 pub mod metrics;
-pub mod names;
 pub mod notify;
 #[cfg(feature = "pack")]
 pub mod pack;

@@ -29,3 +29,35 @@ pub(crate) async fn count_by_state<'e, E: Executor<'e>>(
         .map(|(s, n)| Ok((s.parse().map_err(Error::Other)?, n)))
         .collect()
 }
+
+/// A job [`claim_job`] claimed.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ClaimedJob {
+    pub id: i64,
+    pub kind: String,
+    pub queue: String,
+    /// As stored (the handler parses them, as a worker's does).
+    pub args: String,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    #[sqlx(try_from = "crate::time::DbTime")]
+    pub scheduled_at: chrono::DateTime<chrono::Utc>,
+    #[sqlx(try_from = "crate::time::DbTime")]
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub tags: Vec<String>,
+    pub meta: serde_json::Value,
+}
+
+/// Claims available job `id` for an inline run by `worker`, whatever its run time; `None`
+/// when it is not available.
+pub(crate) async fn claim_job<'e, E: Executor<'e>>(
+    exec: E,
+    id: i64,
+    worker: &str,
+) -> Result<Option<ClaimedJob>> {
+    Ok(super::query_as(sql!("testing", "claim_job"))
+        .bind(id)
+        .bind(worker)
+        .fetch_optional(exec)
+        .await?)
+}

@@ -14,8 +14,6 @@ use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo, PgValueRef};
 use sqlx::{Decode, Encode, Postgres, Type, TypeInfo};
 
 pub use crate::queue::JobState;
-#[cfg(feature = "packets")]
-pub use crate::workflows::packets::transitions::PacketState;
 
 /// Whether a column of type `ty` can hold the enum named `name` (`schema.type`).
 fn compatible(ty: &PgTypeInfo, name: &str) -> bool {
@@ -112,3 +110,79 @@ impl std::str::FromStr for PacketStartOutcome {
             .ok_or_else(|| format!("unknown packet start outcome {s:?}"))
     }
 }
+
+#[cfg(feature = "packets")]
+mod packet_state {
+    use std::fmt;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Serialize};
+
+    /// The six states of a packet (`skiplock.packet_state`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum PacketState {
+        /// Waiting for a worker (the machine's move).
+        Queued,
+        /// A worker is running the processor (the machine's move).
+        Processing,
+        /// Processed; waiting for an operator (people's move).
+        ReadyForReview,
+        /// An operator is checking it (people's move).
+        InReview,
+        /// Finished.
+        Done,
+        /// Processing failed; an operator decides (people's move).
+        Error,
+    }
+
+    impl PacketState {
+        /// Every state, in the order of the SQL enum.
+        pub const ALL: [PacketState; 6] = [
+            PacketState::Queued,
+            PacketState::Processing,
+            PacketState::ReadyForReview,
+            PacketState::InReview,
+            PacketState::Done,
+            PacketState::Error,
+        ];
+
+        /// The name used in SQL and on the command line.
+        pub fn as_str(self) -> &'static str {
+            match self {
+                PacketState::Queued => "queued",
+                PacketState::Processing => "processing",
+                PacketState::ReadyForReview => "ready_for_review",
+                PacketState::InReview => "in_review",
+                PacketState::Done => "done",
+                PacketState::Error => "error",
+            }
+        }
+
+        /// Whether the packet waits on the machine (else on people, or it is done).
+        pub fn machine_move(self) -> bool {
+            matches!(self, PacketState::Queued | PacketState::Processing)
+        }
+    }
+
+    impl fmt::Display for PacketState {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.as_str())
+        }
+    }
+
+    impl FromStr for PacketState {
+        type Err = String;
+        fn from_str(s: &str) -> Result<Self, String> {
+            PacketState::ALL
+                .into_iter()
+                .find(|st| st.as_str() == s.trim())
+                .ok_or_else(|| {
+                    let names: Vec<&str> = PacketState::ALL.iter().map(|s| s.as_str()).collect();
+                    format!("unknown packet state {s:?} (one of: {})", names.join(", "))
+                })
+        }
+    }
+}
+#[cfg(feature = "packets")]
+pub use packet_state::PacketState;

@@ -13,6 +13,8 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) mod steps;
+
 use super::outcome::{HandlerResult, IntoJobResult, JobError};
 use crate::queue::RawArgs;
 use crate::queue::typed::JobArgs;
@@ -45,8 +47,8 @@ pub struct JobContext {
     pub worker_id: Arc<str>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) lost: CancellationToken,
-    /// What this attempt replayed and recorded (src/worker/steps.rs).
-    pub(crate) steps: Arc<super::steps::Steps>,
+    /// What this attempt replayed and recorded (`steps`).
+    pub(crate) steps: Arc<steps::Steps>,
 }
 
 impl JobContext {
@@ -85,7 +87,7 @@ impl JobContext {
         JobContext {
             id,
             kind: kind.to_string(),
-            queue: crate::store::names::DEFAULT_QUEUE.into(),
+            queue: crate::names::DEFAULT_QUEUE.into(),
             attempt: 1,
             max_attempts: 1,
             created_at: now,

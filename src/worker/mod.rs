@@ -48,7 +48,6 @@ internal_mod!(rescuer);
 internal_mod!(service);
 pub mod shutdown;
 mod startup;
-mod steps;
 mod supervisor;
 
 use std::collections::HashMap;
@@ -61,12 +60,13 @@ use tokio_util::sync::CancellationToken;
 
 pub use builder::WorkerBuilder;
 pub use executor::panic_message;
+pub(crate) use handler::steps::signal_payload;
+pub use handler::steps::{MAX_STEP_BYTES, MAX_STEPS, Signal, signal};
 pub use handler::{BoxFuture, FnHandler, Handler, JobContext, Registry};
 pub use hooks::Hook;
 pub use lifecycle::{Started, Worker};
 pub use outcome::{HandlerResult, IntoJobResult, IntoOutcome, JobError, Outcome};
 pub use service::Service;
-pub use steps::{MAX_STEP_BYTES, MAX_STEPS, Signal, signal};
 
 use crate::config::QueueSettings;
 use crate::db::outage::{Availability, is_read_only};

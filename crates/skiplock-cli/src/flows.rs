@@ -45,7 +45,7 @@ pub async fn wait(url: Option<&str>, a: WaitArgs) -> anyhow::Result<()> {
         Duration::from_secs(24 * 3600),
     )?;
     let pool = connect_migrated(url).await?;
-    let w = skiplock::queue::wait::wait_for(&pool, a.id, timeout).await?;
+    let w = skiplock::wait_for(&pool, a.id, timeout).await?;
     if a.json {
         print_json(&w)?;
     } else {

@@ -1,4 +1,4 @@
-//! `enqueue`, `jobs`, `job`, `cancel`, `retry`, `reschedule`, `stats`.
+//! `enqueue`, `jobs`, `job`, `cancel`, `retry`, `reschedule`, `stats`, `signal`.
 
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
@@ -23,7 +23,7 @@ pub struct EnqueueArgs {
     #[arg(default_value = "{}")]
     pub args: String,
     /// Queue.
-    #[arg(long, default_value = skiplock::store::names::DEFAULT_QUEUE)]
+    #[arg(long, default_value = skiplock::names::DEFAULT_QUEUE)]
     pub queue: String,
     /// Priority (smaller runs first).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -569,5 +569,49 @@ pub async fn stats(url: Option<&str>, a: StatsArgs) -> anyhow::Result<()> {
             list.join(", ")
         );
     }
+    Ok(())
+}
+
+/// `skiplock signal`.
+#[derive(Debug, Args)]
+pub struct SignalArgs {
+    /// Job id.
+    pub id: i64,
+    /// The signal's name (what the job's `wait_for` waits for).
+    pub name: String,
+    /// The signal's payload, any JSON value (e.g. '{"by": "ops"}'); none: null.
+    #[arg(long)]
+    pub payload: Option<String>,
+}
+
+/// Sends a signal to a job (`skiplock.signal`, through `skiplock::admin::signal`).
+pub async fn signal(url: Option<&str>, a: SignalArgs) -> anyhow::Result<()> {
+    // Checked before connecting: a typo in the payload is named without a database.
+    let payload: serde_json::Value = match &a.payload {
+        None => serde_json::Value::Null,
+        Some(s) => serde_json::from_str(s).map_err(|e| {
+            anyhow::anyhow!(
+                "invalid --payload: {e} (expected JSON, e.g. '{{\"by\": \"ops\"}}' or '\"yes\"')"
+            )
+        })?,
+    };
+    if let Some(path) = skiplock::queue::enqueue::find_nul(&payload) {
+        bail!(
+            "invalid --payload: a NUL character (\\u0000) at {path}, which no stored payload can hold"
+        );
+    }
+    let pool = connect_migrated(url).await?;
+    let kept = skiplock::admin::signal(&pool, a.id, &a.name, &payload).await?;
+    if !kept {
+        // The sender's key scope sent this job a signal of this name before: the first one is
+        // kept and this one dropped (docs/steps.md, "Signals"); a script must not take it for
+        // delivered.
+        bail!(
+            "signal {:?} not sent: job {} already has a signal of that name from this login's key scope (the first is kept)",
+            a.name,
+            a.id
+        );
+    }
+    say!("signal {:?} sent to job {}", a.name, a.id);
     Ok(())
 }

@@ -84,6 +84,9 @@ pub enum Command {
     Cancel(jobs::CancelArgs),
     /// Make a discarded, cancelled or completed job available again, now.
     Retry(jobs::IdArg),
+    /// Send a signal to a job (what its durable `wait_for` waits for); a job waiting for it
+    /// is made due now.
+    Signal(jobs::SignalArgs),
     /// Give waiting jobs (by id or unique key) a new run time, priority or attempt limit.
     Reschedule(jobs::RescheduleArgs),
     /// Counts per queue and state, and kinds no live worker handles.
@@ -175,6 +178,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Flow(a) => flows::flow(url, a).await,
         Command::Cancel(a) => jobs::cancel(url, a).await,
         Command::Retry(a) => jobs::retry(url, a).await,
+        Command::Signal(a) => jobs::signal(url, a).await,
         Command::Reschedule(a) => jobs::reschedule(url, a).await,
         Command::Stats(a) => jobs::stats(url, a).await,
         Command::Queue(a) => queue::run(url, a).await,

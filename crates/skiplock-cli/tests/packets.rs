@@ -436,7 +436,7 @@ async fn submit_commits_packet_and_job_together() {
 }
 
 /// The job `skiplock.submit_packet` makes is the one the Rust side expects: the shared kind,
-/// queue and key prefix (store::names), and the attempts of `packets::JOB_MAX_ATTEMPTS`.
+/// queue and key prefix (src/names.rs), and the attempts of `packets::JOB_MAX_ATTEMPTS`.
 #[tokio::test]
 async fn the_packet_job_uses_the_shared_names_and_attempts() {
     let db = TestDb::new().await;
@@ -451,7 +451,7 @@ async fn the_packet_job_uses_the_shared_names_and_attempts() {
     );
     assert_eq!(
         row.unique_key,
-        Some(format!("{}{id}", skiplock::store::names::PACKET_KEY_PREFIX))
+        Some(format!("{}{id}", skiplock::names::PACKET_KEY_PREFIX))
     );
 }
 

@@ -692,6 +692,103 @@ async fn a_wait_is_answered_by_a_signal_from_psql_after_a_worker_restart() {
     assert_eq!(left, 0);
 }
 
+/// `skiplock signal` (docs/cli.md): a job waiting in `wait_for` resumes with the command's
+/// payload; a second signal of the name, an unknown or finished job and a payload that is not
+/// JSON exit non-zero with a line naming the problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_is_answered_by_the_signal_command_and_its_refusals_name_the_problem() {
+    let db = TestDb::new().await;
+    side_table(&db).await;
+    let id = enqueue_job(&db, NewJob::new("approval", json!({}))).await;
+    let w = start_worker(&db.pool, fast_settings(), |b| b.register(approval()));
+    wait_waiting(&db, id).await;
+    let job = id.to_string();
+    let (code, out, err) = run_cmd(
+        &db.url,
+        &[
+            "signal",
+            &job,
+            "approved",
+            "--payload",
+            r#"{"by": "cli", "n": [1, 2]}"#,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), format!("signal \"approved\" sent to job {id}"));
+    wait_state(&db, id, "completed").await;
+    w.stop().await.unwrap();
+    let got = result_of(&db, id).await;
+    assert_eq!(got["payload"], json!({ "by": "cli", "n": [1, 2] }), "{got}");
+    assert_eq!(
+        runs(&db, id).await,
+        vec![("after".into(), 1), ("before".into(), 1)]
+    );
+
+    // Refusals: each exits non-zero and names the problem; nothing is sent.
+    let other = enqueue_job(&db, NewJob::new("approval", json!({}))).await;
+    let other_s = other.to_string();
+    let missing = (other + 1000).to_string();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["signal", &other_s, "approved", "--payload", "{by: ops}"],
+            "invalid --payload",
+        ),
+        (
+            &["signal", &other_s, "approved", "--payload", r#""a\u0000b""#],
+            "NUL character",
+        ),
+        (
+            &["signal", &missing, "approved"],
+            &format!("no job {missing}"),
+        ),
+        (
+            &["signal", &job, "approved", "--payload", "1"],
+            "has finished",
+        ),
+        (&["signal", &other_s, ""], "a signal needs a name"),
+        (
+            &[
+                "signal",
+                &other_s,
+                "approved",
+                "--payload",
+                "[]",
+                "--payload",
+                "1",
+            ],
+            "--payload",
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, out, err) = run_cmd(&db.url, args);
+        assert_ne!(code, 0, "{args:?}: {out}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let signals: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM skiplock.job_signals WHERE job_id = $1")
+            .bind(other)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+    assert_eq!(signals, 0, "a refused signal is not kept");
+    // Without --payload the signal carries null; a second of the name is refused, not sent.
+    let (code, _, err) = run_cmd(&db.url, &["signal", &other_s, "approved"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run_cmd(&db.url, &["signal", &other_s, "approved", "--payload", "2"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("not sent") && err.contains("the first is kept"),
+        "{err}"
+    );
+    let payload: Option<Value> =
+        sqlx::query_scalar("SELECT payload FROM skiplock.job_signals WHERE job_id = $1")
+            .bind(other)
+            .fetch_one(&*db.pool)
+            .await
+            .unwrap();
+    assert_eq!(payload, Some(Value::Null));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signal_sent_before_the_wait_is_kept_and_a_wait_without_one_times_out() {
     let db = TestDb::new().await;

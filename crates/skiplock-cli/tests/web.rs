@@ -1978,3 +1978,55 @@ async fn a_connection_that_sends_its_headers_slowly_is_closed() {
         200
     );
 }
+
+/// A job page shows what the job's durable steps recorded (docs/steps.md, "Inspecting"): each
+/// step with its attempt, result (cut) and note, the cursor, and the signal it waits for.
+#[tokio::test]
+async fn a_job_page_shows_its_steps_its_cursor_and_the_signal_it_waits_for() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let id = enqueue(&db, "noop", "default", 1).await[0];
+    let plain = enqueue(&db, "noop", "default", 1).await[0];
+    let long = "x".repeat(1000);
+    sqlx::query(
+        "INSERT INTO skiplock.job_steps (job_id, seq, kind, name, attempt, result, note) VALUES
+           ($1, 0, 'cursor', '', 2, '1500', NULL),
+           ($1, 1, 'step', 'charge<b>', 1, '{\"charge_id\": \"ch_1\"}', NULL),
+           ($1, 2, 'step', 'long', 2, to_jsonb($2::text), 'recorded by attempt 2 before steps 3..=3'),
+           ($1, 3, 'wait', 'approved', 2, '{\"until\": \"2030-01-02T03:04:05Z\", \"scopes\": null}', NULL)",
+    )
+    .bind(id)
+    .bind(&long)
+    .execute(&*db.pool)
+    .await
+    .unwrap();
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+    let h = http();
+    let page = body_of(&h, &console.url(&format!("/jobs/{id}"))).await;
+    assert!(page.contains("Steps (3)"), "{page}");
+    assert!(page.contains("<code id=\"cursor\">1500</code>"), "{page}");
+    assert!(
+        page.contains("charge&#60;b&#62;"),
+        "names are escaped: {page}"
+    );
+    assert!(!page.contains("charge<b>"), "{page}");
+    assert!(page.contains("ch_1"), "{page}");
+    assert!(
+        page.contains("recorded by attempt 2 before steps 3..=3"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("&#34;{}…", "x".repeat(299))),
+        "a long result is cut to 300 characters"
+    );
+    assert!(!page.contains(&long), "a long result is cut");
+    let waits = page.split("id=\"waits\"").nth(1).expect("pending waits");
+    let waits = waits.split("</p>").next().unwrap();
+    assert!(
+        waits.contains("approved") && waits.contains("2030-01-02"),
+        "{waits}"
+    );
+    // A job without records has no steps section.
+    let page = body_of(&h, &console.url(&format!("/jobs/{plain}"))).await;
+    assert!(!page.contains("id=\"steps\""), "{page}");
+}

@@ -19,7 +19,7 @@
 
 // The core's modules, under the names the console's files have used since they were part of
 // the core (`crate::queue::JobState`, `crate::db::outage`, ...).
-use skiplock::{Error, config, error, queue, redact, text, time, workflows};
+use skiplock::{Error, admin, config, error, queue, redact, text, time, workflows};
 
 pub mod db;
 pub mod metrics;

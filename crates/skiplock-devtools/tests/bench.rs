@@ -86,6 +86,16 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
     assert!(r.queue_limit_to_drain.as_ref().unwrap().median > 0.0);
     assert!(r.drain_fair.as_ref().unwrap().jobs_per_s.median > 0.0);
     assert!(r.fair_to_drain.as_ref().unwrap().median > 0.0);
+    // The durable steps' figures.
+    for s in [
+        &r.step_jobs_per_s,
+        &r.step_plain_jobs_per_s,
+        &r.step_job_to_ten_plain,
+        &r.checkpoint_ms,
+        &r.step_ms,
+    ] {
+        assert!(s.as_ref().unwrap().median > 0.0);
+    }
     // The flow, its plain drain, the release ceiling between them, and the flow's halves.
     for d in [&r.drain_flow, &r.drain_flow_plain, &r.drain_flow_ceiling] {
         assert!(d.as_ref().unwrap().jobs_per_s.median > 0.0);
@@ -139,4 +149,49 @@ async fn bench_smoke_reports_every_figure_it_was_asked_for() {
             .unwrap()
             > 0.0
     );
+}
+
+/// The durable steps phase alone (docs/steps.md, "Cost"), at tiny size: its drains run every
+/// job and record every step, and each figure is measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_steps_phase_measures_step_jobs_against_plain_jobs_and_checkpoints_in_a_row() {
+    let db = support::TestDb::new().await;
+    let o = BenchOptions {
+        concurrency: 20,
+        connections: 4,
+        ..BenchOptions::default()
+    };
+    let sizes = bench::steps::Sizes {
+        step_jobs: 5,
+        in_a_row: 7,
+    };
+    let r = bench::steps::measure(&db.url, &o, &db.pool, sizes)
+        .await
+        .expect("steps phase");
+    for (name, v) in [
+        ("step jobs/s", r.step_jobs_per_s),
+        ("plain jobs/s", r.plain_jobs_per_s),
+        ("ratio", r.step_job_to_ten_plain),
+        ("checkpoint ms", r.checkpoint_ms),
+        ("step ms", r.step_ms),
+    ] {
+        assert!(v.is_finite() && v > 0.0, "{name}: {r:?}");
+    }
+    let (completed, others, steps, cursors): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'),
+                (SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed'),
+                (SELECT count(*) FROM skiplock.job_steps WHERE kind = 'step'),
+                (SELECT count(*) FROM skiplock.job_steps WHERE kind = 'cursor')",
+    )
+    .fetch_one(&*db.pool)
+    .await
+    .unwrap();
+    assert_eq!(completed, 5 * 10 + 5 + 1);
+    assert_eq!(others, 0);
+    assert_eq!(
+        steps,
+        5 * 10 + 7,
+        "every step of the drain and of the row recorded"
+    );
+    assert_eq!(cursors, 1);
 }

@@ -413,7 +413,7 @@ impl PeriodicJobs {
             let mut job = NewJob::new(e.kind, args)
                 .queue(
                     e.queue
-                        .unwrap_or_else(|| crate::store::names::DEFAULT_QUEUE.into()),
+                        .unwrap_or_else(|| crate::names::DEFAULT_QUEUE.into()),
                 )
                 .priority(e.priority.unwrap_or(0))
                 .max_attempts(e.max_attempts.unwrap_or(25));
@@ -530,13 +530,13 @@ fn unreachable(e: &Error) -> bool {
 /// would fail (`skiplock.enqueue` refuses such keys). The prefix found.
 fn reserved_key(job: &NewJob) -> Option<&'static str> {
     let key = job.unique_key.as_deref()?;
-    crate::store::names::reserved_key_prefix(key).map(|r| r.name)
+    crate::names::reserved_key_prefix(key).map(|r| r.name)
 }
 
 fn reserved_key_message(prefix: &str) -> String {
     format!(
         "unique_key starts with {prefix}, a prefix reserved for skiplock's own functions (use {})",
-        crate::store::names::reserved_key_prefix(prefix)
+        crate::names::reserved_key_prefix(prefix)
             .map(|r| r.use_instead)
             .unwrap_or("skiplock's own functions")
     )
@@ -988,9 +988,9 @@ mod tests {
 
     #[test]
     fn reserved_unique_keys_are_refused_when_the_file_is_loaded() {
-        for r in crate::store::names::reserved_names()
+        for r in crate::names::reserved_names()
             .into_iter()
-            .filter(|r| r.what == crate::store::names::Reserved::KeyPrefix)
+            .filter(|r| r.what == crate::names::Reserved::KeyPrefix)
         {
             let prefix = r.name;
             let text = format!(

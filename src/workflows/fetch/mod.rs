@@ -24,8 +24,9 @@ use url::Url;
 
 use crate::config::{env_bool, env_duration, env_string, env_usize};
 use crate::error::{Error, Result};
+use crate::names;
 use crate::store::fetch::PageStatus;
-use crate::store::{self, Pool, names};
+use crate::store::{self, Pool};
 use crate::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use normalize::{host_key, normalize, target};
 use robots::Cached;

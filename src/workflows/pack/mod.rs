@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::config::{env_duration, env_string};
 use crate::error::{Error, Result};
-use crate::store::names;
+use crate::names;
 use crate::store::pack::{self as sql, PackRecord};
 use crate::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 

@@ -27,9 +27,10 @@ use serde_json::{Value, json};
 
 use crate::config::{env_bool, env_duration, env_opt, env_usize};
 use crate::error::{Error, Result};
+use crate::names;
 use crate::store::packets::{FinishResult, PacketFinish, PacketMove, PacketStart, StartResult};
 use crate::store::types::PacketStartOutcome;
-use crate::store::{self, Pool, names};
+use crate::store::{self, Pool};
 use crate::worker::{HandlerResult, JobContext, JobError, Outcome, WorkerBuilder};
 use processor::Processor;
 use roots::PacketRoots;

@@ -344,6 +344,29 @@ pub fn render(r: &BenchReport) -> String {
         ),
         (
             format!(
+                "   drain {} jobs of {} recorded steps",
+                super::steps::STEP_JOBS,
+                super::steps::STEPS_PER_JOB
+            ),
+            rate(r.step_jobs_per_s.as_ref()),
+        ),
+        (
+            format!(
+                "   drain {} plain jobs beside it",
+                super::steps::STEP_JOBS * super::steps::STEPS_PER_JOB
+            ),
+            rate(r.step_plain_jobs_per_s.as_ref()),
+        ),
+        (
+            format!("   one checkpoint ({} in a row)", super::steps::IN_A_ROW),
+            ms(r.checkpoint_ms.as_ref()),
+        ),
+        (
+            format!("   one recorded step ({} in a row)", super::steps::IN_A_ROW),
+            ms(r.step_ms.as_ref()),
+        ),
+        (
+            format!(
                 "8. crawl {} hosts × {} pages, {} ms",
                 limits::CRAWL_HOSTS,
                 limits::CRAWL_PAGES,
@@ -456,6 +479,10 @@ pub fn render(r: &BenchReport) -> String {
         ("fan-out alone / plain drain", r.fan_out_to_drain.as_ref()),
         ("fan-in alone / plain drain", r.fan_in_to_drain.as_ref()),
         ("crawl pages/s / ideal", r.crawl_to_ideal.as_ref()),
+        (
+            "a job of 10 recorded steps / 10 plain jobs",
+            r.step_job_to_ten_plain.as_ref(),
+        ),
     ];
     lines(
         &mut o,
@@ -742,6 +769,11 @@ mod tests {
             fan_out_to_drain: None,
             fan_in_to_drain: None,
             crawl_pages_per_s: Some(stat(450.0)),
+            step_jobs_per_s: None,
+            step_plain_jobs_per_s: None,
+            step_job_to_ten_plain: None,
+            checkpoint_ms: None,
+            step_ms: None,
             crawl_to_ideal: Some(stat(0.9)),
             targets: evaluate(&figures),
             figures,

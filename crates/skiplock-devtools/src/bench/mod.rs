@@ -5,7 +5,8 @@
 //! benchmark creates and drops its own database.
 //!
 //! Files: `drain.rs` (skiplock's drains), `peers.rs` (ceiling, Graphile), `awa.rs`,
-//! `harness.rs` (the contract with a peer's drain program), `enqueue.rs`
+//! `harness.rs` (the contract with a peer's drain program), `steps.rs` (durable steps' cost),
+//! `enqueue.rs`
 //! (enqueue rates, latency), `meter.rs` (idle %, WAL and commits per job), `pgbouncer.rs` (the
 //! PgBouncer of the drain through it), `store.rs` (every SQL statement), `stats.rs` and
 //! `targets.rs` (pure).
@@ -27,6 +28,7 @@ pub mod peers;
 pub mod pgbouncer;
 pub mod pressure;
 pub mod stats;
+pub mod steps;
 pub mod store;
 use enqueue::Through;
 pub mod targets;
@@ -290,6 +292,17 @@ pub struct BenchReport {
     pub fan_out_to_drain: Option<Stat>,
     /// The flow's fan-in alone ([`flows::Shape::InOnly`]) / drain_flow_plain, per run.
     pub fan_in_to_drain: Option<Stat>,
+    /// Jobs/s of a drain of [`steps::STEP_JOBS`] jobs of [`steps::STEPS_PER_JOB`] recorded
+    /// steps each (docs/steps.md, "Cost").
+    pub step_jobs_per_s: Option<Stat>,
+    /// Jobs/s of the plain drain beside it, ten times as many jobs.
+    pub step_plain_jobs_per_s: Option<Stat>,
+    /// The time of one job of ten recorded steps / the time of ten plain jobs, per run.
+    pub step_job_to_ten_plain: Option<Stat>,
+    /// ms per checkpoint, [`steps::IN_A_ROW`] of them one after another in one handler.
+    pub checkpoint_ms: Option<Stat>,
+    /// ms per recorded step (a closure that does nothing), one after another.
+    pub step_ms: Option<Stat>,
     /// Pages/s of the polite crawl ([`limits::CRAWL_HOSTS`] × [`limits::CRAWL_PAGES`]).
     pub crawl_pages_per_s: Option<Stat>,
     /// crawl pages/s / the ideal ([`limits::crawl_ideal`]), per run.
@@ -544,6 +557,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
     let (mut keyed, mut qlim, mut fair, mut crawls) = (vec![], vec![], vec![], vec![]);
     let (mut flow_plain, mut flow_fan, mut flow_ceiling) = (vec![], vec![], vec![]);
     let (mut fan_out, mut fan_in) = (vec![], vec![]);
+    let mut steps_runs: Vec<steps::StepsRun> = vec![];
     let (mut cli, mut cli_default, mut cli_first) = (vec![], vec![], vec![]);
     let mut cli_pgbouncer = vec![];
     let mut graphile_version = None;
@@ -641,6 +655,16 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         fan_out.push(flows::fan_drain(url, o, &monitor, &meter, flows::Shape::OutOnly).await?);
         reset(&monitor).await?;
         fan_in.push(flows::fan_drain(url, o, &monitor, &meter, flows::Shape::InOnly).await?);
+
+        step(&format!(
+            "durable steps: {} jobs of {} steps against {} plain jobs; {} checkpoints in a row",
+            steps::STEP_JOBS,
+            steps::STEPS_PER_JOB,
+            steps::STEP_JOBS * steps::STEPS_PER_JOB,
+            steps::IN_A_ROW
+        ));
+        reset(&monitor).await?;
+        steps_runs.push(steps::measure(url, o, &monitor, steps::Sizes::default()).await?);
 
         if !o.skip_limits {
             step(&format!(
@@ -838,6 +862,31 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
                 .collect::<Vec<_>>(),
         ),
         crawl_pages_per_s: Stat::of_some(&crawls),
+        step_jobs_per_s: Stat::of_some(
+            &steps_runs
+                .iter()
+                .map(|r| r.step_jobs_per_s)
+                .collect::<Vec<_>>(),
+        ),
+        step_plain_jobs_per_s: Stat::of_some(
+            &steps_runs
+                .iter()
+                .map(|r| r.plain_jobs_per_s)
+                .collect::<Vec<_>>(),
+        ),
+        step_job_to_ten_plain: Stat::of_some(
+            &steps_runs
+                .iter()
+                .map(|r| r.step_job_to_ten_plain)
+                .collect::<Vec<_>>(),
+        ),
+        checkpoint_ms: Stat::of_some(
+            &steps_runs
+                .iter()
+                .map(|r| r.checkpoint_ms)
+                .collect::<Vec<_>>(),
+        ),
+        step_ms: Stat::of_some(&steps_runs.iter().map(|r| r.step_ms).collect::<Vec<_>>()),
         drain,
         drain_processes: DrainFigures::of(&procs),
         latency_p50_ms: Stat::of_some(&p50),

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::chaos::partitions::{self, PartitionConfig, net};
 use crate::chaos::{self, ChaosConfig, cluster::PrivateCluster, ha::Failover, record::Record};
 use skiplock::config::{self, QueueSettings, parse_duration};
 use skiplock::worker::{Worker, shutdown};
@@ -79,7 +80,7 @@ pub struct ChaosArgs {
 /// Runs the chaos scenario and prints the summary line; fails unless it is OK.
 pub async fn run(url: Option<&str>, a: ChaosArgs) -> anyhow::Result<()> {
     if a.partitions {
-        return crate::chaos::partitions::command::run(&a).await;
+        return run_partitions(&a).await;
     }
     use skiplock_cli::check_flag;
     check_flag("--jobs", a.jobs.into(), 1, 10_000_000)?;
@@ -161,5 +162,46 @@ pub async fn worker(url: Option<&str>) -> anyhow::Result<()> {
         .register(crate::chaos::partitions::job::FaultJob)
         .build();
     worker.run(shutdown::signal()).await?;
+    Ok(())
+}
+
+/// `chaos --partitions`: the long partition run behind `scripts/chaos --partitions`. Runs the
+/// schedules and prints their lines and the totals; fails unless every one is OK.
+async fn run_partitions(a: &ChaosArgs) -> anyhow::Result<()> {
+    use skiplock_cli::check_flag;
+    check_flag("--jobs", a.jobs.into(), 1, 10_000_000)?;
+    check_flag("--workers", a.workers as i128, 1, 20)?;
+    check_flag("--schedules", a.schedules as i128, 1, 100_000)?;
+    let d = std::time::Duration::from_secs;
+    skiplock_cli::check_duration_flag("--rescue-after", a.rescue_after, d(1), d(3600))?;
+    if let Some(why) = net::unsupported() {
+        anyhow::bail!("the partition run cannot run here: {why}");
+    }
+    let mut cfg = PartitionConfig::new(a.jobs, std::env::current_exe()?);
+    cfg.schedules = a.schedules;
+    cfg.workers = a.workers;
+    cfg.rescue_after = a.rescue_after;
+    cfg.concurrency = a.concurrency.max(1);
+    cfg.log_dir = a.log_dir.clone();
+    if let Some(seed) = a.seed {
+        cfg.seed = seed;
+    }
+    println!(
+        "partitions: {} schedules from seed {} ({} jobs, {} workers, rescue window {:?}); replay one with --seed N --schedules 1",
+        cfg.schedules, cfg.seed, cfg.jobs, cfg.workers, cfg.rescue_after
+    );
+    let report = partitions::run(&cfg, |line| println!("{line}")).await?;
+    println!("{}", report.summary_line());
+    if !report.ok() {
+        let failed: Vec<u64> = report
+            .schedules
+            .iter()
+            .filter(|s| !s.ok())
+            .map(|s| s.seed)
+            .collect();
+        anyhow::bail!(
+            "the partition run failed: schedules {failed:?} (replay: --seed N --schedules 1)"
+        );
+    }
     Ok(())
 }

@@ -421,6 +421,68 @@ struct JobPage {
     dependents_more: Option<String>,
     /// Its flow's page, if it is part of one.
     flow: Option<i64>,
+    /// What its durable steps recorded (docs/steps.md, "Inspecting"), the cursor apart.
+    steps: Vec<StepView>,
+    /// Its cursor, as the last checkpoint saved it.
+    cursor: Option<String>,
+    /// The signals it waits for and until when: (name, until).
+    waits: Vec<(String, String)>,
+}
+
+/// One record of a job's durable steps on its page.
+pub struct StepView {
+    seq: i32,
+    kind: String,
+    name: String,
+    attempt: i32,
+    /// The result, compact and cut (a result may be 64 KiB, and a job holds 1000).
+    result: String,
+    note: String,
+    at: String,
+}
+
+/// The most characters of a step's result the job page shows.
+const STEP_RESULT_CHARS: usize = 300;
+
+/// A job's records as its page shows them: the steps, the cursor, the pending waits.
+fn step_views(
+    records: Vec<crate::admin::StepRecord>,
+) -> (Vec<StepView>, Option<String>, Vec<(String, String)>) {
+    let compact = |r: &Option<crate::queue::StoredJson>| -> String {
+        let text = match r.as_ref().map(|r| r.readable()) {
+            None => "null".to_string(),
+            Some(Ok(v)) => v.to_string(),
+            Some(Err(u)) => u.text.to_string(),
+        };
+        match text.char_indices().nth(STEP_RESULT_CHARS) {
+            Some((cut, _)) => format!("{}…", &text[..cut]),
+            None => text,
+        }
+    };
+    let (mut steps, mut cursor, mut waits) = (Vec::new(), None, Vec::new());
+    for r in records {
+        if r.kind == "cursor" {
+            cursor = Some(compact(&r.result));
+            continue;
+        }
+        let value = r.result.as_ref().and_then(|v| v.value());
+        if r.kind == "wait" && value.is_some_and(|v| v.get("outcome").is_none()) {
+            let until = value
+                .and_then(|v| v.get("until"))
+                .and_then(|u| serde_json::from_value(u.clone()).ok());
+            waits.push((r.name.clone(), format::time(until)));
+        }
+        steps.push(StepView {
+            seq: r.seq,
+            result: compact(&r.result),
+            kind: r.kind,
+            name: r.name,
+            attempt: r.attempt,
+            note: r.note.unwrap_or_default(),
+            at: format::time(Some(r.recorded_at)),
+        });
+    }
+    (steps, cursor, waits)
 }
 
 /// The message after a button (a one-shot id, src/web/flash.rs).
@@ -471,6 +533,8 @@ pub async fn show(
         .map(|d| (d.id, d.kind, d.state.to_string()))
         .collect();
     let flow = flows::flow_of(&st.pool, id).await.map_err(fail)?;
+    let (steps, cursor, waits) =
+        step_views(crate::admin::job_steps(&st.pool, id).await.map_err(fail)?);
     let mut layout = Layout::new(&st, &nonce, format!("Job {id}"), "jobs");
     layout.take_flash(&st, &nonce, dq.flash.as_deref());
     html(&JobPage {
@@ -489,6 +553,9 @@ pub async fn show(
         dependent_count: counts.dependents,
         dependents,
         flow,
+        steps,
+        cursor,
+        waits,
         queue_q: q(&j.queue),
         kind: j.kind,
         queue: j.queue,

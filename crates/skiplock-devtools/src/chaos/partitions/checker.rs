@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, Duration as Span, Utc};
 
-use crate::chaos::store::partitions::{EnqueueRow, ExecutionRow, FaultRow, JobRow, TransitionRow};
+pub use crate::chaos::store::partitions::History;
+use crate::chaos::store::partitions::{ExecutionRow, JobRow, TransitionRow};
 
 /// States a job never leaves on its own.
 pub const FINAL: [&str; 3] = ["completed", "discarded", "cancelled"];
@@ -17,25 +18,6 @@ pub const FINAL: [&str; 3] = ["completed", "discarded", "cancelled"];
 /// explain a second execution of its job: a statement written just before a link broke
 /// reaches the server and runs a little later.
 pub const SLACK: Span = Span::seconds(2);
-
-/// Everything a run recorded.
-#[derive(Debug, Clone, Default)]
-pub struct History {
-    /// The jobs at the end.
-    pub jobs: Vec<JobRow>,
-    /// Every execution.
-    pub executions: Vec<ExecutionRow>,
-    /// Every change of a job's state or attempt.
-    pub transitions: Vec<TransitionRow>,
-    /// Every enqueue with its result.
-    pub enqueues: Vec<EnqueueRow>,
-    /// Every injected fault.
-    pub faults: Vec<FaultRow>,
-    /// (job, attempt) pairs whose handler reported an error (not a rescue).
-    pub handler_errors: Vec<(i64, i32)>,
-    /// The worker processes of the run: the address each connects from, by process id.
-    pub slots: BTreeMap<i32, String>,
-}
 
 /// What the checker found.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -408,6 +390,7 @@ pub fn check(h: &History, rescue_after: std::time::Duration, now: DateTime<Utc>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chaos::store::partitions::{EnqueueRow, FaultRow};
 
     const A: &str = "10.231.1.2";
     const B: &str = "10.231.2.2";

@@ -12,7 +12,6 @@
 //! `scripts/chaos --partitions` (docs/reliability.md).
 
 pub mod checker;
-pub mod command;
 pub mod job;
 pub mod net;
 pub mod schedule;

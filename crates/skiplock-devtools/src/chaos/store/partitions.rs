@@ -2,6 +2,8 @@
 //! tests/partitions.rs): its history tables (`sql/chaos/partitions/`), its workload's enqueues,
 //! the handler's execution records and what the history checker reads.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 
 use skiplock::error::Result;
@@ -315,9 +317,27 @@ pub struct TransitionRow {
     pub at: DateTime<Utc>,
 }
 
+/// Everything a run recorded.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// The jobs at the end.
+    pub jobs: Vec<JobRow>,
+    /// Every execution.
+    pub executions: Vec<ExecutionRow>,
+    /// Every change of a job's state or attempt.
+    pub transitions: Vec<TransitionRow>,
+    /// Every enqueue with its result.
+    pub enqueues: Vec<EnqueueRow>,
+    /// Every injected fault.
+    pub faults: Vec<FaultRow>,
+    /// (job, attempt) pairs whose handler reported an error (not a rescue).
+    pub handler_errors: Vec<(i64, i32)>,
+    /// The worker processes of the run: the address each connects from, by process id.
+    pub slots: BTreeMap<i32, String>,
+}
+
 /// The whole history of a run, as the checker reads it.
-pub async fn history(pool: &skiplock::Pool) -> Result<super::super::partitions::checker::History> {
-    use super::super::partitions::checker::History;
+pub async fn history(pool: &skiplock::Pool) -> Result<History> {
     Ok(History {
         jobs: sqlx::query_as(sql!("chaos/partitions", "history_jobs"))
             .fetch_all(pool)

@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::handler::JobContext;
-use super::outcome::JobError;
+use super::JobContext;
+use crate::worker::outcome::JobError;
 use crate::error::{Error, Result};
 use crate::store::steps::{self, NewStep, StepRecord};
 
@@ -50,9 +50,21 @@ pub async fn signal(
     name: &str,
     payload: &impl Serialize,
 ) -> Result<bool> {
+    let payload = signal_payload(name, payload)?;
+    steps::signal(pool, job, name, Some(&payload)).await
+}
+
+/// `payload` as the JSON a signal carries, or an error naming the problem: not JSON, or a NUL
+/// character (`\u0000`), which no `jsonb` holds (the server would refuse it less clearly).
+pub(crate) fn signal_payload(name: &str, payload: &impl Serialize) -> Result<Value> {
     let payload = serde_json::to_value(payload)
         .map_err(|e| Error::Invalid(format!("the payload of signal {name:?} is not JSON: {e}")))?;
-    steps::signal(pool, job, name, Some(&payload)).await
+    if let Some(path) = crate::queue::enqueue::find_nul(&payload) {
+        return Err(Error::Invalid(format!(
+            "the payload of signal {name:?} holds a NUL character (\\u0000) at {path}, which Postgres cannot store in jsonb"
+        )));
+    }
+    Ok(payload)
 }
 
 /// The steps state of one attempt, shared by the clones of its [`JobContext`].

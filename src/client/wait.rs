@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::JobState;
 use crate::error::Result;
+use crate::queue::JobState;
 use crate::store::{self, Pool};
 
 /// How often a waiter re-reads the job even when nothing was announced.

@@ -331,7 +331,7 @@ mod tests {
                         || lit.replace(['_', '-', '.'], "") == name.replace(['_', '-', '.'], "");
                     assert!(
                         !near,
-                        "sql/{f} has '{lit}', a near miss of the shared name '{name}' (store::names)"
+                        "sql/{f} has '{lit}', a near miss of the shared name '{name}' (src/names.rs)"
                     );
                 }
             }
