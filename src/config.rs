@@ -291,7 +291,7 @@ pub fn duration_range(name: &str) -> (Duration, Duration) {
         "SKIPLOCK_REAPER_INTERVAL" => (secs(1), secs(DAY)),
         "SKIPLOCK_WEB_STATEMENT_TIMEOUT" => (Duration::ZERO, MAX_SESSION_TIMEOUT),
         // How long a client may take to send a request's headers
-        // (crates/skiplock-console/src/web/server.rs).
+        // (crates/skiplock-console/src/http/server.rs).
         "SKIPLOCK_WEB_READ_TIMEOUT" | "SKIPLOCK_METRICS_READ_TIMEOUT" => (MS, secs(HOUR)),
         // How long a console login lasts (crates/skiplock-console/src/web/auth.rs).
         "SKIPLOCK_WEB_SESSION_TTL" => (secs(1), secs(30 * DAY)),

@@ -8,7 +8,7 @@ use crate::progress::{DrainCount, Progress};
 use skiplock::config::{self, parse_queues};
 use skiplock::worker::{Worker, builtin, shutdown};
 use skiplock_console::metrics::serve;
-use skiplock_console::web;
+use skiplock_console::{http, web};
 
 /// `skiplock worker` flags.
 #[derive(Debug, Args)]
@@ -44,17 +44,17 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     let metrics = match config::env_opt(serve::LISTEN_SETTING).filter(|l| !l.trim().is_empty()) {
         None => None,
         Some(listen) => {
-            let hosts_setting = web::hosts::METRICS_HOSTS_SETTING;
+            let hosts_setting = http::hosts::METRICS_HOSTS_SETTING;
             let endpoint = serve::EndpointSettings {
                 listen: listen.trim().to_string(),
                 allow_remote: config::env_bool(serve::ALLOW_REMOTE_SETTING, false)?,
-                extra_hosts: web::hosts::parse_hosts(
+                extra_hosts: http::hosts::parse_hosts(
                     &config::env_opt(hosts_setting).unwrap_or_default(),
                 )
                 .map_err(|m| skiplock::Error::config(hosts_setting, m))?,
                 read_timeout: config::env_duration(
                     serve::READ_TIMEOUT_SETTING,
-                    web::server::DEFAULT_READ_TIMEOUT,
+                    http::server::DEFAULT_READ_TIMEOUT,
                 )?,
                 top_queues: config::env_usize(web::TOP_QUEUES_SETTING, web::DEFAULT_TOP_QUEUES)?,
             };

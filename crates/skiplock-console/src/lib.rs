@@ -4,8 +4,9 @@
 //! `/metrics`), with the HTTP server they share; the core crate `skiplock` has no HTTP server.
 //!
 //! - [`web`]: the console: pages, templates, assets, access (tokens, sessions, CSRF), the
-//!   `Host` names it answers for, and the HTTP/1 server with its read timeout
-//!   ([`web::server`]), which the exporter shares.
+//!   `Host` names it answers for.
+//! - [`http`]: the HTTP/1 server with its read timeout and the `Host` checks, which the
+//!   console and the exporter share.
 //! - [`metrics`]: the Prometheus recorder of the worker's series (`skiplock::metrics`), the
 //!   database's part of a scrape and a worker's `/metrics` endpoint, whose settings come in
 //!   as values ([`metrics::serve::EndpointSettings`]; the `skiplock` command reads them).
@@ -22,6 +23,7 @@
 use skiplock::{Error, admin, config, error, queue, redact, text, time, workflows};
 
 pub mod db;
+pub mod http;
 pub mod metrics;
 pub mod store;
 pub mod web;

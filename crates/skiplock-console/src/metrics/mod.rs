@@ -1,7 +1,7 @@
 //! The Prometheus exporter: the recorder the worker's series (`skiplock::metrics`, recorded
 //! through the `metrics` facade) go to, the database's part of a scrape ([`render`]) and the
 //! `/metrics` endpoint a worker process serves ([`serve`]) on the console's HTTP server
-//! ([`crate::web::server`], [`crate::web::hosts`]).
+//! ([`crate::http`]).
 
 pub mod render;
 pub mod serve;

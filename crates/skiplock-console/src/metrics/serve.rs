@@ -4,9 +4,9 @@
 //! The worker's endpoint has no token, so like the console it listens on loopback unless
 //! told otherwise: a non-loopback address needs `SKIPLOCK_METRICS_ALLOW_REMOTE=true` (the
 //! series hold queue and kind names and counts, never arguments or errors). Like the
-//! console it answers only for its own host names (DNS rebinding, [`crate::web::hosts`];
+//! console it answers only for its own host names (DNS rebinding, [`crate::http::hosts`];
 //! more names in `SKIPLOCK_METRICS_HOSTS`), and closes connections that do not send their
-//! headers within `SKIPLOCK_METRICS_READ_TIMEOUT` ([`crate::web::server`]). The database
+//! headers within `SKIPLOCK_METRICS_READ_TIMEOUT` ([`crate::http::server`]). The database
 //! read uses a pool of its own (one connection) and a short statement timeout, so a scrape
 //! never takes a connection the worker needs and never waits long; its per-queue series are
 //! bounded by `SKIPLOCK_TOP_QUEUES` ([`super::render`]).
@@ -35,7 +35,7 @@ pub const LISTEN_SETTING: &str = "SKIPLOCK_METRICS_LISTEN";
 /// Whether a worker's endpoint may listen on a non-loopback address.
 pub const ALLOW_REMOTE_SETTING: &str = "SKIPLOCK_METRICS_ALLOW_REMOTE";
 /// The longest a scraper may take to send a request's headers (and an idle connection stays
-/// open): [`crate::web::server::serve`].
+/// open): [`crate::http::server::serve`].
 pub const READ_TIMEOUT_SETTING: &str = "SKIPLOCK_METRICS_READ_TIMEOUT";
 /// The longest a scrape's database read may take (statement timeout, and the whole read
 /// including waiting for the connection).
@@ -98,7 +98,7 @@ struct Endpoint {
 /// Refuses (421) a request whose `Host` is not one of the endpoint's own names: a scrape
 /// from a DNS-rebinding page would otherwise read every queue and kind name.
 async fn check_host(
-    State(hosts): State<Arc<crate::web::hosts::AllowedHosts>>,
+    State(hosts): State<Arc<crate::http::hosts::AllowedHosts>>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -134,7 +134,7 @@ async fn scrape(State(e): State<Endpoint>) -> impl IntoResponse {
 pub fn router(
     handle: PrometheusHandle,
     scrape_pool: Pool,
-    hosts: crate::web::hosts::AllowedHosts,
+    hosts: crate::http::hosts::AllowedHosts,
     top: usize,
 ) -> Router {
     Router::new()
@@ -165,10 +165,10 @@ pub struct EndpointSettings {
     /// Whether a non-loopback address may be used ([`ALLOW_REMOTE_SETTING`]).
     pub allow_remote: bool,
     /// Names the endpoint answers for besides its address's
-    /// ([`crate::web::hosts::METRICS_HOSTS_SETTING`], [`crate::web::hosts::parse_hosts`]).
+    /// ([`crate::http::hosts::METRICS_HOSTS_SETTING`], [`crate::http::hosts::parse_hosts`]).
     pub extra_hosts: Vec<String>,
     /// The longest a scraper may take to send a request's headers ([`READ_TIMEOUT_SETTING`],
-    /// default [`crate::web::server::DEFAULT_READ_TIMEOUT`]).
+    /// default [`crate::http::server::DEFAULT_READ_TIMEOUT`]).
     pub read_timeout: Duration,
     /// Queues listed one by one in a scrape ([`crate::web::TOP_QUEUES_SETTING`], default
     /// [`crate::web::DEFAULT_TOP_QUEUES`]).
@@ -197,13 +197,13 @@ pub async fn start(
         .map_err(|e| invalid(format!("invalid address {listen}: {e}")))?
         .collect();
     listen_decision(listen, &addrs, allow_remote).map_err(invalid)?;
-    let hosts_setting = crate::web::hosts::METRICS_HOSTS_SETTING;
+    let hosts_setting = crate::http::hosts::METRICS_HOSTS_SETTING;
     let listener = tokio::net::TcpListener::bind(addrs[0])
         .await
         .map_err(|e| invalid(format!("cannot listen on {}: {e}", addrs[0])))?;
     let bound = listener.local_addr().map_err(Error::Io)?;
     let handle = super::install()?;
-    let hosts = crate::web::hosts::AllowedHosts::new(bound, extra_hosts, hosts_setting);
+    let hosts = crate::http::hosts::AllowedHosts::new(bound, extra_hosts, hosts_setting);
     let app = router(handle.clone(), scrape_pool, hosts, top);
     let task = tokio::spawn(async move {
         let upkeep = {
@@ -218,7 +218,7 @@ pub async fn start(
             })
         };
         if let Err(e) =
-            crate::web::server::serve(listener, app, read_timeout, stop.cancelled_owned()).await
+            crate::http::server::serve(listener, app, read_timeout, stop.cancelled_owned()).await
         {
             tracing::error!(error = %e, "metrics endpoint stopped");
         }

@@ -21,9 +21,10 @@ pub mod chart;
 pub mod flash;
 pub mod format;
 mod guard;
-pub mod hosts;
 pub mod pages;
-pub mod server;
+// The server and the Host checks are shared with the metrics endpoint (crate::http), under
+// the names the console's files use.
+pub use crate::http::{hosts, server};
 
 use std::time::Duration;
 
