@@ -25,11 +25,11 @@ use crate::store::{self, Executor};
 
 pub use crate::store::steps::StepRecord;
 
+pub use crate::store::bulk::JobFilter as BulkFilter;
 pub use crate::store::control::{KeyLimit, KeyLimitChange, QueueControl, Rate};
 pub use crate::store::jobs::{
     JobFilter, QueueStat, Reschedule, cancel_by_key, hold_key, reschedule,
 };
-pub use crate::store::web::JobFilter as BulkFilter;
 
 /// One job, with everything its row holds; [`crate::Error::NotFound`] when there is none.
 pub async fn get_job<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<JobRow> {
@@ -63,13 +63,13 @@ pub async fn retry<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<()> {
 /// Cancels the unfinished jobs that match `filter`, oldest first, at most `max_rows`
 /// (`skiplock.cancel_jobs`); how many.
 pub async fn cancel_jobs(pool: &store::Pool, filter: &BulkFilter, max_rows: i32) -> Result<i64> {
-    store::web::cancel_jobs(pool, filter, max_rows).await
+    store::bulk::cancel_jobs(pool, filter, max_rows).await
 }
 
 /// Retries the finished jobs that match `filter`, oldest first, at most `max_rows`
 /// (`skiplock.retry_jobs`); how many.
 pub async fn retry_jobs(pool: &store::Pool, filter: &BulkFilter, max_rows: i32) -> Result<i64> {
-    store::web::retry_jobs(pool, filter, max_rows).await
+    store::bulk::retry_jobs(pool, filter, max_rows).await
 }
 
 /// Pauses a queue for every worker: its jobs stay waiting, those claimed ahead go back.

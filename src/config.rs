@@ -290,9 +290,10 @@ pub fn duration_range(name: &str) -> (Duration, Duration) {
         // The period of the `reap` and `retain` periodic jobs (periodic intervals are at least 1s).
         "SKIPLOCK_REAPER_INTERVAL" => (secs(1), secs(DAY)),
         "SKIPLOCK_WEB_STATEMENT_TIMEOUT" => (Duration::ZERO, MAX_SESSION_TIMEOUT),
-        // How long a client may take to send a request's headers (src/web/server.rs).
+        // How long a client may take to send a request's headers
+        // (crates/skiplock-console/src/http/server.rs).
         "SKIPLOCK_WEB_READ_TIMEOUT" | "SKIPLOCK_METRICS_READ_TIMEOUT" => (MS, secs(HOUR)),
-        // How long a console login lasts (src/web/auth.rs).
+        // How long a console login lasts (crates/skiplock-console/src/web/auth.rs).
         "SKIPLOCK_WEB_SESSION_TTL" => (secs(1), secs(30 * DAY)),
         _ => (Duration::ZERO, MAX_DURATION),
     }

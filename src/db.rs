@@ -3,7 +3,6 @@
 //! `session` (lazy pools, session limits, read-only refusal, waiting out outages).
 
 internal_mod!(checkout);
-internal_mod!(console);
 internal_mod!(hosts);
 internal_mod!(nodelay);
 internal_mod!(outage);
@@ -71,7 +70,7 @@ pub async fn connect_in_mode(url: &str, max_connections: u32, mode: PoolMode) ->
 /// hosts that accepts one (src/db/hosts.rs). One direct connection first: the pool retries a
 /// refused connection until its acquire timeout and then reports only "pool timed out"; this
 /// names the real cause at once.
-async fn reachable(opts: PgConnectOptions, url: &str) -> Result<PgConnectOptions> {
+pub async fn reachable(opts: PgConnectOptions, url: &str) -> Result<PgConnectOptions> {
     let fail = |why: String| {
         Error::Other(format!(
             "cannot connect to the database at {}: {}",

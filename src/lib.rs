@@ -51,8 +51,6 @@ internal_mod!(store);
 pub mod testing;
 pub mod text;
 internal_mod!(time);
-#[cfg(feature = "http")]
-pub mod web;
 pub mod worker;
 #[cfg(any(feature = "fetch", feature = "pack", feature = "packets"))]
 pub mod workflows;

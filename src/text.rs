@@ -42,8 +42,8 @@ pub fn escape(s: &str) -> Cow<'_, str> {
 /// [`escape`] for text that may span lines (the console's pages, where a `<pre>` of JSON
 /// keeps its line breaks and tabs): the same characters written as the same escapes, but
 /// `\n` and `\t` left as they are. The console shows every value through this
-/// (src/web/format.rs, `ConsoleHtml`), so a queue `q\u{202e}evil` reads the same on a page as
-/// in `skiplock stats`.
+/// (crates/skiplock-console/src/web/format.rs, `ConsoleHtml`), so a queue `q\u{202e}evil`
+/// reads the same on a page as in `skiplock stats`.
 pub fn escape_invisible(s: &str) -> Cow<'_, str> {
     escape_unless(s, |c| c == '\n' || c == '\t')
 }
@@ -72,7 +72,8 @@ fn escape_unless(s: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
 }
 
 /// A number of seconds as its two largest units: `45s`, `12m 5s`, `3h 20m`, `2d 4h` — the
-/// one way the doctor (src/doctor/mod.rs) and the console (src/web/format.rs) show an age.
+/// one way the doctor (src/doctor/mod.rs) and the console
+/// (crates/skiplock-console/src/web/format.rs) show an age.
 pub fn two_units(s: u64) -> String {
     let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
     if d > 0 {

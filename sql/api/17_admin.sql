@@ -93,8 +93,9 @@ $$;
 -- a plain substring (no wildcards: %, _ and \ are matched literally) looked for, ignoring
 -- case, in the job's args or errors, `tag`, one of the job's tags, and `meta`, a JSON object
 -- the job's meta contains (jsonb @>). Shared by the bulk functions below and the console's
--- job list (sql/web/jobs_*.sql), so "the filtered set" means the same in both. The 5-argument
--- form of earlier versions is dropped so that their calls resolve to this one.
+-- job list (crates/skiplock-console/sql/web/jobs_*.sql), so "the filtered set" means the same
+-- in both. The 5-argument form of earlier versions is dropped so that their calls resolve to
+-- this one.
 DROP FUNCTION IF EXISTS skiplock._job_matches(skiplock.jobs, skiplock.job_state, text, text, text);
 CREATE OR REPLACE FUNCTION skiplock._job_matches(j skiplock.jobs, state skiplock.job_state, kind text,
                                                  queue text, search text, tag text DEFAULT NULL,

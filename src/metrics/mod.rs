@@ -2,36 +2,23 @@
 //! process without a recorder pays nothing and an application embedding the worker can
 //! install its own), and what a scrape reads from the database (queue depth, packets).
 //!
-//! - `skiplock worker` with `SKIPLOCK_METRICS_LISTEN` installs the Prometheus recorder
-//!   (`install`) and serves `/metrics` (`serve`): the process's counters and
-//!   histograms, then the database's view (`render`).
-//! - `skiplock web` serves `/metrics` behind the console's auth: the database's view only
-//!   (the console runs no jobs).
+//! - The Prometheus exporter is the crate skiplock-console's (`skiplock_console::metrics`):
+//!   `skiplock worker` with `SKIPLOCK_METRICS_LISTEN` installs its recorder and serves
+//!   `/metrics`, the process's counters and histograms, then the database's view (the
+//!   store's `metrics` statements read it); `skiplock web` serves the database's view only,
+//!   behind the console's auth (the console runs no jobs).
 //!
 //! The hot path only touches pre-registered handles: a job's series are looked up once
 //! when it is claimed ([`WorkerMetrics::series`], a read-locked map), and every update after
 //! that is an atomic add (counters) or a lock-free push (histogram samples, drained by the
 //! exporter's upkeep). docs/operations.md, "Metrics", lists every series.
 
-#[cfg(feature = "prometheus")]
-pub mod render;
-#[cfg(feature = "prometheus")]
-pub mod serve;
-
 use std::collections::HashMap;
-#[cfg(feature = "prometheus")]
-use std::sync::OnceLock;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-#[cfg(feature = "prometheus")]
-use metrics::Unit;
 use metrics::{Counter, Histogram, counter, histogram};
-#[cfg(feature = "prometheus")]
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-#[cfg(feature = "prometheus")]
-use crate::error::{Error, Result};
 use crate::queue::JobState;
 
 /// Jobs finished by kind, queue and [`Finish`] outcome.
@@ -230,73 +217,6 @@ pub fn fetched(status: Option<u16>) {
 pub fn packed(took: Duration) {
     counter!(PACKS).increment(1);
     histogram!(PACK_DURATION).record(took.as_secs_f64());
-}
-
-#[cfg(feature = "prometheus")]
-static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-
-#[cfg(feature = "prometheus")]
-/// Installs the Prometheus recorder for this process (once; later calls return the same
-/// handle) and describes every series. Fails when another recorder is already installed.
-pub fn install() -> Result<PrometheusHandle> {
-    if let Some(h) = HANDLE.get() {
-        return Ok(h.clone());
-    }
-    let fail = |e: metrics_exporter_prometheus::BuildError| {
-        Error::Other(format!("installing the metrics recorder: {e}"))
-    };
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), DURATION_BUCKETS)
-        .map_err(fail)?
-        .set_buckets_for_metric(Matcher::Suffix("_batch_size".into()), BATCH_BUCKETS)
-        .map_err(fail)?
-        .install_recorder()
-        .map_err(fail)?;
-    describe();
-    Ok(HANDLE.get_or_init(|| handle).clone())
-}
-
-/// The `# HELP` text of every series the recorder holds.
-#[cfg(feature = "prometheus")]
-fn describe() {
-    use metrics::{describe_counter, describe_histogram};
-    describe_counter!(
-        JOBS_FINISHED,
-        Unit::Count,
-        "Job attempts finished by this worker, by kind, queue and outcome (completed, retried, discarded, cancelled, snoozed, released, lost)."
-    );
-    describe_histogram!(
-        JOB_DURATION,
-        Unit::Seconds,
-        "How long handlers ran, by kind."
-    );
-    describe_histogram!(
-        CLAIM_BATCH,
-        Unit::Count,
-        "Jobs per claim statement (0: the claim found none)."
-    );
-    describe_histogram!(ACK_BATCH, Unit::Count, "Acks per write of the ack writer.");
-    describe_counter!(
-        RESCUED,
-        Unit::Count,
-        "Running jobs this worker's rescuer returned (their worker stopped sending heartbeats), by kind and new state."
-    );
-    describe_counter!(
-        FETCHES,
-        Unit::Count,
-        "HTTP requests of the fetch workflow by status code (error: no response)."
-    );
-    describe_counter!(PACKS, Unit::Count, "Packs written.");
-    describe_counter!(
-        ENQUEUE_REFUSED,
-        Unit::Count,
-        "Enqueue statements of this process refused because their queue was at its admission limit (SK429), by queue."
-    );
-    describe_histogram!(
-        PACK_DURATION,
-        Unit::Seconds,
-        "How long a pack took, from taking the host's lock to the commit."
-    );
 }
 
 #[cfg(test)]

@@ -10,9 +10,10 @@
 //!   `sql/packets/start.sql`. A module is an entity or a service, so names within it read as
 //!   verbs (`packets::start`, `jobs::cancel_job`), with `_many` when the statement takes
 //!   arrays (`heartbeat_many`, `ack_many`). Areas: `queue` ([`jobs`], [`claim`], [`ack`],
-//!   [`heartbeat`], [`rescue`]), `maintenance`, `fetch`, `pack`, `packets`, [`metrics`]
-//!   (what a scrape reads), `schema`. (The dev tools' statements, `bench` and `chaos`, are in
-//!   the binary's modules of those names: they are not part of the library.)
+//!   [`heartbeat`], [`rescue`]), [`bulk`] (cancel and retry a filtered set), `maintenance`,
+//!   `fetch`, `pack`, `packets`, [`metrics`] (what a scrape reads), `schema`. (The dev tools'
+//!   statements are crates/skiplock-devtools', the console's crates/skiplock-console's: they
+//!   are not part of the library.)
 //! - **Typed in, typed out.** More than about three parameters come as a struct; every row is
 //!   a named `FromRow` struct (no tuples); states are enums mapped to the database's enum
 //!   types ([`types`]); times are read through [`time::DbTime`] so no stored value can panic.
@@ -27,6 +28,7 @@
 //!   checks that version at start ([`schema::ensure_ready`]).
 
 pub mod ack;
+pub mod bulk;
 pub mod claim;
 pub mod control;
 pub mod doctor;
@@ -48,11 +50,12 @@ pub mod session;
 pub mod steps;
 pub(crate) mod testing;
 pub mod types;
-pub mod web;
 
 pub mod pool;
 pub use pool::{Pool, PoolMode};
-pub(crate) use pool::{query, query_as, query_scalar};
+// Public (with `internals`) for the statements of crates/skiplock-console, which run as the
+// core's do (unnamed in transaction mode).
+pub use pool::{query, query_as, query_scalar};
 /// A transaction on the skiplock database.
 pub type Transaction<'c> = sqlx::Transaction<'c, sqlx::Postgres>;
 /// Anything a statement can run on: `&Pool`, `&mut *tx`, `&mut Connection`.

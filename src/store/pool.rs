@@ -34,7 +34,7 @@ static UNNAMED: AtomicBool = AtomicBool::new(false);
 /// Makes every statement of this process unnamed from now on ([`UNNAMED`]): called before a
 /// transaction-mode pool opens its first connection, whose set-up statements must be unnamed
 /// already.
-pub(crate) fn expect_transaction_pooling() {
+pub fn expect_transaction_pooling() {
     UNNAMED.store(true, Ordering::Relaxed);
 }
 
@@ -45,12 +45,12 @@ pub(crate) fn unnamed() -> bool {
 
 /// `sqlx::query`, as every store statement is built: unnamed once a pool of this process runs
 /// in transaction mode ([`unnamed`]).
-pub(crate) fn query<'q>(sql: impl SqlSafeStr) -> Query<'q, Postgres, PgArguments> {
+pub fn query<'q>(sql: impl SqlSafeStr) -> Query<'q, Postgres, PgArguments> {
     sqlx::query(sql).persistent(!unnamed())
 }
 
 /// `sqlx::query_as`, as [`query`].
-pub(crate) fn query_as<'q, O>(sql: impl SqlSafeStr) -> QueryAs<'q, Postgres, O, PgArguments>
+pub fn query_as<'q, O>(sql: impl SqlSafeStr) -> QueryAs<'q, Postgres, O, PgArguments>
 where
     O: for<'r> FromRow<'r, PgRow>,
 {
@@ -58,7 +58,7 @@ where
 }
 
 /// `sqlx::query_scalar`, as [`query`].
-pub(crate) fn query_scalar<'q, O>(
+pub fn query_scalar<'q, O>(
     sql: impl SqlSafeStr,
 ) -> QueryScalar<'q, Postgres, O, PgArguments>
 where

@@ -233,7 +233,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (core migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "6df47fb38aac02baca6d038e17d26c5964e6ae7bb96416f87b0d17c1741f1db4",
+        "d7fbcc0d3ce4073081f5f4aa27ef0fddce37bb16c11df58d5ade446acf2c4414",
     ),
 ];
 

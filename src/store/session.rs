@@ -51,7 +51,7 @@ pub async fn open(
 }
 
 /// A console session's first statement: its statement and lock timeouts (zero: none), plans
-/// made per call and no JIT (src/db/console.rs).
+/// made per call and no JIT (crates/skiplock-console/src/db/console.rs).
 pub async fn open_console(
     conn: &mut PgConnection,
     statement_timeout: Duration,

@@ -1,4 +1,4 @@
-//! `skiplock web`: the operator console (see [`skiplock::web`] and docs/console.md).
+//! `skiplock web`: the operator console (see [`skiplock_console::web`] and docs/console.md).
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use skiplock::config;
-use skiplock::web::{self, AppState, auth};
+use skiplock_console::web::{self, AppState, auth};
 
 /// `skiplock web [--listen ADDR]`.
 #[derive(Debug, Args)]
@@ -61,7 +61,7 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
     // The address first: a refused --listen must not wait on the database.
     let addr = web::resolve_listen(&a.listen, any_token).await?;
     let db_url = config::database_url(url)?;
-    let pool = skiplock::db::console::connect(
+    let pool = skiplock_console::db::console::connect(
         &db_url,
         connections as u32,
         statement_timeout,
@@ -69,7 +69,7 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
     )
     .await?;
     skiplock::store::schema::ensure_ready(&pool).await?;
-    let db_user = skiplock::store::web::session_user(&pool).await?;
+    let db_user = skiplock_console::store::web::session_user(&pool).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;

@@ -6,8 +6,9 @@ use clap::Args;
 use super::settings::Settings;
 use crate::progress::{DrainCount, Progress};
 use skiplock::config::{self, parse_queues};
-use skiplock::metrics::serve;
 use skiplock::worker::{Worker, builtin, shutdown};
+use skiplock_console::metrics::serve;
+use skiplock_console::{http, web};
 
 /// `skiplock worker` flags.
 #[derive(Debug, Args)]
@@ -43,15 +44,22 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     let metrics = match config::env_opt(serve::LISTEN_SETTING).filter(|l| !l.trim().is_empty()) {
         None => None,
         Some(listen) => {
-            let allow_remote = config::env_bool(serve::ALLOW_REMOTE_SETTING, false)?;
+            let hosts_setting = http::hosts::METRICS_HOSTS_SETTING;
+            let endpoint = serve::EndpointSettings {
+                listen: listen.trim().to_string(),
+                allow_remote: config::env_bool(serve::ALLOW_REMOTE_SETTING, false)?,
+                extra_hosts: http::hosts::parse_hosts(
+                    &config::env_opt(hosts_setting).unwrap_or_default(),
+                )
+                .map_err(|m| skiplock::Error::config(hosts_setting, m))?,
+                read_timeout: config::env_duration(
+                    serve::READ_TIMEOUT_SETTING,
+                    http::server::DEFAULT_READ_TIMEOUT,
+                )?,
+                top_queues: config::env_usize(web::TOP_QUEUES_SETTING, web::DEFAULT_TOP_QUEUES)?,
+            };
             let scrape_pool = serve::scrape_pool(&pool, settings.session_limits());
-            let (bound, task) = serve::start(
-                listen.trim(),
-                allow_remote,
-                scrape_pool,
-                metrics_stop.clone(),
-            )
-            .await?;
+            let (bound, task) = serve::start(endpoint, scrape_pool, metrics_stop.clone()).await?;
             println!("skiplock metrics on http://{bound}/metrics");
             let _ = std::io::Write::flush(&mut std::io::stdout());
             tracing::info!(%bound, "metrics endpoint listening");

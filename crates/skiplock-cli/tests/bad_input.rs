@@ -548,7 +548,7 @@ async fn job_views_show_args_serde_json_cannot_read_as_text() {
         assert_eq!(code, 0, "{err}");
         assert!(out.contains(&id.to_string()), "{out:.200}");
         // The library's readers too (the console's reader, and `get_job`).
-        let row = skiplock::store::web::job(&db.pool, id)
+        let row = skiplock_console::store::web::job(&db.pool, id)
             .await
             .unwrap()
             .unwrap();

@@ -702,3 +702,65 @@ async fn the_horizons_age_and_the_dead_tuples_are_gauges() {
     assert!(value(&s, "skiplock_dead_tuples", &[]).is_some(), "{body}");
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
 }
+
+/// A limit of `max` waiting jobs on `queue` (NULL: none).
+async fn limit(db: &TestDb, queue: &str, max: Option<i32>) {
+    sqlx::query("SELECT skiplock.set_queue_admission($1, $2)")
+        .bind(queue)
+        .bind(max)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+}
+
+fn job(queue: &str) -> skiplock::queue::NewJob {
+    skiplock::queue::NewJob::new("drain", serde_json::json!({})).queue(queue)
+}
+
+/// `n` jobs through the public API's `enqueue_many` (which counts refusals; the store's does not).
+async fn api_many(pool: &skiplock::Pool, queue: &str, n: usize) -> skiplock::Result<Vec<i64>> {
+    let args = vec![serde_json::json!({}); n];
+    skiplock::enqueue_many(
+        pool,
+        skiplock::store::jobs::ManyJobs {
+            kind: "drain",
+            args: &args,
+            queue,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Each refused enqueue statement counts once in `skiplock_enqueue_refused_total{queue}`
+/// (docs/operations.md, "Metrics"), `enqueue_many`'s as one; accepted ones do not count.
+#[tokio::test]
+async fn refusals_are_counted_by_queue() {
+    let handle = skiplock_console::metrics::install().expect("the Prometheus recorder");
+    let counted = |queue: &str| -> u64 {
+        let text = handle.render();
+        let prefix = format!("skiplock_enqueue_refused_total{{queue=\"{queue}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    };
+    let db = TestDb::new().await;
+    limit(&db, "counted_refusals", Some(2)).await;
+    api_many(&db.pool, "counted_refusals", 2).await.unwrap();
+    assert_eq!(counted("counted_refusals"), 0);
+    assert!(skiplock::client::admission::is_queue_full(
+        &skiplock::enqueue_job(&db.pool, &job("counted_refusals"))
+            .await
+            .unwrap_err()
+    ));
+    assert!(skiplock::client::admission::is_queue_full(
+        &api_many(&db.pool, "counted_refusals", 3).await.unwrap_err()
+    ));
+    assert_eq!(counted("counted_refusals"), 2);
+    // Another error is not a refusal for a full queue.
+    limit(&db, "counted_refusals", None).await;
+    skiplock::enqueue_job(&db.pool, &job("counted_refusals"))
+        .await
+        .unwrap();
+    assert_eq!(counted("counted_refusals"), 2);
+}

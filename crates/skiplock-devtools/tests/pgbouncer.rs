@@ -211,17 +211,21 @@ async fn a_worker_behind_pgbouncer_in_transaction_mode_drains_10000_jobs() {
     let (code, _, err) = through(&["migrate"]);
     assert_eq!(code, 1);
     assert!(err.contains("migrate needs a session"), "{err}");
-    let console =
-        skiplock::db::console::connect(&url, 2, Duration::from_secs(30), PoolMode::Transaction)
-            .await
-            .unwrap();
+    let console = skiplock_console::db::console::connect(
+        &url,
+        2,
+        Duration::from_secs(30),
+        PoolMode::Transaction,
+    )
+    .await
+    .unwrap();
     assert!(
-        !skiplock::store::web::queue_counts(&console, 10)
+        !skiplock_console::store::web::queue_counts(&console, 10)
             .await
             .unwrap()
             .is_empty()
     );
-    let job = skiplock::store::web::job(&console, id.parse().unwrap())
+    let job = skiplock_console::store::web::job(&console, id.parse().unwrap())
         .await
         .unwrap()
         .expect("the job, read through the console's pool");
@@ -388,9 +392,10 @@ async fn the_consoles_pool_follows_a_multi_host_url_after_a_page_met_the_outage(
     let Some(bin) = pgbouncer_bin() else { return };
     let db = TestDb::new().await;
     let (first, url) = first_of_two_hosts(&bin, &db).await;
-    let pool = skiplock::db::console::connect(&url, 2, Duration::from_secs(30), PoolMode::Session)
-        .await
-        .expect("the console's pool");
+    let pool =
+        skiplock_console::db::console::connect(&url, 2, Duration::from_secs(30), PoolMode::Session)
+            .await
+            .expect("the console's pool");
     assert!(writable(&pool).await);
     assert!(
         first.log().contains("login attempt"),

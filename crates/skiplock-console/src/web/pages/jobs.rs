@@ -16,7 +16,7 @@ use crate::queue::JobState;
 use crate::queue::flow::{COUNTED_DEPENDENCIES, LISTED_DEPENDENCIES, not_listed};
 use crate::store::flows;
 use crate::store::web::{self as store, JobFilter, Page};
-use crate::web::guard::CsrfNonce;
+use crate::web::request::CsrfNonce;
 use crate::web::{AppState, BULK_MAX, PAGE_SIZE, format};
 
 /// Longest kind or queue name (as the SQL API allows).

@@ -2,7 +2,7 @@
 //! pipeline and the crawl, with the few buttons operators press every day.
 //!
 //! - [`pages`]: one module per page (overview, jobs, packets, crawl, login); askama
-//!   templates in `src/web/templates/`, compiled into the binary.
+//!   templates in `crates/skiplock-console/src/web/templates/`, compiled into the binary.
 //! - [`auth`]: loopback by default, the tokens, server-side sessions, the login limit,
 //!   CSRF on every POST; [`hosts`]: the `Host` names it answers for; [`flash`]: one-shot
 //!   messages; [`server`]: the HTTP server with its read timeout.
@@ -14,40 +14,29 @@
 //! Pages read without JavaScript; the one small script only refreshes the overview and
 //! crawl pages and asks before destructive buttons.
 
-// The HTTP server and the Host checks (feature `http`) serve the metrics endpoint too; the
-// rest is the console (feature `console`).
-#[cfg(feature = "console")]
+// The HTTP server and the Host checks serve the metrics endpoint too (crate::metrics::serve).
 pub mod assets;
-#[cfg(feature = "console")]
 pub mod auth;
-#[cfg(feature = "console")]
 pub mod chart;
-#[cfg(feature = "console")]
 pub mod flash;
-#[cfg(feature = "console")]
 pub mod format;
-#[cfg(feature = "console")]
 mod guard;
-pub mod hosts;
-#[cfg(feature = "console")]
 pub mod pages;
-pub mod server;
+pub mod request;
+// The server and the Host checks are shared with the metrics endpoint (crate::http), under
+// the names the console's files use.
+pub use crate::http::{hosts, server};
 
 use std::time::Duration;
 
-#[cfg(feature = "console")]
-use console_imports::*;
-#[cfg(feature = "console")]
-mod console_imports {
-    pub(super) use std::net::SocketAddr;
-    pub(super) use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::Arc;
 
-    pub(super) use axum::Router;
-    pub(super) use axum::routing::{get, post};
-    pub(super) use tokio::net::TcpListener;
+use axum::Router;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
 
-    pub(super) use crate::error::{Error, Result};
-}
+use crate::error::{Error, Result};
 
 /// Default `--listen`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -75,7 +64,6 @@ pub const DEFAULT_TOP_QUEUES: usize = 50;
 /// The setting of the read timeout ([`server::serve`]).
 pub const READ_TIMEOUT_SETTING: &str = "SKIPLOCK_WEB_READ_TIMEOUT";
 
-#[cfg(feature = "console")]
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -95,7 +83,6 @@ pub struct AppState {
     pub read_timeout: Duration,
 }
 
-#[cfg(feature = "console")]
 /// Builds the console's router (every page, the assets, the login, the guard).
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -128,7 +115,6 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-#[cfg(feature = "console")]
 /// `GET /metrics`: the database's view in Prometheus text format (queue depth, oldest
 /// waiting job, packets per state; see [`crate::metrics::render`]). Behind the same guard
 /// as every page: with a token set, a scraper sends `Authorization: Bearer <token>`.
@@ -145,7 +131,6 @@ async fn metrics(
     )
 }
 
-#[cfg(feature = "console")]
 /// Resolves `listen` and checks it against the token rule ([`auth::listen_decision`]);
 /// returns the address to bind.
 pub async fn resolve_listen(listen: &str, token_set: bool) -> Result<SocketAddr> {
@@ -157,7 +142,6 @@ pub async fn resolve_listen(listen: &str, token_set: bool) -> Result<SocketAddr>
     Ok(addrs[0])
 }
 
-#[cfg(feature = "console")]
 /// Serves the console on `listener` until `shutdown` completes; a connection that does not
 /// send a request's headers within `read_timeout` is closed ([`server::serve`]).
 pub async fn serve(

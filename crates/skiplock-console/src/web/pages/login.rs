@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::see_other;
 use crate::web::AppState;
 use crate::web::auth;
-use crate::web::guard::{ClientIp, CsrfNonce};
+use crate::web::request::{ClientIp, CsrfNonce};
 
 #[derive(Template)]
 #[template(path = "login.html", config = "src/web/askama.toml")]
@@ -86,7 +86,7 @@ pub async fn submit(
     // A locked-out address is refused without looking at the token, so guessing costs
     // LOGIN_LOCKOUT per LOGIN_FAILURES tries.
     if let Some(left) = st.auth.limiter.locked(ip) {
-        return crate::web::guard::too_many(Some(left));
+        return crate::web::request::too_many(Some(left));
     }
     let Some(access) = st.auth.token_access(f.token.as_deref().unwrap_or("")) else {
         st.auth.limiter.failed(ip);

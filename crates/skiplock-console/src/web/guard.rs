@@ -12,52 +12,19 @@ use axum::http::header::{
 };
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::Response;
 
 use super::AppState;
 use super::auth::{self, Access, CSRF_FIELD, Identity};
 use super::pages::login;
+use super::request::{ClientIp, CsrfNonce, refused, too_many};
 
 /// The largest form body accepted (the biggest form is a retry reason).
 const MAX_FORM: usize = 64 * 1024;
 
-/// The browser's CSRF nonce for this request (from its cookie, or a fresh one the response
-/// sets); pages put [`auth::Auth::csrf_token`] of it into their forms. With it, what the
-/// request may do (a read-only login's pages offer no buttons).
-#[derive(Debug, Clone)]
-pub struct CsrfNonce(pub String, pub Access);
-
-/// The client's address (the login limit counts per address).
-#[derive(Debug, Clone, Copy)]
-pub struct ClientIp(pub std::net::IpAddr);
-
 /// The paths a POST may reach with a read-only login: logging in and out.
 fn read_only_may_post(path: &str) -> bool {
     path == "/login" || path == "/logout"
-}
-
-fn refused(status: StatusCode, message: &str) -> Response {
-    let body = format!(
-        "<!doctype html><meta charset=\"utf-8\"><title>Refused · skiplock</title>\
-         <link rel=\"stylesheet\" href=\"{}\"><main><h1>Refused</h1>\
-         <div class=\"flash err\" id=\"error\">{}</div><p><a href=\"/\">Overview</a></p></main>",
-        super::assets::css_url(),
-        message
-    );
-    (status, Html(body)).into_response()
-}
-
-/// 429 for a client address locked out by the login limit.
-pub fn too_many(left: Option<std::time::Duration>) -> Response {
-    let secs = left.map_or(auth::LOGIN_LOCKOUT.as_secs(), |d| d.as_secs() + 1);
-    let mut r = refused(
-        StatusCode::TOO_MANY_REQUESTS,
-        &format!("refused: too many wrong tokens from this address; try again in {secs} s"),
-    );
-    if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-        r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
-    }
-    r
 }
 
 /// The form field `name` of an `application/x-www-form-urlencoded` body.

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::{Layout, PageError, html, q, see_other_with};
 use crate::store::web as store;
-use crate::web::guard::CsrfNonce;
+use crate::web::request::CsrfNonce;
 use crate::web::{AppState, REFRESH_SECS, format};
 
 /// Hosts shown at most.

@@ -4,9 +4,9 @@
 //! The worker's endpoint has no token, so like the console it listens on loopback unless
 //! told otherwise: a non-loopback address needs `SKIPLOCK_METRICS_ALLOW_REMOTE=true` (the
 //! series hold queue and kind names and counts, never arguments or errors). Like the
-//! console it answers only for its own host names (DNS rebinding, [`crate::web::hosts`];
+//! console it answers only for its own host names (DNS rebinding, [`crate::http::hosts`];
 //! more names in `SKIPLOCK_METRICS_HOSTS`), and closes connections that do not send their
-//! headers within `SKIPLOCK_METRICS_READ_TIMEOUT` ([`crate::web::server`]). The database
+//! headers within `SKIPLOCK_METRICS_READ_TIMEOUT` ([`crate::http::server`]). The database
 //! read uses a pool of its own (one connection) and a short statement timeout, so a scrape
 //! never takes a connection the worker needs and never waits long; its per-queue series are
 //! bounded by `SKIPLOCK_TOP_QUEUES` ([`super::render`]).
@@ -35,7 +35,7 @@ pub const LISTEN_SETTING: &str = "SKIPLOCK_METRICS_LISTEN";
 /// Whether a worker's endpoint may listen on a non-loopback address.
 pub const ALLOW_REMOTE_SETTING: &str = "SKIPLOCK_METRICS_ALLOW_REMOTE";
 /// The longest a scraper may take to send a request's headers (and an idle connection stays
-/// open): [`crate::web::server::serve`].
+/// open): [`crate::http::server::serve`].
 pub const READ_TIMEOUT_SETTING: &str = "SKIPLOCK_METRICS_READ_TIMEOUT";
 /// The longest a scrape's database read may take (statement timeout, and the whole read
 /// including waiting for the connection).
@@ -98,7 +98,7 @@ struct Endpoint {
 /// Refuses (421) a request whose `Host` is not one of the endpoint's own names: a scrape
 /// from a DNS-rebinding page would otherwise read every queue and kind name.
 async fn check_host(
-    State(hosts): State<Arc<crate::web::hosts::AllowedHosts>>,
+    State(hosts): State<Arc<crate::http::hosts::AllowedHosts>>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -134,7 +134,7 @@ async fn scrape(State(e): State<Endpoint>) -> impl IntoResponse {
 pub fn router(
     handle: PrometheusHandle,
     scrape_pool: Pool,
-    hosts: crate::web::hosts::AllowedHosts,
+    hosts: crate::http::hosts::AllowedHosts,
     top: usize,
 ) -> Router {
     Router::new()
@@ -156,39 +156,54 @@ pub fn scrape_pool(pool: &Pool, limits: crate::db::session::SessionLimits) -> Po
     crate::db::session::worker_pool(opts, limits, pool.mode(), 1, SCRAPE_TIMEOUT)
 }
 
-/// Installs the recorder and serves a worker's endpoint on `listen` until `stop`: checks the
-/// address ([`listen_decision`]), binds it (so a bad address fails before the worker
-/// starts), and returns the bound address and the server task.
+/// A worker's endpoint's settings, as values: the `skiplock` command reads them from the
+/// environment (crates/skiplock-cli/src/worker.rs, the settings named beside each field).
+#[derive(Debug, Clone)]
+pub struct EndpointSettings {
+    /// The address to listen on ([`LISTEN_SETTING`]).
+    pub listen: String,
+    /// Whether a non-loopback address may be used ([`ALLOW_REMOTE_SETTING`]).
+    pub allow_remote: bool,
+    /// Names the endpoint answers for besides its address's
+    /// ([`crate::http::hosts::METRICS_HOSTS_SETTING`], [`crate::http::hosts::parse_hosts`]).
+    pub extra_hosts: Vec<String>,
+    /// The longest a scraper may take to send a request's headers ([`READ_TIMEOUT_SETTING`],
+    /// default [`crate::http::server::DEFAULT_READ_TIMEOUT`]).
+    pub read_timeout: Duration,
+    /// Queues listed one by one in a scrape ([`crate::web::TOP_QUEUES_SETTING`], default
+    /// [`crate::web::DEFAULT_TOP_QUEUES`]).
+    pub top_queues: usize,
+}
+
+/// Installs the recorder and serves a worker's endpoint on `settings.listen` until `stop`:
+/// checks the address ([`listen_decision`]), binds it (so a bad address fails before the
+/// worker starts), and returns the bound address and the server task.
 pub async fn start(
-    listen: &str,
-    allow_remote: bool,
+    settings: EndpointSettings,
     scrape_pool: Pool,
     stop: CancellationToken,
 ) -> Result<(SocketAddr, JoinHandle<()>)> {
+    let EndpointSettings {
+        listen,
+        allow_remote,
+        extra_hosts,
+        read_timeout,
+        top_queues: top,
+    } = settings;
+    let listen = listen.as_str();
     let invalid = |m: String| Error::config(LISTEN_SETTING, m);
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host(listen)
         .await
         .map_err(|e| invalid(format!("invalid address {listen}: {e}")))?
         .collect();
     listen_decision(listen, &addrs, allow_remote).map_err(invalid)?;
-    let hosts_setting = crate::web::hosts::METRICS_HOSTS_SETTING;
-    let extra_hosts =
-        crate::web::hosts::parse_hosts(&crate::config::env_opt(hosts_setting).unwrap_or_default())
-            .map_err(|m| Error::config(hosts_setting, m))?;
-    let read_timeout = crate::config::env_duration(
-        READ_TIMEOUT_SETTING,
-        crate::web::server::DEFAULT_READ_TIMEOUT,
-    )?;
-    let top = crate::config::env_usize(
-        crate::web::TOP_QUEUES_SETTING,
-        crate::web::DEFAULT_TOP_QUEUES,
-    )?;
+    let hosts_setting = crate::http::hosts::METRICS_HOSTS_SETTING;
     let listener = tokio::net::TcpListener::bind(addrs[0])
         .await
         .map_err(|e| invalid(format!("cannot listen on {}: {e}", addrs[0])))?;
     let bound = listener.local_addr().map_err(Error::Io)?;
     let handle = super::install()?;
-    let hosts = crate::web::hosts::AllowedHosts::new(bound, extra_hosts, hosts_setting);
+    let hosts = crate::http::hosts::AllowedHosts::new(bound, extra_hosts, hosts_setting);
     let app = router(handle.clone(), scrape_pool, hosts, top);
     let task = tokio::spawn(async move {
         let upkeep = {
@@ -203,7 +218,7 @@ pub async fn start(
             })
         };
         if let Err(e) =
-            crate::web::server::serve(listener, app, read_timeout, stop.cancelled_owned()).await
+            crate::http::server::serve(listener, app, read_timeout, stop.cancelled_owned()).await
         {
             tracing::error!(error = %e, "metrics endpoint stopped");
         }

@@ -9,7 +9,7 @@ use axum::response::Response;
 
 use super::{Layout, PageError, html};
 use crate::store::flows;
-use crate::web::guard::CsrfNonce;
+use crate::web::request::CsrfNonce;
 use crate::web::{AppState, PAGE_SIZE};
 
 /// One job of the flow, as the page shows it.

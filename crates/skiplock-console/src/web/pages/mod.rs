@@ -15,7 +15,7 @@ use axum::http::header::LOCATION;
 use axum::response::{Html, IntoResponse, Response};
 
 use super::AppState;
-use super::guard::CsrfNonce;
+use super::request::CsrfNonce;
 use crate::error::Error;
 
 /// What the frame around every page needs.

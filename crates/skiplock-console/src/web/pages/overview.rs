@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::{Layout, PageError, html, q, see_other_with};
 use crate::store::web as store;
-use crate::web::guard::CsrfNonce;
+use crate::web::request::CsrfNonce;
 use crate::web::{AppState, LIVE_WORKER_SECS, REFRESH_SECS, chart, format};
 
 /// One count in the queue table.

@@ -13,7 +13,6 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::store::metrics::Snapshot;
-#[cfg(feature = "packets")]
 use crate::store::types::PacketState;
 
 /// Jobs per queue and live state (`available`, `scheduled`, `running`).
@@ -239,7 +238,6 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
         "Dead tuples in skiplock's tables now: what vacuum has not removed, or cannot while the horizon is held (skiplock doctor names the holder).",
     );
     let _ = writeln!(out, "{DEAD_TUPLES} {}", snap.horizon.dead_tuples);
-    #[cfg(feature = "packets")]
     {
         header(&mut out, PACKETS, "Packets per state.");
         for state in PacketState::ALL {
@@ -299,7 +297,6 @@ mod tests {
                 queues: 300,
                 paused_queues: 2,
             }),
-            #[cfg(feature = "packets")]
             packets: vec![crate::store::metrics::PacketCount {
                 state: PacketState::InReview,
                 packets: 7,
@@ -325,7 +322,6 @@ mod tests {
         assert!(t.contains("skiplock_queue_depth{queue=\"we\\\"ird\",state=\"available\"} 3\n"));
         assert!(t.contains("skiplock_queue_depth{queue=\"we\\\"ird\",state=\"running\"} 2\n"));
         assert!(t.contains("skiplock_queue_oldest_wait_seconds{queue=\"we\\\"ird\"} 4.25\n"));
-        #[cfg(feature = "packets")]
         assert!(t.contains("skiplock_packets{state=\"in_review\"} 7\n"));
         assert!(t.contains("skiplock_queue_paused{queue=\"held\"} 1\n"));
         assert!(t.contains("skiplock_queue_paused{queue=\"we\\\"ird\"} 0\n"));
@@ -334,7 +330,6 @@ mod tests {
             "skiplock_queue_limit{queue=\"held\",limit=\"key_starts_per_second\"} 0.5\n"
         ));
         assert!(!t.contains("limit=\"key_concurrency\""));
-        #[cfg(feature = "packets")]
         assert!(t.contains("skiplock_packets{state=\"queued\"} 0\n"));
         assert!(
             !t.contains("skiplock_queue_depth{queue=\"held\""),

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{Layout, PageError, html, see_other};
 use crate::store::web::{self as store, PacketCounts, PacketEventLine, PacketLine};
-use crate::web::guard::CsrfNonce;
+use crate::web::request::CsrfNonce;
 use crate::web::{AppState, BOARD_PER_STATE, format};
 use crate::workflows::packets::transitions::{Mover, PacketState, mover};
 

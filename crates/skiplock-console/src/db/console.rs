@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use crate::config::{PoolMode, SessionLimits, redact_url};
-use crate::store::Pool;
 use crate::error::{Error, Result};
+use crate::store::Pool;
 
 /// `lock_timeout` of the console's sessions: a button waits this long at most for a row a
 /// worker holds.
@@ -30,7 +30,8 @@ pub async fn connect(
     if mode == PoolMode::Transaction {
         crate::store::pool::expect_transaction_pooling();
     }
-    let opts = super::reachable(super::parse_url(url)?.application_name("skiplock web"), url).await?;
+    let opts =
+        super::reachable(super::parse_url(url)?.application_name("skiplock web"), url).await?;
     let fail = |e: sqlx::Error| {
         Error::Other(format!(
             "cannot connect to the database at {}: {}",

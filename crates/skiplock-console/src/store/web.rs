@@ -5,54 +5,17 @@
 //! on any table (the `skiplock_operator` role, `sql/api/90_roles.sql`) and every rule the
 //! CLI and SQL obey holds here too.
 
+pub use super::Pool;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-pub use super::Pool;
 
-use crate::error::{Error, Result};
-use crate::queue::{JobRow, JobState};
+use crate::error::Result;
+use crate::queue::JobRow;
 
-/// A SQL API refusal (`RAISE EXCEPTION 'skiplock: …'`) or a missing privilege becomes
-/// [`Error::Invalid`] with the database's own words (written for people); anything else
-/// stays a database error.
-fn refusal(e: sqlx::Error) -> Error {
-    if let sqlx::Error::Database(d) = &e {
-        let m = d.message();
-        if let Some(rest) = m.strip_prefix("skiplock: ") {
-            return Error::Invalid(rest.to_string());
-        }
-        if d.code().as_deref() == Some("42501") {
-            return Error::Invalid(m.to_string());
-        }
-    }
-    Error::Database(e)
-}
-
-/// A job state bound as `skiplock.job_state` itself, not as text: a text parameter cast in
-/// SQL (`$1::skiplock.job_state`) goes through `enum_in`, which is only STABLE, so even a
-/// custom plan cannot fold it into a constant, and `state = 'available'` would not match the
-/// partial index of available rows (a full scan instead of a few index pages).
-#[derive(Debug, Clone, Copy)]
-struct StateParam(JobState);
-
-impl sqlx::Type<sqlx::Postgres> for StateParam {
-    fn type_info() -> sqlx::postgres::PgTypeInfo {
-        sqlx::postgres::PgTypeInfo::with_name("skiplock.job_state")
-    }
-}
-
-impl sqlx::Encode<'_, sqlx::Postgres> for StateParam {
-    fn encode_by_ref(
-        &self,
-        buf: &mut sqlx::postgres::PgArgumentBuffer,
-    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-        <&str as sqlx::Encode<sqlx::Postgres>>::encode_by_ref(&self.0.as_str(), buf)
-    }
-}
-
-fn state_param(f: &JobFilter) -> Option<StateParam> {
-    f.state.map(StateParam)
-}
+// The bulk Retry / Cancel and their filter are the core's (`admin::retry_jobs`/`cancel_jobs`
+// run them too), named here as the job list's page uses them.
+pub use super::bulk::{JobFilter, cancel_jobs, retry_jobs};
+use super::bulk::{refusal, state_param};
 
 /// One queue's line on the overview, or the line adding up the queues past the first N.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -115,9 +78,11 @@ pub struct MinuteCount {
 
 /// Completed and discarded jobs per minute, the last 60 minutes, oldest first.
 pub async fn throughput(pool: &Pool) -> Result<Vec<MinuteCount>> {
-    Ok(super::query_as(include_str!("../../sql/web/throughput.sql"))
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        super::query_as(include_str!("../../sql/web/throughput.sql"))
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// A worker process with a recent heartbeat.
@@ -154,25 +119,6 @@ pub async fn live_workers(pool: &Pool, live_secs: f64) -> Result<Vec<LiveWorker>
             .await?,
     )
 }
-
-/// The job list's filter (each `None`: any). `search` is a plain substring looked for in
-/// args and errors, ignoring case (`skiplock._job_matches`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JobFilter {
-    /// Only this state.
-    pub state: Option<JobState>,
-    /// Only this kind.
-    pub kind: Option<String>,
-    /// Only this queue.
-    pub queue: Option<String>,
-    /// Only jobs whose args or errors contain this.
-    pub search: Option<String>,
-    /// Only jobs with this tag.
-    pub tag: Option<String>,
-    /// Only jobs whose meta contains this JSON object (jsonb `@>`).
-    pub meta: Option<serde_json::Value>,
-}
-
 /// A job on the list (args and last error cut short).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobLine {
@@ -217,12 +163,7 @@ pub enum Page {
 }
 
 /// One page of the filtered jobs, newest first, at most `limit` rows.
-pub async fn jobs_page(
-    pool: &Pool,
-    f: &JobFilter,
-    page: Page,
-    limit: i64,
-) -> Result<Vec<JobLine>> {
+pub async fn jobs_page(pool: &Pool, f: &JobFilter, page: Page, limit: i64) -> Result<Vec<JobLine>> {
     let state = state_param(f);
     match page {
         Page::First | Page::Older(_) => {
@@ -230,17 +171,19 @@ pub async fn jobs_page(
                 Page::Older(id) => Some(id),
                 _ => None,
             };
-            Ok(super::query_as(include_str!("../../sql/web/jobs_older.sql"))
-                .bind(state)
-                .bind(&f.kind)
-                .bind(&f.queue)
-                .bind(&f.search)
-                .bind(before)
-                .bind(limit)
-                .bind(&f.tag)
-                .bind(&f.meta)
-                .fetch_all(pool)
-                .await?)
+            Ok(
+                super::query_as(include_str!("../../sql/web/jobs_older.sql"))
+                    .bind(state)
+                    .bind(&f.kind)
+                    .bind(&f.queue)
+                    .bind(&f.search)
+                    .bind(before)
+                    .bind(limit)
+                    .bind(&f.tag)
+                    .bind(&f.meta)
+                    .fetch_all(pool)
+                    .await?,
+            )
         }
         Page::Newer(after) => {
             let mut rows: Vec<JobLine> =
@@ -287,7 +230,7 @@ pub async fn job(pool: &Pool, id: i64) -> Result<Option<JobRow>> {
         .await?)
 }
 
-/// Retry one job (`skiplock.retry`); a refusal is [`Error::Invalid`].
+/// Retry one job (`skiplock.retry`); a refusal is [`skiplock::Error::Invalid`].
 pub async fn retry_job(pool: &Pool, id: i64) -> Result<()> {
     super::query(include_str!("../../sql/web/retry_job.sql"))
         .bind(id)
@@ -297,7 +240,7 @@ pub async fn retry_job(pool: &Pool, id: i64) -> Result<()> {
     Ok(())
 }
 
-/// Cancel one job (`skiplock.cancel`); a refusal is [`Error::Invalid`].
+/// Cancel one job (`skiplock.cancel`); a refusal is [`skiplock::Error::Invalid`].
 pub async fn cancel_job(pool: &Pool, id: i64) -> Result<()> {
     super::query(include_str!("../../sql/web/cancel_job.sql"))
         .bind(id)
@@ -305,36 +248,6 @@ pub async fn cancel_job(pool: &Pool, id: i64) -> Result<()> {
         .await
         .map_err(refusal)?;
     Ok(())
-}
-
-/// Retry the filtered finished jobs, at most `max_rows` (`skiplock.retry_jobs`); how many.
-pub async fn retry_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i64> {
-    super::query_scalar(include_str!("../../sql/web/retry_jobs.sql"))
-        .bind(state_param(f))
-        .bind(&f.kind)
-        .bind(&f.queue)
-        .bind(&f.search)
-        .bind(max_rows)
-        .bind(&f.tag)
-        .bind(&f.meta)
-        .fetch_one(pool)
-        .await
-        .map_err(refusal)
-}
-
-/// Cancel the filtered unfinished jobs, at most `max_rows` (`skiplock.cancel_jobs`); how many.
-pub async fn cancel_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i64> {
-    super::query_scalar(include_str!("../../sql/web/cancel_jobs.sql"))
-        .bind(state_param(f))
-        .bind(&f.kind)
-        .bind(&f.queue)
-        .bind(&f.search)
-        .bind(max_rows)
-        .bind(&f.tag)
-        .bind(&f.meta)
-        .fetch_one(pool)
-        .await
-        .map_err(refusal)
 }
 
 /// A packet on the board.
@@ -465,7 +378,7 @@ pub async fn packet_counts(pool: &Pool) -> Result<PacketCounts> {
     )
 }
 
-/// Take a packet for review (`skiplock.take_packet`); a refused move is [`Error::Invalid`].
+/// Take a packet for review (`skiplock.take_packet`); a refused move is [`skiplock::Error::Invalid`].
 pub async fn take_packet(pool: &Pool, id: i64, actor: Option<&str>) -> Result<()> {
     super::query(include_str!("../../sql/web/take_packet.sql"))
         .bind(id)
@@ -560,12 +473,14 @@ pub async fn host_pages(
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<PageLine>> {
-    Ok(super::query_as(include_str!("../../sql/web/host_pages.sql"))
-        .bind(host)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
+    Ok(
+        super::query_as(include_str!("../../sql/web/host_pages.sql"))
+            .bind(host)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 /// A host's last pack and pending timer.
