@@ -1111,6 +1111,7 @@ async fn the_operator_role_can_use_every_page_and_button_and_nothing_more() {
             "retry",
             "retry_jobs",
             "retry_packet",
+            "signal",
             "take_packet"
         ]
     );
