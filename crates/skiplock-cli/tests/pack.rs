@@ -321,12 +321,23 @@ async fn a_reset_during_a_pack_gives_a_second_pack_with_the_new_content() {
     wait_all_finished(&db.pool, LONG).await;
     w.stop().await.unwrap();
 
-    let (state, _, result) = job(&db.pool, first).await;
+    let (state, attempt, result) = job(&db.pool, first).await;
     assert_eq!(state, "completed");
+    let errors: Value = sqlx::query_scalar("SELECT errors FROM skiplock.jobs WHERE id = $1")
+        .bind(first)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let all: Vec<(i64, String, String, i32, Option<Value>)> = sqlx::query_as(
+        "SELECT id, kind, state::text, attempt, result FROM skiplock.jobs ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(
         result.unwrap()["packed"],
         1,
-        "the first pack saw only the first page"
+        "the first pack saw only the first page (attempt {attempt}, errors {errors}, every job: {all:?})"
     );
     let second: Vec<(i64, Value)> = sqlx::query_as(
         "SELECT id, result FROM skiplock.jobs WHERE kind = 'do-the-packing' AND id <> $1 AND result ? 'packed'",
