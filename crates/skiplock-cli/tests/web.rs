@@ -348,6 +348,34 @@ async fn the_overview_renders_the_seeded_counts() {
     b.close().await;
 }
 
+/// The overview shows a queue's admission limit with its other limits (docs/operations.md,
+/// "Admission control").
+#[tokio::test]
+async fn the_overview_shows_a_queue_s_admission_limit() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    enqueue(&db, "noop", "limited", 2).await;
+    enqueue(&db, "noop", "open", 1).await;
+    sqlx::query("SELECT skiplock.set_queue_admission('limited', 5)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+    let page = body_of(&reqwest::Client::new(), &console.url("/")).await;
+    let row = |q: &str| {
+        let at = page
+            .find(&format!("data-queue=\"{q}\""))
+            .unwrap_or_else(|| panic!("no row for {q}: {page}"));
+        page[at..at + page[at..].find("</tr>").unwrap()].to_string()
+    };
+    assert!(
+        row("limited").contains("at most 5 waiting"),
+        "{}",
+        row("limited")
+    );
+    assert!(!row("open").contains("at most"), "{}", row("open"));
+}
+
 /// The ids of the jobs the list on the page shows, in order.
 async fn listed(b: &Browser) -> Vec<String> {
     let mut ids = Vec::new();

@@ -2,7 +2,8 @@
 -- available jobs wait for a later time, and
 -- the age of the oldest job that is due and waiting (seconds, on the database clock), with
 -- the queue's control settings (skiplock.queues: paused, limits; a paused or limited queue
--- without jobs is listed too). One pass over the jobs table: with a million finished rows
+-- without jobs is listed too) and its admission limit (skiplock.queue_admission: at most so
+-- many available jobs). One pass over the jobs table: with a million finished rows
 -- this is the overview's cost.
 --
 -- Bounded ($1 = SKIPLOCK_TOP_QUEUES, docs/console.md "Many queues"): the queues are ranked
@@ -35,9 +36,11 @@ WITH s AS (
            s.oldest_due,
            coalesce(c.paused, false) AS paused,
            c.concurrency, c.key_concurrency, c.key_rate,
-           extract(epoch FROM c.key_period)::float8 AS key_period_secs
+           extract(epoch FROM c.key_period)::float8 AS key_period_secs,
+           a.max_waiting
     FROM s
     FULL JOIN skiplock.queues c ON c.queue = s.queue
+    LEFT JOIN skiplock.queue_admission a ON a.queue = coalesce(s.queue, c.queue)
 ), ranked AS (
     SELECT *, row_number() OVER (ORDER BY paused DESC, waiting + available + scheduled + running DESC, queue)
                AS rank
@@ -45,7 +48,7 @@ WITH s AS (
 )
 SELECT queue, waiting, available, scheduled, running, completed, discarded, cancelled,
        extract(epoch FROM now() - oldest_due)::float8 AS oldest_wait_secs,
-       paused, concurrency, key_concurrency, key_rate, key_period_secs,
+       paused, concurrency, key_concurrency, key_rate, key_period_secs, max_waiting,
        1::int8 AS queues
 FROM ranked
 WHERE rank <= $1
@@ -53,7 +56,7 @@ UNION ALL
 SELECT NULL, sum(waiting)::int8, sum(available)::int8, sum(scheduled)::int8, sum(running)::int8,
        sum(completed)::int8, sum(discarded)::int8, sum(cancelled)::int8,
        extract(epoch FROM now() - min(oldest_due))::float8,
-       bool_or(paused), NULL, NULL, NULL, NULL,
+       bool_or(paused), NULL, NULL, NULL, NULL, NULL,
        count(*)
 FROM ranked
 WHERE rank > $1

@@ -48,6 +48,8 @@ pub struct QueueCounts {
     pub key_rate: Option<i32>,
     /// The rate's period in seconds.
     pub key_period_secs: Option<f64>,
+    /// Available jobs the queue admits at most (`skiplock.set_queue_admission`).
+    pub max_waiting: Option<i32>,
     /// How many queues the line stands for (1, or the rest's count).
     pub queues: i64,
 }

@@ -43,7 +43,8 @@ pub struct QueueRow {
     pub oldest: String,
     /// Whether the queue is paused (its button says Resume, else Pause).
     pub paused: bool,
-    /// Its limits as text ("concurrency 2, per key 1, rate 1/500ms"), empty: none.
+    /// Its limits as text ("concurrency 2, per key 1, rate 1/500ms, at most 1000 waiting"),
+    /// empty: none.
     pub limits: String,
 }
 
@@ -111,12 +112,15 @@ pub struct OverviewQuery {
 /// A queue's limits as one line (empty: none).
 fn limits_text(c: &store::QueueCounts) -> String {
     use crate::store::control::{describe_limits, rate_of};
-    describe_limits(
+    let mut parts = describe_limits(
         c.concurrency,
         c.key_concurrency,
         rate_of(c.key_rate, c.key_period_secs),
-    )
-    .join(", ")
+    );
+    if let Some(n) = c.max_waiting {
+        parts.push(format!("at most {n} waiting"));
+    }
+    parts.join(", ")
 }
 
 /// `GET /`.
@@ -145,6 +149,7 @@ pub async fn page(
         concurrency: None,
         key_concurrency: None,
         key_rate: None,
+        max_waiting: None,
         key_period_secs: None,
         queues: 0,
     };
