@@ -376,6 +376,28 @@ async fn the_overview_shows_a_queue_s_admission_limit() {
     assert!(!row("open").contains("at most"), "{}", row("open"));
 }
 
+/// The doctor's page (docs/console.md): the findings of `skiplock doctor`, run as the
+/// operator's login, with their evidence; a healthy database has nothing to report.
+#[tokio::test]
+async fn the_doctor_page_shows_what_skiplock_doctor_finds() {
+    let db = TestDb::new().await;
+    let op = Operator::new(&db).await;
+    let console = start_console(&op.url, "127.0.0.1:0", None);
+    let h = reqwest::Client::new();
+    let page = body_of(&h, &console.url("/doctor")).await;
+    assert!(!page.contains("data-check=\"paused_queue\""), "{page}");
+    sqlx::query("SELECT skiplock.pause_queue('mail')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let page = body_of(&h, &console.url("/doctor")).await;
+    let at = page
+        .find("data-check=\"paused_queue\"")
+        .unwrap_or_else(|| panic!("no paused-queue finding: {page}"));
+    let row = &page[at..at + page[at..].find("</tr>").unwrap()];
+    assert!(row.contains("mail"), "{row}");
+}
+
 /// The ids of the jobs the list on the page shows, in order.
 async fn listed(b: &Browser) -> Vec<String> {
     let mut ids = Vec::new();

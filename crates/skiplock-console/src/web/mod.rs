@@ -81,6 +81,9 @@ pub struct AppState {
     pub top_queues: usize,
     /// The longest a client may take to send a request's headers, or a form's body.
     pub read_timeout: Duration,
+    /// What the doctor's page judges with: the workers' rescue window and the reaper's age
+    /// (read by the command from the same settings as the worker's).
+    pub doctor: skiplock::doctor::Thresholds,
 }
 
 /// Builds the console's router (every page, the assets, the login, the guard).
@@ -101,6 +104,7 @@ pub fn router(state: AppState) -> Router {
         .route("/packets/{id}/complete", post(pages::packets::complete))
         .route("/packets/{id}/retry", post(pages::packets::retry))
         .route("/crawl", get(pages::crawl::page))
+        .route("/doctor", get(pages::doctor::page))
         .route("/crawl/host", get(pages::crawl::host))
         .route("/crawl/pack-now", post(pages::crawl::pack_now))
         .route("/login", get(pages::login::form).post(pages::login::submit))

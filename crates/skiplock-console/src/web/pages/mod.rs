@@ -3,6 +3,7 @@
 //! here, so the templates only place text; askama escapes every value.
 
 pub mod crawl;
+pub mod doctor;
 pub mod flows;
 pub mod jobs;
 pub mod login;
