@@ -171,7 +171,7 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // The operator's approval: the job is made due at once.
-    if skiplock::admin::signal(&pool, id, "approved", &Approval { by: "ops".into() }).await? {
+    if skiplock::signal(&pool, id, "approved", &Approval { by: "ops".into() }).await? {
         println!("signal \"approved\" sent");
     }
     let done = skiplock::wait_for(&pool, id, Duration::from_secs(30)).await?;

@@ -144,22 +144,6 @@ pub async fn dependents<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Vec<Dep
     store::flows::dependents(exec, id).await
 }
 
-/// Sends signal `name` with `payload` to job `id` (`skiplock.signal`; docs/steps.md,
-/// "Signals"): kept until the job's `wait_for(name)` reads it, and a job waiting for it is made
-/// due now. Whether it was kept: `false` when this login's key scope already sent that job a
-/// signal of that name (the first is kept). Refused, naming it, for a job that does not exist
-/// or has finished. In the caller's transaction (`&mut *tx`) the signal counts only once it
-/// commits, with the rest of that transaction's work.
-pub async fn signal<'e, E: Executor<'e>>(
-    exec: E,
-    id: i64,
-    name: &str,
-    payload: &impl serde::Serialize,
-) -> Result<bool> {
-    let payload = crate::worker::signal_payload(name, payload)?;
-    store::steps::signal(exec, id, name, Some(&payload)).await
-}
-
 /// What job `id`'s durable steps recorded, in order (docs/steps.md, "Inspecting"): each step,
 /// sleep and wait, and its cursor (seq 0).
 pub async fn job_steps<'e, E: Executor<'e>>(exec: E, id: i64) -> Result<Vec<StepRecord>> {

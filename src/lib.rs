@@ -56,7 +56,7 @@ pub mod worker;
 pub mod workflows;
 
 pub use client::{
-    Waited, enqueue, enqueue_flow, enqueue_job, enqueue_many, enqueue_with, wait_for,
+    Waited, enqueue, enqueue_flow, enqueue_job, enqueue_many, enqueue_with, signal, wait_for,
 };
 pub use db::connect;
 pub use error::{Error, Result};
@@ -67,4 +67,3 @@ pub use store::jobs::ManyJobs;
 pub use store::schema::migrate;
 /// The maintenance services every worker runs by default (they live under the worker).
 pub use worker::maintenance;
-pub use worker::signal;

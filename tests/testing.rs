@@ -171,7 +171,7 @@ async fn an_inline_wait_ends_the_attempt_and_the_replay_after_the_signal_gets_it
     assert_eq!(WALKED.load(Ordering::SeqCst), 4, "the cursor was read");
 
     assert!(
-        skiplock::admin::signal(&db.pool, first.id, "go", &"ops")
+        skiplock::signal(&db.pool, first.id, "go", &"ops")
             .await
             .unwrap()
     );

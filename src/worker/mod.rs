@@ -61,8 +61,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use builder::WorkerBuilder;
 pub use executor::panic_message;
-pub(crate) use handler::steps::signal_payload;
-pub use handler::steps::{MAX_STEP_BYTES, MAX_STEPS, Signal, signal};
+pub use handler::steps::{MAX_STEP_BYTES, MAX_STEPS, Signal};
 pub use handler::{BoxFuture, FnHandler, Handler, JobContext, Registry};
 pub use hooks::Hook;
 pub use lifecycle::{Started, Worker};

@@ -584,7 +584,7 @@ pub struct SignalArgs {
     pub payload: Option<String>,
 }
 
-/// Sends a signal to a job (`skiplock.signal`, through `skiplock::admin::signal`).
+/// Sends a signal to a job (`skiplock.signal`, through `skiplock::signal`).
 pub async fn signal(url: Option<&str>, a: SignalArgs) -> anyhow::Result<()> {
     // Checked before connecting: a typo in the payload is named without a database.
     let payload: serde_json::Value = match &a.payload {
@@ -601,7 +601,7 @@ pub async fn signal(url: Option<&str>, a: SignalArgs) -> anyhow::Result<()> {
         );
     }
     let pool = connect_migrated(url).await?;
-    let kept = skiplock::admin::signal(&pool, a.id, &a.name, &payload).await?;
+    let kept = skiplock::signal(&pool, a.id, &a.name, &payload).await?;
     if !kept {
         // The sender's key scope sent this job a signal of this name before: the first one is
         // kept and this one dropped (docs/steps.md, "Signals"); a script must not take it for
