@@ -346,26 +346,29 @@ async fn reset(monitor: &PgPool) -> Result<()> {
 }
 
 async fn fill_noop(monitor: &PgPool, n: usize) -> Result<()> {
-    let batch: Vec<serde_json::Value> = (0..1000).map(|_| json!({})).collect();
+    fill(monitor, "noop", n).await?;
+    store::analyze_jobs(monitor).await
+}
+
+/// Enqueues `n` due jobs of `kind` with empty args in the default queue, 1,000 a statement.
+async fn fill(monitor: &PgPool, kind: &str, n: usize) -> Result<()> {
+    let batch = vec![json!({}); n.min(1000)];
     let mut left = n;
     while left > 0 {
         let k = left.min(1000);
         enqueue_many(
             monitor,
             ManyJobs {
-                limit_key: None,
-                kind: "noop",
+                kind,
                 args: &batch[..k],
                 queue: "default",
-                run_at: None,
-                priority: 0,
                 ..Default::default()
             },
         )
         .await?;
         left -= k;
     }
-    store::analyze_jobs(monitor).await
+    Ok(())
 }
 
 /// Inserts `n` jobs of `kind` in the default queue, the args of job `i` from `args(i)`.

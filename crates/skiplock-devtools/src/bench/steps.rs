@@ -9,15 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use skiplock::Pool as PgPool;
 use skiplock::error::{Error, Result};
 use skiplock::worker::{Handler, HandlerResult, JobContext, JobError, Outcome, Worker};
-use skiplock::{ManyJobs, enqueue_many};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{BenchOptions, store, worker_settings};
+use super::{BenchOptions, fill, store, worker_settings};
 
 /// Jobs of recorded steps in the steps drain.
 pub const STEP_JOBS: usize = 200;
@@ -132,27 +130,6 @@ impl Handler for InARow {
         self.0.one();
         Ok(Outcome::Complete)
     }
-}
-
-/// Enqueues `n` jobs of `kind` (before the clock starts).
-async fn fill(monitor: &PgPool, kind: &str, n: usize) -> Result<()> {
-    let batch = vec![json!({}); n.min(1000)];
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(1000);
-        enqueue_many(
-            monitor,
-            ManyJobs {
-                kind,
-                args: &batch[..k],
-                queue: "default",
-                ..Default::default()
-            },
-        )
-        .await?;
-        left -= k;
-    }
-    Ok(())
 }
 
 /// Drains the `of` due jobs of the handler `make` builds with one worker in this process:
