@@ -71,22 +71,17 @@ pub struct JobFilter {
 
 /// Retry the filtered finished jobs, at most `max_rows` (`skiplock.retry_jobs`); how many.
 pub async fn retry_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i64> {
-    super::query_scalar(super::sql!("bulk", "retry_jobs"))
-        .bind(state_param(f))
-        .bind(&f.kind)
-        .bind(&f.queue)
-        .bind(&f.search)
-        .bind(max_rows)
-        .bind(&f.tag)
-        .bind(&f.meta)
-        .fetch_one(pool)
-        .await
-        .map_err(refusal)
+    bulk(pool, super::sql!("bulk", "retry_jobs"), f, max_rows).await
 }
 
 /// Cancel the filtered unfinished jobs, at most `max_rows` (`skiplock.cancel_jobs`); how many.
 pub async fn cancel_jobs(pool: &Pool, f: &JobFilter, max_rows: i32) -> Result<i64> {
-    super::query_scalar(super::sql!("bulk", "cancel_jobs"))
+    bulk(pool, super::sql!("bulk", "cancel_jobs"), f, max_rows).await
+}
+
+/// Runs one of the bulk statements, which take the filter's parameters in one order.
+async fn bulk(pool: &Pool, sql: &'static str, f: &JobFilter, max_rows: i32) -> Result<i64> {
+    super::query_scalar(sql)
         .bind(state_param(f))
         .bind(&f.kind)
         .bind(&f.queue)
