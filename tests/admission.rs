@@ -19,15 +19,6 @@ use skiplock::worker::{HandlerResult, JobContext, Outcome};
 use sqlx::postgres::PgPoolOptions;
 use support::*;
 
-async fn limit(db: &TestDb, queue: &str, max: Option<i32>) {
-    sqlx::query("SELECT skiplock.set_queue_admission($1, $2)")
-        .bind(queue)
-        .bind(max)
-        .execute(&*db.pool)
-        .await
-        .unwrap();
-}
-
 async fn waiting(db: &TestDb, queue: &str) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM skiplock.jobs WHERE queue = $1 AND state = 'available'",
@@ -72,7 +63,7 @@ impl Handler for Drain {
 #[tokio::test]
 async fn an_enqueue_past_the_limit_is_refused_naming_the_queue_the_limit_and_the_count() {
     let db = TestDb::new().await;
-    limit(&db, "mail", Some(3)).await;
+    set_queue_admission(&db, "mail", Some(3)).await;
     for _ in 0..3 {
         enqueue(&db.pool, &job("mail")).await.unwrap();
     }
@@ -92,7 +83,7 @@ async fn an_enqueue_past_the_limit_is_refused_naming_the_queue_the_limit_and_the
     // Other queues are not limited by it.
     many(&db.pool, "other", 10).await.unwrap();
     // Removing the limit lets it grow again.
-    limit(&db, "mail", None).await;
+    set_queue_admission(&db, "mail", None).await;
     enqueue(&db.pool, &job("mail")).await.unwrap();
     assert_eq!(waiting(&db, "mail").await, 4);
 }
@@ -100,7 +91,7 @@ async fn an_enqueue_past_the_limit_is_refused_naming_the_queue_the_limit_and_the
 #[tokio::test]
 async fn enqueue_many_enqueues_all_or_nothing() {
     let db = TestDb::new().await;
-    limit(&db, "batch", Some(5)).await;
+    set_queue_admission(&db, "batch", Some(5)).await;
     many(&db.pool, "batch", 4).await.unwrap();
     let e = many(&db.pool, "batch", 2).await.unwrap_err();
     assert!(is_queue_full(&e), "{e:?}");
@@ -116,7 +107,7 @@ async fn enqueue_many_enqueues_all_or_nothing() {
     many(&db.pool, "batch", 1).await.unwrap();
     assert_eq!(waiting(&db, "batch").await, 5);
     // A limit of 0 closes the queue to new jobs.
-    limit(&db, "closed", Some(0)).await;
+    set_queue_admission(&db, "closed", Some(0)).await;
     assert!(is_queue_full(
         &many(&db.pool, "closed", 1).await.unwrap_err()
     ));
@@ -126,7 +117,7 @@ async fn enqueue_many_enqueues_all_or_nothing() {
 async fn concurrent_producers_never_pass_the_limit() {
     let db = TestDb::new().await;
     let max = 200;
-    limit(&db, "busy", Some(max)).await;
+    set_queue_admission(&db, "busy", Some(max)).await;
     let refused = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -184,7 +175,7 @@ async fn concurrent_producers_never_pass_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_accepts_again_once_drained_and_wait_returns_when_room_is_made() {
     let db = TestDb::new().await;
-    limit(&db, "default", Some(2)).await;
+    set_queue_admission(&db, "default", Some(2)).await;
     many(&db.pool, "default", 2).await.unwrap();
     assert!(is_queue_full(
         &enqueue(&db.pool, &job("default")).await.unwrap_err()
@@ -230,7 +221,7 @@ async fn a_full_queue_accepts_again_once_drained_and_wait_returns_when_room_is_m
 #[tokio::test]
 async fn only_the_owner_sets_a_limit_and_every_enqueuer_is_held_to_it() {
     let db = TestDb::new().await;
-    limit(&db, "mail", Some(1)).await;
+    set_queue_admission(&db, "mail", Some(1)).await;
     for role in ["skiplock_enqueuer", "skiplock_worker", "skiplock_operator"] {
         let name = format!("adm_{:012x}", rand::random::<u64>() >> 16);
         sqlx::query(sqlx::AssertSqlSafe(format!(

@@ -703,16 +703,6 @@ async fn the_horizons_age_and_the_dead_tuples_are_gauges() {
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
 }
 
-/// A limit of `max` waiting jobs on `queue` (NULL: none).
-async fn limit(db: &TestDb, queue: &str, max: Option<i32>) {
-    sqlx::query("SELECT skiplock.set_queue_admission($1, $2)")
-        .bind(queue)
-        .bind(max)
-        .execute(&*db.pool)
-        .await
-        .unwrap();
-}
-
 fn job(queue: &str) -> skiplock::queue::NewJob {
     skiplock::queue::NewJob::new("drain", serde_json::json!({})).queue(queue)
 }
@@ -745,7 +735,7 @@ async fn refusals_are_counted_by_queue() {
             .map_or(0, |v| v.trim().parse().unwrap())
     };
     let db = TestDb::new().await;
-    limit(&db, "counted_refusals", Some(2)).await;
+    set_queue_admission(&db, "counted_refusals", Some(2)).await;
     api_many(&db.pool, "counted_refusals", 2).await.unwrap();
     assert_eq!(counted("counted_refusals"), 0);
     assert!(skiplock::client::admission::is_queue_full(
@@ -758,7 +748,7 @@ async fn refusals_are_counted_by_queue() {
     ));
     assert_eq!(counted("counted_refusals"), 2);
     // Another error is not a refusal for a full queue.
-    limit(&db, "counted_refusals", None).await;
+    set_queue_admission(&db, "counted_refusals", None).await;
     skiplock::enqueue_job(&db.pool, &job("counted_refusals"))
         .await
         .unwrap();

@@ -365,6 +365,17 @@ pub async fn rescue_now(pool: &PgPool, id: i64) {
     .await
 }
 
+/// Sets a limit of `max` waiting jobs on `queue` (`None`: no limit), as the owner does
+/// (`skiplock.set_queue_admission`, docs/operations.md "Admission control").
+pub async fn set_queue_admission(db: &TestDb, queue: &str, max: Option<i32>) {
+    sqlx::query("SELECT skiplock.set_queue_admission($1, $2)")
+        .bind(queue)
+        .bind(max)
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+}
+
 /// A LOGIN role holding only `skiplock_operator` (cluster-wide: unique name, dropped at the
 /// end), the login the console and the metrics endpoint are meant to run as.
 pub struct Operator {
