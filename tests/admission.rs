@@ -258,3 +258,134 @@ async fn only_the_owner_sets_a_limit_and_every_enqueuer_is_held_to_it() {
         admin_exec_blocking(format!("DROP ROLE IF EXISTS {name}"));
     }
 }
+
+/// The queue's row in `skiplock.queue_admission`: the bound of its available jobs the insert
+/// trigger keeps (`admitted`, migrations/core/0017_admission_counter.sql).
+async fn admitted(db: &TestDb, queue: &str) -> Option<i64> {
+    sqlx::query_scalar("SELECT admitted FROM skiplock.queue_admission WHERE queue = $1")
+        .bind(queue)
+        .fetch_one(&*db.pool)
+        .await
+        .unwrap()
+}
+
+/// Pushes the queue's last exact count `secs` seconds away (negative: into the past), so the
+/// once-a-second count (sql/api/10_jobs.sql) happens, or does not, whatever the machine's speed.
+async fn count_taken_in(db: &TestDb, queue: &str, secs: i32) {
+    sqlx::query(
+        "UPDATE skiplock.queue_admission SET counted_at = clock_timestamp() + make_interval(secs => $2)
+         WHERE queue = $1",
+    )
+    .bind(queue)
+    .bind(secs)
+    .execute(&*db.pool)
+    .await
+    .unwrap();
+}
+
+/// Index scans of skiplock.jobs this transaction made so far (pg_stat_xact_user_tables): the
+/// enqueue's own reads, plus a count of the queue when admission control makes one.
+async fn jobs_scans(tx: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(idx_scan, 0) + seq_scan FROM pg_stat_xact_user_tables
+         WHERE schemaname = 'skiplock' AND relname = 'jobs'",
+    )
+    .fetch_one(tx)
+    .await
+    .unwrap()
+}
+
+/// 50 single enqueues in one transaction into `queue`; the scans of skiplock.jobs they made.
+async fn scans_of_enqueues(db: &TestDb, queue: &str) -> i64 {
+    let mut tx = db.pool.begin().await.unwrap();
+    let before = jobs_scans(&mut tx).await;
+    for _ in 0..50 {
+        sqlx::query("SELECT skiplock.enqueue('drain', '{}'::jsonb, $1)")
+            .bind(queue)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    let after = jobs_scans(&mut tx).await;
+    tx.commit().await.unwrap();
+    after - before
+}
+
+#[tokio::test]
+async fn an_enqueue_far_below_the_limit_does_not_count_the_queue() {
+    let db = TestDb::new().await;
+    set_queue_admission(&db, "roomy", Some(1_000_000)).await;
+    // A limit just set (or a row an earlier migration left) has no bound yet: the first
+    // enqueue counts exactly.
+    assert_eq!(admitted(&db, "roomy").await, None);
+    many(&db.pool, "roomy", 300).await.unwrap();
+    many(&db.pool, "free", 300).await.unwrap();
+    assert_eq!(admitted(&db, "roomy").await, Some(300));
+    // Departures leave the bound high; far below the limit that costs nothing.
+    sqlx::query(
+        "SELECT skiplock.cancel(id) FROM (SELECT id FROM skiplock.jobs WHERE queue = 'roomy'
+         ORDER BY id LIMIT 100) j",
+    )
+    .execute(&*db.pool)
+    .await
+    .unwrap();
+    count_taken_in(&db, "roomy", 3600).await;
+    // The same enqueues scan skiplock.jobs as often with the limit as without one: no count.
+    let limited = scans_of_enqueues(&db, "roomy").await;
+    let unlimited = scans_of_enqueues(&db, "free").await;
+    assert_eq!(limited, unlimited, "a limited queue's enqueues counted it");
+    assert_eq!(admitted(&db, "roomy").await, Some(350));
+    assert_eq!(waiting(&db, "roomy").await, 250);
+    // A second-old count is taken again, and is exact.
+    count_taken_in(&db, "roomy", -2).await;
+    enqueue(&db.pool, &job("roomy")).await.unwrap();
+    assert_eq!(admitted(&db, "roomy").await, Some(251));
+}
+
+#[tokio::test]
+async fn a_bound_past_the_limit_counts_again_and_jobs_made_available_again_are_counted_within_a_second()
+ {
+    let db = TestDb::new().await;
+    set_queue_admission(&db, "mail", Some(5)).await;
+    many(&db.pool, "mail", 5).await.unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM skiplock.jobs WHERE queue = 'mail' ORDER BY id LIMIT 2",
+    )
+    .fetch_all(&*db.pool)
+    .await
+    .unwrap();
+    for id in &ids {
+        sqlx::query("SELECT skiplock.cancel($1)")
+            .bind(id)
+            .execute(&*db.pool)
+            .await
+            .unwrap();
+    }
+    // The bound (5) leaves no room: the enqueue counts (3 wait) and is admitted.
+    assert_eq!(admitted(&db, "mail").await, Some(5));
+    enqueue(&db.pool, &job("mail")).await.unwrap();
+    assert_eq!(admitted(&db, "mail").await, Some(4));
+    // Two jobs made available again without an insert: not in the bound until the next
+    // count, which a count older than a second makes.
+    for id in &ids {
+        sqlx::query("SELECT skiplock.retry($1)")
+            .bind(id)
+            .execute(&*db.pool)
+            .await
+            .unwrap();
+    }
+    assert_eq!(waiting(&db, "mail").await, 6);
+    count_taken_in(&db, "mail", -2).await;
+    let e = enqueue(&db.pool, &job("mail")).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("6 jobs wait and its limit is 5 (max_waiting); 1 more refused"),
+        "{e}"
+    );
+    assert_eq!(waiting(&db, "mail").await, 6);
+    // A limit set again forgets the bound.
+    set_queue_admission(&db, "mail", Some(10)).await;
+    assert_eq!(admitted(&db, "mail").await, None);
+    enqueue(&db.pool, &job("mail")).await.unwrap();
+    assert_eq!(admitted(&db, "mail").await, Some(7));
+}

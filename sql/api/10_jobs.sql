@@ -90,32 +90,58 @@ CREATE OR REPLACE FUNCTION skiplock._notify_inserted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     adm record;
+    lim record;
     waiting bigint;
 BEGIN
-    -- Admission control (skiplock.set_queue_admission, sql/api/15_control.sql): nothing but
-    -- this read of an empty table while no queue has a limit. A limited queue's enqueues take
-    -- its transaction-level advisory lock (so two producers cannot both see room for one job)
-    -- and count its available jobs, at most max_waiting + the statement's own + 1 index
-    -- entries of jobs_claim_idx; past the limit the whole statement is refused (SK429).
+    -- Admission control (skiplock.set_queue_admission, sql/api/15_control.sql; docs/operations.md,
+    -- "Admission control"): nothing but this read of an empty table while no queue has a
+    -- limit. A limited queue's enqueues take its transaction-level advisory lock (so two
+    -- producers cannot both see room for one job) and read its row afresh (READ COMMITTED: a
+    -- new snapshot after the lock sees what the lock's previous holder committed).
+    --
+    -- `admitted` is an upper bound of the queue's available jobs that inserts made (the last
+    -- exact count plus what was admitted since; migrations/core/0017_admission_counter.sql):
+    -- while it plus the statement's jobs stays within max_waiting and the count is at most a
+    -- second old, the statement is admitted by adding to it, with no scan. Otherwise (past the
+    -- limit by the bound, a count older than a second, or no count yet) the statement counts
+    -- the queue's available jobs exactly, at most max_waiting + its own + 1 index entries of
+    -- jobs_claim_idx, stores that count, and past the limit is refused whole (SK429) with the
+    -- exact count in the message. Claims and cancels only make the bound too high, which
+    -- makes a count happen sooner, never an admission past the limit; jobs made available
+    -- again without an insert (retries, rescues, released dependencies) are seen by the next
+    -- count, at most a second later (tests/admission.rs).
     IF EXISTS (SELECT 1 FROM skiplock.queue_admission) THEN
         FOR adm IN
-            SELECT a.queue, a.max_waiting, n.added
+            SELECT a.queue, n.added
             FROM (SELECT r.queue, count(*) AS added FROM new_rows r
                   WHERE r.state = 'available' GROUP BY r.queue) n
             JOIN skiplock.queue_admission a ON a.queue = n.queue
             ORDER BY a.queue
         LOOP
             PERFORM pg_advisory_xact_lock(hashtext('skiplock.queue_admission'), hashtext(adm.queue));
+            SELECT a.max_waiting, a.admitted, a.counted_at INTO lim
+            FROM skiplock.queue_admission a WHERE a.queue = adm.queue;
+            IF NOT FOUND THEN
+                CONTINUE;  -- the limit was removed meanwhile
+            END IF;
+            IF lim.admitted IS NOT NULL AND lim.admitted + adm.added <= lim.max_waiting
+               AND lim.counted_at >= clock_timestamp() - interval '1 second' THEN
+                UPDATE skiplock.queue_admission a SET admitted = lim.admitted + adm.added
+                WHERE a.queue = adm.queue;
+                CONTINUE;
+            END IF;
             SELECT count(*) INTO waiting
             FROM (SELECT 1 FROM skiplock.jobs j
                   WHERE j.queue = adm.queue AND j.state = 'available'
-                  LIMIT adm.max_waiting::bigint + adm.added + 1) w;
-            IF waiting > adm.max_waiting THEN
+                  LIMIT lim.max_waiting::bigint + adm.added + 1) w;
+            IF waiting > lim.max_waiting THEN
                 RAISE EXCEPTION 'skiplock: queue % is full: % jobs wait and its limit is % (max_waiting); % more refused',
-                    quote_literal(adm.queue), waiting - adm.added, adm.max_waiting, adm.added
+                    quote_literal(adm.queue), waiting - adm.added, lim.max_waiting, adm.added
                     USING ERRCODE = 'SK429',
                           HINT = 'wait for the workers to drain it, or raise the limit with skiplock.set_queue_admission';
             END IF;
+            UPDATE skiplock.queue_admission a SET admitted = waiting, counted_at = clock_timestamp()
+            WHERE a.queue = adm.queue;
         END LOOP;
     END IF;
     INSERT INTO skiplock.lanes (queue, priority, due_at)

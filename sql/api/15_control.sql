@@ -30,6 +30,10 @@ $$;
 -- a flow) that would make more is refused whole with SQLSTATE SK429 by the insert trigger
 -- (skiplock._notify_inserted, sql/api/10_jobs.sql). Lowering the limit below what waits now
 -- removes nothing: enqueues are refused until the workers drain the queue under it.
+-- Setting a limit (a new one or a change) forgets the trigger's bound of the queue's
+-- available jobs (`admitted`, migrations/core/0017_admission_counter.sql), so the next enqueue
+-- counts them exactly; it takes the queue's advisory lock as the trigger does, so an enqueue
+-- in flight is judged wholly before it or wholly after it.
 CREATE OR REPLACE FUNCTION skiplock.set_queue_admission(queue text, max_waiting integer)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -43,10 +47,12 @@ BEGIN
         RAISE EXCEPTION 'skiplock: max_waiting must be at least 0 (NULL: no limit), got %',
             set_queue_admission.max_waiting USING ERRCODE = '22023';
     END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('skiplock.queue_admission'), hashtext(set_queue_admission.queue));
     INSERT INTO skiplock.queue_admission AS a (queue, max_waiting)
     VALUES (set_queue_admission.queue, set_queue_admission.max_waiting)
     ON CONFLICT ON CONSTRAINT queue_admission_pkey
-    DO UPDATE SET max_waiting = EXCLUDED.max_waiting, updated_at = now();
+    DO UPDATE SET max_waiting = EXCLUDED.max_waiting, updated_at = now(),
+                  admitted = NULL, counted_at = NULL;
 END;
 $$;
 

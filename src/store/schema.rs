@@ -229,11 +229,13 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // `args:` is a reserved key prefix, a cancelled window job frees its window. Workers of
     // version 8 stop on the schema change (the claim's arguments changed). Admission control
     // (core migration 0015): skiplock.set_queue_admission limits a queue's waiting jobs, and
-    // the insert trigger refuses a statement that would pass it (SQLSTATE SK429). Durable steps
+    // the insert trigger refuses a statement that would pass it (SQLSTATE SK429), counting the
+    // queue only when its bound of the available jobs (core migration 0017) leaves no room or
+    // is a second old. Durable steps
     // (core migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "d7fbcc0d3ce4073081f5f4aa27ef0fddce37bb16c11df58d5ade446acf2c4414",
+        "c0852c2a357f11b38a45c3a21f5092a43516b5ab472472921af75ae67934e8e8",
     ),
 ];
 
