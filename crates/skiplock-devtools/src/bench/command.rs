@@ -224,6 +224,14 @@ pub fn render(r: &BenchReport) -> String {
             rate(r.enqueue_many_plain.as_ref()),
         ),
         (
+            "   single calls, a backlog waiting, no limit".into(),
+            rate(r.enqueue_single_backlog.as_ref()),
+        ),
+        (
+            "   single calls, a backlog waiting, admission limit".into(),
+            rate(r.enqueue_single_admission.as_ref()),
+        ),
+        (
             "2. drain noop jobs, 1 process".into(),
             rate(Some(&r.drain.jobs_per_s)),
         ),
@@ -419,6 +427,10 @@ pub fn render(r: &BenchReport) -> String {
         (
             "enqueue_many / plain INSERT",
             r.enqueue_many_to_plain.as_ref(),
+        ),
+        (
+            "single enqueue, admission limit / none",
+            r.admission_to_single.as_ref(),
         ),
         ("skiplock / graphile", r.drain_to_graphile.as_ref()),
         ("skiplock worker / graphile", r.cli_to_graphile.as_ref()),
@@ -717,6 +729,9 @@ mod tests {
             enqueue_many_plain: None,
             enqueue_single_to_plain: None,
             enqueue_many_to_plain: None,
+            enqueue_single_backlog: None,
+            enqueue_single_admission: None,
+            admission_to_single: None,
             drain: DrainFigures {
                 jobs_per_s: stat(20_000.0),
                 wal_bytes_per_job: stat(929.0),

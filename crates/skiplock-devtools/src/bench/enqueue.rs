@@ -81,6 +81,56 @@ pub(crate) async fn single(url: &str, o: &BenchOptions, through: Through) -> Res
     Ok(rate)
 }
 
+/// Jobs waiting in the bench queue while the admission phase measures: the count a limited
+/// queue's enqueue used to make grew with them (docs/operations.md, "Admission control").
+pub const ADMISSION_BACKLOG: usize = 10_000;
+
+/// The limit the admission phase sets: far above the backlog and all the phase's enqueues, so
+/// it never binds and what is measured is the check alone.
+pub const ADMISSION_LIMIT: i32 = 1_000_000;
+
+/// The admission phase's backlog for a run of `jobs` jobs: [`ADMISSION_BACKLOG`], fewer for a
+/// smoke run.
+pub fn admission_backlog(jobs: usize) -> usize {
+    ADMISSION_BACKLOG.min(jobs.max(1))
+}
+
+/// Whether a limit of `limit` leaves room for a backlog of `backlog` and `clients` clients'
+/// `per_client` single enqueues each: a limit that bound would measure refusals, not the check.
+pub fn limit_never_binds(limit: i32, backlog: usize, clients: usize, per_client: usize) -> bool {
+    let total = clients
+        .checked_mul(per_client)
+        .and_then(|n| n.checked_add(backlog));
+    matches!((usize::try_from(limit), total), (Ok(l), Some(t)) if t <= l)
+}
+
+/// jobs/s of the single enqueues of [`single`] into the bench queue with
+/// [`admission_backlog`] jobs already waiting in it, with a limit of `limit` on it (None: no
+/// limit), as the owner sets it through `monitor`. The caller empties the queue before.
+pub(crate) async fn single_with_backlog(
+    url: &str,
+    monitor: &skiplock::Pool,
+    o: &BenchOptions,
+    limit: Option<i32>,
+) -> Result<f64> {
+    let backlog = admission_backlog(o.jobs);
+    let clients = o.enqueue_clients.max(1);
+    if let Some(l) = limit
+        && !limit_never_binds(l, backlog, clients, single_per_client(o.jobs, clients))
+    {
+        return Err(Error::Other(format!(
+            "admission phase: a limit of {l} would bind ({backlog} waiting, --jobs {})",
+            o.jobs
+        )));
+    }
+    store::admission_backlog(monitor, i32::try_from(backlog).unwrap_or(i32::MAX)).await?;
+    store::analyze_jobs(monitor).await?;
+    store::admission_limit(monitor, limit).await?;
+    let rate = single(url, o, Through::Api).await;
+    store::admission_limit(monitor, None).await?;
+    rate
+}
+
 /// jobs/s of batches of 1,000 over `o.connections` connections.
 pub(crate) async fn many(url: &str, o: &BenchOptions, through: Through) -> Result<f64> {
     let p = store::pool(url, o.connections).await?;
@@ -191,5 +241,27 @@ mod tests {
         assert_eq!(single_per_client(2_000, 8), 250);
         assert_eq!(single_per_client(3, 8), 1);
         assert_eq!(single_per_client(100, 0), 100);
+    }
+
+    #[test]
+    fn the_admission_limit_never_binds_in_a_full_or_smoke_run() {
+        for (jobs, clients) in [(50_000, 8), (2_000, 8), (3, 1), (1_000_000, 64)] {
+            assert!(
+                limit_never_binds(
+                    ADMISSION_LIMIT,
+                    admission_backlog(jobs),
+                    clients,
+                    single_per_client(jobs, clients)
+                ),
+                "{jobs} jobs, {clients} clients"
+            );
+        }
+        assert_eq!(admission_backlog(50_000), 10_000);
+        assert_eq!(admission_backlog(2_000), 2_000);
+        assert_eq!(admission_backlog(0), 1);
+        assert!(!limit_never_binds(10, 5, 2, 3));
+        assert!(limit_never_binds(11, 5, 2, 3));
+        assert!(!limit_never_binds(-1, 0, 0, 0));
+        assert!(!limit_never_binds(i32::MAX, usize::MAX, 2, 1));
     }
 }

@@ -195,6 +195,14 @@ pub struct BenchReport {
     pub enqueue_single_to_plain: Option<Stat>,
     /// enqueue_many / its plain baseline, per run.
     pub enqueue_many_to_plain: Option<Stat>,
+    /// jobs/s of the same single calls with [`enqueue::admission_backlog`] jobs waiting in
+    /// the queue and no limit on it.
+    pub enqueue_single_backlog: Option<Stat>,
+    /// The same with an admission limit of [`enqueue::ADMISSION_LIMIT`] on the queue, far from
+    /// binding (docs/operations.md, "Admission control").
+    pub enqueue_single_admission: Option<Stat>,
+    /// enqueue_single_admission / enqueue_single_backlog, per run: what the check costs.
+    pub admission_to_single: Option<Stat>,
     /// Draining `jobs` noop jobs with one worker in this process: the headline.
     pub drain: DrainFigures,
     /// The same with [`drain::PROCESSES`] `skiplock worker` processes on one queue.
@@ -493,7 +501,7 @@ fn ratios(a: &[DrainRun], b: &[DrainRun], f: impl Fn(&DrainRun) -> Option<f64>) 
 
 /// The medians the targets are checked on.
 fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
-    let stats: [(&str, Option<&Stat>); 22] = [
+    let stats: [(&str, Option<&Stat>); 23] = [
         ("cli_to_graphile", r.cli_to_graphile.as_ref()),
         ("cli_to_awa", r.cli_to_awa.as_ref()),
         ("drain_to_awa", r.drain_to_awa.as_ref()),
@@ -513,6 +521,7 @@ fn figures(r: &BenchReport) -> BTreeMap<String, f64> {
             r.enqueue_single_to_plain.as_ref(),
         ),
         ("enqueue_many_to_plain", r.enqueue_many_to_plain.as_ref()),
+        ("admission_to_single", r.admission_to_single.as_ref()),
         ("latency_p50_to_floor", r.latency_p50_to_floor.as_ref()),
         ("key_rate_to_drain", r.key_rate_to_drain.as_ref()),
         ("queue_limit_to_drain", r.queue_limit_to_drain.as_ref()),
@@ -555,6 +564,7 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut floor50, mut floor99) = (vec![], vec![]);
     let (mut single_plain, mut many_plain) = (vec![], vec![]);
+    let (mut single_backlog, mut single_admission) = (vec![], vec![]);
     let (mut drains, mut procs, mut ceil, mut graph) = (vec![], vec![], vec![], vec![]);
     let mut ceil2 = vec![];
     let (mut keyed, mut qlim, mut fair, mut crawls) = (vec![], vec![], vec![], vec![]);
@@ -580,6 +590,18 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
             store::ceiling_table(&monitor).await?;
             many_plain.push(enqueue::many(url, o, Through::PlainInsert).await?);
             store::ceiling_drop(&monitor).await?;
+            step(&format!(
+                "single enqueues, {} waiting, without and with an admission limit of {}",
+                enqueue::admission_backlog(o.jobs),
+                enqueue::ADMISSION_LIMIT
+            ));
+            reset(&monitor).await?;
+            single_backlog.push(enqueue::single_with_backlog(url, &monitor, o, None).await?);
+            reset(&monitor).await?;
+            single_admission.push(
+                enqueue::single_with_backlog(url, &monitor, o, Some(enqueue::ADMISSION_LIMIT))
+                    .await?,
+            );
         }
 
         step(&format!("drain {} jobs, 1 process", o.jobs));
@@ -824,6 +846,9 @@ async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Res
         enqueue_many_plain: Stat::of_some(&many_plain),
         enqueue_single_to_plain: per_run_ratio(&single, &single_plain),
         enqueue_many_to_plain: per_run_ratio(&many, &many_plain),
+        enqueue_single_backlog: Stat::of_some(&single_backlog),
+        enqueue_single_admission: Stat::of_some(&single_admission),
+        admission_to_single: per_run_ratio(&single_admission, &single_backlog),
         drain_to_ceiling: ratios(&drains, &ceil, throughput),
         drain_to_ceiling_two_commits: ratios(&drains, &ceil2, throughput),
         ceiling_two_commits_to_ceiling: ratios(&ceil2, &ceil, throughput),

@@ -337,6 +337,24 @@ pub(crate) async fn pressure_dead_tuples(p: &PgPool, schema: &str) -> Result<i64
         .await?)
 }
 
+/// Sets (or with None removes) the admission phase's limit on the bench queue.
+pub(crate) async fn admission_limit(p: &PgPool, max_waiting: Option<i32>) -> Result<()> {
+    sqlx::query(sql!("bench", "admission_limit"))
+        .bind(max_waiting)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+/// `n` no-op jobs waiting in the bench queue (the admission phase's backlog), one statement.
+pub(crate) async fn admission_backlog(p: &PgPool, n: i32) -> Result<()> {
+    sqlx::query(sql!("bench", "admission_backlog"))
+        .bind(n)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
 /// `n` no-op jobs in one `enqueue_many` call.
 pub(crate) async fn pressure_enqueue(p: &PgPool, n: i32) -> Result<()> {
     sqlx::query(sql!("bench", "pressure_enqueue"))
