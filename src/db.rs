@@ -120,6 +120,13 @@ pub fn parse_url_of(setting: &str, url: &str) -> Result<PgConnectOptions> {
     Ok(opts.application_name("skiplock").extra_float_digits(None))
 }
 
+/// Whether two connect options reach the same host, port and database (a pooler's pool is
+/// one database alias on one address): a worker's `SKIPLOCK_LISTEN_URL` that does is the
+/// transaction-mode pool itself (src/worker/lifecycle.rs, `skiplock doctor`'s `listen_url`).
+pub fn same_endpoint(a: &PgConnectOptions, b: &PgConnectOptions) -> bool {
+    a.get_host() == b.get_host() && a.get_port() == b.get_port() && a.get_database() == b.get_database()
+}
+
 /// Replaces the URL's passwords (userinfo and query), and every password registered with
 /// `crate::redact::register_url`, wherever they appear in `text`, with `***`.
 pub fn scrub(text: &str, url: &str) -> String {

@@ -155,8 +155,10 @@ pub async fn examine(pool: &Pool, t: &Thresholds) -> Result<Report> {
         .collect();
 
     if migrated(pool, t, &mut r, &mut failed).await? {
+        grants(pool, t, &mut r, &mut failed).await?;
         runtime(pool, t, &mut r, &mut failed).await?;
     }
+    listen_url(pool, t, &mut r, &mut failed).await;
     let server = settings(pool, t, &mut r, &mut failed).await?;
     if let Some(server) = server {
         autovacuum(pool, t, &server, &mut r, &mut failed).await?;
@@ -447,6 +449,128 @@ async fn pool_mode(pool: &Pool, r: &mut Report, failed: &mut Vec<Finding>) {
             .fix("set SKIPLOCK_POOL_MODE=transaction for every process whose URL goes through the pooler (docs/operations.md, \"Behind PgBouncer\")"),
         ),
         Err(e) => failed.push(check_failed("pool_mode", &e)),
+    }
+}
+
+/// A login that lacks what `skiplock worker` needs (`sql/doctor/worker_grants.sql`), named
+/// with the grant that gives it all (docs/roles.md). An operator's login (the console's, and
+/// the one docs/operations.md runs doctor as) is not meant to run a worker: nothing to say.
+async fn grants(
+    pool: &Pool,
+    t: &Thresholds,
+    r: &mut Report,
+    failed: &mut Vec<Finding>,
+) -> Result<()> {
+    let mut tx = store::doctor::begin(pool, t.statement_timeout).await?;
+    let res = store::doctor::worker_grants(&mut tx).await;
+    let _ = tx.rollback().await;
+    match res {
+        Err(e) => failed.push(check_failed("worker_grants", &e)),
+        Ok(g) => {
+            if let Some(f) = grants_finding(&g) {
+                r.findings.push(f);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `missing_grant` finding of [`grants`], if any.
+fn grants_finding(g: &store::doctor::WorkerGrants) -> Option<Finding> {
+    if g.missing.is_empty() || g.operator_login {
+        return None;
+    }
+    let fix = if g.worker_role {
+        format!(
+            "as the owner or a superuser: GRANT skiplock_worker TO {}; (docs/roles.md)",
+            g.login
+        )
+    } else {
+        format!(
+            "the role skiplock_worker does not exist: run `skiplock migrate` as a login with CREATEROLE, then GRANT skiplock_worker TO {}; (docs/roles.md)",
+            g.login
+        )
+    };
+    Some(
+        Finding::new(
+            "missing_grant",
+            Area::Settings,
+            Severity::Action,
+            format!(
+                "login {} lacks what a worker needs: {}",
+                g.login,
+                g.missing.join(", ")
+            ),
+        )
+        .with("login", &g.login)
+        .with("missing", g.missing.join("; "))
+        .with("role", "skiplock_worker")
+        .cost("a worker on this login fails at its first claim, ack or heartbeat (permission denied, 42501)")
+        .fix(fix),
+    )
+}
+
+/// In transaction mode a worker LISTENs on `SKIPLOCK_LISTEN_URL` (src/worker/lifecycle.rs,
+/// `listen_pool`); a URL that reaches a pooler in transaction mode never hears a wake-up.
+/// Seen when it names the same address and database as `DATABASE_URL` (the pooler the pool
+/// mode says it is), or when two connections held at once on it are answered by one server
+/// process (as `pool_mode` sees it; its absence proves nothing). In session mode the worker
+/// LISTENs on its own pool and does not read the setting: nothing to check.
+async fn listen_url(pool: &Pool, t: &Thresholds, r: &mut Report, failed: &mut Vec<Finding>) {
+    let Some(url) = &t.listen_url else {
+        return;
+    };
+    if pool.mode() != crate::config::PoolMode::Transaction {
+        return;
+    }
+    let opts = match crate::db::parse_url_of("SKIPLOCK_LISTEN_URL", url) {
+        Ok(o) => o,
+        Err(e) => {
+            failed.push(check_failed("listen_url", &e));
+            return;
+        }
+    };
+    let finding = |why: String, evidence: (&str, String)| {
+        Finding::new(
+            "listen_url",
+            Area::Settings,
+            Severity::Warning,
+            format!("SKIPLOCK_LISTEN_URL goes through a pooler in transaction mode: {why}"),
+        )
+        .with("setting", "SKIPLOCK_LISTEN_URL")
+        .with(evidence.0, evidence.1)
+        .cost("the workers' LISTEN never hears a wake-up: new jobs wait for the next poll (SKIPLOCK_POLL_INTERVAL)")
+        .fix("point SKIPLOCK_LISTEN_URL at the server itself or a session-mode pool (docs/operations.md, \"Behind PgBouncer\")")
+    };
+    if crate::db::same_endpoint(&opts, &pool.connect_options()) {
+        r.findings.push(finding(
+            "it reaches the same address and database as DATABASE_URL, which SKIPLOCK_POOL_MODE=transaction says is one".into(),
+            (
+                "address",
+                format!(
+                    "{}:{}/{}",
+                    opts.get_host(),
+                    opts.get_port(),
+                    opts.get_database().unwrap_or("")
+                ),
+            ),
+        ));
+        return;
+    }
+    let res = async {
+        let p = crate::db::pool(url, 2, t.statement_timeout).await?;
+        let shared = store::doctor::shared_backend(&p).await;
+        p.close().await;
+        shared
+    }
+    .await;
+    match res {
+        Ok(None) => {}
+        Ok(Some(pid)) => r.findings.push(finding(
+            "two connections on it were answered by one server process".into(),
+            ("server process", pid.to_string()),
+        )),
+        Err(e) => failed.push(check_failed("listen_url", &e)),
     }
 }
 
@@ -776,4 +900,42 @@ fn check_failed(name: &'static str, e: &crate::Error) -> Finding {
     } else {
         "run doctor as a login with SELECT on skiplock's tables and pg_monitor (docs/roles.md)"
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grants(missing: &[&str], operator_login: bool, worker_role: bool) -> store::doctor::WorkerGrants {
+        store::doctor::WorkerGrants {
+            login: "app".into(),
+            worker_role,
+            operator_login,
+            missing: missing.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_login_without_the_workers_grants_is_named_with_the_grant_to_run() {
+        assert_eq!(grants_finding(&grants(&[], false, true)), None);
+        // An operator's login is not meant to run a worker.
+        assert_eq!(
+            grants_finding(&grants(&["USAGE on schema skiplock"], true, true)),
+            None
+        );
+        let f = grants_finding(&grants(
+            &["USAGE on schema skiplock", "UPDATE on table skiplock.jobs"],
+            false,
+            true,
+        ))
+        .unwrap();
+        assert_eq!((f.check, f.severity), ("missing_grant", Severity::Action));
+        assert_eq!(
+            f.summary,
+            "login app lacks what a worker needs: USAGE on schema skiplock, UPDATE on table skiplock.jobs"
+        );
+        assert!(f.fix.contains("GRANT skiplock_worker TO app;"), "{}", f.fix);
+        let f = grants_finding(&grants(&["USAGE on schema skiplock"], false, false)).unwrap();
+        assert!(f.fix.contains("CREATEROLE"), "{}", f.fix);
+    }
 }

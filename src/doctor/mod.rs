@@ -202,6 +202,10 @@ pub struct Thresholds {
     pub statement_timeout: Duration,
     /// The most rows each listing reads.
     pub limit: usize,
+    /// The workers' `SKIPLOCK_LISTEN_URL` (the CLI reads it from the environment, as the
+    /// worker does): in transaction mode the worker LISTENs there, and the doctor checks that
+    /// it does not go through a pooler in transaction mode (`listen_url`). `None`: not set.
+    pub listen_url: Option<String>,
 }
 
 impl Default for Thresholds {
@@ -213,6 +217,7 @@ impl Default for Thresholds {
             reaper_max_age: crate::worker::maintenance::reaper::DEFAULT_MAX_AGE,
             statement_timeout: Duration::from_secs(5),
             limit: 20,
+            listen_url: None,
         }
     }
 }

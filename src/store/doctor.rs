@@ -428,6 +428,27 @@ pub struct ServerSettings {
     pub track_counts: bool,
 }
 
+/// What a worker needs that the connected login lacks (`sql/doctor/worker_grants.sql`).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct WorkerGrants {
+    /// The connected login (`current_user`).
+    pub login: String,
+    /// Whether the role `skiplock_worker` exists.
+    pub worker_role: bool,
+    /// Whether the login is an operator's (a member of `skiplock_operator`, not of
+    /// `skiplock_worker`): not meant to run a worker.
+    pub operator_login: bool,
+    /// What it lacks, one privilege per entry (`EXECUTE on function skiplock._claim(…)`).
+    pub missing: Vec<String>,
+}
+
+/// What a worker needs that the connected login lacks.
+pub async fn worker_grants(tx: &mut Transaction<'_>) -> Result<WorkerGrants> {
+    Ok(super::query_as(sql!("doctor", "worker_grants"))
+        .fetch_one(&mut **tx)
+        .await?)
+}
+
 /// The server settings.
 pub async fn settings(tx: &mut Transaction<'_>) -> Result<ServerSettings> {
     Ok(super::query_as(sql!("doctor", "settings"))

@@ -292,7 +292,7 @@ fn listen_pool(runtime: &Pool, settings: &QueueSettings) -> Result<Option<Pool>>
     // (crates/skiplock-cli/tests/worker.rs,
     // a_listen_url_through_the_transaction_pooler_is_named_and_not_listened_on).
     let runtime_opts = runtime.connect_options();
-    if same_endpoint(&opts, &runtime_opts) {
+    if db::same_endpoint(&opts, &runtime_opts) {
         tracing::warn!(
             poll_interval = %crate::config::format_duration(settings.poll_interval),
             "SKIPLOCK_LISTEN_URL reaches the same address and database as DATABASE_URL, which \
@@ -312,17 +312,6 @@ fn listen_pool(runtime: &Pool, settings: &QueueSettings) -> Result<Option<Pool>>
         1,
         timeout,
     )))
-}
-
-/// Whether two connect options reach the same host, port and database (a pooler's pool is
-/// one database alias on one address).
-fn same_endpoint(
-    a: &sqlx::postgres::PgConnectOptions,
-    b: &sqlx::postgres::PgConnectOptions,
-) -> bool {
-    a.get_host() == b.get_host()
-        && a.get_port() == b.get_port()
-        && a.get_database() == b.get_database()
 }
 
 /// The longest a starting worker waits for its listener's connection (a database that went

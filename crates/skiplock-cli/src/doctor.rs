@@ -55,6 +55,8 @@ pub async fn run(url: Option<&str>, a: DoctorArgs) -> anyhow::Result<()> {
         )?,
         statement_timeout: a.statement_timeout,
         limit: a.limit,
+        // Where a worker with this environment LISTENs in transaction mode.
+        listen_url: config::env_opt("SKIPLOCK_LISTEN_URL").filter(|u| !u.trim().is_empty()),
     };
     // Not `connect_migrated`: a database at another SQL API version is one of the findings.
     let report = match super::connect(url, 2).await {

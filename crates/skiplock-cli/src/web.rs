@@ -48,13 +48,15 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
     let read_timeout =
         config::env_duration(web::READ_TIMEOUT_SETTING, web::server::DEFAULT_READ_TIMEOUT)?;
     let top_queues = config::env_usize(web::TOP_QUEUES_SETTING, web::DEFAULT_TOP_QUEUES)?;
-    // The doctor page judges stale heartbeats and old running jobs as the workers do.
+    // The doctor page judges stale heartbeats, old running jobs and the LISTEN URL as the
+    // workers do.
     let doctor = skiplock::doctor::Thresholds {
         rescue_after: config::env_duration("SKIPLOCK_RESCUE_AFTER", config::DEFAULT_RESCUE_AFTER)?,
         reaper_max_age: config::env_duration(
             "SKIPLOCK_REAPER_MAX_AGE",
             skiplock::maintenance::reaper::DEFAULT_MAX_AGE,
         )?,
+        listen_url: config::env_opt("SKIPLOCK_LISTEN_URL").filter(|u| !u.trim().is_empty()),
         ..Default::default()
     };
     let extra_hosts = web::hosts::parse_hosts(

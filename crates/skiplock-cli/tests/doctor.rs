@@ -22,10 +22,15 @@ use support::*;
 /// A private cluster on `port` whose database `doctor` is migrated, with
 /// idle_in_transaction_session_timeout set (unset, it is a finding of its own).
 async fn cluster(port: u16) -> (PrivateCluster, String, PgPool) {
+    cluster_with(port, "").await
+}
+
+/// [`cluster`] with more server options (`-c name=value …`).
+async fn cluster_with(port: u16, more: &'static str) -> (PrivateCluster, String, PgPool) {
     let cluster = tokio::task::spawn_blocking(move || {
         PrivateCluster::start_with(
             port,
-            "-c wal_level=logical -c max_prepared_transactions=5 -c max_wal_senders=5 -c max_replication_slots=5",
+            &format!("-c wal_level=logical -c max_prepared_transactions=5 -c max_wal_senders=5 -c max_replication_slots=5 {more}"),
         )
     })
     .await
@@ -566,5 +571,166 @@ async fn a_table_autovacuum_does_not_vacuum_is_named_with_its_setting() {
         );
     } else {
         assert_eq!(setting, "autovacuum = off");
+    }
+}
+
+/// Dead tuples of skiplock.jobs as the statistics count them, once at least `n`.
+async fn dead_tuples_counted(pg: &PgPool, n: i64) {
+    wait_for("the dead tuples counted", Duration::from_secs(60), || async {
+        let dead: i64 = sqlx::query_scalar(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs'::regclass",
+        )
+        .fetch_one(pg)
+        .await
+        .unwrap();
+        (dead >= n).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_autovacuum_is_late_for_is_named_with_its_last_vacuum() {
+    // Autovacuum on (initdb's default), as the lagging check needs, but it does not come
+    // during the test, as when its workers are busy elsewhere: its launcher starts the first
+    // worker after min(autovacuum_naptime, 5 min) and then visits each database once per
+    // naptime, 20 days here.
+    let (_cluster, url, pg) = cluster_with(55503, "-c autovacuum=on -c autovacuum_naptime=20d").await;
+    let pool: skiplock::Pool = pg.clone().into();
+    enqueue_noops(&pool, 300).await;
+    // A vacuum now (the table's last one), then 300 dead tuples, past autovacuum's threshold
+    // (50 + 0.2 × the rows that vacuum counted, at most 300: at most 110).
+    sqlx::query("VACUUM skiplock.jobs").execute(&pg).await.unwrap();
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    sqlx::query("DELETE FROM skiplock.jobs")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    dead_tuples_counted(&pg, 300).await;
+
+    // A vacuum younger than --warn-age is normal: autovacuum has not been due long.
+    let (_, report) = doctor_json(&url, &["--warn-age", "1h", "--action-age", "2h"]);
+    assert_eq!(findings(&report, "autovacuum_lagging"), Vec::<&Value>::new(), "{report:#}");
+
+    // Past --warn-age (the vacuum is at least 2 s old), a warning naming the table, its dead
+    // tuples, the threshold and the last vacuum.
+    sleep(Duration::from_secs(2)).await;
+    let (code, report) = doctor_json(&url, &["--warn-age", "1s", "--action-age", "1h"]);
+    let lagging: Vec<_> = findings(&report, "autovacuum_lagging")
+        .into_iter()
+        .filter(|f| evidence(f, "table").as_deref() == Some("skiplock.jobs"))
+        .collect();
+    assert_eq!(lagging.len(), 1, "{report:#}");
+    assert_eq!(lagging[0]["severity"], "warning");
+    assert_eq!(code, 1, "{report:#}");
+    let dead: i64 = evidence(lagging[0], "dead tuples").unwrap().parse().unwrap();
+    let threshold: i64 = evidence(lagging[0], "autovacuum threshold")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(dead >= 300 && (50..=110).contains(&threshold), "{report:#}");
+    assert!(
+        evidence(lagging[0], "last vacuum").unwrap().ends_with(" ago"),
+        "{report:#}"
+    );
+    assert_eq!(findings(&report, "autovacuum_off"), Vec::<&Value>::new(), "{report:#}");
+    conn.close().await.unwrap();
+}
+
+/// `skiplock doctor --json` as `url`'s login with `envs` set: (exit status, report).
+fn doctor_json_env(url: &str, envs: &[(&str, &str)]) -> (i32, Value) {
+    let mut c = command(bin(), url);
+    c.args(["doctor", "--json"]).stdin(std::process::Stdio::null());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run skiplock doctor");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor printed no JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_without_the_workers_grants_is_named_with_the_grant_to_run() {
+    let db = TestDb::new().await;
+    let name = format!("dr_{:012x}", rand::random::<u64>() >> 16);
+    admin_exec_blocking(format!("CREATE ROLE {name} LOGIN"));
+    let mut u = url::Url::parse(&db.url).unwrap();
+    u.set_username(&name).unwrap();
+    let (code, report) = doctor_json(u.as_str(), &[]);
+    let missing = findings(&report, "missing_grant");
+    assert_eq!(missing.len(), 1, "{report:#}");
+    assert_eq!(missing[0]["severity"], "action");
+    assert_eq!(code, 2);
+    assert_eq!(evidence(missing[0], "login").as_deref(), Some(name.as_str()));
+    let what = evidence(missing[0], "missing").unwrap();
+    assert!(what.contains("USAGE on schema skiplock"), "{what}");
+    assert!(what.contains("EXECUTE on function skiplock._claim("), "{what}");
+    assert!(
+        missing[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("GRANT skiplock_worker TO {name};")),
+        "{report:#}"
+    );
+    // Granted, nothing to say; an operator's login is not meant to run a worker either.
+    sqlx::query(sqlx::AssertSqlSafe(format!("GRANT skiplock_worker TO {name}")))
+        .execute(&*db.pool)
+        .await
+        .unwrap();
+    let (_, report) = doctor_json(u.as_str(), &[]);
+    assert_eq!(findings(&report, "missing_grant"), Vec::<&Value>::new(), "{report:#}");
+    let op = Operator::new(&db).await;
+    let (_, report) = doctor_json(&op.url, &[]);
+    assert_eq!(findings(&report, "missing_grant"), Vec::<&Value>::new(), "{report:#}");
+    admin_exec_blocking(format!("DROP ROLE IF EXISTS {name}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_url_through_the_transaction_pooler_is_named() {
+    let db = TestDb::new().await;
+    // SKIPLOCK_POOL_MODE=transaction says DATABASE_URL is a pooler in transaction mode; a
+    // SKIPLOCK_LISTEN_URL with its address and database is that pooler.
+    let (_, report) = doctor_json_env(
+        &db.url,
+        &[
+            ("SKIPLOCK_POOL_MODE", "transaction"),
+            ("SKIPLOCK_LISTEN_URL", &db.url),
+        ],
+    );
+    let f = findings(&report, "listen_url");
+    assert_eq!(f.len(), 1, "{report:#}");
+    assert_eq!(f[0]["severity"], "warning");
+    assert_eq!(evidence(f[0], "setting").as_deref(), Some("SKIPLOCK_LISTEN_URL"));
+    assert!(
+        f[0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("same address and database as DATABASE_URL"),
+        "{report:#}"
+    );
+    // A LISTEN URL that reaches the server itself (another database name would be another
+    // pool; here: the postgres database, answered by one process per connection) is fine,
+    // and so is none, and so is session mode (the worker LISTENs on its own pool).
+    let mut direct = url::Url::parse(&db.url).unwrap();
+    direct.set_path("/postgres");
+    for envs in [
+        vec![
+            ("SKIPLOCK_POOL_MODE", "transaction"),
+            ("SKIPLOCK_LISTEN_URL", direct.as_str()),
+        ],
+        vec![("SKIPLOCK_POOL_MODE", "transaction")],
+        vec![("SKIPLOCK_LISTEN_URL", db.url.as_str())],
+    ] {
+        let (_, report) = doctor_json_env(&db.url, &envs);
+        assert_eq!(findings(&report, "listen_url"), Vec::<&Value>::new(), "{envs:?}: {report:#}");
     }
 }
