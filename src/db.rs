@@ -124,7 +124,9 @@ pub fn parse_url_of(setting: &str, url: &str) -> Result<PgConnectOptions> {
 /// one database alias on one address): a worker's `SKIPLOCK_LISTEN_URL` that does is the
 /// transaction-mode pool itself (src/worker/lifecycle.rs, `skiplock doctor`'s `listen_url`).
 pub fn same_endpoint(a: &PgConnectOptions, b: &PgConnectOptions) -> bool {
-    a.get_host() == b.get_host() && a.get_port() == b.get_port() && a.get_database() == b.get_database()
+    a.get_host() == b.get_host()
+        && a.get_port() == b.get_port()
+        && a.get_database() == b.get_database()
 }
 
 /// Replaces the URL's passwords (userinfo and query), and every password registered with

@@ -348,12 +348,11 @@ async fn a_bound_past_the_limit_counts_again_and_jobs_made_available_again_are_c
     let db = TestDb::new().await;
     set_queue_admission(&db, "mail", Some(5)).await;
     many(&db.pool, "mail", 5).await.unwrap();
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM skiplock.jobs WHERE queue = 'mail' ORDER BY id LIMIT 2",
-    )
-    .fetch_all(&*db.pool)
-    .await
-    .unwrap();
+    let ids: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM skiplock.jobs WHERE queue = 'mail' ORDER BY id LIMIT 2")
+            .fetch_all(&*db.pool)
+            .await
+            .unwrap();
     for id in &ids {
         sqlx::query("SELECT skiplock.cancel($1)")
             .bind(id)

@@ -906,7 +906,11 @@ fn check_failed(name: &'static str, e: &crate::Error) -> Finding {
 mod tests {
     use super::*;
 
-    fn grants(missing: &[&str], operator_login: bool, worker_role: bool) -> store::doctor::WorkerGrants {
+    fn grants(
+        missing: &[&str],
+        operator_login: bool,
+        worker_role: bool,
+    ) -> store::doctor::WorkerGrants {
         store::doctor::WorkerGrants {
             login: "app".into(),
             worker_role,

@@ -576,15 +576,19 @@ async fn a_table_autovacuum_does_not_vacuum_is_named_with_its_setting() {
 
 /// Dead tuples of skiplock.jobs as the statistics count them, once at least `n`.
 async fn dead_tuples_counted(pg: &PgPool, n: i64) {
-    wait_for("the dead tuples counted", Duration::from_secs(60), || async {
-        let dead: i64 = sqlx::query_scalar(
+    wait_for(
+        "the dead tuples counted",
+        Duration::from_secs(60),
+        || async {
+            let dead: i64 = sqlx::query_scalar(
             "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs'::regclass",
         )
         .fetch_one(pg)
         .await
         .unwrap();
-        (dead >= n).then_some(())
-    })
+            (dead >= n).then_some(())
+        },
+    )
     .await;
 }
 
@@ -594,12 +598,16 @@ async fn a_table_autovacuum_is_late_for_is_named_with_its_last_vacuum() {
     // during the test, as when its workers are busy elsewhere: its launcher starts the first
     // worker after min(autovacuum_naptime, 5 min) and then visits each database once per
     // naptime, 20 days here.
-    let (_cluster, url, pg) = cluster_with(55503, "-c autovacuum=on -c autovacuum_naptime=20d").await;
+    let (_cluster, url, pg) =
+        cluster_with(55503, "-c autovacuum=on -c autovacuum_naptime=20d").await;
     let pool: skiplock::Pool = pg.clone().into();
     enqueue_noops(&pool, 300).await;
     // A vacuum now (the table's last one), then 300 dead tuples, past autovacuum's threshold
     // (50 + 0.2 × the rows that vacuum counted, at most 300: at most 110).
-    sqlx::query("VACUUM skiplock.jobs").execute(&pg).await.unwrap();
+    sqlx::query("VACUUM skiplock.jobs")
+        .execute(&pg)
+        .await
+        .unwrap();
     let mut conn = PgConnection::connect(&url).await.unwrap();
     sqlx::query("DELETE FROM skiplock.jobs")
         .execute(&mut conn)
@@ -613,7 +621,11 @@ async fn a_table_autovacuum_is_late_for_is_named_with_its_last_vacuum() {
 
     // A vacuum younger than --warn-age is normal: autovacuum has not been due long.
     let (_, report) = doctor_json(&url, &["--warn-age", "1h", "--action-age", "2h"]);
-    assert_eq!(findings(&report, "autovacuum_lagging"), Vec::<&Value>::new(), "{report:#}");
+    assert_eq!(
+        findings(&report, "autovacuum_lagging"),
+        Vec::<&Value>::new(),
+        "{report:#}"
+    );
 
     // Past --warn-age (the vacuum is at least 2 s old), a warning naming the table, its dead
     // tuples, the threshold and the last vacuum.
@@ -626,24 +638,34 @@ async fn a_table_autovacuum_is_late_for_is_named_with_its_last_vacuum() {
     assert_eq!(lagging.len(), 1, "{report:#}");
     assert_eq!(lagging[0]["severity"], "warning");
     assert_eq!(code, 1, "{report:#}");
-    let dead: i64 = evidence(lagging[0], "dead tuples").unwrap().parse().unwrap();
+    let dead: i64 = evidence(lagging[0], "dead tuples")
+        .unwrap()
+        .parse()
+        .unwrap();
     let threshold: i64 = evidence(lagging[0], "autovacuum threshold")
         .unwrap()
         .parse()
         .unwrap();
     assert!(dead >= 300 && (50..=110).contains(&threshold), "{report:#}");
     assert!(
-        evidence(lagging[0], "last vacuum").unwrap().ends_with(" ago"),
+        evidence(lagging[0], "last vacuum")
+            .unwrap()
+            .ends_with(" ago"),
         "{report:#}"
     );
-    assert_eq!(findings(&report, "autovacuum_off"), Vec::<&Value>::new(), "{report:#}");
+    assert_eq!(
+        findings(&report, "autovacuum_off"),
+        Vec::<&Value>::new(),
+        "{report:#}"
+    );
     conn.close().await.unwrap();
 }
 
 /// `skiplock doctor --json` as `url`'s login with `envs` set: (exit status, report).
 fn doctor_json_env(url: &str, envs: &[(&str, &str)]) -> (i32, Value) {
     let mut c = command(bin(), url);
-    c.args(["doctor", "--json"]).stdin(std::process::Stdio::null());
+    c.args(["doctor", "--json"])
+        .stdin(std::process::Stdio::null());
     for (k, v) in envs {
         c.env(k, v);
     }
@@ -670,10 +692,16 @@ async fn a_login_without_the_workers_grants_is_named_with_the_grant_to_run() {
     assert_eq!(missing.len(), 1, "{report:#}");
     assert_eq!(missing[0]["severity"], "action");
     assert_eq!(code, 2);
-    assert_eq!(evidence(missing[0], "login").as_deref(), Some(name.as_str()));
+    assert_eq!(
+        evidence(missing[0], "login").as_deref(),
+        Some(name.as_str())
+    );
     let what = evidence(missing[0], "missing").unwrap();
     assert!(what.contains("USAGE on schema skiplock"), "{what}");
-    assert!(what.contains("EXECUTE on function skiplock._claim("), "{what}");
+    assert!(
+        what.contains("EXECUTE on function skiplock._claim("),
+        "{what}"
+    );
     assert!(
         missing[0]["fix"]
             .as_str()
@@ -682,15 +710,25 @@ async fn a_login_without_the_workers_grants_is_named_with_the_grant_to_run() {
         "{report:#}"
     );
     // Granted, nothing to say; an operator's login is not meant to run a worker either.
-    sqlx::query(sqlx::AssertSqlSafe(format!("GRANT skiplock_worker TO {name}")))
-        .execute(&*db.pool)
-        .await
-        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "GRANT skiplock_worker TO {name}"
+    )))
+    .execute(&*db.pool)
+    .await
+    .unwrap();
     let (_, report) = doctor_json(u.as_str(), &[]);
-    assert_eq!(findings(&report, "missing_grant"), Vec::<&Value>::new(), "{report:#}");
+    assert_eq!(
+        findings(&report, "missing_grant"),
+        Vec::<&Value>::new(),
+        "{report:#}"
+    );
     let op = Operator::new(&db).await;
     let (_, report) = doctor_json(&op.url, &[]);
-    assert_eq!(findings(&report, "missing_grant"), Vec::<&Value>::new(), "{report:#}");
+    assert_eq!(
+        findings(&report, "missing_grant"),
+        Vec::<&Value>::new(),
+        "{report:#}"
+    );
     admin_exec_blocking(format!("DROP ROLE IF EXISTS {name}"));
 }
 
@@ -709,7 +747,10 @@ async fn a_listen_url_through_the_transaction_pooler_is_named() {
     let f = findings(&report, "listen_url");
     assert_eq!(f.len(), 1, "{report:#}");
     assert_eq!(f[0]["severity"], "warning");
-    assert_eq!(evidence(f[0], "setting").as_deref(), Some("SKIPLOCK_LISTEN_URL"));
+    assert_eq!(
+        evidence(f[0], "setting").as_deref(),
+        Some("SKIPLOCK_LISTEN_URL")
+    );
     assert!(
         f[0]["summary"]
             .as_str()
@@ -731,6 +772,10 @@ async fn a_listen_url_through_the_transaction_pooler_is_named() {
         vec![("SKIPLOCK_LISTEN_URL", db.url.as_str())],
     ] {
         let (_, report) = doctor_json_env(&db.url, &envs);
-        assert_eq!(findings(&report, "listen_url"), Vec::<&Value>::new(), "{envs:?}: {report:#}");
+        assert_eq!(
+            findings(&report, "listen_url"),
+            Vec::<&Value>::new(),
+            "{envs:?}: {report:#}"
+        );
     }
 }
