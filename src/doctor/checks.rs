@@ -454,7 +454,7 @@ async fn pool_mode(pool: &Pool, r: &mut Report, failed: &mut Vec<Finding>) {
 
 /// A login that lacks what `skiplock worker` needs (`sql/doctor/worker_grants.sql`), named
 /// with the grant that gives it all (docs/roles.md). An operator's login (the console's, and
-/// the one docs/operations.md runs doctor as) is not meant to run a worker: nothing to say.
+/// the one docs/operations.md runs doctor as) is never a worker's: nothing to say.
 async fn grants(
     pool: &Pool,
     t: &Thresholds,
@@ -922,7 +922,7 @@ mod tests {
     #[test]
     fn a_login_without_the_workers_grants_is_named_with_the_grant_to_run() {
         assert_eq!(grants_finding(&grants(&[], false, true)), None);
-        // An operator's login is not meant to run a worker.
+        // An operator's login is never a worker's.
         assert_eq!(
             grants_finding(&grants(&["USAGE on schema skiplock"], true, true)),
             None

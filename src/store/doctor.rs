@@ -436,7 +436,7 @@ pub struct WorkerGrants {
     /// Whether the role `skiplock_worker` exists.
     pub worker_role: bool,
     /// Whether the login is an operator's (a member of `skiplock_operator`, not of
-    /// `skiplock_worker`): not meant to run a worker.
+    /// `skiplock_worker`): never a worker's.
     pub operator_login: bool,
     /// What it lacks, one privilege per entry (`EXECUTE on function skiplock._claim(…)`).
     pub missing: Vec<String>,

@@ -709,7 +709,7 @@ async fn a_login_without_the_workers_grants_is_named_with_the_grant_to_run() {
             .contains(&format!("GRANT skiplock_worker TO {name};")),
         "{report:#}"
     );
-    // Granted, nothing to say; an operator's login is not meant to run a worker either.
+    // Granted, nothing to say; nor for an operator's login, which is never a worker's.
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "GRANT skiplock_worker TO {name}"
     )))
