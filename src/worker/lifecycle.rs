@@ -220,7 +220,7 @@ type Stoppable<T> = (CancellationToken, T);
 /// The ack writer: writes the acks handlers send, in batches (supervised).
 fn spawn_ack_writer(
     shared: &Arc<Shared>,
-    rx: mpsc::Receiver<crate::store::ack::Ack>,
+    rx: mpsc::Receiver<acks::Done>,
 ) -> Stoppable<JoinHandle<()>> {
     let stop = CancellationToken::new();
     let (sh, st) = (shared.clone(), stop.clone());

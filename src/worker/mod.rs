@@ -26,6 +26,7 @@
 //! ```
 
 internal_mod!(acks);
+internal_mod!(buffer);
 mod builder;
 pub mod builtin;
 pub(crate) mod cursor;
@@ -73,7 +74,6 @@ use crate::db::outage::{Availability, is_read_only};
 use crate::db::session::RECYCLE;
 use crate::error::{Error, Result};
 use crate::store::Pool;
-use crate::store::ack::Ack;
 use crate::store::heartbeat::WorkerInfo;
 
 /// Acquire timeout of the runtime's pool: short, so a task notices an outage and backs off
@@ -109,7 +109,7 @@ pub(crate) struct Shared {
     pub running: Mutex<HashMap<i64, Running>>,
     /// The database's clock as the claims report it (when handlers started).
     pub db_clock: db_clock::DbClock,
-    pub acks: mpsc::Sender<Ack>,
+    pub acks: mpsc::Sender<acks::Done>,
     pub stop_claiming: CancellationToken,
     pub shutdown: CancellationToken,
     /// This process's view of the database's availability (gates the rescuer).

@@ -1,13 +1,11 @@
-//! One producer per queue: claims due jobs for its free slots plus a bounded buffer
-//! (`SKIPLOCK_CLAIM_AHEAD`), spawns an executor task for each job as a slot frees, and
-//! claims the next batch while the current one runs, so slots do not sit empty for a claim's
-//! round trip. A full batch means more may be waiting, so the producer claims again as the
-//! buffer runs low; otherwise it waits for a reason to claim (a NOTIFY, or the fallback poll).
-//! Buffered jobs are `running` in the database and held by this process like started ones:
-//! heartbeated, returned at shutdown (the worker releases every claimed-but-unstarted job),
-//! and rescued after a crash. A failed claim (database down) is retried with a capped
-//! backoff while buffered jobs keep being started; the producer itself runs under
-//! supervision (`super::supervisor`), and a producer of a queue discovered at run time
+//! One producer per queue, its claim loop: claims due jobs for its free slots plus a bounded
+//! buffer (`SKIPLOCK_CLAIM_AHEAD`, `super::buffer`), from which each job starts on its own
+//! task as a slot frees (`super::executor`), and claims the next batch while the current one
+//! runs, so slots do not sit empty for a claim's round trip. A full batch means more may be
+//! waiting, so the producer claims again as the buffer runs low; otherwise it waits for a
+//! reason to claim (a NOTIFY, or the fallback poll). A failed claim (database down) is retried
+//! with a capped backoff while buffered jobs keep being started; the producer itself runs
+//! under supervision (`super::supervisor`), and a producer of a queue discovered at run time
 //! retires once the queue stays empty.
 //!
 //! Inserts notify only queues a producer waits on (`skiplock.waiting`): a producer whose
@@ -23,22 +21,22 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::buffer::{
+    BufferGuard, buffer_ahead, buffer_may_stay, claim_ahead, hold, let_go_of_buffer,
+    start_buffered,
+};
 use super::cursor::{Answer, Cursors};
 use super::faults::{self, Point};
-use super::handler::JobContext;
-use super::hooks::JobInfo;
-use super::outcome::{Attempt, RetryPolicy, decide};
-use super::{Running, Shared, executor, release};
+use super::{Shared, release};
 use crate::db::outage::Backoff;
 use crate::error::Result;
 use crate::queue::Job;
-use crate::queue::backoff::random_jitter;
-use crate::store::claim::{ClaimParams, LaneReads};
 use crate::store::claim::Claimed;
-use crate::store::control::{BufferControl, buffer_control, claim_any};
+use crate::store::claim::{ClaimParams, LaneReads};
+use crate::store::control::{buffer_control, claim_any};
 use crate::store::notify::{waiting_add, waiting_remove};
 
 /// First and longest wait between two failed claims.
@@ -106,7 +104,7 @@ impl Producer {
     }
 
     /// Records how long one of its jobs' handlers ran (a moving average over about 16 jobs).
-    fn ran(&self, took: Duration) {
+    pub(super) fn ran(&self, took: Duration) {
         let us = took.as_micros().clamp(1, u64::MAX as u128) as u64;
         let old = self.run_us.load(Ordering::Relaxed);
         let new = if old == 0 {
@@ -118,7 +116,7 @@ impl Producer {
     }
 
     /// The average run time of its jobs so far (None: none finished yet).
-    fn run_time(&self) -> Option<Duration> {
+    pub(super) fn run_time(&self) -> Option<Duration> {
         match self.run_us.load(Ordering::Relaxed) {
             0 => None,
             us => Some(Duration::from_micros(us)),
@@ -143,7 +141,7 @@ impl Producer {
         }
     }
 
-    fn buffer(&self) -> MutexGuard<'_, VecDeque<Job>> {
+    pub(super) fn buffer(&self) -> MutexGuard<'_, VecDeque<Job>> {
         self.buffer.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -218,52 +216,6 @@ pub fn next_claim(
     }
 }
 
-/// How much queued work, per slot, a buffer holds at most: a job claimed ahead waits about
-/// this long before it starts, so a worker never sits on much more than this of the work
-/// other workers could run (long jobs are not hoarded), while short jobs are claimed in
-/// batches large enough to keep every slot busy.
-pub const BUFFER_WINDOW: Duration = Duration::from_millis(100);
-
-/// The most jobs a producer of a queue of concurrency `limit` claims ahead: `setting`
-/// (`SKIPLOCK_CLAIM_AHEAD`), but no more than [`BUFFER_WINDOW`] of work per slot for jobs that
-/// take `run_time` on average; before any of its jobs has finished (`run_time` None), no more
-/// than `limit`.
-pub fn claim_ahead(setting: usize, limit: usize, run_time: Option<Duration>) -> usize {
-    match run_time {
-        None => setting.min(limit),
-        Some(t) => {
-            let per_slot = BUFFER_WINDOW.as_secs_f64() / t.as_secs_f64().max(1e-6);
-            let room = (limit as f64 * per_slot).floor();
-            if room >= setting as f64 {
-                setting
-            } else {
-                room as usize
-            }
-        }
-    }
-}
-
-/// The buffer's bound for the next claim: `ahead` (`SKIPLOCK_CLAIM_AHEAD`), or for a controlled
-/// queue no more than the room its last claim reported (`room`; None: no bound).
-pub fn buffer_ahead(ahead: usize, controlled: bool, room: Option<usize>) -> usize {
-    match (controlled, room) {
-        (true, Some(r)) => ahead.min(r),
-        _ => ahead,
-    }
-}
-
-/// Whether the jobs waiting in a producer's buffer may still start, given their queue's
-/// control row now (`None`: none) and whether they were claimed by the limited claim
-/// (`claimed_limited`: within the queue's concurrency, counted as running). A pause or a key's
-/// limits send them back (the limited claim buffers nothing under a key's limits: a key's rate
-/// counts a start at the claim); so does a concurrency limit set after the plain claim took
-/// them, or lowered below the jobs running now.
-pub fn buffer_may_stay(control: Option<BufferControl>, claimed_limited: bool) -> bool {
-    match control {
-        None => true,
-        Some(c) => !c.paused && !c.key_limits && !c.over_limit && (claimed_limited || !c.limited),
-    }
-}
 
 /// The most jobs the next claim may ask for (None: no bound of this kind), after a claim that
 /// asked for `asked` jobs: `refused`, the server refused the statement itself
@@ -288,41 +240,6 @@ pub fn look_again(got: usize, want: usize, started_at: u64, wakes: u64) -> bool 
     got == want || wakes > started_at
 }
 
-/// On every exit of a producer run (stopped, retired, or a panic unwinding it), the jobs
-/// still in its buffer stop being held: removed from `Shared::running`, they are the
-/// claimed-but-never-started jobs the worker's shutdown, or the producer's next run, puts
-/// back at once (`super::release`).
-struct BufferGuard {
-    shared: Arc<Shared>,
-    p: Arc<Producer>,
-}
-
-impl Drop for BufferGuard {
-    fn drop(&mut self) {
-        let_go_of_buffer(&self.shared, &self.p);
-    }
-}
-
-/// Empties the buffer and stops holding its jobs (they are no longer in `Shared::running`);
-/// returns how many there were. They are `running` in the database until
-/// `super::release::unstarted` puts them back.
-fn let_go_of_buffer(shared: &Shared, p: &Producer) -> usize {
-    let jobs: Vec<Job> = p.buffer().drain(..).collect();
-    if jobs.is_empty() {
-        return 0;
-    }
-    let mut running = shared.running();
-    for j in &jobs {
-        if running
-            .get(&j.id)
-            .is_some_and(|r| r.buffered && r.attempt == j.attempt)
-        {
-            running.remove(&j.id);
-        }
-    }
-    jobs.len()
-}
-
 /// A claim in flight: answers with how many jobs it asked for, the [`run`] loop's count of
 /// wake-ups when it started, and what came back.
 type ClaimFuture = BoxFuture<'static, (usize, u64, Result<Claimed>)>;
@@ -340,10 +257,7 @@ const UNREGISTER_AFTER: Duration = Duration::from_secs(1);
 /// claim in flight, starts buffered jobs, sends a claim if one is due, then waits for the next
 /// event; [`ClaimLoop`] holds the state and has one method per event.
 pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) -> Exit {
-    let _guard = BufferGuard {
-        shared: shared.clone(),
-        p: p.clone(),
-    };
+    let _guard = BufferGuard::new(shared.clone(), p.clone());
     let mut l = ClaimLoop::new(shared, p, careful);
     loop {
         if l.stop.is_cancelled() {
@@ -833,295 +747,6 @@ fn start_claim(
     .boxed()
 }
 
-/// Holds freshly claimed jobs: each goes into `Shared::running` as buffered (so the heartbeat
-/// covers it from now on) and into the producer's buffer, then as many as there are free
-/// slots are started.
-fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
-    if jobs.is_empty() {
-        return;
-    }
-    // The metrics series once per kind of the batch (one queue), before taking the locks.
-    let series: Vec<Arc<crate::metrics::JobSeries>> = {
-        let mut by_kind: Vec<(&str, Arc<crate::metrics::JobSeries>)> = Vec::new();
-        jobs.iter()
-            .map(|j| match by_kind.iter().find(|(k, _)| *k == j.kind) {
-                Some((_, s)) => s.clone(),
-                None => {
-                    let s = shared.metrics.series(&j.kind, &j.queue);
-                    by_kind.push((&j.kind, s.clone()));
-                    s
-                }
-            })
-            .collect()
-    };
-    {
-        let mut running = shared.running();
-        let mut buffer = p.buffer();
-        for (job, series) in jobs.into_iter().zip(series) {
-            running.insert(
-                job.id,
-                Running {
-                    attempt: job.attempt,
-                    lost: CancellationToken::new(),
-                    abort: None,
-                    executing: false,
-                    series,
-                    buffered: true,
-                    started_at: None,
-                },
-            );
-            buffer.push_back(job);
-        }
-    }
-    start_buffered(shared, p);
-}
-
-/// Starts buffered jobs, in claim order, while there are free slots. A job taken away while
-/// it waited (cancelled, or rescued: the heartbeat found it gone) is dropped, not started.
-fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
-    loop {
-        let Ok(permit) = p.slots.clone().try_acquire_owned() else {
-            return;
-        };
-        let Some(job) = p.buffer().pop_front() else {
-            return;
-        };
-        let lost = {
-            // Starts in place: the entry `hold` made becomes the executing one.
-            let mut running = shared.running();
-            match running
-                .get_mut(&job.id)
-                .filter(|r| r.buffered && r.attempt == job.attempt)
-            {
-                Some(r) if !r.lost.is_cancelled() => {
-                    r.buffered = false;
-                    r.executing = true;
-                    // The start the limited claim counted, else now (db_clock.rs).
-                    let started = job.attempted_at.unwrap_or_else(|| shared.db_clock.now());
-                    r.started_at = Some(started);
-                    Some((r.lost.clone(), r.series.clone(), started))
-                }
-                Some(_) => {
-                    running.remove(&job.id);
-                    None
-                }
-                None => None,
-            }
-        };
-        let Some((lost, series, started)) = lost else {
-            tracing::warn!(
-                job.id = job.id,
-                job.attempt = job.attempt,
-                "job was taken away before it started (cancelled or rescued); not starting it"
-            );
-            continue;
-        };
-        spawn_job(shared, p, job, permit, (lost, series, started));
-    }
-}
-
-/// The level of a job's span: see `spawn_job`.
-const JOB_SPAN_LEVEL: tracing::Level = if cfg!(feature = "otel") {
-    tracing::Level::INFO
-} else {
-    tracing::Level::DEBUG
-};
-
-fn spawn_job(
-    shared: &Arc<Shared>,
-    p: &Arc<Producer>,
-    mut job: Job,
-    permit: OwnedSemaphorePermit,
-    (lost, series, started): (
-        CancellationToken,
-        Arc<crate::metrics::JobSeries>,
-        chrono::DateTime<chrono::Utc>,
-    ),
-) {
-    let (producer, slot_freed, wake) = (p.clone(), p.slot_freed.clone(), p.wake.clone());
-    // A meta serde_json could not read (a row written past enqueue's check) discards this job
-    // alone, as unreadable args do: its handler does not run (src/queue/stored.rs).
-    let (meta, unreadable_meta) = match std::mem::take(&mut job.meta).into_readable() {
-        Ok(v) => (v, None),
-        Err(u) => (serde_json::Value::Object(Default::default()), Some(u)),
-    };
-    let ctx = JobContext {
-        id: job.id,
-        kind: job.kind.clone(),
-        queue: job.queue.clone(),
-        attempt: job.attempt,
-        max_attempts: job.max_attempts,
-        created_at: job.created_at,
-        scheduled_at: job.scheduled_at,
-        tags: job.tags.clone(),
-        meta,
-        pool: shared.handler_pool.clone(),
-        worker_id: shared.worker_id.clone(),
-        shutdown: shared.shutdown.clone(),
-        lost,
-        steps: Default::default(),
-    };
-    let sh = shared.clone();
-    let id = job.id;
-    let steps = ctx.steps.clone();
-    let handle = tokio::spawn(async move {
-        let _permit = permit;
-        let handler = sh.registry.get(&job.kind).cloned();
-        // Built only for the application's hooks (src/worker/hooks.rs): none, no cost.
-        let info = (!sh.hooks.is_empty()).then(|| JobInfo {
-            id: job.id,
-            kind: job.kind.clone(),
-            queue: job.queue.clone(),
-            attempt: job.attempt,
-            max_attempts: job.max_attempts,
-        });
-        if let Some(info) = &info {
-            sh.hooks.before(info);
-        }
-        // A debug-level span: at the default level it costs nothing per job; warnings below
-        // carry the job's fields themselves. With the `otel` feature it is an info span (what
-        // an OpenTelemetry layer usually records), named for the job's kind, the child or a
-        // link of the enqueuer's trace (src/otel.rs).
-        let span = tracing::span!(JOB_SPAN_LEVEL, "job", otel.name = %format_args!("job {}", job.kind),
-            otel.kind = "consumer", job.id = job.id, job.kind = %job.kind,
-            job.queue = %job.queue, job.attempt = job.attempt);
-        #[cfg(feature = "otel")]
-        crate::otel::follow_enqueuer(&span, &ctx.meta, job.attempt);
-        let began = Instant::now();
-        let attempt = match unreadable_meta {
-            None => {
-                use tracing::Instrument;
-                executor::execute(handler, ctx, job.args, sh.settings.job_timeout)
-                    .instrument(span)
-                    .await
-            }
-            Some(u) => Attempt::Returned(Err(super::JobError::discard(format!(
-                "invalid meta for kind {}: {}",
-                job.kind, u.error
-            )))),
-        };
-        series.ran(began.elapsed());
-        producer.ran(began.elapsed());
-        match &attempt {
-            Attempt::Returned(Ok(_)) => {}
-            Attempt::Suspended(until) => tracing::debug!(job.id = job.id, job.kind = %job.kind,
-                job.attempt = job.attempt, %until, "job sleeps (docs/steps.md)"),
-            Attempt::Returned(Err(e)) => {
-                // The first failure of a kind in full, the rest summed (worker::failure_log).
-                let say = sh
-                    .failures
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .record(&job.kind, Instant::now(), &e.message);
-                if let super::failure_log::Say::SummaryThenFull { more, last_error } = &say {
-                    super::failure_log::summary(&job.kind, *more, last_error);
-                }
-                if say != super::failure_log::Say::Nothing {
-                    tracing::warn!(job.id = job.id, job.kind = %job.kind,
-                        job.attempt = job.attempt, error = %e.message,
-                        "job failed (more failures of its kind within {}s are summed into one line)",
-                        super::failure_log::WINDOW.as_secs());
-                }
-            }
-            other => tracing::warn!(job.id = job.id, job.kind = %job.kind,
-                job.attempt = job.attempt, outcome = ?other, "job did not finish normally"),
-        }
-        let policy = RetryPolicy {
-            unit: sh.settings.backoff_unit,
-            max: sh.settings.backoff_max,
-        };
-        let hold_key_for = match &attempt {
-            Attempt::Returned(Ok(super::Outcome::SnoozeKey(d))) => Some(*d),
-            _ => None,
-        };
-        let mut ack = decide(
-            job.id,
-            job.attempt,
-            job.max_attempts,
-            attempt,
-            chrono::Utc::now(),
-            policy,
-            random_jitter(),
-        );
-        ack.started_at = Some(started);
-        if let Some(info) = info {
-            sh.hooks.after(info, &ack, began.elapsed());
-        }
-        if let Some(d) = hold_key_for {
-            hold_key(&sh, job.id, d).await;
-        }
-        if let Some(r) = sh.running().get_mut(&job.id) {
-            r.executing = false;
-        }
-        wake_when_due(&ack, sh.settings.poll_interval, wake);
-        if sh.acks.send(ack).await.is_err() {
-            tracing::error!(
-                job.id = job.id,
-                "ack writer gone; the rescuer will return this job"
-            );
-        }
-        drop(_permit);
-        slot_freed.notify_one();
-        if let Some(name) = steps.waiting_for() {
-            wake_if_signalled(&sh, job.id, job.attempt, name).await;
-        }
-    });
-    if let Some(r) = shared.running().get_mut(&id) {
-        r.abort = Some(handle.abort_handle());
-    }
-}
-
-/// After the ack of an attempt that ended waiting for signal `name` (docs/steps.md,
-/// "Signals"): a signal sent between the wait's statement and the ack found the job running and
-/// could not make it due, so once the ack is written the job is made due if the signal is there.
-/// Checked every 50 ms while the ack is still pending, for at most two minutes: past that (an
-/// outage, a worker stopped) the job wakes at its wait's timeout and reads the signal then.
-async fn wake_if_signalled(sh: &Shared, id: i64, attempt: i32, name: String) {
-    for _ in 0..2400 {
-        match crate::store::steps::wake_signalled(&sh.pool, id, attempt, &sh.worker_id, &name).await
-        {
-            Ok(s) if s == "running" => {}
-            Ok(_) => return,
-            Err(e) => tracing::debug!(job.id = id, error = %e, "could not check the job's signal yet"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Holds the limit key of job `id` for `d` (`Outcome::SnoozeKey`), before the job's own ack:
-/// one statement, only for that outcome. A failure is logged: the job itself is snoozed
-/// by its ack either way.
-async fn hold_key(sh: &Shared, id: i64, d: Duration) {
-    // As far as a snooze goes (src/worker/outcome.rs caps it at 100 years).
-    let d = d.min(Duration::from_secs(36500 * 86_400));
-    match crate::store::jobs::hold_job_key(&sh.pool, id, d).await {
-        Ok(Some(moved)) => tracing::info!(job.id = id, hold = %humantime::format_duration(d),
-            moved, "handler held its limit key"),
-        Ok(None) => tracing::debug!(job.id = id, "SnoozeKey of a job without a limit key: snoozed alone"),
-        Err(e) => tracing::warn!(job.id = id, error = %e, "could not hold the job's limit key; the job is snoozed alone"),
-    }
-}
-
-/// A retry or snooze due before the next poll would wait up to a poll interval; instead,
-/// wake this queue's producer when it is due (plus a little for the ack to be written).
-/// Jobs scheduled by other processes still rely on NOTIFY (due now) or the poll.
-fn wake_when_due(ack: &crate::store::ack::Ack, poll: Duration, wake: Arc<Notify>) {
-    if ack.state != crate::queue::JobState::Available || ack.give_back && ack.scheduled_at.is_none()
-    {
-        return;
-    }
-    let Some(at) = ack.scheduled_at else { return };
-    let wait =
-        (at - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(5);
-    if wait >= poll {
-        return;
-    }
-    tokio::spawn(async move {
-        tokio::time::sleep(wait).await;
-        wake.notify_one();
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1146,74 +771,6 @@ mod tests {
         assert_eq!(next_claim_cap(None, 20, false, 300), None);
         // A refused claim that asked for fewer than the bound (few free slots) halves that.
         assert_eq!(next_claim_cap(Some(64), 6, true, 300), Some(3));
-    }
-
-    #[test]
-    fn the_buffer_holds_about_a_tenth_of_a_second_of_work_per_slot() {
-        let ms = Duration::from_millis;
-        // Nothing measured yet: at most the queue's concurrency.
-        assert_eq!(claim_ahead(200, 10, None), 10);
-        assert_eq!(claim_ahead(200, 500, None), 200);
-        // Short jobs: the whole setting, whatever the concurrency.
-        assert_eq!(claim_ahead(200, 10, Some(Duration::from_micros(20))), 200);
-        // 20 ms jobs on 10 slots: 50 ms of work each.
-        assert_eq!(claim_ahead(200, 10, Some(ms(20))), 50);
-        // Jobs of a second: none ahead; a slot takes its next job when it frees.
-        assert_eq!(claim_ahead(200, 10, Some(ms(1000))), 1);
-        assert_eq!(claim_ahead(200, 4, Some(ms(1000))), 0);
-        assert_eq!(claim_ahead(0, 10, Some(Duration::from_micros(20))), 0);
-    }
-
-    #[test]
-    fn a_controlled_queue_buffers_no_more_than_its_last_claim_allowed() {
-        assert_eq!(buffer_ahead(200, false, None), 200);
-        // The plain claim's queue: no room is reported, the setting applies.
-        assert_eq!(buffer_ahead(200, false, Some(0)), 200);
-        assert_eq!(buffer_ahead(200, true, None), 200);
-        assert_eq!(buffer_ahead(200, true, Some(70)), 70);
-        assert_eq!(buffer_ahead(200, true, Some(500)), 200);
-        // A binding limit or a key's limits: nothing ahead, as without a buffer.
-        assert_eq!(buffer_ahead(200, true, Some(0)), 0);
-        assert_eq!(
-            next_claim(0, 0, 0, 10, buffer_ahead(200, true, Some(0)), false, true),
-            ClaimNow::Wait
-        );
-    }
-
-    #[test]
-    fn buffered_jobs_go_back_on_a_pause_a_key_limit_or_a_limit_they_were_not_claimed_under() {
-        let ctl = |paused, limited, key_limits| {
-            Some(BufferControl {
-                paused,
-                limited,
-                key_limits,
-                over_limit: false,
-            })
-        };
-        // A limit lowered below the jobs running now: they go.
-        let over = Some(BufferControl {
-            paused: false,
-            limited: true,
-            key_limits: false,
-            over_limit: true,
-        });
-        assert!(!buffer_may_stay(over, true));
-        // No control row: they stay.
-        assert!(buffer_may_stay(None, false));
-        assert!(buffer_may_stay(None, true));
-        // Claimed within the concurrency limit: they stay while it is the only control.
-        assert!(buffer_may_stay(ctl(false, true, false), true));
-        // A limit set after the plain claim took them: they go.
-        assert!(!buffer_may_stay(ctl(false, true, false), false));
-        // A row without limits (a resumed queue): they stay.
-        assert!(buffer_may_stay(ctl(false, false, false), false));
-        // Paused, or a key's limits: they go, however they were claimed.
-        for claimed_limited in [false, true] {
-            assert!(!buffer_may_stay(ctl(true, false, false), claimed_limited));
-            assert!(!buffer_may_stay(ctl(true, true, false), claimed_limited));
-            assert!(!buffer_may_stay(ctl(false, true, true), claimed_limited));
-            assert!(!buffer_may_stay(ctl(false, false, true), claimed_limited));
-        }
     }
 
     #[test]
@@ -1321,3 +878,4 @@ mod tests {
         assert_eq!(next_claim(0, 3, 3, 10, 10, false, false), ClaimNow::Wait);
     }
 }
+

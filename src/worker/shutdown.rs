@@ -69,7 +69,7 @@ pub(crate) async fn finish_running(shared: &Shared) {
             policy,
             0.0,
         );
-        let _ = shared.acks.send(ack).await;
+        let _ = shared.acks.send(ack.into()).await;
     }
 }
 
