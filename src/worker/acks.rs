@@ -221,7 +221,7 @@ async fn write(
     else {
         return;
     };
-    hold_keys(&shared, &holds).await;
+    hold_keys(&shared.db.pool, &holds).await;
     flush(&shared, &batch, &stop, &lingering, |left| {
         // What a run started after a failure would write again: only what has not landed.
         if let Some(b) = lock(&writing).get_mut(&n) {
@@ -235,7 +235,7 @@ async fn write(
         .unwrap_or_default();
     if !signals.is_empty() {
         tokio::spawn(wake_signalled(
-            shared.pool.clone(),
+            shared.db.pool.clone(),
             shared.worker_id.clone(),
             signals,
         ));
@@ -247,11 +247,11 @@ async fn write(
 /// (`skiplock._ack`, sql/api/14_ack.sql), and jobs of the key enqueued meanwhile wait for it
 /// (`skiplock.hold_key`, sql/api/17_admin.sql). One statement per hold, only for that outcome.
 /// A failure is logged: the job itself is snoozed by its ack either way.
-async fn hold_keys(shared: &Shared, holds: &[(i64, Duration)]) {
+async fn hold_keys(pool: &crate::store::Pool, holds: &[(i64, Duration)]) {
     for &(id, d) in holds {
         // As far as a snooze goes (src/worker/outcome.rs caps it at 100 years).
         let d = d.min(Duration::from_secs(36500 * 86_400));
-        match crate::store::jobs::hold_job_key(&shared.pool, id, d).await {
+        match crate::store::jobs::hold_job_key(pool, id, d).await {
             Ok(Some(moved)) => tracing::info!(job.id = id, hold = %humantime::format_duration(d),
                 moved, "handler held its limit key"),
             Ok(None) => tracing::debug!(job.id = id, "SnoozeKey of a job without a limit key: snoozed alone"),
@@ -401,7 +401,7 @@ async fn write_acks(pool: &crate::store::Pool, buf: &[Ack]) -> Result<(Acked, Op
 /// several statements: `skiplock._ack`, sql/api/14_ack.sql), [`SETTLE_SLICE`] edges per
 /// transaction, beside the ack writer, so the worker runs the first children while the rest
 /// are released; each slice resumes where the one before stopped. One at a time (`permits`:
-/// [`Shared::settling`]); a failure, or a worker stopping meanwhile, leaves the rest to the
+/// [`super::Db::settling`]); a failure, or a worker stopping meanwhile, leaves the rest to the
 /// maintenance's sweep (`skiplock.settle_dependencies`, run by the rescuer).
 ///
 /// Every slice runs on one connection, the ack's (`conn`) unless another settling holds the
@@ -509,12 +509,12 @@ async fn flush(
         if parts[i].at > Instant::now() {
             tokio::select! {
                 _ = tokio::time::sleep_until(parts[i].at) => {}
-                _ = shared.availability.back() => {}
+                _ = shared.db.availability.back() => {}
             }
         }
         let acks = &buf[parts[i].range.clone()];
         faults::hit(&shared.worker_id, Point::AckWriterFlush);
-        let e = match write_acks(&shared.pool, acks).await {
+        let e = match write_acks(&shared.db.pool, acks).await {
             Ok((written, conn)) => {
                 landed(shared, acks, written, conn);
                 outage.reset();
@@ -539,7 +539,7 @@ async fn flush(
         // the worker's availability (a statement timeout counts as an outage there), which
         // pauses the rescuer's clock while it fails.
         if !(parts[i].range.len() == 1 && statement_failed(&e)) {
-            shared.db_failed(&e);
+            shared.db.failed(&e);
         }
         if stop.is_cancelled() {
             drain_started.get_or_insert_with(Instant::now);
@@ -611,7 +611,7 @@ async fn flush(
 /// Drops the job of ack `a` from `running` (its attempt only), counted as lost: the heartbeat
 /// no longer names it, so the rescuer returns it once its heartbeat is stale.
 fn let_go(shared: &Shared, a: &Ack) {
-    let mut running = shared.running();
+    let mut running = shared.jobs.running();
     if let Some(r) = running.get(&a.id).filter(|r| r.attempt == a.attempt) {
         r.series
             .finished(Finish::of(a.state, a.give_back, r.executing, false));
@@ -623,11 +623,11 @@ fn let_go(shared: &Shared, a: &Ack) {
 /// their dependents left for after the statement, and a warning for each ack the database
 /// ignored (its job no longer runs this attempt).
 fn landed(shared: &Shared, buf: &[Ack], written: Acked, conn: Option<Conn>) {
-    shared.metrics.acked(buf.len());
+    shared.report.metrics.acked(buf.len());
     if !written.unsettled.is_empty() {
         tokio::spawn(settle_rest(
-            shared.pool.clone(),
-            shared.settling.clone(),
+            shared.db.pool.clone(),
+            shared.db.settling.clone(),
             written.unsettled,
             conn,
         ));
@@ -645,7 +645,7 @@ fn landed(shared: &Shared, buf: &[Ack], written: Acked, conn: Option<Conn>) {
             );
         }
     }
-    let mut running = shared.running();
+    let mut running = shared.jobs.running();
     for a in buf.iter() {
         if let Some(r) = running.get(&a.id).filter(|r| r.attempt == a.attempt) {
             let ok = partial.as_ref().is_none_or(|w| w.contains(&a.id));

@@ -1,6 +1,6 @@
 //! A producer's claim-ahead buffer (`SKIPLOCK_CLAIM_AHEAD`): the jobs a claim brought back
 //! beyond its free slots wait here, held by this process like started ones (in
-//! `Shared::running`, heartbeated, released at shutdown or rescued after a crash), and start in
+//! `Jobs::running`, heartbeated, released at shutdown or rescued after a crash), and start in
 //! claim order as slots free. How large it may grow ([`claim_ahead`], [`buffer_ahead`]), whether
 //! its jobs may still start after a pause or a limit ([`buffer_may_stay`]), and letting go of
 //! it on every exit of a producer run ([`BufferGuard`]). The claim loop is `super::producer`;
@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::producer::Producer;
 use super::executor::spawn_job;
-use super::{Running, Shared};
+use super::{Jobs, Running, Shared};
 use crate::queue::Job;
 use crate::store::control::BufferControl;
 
@@ -67,7 +67,7 @@ pub fn buffer_may_stay(control: Option<BufferControl>, claimed_limited: bool) ->
 
 
 /// On every exit of a producer run (stopped, retired, or a panic unwinding it), the jobs
-/// still in its buffer stop being held: removed from `Shared::running`, they are the
+/// still in its buffer stop being held: removed from `Jobs::running`, they are the
 /// claimed-but-never-started jobs the worker's shutdown, or the producer's next run, puts
 /// back at once (`super::release`).
 pub(super) struct BufferGuard {
@@ -83,19 +83,19 @@ impl BufferGuard {
 
 impl Drop for BufferGuard {
     fn drop(&mut self) {
-        let_go_of_buffer(&self.shared, &self.p);
+        let_go_of_buffer(&self.shared.jobs, &self.p);
     }
 }
 
-/// Empties the buffer and stops holding its jobs (they are no longer in `Shared::running`);
+/// Empties the buffer and stops holding its jobs (they are no longer in `Jobs::running`);
 /// returns how many there were. They are `running` in the database until
 /// `super::release::unstarted` puts them back.
-pub(super) fn let_go_of_buffer(shared: &Shared, p: &Producer) -> usize {
+pub(super) fn let_go_of_buffer(held: &Jobs, p: &Producer) -> usize {
     let jobs: Vec<Job> = p.buffer().drain(..).collect();
     if jobs.is_empty() {
         return 0;
     }
-    let mut running = shared.running();
+    let mut running = held.running();
     for j in &jobs {
         if running
             .get(&j.id)
@@ -108,7 +108,7 @@ pub(super) fn let_go_of_buffer(shared: &Shared, p: &Producer) -> usize {
 }
 
 
-/// Holds freshly claimed jobs: each goes into `Shared::running` as buffered (so the heartbeat
+/// Holds freshly claimed jobs: each goes into `Jobs::running` as buffered (so the heartbeat
 /// covers it from now on) and into the producer's buffer, then as many as there are free
 /// slots are started.
 pub(super) fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
@@ -122,7 +122,7 @@ pub(super) fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
             .map(|j| match by_kind.iter().find(|(k, _)| *k == j.kind) {
                 Some((_, s)) => s.clone(),
                 None => {
-                    let s = shared.metrics.series(&j.kind, &j.queue);
+                    let s = shared.report.metrics.series(&j.kind, &j.queue);
                     by_kind.push((&j.kind, s.clone()));
                     s
                 }
@@ -130,7 +130,7 @@ pub(super) fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
             .collect()
     };
     {
-        let mut running = shared.running();
+        let mut running = shared.jobs.running();
         let mut buffer = p.buffer();
         for (job, series) in jobs.into_iter().zip(series) {
             running.insert(
@@ -163,7 +163,7 @@ pub(super) fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
         };
         let lost = {
             // Starts in place: the entry `hold` made becomes the executing one.
-            let mut running = shared.running();
+            let mut running = shared.jobs.running();
             match running
                 .get_mut(&job.id)
                 .filter(|r| r.buffered && r.attempt == job.attempt)
@@ -172,7 +172,7 @@ pub(super) fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
                     r.buffered = false;
                     r.executing = true;
                     // The start the limited claim counted, else now (db_clock.rs).
-                    let started = job.attempted_at.unwrap_or_else(|| shared.db_clock.now());
+                    let started = job.attempted_at.unwrap_or_else(|| shared.db.clock.now());
                     r.started_at = Some(started);
                     Some((r.lost.clone(), r.series.clone(), started))
                 }

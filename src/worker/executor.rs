@@ -8,7 +8,7 @@
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -20,7 +20,9 @@ use super::handler::{ErasedHandler, JobContext};
 use super::hooks::JobInfo;
 use super::outcome::{Attempt, RetryPolicy, cap_error_owned, decide};
 use super::producer::Producer;
-use super::{Outcome, Shared};
+use super::failure_log::FailureLog;
+use super::hooks::Hooks;
+use super::{Jobs, Outcome, Shared};
 use crate::queue::backoff::random_jitter;
 use crate::queue::stored::Unreadable;
 use crate::queue::{Job, RawArgs};
@@ -43,7 +45,7 @@ pub(crate) type Start = (
 
 /// Runs `job` on its own task, holding its producer's slot (`permit`) until its ack is queued:
 /// prepare → before-hooks → execute → decide → after-hooks → ack. The task's abort handle goes
-/// into the job's `Shared::running` entry (the worker's shutdown aborts what outlives it).
+/// into the job's `Jobs::running` entry (the worker's shutdown aborts what outlives it).
 pub(crate) fn spawn_job(
     shared: &Arc<Shared>,
     p: &Arc<Producer>,
@@ -56,13 +58,13 @@ pub(crate) fn spawn_job(
     let (sh, producer) = (shared.clone(), p.clone());
     let handle = tokio::spawn(async move {
         let handler = sh.registry.get(&job.kind).cloned();
-        let info = before_hooks(&sh, &job);
+        let info = before_hooks(&sh.report.hooks, &job);
         let steps = prepared.ctx.steps.clone();
         let began = Instant::now();
-        let attempt = run_attempt(&sh, handler, &job, prepared).await;
+        let attempt = run_attempt(handler, &job, prepared, sh.settings.job_timeout).await;
         series.ran(began.elapsed());
         producer.ran(began.elapsed());
-        log_attempt(&sh, &job, &attempt);
+        log_attempt(&sh.report.failures, &job, &attempt);
         let hold_key_for = match &attempt {
             Attempt::Returned(Ok(Outcome::SnoozeKey(d))) => Some(*d),
             _ => None,
@@ -81,18 +83,18 @@ pub(crate) fn spawn_job(
         );
         ack.started_at = Some(started);
         if let Some(info) = info {
-            sh.hooks.after(info, &ack, began.elapsed());
+            sh.report.hooks.after(info, &ack, began.elapsed());
         }
         let done = Done {
             ack,
             hold_key_for,
             wake_on_signal: steps.waiting_for(),
         };
-        queue_ack(&sh, &producer, done).await;
+        queue_ack(&sh.jobs, sh.settings.poll_interval, &producer, done).await;
         drop(permit);
         producer.slot_freed.notify_one();
     });
-    if let Some(r) = shared.running().get_mut(&id) {
+    if let Some(r) = shared.jobs.running().get_mut(&id) {
         r.abort = Some(handle.abort_handle());
     }
 }
@@ -124,9 +126,9 @@ fn prepare(shared: &Shared, mut job: Job, lost: CancellationToken) -> (Job, Prep
         scheduled_at: job.scheduled_at,
         tags: job.tags.clone(),
         meta,
-        pool: shared.handler_pool.clone(),
+        pool: shared.db.handler_pool.clone(),
         worker_id: shared.worker_id.clone(),
-        shutdown: shared.shutdown.clone(),
+        shutdown: shared.stop.shutdown.clone(),
         lost,
         steps: Default::default(),
     };
@@ -140,8 +142,8 @@ fn prepare(shared: &Shared, mut job: Job, lost: CancellationToken) -> (Job, Prep
 
 /// Before-hooks: the application's hooks see the job start (src/worker/hooks.rs). Its
 /// [`JobInfo`] is built only when there are hooks: none, no cost.
-fn before_hooks(sh: &Shared, job: &Job) -> Option<JobInfo> {
-    let info = (!sh.hooks.is_empty()).then(|| JobInfo {
+fn before_hooks(hooks: &Hooks, job: &Job) -> Option<JobInfo> {
+    let info = (!hooks.is_empty()).then(|| JobInfo {
         id: job.id,
         kind: job.kind.clone(),
         queue: job.queue.clone(),
@@ -149,7 +151,7 @@ fn before_hooks(sh: &Shared, job: &Job) -> Option<JobInfo> {
         max_attempts: job.max_attempts,
     });
     if let Some(info) = &info {
-        sh.hooks.before(info);
+        hooks.before(info);
     }
     info
 }
@@ -157,7 +159,6 @@ fn before_hooks(sh: &Shared, job: &Job) -> Option<JobInfo> {
 /// Execute: the handler under the job's span ([`execute`]), or the discard of a job whose meta
 /// is unreadable.
 async fn run_attempt(
-    sh: &Shared,
     handler: Option<ErasedHandler>,
     job: &Job,
     Prepared {
@@ -165,6 +166,7 @@ async fn run_attempt(
         args,
         unreadable_meta,
     }: Prepared,
+    job_timeout: Duration,
 ) -> Attempt {
     // A debug-level span: at the default level it costs nothing per job; warnings below
     // carry the job's fields themselves. With the `otel` feature it is an info span (what
@@ -178,7 +180,7 @@ async fn run_attempt(
     match unreadable_meta {
         None => {
             use tracing::Instrument;
-            execute(handler, ctx, args, sh.settings.job_timeout)
+            execute(handler, ctx, args, job_timeout)
                 .instrument(span)
                 .await
         }
@@ -191,14 +193,13 @@ async fn run_attempt(
 
 /// The attempt's log line: a failure (the first of a kind in full, the rest summed,
 /// `super::failure_log`), a durable sleep, or an attempt that did not finish normally.
-fn log_attempt(sh: &Shared, job: &Job, attempt: &Attempt) {
+fn log_attempt(failures: &Mutex<FailureLog>, job: &Job, attempt: &Attempt) {
     match attempt {
         Attempt::Returned(Ok(_)) => {}
         Attempt::Suspended(until) => tracing::debug!(job.id = job.id, job.kind = %job.kind,
             job.attempt = job.attempt, %until, "job sleeps (docs/steps.md)"),
         Attempt::Returned(Err(e)) => {
-            let say = sh
-                .failures
+            let say = failures
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .record(&job.kind, Instant::now(), &e.message);
@@ -220,13 +221,13 @@ fn log_attempt(sh: &Shared, job: &Job, attempt: &Attempt) {
 /// Ack: the job stops executing, its producer is woken when a retry or snooze is due before
 /// the next poll, and the outcome goes to the ack writer with what travels with it (a key
 /// hold, written before the ack; a signal check, after it: `super::acks`).
-async fn queue_ack(sh: &Shared, producer: &Producer, done: Done) {
-    if let Some(r) = sh.running().get_mut(&done.ack.id) {
+async fn queue_ack(jobs: &Jobs, poll: Duration, producer: &Producer, done: Done) {
+    if let Some(r) = jobs.running().get_mut(&done.ack.id) {
         r.executing = false;
     }
-    wake_when_due(&done.ack, sh.settings.poll_interval, producer.wake.clone());
+    wake_when_due(&done.ack, poll, producer.wake.clone());
     let id = done.ack.id;
-    if sh.acks.send(done).await.is_err() {
+    if jobs.acks.send(done).await.is_err() {
         tracing::error!(job.id = id, "ack writer gone; the rescuer will return this job");
     }
 }

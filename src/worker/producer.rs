@@ -41,7 +41,7 @@ use crate::store::notify::{waiting_add, waiting_remove};
 
 mod policy;
 pub(crate) use policy::limit_nap;
-pub use policy::{ClaimNow, HELD_NAP, look_again, next_claim, next_claim_cap};
+pub use policy::{ClaimNow, look_again, next_claim, next_claim_cap};
 
 /// First and longest wait between two failed claims.
 pub const CLAIM_BACKOFF: (Duration, Duration) =
@@ -62,7 +62,7 @@ pub(crate) struct Producer {
     pub wake: Arc<Notify>,
     pub slots: Arc<Semaphore>,
     pub slot_freed: Arc<Notify>,
-    /// Jobs claimed ahead, waiting for a free slot (each also in `Shared::running`).
+    /// Jobs claimed ahead, waiting for a free slot (each also in `Jobs::running`).
     buffer: Mutex<VecDeque<Job>>,
     /// Claiming one job per statement (after a failure), so a failure can be blamed on it.
     pub one_at_a_time: AtomicBool,
@@ -170,7 +170,7 @@ type ClaimFuture = BoxFuture<'static, (usize, u64, Result<Claimed>)>;
 /// between full and short would write them several times a second.
 const UNREGISTER_AFTER: Duration = Duration::from_secs(1);
 
-/// Runs the producer until `shared.stop_claiming` (or retirement). `careful`: claim one job
+/// Runs the producer until `shared.stop.claiming` (or retirement). `careful`: claim one job
 /// per statement for the first `limit` jobs (set after a failed run, so that if a row makes
 /// the producer fail again, it fails alone). Each turn of the loop settles what waits for no
 /// claim in flight, starts buffered jobs, sends a claim if one is due, then waits for the next
@@ -204,7 +204,7 @@ pub(crate) async fn run(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) ->
             _ = l.p.slot_freed.notified() => l.on_slot_freed(),
             _ = sleep_until_some(l.settle_at), if l.settle_at.is_some() => l.on_settled(),
             _ = sleep_until_some(l.retry_at), if l.retry_at.is_some() => l.on_retry_due(),
-            _ = l.shared.availability.back(), if l.retry_at.is_some() => l.on_retry_due(),
+            _ = l.shared.db.availability.back(), if l.retry_at.is_some() => l.on_retry_due(),
             _ = sleep_until_some(cooldown_at), if cooldown_at.is_some() => {}
             _ = tokio::time::sleep(poll) => l.on_poll(),
         }
@@ -280,9 +280,9 @@ impl ClaimLoop {
     fn new(shared: Arc<Shared>, p: Arc<Producer>, careful: bool) -> Self {
         let careful_left = if careful { p.limit } else { 0 };
         p.one_at_a_time.store(careful_left > 0, Ordering::Relaxed);
-        let stop = shared.stop_claiming.clone();
+        let stop = shared.stop.claiming.clone();
         let cooldown = shared.settings.fetch_cooldown;
-        let listens = shared.pool.mode() == crate::store::PoolMode::Session
+        let listens = shared.db.pool.mode() == crate::store::PoolMode::Session
             || shared.settings.listen_url.is_some();
         ClaimLoop {
             shared,
@@ -325,13 +325,13 @@ impl ClaimLoop {
         if self.check_control && self.inflight.is_empty() {
             self.check_control = false;
             if !p.buffer().is_empty() {
-                match buffer_control(&sh.pool, &p.queue).await {
+                match buffer_control(&sh.db.pool, &p.queue).await {
                     // No claim is in flight here, so they are put back below at once.
                     Ok(c) if !buffer_may_stay(c, self.controlled) => {
-                        self.put_back |= let_go_of_buffer(sh, p) > 0;
+                        self.put_back |= let_go_of_buffer(&sh.jobs, p) > 0;
                     }
                     Ok(_) => {}
-                    Err(e) => sh.db_failed(&e),
+                    Err(e) => sh.db.failed(&e),
                 }
             }
         }
@@ -347,13 +347,13 @@ impl ClaimLoop {
             )
             .await
             {
-                sh.db_failed(&e);
+                sh.db.failed(&e);
                 tracing::warn!(queue = %p.queue, error = %e, "could not put back buffered jobs; the rescuer will");
             }
         }
         if self.register && self.inflight.is_empty() {
             self.register = false;
-            match waiting_add(&sh.pool, &sh.worker_id, &p.queue).await {
+            match waiting_add(&sh.db.pool, &sh.worker_id, &p.queue).await {
                 Ok(()) => {
                     // Claim once more: a job inserted before the registration was visible
                     // sent no NOTIFY.
@@ -361,7 +361,7 @@ impl ClaimLoop {
                     self.backlog = true;
                 }
                 Err(e) => {
-                    sh.db_failed(&e);
+                    sh.db.failed(&e);
                     tracing::debug!(queue = %p.queue, error = %e, "could not register as waiting; the poll finds new jobs");
                 }
             }
@@ -446,7 +446,7 @@ impl ClaimLoop {
                 || giving_way && p.buffer().is_empty());
         if retire
             && self.waiting
-            && let Err(e) = waiting_remove(&sh.pool, &sh.worker_id, &p.queue).await
+            && let Err(e) = waiting_remove(&sh.db.pool, &sh.worker_id, &p.queue).await
         {
             tracing::debug!(queue = %p.queue, error = %e, "could not unregister as waiting");
         }
@@ -464,7 +464,7 @@ impl ClaimLoop {
         let c = match r {
             Ok(c) => c,
             Err(e) => {
-                sh.db_failed(&e);
+                sh.db.failed(&e);
                 let refused = crate::db::outage::statement_failed(&e);
                 if refused {
                     self.claim_cap = next_claim_cap(self.claim_cap, want, true, 0);
@@ -482,7 +482,7 @@ impl ClaimLoop {
         let full = p.limit + claim_ahead(sh.settings.claim_ahead, p.limit, p.run_time());
         self.claim_cap = next_claim_cap(self.claim_cap, want, false, full);
         self.buffer_room = c.buffer_room;
-        sh.metrics.claimed(c.jobs.len());
+        sh.report.metrics.claimed(c.jobs.len());
         self.backoff.reset();
         // A claim that stopped at the most lanes one claim reads left lanes unread: the next
         // one reads them at once (skiplock._claim_lanes), not at the next poll.
@@ -493,7 +493,7 @@ impl ClaimLoop {
         } else {
             self.busy_since = None;
         }
-        if c.controlled && !self.controlled && let_go_of_buffer(&sh, &p) > 0 {
+        if c.controlled && !self.controlled && let_go_of_buffer(&sh.jobs, &p) > 0 {
             // The plain claim took these before the queue got its control row: counted
             // against no limit. This answer's jobs, claimed within it, are held below and stay.
             self.put_back = true;
@@ -530,9 +530,9 @@ impl ClaimLoop {
         {
             // Busy: inserts here need not notify anyone on this worker's account. Failing is
             // harmless (a few needless NOTIFYs).
-            match waiting_remove(&sh.pool, &sh.worker_id, &p.queue).await {
+            match waiting_remove(&sh.db.pool, &sh.worker_id, &p.queue).await {
                 Ok(()) => self.waiting = false,
-                Err(e) => sh.db_failed(&e),
+                Err(e) => sh.db.failed(&e),
             }
         }
     }
@@ -608,11 +608,11 @@ fn start_claim(
             starts: lanes.as_deref(),
             after,
         };
-        let r = claim_any(&sh.pool, params, free, reads).await;
+        let r = claim_any(&sh.db.pool, params, free, reads).await;
         match &r {
             Ok(c) => {
                 if let Some(clock) = c.clock {
-                    sh.db_clock.observe(clock, Instant::now());
+                    sh.db.clock.observe(clock, Instant::now());
                 }
                 let claimed: Vec<_> = c
                     .jobs
