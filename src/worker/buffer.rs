@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::producer::Producer;
+use super::producer::state::Producer;
 use super::executor::spawn_job;
 use super::{Jobs, Running, Shared};
 use crate::queue::Job;
@@ -198,7 +198,7 @@ pub(super) fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::producer::{ClaimNow, next_claim};
+    use crate::worker::producer::policy::{ClaimNow, next_claim};
 
     #[test]
     fn the_buffer_holds_about_a_tenth_of_a_second_of_work_per_slot() {

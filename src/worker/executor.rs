@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use super::acks::Done;
 use super::handler::{ErasedHandler, JobContext};
 use super::hooks::JobInfo;
-use super::outcome::{Attempt, RetryPolicy, cap_error_owned, decide};
-use super::producer::Producer;
+use super::outcome::{Attempt, RetryPolicy, cap_error_owned, decide, panic_message};
+use super::producer::state::Producer;
 use super::failure_log::FailureLog;
 use super::hooks::Hooks;
 use super::{Jobs, Outcome, Shared};
@@ -299,16 +299,5 @@ async fn run(
             Attempt::Returned(Err(e))
         }
         Ok(Ok(result)) => Attempt::Returned(result),
-    }
-}
-
-/// The text of a panic payload.
-pub fn panic_message(p: &(dyn Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
     }
 }

@@ -61,12 +61,11 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::WorkerBuilder;
-pub use executor::panic_message;
 pub use handler::steps::{MAX_STEP_BYTES, MAX_STEPS, Signal};
 pub use handler::{BoxFuture, FnHandler, Handler, JobContext, Registry};
 pub use hooks::Hook;
 pub use lifecycle::{Started, Worker};
-pub use outcome::{HandlerResult, IntoJobResult, IntoOutcome, JobError, Outcome};
+pub use outcome::{HandlerResult, IntoJobResult, IntoOutcome, JobError, Outcome, panic_message};
 pub use service::Service;
 
 use crate::config::QueueSettings;
