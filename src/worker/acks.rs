@@ -94,22 +94,32 @@ pub fn after_failed_write(len: usize, failures: u32, statement_failed: bool) -> 
 
 /// What a job's run hands the ack writer (src/worker/executor.rs): its ack, and what its
 /// outcome asks of the database beside it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub(crate) struct Done {
     pub ack: Ack,
-    /// `Outcome::SnoozeKey`: hold the job's limit key this long ([`hold_keys`]), written
-    /// before the ack.
-    pub hold_key_for: Option<Duration>,
+    /// `Outcome::SnoozeKey`: hold the job's limit key ([`hold_keys`]), written before the ack.
+    pub hold_key: Option<KeyHold>,
     /// The signal the attempt ended waiting for (docs/steps.md, "Signals"): once the ack is
     /// written the job is made due if the signal came meanwhile ([`wake_signalled`]).
     pub wake_on_signal: Option<String>,
+}
+
+/// A key hold travelling with an ack (`Outcome::SnoozeKey`).
+#[derive(Debug)]
+pub(crate) struct KeyHold {
+    /// How long the job's limit key is held.
+    pub hold_for: Duration,
+    /// Told once the hold is written (or has failed; dropped unsent when the write never
+    /// comes): the job keeps its slot until then, so its producer claims no job of the key
+    /// before the hold has moved the key's waiting jobs.
+    pub written: tokio::sync::oneshot::Sender<()>,
 }
 
 impl From<Ack> for Done {
     fn from(ack: Ack) -> Self {
         Done {
             ack,
-            hold_key_for: None,
+            hold_key: None,
             wake_on_signal: None,
         }
     }
@@ -118,8 +128,8 @@ impl From<Ack> for Done {
 /// What is written beside a batch's acks (see [`Done`]).
 #[derive(Debug, Default)]
 struct Extras {
-    /// Job ids whose limit key is held, and for how long.
-    holds: Vec<(i64, Duration)>,
+    /// Job ids whose limit key is held, and how.
+    holds: Vec<(i64, KeyHold)>,
     /// Job id, attempt and the signal its attempt waits for.
     signals: Vec<(i64, i32, String)>,
 }
@@ -127,7 +137,7 @@ struct Extras {
 impl Extras {
     /// Adds `d` to the batch in `buf`.
     fn push(&mut self, buf: &mut Vec<Ack>, d: Done) {
-        if let Some(hold) = d.hold_key_for {
+        if let Some(hold) = d.hold_key {
             self.holds.push((d.ack.id, hold));
         }
         if let Some(name) = d.wake_on_signal {
@@ -221,7 +231,7 @@ async fn write(
     else {
         return;
     };
-    hold_keys(&shared.db.pool, &holds).await;
+    hold_keys(&shared.db.pool, holds).await;
     flush(&shared, &batch, &stop, &lingering, |left| {
         // What a run started after a failure would write again: only what has not landed.
         if let Some(b) = lock(&writing).get_mut(&n) {
@@ -247,16 +257,17 @@ async fn write(
 /// (`skiplock._ack`, sql/api/14_ack.sql), and jobs of the key enqueued meanwhile wait for it
 /// (`skiplock.hold_key`, sql/api/17_admin.sql). One statement per hold, only for that outcome.
 /// A failure is logged: the job itself is snoozed by its ack either way.
-async fn hold_keys(pool: &crate::store::Pool, holds: &[(i64, Duration)]) {
-    for &(id, d) in holds {
+async fn hold_keys(pool: &crate::store::Pool, holds: Vec<(i64, KeyHold)>) {
+    for (id, hold) in holds {
         // As far as a snooze goes (src/worker/outcome.rs caps it at 100 years).
-        let d = d.min(Duration::from_secs(36500 * 86_400));
+        let d = hold.hold_for.min(Duration::from_secs(36500 * 86_400));
         match crate::store::jobs::hold_job_key(pool, id, d).await {
             Ok(Some(moved)) => tracing::info!(job.id = id, hold = %humantime::format_duration(d),
                 moved, "handler held its limit key"),
             Ok(None) => tracing::debug!(job.id = id, "SnoozeKey of a job without a limit key: snoozed alone"),
             Err(e) => tracing::warn!(job.id = id, error = %e, "could not hold the job's limit key; the job is snoozed alone"),
         }
+        let _ = hold.written.send(());
     }
 }
 

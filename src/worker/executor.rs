@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::{Notify, OwnedSemaphorePermit, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::acks::Done;
+use super::acks::{Done, KeyHold};
 use super::handler::{ErasedHandler, JobContext};
 use super::hooks::JobInfo;
 use super::outcome::{Attempt, RetryPolicy, cap_error_owned, decide, panic_message};
@@ -43,8 +43,8 @@ pub(crate) type Start = (
     chrono::DateTime<chrono::Utc>,
 );
 
-/// Runs `job` on its own task, holding its producer's slot (`permit`) until its ack is queued:
-/// prepare → before-hooks → execute → decide → after-hooks → ack. The task's abort handle goes
+/// Runs `job` on its own task, holding its producer's slot (`permit`) until its ack is queued
+/// (and the key hold it asks for written): prepare → before-hooks → execute → decide → after-hooks → ack. The task's abort handle goes
 /// into the job's `Jobs::running` entry (the worker's shutdown aborts what outlives it).
 pub(crate) fn spawn_job(
     shared: &Arc<Shared>,
@@ -65,32 +65,18 @@ pub(crate) fn spawn_job(
         series.ran(began.elapsed());
         producer.ran(began.elapsed());
         log_attempt(&sh.report.failures, &job, &attempt);
-        let hold_key_for = match &attempt {
-            Attempt::Returned(Ok(Outcome::SnoozeKey(d))) => Some(*d),
-            _ => None,
-        };
-        let mut ack = decide(
-            job.id,
-            job.attempt,
-            job.max_attempts,
-            attempt,
-            chrono::Utc::now(),
-            RetryPolicy {
-                unit: sh.settings.backoff_unit,
-                max: sh.settings.backoff_max,
-            },
-            random_jitter(),
-        );
-        ack.started_at = Some(started);
+        let (ack, hold_for) = decide_ack(&sh.settings, &job, attempt, started);
         if let Some(info) = info {
             sh.report.hooks.after(info, &ack, began.elapsed());
         }
-        let done = Done {
-            ack,
-            hold_key_for,
-            wake_on_signal: steps.waiting_for(),
-        };
-        queue_ack(&sh.jobs, sh.settings.poll_interval, &producer, done).await;
+        let poll = sh.settings.poll_interval;
+        let signal = steps.waiting_for();
+        let held = queue_ack(&sh.jobs, poll, &producer, ack, hold_for, signal).await;
+        // The slot frees once the key hold is written: until then a claim of this producer
+        // could take a job of the key the hold is about to move (src/worker/acks.rs).
+        if let Some(held) = held {
+            let _ = held.await;
+        }
         drop(permit);
         producer.slot_freed.notify_one();
     });
@@ -191,6 +177,34 @@ async fn run_attempt(
     }
 }
 
+/// Decide: the job's next state ([`decide`], pure), stamped with when its handler started;
+/// and how long to hold its limit key (`Outcome::SnoozeKey`), which travels with the ack.
+fn decide_ack(
+    settings: &crate::config::QueueSettings,
+    job: &Job,
+    attempt: Attempt,
+    started: chrono::DateTime<chrono::Utc>,
+) -> (Ack, Option<Duration>) {
+    let hold_for = match &attempt {
+        Attempt::Returned(Ok(Outcome::SnoozeKey(d))) => Some(*d),
+        _ => None,
+    };
+    let mut ack = decide(
+        job.id,
+        job.attempt,
+        job.max_attempts,
+        attempt,
+        chrono::Utc::now(),
+        RetryPolicy {
+            unit: settings.backoff_unit,
+            max: settings.backoff_max,
+        },
+        random_jitter(),
+    );
+    ack.started_at = Some(started);
+    (ack, hold_for)
+}
+
 /// The attempt's log line: a failure (the first of a kind in full, the rest summed,
 /// `super::failure_log`), a durable sleep, or an attempt that did not finish normally.
 fn log_attempt(failures: &Mutex<FailureLog>, job: &Job, attempt: &Attempt) {
@@ -220,16 +234,37 @@ fn log_attempt(failures: &Mutex<FailureLog>, job: &Job, attempt: &Attempt) {
 
 /// Ack: the job stops executing, its producer is woken when a retry or snooze is due before
 /// the next poll, and the outcome goes to the ack writer with what travels with it (a key
-/// hold, written before the ack; a signal check, after it: `super::acks`).
-async fn queue_ack(jobs: &Jobs, poll: Duration, producer: &Producer, done: Done) {
-    if let Some(r) = jobs.running().get_mut(&done.ack.id) {
+/// hold for `hold_for`, written before the ack; a signal check, after it: `super::acks`).
+/// With a key hold, answers with what says when it is written.
+async fn queue_ack(
+    jobs: &Jobs,
+    poll: Duration,
+    producer: &Producer,
+    ack: Ack,
+    hold_for: Option<Duration>,
+    wake_on_signal: Option<String>,
+) -> Option<oneshot::Receiver<()>> {
+    if let Some(r) = jobs.running().get_mut(&ack.id) {
         r.executing = false;
     }
-    wake_when_due(&done.ack, poll, producer.wake.clone());
-    let id = done.ack.id;
+    wake_when_due(&ack, poll, producer.wake.clone());
+    let (hold_key, held) = match hold_for {
+        Some(hold_for) => {
+            let (written, held) = oneshot::channel();
+            (Some(KeyHold { hold_for, written }), Some(held))
+        }
+        None => (None, None),
+    };
+    let id = ack.id;
+    let done = Done {
+        ack,
+        hold_key,
+        wake_on_signal,
+    };
     if jobs.acks.send(done).await.is_err() {
         tracing::error!(job.id = id, "ack writer gone; the rescuer will return this job");
     }
+    held
 }
 
 /// A retry or snooze due before the next poll would wait up to a poll interval; instead,
