@@ -278,7 +278,11 @@ async fn hold_keys(pool: &crate::store::Pool, holds: Vec<(i64, KeyHold)>) {
 /// is left alone. A check that fails is tried again every 50 ms, for at most two minutes:
 /// past that (an outage, a worker stopped) the job wakes at its wait's timeout and reads the
 /// signal then.
-async fn wake_signalled(pool: crate::store::Pool, worker: Arc<str>, signals: Vec<(i64, i32, String)>) {
+async fn wake_signalled(
+    pool: crate::store::Pool,
+    worker: Arc<str>,
+    signals: Vec<(i64, i32, String)>,
+) {
     for (id, attempt, name) in signals {
         for _ in 0..2400 {
             match crate::store::steps::wake_signalled(&pool, id, attempt, &worker, &name).await {

@@ -44,8 +44,9 @@ pub(crate) type Start = (
 );
 
 /// Runs `job` on its own task, holding its producer's slot (`permit`) until its ack is queued
-/// (and the key hold it asks for written): prepare → before-hooks → execute → decide → after-hooks → ack. The task's abort handle goes
-/// into the job's `Jobs::running` entry (the worker's shutdown aborts what outlives it).
+/// (and the key hold it asks for written): prepare → before-hooks → execute → decide →
+/// after-hooks → ack. The task's abort handle goes into the job's `Jobs::running` entry (the
+/// worker's shutdown aborts what outlives it).
 pub(crate) fn spawn_job(
     shared: &Arc<Shared>,
     p: &Arc<Producer>,
