@@ -233,7 +233,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (core migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "d7fbcc0d3ce4073081f5f4aa27ef0fddce37bb16c11df58d5ade446acf2c4414",
+        "be687f8670c19454fa6b01b3169e4c62581f5d9c7273aa63ba4cdee180aab10b",
     ),
 ];
 
