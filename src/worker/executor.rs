@@ -337,3 +337,52 @@ async fn run(
         Ok(Ok(result)) => Attempt::Returned(result),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::stored::StoredJson;
+
+    fn job() -> Job {
+        let now = chrono::Utc::now();
+        Job {
+            id: 7,
+            kind: "call".into(),
+            queue: "api".into(),
+            args: RawArgs::new("{}"),
+            priority: 0,
+            attempt: 1,
+            max_attempts: 3,
+            scheduled_at: now,
+            created_at: now,
+            attempted_at: None,
+            tags: Vec::new(),
+            meta: StoredJson::Value(serde_json::json!({})),
+        }
+    }
+
+    #[test]
+    fn only_a_snooze_of_the_key_sends_a_key_hold_with_its_ack() {
+        let settings = crate::config::QueueSettings::default();
+        let started = chrono::Utc::now();
+        let hour = Duration::from_secs(3600);
+        let (ack, hold) = decide_ack(
+            &settings,
+            &job(),
+            Attempt::Returned(Ok(Outcome::SnoozeKey(hour))),
+            started,
+        );
+        assert_eq!(hold, Some(hour));
+        // Snoozed like a plain snooze: the attempt given back, stamped with its start.
+        assert!(ack.give_back && ack.scheduled_at.is_some());
+        assert_eq!(ack.started_at, Some(started));
+        for attempt in [
+            Attempt::Returned(Ok(Outcome::Snooze(hour))),
+            Attempt::Returned(Ok(Outcome::Complete)),
+            Attempt::Returned(Err(crate::worker::JobError::retry("slow down"))),
+            Attempt::Suspended(started),
+        ] {
+            assert_eq!(decide_ack(&settings, &job(), attempt, started).1, None);
+        }
+    }
+}
