@@ -518,7 +518,7 @@ pub struct QueueSettings {
     pub fetch_cooldown: Duration,
     /// Jobs each queue's producer may claim beyond its free slots, at most: the buffer holds
     /// about 100 ms of work per slot, and the queue's concurrency until a run time is known
-    /// (`worker::producer::claim_ahead`; `SKIPLOCK_CLAIM_AHEAD`, 500; 0: off). The next batch is claimed while the
+    /// (`worker::buffer::claim_ahead`; `SKIPLOCK_CLAIM_AHEAD`, 500; 0: off). The next batch is claimed while the
     /// current one runs, so slots are not left empty for a claim's round trip; buffered jobs
     /// are heartbeated, returned at shutdown and rescued after a crash like running ones. Under
     /// a queue concurrency limit the limited claim gives the buffer at most half the room the

@@ -717,7 +717,7 @@ BEGIN
             END IF;
         END IF;
         -- The due jobs left wait for their keys' rates until next_at: the worker sleeps until
-        -- then (src/worker/producer.rs, limit_nap) instead of reading every key again at each
+        -- then (src/worker/producer/policy.rs, limit_nap) instead of reading every key again at each
         -- poll, so the answer names the next job that becomes due as well, if it comes first.
         IF next_at > t THEN
             next_at := least(next_at, skiplock._next_due(q));
@@ -726,7 +726,7 @@ BEGIN
 
     IF cardinality(picked) > 0 THEN
         -- The first n start at once; a fair pick's order is not the order the worker starts its
-        -- jobs in, so it writes none (the worker does: src/worker/producer.rs).
+        -- jobs in, so it writes none (the worker does: src/worker/buffer.rs).
         started := CASE WHEN fair_pick THEN '{}' ELSE picked[1:greatest(coalesce(n, 0), 0)] END;
         RETURN QUERY
         WITH locked AS (

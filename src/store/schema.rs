@@ -235,7 +235,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (core migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
     (
         9,
-        "c0852c2a357f11b38a45c3a21f5092a43516b5ab472472921af75ae67934e8e8",
+        "63a73941671e5cdeb41a34a8290cc96c54d742841413b19a9fbf6260bebb51c4",
     ),
 ];
 

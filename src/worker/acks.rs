@@ -10,6 +10,11 @@
 //! to single acks: its innocent acks land, and an ack that fails alone is retried alone,
 //! with backoff, without holding a write slot ([`after_failed_write`]; docs/reliability.md,
 //! "A batch that keeps failing"). Drains on shutdown.
+//!
+//! What a job's outcome asks of the database besides its ack travels with it ([`Done`]) and is
+//! written here, so that no job's own task issues a statement (src/worker/executor.rs): a key
+//! hold (`Outcome::SnoozeKey`) just before its batch, a signal check (durable steps) once the
+//! batch has landed.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -87,30 +92,95 @@ pub fn after_failed_write(len: usize, failures: u32, statement_failed: bool) -> 
     }
 }
 
+/// What a job's run hands the ack writer (src/worker/executor.rs): its ack, and what its
+/// outcome asks of the database beside it.
+#[derive(Debug)]
+pub(crate) struct Done {
+    pub ack: Ack,
+    /// `Outcome::SnoozeKey`: hold the job's limit key ([`hold_keys`]), written before the ack.
+    pub hold_key: Option<KeyHold>,
+    /// The signal the attempt ended waiting for (docs/steps.md, "Signals"): once the ack is
+    /// written the job is made due if the signal came meanwhile ([`wake_signalled`]).
+    pub wake_on_signal: Option<String>,
+}
+
+/// A key hold travelling with an ack (`Outcome::SnoozeKey`).
+#[derive(Debug)]
+pub(crate) struct KeyHold {
+    /// How long the job's limit key is held.
+    pub hold_for: Duration,
+    /// Told once the hold is written (or has failed; dropped unsent when the write never
+    /// comes): the job keeps its slot until then, so its producer claims no job of the key
+    /// before the hold has moved the key's waiting jobs.
+    pub written: tokio::sync::oneshot::Sender<()>,
+}
+
+impl From<Ack> for Done {
+    fn from(ack: Ack) -> Self {
+        Done {
+            ack,
+            hold_key: None,
+            wake_on_signal: None,
+        }
+    }
+}
+
+/// What is written beside a batch's acks (see [`Done`]).
+#[derive(Debug, Default)]
+struct Extras {
+    /// Job ids whose limit key is held, and how.
+    holds: Vec<(i64, KeyHold)>,
+    /// Job id, attempt and the signal its attempt waits for.
+    signals: Vec<(i64, i32, String)>,
+}
+
+impl Extras {
+    /// Adds `d` to the batch in `buf`.
+    fn push(&mut self, buf: &mut Vec<Ack>, d: Done) {
+        if let Some(hold) = d.hold_key {
+            self.holds.push((d.ack.id, hold));
+        }
+        if let Some(name) = d.wake_on_signal {
+            self.signals.push((d.ack.id, d.ack.attempt, name));
+        }
+        buf.push(d.ack);
+    }
+}
+
+/// A batch handed to a write: its acks (what has not landed yet), and what is written beside
+/// them.
+struct Batch {
+    acks: Arc<Vec<Ack>>,
+    extras: Extras,
+}
+
 /// Batches handed to a write that has not finished, by number.
-type Writing = Arc<Mutex<BTreeMap<u64, Arc<Vec<Ack>>>>>;
+type Writing = Arc<Mutex<BTreeMap<u64, Batch>>>;
 
 /// What outlives one run of the ack writer: the channel, the acks not yet in a batch, and
 /// the batches being written (a run that fails leaves them here; the next one writes them).
 pub(crate) struct AckWriter {
-    rx: mpsc::Receiver<Ack>,
+    rx: mpsc::Receiver<Done>,
     buf: Vec<Ack>,
+    /// What is written beside the acks in `buf`.
+    extras: Extras,
     writing: Writing,
     next_batch: u64,
 }
 
 impl AckWriter {
-    pub fn new(rx: mpsc::Receiver<Ack>) -> Self {
+    pub fn new(rx: mpsc::Receiver<Done>) -> Self {
         AckWriter {
             rx,
             buf: Vec::new(),
+            extras: Extras::default(),
             writing: Arc::new(Mutex::new(BTreeMap::new())),
             next_batch: 0,
         }
     }
 }
 
-fn lock(w: &Writing) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Vec<Ack>>>> {
+fn lock(w: &Writing) -> std::sync::MutexGuard<'_, BTreeMap<u64, Batch>> {
     w.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -145,7 +215,9 @@ impl Drop for LingerMark {
     }
 }
 
-/// Writes batch `n` (what `writing` holds under `n`), then forgets it.
+/// Writes batch `n` (what `writing` holds under `n`), then forgets it: its key holds first
+/// (once: a run started after a failure does not hold them again), then its acks, then its
+/// signal checks.
 async fn write(
     shared: Arc<Shared>,
     writing: Writing,
@@ -153,15 +225,73 @@ async fn write(
     stop: CancellationToken,
     lingering: Lingering,
 ) {
-    let Some(batch) = lock(&writing).get(&n).cloned() else {
+    let Some((batch, holds)) = lock(&writing)
+        .get_mut(&n)
+        .map(|b| (b.acks.clone(), std::mem::take(&mut b.extras.holds)))
+    else {
         return;
     };
+    hold_keys(&shared.db.pool, holds).await;
     flush(&shared, &batch, &stop, &lingering, |left| {
         // What a run started after a failure would write again: only what has not landed.
-        lock(&writing).insert(n, Arc::new(left));
+        if let Some(b) = lock(&writing).get_mut(&n) {
+            b.acks = Arc::new(left);
+        }
     })
     .await;
-    lock(&writing).remove(&n);
+    let signals = lock(&writing)
+        .remove(&n)
+        .map(|b| b.extras.signals)
+        .unwrap_or_default();
+    if !signals.is_empty() {
+        tokio::spawn(wake_signalled(
+            shared.db.pool.clone(),
+            shared.worker_id.clone(),
+            signals,
+        ));
+    }
+}
+
+/// Holds the limit key of each job of `holds` for its time (`Outcome::SnoozeKey`), before the
+/// job's own ack: that ack then finds the hold and the job waits with the rest of its key
+/// (`skiplock._ack`, sql/api/14_ack.sql), and jobs of the key enqueued meanwhile wait for it
+/// (`skiplock.hold_key`, sql/api/17_admin.sql). One statement per hold, only for that outcome.
+/// A failure is logged: the job itself is snoozed by its ack either way.
+async fn hold_keys(pool: &crate::store::Pool, holds: Vec<(i64, KeyHold)>) {
+    for (id, hold) in holds {
+        // As far as a snooze goes (src/worker/outcome.rs caps it at 100 years).
+        let d = hold.hold_for.min(Duration::from_secs(36500 * 86_400));
+        match crate::store::jobs::hold_job_key(pool, id, d).await {
+            Ok(Some(moved)) => tracing::info!(job.id = id, hold = %humantime::format_duration(d),
+                moved, "handler held its limit key"),
+            Ok(None) => tracing::debug!(job.id = id, "SnoozeKey of a job without a limit key: snoozed alone"),
+            Err(e) => tracing::warn!(job.id = id, error = %e, "could not hold the job's limit key; the job is snoozed alone"),
+        }
+        let _ = hold.written.send(());
+    }
+}
+
+/// After the acks of attempts that ended waiting for a signal (docs/steps.md, "Signals"): a
+/// signal sent between the wait's statement and the ack found the job running and could not
+/// make it due, so once the ack is written the job is made due if the signal is there. A
+/// job still `running` here was not acked this attempt (fenced off, or its ack given up): it
+/// is left alone. A check that fails is tried again every 50 ms, for at most two minutes:
+/// past that (an outage, a worker stopped) the job wakes at its wait's timeout and reads the
+/// signal then.
+async fn wake_signalled(
+    pool: crate::store::Pool,
+    worker: Arc<str>,
+    signals: Vec<(i64, i32, String)>,
+) {
+    for (id, attempt, name) in signals {
+        for _ in 0..2400 {
+            match crate::store::steps::wake_signalled(&pool, id, attempt, &worker, &name).await {
+                Ok(_) => break,
+                Err(e) => tracing::debug!(job.id = id, error = %e, "could not check the job's signal yet"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// Runs until `stop`, then writes whatever is still queued and returns. The worker stops it
@@ -177,6 +307,7 @@ pub(crate) async fn run(
     let AckWriter {
         rx,
         buf,
+        extras,
         writing,
         next_batch,
     } = &mut *guard;
@@ -193,10 +324,14 @@ pub(crate) async fn run(
             lingering.clone(),
         ));
     }
-    let mut start = |buf: &mut Vec<Ack>, writes: &mut FuturesUnordered<_>| {
+    let mut start = |buf: &mut Vec<Ack>, extras: &mut Extras, writes: &mut FuturesUnordered<_>| {
         let n = *next_batch;
         *next_batch += 1;
-        lock(writing).insert(n, Arc::new(std::mem::take(buf)));
+        let batch = Batch {
+            acks: Arc::new(std::mem::take(buf)),
+            extras: std::mem::take(extras),
+        };
+        lock(writing).insert(n, batch);
         writes.push(write(
             shared.clone(),
             writing.clone(),
@@ -215,14 +350,14 @@ pub(crate) async fn run(
         if due.is_some_and(|d| d <= Instant::now()) {
             // The acks that came while the batch waited, taken now rather than with a
             // wake-up each.
-            take_ready(rx, buf);
+            take_ready(rx, buf, extras);
             if buf.is_empty() {
                 due = None;
                 continue;
             }
             if busy(&writes) < MAX_WRITES {
                 let full = buf.len() >= MAX_BATCH;
-                start(buf, &mut writes);
+                start(buf, extras, &mut writes);
                 // Acks left in the channel are as old as this batch's: the next batch is due
                 // at once rather than an ack delay after the first of them is taken.
                 due = full.then(Instant::now);
@@ -237,7 +372,7 @@ pub(crate) async fn run(
             a = rx.recv(), if due.is_none() => match a {
                 Some(a) => {
                     due = Some(Instant::now() + shared.settings.ack_delay);
-                    buf.push(a);
+                    extras.push(buf, a);
                 }
                 None => open = false,
             },
@@ -247,14 +382,14 @@ pub(crate) async fn run(
     }
     // Drain: everything still in the channel, in batches, then every write to its end.
     loop {
-        take_ready(rx, buf);
+        take_ready(rx, buf, extras);
         if buf.is_empty() {
             break;
         }
         while busy(&writes) >= MAX_WRITES {
             writes.next().await;
         }
-        start(buf, &mut writes);
+        start(buf, extras, &mut writes);
     }
     while writes.next().await.is_some() {}
     Ok(())
@@ -281,7 +416,7 @@ async fn write_acks(pool: &crate::store::Pool, buf: &[Ack]) -> Result<(Acked, Op
 /// several statements: `skiplock._ack`, sql/api/14_ack.sql), [`SETTLE_SLICE`] edges per
 /// transaction, beside the ack writer, so the worker runs the first children while the rest
 /// are released; each slice resumes where the one before stopped. One at a time (`permits`:
-/// [`Shared::settling`]); a failure, or a worker stopping meanwhile, leaves the rest to the
+/// [`super::Db::settling`]); a failure, or a worker stopping meanwhile, leaves the rest to the
 /// maintenance's sweep (`skiplock.settle_dependencies`, run by the rescuer).
 ///
 /// Every slice runs on one connection, the ack's (`conn`) unless another settling holds the
@@ -332,10 +467,10 @@ pub(crate) async fn settle_rest(
 }
 
 /// Moves the acks waiting in the channel into `buf`, up to [`MAX_BATCH`], without waiting.
-fn take_ready(rx: &mut mpsc::Receiver<Ack>, buf: &mut Vec<Ack>) {
+fn take_ready(rx: &mut mpsc::Receiver<Done>, buf: &mut Vec<Ack>, extras: &mut Extras) {
     while buf.len() < MAX_BATCH {
         match rx.try_recv() {
-            Ok(a) => buf.push(a),
+            Ok(a) => extras.push(buf, a),
             Err(_) => return,
         }
     }
@@ -389,12 +524,12 @@ async fn flush(
         if parts[i].at > Instant::now() {
             tokio::select! {
                 _ = tokio::time::sleep_until(parts[i].at) => {}
-                _ = shared.availability.back() => {}
+                _ = shared.db.availability.back() => {}
             }
         }
         let acks = &buf[parts[i].range.clone()];
         faults::hit(&shared.worker_id, Point::AckWriterFlush);
-        let e = match write_acks(&shared.pool, acks).await {
+        let e = match write_acks(&shared.db.pool, acks).await {
             Ok((written, conn)) => {
                 landed(shared, acks, written, conn);
                 outage.reset();
@@ -419,7 +554,7 @@ async fn flush(
         // the worker's availability (a statement timeout counts as an outage there), which
         // pauses the rescuer's clock while it fails.
         if !(parts[i].range.len() == 1 && statement_failed(&e)) {
-            shared.db_failed(&e);
+            shared.db.failed(&e);
         }
         if stop.is_cancelled() {
             drain_started.get_or_insert_with(Instant::now);
@@ -491,7 +626,7 @@ async fn flush(
 /// Drops the job of ack `a` from `running` (its attempt only), counted as lost: the heartbeat
 /// no longer names it, so the rescuer returns it once its heartbeat is stale.
 fn let_go(shared: &Shared, a: &Ack) {
-    let mut running = shared.running();
+    let mut running = shared.jobs.running();
     if let Some(r) = running.get(&a.id).filter(|r| r.attempt == a.attempt) {
         r.series
             .finished(Finish::of(a.state, a.give_back, r.executing, false));
@@ -503,11 +638,11 @@ fn let_go(shared: &Shared, a: &Ack) {
 /// their dependents left for after the statement, and a warning for each ack the database
 /// ignored (its job no longer runs this attempt).
 fn landed(shared: &Shared, buf: &[Ack], written: Acked, conn: Option<Conn>) {
-    shared.metrics.acked(buf.len());
+    shared.report.metrics.acked(buf.len());
     if !written.unsettled.is_empty() {
         tokio::spawn(settle_rest(
-            shared.pool.clone(),
-            shared.settling.clone(),
+            shared.db.pool.clone(),
+            shared.db.settling.clone(),
             written.unsettled,
             conn,
         ));
@@ -525,7 +660,7 @@ fn landed(shared: &Shared, buf: &[Ack], written: Acked, conn: Option<Conn>) {
             );
         }
     }
-    let mut running = shared.running();
+    let mut running = shared.jobs.running();
     for a in buf.iter() {
         if let Some(r) = running.get(&a.id).filter(|r| r.attempt == a.attempt) {
             let ok = partial.as_ref().is_none_or(|w| w.contains(&a.id));

@@ -42,7 +42,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) -> crate::
             _ = stop.cancelled() => return Ok(()),
             _ = tokio::time::sleep(wait) => {}
             // Back after an outage: beat at once (the rescuers of other workers wait for it).
-            _ = shared.availability.back(), if wait != every => {}
+            _ = shared.db.availability.back(), if wait != every => {}
         }
         faults::hit(&shared.worker_id, Point::Heartbeat);
         if beat(&shared).await {
@@ -60,7 +60,7 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
     // A statement failed because the database is unavailable (then the schema is not checked).
     let mut outage = false;
     let pairs: Vec<HeldJob> = {
-        let running = shared.running();
+        let running = shared.jobs.running();
         running
             .iter()
             .map(|(id, r)| HeldJob {
@@ -71,11 +71,11 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
             .collect()
     };
     if !pairs.is_empty() {
-        match heartbeat_many(&shared.pool, &pairs).await {
+        match heartbeat_many(&shared.db.pool, &pairs).await {
             Ok(alive) => {
                 if alive.len() != pairs.len() {
                     let alive: std::collections::HashSet<i64> = alive.into_iter().collect();
-                    let running = shared.running();
+                    let running = shared.jobs.running();
                     for HeldJob { id, attempt, .. } in pairs.iter().filter(|j| !alive.contains(&j.id)) {
                         if let Some(r) = running
                             .get(id)
@@ -94,7 +94,7 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
             Err(e) => {
                 ok = false;
                 outage = is_unavailable(&e);
-                shared.db_failed(&e);
+                shared.db.failed(&e);
                 tracing::warn!(error = %e, "heartbeat failed; retrying soon");
             }
         }
@@ -102,32 +102,32 @@ pub(crate) async fn beat(shared: &Shared) -> bool {
     // The schema's record comes back with the worker's row (no query of its own).
     let mut recorded = None;
     if ok {
-        match worker_upsert(&shared.pool, &shared.info).await {
+        match worker_upsert(&shared.db.pool, &shared.info).await {
             Ok(info) => {
-                shared.availability.success();
+                shared.db.availability.success();
                 recorded = Some(info);
             }
             Err(e) => {
                 ok = false;
                 outage = is_unavailable(&e);
-                shared.db_failed(&e);
+                shared.db.failed(&e);
                 tracing::warn!(error = %e, "worker heartbeat failed; retrying soon");
             }
         }
     }
     // A `skiplock migrate` of another release since this worker started: stop. Also when the
     // beat failed for another reason than an outage (the new schema may be what failed it).
-    if !shared.schema_moved.is_cancelled() {
-        let moved = match schema::moved_after_beat(&shared.pool, recorded, outage).await {
+    if !shared.stop.schema_moved.is_cancelled() {
+        let moved = match schema::moved_after_beat(&shared.db.pool, recorded, outage).await {
             Ok(m) => m,
             Err(e) => {
-                shared.db_failed(&e);
+                shared.db.failed(&e);
                 tracing::debug!(error = %e, "could not check the schema's version; the next beat will");
                 None
             }
         };
         if let Some(m) = moved {
-            shared.schema_moved(m);
+            shared.stop.schema_moved(m);
         }
     }
     ok

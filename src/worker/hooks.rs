@@ -114,7 +114,7 @@ impl Hooks {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| call(h.as_ref()))) {
                 tracing::error!(
                     hook = what,
-                    panic = %super::executor::panic_message(p.as_ref()),
+                    panic = %super::outcome::panic_message(p.as_ref()),
                     "a job hook panicked; the job goes on as if it had returned"
                 );
             }

@@ -35,16 +35,16 @@ pub(crate) async fn run(
     let mut idle_checks = 0;
     loop {
         tokio::select! {
-            _ = shared.stop_claiming.cancelled() => return Ok(()),
+            _ = shared.stop.claiming.cancelled() => return Ok(()),
             _ = tokio::time::sleep(wait) => {}
         }
         wait = every;
-        if !shared.running().is_empty() {
+        if !shared.jobs.running().is_empty() {
             idle_checks = 0;
             continue;
         }
-        let checked = match has_claimable(&shared.pool, &shared.kinds, queues.as_deref()).await {
-            Ok(false) => settle_dependencies(&shared.pool, SETTLE_BATCH)
+        let checked = match has_claimable(&shared.db.pool, &shared.kinds, queues.as_deref()).await {
+            Ok(false) => settle_dependencies(&shared.db.pool, SETTLE_BATCH)
                 .await
                 .map(|settled| settled > 0),
             other => other,
@@ -52,7 +52,7 @@ pub(crate) async fn run(
         match checked {
             Ok(claimable) => {
                 backoff.reset();
-                if !claimable && shared.running().is_empty() {
+                if !claimable && shared.jobs.running().is_empty() {
                     idle_checks += 1;
                     if idle_checks >= 2 {
                         idle.cancel();
@@ -63,7 +63,7 @@ pub(crate) async fn run(
                 }
             }
             Err(e) => {
-                shared.db_failed(&e);
+                shared.db.failed(&e);
                 idle_checks = 0;
                 wait = backoff.next_delay();
                 tracing::warn!(error = %e, "idle check failed; retrying in {wait:?}");

@@ -20,7 +20,10 @@ use super::rescuer::Rescuer;
 use super::service::{Service, supervise as supervise_service};
 use super::startup;
 use super::supervisor::supervise;
-use super::{Shared, StartHook, acks, faults, heartbeat, idle, queues, release, shutdown};
+use super::{
+    Db, Jobs, Report, Shared, StartHook, Stops, acks, faults, heartbeat, idle, queues, release,
+    shutdown,
+};
 use crate::config::{PoolMode, QueueSettings};
 use crate::db;
 use crate::db::outage::Availability;
@@ -131,25 +134,33 @@ impl Worker {
 
         let (tx, rx) = mpsc::channel(acks::CHANNEL_CAPACITY);
         let shared = Arc::new(Shared {
-            pool: self.runtime_pool.clone(),
-            handler_pool: self.pool.clone(),
             registry: self.registry,
             kinds: kinds.clone(),
             worker_id: Arc::from(self.id.as_str()),
             info,
             settings: self.settings.clone(),
-            running: Mutex::new(HashMap::new()),
-            db_clock: Default::default(),
-            acks: tx,
-            stop_claiming: CancellationToken::new(),
-            shutdown: CancellationToken::new(),
-            availability: availability.clone(),
-            schema_moved: CancellationToken::new(),
-            schema_mismatch: Mutex::new(None),
-            metrics: crate::metrics::WorkerMetrics::default(),
-            hooks: super::hooks::Hooks::new(self.job_hooks),
-            settling: Arc::new(tokio::sync::Semaphore::new(1)),
-            failures: Mutex::new(Default::default()),
+            db: Db {
+                pool: self.runtime_pool.clone(),
+                handler_pool: self.pool.clone(),
+                availability: availability.clone(),
+                settling: Arc::new(tokio::sync::Semaphore::new(1)),
+                clock: Default::default(),
+            },
+            jobs: Jobs {
+                running: Mutex::new(HashMap::new()),
+                acks: tx,
+            },
+            stop: Stops {
+                claiming: CancellationToken::new(),
+                shutdown: CancellationToken::new(),
+                schema_moved: CancellationToken::new(),
+                schema_mismatch: Mutex::new(None),
+            },
+            report: Report {
+                metrics: crate::metrics::WorkerMetrics::default(),
+                hooks: super::hooks::Hooks::new(self.job_hooks),
+                failures: Mutex::new(Default::default()),
+            },
         });
         tracing::info!(worker = %self.id, kinds = ?kinds, "worker started");
 
@@ -160,7 +171,7 @@ impl Worker {
             self.services,
             self.rescuer
                 .then(|| Rescuer::new(self.settings.rescue_after, availability))
-                .map(|r| r.with_hooks(shared.hooks.clone())),
+                .map(|r| r.with_hooks(shared.report.hooks.clone())),
             &self.pool,
         );
         let mut services = services;
@@ -168,7 +179,7 @@ impl Worker {
             // After each outage: find the host that accepts writes (several in the URL) and
             // end every task's retry backoff once it answers.
             let pools = vec![self.runtime_pool.pg().clone(), self.pool.pg().clone()];
-            let (a, stop) = (shared.availability.clone(), services.0.clone());
+            let (a, stop) = (shared.db.availability.clone(), services.0.clone());
             services
                 .1
                 .push(tokio::spawn(crate::db::hosts::follow(pools, a, stop)));
@@ -182,7 +193,7 @@ impl Worker {
         }
         let listener = spawn_listener(&shared, &queues, listening);
         let discovery = discover.then(|| {
-            let (q, stop) = (queues.clone(), shared.stop_claiming.clone());
+            let (q, stop) = (queues.clone(), shared.stop.claiming.clone());
             tokio::spawn(async move {
                 supervise("queue discovery", stop, |_| q.clone().discover_loop()).await
             })
@@ -220,7 +231,7 @@ type Stoppable<T> = (CancellationToken, T);
 /// The ack writer: writes the acks handlers send, in batches (supervised).
 fn spawn_ack_writer(
     shared: &Arc<Shared>,
-    rx: mpsc::Receiver<crate::store::ack::Ack>,
+    rx: mpsc::Receiver<acks::Done>,
 ) -> Stoppable<JoinHandle<()>> {
     let stop = CancellationToken::new();
     let (sh, st) = (shared.clone(), stop.clone());
@@ -263,7 +274,7 @@ fn spawn_services(
     if let Some(rescuer) = rescuer {
         tasks.push(tokio::spawn(supervise_service(
             Arc::new(rescuer),
-            shared.pool.clone(),
+            shared.db.pool.clone(),
             stop.clone(),
         )));
     }
@@ -391,12 +402,12 @@ fn spawn_listener(
     let first = Arc::new(Mutex::new(first));
     // One task settles every hint this process hears (super::hints); it ends with the claims.
     let (hints, _) = super::hints::spawn(
-        shared.pool.clone(),
-        shared.settling.clone(),
-        shared.stop_claiming.clone(),
+        shared.db.pool.clone(),
+        shared.db.settling.clone(),
+        shared.stop.claiming.clone(),
     );
     tokio::spawn(async move {
-        supervise("listener", sh.stop_claiming.clone(), |_| {
+        supervise("listener", sh.stop.claiming.clone(), |_| {
             let (q, sh, pool, hints) = (q.clone(), sh.clone(), pool.clone(), hints.clone());
             let first = first.lock().unwrap_or_else(|p| p.into_inner()).take();
             async move {
@@ -404,16 +415,16 @@ fn spawn_listener(
                     let sh = sh.clone();
                     move |w: Wake| {
                         match &w {
-                            Wake::Lost => sh.availability.failure(),
-                            Wake::All => sh.availability.success(),
+                            Wake::Lost => sh.db.availability.failure(),
+                            Wake::All => sh.db.availability.success(),
                             Wake::Queue(_) => faults::hit(&sh.worker_id, faults::Point::Listener),
                             Wake::Settle(ids) => hints.hint(ids.clone()),
                         }
                         q.wake(w)
                     }
                 };
-                let back = sh.availability.clone();
-                listen(pool, first, sh.stop_claiming.clone(), &back, on_wake).await;
+                let back = sh.db.availability.clone();
+                listen(pool, first, sh.stop.claiming.clone(), &back, on_wake).await;
                 Ok(())
             }
         })
@@ -430,7 +441,7 @@ fn spawn_idle_check(
 ) -> JoinHandle<()> {
     let (sh, idle) = (shared.clone(), idle.clone());
     tokio::spawn(async move {
-        supervise("idle check", sh.stop_claiming.clone(), |_| {
+        supervise("idle check", sh.stop.claiming.clone(), |_| {
             idle::run(sh.clone(), queues.clone(), idle.clone())
         })
         .await
@@ -450,7 +461,7 @@ impl Started {
         tokio::select! {
             _ = shutdown => tracing::info!("shutdown requested"),
             _ = self.idle.cancelled() => tracing::info!("idle: nothing claimable and nothing running"),
-            _ = self.shared.schema_moved.cancelled() => {}
+            _ = self.shared.stop.schema_moved.cancelled() => {}
         }
     }
 
@@ -460,7 +471,7 @@ impl Started {
         // 1. Stop claiming and wait for the producers (each waits for its claims in flight
         //    and lets go of its buffer); discovery and the listener first, as they may start
         //    producers.
-        shared.stop_claiming.cancel();
+        shared.stop.claiming.cancel();
         if let Some(d) = self.discovery {
             let _ = d.await;
         }
@@ -498,6 +509,7 @@ impl Started {
         }
         // The failures summed since their kind's line, said before the last line.
         let unsaid = shared
+            .report
             .failures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -507,6 +519,7 @@ impl Started {
         }
         tracing::info!(worker = %self.id, "worker stopped");
         let moved = shared
+            .stop
             .schema_mismatch
             .lock()
             .unwrap_or_else(|p| p.into_inner())

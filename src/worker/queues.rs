@@ -83,7 +83,7 @@ impl Queues {
     /// stopping, or (when discovering) `SKIPLOCK_MAX_QUEUES` producers run. Whether it did.
     pub fn start(self: &Arc<Self>, queue: &str, limit: usize) -> bool {
         let mut map = self.map();
-        if map.contains_key(queue) || self.shared.stop_claiming.is_cancelled() {
+        if map.contains_key(queue) || self.shared.stop.claiming.is_cancelled() {
             return false;
         }
         if self.discover && map.len() >= self.shared.settings.max_queues {
@@ -110,7 +110,7 @@ impl Queues {
             let sh = me.shared.clone();
             let retired = Arc::new(AtomicBool::new(false));
             let task = format!("producer of queue {}", p.queue);
-            supervise(&task, sh.stop_claiming.clone(), |restarts| {
+            supervise(&task, sh.stop.claiming.clone(), |restarts| {
                 let (sh, p, retired) = (sh.clone(), p.clone(), retired.clone());
                 async move {
                     if restarts > 0 {
@@ -200,7 +200,7 @@ impl Queues {
     /// hint (debounced); backs off while the database is unavailable.
     pub async fn discover_loop(self: Arc<Self>) -> Result<()> {
         let sh = self.shared.clone();
-        let stop = sh.stop_claiming.clone();
+        let stop = sh.stop.claiming.clone();
         let mut backoff = Backoff::new(CLAIM_BACKOFF.0, DISCOVERY_BACKOFF_MAX);
         let debounce = DISCOVERY_DEBOUNCE.min(sh.settings.poll_interval);
         let mut warned: Option<Instant> = None;
@@ -212,7 +212,7 @@ impl Queues {
             // Waiting on every queue (''): an insert into a queue no producer serves yet
             // must still wake this worker. Before the look, so a job inserted before the
             // registration was visible is found by it.
-            if let Err(e) = waiting_add(&sh.pool, &sh.worker_id, "").await {
+            if let Err(e) = waiting_add(&sh.db.pool, &sh.worker_id, "").await {
                 tracing::debug!(error = %e, "could not register as waiting on every queue");
             }
             // One more than there is room for, to know whether queues are left waiting.
@@ -235,7 +235,7 @@ impl Queues {
                     }
                 }
                 Err(e) => {
-                    sh.db_failed(&e);
+                    sh.db.failed(&e);
                     let delay = backoff.next_delay();
                     tracing::warn!(error = %e, "queue discovery failed; retrying in {delay:?}");
                     tokio::select! {
@@ -270,13 +270,13 @@ impl Queues {
     ) -> Result<Vec<String>> {
         let sh = &self.shared;
         let mut found =
-            discover_queues(&sh.pool, &sh.kinds, served, want, after.as_deref()).await?;
+            discover_queues(&sh.db.pool, &sh.kinds, served, want, after.as_deref()).await?;
         if found.len() < want && after.is_some() {
             // The end of the names: the rest from the first.
             let mut skip = served.to_vec();
             skip.extend(found.iter().cloned());
             let rest = want - found.len();
-            found.extend(discover_queues(&sh.pool, &sh.kinds, &skip, rest, None).await?);
+            found.extend(discover_queues(&sh.db.pool, &sh.kinds, &skip, rest, None).await?);
         }
         *after = next_discovery_start(&found, want);
         Ok(found)
@@ -297,8 +297,8 @@ async fn release_unstarted(sh: &Shared, p: &Producer) {
         match release::unstarted(sh, Some(&p.queue), count, &reason).await {
             Ok(_) => return,
             Err(e) => {
-                sh.db_failed(&e);
-                if sh.stop_claiming.is_cancelled() {
+                sh.db.failed(&e);
+                if sh.stop.claiming.is_cancelled() {
                     return;
                 }
                 let delay = backoff.next_delay();

@@ -19,7 +19,7 @@ pub fn count_attempt_after(claiming_one_at_a_time: bool) -> bool {
 /// The ids this process holds (claimed and not yet acknowledged).
 pub(crate) fn held(shared: &Shared) -> Vec<i64> {
     shared
-        .running
+        .jobs.running
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .keys()
@@ -48,7 +48,7 @@ pub(crate) async fn unstarted(
         count_attempt,
         reason,
     };
-    let rows = release_unstarted(&shared.pool, p).await?;
+    let rows = release_unstarted(&shared.db.pool, p).await?;
     if rows.is_empty() {
         return Ok(0);
     }

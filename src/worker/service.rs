@@ -58,7 +58,7 @@ pub async fn supervise(service: Arc<dyn Service>, pool: Pool, stop: Cancellation
             }
             Err(panic) => {
                 let wait = failing.next_delay();
-                tracing::error!(parent: &span, panic = %super::executor::panic_message(panic.as_ref()),
+                tracing::error!(parent: &span, panic = %super::outcome::panic_message(panic.as_ref()),
                     "maintenance run panicked; retrying in {wait:?}");
                 wait
             }

@@ -9,10 +9,10 @@ use super::outcome::{Attempt, RetryPolicy, decide};
 /// Tells handlers the worker is stopping, waits up to the grace period for them, then
 /// aborts the rest and queues their release (back to `available`, attempt kept).
 pub(crate) async fn finish_running(shared: &Shared) {
-    shared.shutdown.cancel();
+    shared.stop.shutdown.cancel();
     let grace = shared.settings.shutdown_grace;
     let deadline = tokio::time::Instant::now() + grace;
-    let executing = |sh: &Shared| sh.running().values().filter(|r| r.executing).count();
+    let executing = |sh: &Shared| sh.jobs.running().values().filter(|r| r.executing).count();
     let n = executing(shared);
     if n > 0 {
         tracing::info!(
@@ -27,7 +27,7 @@ pub(crate) async fn finish_running(shared: &Shared) {
 
     // Abort what is left and put it back without using up its attempt.
     let leftovers: Vec<(i64, i32)> = {
-        let running = shared.running();
+        let running = shared.jobs.running();
         running
             .iter()
             .filter(|(_, r)| r.executing)
@@ -69,7 +69,7 @@ pub(crate) async fn finish_running(shared: &Shared) {
             policy,
             0.0,
         );
-        let _ = shared.acks.send(ack).await;
+        let _ = shared.jobs.acks.send(ack.into()).await;
     }
 }
 

@@ -12,7 +12,7 @@ use futures::FutureExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::executor::panic_message;
+use super::outcome::panic_message;
 use crate::db::outage::Backoff;
 use crate::error::Result;
 

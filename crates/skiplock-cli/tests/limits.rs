@@ -1523,7 +1523,7 @@ async fn a_job_that_becomes_due_in_a_queue_held_by_its_rates_runs_when_due() {
         ..fast_settings()
     };
     let w = start_builtin(p, settings);
-    // Well within the worker's fallback nap of a minute (producer::HELD_NAP).
+    // Well within the worker's fallback nap of a minute (src/worker/producer/policy.rs, HELD_NAP).
     wait_for(
         "the job due two seconds later",
         Duration::from_secs(30),

@@ -47,7 +47,7 @@ pub(crate) struct Steps {
     inner: tokio::sync::Mutex<Inner>,
     /// Set once the attempt ended itself (a sleep, a wait): the job is due again then.
     suspended: Mutex<Option<DateTime<Utc>>>,
-    /// The signal the attempt ended waiting for, if it did (src/worker/producer.rs makes the
+    /// The signal the attempt ended waiting for, if it did (src/worker/acks.rs makes the
     /// job due after the ack if the signal came meanwhile).
     waiting_for: Mutex<Option<String>>,
     /// The error of the step that failed, if one did: the attempt's verdict when the handler
