@@ -50,7 +50,7 @@ async fn cluster(port: u16) -> (PrivateCluster, String, PgPool) {
         .await
         .unwrap()
         .into();
-    skiplock::store::schema::migrate(&pool)
+    skiplock::store::schema::migrate_parts(&pool, &skiplock_workflows::schemas())
         .await
         .expect("migrate");
     let pg: PgPool = (*pool).clone();
