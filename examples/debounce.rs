@@ -5,7 +5,7 @@
 //! core alone:
 //!
 //! ```sh
-//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --no-default-features --example debounce
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --example debounce
 //! ```
 //!
 //! Expected output (the id differs):

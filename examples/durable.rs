@@ -5,7 +5,7 @@
 //! the same) before it publishes (a step again). Builds with the core alone:
 //!
 //! ```sh
-//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --no-default-features --example durable
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --example durable
 //! ```
 //!
 //! Expected output:

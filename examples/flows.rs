@@ -3,7 +3,7 @@
 //! end from the enqueuing program with `skiplock::wait_for`. Builds with the core alone:
 //!
 //! ```sh
-//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --no-default-features --example flows
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --example flows
 //! ```
 //!
 //! Expected output:

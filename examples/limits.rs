@@ -4,7 +4,7 @@
 //! they allow. Builds with the core alone:
 //!
 //! ```sh
-//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --no-default-features --example limits
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --example limits
 //! ```
 //!
 //! Expected output: each tenant's three jobs start about 500 ms apart, the two tenants side by

@@ -4,7 +4,7 @@
 //! backoff (any other error) until `max_attempts`. Builds with the core alone:
 //!
 //! ```sh
-//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --no-default-features --example outcomes
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --example outcomes
 //! ```
 //!
 //! Expected output:

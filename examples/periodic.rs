@@ -3,7 +3,7 @@
 //! them. Builds with the core alone:
 //!
 //! ```sh
-//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --no-default-features --example periodic
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --example periodic
 //! ```
 //!
 //! It runs for about five seconds. Expected output (times differ):

@@ -3,7 +3,7 @@
 //! This is the README's Rust example; it builds with the core alone:
 //!
 //! ```sh
-//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --no-default-features --example quickstart
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --example quickstart
 //! ```
 //!
 //! Expected output (the ids differ):

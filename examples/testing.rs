@@ -3,7 +3,7 @@
 //! the core alone:
 //!
 //! ```sh
-//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --no-default-features --example testing
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/skiplock cargo run --example testing
 //! ```
 //!
 //! Expected output:

@@ -1,7 +1,7 @@
 //! Settings, read once from the environment (and a `.env` file) and validated once.
 //!
 //! Settings are values: the library takes them as arguments (`Worker::builder(pool).settings(
-//! QueueSettings)`, `.maintenance(MaintenanceSettings)`, `workflows::register_all(builder,
+//! QueueSettings)`, `.maintenance(MaintenanceSettings)`, `skiplock_workflows::register_all(builder,
 //! WorkflowSettings)`) and never reads the environment on its own. The `from_env`
 //! functions here and in each section's module are called at the edge only: by
 //! `cli::settings::Settings::from_env` (everything `skiplock worker` uses, parsed before

@@ -11,8 +11,8 @@
 //! Layout: `store` (every SQL statement, the versioned SQL API, typed rows and errors),
 //! [`queue`] (the job data model, typed jobs and the retry policy), [`worker`] (the pool that
 //! runs jobs: builder, lifecycle phases, runtime tasks, and under it [`maintenance`]: reaper,
-//! retention, periodic jobs), `workflows` (built-in handlers registered exactly as a user's
-//! would be), [`config`] (settings as values; the environment is read only at the edge),
+//! retention, periodic jobs), [`part`] (the trait an optional part, such as the built-in
+//! workflows of the crate skiplock-workflows, registers itself through), [`config`] (settings as values; the environment is read only at the edge),
 //! [`text`] (values shown to people, escaped). The `skiplock` command is the crate
 //! `skiplock-cli` (crates/skiplock-cli).
 
@@ -43,6 +43,7 @@ pub mod error;
 pub mod metrics;
 #[cfg(feature = "otel")]
 pub mod otel;
+pub mod part;
 pub mod prelude;
 pub mod queue;
 internal_mod!(names);
@@ -52,8 +53,6 @@ pub mod testing;
 pub mod text;
 internal_mod!(time);
 pub mod worker;
-#[cfg(any(feature = "fetch", feature = "pack", feature = "packets"))]
-pub mod workflows;
 
 pub use client::{
     Waited, enqueue, enqueue_flow, enqueue_job, enqueue_many, enqueue_with, signal, wait_for,

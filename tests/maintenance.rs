@@ -1,13 +1,6 @@
 //! Reaper, retention and periodic jobs against a real Postgres. The reaper and retention
 //! run as the periodic jobs `reap` and `retain`: their runs are rows with results.
 
-// Some tests here need a built-in workflow (the default build); the
-// helpers only they use are unused in a build of the core alone.
-#![cfg_attr(
-    not(all(feature = "fetch", feature = "pack", feature = "packets")),
-    allow(dead_code, unused_imports)
-)]
-
 mod support;
 
 use std::time::Duration;

@@ -1,13 +1,6 @@
 //! The queue's SQL API and statements against a real Postgres: enqueue rules, unique keys
 //! (keep / replace, concurrent callers), bulk insert, claim, fenced acks, cancel and retry.
 
-// Some tests here need a built-in workflow (the default build); the
-// helpers only they use are unused in a build of the core alone.
-#![cfg_attr(
-    not(all(feature = "fetch", feature = "pack", feature = "packets")),
-    allow(dead_code, unused_imports)
-)]
-
 mod support;
 
 use std::collections::HashSet;

@@ -1,13 +1,6 @@
 //! The versioned SQL API (src/store/schema.rs) as `migrate` records it. A worker and a CLI
 //! command refusing a schema at another version: crates/skiplock-cli/tests/schema_version.rs.
 
-// Some tests here need a built-in workflow (the default build); the
-// helpers only they use are unused in a build of the core alone.
-#![cfg_attr(
-    not(all(feature = "fetch", feature = "pack", feature = "packets")),
-    allow(dead_code, unused_imports)
-)]
-
 mod support;
 
 use skiplock::store::schema::{self, API_VERSION};

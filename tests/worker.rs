@@ -2,13 +2,6 @@
 //! backoff and discard, snooze, panics and timeouts, bad args, unknown kinds, rescue of
 //! orphaned jobs, graceful shutdown, NOTIFY wake-ups and cancellation.
 
-// Some tests here need a built-in workflow (the default build); the
-// helpers only they use are unused in a build of the core alone.
-#![cfg_attr(
-    not(all(feature = "fetch", feature = "pack", feature = "packets")),
-    allow(dead_code, unused_imports)
-)]
-
 mod support;
 
 use std::sync::Arc;

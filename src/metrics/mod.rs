@@ -1,6 +1,6 @@
 //! Prometheus metrics: what a worker counts as it runs (through the `metrics` facade, so a
 //! process without a recorder pays nothing and an application embedding the worker can
-//! install its own), and what a scrape reads from the database (queue depth, packets).
+//! install its own), and what a scrape reads from the database (queue depth, the parts' gauges).
 //!
 //! - The Prometheus exporter is the crate skiplock-console's (`skiplock_console::metrics`):
 //!   `skiplock worker` with `SKIPLOCK_METRICS_LISTEN` installs its recorder and serves
@@ -31,12 +31,6 @@ pub const CLAIM_BATCH: &str = "skiplock_claim_batch_size";
 pub const ACK_BATCH: &str = "skiplock_ack_batch_size";
 /// Jobs the rescuer returned, by kind and new state.
 pub const RESCUED: &str = "skiplock_rescued_jobs_total";
-/// HTTP fetches by status code (`error`: no response).
-pub const FETCHES: &str = "skiplock_fetches_total";
-/// Packs written.
-pub const PACKS: &str = "skiplock_packs_total";
-/// How long a pack took (lock to commit).
-pub const PACK_DURATION: &str = "skiplock_pack_duration_seconds";
 
 /// Enqueues through the Rust API refused because their queue was full (SK429), by queue.
 pub const ENQUEUE_REFUSED: &str = "skiplock_enqueue_refused_total";
@@ -202,21 +196,6 @@ pub fn rescued(kind: &str, state: JobState) {
 /// carried, and one per attempt of an `OnFull::Wait` enqueue that was refused.
 pub fn enqueue_refused(queue: &str) {
     counter!(ENQUEUE_REFUSED, "queue" => queue.to_string()).increment(1);
-}
-
-/// Counts one HTTP fetch: its status code, or `None` when no response came.
-pub fn fetched(status: Option<u16>) {
-    let label = match status {
-        Some(s) => s.to_string(),
-        None => "error".to_string(),
-    };
-    counter!(FETCHES, "status" => label).increment(1);
-}
-
-/// Counts one pack and its duration.
-pub fn packed(took: Duration) {
-    counter!(PACKS).increment(1);
-    histogram!(PACK_DURATION).record(took.as_secs_f64());
 }
 
 #[cfg(test)]

@@ -1,14 +1,12 @@
 //! What `/metrics` reads from the database at scrape time: queue depth and the oldest
-//! waiting job per queue (`sql/metrics/queue_depth.sql`), packets per state
-//! (`sql/metrics/packet_states.sql`), paused queues and limits
+//! waiting job per queue (`sql/metrics/queue_depth.sql`), paused queues and limits
 //! (`sql/metrics/queue_control.sql`), what holds the vacuum horizon
 //! (`sql/metrics/horizon.sql`), all in one read-only transaction under a short
-//! `statement_timeout` (`sql/metrics/scrape_timeout.sql`).
+//! `statement_timeout` (`sql/metrics/scrape_timeout.sql`), in which the optional parts read
+//! their gauges too ([`Gauge`], `skiplock::part::Part::gauges`).
 
 use std::time::Duration;
 
-#[cfg(feature = "packets")]
-use super::types::PacketState;
 use super::{Executor, Pool, sql};
 use crate::error::Result;
 
@@ -34,14 +32,18 @@ pub struct QueueDepth {
     pub paused_queues: i64,
 }
 
-#[cfg(feature = "packets")]
-/// How many packets are in one state.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct PacketCount {
-    /// The state.
-    pub state: PacketState,
-    /// Packets in it.
-    pub packets: i64,
+/// One sample of an optional part's gauge (`skiplock::part::Part::gauges`):
+/// `name{labels} value`, with the series' help text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gauge {
+    /// The series' name (`skiplock_…`).
+    pub name: &'static str,
+    /// The series' help text.
+    pub help: &'static str,
+    /// Its labels, in order.
+    pub labels: Vec<(&'static str, String)>,
+    /// Its value.
+    pub value: f64,
 }
 
 /// One queue's control settings (a queue without them is unpaused and unlimited).
@@ -77,9 +79,8 @@ pub struct Snapshot {
     pub queues: Vec<QueueDepth>,
     /// The sum over the queues past the first N (`None`: there are none).
     pub others: Option<QueueDepth>,
-    /// Per packet state that has packets.
-    #[cfg(feature = "packets")]
-    pub packets: Vec<PacketCount>,
+    /// The optional parts' gauges (read by the caller in the same transaction: [`begin`]).
+    pub parts: Vec<Gauge>,
     /// Per queue with control settings, ordered by name.
     pub control: Vec<QueueControl>,
     /// What holds the vacuum horizon.
@@ -105,14 +106,6 @@ pub async fn queue_depth<'e, E: Executor<'e>>(exec: E, top: usize) -> Result<Vec
         .await?)
 }
 
-#[cfg(feature = "packets")]
-/// Packets per state.
-pub async fn packet_states<'e, E: Executor<'e>>(exec: E) -> Result<Vec<PacketCount>> {
-    Ok(super::query_as(sql!("metrics", "packet_states"))
-        .fetch_all(exec)
-        .await?)
-}
-
 /// Paused and limited queues.
 pub async fn queue_control<'e, E: Executor<'e>>(exec: E) -> Result<Vec<QueueControl>> {
     Ok(super::query_as(sql!("metrics", "queue_control"))
@@ -127,25 +120,27 @@ pub async fn horizon<'e, E: Executor<'e>>(exec: E) -> Result<Horizon> {
         .await?)
 }
 
-/// Reads a [`Snapshot`] of the `top` queues in one transaction (rolled back: it only reads)
-/// whose statements may run `timeout` at most.
-pub async fn snapshot(pool: &Pool, timeout: Duration, top: usize) -> Result<Snapshot> {
+/// Opens a scrape's transaction (only read in, then rolled back) whose statements may run
+/// `timeout` at most.
+pub async fn begin(pool: &Pool, timeout: Duration) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
     let mut tx = pool.begin().await?;
     scrape_timeout(&mut *tx, timeout).await?;
-    let (queues, others): (Vec<_>, Vec<_>) = queue_depth(&mut *tx, top)
+    Ok(tx)
+}
+
+/// Reads a [`Snapshot`] of the `top` queues on a scrape's connection ([`begin`]); its `parts`
+/// are left empty for the caller.
+pub async fn read(conn: &mut sqlx::PgConnection, top: usize) -> Result<Snapshot> {
+    let (queues, others): (Vec<_>, Vec<_>) = queue_depth(&mut *conn, top)
         .await?
         .into_iter()
         .partition(|q| q.queue.is_some());
-    #[cfg(feature = "packets")]
-    let packets = packet_states(&mut *tx).await?;
-    let control = queue_control(&mut *tx).await?;
-    let horizon = horizon(&mut *tx).await?;
-    tx.rollback().await?;
+    let control = queue_control(&mut *conn).await?;
+    let horizon = horizon(&mut *conn).await?;
     Ok(Snapshot {
         queues,
         others: others.into_iter().next(),
-        #[cfg(feature = "packets")]
-        packets,
+        parts: Vec::new(),
         control,
         horizon,
     })

@@ -6,14 +6,14 @@
 //!
 //! - **One function per statement, named after it.** The statement lives in
 //!   `sql/<area>/<name>.sql` and the function that runs it shares the name, e.g.
-//!   [`claim::claim`] runs `sql/queue/claim.sql`, [`packets::start`] runs
-//!   `sql/packets/start.sql`. A module is an entity or a service, so names within it read as
-//!   verbs (`packets::start`, `jobs::cancel_job`), with `_many` when the statement takes
+//!   [`claim::claim`] runs `sql/queue/claim.sql`, [`steps::record`] runs
+//!   `sql/steps/record.sql`. A module is an entity or a service, so names within it read as
+//!   verbs (`steps::record`, `jobs::cancel_job`), with `_many` when the statement takes
 //!   arrays (`heartbeat_many`, `ack_many`). Areas: `queue` ([`jobs`], [`claim`], [`ack`],
 //!   [`heartbeat`], [`rescue`]), [`bulk`] (cancel and retry a filtered set), `maintenance`,
-//!   `fetch`, `pack`, `packets`, [`metrics`] (what a scrape reads), `schema`. (The dev tools'
-//!   statements are crates/skiplock-devtools', the console's crates/skiplock-console's: they
-//!   are not part of the library.)
+//!   [`metrics`] (what a scrape reads), `schema`. (The dev tools' statements are
+//!   crates/skiplock-devtools', the console's crates/skiplock-console's, the workflows'
+//!   crates/skiplock-workflows': they are not part of the library.)
 //! - **Typed in, typed out.** More than about three parameters come as a struct; every row is
 //!   a named `FromRow` struct (no tuples); states are enums mapped to the database's enum
 //!   types ([`types`]); times are read through [`time::DbTime`] so no stored value can panic.
@@ -32,18 +32,12 @@ pub mod bulk;
 pub mod claim;
 pub mod control;
 pub mod doctor;
-#[cfg(feature = "fetch")]
-pub mod fetch;
 pub mod flows;
 pub mod heartbeat;
 pub mod jobs;
 pub mod maintenance;
 pub mod metrics;
 pub mod notify;
-#[cfg(feature = "pack")]
-pub mod pack;
-#[cfg(feature = "packets")]
-pub mod packets;
 pub mod rescue;
 pub mod schema;
 pub mod session;

@@ -1,15 +1,17 @@
 //! Installing and checking the schema, and the version of the SQL API.
 //!
-//! The schema comes in parts ([`Part`]; docs/internals.md, "The schema in parts"): the core
-//! (the queue) and each built-in workflow a program is built with (cargo features `fetch`,
-//! `pack`, `packets`). A part has its migrations (`migrations/<part>/`: tables, types and
-//! indexes, append-only, recorded in `skiplock.migrations_<part>`) and its SQL API files
-//! (`sql/api/*.sql`: functions, views, triggers, `CREATE OR REPLACE`, so those files are the
-//! single source of truth). `skiplock migrate` ([`migrate`]) runs the migrations of every part
-//! the program has, re-applies their SQL API in file order, and records what it installed: the
-//! core's [`API_VERSION`] and hash ([`api_hash`]) in `skiplock.schema_info`, each workflow
-//! part's hash ([`part_hash`]) in `skiplock.schema_parts`. A part the program lacks is left as
-//! it is, so a core-only program and one with the workflows can share a database. Every worker
+//! The schema comes in parts ([`PartSchema`]; docs/internals.md, "The schema in parts"): the
+//! core (the queue) and each optional part a program includes (a crate of its own, such as
+//! the built-in workflows of skiplock-workflows, through `skiplock::part::Part`). A part has
+//! its migrations (tables, types and indexes, append-only, recorded in
+//! `skiplock.migrations_<part>`; the core's in `migrations/core/`) and its SQL API files
+//! (functions, views, triggers, `CREATE OR REPLACE`, so those files are the single source of
+//! truth; the core's in `sql/api/`). `skiplock migrate` ([`migrate_parts`]) runs the
+//! migrations of the core and of every part the program has, re-applies their SQL API in
+//! order, and records what it installed: the core's [`API_VERSION`] and hash ([`api_hash`]) in
+//! `skiplock.schema_info`, each part's hash ([`part_hash`]) and grants in
+//! `skiplock.schema_parts`. A part the program lacks is left as it is, so a core-only program
+//! and one with the workflows can share a database. Every worker
 //! and CLI command that needs the schema checks the core's record first ([`ensure_ready`]),
 //! and a workflow checks its part's ([`ensure_part`]); each refuses, in one line, to run
 //! against an older API ("run `skiplock migrate`") or a newer one; `migrate` refuses to
@@ -72,71 +74,64 @@ fn history() -> Migrator {
 }
 
 static CORE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/core");
-#[cfg(feature = "fetch")]
-static FETCH_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/fetch");
-#[cfg(feature = "pack")]
-static PACK_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/pack");
-#[cfg(feature = "packets")]
-static PACKETS_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/packets");
 
-/// A part of skiplock's schema: its name, its migrations and where they are recorded.
+/// One SQL API file of a part: its name (as the hash records it) and its text.
+pub type ApiFile = (&'static str, &'static str);
+
+/// A part of skiplock's schema: its name, its migrations, where they are recorded, its SQL
+/// API files and its grants. The core is [`CORE`]; an optional part (a crate of its own, such
+/// as skiplock-workflows) declares its own and hands it to [`migrate_parts`], usually through
+/// `skiplock::part::Part`.
 #[derive(Debug)]
-pub struct Part {
-    /// `core`, or a built-in workflow's (`fetch`, `pack`, `packets`).
+pub struct PartSchema {
+    /// `core`, or the optional part's (lower-case letters: it names its migrations table, and
+    /// `skiplock.schema_parts` allows no other).
     pub name: &'static str,
-    migrations: &'static Migrator,
-    /// Where its migrations are recorded (a fixed name, never input).
-    table: &'static str,
+    /// Its migrations (`sqlx::migrate!` of its own folder): tables, types, indexes,
+    /// append-only.
+    pub migrations: &'static Migrator,
+    /// Where its migrations are recorded: `skiplock.migrations_<name>`.
+    pub table: &'static str,
+    /// Its SQL API files, applied in this order after the core's own (functions, views,
+    /// triggers; `CREATE OR REPLACE`). A file writes the part's rows of
+    /// `skiplock.reserved_names` (sql/api/80_reserved.sql builds the checks from them).
+    pub api: &'static [ApiFile],
+    /// Its grants to skiplock's roles (None: none beyond the core's). `migrate` records them
+    /// in `skiplock.schema_parts`, and every program's migrate applies the recorded grants
+    /// after the core's roles file (sql/api/95_part_grants.sql), so a program without the
+    /// part keeps them: the core's file re-grants the worker role every table.
+    pub grants: Option<ApiFile>,
 }
 
 /// The core: the queue, its limits and maintenance.
-pub static CORE: Part = Part {
+pub static CORE: PartSchema = PartSchema {
     name: "core",
     migrations: &CORE_MIGRATIONS,
     table: "skiplock.migrations_core",
-};
-/// The fetch workflow's tables (pages, hosts, crawls).
-#[cfg(feature = "fetch")]
-pub static FETCH: Part = Part {
-    name: "fetch",
-    migrations: &FETCH_MIGRATIONS,
-    table: "skiplock.migrations_fetch",
-};
-/// The pack workflow's tables.
-#[cfg(feature = "pack")]
-pub static PACK: Part = Part {
-    name: "pack",
-    migrations: &PACK_MIGRATIONS,
-    table: "skiplock.migrations_pack",
-};
-/// The packet pipeline's tables and types.
-#[cfg(feature = "packets")]
-pub static PACKETS: Part = Part {
-    name: "packets",
-    migrations: &PACKETS_MIGRATIONS,
-    table: "skiplock.migrations_packets",
+    api: &[],
+    grants: None,
 };
 
-/// The parts this program has: the core first.
-pub fn parts() -> Vec<&'static Part> {
-    vec![
-        &CORE,
-        #[cfg(feature = "fetch")]
-        &FETCH,
-        #[cfg(feature = "pack")]
-        &PACK,
-        #[cfg(feature = "packets")]
-        &PACKETS,
-    ]
-}
-
-impl Part {
+impl PartSchema {
     /// Its migrations, recorded in its own table in schema `skiplock`.
     fn migrator(&self) -> Migrator {
         let mut m = Migrator::with_migrations(self.migrations.migrations.to_vec());
         m.dangerous_set_table_name(self.table);
         m.create_schema("skiplock");
         m
+    }
+
+    /// Refuses a part whose name or migrations table could reach a statement as anything but
+    /// a plain name (the table is written into `sql/schema/applied_migrations.sql`).
+    fn check(&self) -> Result<()> {
+        let plain = !self.name.is_empty() && self.name.bytes().all(|b| b.is_ascii_lowercase());
+        if !plain || self.table != format!("skiplock.migrations_{}", self.name) {
+            return Err(Error::Invalid(format!(
+                "part {:?}: its name must be lower-case letters, and its migrations table skiplock.migrations_<name> (got {:?})",
+                self.name, self.table
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -233,71 +228,52 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // queue only when its bound of the available jobs (core migration 0017) leaves no room or
     // is a second old. Durable steps
     // (core migration 0016, sql/api/16_steps.sql): skiplock.job_steps, skiplock.job_signals.
+    // The built-in workflows are optional parts of their own (crate skiplock-workflows): the
+    // core's files no longer include their grants; each part's grants are recorded in
+    // skiplock.schema_parts (core migration 0018) and re-applied by every program's migrate
+    // (sql/api/95_part_grants.sql).
     (
         9,
-        "63a73941671e5cdeb41a34a8290cc96c54d742841413b19a9fbf6260bebb51c4",
+        "df30f02e6ec92667ff6364434dbbb1c94f241c25363cfa41a2f0578430ba8aaa",
     ),
 ];
 
 /// The SQL API version this binary installs and needs (the last of [`API_VERSIONS`]).
 pub const API_VERSION: u32 = API_VERSIONS[API_VERSIONS.len() - 1].0;
 
-/// Every SQL API file, in the order they are applied after the migrations (a part's files
-/// only when the program has the part): the core's, each workflow's, then the core's
-/// reserved names (built from every part's rows) and roles (granted on what every part made),
-/// then each workflow's grants (applied by every program: see the list).
-pub fn api_files() -> Vec<(&'static str, &'static str, &'static str)> {
-    let mut v = vec![
-        ("core", "sql/api/10_jobs.sql", sql!("api", "10_jobs")),
-        ("core", "sql/api/11_enqueue.sql", sql!("api", "11_enqueue")),
-        ("core", "sql/api/12_flows.sql", sql!("api", "12_flows")),
-        ("core", "sql/api/13_claim.sql", sql!("api", "13_claim")),
-        ("core", "sql/api/14_ack.sql", sql!("api", "14_ack")),
-        ("core", "sql/api/15_control.sql", sql!("api", "15_control")),
-        ("core", "sql/api/16_steps.sql", sql!("api", "16_steps")),
-        ("core", "sql/api/17_admin.sql", sql!("api", "17_admin")),
-    ];
-    #[cfg(feature = "fetch")]
-    v.push(("fetch", "sql/api/20_fetch.sql", sql!("api", "20_fetch")));
-    #[cfg(feature = "pack")]
-    v.push(("pack", "sql/api/30_pack.sql", sql!("api", "30_pack")));
-    #[cfg(feature = "packets")]
-    v.push((
-        "packets",
-        "sql/api/40_packets.sql",
-        sql!("api", "40_packets"),
-    ));
-    v.extend([
-        (
-            "core",
-            "sql/api/50_maintenance.sql",
-            sql!("api", "50_maintenance"),
-        ),
-        (
-            "core",
-            "sql/api/80_reserved.sql",
-            sql!("api", "80_reserved"),
-        ),
-        ("core", "sql/api/90_roles.sql", sql!("api", "90_roles")),
-        // A workflow's grants are applied by every program, whatever it was built with (each
-        // file does nothing for a part the database lacks): a core-only program's migrate
-        // re-grants the roles every table, and must take back what a workflow took back.
-        (
-            "core",
-            "sql/api/92_fetch_roles.sql",
-            sql!("api", "92_fetch_roles"),
-        ),
-        (
-            "core",
-            "sql/api/93_pack_roles.sql",
-            sql!("api", "93_pack_roles"),
-        ),
-        (
-            "core",
-            "sql/api/94_packets_roles.sql",
-            sql!("api", "94_packets_roles"),
-        ),
-    ]);
+/// The core's SQL API files applied before every part's: the queue's functions.
+const CORE_API: &[ApiFile] = &[
+    ("sql/api/10_jobs.sql", sql!("api", "10_jobs")),
+    ("sql/api/11_enqueue.sql", sql!("api", "11_enqueue")),
+    ("sql/api/12_flows.sql", sql!("api", "12_flows")),
+    ("sql/api/13_claim.sql", sql!("api", "13_claim")),
+    ("sql/api/14_ack.sql", sql!("api", "14_ack")),
+    ("sql/api/15_control.sql", sql!("api", "15_control")),
+    ("sql/api/16_steps.sql", sql!("api", "16_steps")),
+    ("sql/api/17_admin.sql", sql!("api", "17_admin")),
+];
+
+/// The core's files applied after every part's: maintenance, the reserved-name checks (built
+/// from every part's rows), the roles (granted on what every part made).
+const CORE_API_AFTER_PARTS: &[ApiFile] = &[
+    ("sql/api/50_maintenance.sql", sql!("api", "50_maintenance")),
+    ("sql/api/80_reserved.sql", sql!("api", "80_reserved")),
+    ("sql/api/90_roles.sql", sql!("api", "90_roles")),
+];
+
+/// The core's last file, applied after the parts are recorded: every recorded part's grants
+/// ([`PartSchema::grants`]).
+const CORE_API_PART_GRANTS: ApiFile = (
+    "sql/api/95_part_grants.sql",
+    sql!("api", "95_part_grants"),
+);
+
+/// The core's SQL API files in the order they are applied after the migrations (every
+/// part's files go between the first eight and `50_maintenance.sql`).
+pub fn api_files() -> Vec<ApiFile> {
+    let mut v = CORE_API.to_vec();
+    v.extend_from_slice(CORE_API_AFTER_PARTS);
+    v.push(CORE_API_PART_GRANTS);
     v
 }
 
@@ -306,25 +282,21 @@ pub fn api_files() -> Vec<(&'static str, &'static str, &'static str)> {
 /// (versions and sqlx checksums), hex.
 pub fn api_hash() -> String {
     static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HASH.get_or_init(|| hash_of("core", &[&history(), &CORE_MIGRATIONS]))
+    HASH.get_or_init(|| hash_of(&api_files(), &[&history(), &CORE_MIGRATIONS]))
         .clone()
 }
 
-/// The hash of a workflow part this binary installs: the same over its SQL API files and its
-/// migrations (None: the program does not have that part).
-pub fn part_hash(part: &str) -> Option<String> {
-    let p = parts()
-        .into_iter()
-        .find(|p| p.name == part && p.name != "core")?;
-    Some(hash_of(p.name, &[p.migrations]))
+/// The hash of an optional part as this binary installs it: the same over its SQL API files,
+/// its grants and its migrations.
+pub fn part_hash(part: &PartSchema) -> String {
+    let mut files = part.api.to_vec();
+    files.extend(part.grants);
+    hash_of(&files, &[part.migrations])
 }
 
-fn hash_of(part: &str, migrators: &[&Migrator]) -> String {
+fn hash_of(files: &[ApiFile], migrators: &[&Migrator]) -> String {
     let mut h = Sha256::new();
-    for (p, name, sql) in api_files() {
-        if p != part {
-            continue;
-        }
+    for (name, sql) in files {
         h.update(name.as_bytes());
         h.update([0]);
         h.update(sql.replace("\r\n", "\n").as_bytes());
@@ -393,21 +365,26 @@ pub fn check_version(info: Option<&SchemaInfo>, binary: u32, hash: &str) -> Resu
     Ok(())
 }
 
-/// Applies the migrations of every part this program has and (re)installs their SQL API,
-/// under an advisory lock so several processes may migrate at once, then records the core's
-/// `API_VERSION` and each workflow part's hash. Refuses (before changing anything) a
-/// database migrated by a newer skiplock. A part the program lacks is left as it is.
+/// Applies the core's migrations and (re)installs its SQL API, under an advisory lock so
+/// several processes may migrate at once, and records the core's `API_VERSION`. Refuses
+/// (before changing anything) a database migrated by a newer skiplock. An optional part's
+/// tables are left as they are: [`migrate_parts`] installs parts too.
 pub async fn migrate(pool: &Pool) -> Result<()> {
-    migrate_parts(pool, &parts()).await
+    migrate_parts(pool, &[]).await
 }
 
-/// [`migrate`] for the given parts only (the core always among them): what a program built
-/// with just those parts does (crates/skiplock-cli/tests/upgrade.rs migrates a core-only database this way).
-pub async fn migrate_parts(pool: &Pool, parts: &[&'static Part]) -> Result<()> {
-    if !parts.iter().any(|p| p.name == "core") {
-        return Err(Error::Invalid(
-            "migrate: the core part is always needed".into(),
-        ));
+/// [`migrate`] with the optional `parts` (each the core's peer: its migrations, its SQL API
+/// files after the core's, its hash and grants recorded in `skiplock.schema_parts`). A part
+/// the list lacks is left as it is, so programs built with different parts can share a
+/// database (crates/skiplock-cli/tests/upgrade.rs migrates a database with the core alone).
+pub async fn migrate_parts(pool: &Pool, parts: &[&PartSchema]) -> Result<()> {
+    for p in parts {
+        p.check()?;
+        if p.name == CORE.name {
+            return Err(Error::Invalid(
+                "migrate: the core is always migrated; list only the optional parts".into(),
+            ));
+        }
     }
     if pool.mode() == super::PoolMode::Transaction {
         // The migrations' lock is a session's advisory lock, which a transaction-pooling
@@ -419,7 +396,6 @@ pub async fn migrate_parts(pool: &Pool, parts: &[&'static Part]) -> Result<()> {
                 .into(),
         ));
     }
-    let has = |part: &str| parts.iter().any(|p| p.name == part);
     refuse_downgrade(&recorded(pool).await?)?;
     // A database of a release up to SQL API 7: its history first (development databases of
     // this release may hold one later entry of it, which is now the core's own migration).
@@ -431,14 +407,15 @@ pub async fn migrate_parts(pool: &Pool, parts: &[&'static Part]) -> Result<()> {
         h.set_ignore_missing(true);
         h.run(pool.pg()).await?;
     }
-    for part in parts {
+    for part in std::iter::once(&CORE).chain(parts.iter().copied()) {
         let m = part.migrator();
         let started: bool = super::query_scalar(sql!("schema", "part_started"))
             .bind(part.table)
             .fetch_one(pool)
             .await?;
         if history && !started {
-            // The history made this part's baseline already: record it, do not run it.
+            // The history made this part's baseline already (it held every table of the
+            // releases up to SQL API 7, the built-in workflows' too): record it, do not run it.
             m.skip(pool.pg(), Some(1)).await?;
         }
         m.run(pool.pg()).await?;
@@ -452,22 +429,39 @@ pub async fn migrate_parts(pool: &Pool, parts: &[&'static Part]) -> Result<()> {
         .fetch_optional(&mut *tx)
         .await?;
     refuse_downgrade(&info)?;
-    for (_, name, sql) in api_files().into_iter().filter(|(p, _, _)| has(p)) {
-        sqlx::raw_sql(sql)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::Other(format!("installing {name}: {e}")))?;
+    let files = CORE_API
+        .iter()
+        .chain(parts.iter().flat_map(|p| p.api.iter()))
+        .chain(CORE_API_AFTER_PARTS);
+    for (name, sql) in files {
+        install(&mut tx, name, sql).await?;
     }
     record(&mut *tx).await?;
-    for part in parts.iter().filter(|p| p.name != "core") {
+    for part in parts {
         super::query(sql!("schema", "record_part"))
             .bind(part.name)
-            .bind(part_hash(part.name))
+            .bind(part_hash(part))
             .bind(env!("CARGO_PKG_VERSION"))
+            .bind(part.grants.map(|(_, sql)| sql))
             .execute(&mut *tx)
             .await?;
     }
+    let (name, sql) = CORE_API_PART_GRANTS;
+    install(&mut tx, name, sql).await?;
     tx.commit().await?;
+    Ok(())
+}
+
+/// Applies one SQL API file, naming it in the error.
+async fn install(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    name: &str,
+    sql: &'static str,
+) -> Result<()> {
+    sqlx::raw_sql(sql)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| Error::Other(format!("installing {name}: {e}")))?;
     Ok(())
 }
 
@@ -543,7 +537,7 @@ pub async fn ensure_ready(pool: &Pool) -> Result<()> {
 }
 
 /// The migrations of `part` applied successfully (none when its record does not exist yet).
-async fn applied(pool: &Pool, part: &Part) -> Result<Vec<i64>> {
+async fn applied(pool: &Pool, part: &PartSchema) -> Result<Vec<i64>> {
     let started: bool = super::query_scalar(sql!("schema", "part_started"))
         .bind(part.table)
         .fetch_one(pool)
@@ -557,26 +551,23 @@ async fn applied(pool: &Pool, part: &Part) -> Result<Vec<i64>> {
         .await?)
 }
 
-/// Fails unless workflow part `part` is installed as this binary installs it (its hash
-/// recorded by `skiplock migrate`): a workflow's start-up check, so a worker of a program built
-/// with a workflow refuses, in one line, a database migrated without it or by another build.
-pub async fn ensure_part(pool: &Pool, part: &str) -> Result<()> {
-    let Some(want) = part_hash(part) else {
-        return Err(Error::Other(format!(
-            "this program was built without the {part} workflow"
-        )));
-    };
+/// Fails unless optional part `part` is installed as this binary installs it (its hash
+/// recorded by `skiplock migrate`): a part's start-up check, so a worker of a program built
+/// with a part refuses, in one line, a database migrated without it or by another build.
+pub async fn ensure_part(pool: &Pool, part: &PartSchema) -> Result<()> {
+    let name = part.name;
+    let want = part_hash(part);
     let got: Option<(String, String)> = super::query_as(sql!("schema", "part_info"))
-        .bind(part)
+        .bind(name)
         .fetch_optional(pool)
         .await?;
     match got {
         Some((hash, _)) if hash == want => Ok(()),
         Some((_, by)) => Err(Error::Other(format!(
-            "the {part} workflow's schema was installed by another build (skiplock {by}): run `skiplock migrate`"
+            "the {name} part's schema was installed by another build (skiplock {by}): run `skiplock migrate`"
         ))),
         None => Err(Error::Other(format!(
-            "the {part} workflow's schema is not installed: run `skiplock migrate` with a skiplock built with the {part} workflow"
+            "the {name} part's schema is not installed: run `skiplock migrate` with a program that includes it"
         ))),
     }
 }

@@ -1,188 +1,68 @@
-//! The database's enum types as Rust enums: [`JobState`] is `skiplock.job_state`,
-//! [`PacketState`] is `skiplock.packet_state`, [`PacketStartOutcome`] is
-//! `skiplock.packet_start_outcome`. Rows and parameters use the enums directly, so a state is
-//! never a string in between.
+//! The database's enum types as Rust enums: [`JobState`] is `skiplock.job_state` (an optional
+//! part declares its own with [`pg_enum!`](crate::pg_enum)). Rows and parameters use the enums
+//! directly, so a state is never a string in between.
 //!
 //! Hand-written rather than derived: the derive compares type names, and Postgres names a
 //! type `job_state` or `skiplock.job_state` depending on the session's `search_path`. These
 //! accept either (and `text`, for a column cast with `::text`), and decode through the
 //! enum's `FromStr`, so an unknown label is a decode error naming it, never a panic.
 
-use sqlx::encode::IsNull;
-use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo, PgValueRef};
-use sqlx::{Decode, Encode, Postgres, Type, TypeInfo};
+use sqlx::TypeInfo;
+use sqlx::postgres::PgTypeInfo;
 
 pub use crate::queue::JobState;
 
 /// Whether a column of type `ty` can hold the enum named `name` (`schema.type`).
-fn compatible(ty: &PgTypeInfo, name: &str) -> bool {
+pub fn compatible(ty: &PgTypeInfo, name: &str) -> bool {
     let short = name.rsplit('.').next().unwrap_or(name);
     let n = ty.name();
     n == name || n == short || n == "TEXT" || n == "VARCHAR"
 }
 
+/// Implements sqlx's `Type`, `PgHasArrayType`, `Decode` and `Encode` for a Rust enum of a
+/// database enum type `$name` (its array type `$array`), through the enum's `as_str` and
+/// `FromStr`. Exported for the optional parts' own enum types (skiplock-workflows' packet
+/// states); the crate using it depends on `sqlx`.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! pg_enum {
     ($ty:ty, $name:literal, $array:literal) => {
-        impl Type<Postgres> for $ty {
-            fn type_info() -> PgTypeInfo {
-                PgTypeInfo::with_name($name)
+        impl ::sqlx::Type<::sqlx::Postgres> for $ty {
+            fn type_info() -> ::sqlx::postgres::PgTypeInfo {
+                ::sqlx::postgres::PgTypeInfo::with_name($name)
             }
-            fn compatible(ty: &PgTypeInfo) -> bool {
-                compatible(ty, $name)
-            }
-        }
-
-        impl PgHasArrayType for $ty {
-            fn array_type_info() -> PgTypeInfo {
-                PgTypeInfo::with_name($array)
+            fn compatible(ty: &::sqlx::postgres::PgTypeInfo) -> bool {
+                $crate::store::types::compatible(ty, $name)
             }
         }
 
-        impl<'r> Decode<'r, Postgres> for $ty {
-            fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        impl ::sqlx::postgres::PgHasArrayType for $ty {
+            fn array_type_info() -> ::sqlx::postgres::PgTypeInfo {
+                ::sqlx::postgres::PgTypeInfo::with_name($array)
+            }
+        }
+
+        impl<'r> ::sqlx::Decode<'r, ::sqlx::Postgres> for $ty {
+            fn decode(
+                value: ::sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<Self, ::sqlx::error::BoxDynError> {
                 // An enum travels as its label in both the text and the binary format.
-                let s = <&str as Decode<Postgres>>::decode(value)?;
+                let s = <&str as ::sqlx::Decode<::sqlx::Postgres>>::decode(value)?;
                 Ok(s.parse::<$ty>()?)
             }
         }
 
-        impl Encode<'_, Postgres> for $ty {
-            fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
-                <&str as Encode<Postgres>>::encode_by_ref(&self.as_str(), buf)
+        impl ::sqlx::Encode<'_, ::sqlx::Postgres> for $ty {
+            fn encode_by_ref(
+                &self,
+                buf: &mut ::sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<::sqlx::encode::IsNull, ::sqlx::error::BoxDynError> {
+                <&str as ::sqlx::Encode<::sqlx::Postgres>>::encode_by_ref(&self.as_str(), buf)
             }
         }
     };
 }
 
 pg_enum!(JobState, "skiplock.job_state", "skiplock._job_state");
-#[cfg(feature = "packets")]
-pg_enum!(
-    PacketState,
-    "skiplock.packet_state",
-    "skiplock._packet_state"
-);
-pg_enum!(
-    PacketStartOutcome,
-    "skiplock.packet_start_outcome",
-    "skiplock._packet_start_outcome"
-);
 
-/// How `skiplock._packet_start` answered (`skiplock.packet_start_outcome`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PacketStartOutcome {
-    /// The packet is now `processing` for this job.
-    Started,
-    /// No free processing slot (or the gate was held): snooze and ask again.
-    Busy,
-    /// The packet is no longer `queued` (or is gone): a late job, nothing to do.
-    Stale,
-    /// Another live job owns the queued packet: nothing to do.
-    Duplicate,
-}
 
-impl PacketStartOutcome {
-    /// Every outcome, in the order of the SQL enum.
-    pub const ALL: [PacketStartOutcome; 4] = [
-        PacketStartOutcome::Started,
-        PacketStartOutcome::Busy,
-        PacketStartOutcome::Stale,
-        PacketStartOutcome::Duplicate,
-    ];
-
-    /// The SQL label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PacketStartOutcome::Started => "started",
-            PacketStartOutcome::Busy => "busy",
-            PacketStartOutcome::Stale => "stale",
-            PacketStartOutcome::Duplicate => "duplicate",
-        }
-    }
-}
-
-impl std::str::FromStr for PacketStartOutcome {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        PacketStartOutcome::ALL
-            .into_iter()
-            .find(|o| o.as_str() == s)
-            .ok_or_else(|| format!("unknown packet start outcome {s:?}"))
-    }
-}
-
-#[cfg(feature = "packets")]
-mod packet_state {
-    use std::fmt;
-    use std::str::FromStr;
-
-    use serde::{Deserialize, Serialize};
-
-    /// The six states of a packet (`skiplock.packet_state`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum PacketState {
-        /// Waiting for a worker (the machine's move).
-        Queued,
-        /// A worker is running the processor (the machine's move).
-        Processing,
-        /// Processed; waiting for an operator (people's move).
-        ReadyForReview,
-        /// An operator is checking it (people's move).
-        InReview,
-        /// Finished.
-        Done,
-        /// Processing failed; an operator decides (people's move).
-        Error,
-    }
-
-    impl PacketState {
-        /// Every state, in the order of the SQL enum.
-        pub const ALL: [PacketState; 6] = [
-            PacketState::Queued,
-            PacketState::Processing,
-            PacketState::ReadyForReview,
-            PacketState::InReview,
-            PacketState::Done,
-            PacketState::Error,
-        ];
-
-        /// The name used in SQL and on the command line.
-        pub fn as_str(self) -> &'static str {
-            match self {
-                PacketState::Queued => "queued",
-                PacketState::Processing => "processing",
-                PacketState::ReadyForReview => "ready_for_review",
-                PacketState::InReview => "in_review",
-                PacketState::Done => "done",
-                PacketState::Error => "error",
-            }
-        }
-
-        /// Whether the packet waits on the machine (else on people, or it is done).
-        pub fn machine_move(self) -> bool {
-            matches!(self, PacketState::Queued | PacketState::Processing)
-        }
-    }
-
-    impl fmt::Display for PacketState {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(self.as_str())
-        }
-    }
-
-    impl FromStr for PacketState {
-        type Err = String;
-        fn from_str(s: &str) -> Result<Self, String> {
-            PacketState::ALL
-                .into_iter()
-                .find(|st| st.as_str() == s.trim())
-                .ok_or_else(|| {
-                    let names: Vec<&str> = PacketState::ALL.iter().map(|s| s.as_str()).collect();
-                    format!("unknown packet state {s:?} (one of: {})", names.join(", "))
-                })
-        }
-    }
-}
-#[cfg(feature = "packets")]
-pub use packet_state::PacketState;

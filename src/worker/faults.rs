@@ -1,12 +1,11 @@
 //! Fault points for the supervision tests: with the `fault-injection` feature (enabled only
 //! for this crate's own tests, through its dev-dependency on itself), a test can make one
-//! task of one worker panic at a chosen point, or make a pack wait between building and
-//! uploading its artifact (so a worker can be killed mid-pack), or hold or slow a worker's
-//! claims after they answered (so something can happen while one is in flight). Without the feature, [`hit`]
-//! [`upload_delay`] and `claim_returned` are empty inline functions: no setting, no production code path can
-//! reach a fault.
+//! task of one worker panic at a chosen point, or hold or slow a worker's claims after they
+//! answered (so something can happen while one is in flight). Without the feature, [`hit`]
+//! and `claim_returned` are empty inline functions: no setting, no production code path can
+//! reach a fault. (skiplock-workflows has the pack's own fault point: its `pack::faults`.)
 
-#[cfg(any(feature = "pack", feature = "fault-injection"))]
+#[cfg(feature = "fault-injection")]
 use std::time::Duration;
 
 /// Where a fault can be injected.
@@ -65,21 +64,6 @@ mod armed {
             .find(|(w, _)| w == worker_id)
             .map(|(_, g)| g.clone())
     }
-    static UPLOAD_DELAYS: Mutex<Vec<(String, Duration)>> = Mutex::new(Vec::new());
-
-    pub fn delay_upload(host: &str, delay: Duration) {
-        UPLOAD_DELAYS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((host.to_string(), delay));
-    }
-
-    #[cfg_attr(not(feature = "pack"), allow(dead_code))]
-    pub fn upload_delay(host: &str) -> Option<Duration> {
-        let delays = UPLOAD_DELAYS.lock().unwrap_or_else(|p| p.into_inner());
-        delays.iter().find(|(h, _)| h == host).map(|(_, d)| *d)
-    }
-
     pub fn arm(worker_id: &str, point: Point, times: u32) {
         ARMED
             .lock()
@@ -221,29 +205,3 @@ pub(crate) fn producer_woken(_worker_id: &str) {}
 #[inline(always)]
 pub(crate) async fn claim_returned(_worker_id: &str) {}
 
-/// Makes every pack of `host` in this process wait `delay` between building and uploading.
-#[cfg(feature = "fault-injection")]
-pub fn delay_upload(host: &str, delay: Duration) {
-    armed::delay_upload(host, delay)
-}
-
-/// How long the pack of `host` waits before its upload: what [`delay_upload`] armed, else
-/// `SKIPLOCK_FAULT_UPLOAD_DELAY` (for a worker process a test spawns and then kills), else 0.
-#[cfg(feature = "fault-injection")]
-#[cfg_attr(not(feature = "pack"), allow(dead_code))]
-pub(crate) fn upload_delay(host: &str) -> Duration {
-    armed::upload_delay(host)
-        .or_else(|| {
-            std::env::var("SKIPLOCK_FAULT_UPLOAD_DELAY")
-                .ok()
-                .and_then(|v| humantime::parse_duration(&v).ok())
-        })
-        .unwrap_or(Duration::ZERO)
-}
-
-/// No delay: fault injection is compiled out.
-#[cfg(all(feature = "pack", not(feature = "fault-injection")))]
-#[inline(always)]
-pub(crate) fn upload_delay(_host: &str) -> Duration {
-    Duration::ZERO
-}

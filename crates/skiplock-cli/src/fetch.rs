@@ -6,9 +6,9 @@ use clap::Args;
 
 use super::connect_migrated;
 use super::output::say;
-use skiplock::workflows::fetch::normalize::{host_key, normalize};
-use skiplock::workflows::fetch::request_fetch;
-use skiplock::workflows::fetch::schedule::Schedule;
+use skiplock_workflows::fetch::normalize::{host_key, normalize};
+use skiplock_workflows::fetch::request_fetch;
+use skiplock_workflows::fetch::schedule::Schedule;
 
 /// `skiplock fetch URL [--force] [--full]`.
 #[derive(Debug, Args)]

@@ -166,7 +166,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => {
             let pool = connect(url, 2).await?;
-            schema::migrate(&pool).await?;
+            // The core and every built-in workflow (skiplock-workflows' parts).
+            schema::migrate_parts(&pool, &skiplock_workflows::schemas()).await?;
             println!("migrated");
             Ok(())
         }

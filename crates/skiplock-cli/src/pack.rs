@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, ts};
-use skiplock::store;
+use skiplock_workflows::store;
 
 /// `skiplock timer-reset HOST`.
 #[derive(Debug, Args)]

@@ -7,8 +7,8 @@ use clap::{Args, Subcommand};
 
 use super::connect_migrated;
 use super::output::{print_json, print_table, say, truncate, ts};
-use skiplock::workflows::packets::roots::{self, PacketRoots};
-use skiplock::workflows::packets::{self, WhoseMove, transitions::PacketState};
+use skiplock_workflows::packets::roots::{self, PacketRoots};
+use skiplock_workflows::packets::{self, WhoseMove, transitions::PacketState};
 
 /// `skiplock packet SUBCOMMAND`.
 #[derive(Debug, Args)]

@@ -7,7 +7,7 @@
 use skiplock::config::QueueSettings;
 use skiplock::error::Result;
 use skiplock::maintenance::MaintenanceSettings;
-use skiplock::workflows::WorkflowSettings;
+use skiplock_workflows::WorkflowSettings;
 
 /// Everything a worker process is configured with.
 #[derive(Debug, Clone)]

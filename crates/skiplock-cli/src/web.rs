@@ -110,6 +110,9 @@ pub async fn run(url: Option<&str>, a: WebArgs) -> anyhow::Result<()> {
         flash: Arc::new(web::flash::Flashes::default()),
         top_queues,
         doctor,
+        parts: skiplock_console::metrics::serve::Parts(Arc::new(
+            skiplock_workflows::parts::for_metrics(),
+        )),
         read_timeout,
     };
     web::serve(

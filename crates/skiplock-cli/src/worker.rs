@@ -38,6 +38,9 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     // Built without contacting the database: the worker waits for it (with a capped
     // backoff, forever unless SKIPLOCK_CONNECT_TIMEOUT), where one-shot commands fail fast.
     let pool = skiplock::db::session::handler_pool(&config::database_url(url)?, &settings)?;
+    // The built-in workflows as parts: the worker runs them, the metrics endpoint reads their
+    // gauges.
+    let parts = serve::Parts(std::sync::Arc::new(workflows.parts()));
     // The metrics endpoint first: a refused or taken address fails before any work starts,
     // and the recorder must be installed before the worker resolves its metric handles.
     let metrics_stop = tokio_util::sync::CancellationToken::new();
@@ -57,6 +60,7 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
                     http::server::DEFAULT_READ_TIMEOUT,
                 )?,
                 top_queues: config::env_usize(web::TOP_QUEUES_SETTING, web::DEFAULT_TOP_QUEUES)?,
+                parts: parts.clone(),
             };
             let scrape_pool = serve::scrape_pool(&pool, settings.session_limits());
             let (bound, task) = serve::start(endpoint, scrape_pool, metrics_stop.clone()).await?;
@@ -78,7 +82,8 @@ pub async fn run(url: Option<&str>, a: WorkerArgs) -> anyhow::Result<()> {
     if config::diagnostic_kinds()? {
         builtin::register(builder.registry_mut());
     }
-    builder = skiplock::workflows::register_all(builder, workflows)?;
+    let installed: Vec<&dyn skiplock::part::Part> = parts.0.iter().map(|p| p.as_ref()).collect();
+    builder = skiplock::part::install_all(builder, &installed)?;
     builder = builder.maintenance(maintenance);
     let worker = builder.build();
     let meter = a

@@ -55,7 +55,7 @@ async fn cluster_with(port: u16, more: &'static str) -> (PrivateCluster, String,
         .await
         .unwrap()
         .into();
-    skiplock::store::schema::migrate(&pool)
+    skiplock::store::schema::migrate_parts(&pool, &skiplock_workflows::schemas())
         .await
         .expect("migrate");
     let pg: PgPool = (*pool).clone();

@@ -15,8 +15,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use serde_json::Value;
-use skiplock::workflows::fetch::schedule::Schedule;
-use skiplock::workflows::fetch::{self, FetchSettings};
+use skiplock_workflows::fetch::schedule::Schedule;
+use skiplock_workflows::fetch::{self, FetchSettings};
 use sqlx::PgPool;
 use support::*;
 
@@ -854,7 +854,7 @@ async fn sql_and_worker_normalise_urls_alike() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-        let rust = skiplock::workflows::fetch::normalize::normalize(raw).unwrap();
+        let rust = skiplock_workflows::fetch::normalize::normalize(raw).unwrap();
         assert_eq!(sql, rust.as_str(), "{raw}");
     }
     // The host key the fetch queue's rate limit counts under (limit_key, set by SQL) is the
@@ -875,8 +875,8 @@ async fn sql_and_worker_normalise_urls_alike() {
                 .fetch_one(&db.pool)
                 .await
                 .unwrap();
-        let rust = skiplock::workflows::fetch::normalize::host_key(
-            &skiplock::workflows::fetch::normalize::normalize(raw).unwrap(),
+        let rust = skiplock_workflows::fetch::normalize::host_key(
+            &skiplock_workflows::fetch::normalize::normalize(raw).unwrap(),
         );
         assert_eq!(sql, rust, "{raw}");
         let id: i64 = sqlx::query_scalar("SELECT skiplock.request_fetch($1)")

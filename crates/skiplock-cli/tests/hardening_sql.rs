@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use skiplock::queue::{JobState, NewJob, OnConflict};
-use skiplock::workflows::pack::{self, PackSettings};
-use skiplock::workflows::packets::processor::Processor;
-use skiplock::workflows::packets::transitions::PacketState;
-use skiplock::workflows::packets::{self, PacketSettings};
+use skiplock_workflows::pack::{self, PackSettings};
+use skiplock_workflows::packets::processor::Processor;
+use skiplock_workflows::packets::transitions::PacketState;
+use skiplock_workflows::packets::{self, PacketSettings};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use support::*;
@@ -103,7 +103,7 @@ fn packet_settings(concurrency: usize) -> PacketSettings {
         processor: Processor::Manifest,
         timeout: Duration::from_secs(30),
         recovery: true,
-        roots: skiplock::workflows::packets::roots::PacketRoots::new(&[packet_root()]),
+        roots: skiplock_workflows::packets::roots::PacketRoots::new(&[packet_root()]),
     }
 }
 
@@ -1031,7 +1031,9 @@ async fn migrate_hands_the_schema_to_skiplock_owner_and_races_safely() {
         .await;
         assert!(definers >= 6, "{definers}");
         // Migrating again changes nothing and still works.
-        skiplock::store::schema::migrate(p).await.unwrap();
+        skiplock::store::schema::migrate_parts(p, &skiplock_workflows::schemas())
+            .await
+            .unwrap();
     }
 }
 
@@ -1063,10 +1065,10 @@ async fn a_member_of_skiplock_owner_migrates_without_being_a_superuser() {
             .await
             .unwrap();
     assert!(!superuser);
-    skiplock::store::schema::migrate(&dp)
+    skiplock::store::schema::migrate_parts(&dp, &skiplock_workflows::schemas())
         .await
         .expect("migrate as the deployer");
-    skiplock::store::schema::migrate(&dp)
+    skiplock::store::schema::migrate_parts(&dp, &skiplock_workflows::schemas())
         .await
         .expect("and again");
     let owner: String = sqlx::query_scalar(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
-use skiplock::workflows::pack::{self, PackSettings};
+use skiplock_workflows::pack::{self, PackSettings};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use support::*;
@@ -292,7 +292,7 @@ async fn a_reset_during_a_pack_gives_a_second_pack_with_the_new_content() {
     let host = "during.test";
     insert_page(&db.pool, host, "/a", "Apple", Some("an apple a day")).await;
     // The upload waits 3 s, so the reset below lands while the first pack runs.
-    skiplock::worker::faults::delay_upload(host, Duration::from_secs(3));
+    skiplock_workflows::pack::faults::delay_upload(host, Duration::from_secs(3));
     let w = pack_worker(&db, settings(store.path(), 1, 3600), 4).await;
     let first = pack_now(&db.pool, host).await;
     wait_state(&db.pool, first, "running").await;

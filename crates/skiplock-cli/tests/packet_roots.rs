@@ -10,10 +10,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use skiplock::workflows::packets::processor::Processor;
-use skiplock::workflows::packets::roots::PacketRoots;
-use skiplock::workflows::packets::transitions::PacketState;
-use skiplock::workflows::packets::{self, PacketSettings};
+use skiplock_workflows::packets::processor::Processor;
+use skiplock_workflows::packets::roots::PacketRoots;
+use skiplock_workflows::packets::transitions::PacketState;
+use skiplock_workflows::packets::{self, PacketSettings};
 use sqlx::PgPool;
 use support::*;
 

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use skiplock::workflows::packets::processor::Processor;
-use skiplock::workflows::packets::roots::PacketRoots;
-use skiplock::workflows::packets::transitions::{Mover, PacketState, Refused, mover};
-use skiplock::workflows::packets::{self, PacketSettings};
+use skiplock_workflows::packets::processor::Processor;
+use skiplock_workflows::packets::roots::PacketRoots;
+use skiplock_workflows::packets::transitions::{Mover, PacketState, Refused, mover};
+use skiplock_workflows::packets::{self, PacketSettings};
 use sqlx::PgPool;
 use support::*;
 
@@ -427,7 +427,9 @@ async fn submit_commits_packet_and_job_together() {
     .unwrap();
     assert_eq!((packets_n, jobs_n), (0, 0));
     // The SQL API is re-applied by every `migrate`: doing it again must work.
-    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate_parts(&db.pool, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
     let e = sqlx::query("SELECT skiplock.submit_packet('  ')")
         .execute(&db.pool)
         .await
@@ -451,7 +453,10 @@ async fn the_packet_job_uses_the_shared_names_and_attempts() {
     );
     assert_eq!(
         row.unique_key,
-        Some(format!("{}{id}", skiplock::names::PACKET_KEY_PREFIX))
+        Some(format!(
+            "{}{id}",
+            skiplock_workflows::names::PACKET_KEY_PREFIX
+        ))
     );
 }
 

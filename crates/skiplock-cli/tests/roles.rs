@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
-use skiplock::workflows::packets;
+use skiplock_workflows::packets;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use support::*;
 
@@ -244,8 +244,12 @@ async fn an_enqueuer_can_enqueue_but_not_read_change_or_delete_jobs() {
 #[tokio::test]
 async fn migrate_is_idempotent_with_the_roles_and_revokes_public_execute() {
     let db = TestDb::new().await;
-    skiplock::store::schema::migrate(&db.pool).await.unwrap();
-    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate_parts(&db.pool, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
+    skiplock::store::schema::migrate_parts(&db.pool, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
     let public_exec: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'skiplock' AND has_function_privilege('public', p.oid, 'EXECUTE')",

@@ -11,10 +11,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use skiplock::workflows::pack::{self, PackSettings};
-use skiplock::workflows::packets::processor::Processor;
-use skiplock::workflows::packets::transitions::PacketState;
-use skiplock::workflows::packets::{self, PacketSettings};
+use skiplock_workflows::pack::{self, PackSettings};
+use skiplock_workflows::packets::processor::Processor;
+use skiplock_workflows::packets::transitions::PacketState;
+use skiplock_workflows::packets::{self, PacketSettings};
 use sqlx::{AssertSqlSafe, PgPool};
 use support::*;
 
@@ -200,7 +200,7 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
     let squatted_next = packet + 1;
 
     // Today's migrate.
-    skiplock::store::schema::migrate(p)
+    skiplock::store::schema::migrate_parts(p, &skiplock_workflows::schemas())
         .await
         .expect("migrate after 0.1.0");
     skiplock::store::schema::ensure_ready(p).await.unwrap();
@@ -308,7 +308,7 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
                 processor: Processor::Manifest,
                 timeout: Duration::from_secs(30),
                 recovery: true,
-                roots: skiplock::workflows::packets::roots::PacketRoots::new(&[packet_root()]),
+                roots: skiplock_workflows::packets::roots::PacketRoots::new(&[packet_root()]),
             },
         );
         pack::register_with(
@@ -355,7 +355,9 @@ async fn a_release_0_1_0_database_keeps_working_after_migrate() {
     worker.stop().await.unwrap();
     assert_eq!(count_state(p, "discarded").await, 1);
     // Migrating again is a no-op.
-    skiplock::store::schema::migrate(p).await.unwrap();
+    skiplock::store::schema::migrate_parts(p, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -372,7 +374,9 @@ async fn a_release_0_1_0_database_is_refused_until_migrated() {
         .await
         .unwrap_err();
     assert_eq!(format!("error: {e}"), want);
-    skiplock::store::schema::migrate(&db.pool).await.unwrap();
+    skiplock::store::schema::migrate_parts(&db.pool, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
     skiplock::store::schema::ensure_ready(&db.pool)
         .await
         .unwrap();
@@ -533,9 +537,11 @@ async fn a_release_api_8_database_keeps_working_after_migrate() {
     assert_eq!(count_state(p, "waiting").await, 1);
     let jobs_before = count(p, "SELECT count(*) FROM skiplock.jobs").await;
 
-    schema::migrate(p).await.unwrap();
+    schema::migrate_parts(p, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
     schema::ensure_ready(p).await.unwrap();
-    for part in ["fetch", "pack", "packets"] {
+    for part in skiplock_workflows::schemas() {
         schema::ensure_part(p, part).await.unwrap();
     }
     let (code, _, err) = run_cmd(&db.url, &["stats"]);
@@ -631,7 +637,7 @@ async fn a_release_api_8_database_keeps_working_after_migrate() {
                 processor: Processor::Manifest,
                 timeout: Duration::from_secs(30),
                 recovery: true,
-                roots: skiplock::workflows::packets::roots::PacketRoots::new(&[packet_root()]),
+                roots: skiplock_workflows::packets::roots::PacketRoots::new(&[packet_root()]),
             },
         )
     });
@@ -675,7 +681,9 @@ async fn a_release_api_8_database_keeps_working_after_migrate() {
         3
     );
     // Migrating again is a no-op.
-    schema::migrate(p).await.unwrap();
+    schema::migrate_parts(p, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -773,7 +781,9 @@ async fn keeps_working_after_migrate(r: &Release) {
     )
     .await;
 
-    skiplock::store::schema::migrate(p).await.unwrap();
+    skiplock::store::schema::migrate_parts(p, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
     skiplock::store::schema::ensure_ready(p).await.unwrap();
     let (code, _, err) = run_cmd(&db.url, &["stats"]);
     assert_eq!(code, 0, "{err}");
@@ -878,7 +888,9 @@ async fn keeps_working_after_migrate(r: &Release) {
         2
     );
     // Migrating again is a no-op.
-    skiplock::store::schema::migrate(p).await.unwrap();
+    skiplock::store::schema::migrate_parts(p, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
 }
 
 /// Waits for a heartbeat of the (one) worker written after `after`; returns its time.
@@ -911,7 +923,9 @@ async fn a_running_worker_stops_when_another_release_migrates_the_schema() {
     let id: i64 = one(p, "SELECT skiplock.enqueue('noop', '{}')").await;
     wait_job(p, id, "completed", |r| r.state.as_str() == "completed").await;
 
-    skiplock::store::schema::migrate(p).await.unwrap();
+    skiplock::store::schema::migrate_parts(p, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
     let mut after: DateTime<Utc> = one(p, "SELECT now()").await;
     // Three beats after it (each checks the schema after writing its heartbeat).
     for _ in 0..3 {
@@ -1025,7 +1039,9 @@ async fn a_migrated_release_api_8_database_has_the_schema_of_a_new_one() {
 /// `old`, migrated now, has the schema of a database this release migrates new.
 async fn same_schema_as_a_new_database(old: &TestDb) {
     let fresh = TestDb::new().await;
-    skiplock::store::schema::migrate(&old.pool).await.unwrap();
+    skiplock::store::schema::migrate_parts(&old.pool, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
     let (a, b) = (
         schema_lines(&fresh.pool).await,
         schema_lines(&old.pool).await,
@@ -1045,13 +1061,14 @@ async fn same_schema_as_a_new_database(old: &TestDb) {
 
 /// A program built without the workflows installs no workflow table, type or reserved name;
 /// a program with them, migrating the same database later, adds its parts, and a workflow
-/// refuses to start until it has.
+/// refuses to start until it has. A core-only program migrating again keeps the parts and
+/// their grants (the worker role may still not delete a packet).
 #[tokio::test]
 async fn a_core_only_database_has_no_workflow_part_until_a_program_with_one_migrates_it() {
     use skiplock::store::schema;
     let db = TestDb::empty().await;
     let p = &db.pool;
-    schema::migrate_parts(p, &[&schema::CORE]).await.unwrap();
+    schema::migrate(p).await.unwrap();
     let workflow_tables =
         "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                            WHERE n.nspname = 'skiplock'
@@ -1080,19 +1097,24 @@ async fn a_core_only_database_has_no_workflow_part_until_a_program_with_one_migr
         "SELECT skiplock.enqueue('noop', queue => 'fetch', unique_key => 'fetch:x')",
     )
     .await;
-    let e = schema::ensure_part(p, "packets")
+    let packets = &skiplock_workflows::parts::PACKETS;
+    let e = schema::ensure_part(p, packets)
         .await
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("the packets workflow's schema is not installed"),
+        e.contains("the packets part's schema is not installed"),
         "{e}"
     );
 
-    schema::migrate(p).await.unwrap();
+    schema::migrate_parts(p, &skiplock_workflows::schemas())
+        .await
+        .unwrap();
     assert_eq!(count(p, workflow_tables).await, 7);
-    schema::ensure_part(p, "packets").await.unwrap();
-    schema::ensure_part(p, "fetch").await.unwrap();
+    schema::ensure_part(p, packets).await.unwrap();
+    schema::ensure_part(p, &skiplock_workflows::parts::FETCH)
+        .await
+        .unwrap();
     // The workflows' names are reserved from now on; the job enqueued before stays.
     let e = sqlx::query("SELECT skiplock.enqueue('noop', queue => 'fetch')")
         .execute(p)
@@ -1111,8 +1133,13 @@ async fn a_core_only_database_has_no_workflow_part_until_a_program_with_one_migr
         .await,
         1
     );
-    // A core-only program migrating again leaves the workflows in place.
-    schema::migrate_parts(p, &[&schema::CORE]).await.unwrap();
+    // A core-only program migrating again leaves the workflows in place, with their grants:
+    // the core's roles file re-grants the worker role every table, and the packets part's
+    // recorded grants take DELETE on packets back (sql/api/95_part_grants.sql).
+    schema::migrate(p).await.unwrap();
     assert_eq!(count(p, workflow_tables).await, 7);
-    schema::ensure_part(p, "packets").await.unwrap();
+    schema::ensure_part(p, packets).await.unwrap();
+    let worker_may = "SELECT (has_table_privilege('skiplock_worker', 'skiplock.packets', 'DELETE')::int
+                           + has_table_privilege('skiplock_worker', 'skiplock.packet_events', 'INSERT')::int)::int8";
+    assert_eq!(count(p, worker_may).await, 0);
 }

@@ -20,7 +20,8 @@
 
 // The core's modules, under the names the console's files have used since they were part of
 // the core (`crate::queue::JobState`, `crate::db::outage`, ...).
-use skiplock::{Error, admin, config, error, queue, redact, text, time, workflows};
+use skiplock::{Error, admin, config, error, queue, redact, text, time};
+use skiplock_workflows as workflows;
 
 pub mod db;
 pub mod http;

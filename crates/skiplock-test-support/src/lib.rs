@@ -3,6 +3,8 @@
 //! waiting on conditions with a generous deadline instead of fixed sleeps. Each test crate
 //! takes them through its own `tests/support/mod.rs`.
 
+pub mod sql_names;
+
 use std::future::Future;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -38,10 +40,21 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// Creates and migrates a fresh database.
+    /// Creates and migrates a fresh database: the core, and with the feature `workflows`
+    /// (the crates whose tests drive the built-in workflows: the `skiplock` command's, the
+    /// console's) every built-in workflow too, as `skiplock migrate` does.
     pub async fn new() -> TestDb {
+        #[cfg(feature = "workflows")]
+        let parts = skiplock_workflows::schemas();
+        #[cfg(not(feature = "workflows"))]
+        let parts = Vec::new();
+        TestDb::with_parts(&parts).await
+    }
+
+    /// Creates a fresh database and migrates the core and `parts`.
+    pub async fn with_parts(parts: &[&skiplock::store::schema::PartSchema]) -> TestDb {
         let db = TestDb::empty().await;
-        skiplock::store::schema::migrate(&db.pool)
+        skiplock::store::schema::migrate_parts(&db.pool, parts)
             .await
             .expect("migrate");
         db

@@ -1008,22 +1008,19 @@ mod tests {
         // A key that merely contains one is fine.
         let ok = "[[job]]\nname='x'\nevery='1m'\nkind='noop'\nunique_key='nightly:packet:1'\n";
         assert!(PeriodicJobs::from_toml(ok).is_ok());
-        // The same rule for a job declared in code, named in the error (a prefix of the
-        // packet pipeline; the core reserves none).
-        #[cfg(feature = "packets")]
-        {
-            let j = PeriodicJob::every(
-                "nightly",
-                Duration::from_secs(60),
-                NewJob::new("noop", serde_json::json!({})).unique_key("packet:1", OnConflict::Keep),
-            )
-            .unwrap();
-            let e = Scheduler::new(PeriodicJobs::new().add(j), "t")
-                .err()
-                .unwrap()
-                .to_string();
-            assert!(e.contains("\"nightly\"") && e.contains("packet:"), "{e}");
-        }
+        // The same rule for a job declared in code, named in the error (the core's own
+        // prefix: the keys `unique_by` derives).
+        let j = PeriodicJob::every(
+            "nightly",
+            Duration::from_secs(60),
+            NewJob::new("noop", serde_json::json!({})).unique_key("args:1", OnConflict::Keep),
+        )
+        .unwrap();
+        let e = Scheduler::new(PeriodicJobs::new().add(j), "t")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("\"nightly\"") && e.contains("args:"), "{e}");
     }
 
     #[test]

@@ -11,9 +11,10 @@ use std::sync::OnceLock;
 use metrics::Unit;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use skiplock::metrics::{
-    ACK_BATCH, BATCH_BUCKETS, CLAIM_BATCH, DURATION_BUCKETS, ENQUEUE_REFUSED, FETCHES,
-    JOB_DURATION, JOBS_FINISHED, PACK_DURATION, PACKS, RESCUED,
+    ACK_BATCH, BATCH_BUCKETS, CLAIM_BATCH, DURATION_BUCKETS, ENQUEUE_REFUSED, JOB_DURATION,
+    JOBS_FINISHED, RESCUED,
 };
+use skiplock_workflows::metrics::{FETCHES, PACK_DURATION, PACKS};
 
 use crate::error::{Error, Result};
 

@@ -1,6 +1,7 @@
 //! The database's part of a scrape in Prometheus text format: queue depth and the oldest
-//! waiting job per queue, packets per state, and whether the read succeeded. Pure: the
-//! snapshot comes from [`crate::store::metrics::snapshot`].
+//! waiting job per queue, the optional parts' gauges (the packet pipeline's packets per
+//! state), and whether the read succeeded. Pure: the snapshot comes from
+//! [`super::serve::database_text`].
 //!
 //! Per-queue series are bounded: only the snapshot's first N queues (`SKIPLOCK_TOP_QUEUES`,
 //! paused first, then by live jobs) have them, and the rest are added up in the
@@ -13,7 +14,6 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::store::metrics::Snapshot;
-use crate::store::types::PacketState;
 
 /// Jobs per queue and live state (`available`, `scheduled`, `running`).
 pub const QUEUE_DEPTH: &str = "skiplock_queue_depth";
@@ -32,8 +32,6 @@ pub const OTHER_DEPTH: &str = "skiplock_other_queues_depth";
 pub const OTHER_OLDEST_WAIT: &str = "skiplock_other_queues_oldest_wait_seconds";
 /// Paused queues among those past the first N.
 pub const OTHER_PAUSED: &str = "skiplock_other_queues_paused";
-/// Packets per state.
-pub const PACKETS: &str = "skiplock_packets";
 /// Seconds since the oldest transaction holding the vacuum horizon began.
 pub const HORIZON_AGE: &str = "skiplock_vacuum_horizon_age_seconds";
 /// The largest xid age a session, a prepared transaction or a replication slot holds.
@@ -86,7 +84,7 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
     header(
         &mut out,
         DATABASE_UP,
-        "1 when this scrape could read queue depth and packets from the database.",
+        "1 when this scrape could read queue depth and the parts' gauges from the database.",
     );
     let _ = writeln!(out, "{DATABASE_UP} {}", u8::from(snap.is_some()));
     header(
@@ -238,17 +236,24 @@ pub fn database(snap: Option<&Snapshot>, took: Duration) -> String {
         "Dead tuples in skiplock's tables now: what vacuum has not removed, or cannot while the horizon is held (skiplock doctor names the holder).",
     );
     let _ = writeln!(out, "{DEAD_TUPLES} {}", snap.horizon.dead_tuples);
-    {
-        header(&mut out, PACKETS, "Packets per state.");
-        for state in PacketState::ALL {
-            let n: i64 = snap
-                .packets
-                .iter()
-                .filter(|p| p.state == state)
-                .map(|p| p.packets)
-                .sum();
-            let _ = writeln!(out, "{PACKETS}{{state=\"{}\"}} {n}", state.as_str());
+    // The parts' gauges, each series' header once, before its first sample.
+    let mut named: Vec<&str> = Vec::new();
+    for g in &snap.parts {
+        if !named.contains(&g.name) {
+            header(&mut out, g.name, g.help);
+            named.push(g.name);
         }
+        let labels: Vec<String> = g
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+            .collect();
+        let labels = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{}}}", labels.join(","))
+        };
+        let _ = writeln!(out, "{}{labels} {}", g.name, value(g.value));
     }
     out
 }
@@ -274,7 +279,7 @@ mod tests {
     }
 
     #[test]
-    fn queues_and_every_packet_state_are_rendered() {
+    fn queues_and_the_parts_gauges_are_rendered() {
         let depth = |name: &str, available: i64, paused: bool| QueueDepth {
             queue: Some(name.into()),
             available,
@@ -297,10 +302,15 @@ mod tests {
                 queues: 300,
                 paused_queues: 2,
             }),
-            packets: vec![crate::store::metrics::PacketCount {
-                state: PacketState::InReview,
-                packets: 7,
-            }],
+            parts: ["queued", "in_review"]
+                .into_iter()
+                .map(|state| crate::store::metrics::Gauge {
+                    name: "skiplock_packets",
+                    help: "Packets per state.",
+                    labels: vec![("state", state.to_string())],
+                    value: if state == "in_review" { 7.0 } else { 0.0 },
+                })
+                .collect(),
             control: vec![QueueControl {
                 queue: "held".into(),
                 paused: true,
@@ -331,6 +341,7 @@ mod tests {
         ));
         assert!(!t.contains("limit=\"key_concurrency\""));
         assert!(t.contains("skiplock_packets{state=\"queued\"} 0\n"));
+        assert_eq!(t.matches("# HELP skiplock_packets ").count(), 1);
         assert!(
             !t.contains("skiplock_queue_depth{queue=\"held\""),
             "a queue with settings and no live job has no depth series"
@@ -373,7 +384,7 @@ mod tests {
         let snap = Snapshot {
             queues,
             others: None,
-            packets: vec![],
+            parts: vec![],
             control,
             horizon: Default::default(),
         };

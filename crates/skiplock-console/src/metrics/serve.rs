@@ -63,16 +63,24 @@ pub fn listen_decision(
     ))
 }
 
-/// The database's part of a scrape, per-queue series for the `top` queues: the snapshot
-/// within [`SCRAPE_TIMEOUT`], or a report that it failed (logged at warn).
-pub async fn database_text(pool: &Pool, top: usize) -> String {
+/// The optional parts whose gauges a scrape reads (`skiplock::part::Part::gauges`; the
+/// `skiplock` command's are the built-in workflows).
+#[derive(Clone, Default)]
+pub struct Parts(pub Arc<Vec<Box<dyn skiplock::part::Part>>>);
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|p| p.schema().name))
+            .finish()
+    }
+}
+
+/// The database's part of a scrape, per-queue series for the `top` queues and the `parts`'
+/// gauges: the snapshot within [`SCRAPE_TIMEOUT`], or a report that it failed (logged at warn).
+pub async fn database_text(pool: &Pool, top: usize, parts: &Parts) -> String {
     let began = Instant::now();
-    let snap = match tokio::time::timeout(
-        SCRAPE_TIMEOUT,
-        crate::store::metrics::snapshot(pool, SCRAPE_TIMEOUT, top),
-    )
-    .await
-    {
+    let snap = match tokio::time::timeout(SCRAPE_TIMEOUT, snapshot(pool, top, parts)).await {
         Ok(Ok(s)) => Some(s),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "metrics: reading queue depth from the database failed");
@@ -88,11 +96,28 @@ pub async fn database_text(pool: &Pool, top: usize) -> String {
     super::render::database(snap.as_ref(), began.elapsed())
 }
 
+/// One read-only transaction under a short statement timeout: the core's snapshot, then each
+/// part's gauges.
+async fn snapshot(
+    pool: &Pool,
+    top: usize,
+    parts: &Parts,
+) -> Result<crate::store::metrics::Snapshot> {
+    let mut tx = crate::store::metrics::begin(pool, SCRAPE_TIMEOUT).await?;
+    let mut snap = crate::store::metrics::read(&mut tx, top).await?;
+    for p in parts.0.iter() {
+        snap.parts.extend(p.gauges(&mut tx).await?);
+    }
+    tx.rollback().await?;
+    Ok(snap)
+}
+
 #[derive(Clone)]
 struct Endpoint {
     handle: PrometheusHandle,
     pool: Pool,
     top: usize,
+    parts: Parts,
 }
 
 /// Refuses (421) a request whose `Host` is not one of the endpoint's own names: a scrape
@@ -125,17 +150,18 @@ async fn scrape(State(e): State<Endpoint>) -> impl IntoResponse {
     if !body.is_empty() && !body.ends_with('\n') {
         body.push('\n');
     }
-    body.push_str(&database_text(&e.pool, e.top).await);
+    body.push_str(&database_text(&e.pool, e.top, &e.parts).await);
     ([(CONTENT_TYPE, TEXT_FORMAT)], body)
 }
 
 /// The endpoint's router: `GET /metrics` (the recorder's series, then the database's, for
-/// the `top` queues), only for the `hosts` names.
+/// the `top` queues and the `parts`), only for the `hosts` names.
 pub fn router(
     handle: PrometheusHandle,
     scrape_pool: Pool,
     hosts: crate::http::hosts::AllowedHosts,
     top: usize,
+    parts: Parts,
 ) -> Router {
     Router::new()
         .route("/metrics", get(scrape))
@@ -143,6 +169,7 @@ pub fn router(
             handle,
             pool: scrape_pool,
             top,
+            parts,
         })
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(hosts),
@@ -173,6 +200,8 @@ pub struct EndpointSettings {
     /// Queues listed one by one in a scrape ([`crate::web::TOP_QUEUES_SETTING`], default
     /// [`crate::web::DEFAULT_TOP_QUEUES`]).
     pub top_queues: usize,
+    /// The optional parts whose gauges a scrape reads.
+    pub parts: Parts,
 }
 
 /// Installs the recorder and serves a worker's endpoint on `settings.listen` until `stop`:
@@ -189,6 +218,7 @@ pub async fn start(
         extra_hosts,
         read_timeout,
         top_queues: top,
+        parts,
     } = settings;
     let listen = listen.as_str();
     let invalid = |m: String| Error::config(LISTEN_SETTING, m);
@@ -204,7 +234,7 @@ pub async fn start(
     let bound = listener.local_addr().map_err(Error::Io)?;
     let handle = super::install()?;
     let hosts = crate::http::hosts::AllowedHosts::new(bound, extra_hosts, hosts_setting);
-    let app = router(handle.clone(), scrape_pool, hosts, top);
+    let app = router(handle.clone(), scrape_pool, hosts, top, parts);
     let task = tokio::spawn(async move {
         let upkeep = {
             let (handle, stop) = (handle.clone(), stop.clone());

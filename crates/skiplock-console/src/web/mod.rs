@@ -84,6 +84,8 @@ pub struct AppState {
     /// What the doctor's page judges with: the workers' rescue window and the reaper's age
     /// (read by the command from the same settings as the worker's).
     pub doctor: skiplock::doctor::Thresholds,
+    /// The optional parts whose gauges `/metrics` reads.
+    pub parts: crate::metrics::serve::Parts,
 }
 
 /// Builds the console's router (every page, the assets, the login, the guard).
@@ -125,7 +127,7 @@ pub fn router(state: AppState) -> Router {
 async fn metrics(
     axum::extract::State(st): axum::extract::State<AppState>,
 ) -> impl axum::response::IntoResponse {
-    let body = crate::metrics::serve::database_text(&st.pool, st.top_queues).await;
+    let body = crate::metrics::serve::database_text(&st.pool, st.top_queues, &st.parts).await;
     (
         [(
             axum::http::header::CONTENT_TYPE,

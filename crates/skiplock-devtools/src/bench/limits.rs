@@ -17,7 +17,7 @@ use skiplock::admin::{self as control, KeyLimit, Rate};
 use skiplock::config::QueueSettings;
 use skiplock::error::{Error, Result};
 use skiplock::worker::Worker;
-use skiplock::workflows::fetch::{self, FetchSettings, schedule::Schedule};
+use skiplock_workflows::fetch::{self, FetchSettings, schedule::Schedule};
 
 /// The queue the drains use.
 const QUEUE: &str = "default";

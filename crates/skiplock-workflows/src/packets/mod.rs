@@ -106,7 +106,7 @@ impl PacketSettings {
 
 /// Registers the `process-packet` handler and the start-up recovery hook with `settings`.
 pub fn register_with(builder: WorkerBuilder, settings: PacketSettings) -> WorkerBuilder {
-    let mut builder = builder.on_start(super::part_hook("packets"));
+    let mut builder = builder;
     let recovery = settings.recovery;
     let concurrency = settings.concurrency;
     builder.registry_mut().register(ProcessPacket { settings });

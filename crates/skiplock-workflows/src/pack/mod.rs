@@ -8,6 +8,7 @@
 
 pub mod artifact;
 pub mod debounce;
+pub mod faults;
 pub mod store;
 
 use std::time::{Duration, Instant};
@@ -193,7 +194,7 @@ impl Handler for DoThePacking {
             .map_err(|e| JobError::retry(format!("artifact builder panicked: {e}")))??;
 
         // Test builds only (the `fault-injection` feature): a pack a test means to interrupt.
-        let delay = crate::worker::faults::upload_delay(host);
+        let delay = faults::upload_delay(host);
         if !delay.is_zero() {
             tracing::warn!(host, "fault injection: waiting {delay:?} before the upload");
             tokio::time::sleep(delay).await;
@@ -228,7 +229,7 @@ impl Handler for DoThePacking {
 
 /// Registers the pack handlers with `settings` (a bad store stops the worker at start-up).
 pub fn register_with(builder: WorkerBuilder, settings: PackSettings) -> Result<WorkerBuilder> {
-    let mut builder = builder.on_start(super::part_hook("pack"));
+    let mut builder = builder;
     let store = Store::open(&settings.store)?;
     builder.registry_mut().register(TimerReset {
         settings: settings.clone(),

@@ -11,10 +11,10 @@ use tokio::sync::mpsc;
 use crate::error::{Error, Result};
 pub use crate::store::pack::PageRow;
 
-const SCHEMA: &str = include_str!("../../../sql/pack/artifact_schema.sql");
-const INSERT: &str = include_str!("../../../sql/pack/artifact_insert.sql");
-const FINISH: &str = include_str!("../../../sql/pack/artifact_finish.sql");
-const META: &str = include_str!("../../../sql/pack/artifact_meta.sql");
+const SCHEMA: &str = include_str!("../../sql/pack/artifact_schema.sql");
+const INSERT: &str = include_str!("../../sql/pack/artifact_insert.sql");
+const FINISH: &str = include_str!("../../sql/pack/artifact_finish.sql");
+const META: &str = include_str!("../../sql/pack/artifact_meta.sql");
 
 /// A finished artifact in a temporary file (deleted when dropped).
 #[derive(Debug)]

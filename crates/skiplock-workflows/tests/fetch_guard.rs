@@ -14,8 +14,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use serde_json::Value;
-use skiplock::workflows::fetch::schedule::Schedule;
-use skiplock::workflows::fetch::{self, FetchSettings};
+use skiplock_workflows::fetch::schedule::Schedule;
+use skiplock_workflows::fetch::{self, FetchSettings};
 use sqlx::PgPool;
 use support::*;
 
@@ -118,7 +118,7 @@ fn loopback_names_in_etc_hosts() -> Vec<String> {
 
 #[tokio::test]
 async fn addresses_embedding_loopback_or_reserved_ranges_are_refused_without_a_request() {
-    let db = TestDb::new().await;
+    let db = workflows_db().await;
     let srv = Server::start("hello".into(), false).await;
     let mut s = FetchSettings::new(Schedule::default(), Duration::ZERO, false);
     // Were the guard to let one through, the attempt would fail fast, not hang.
@@ -166,7 +166,7 @@ async fn addresses_embedding_loopback_or_reserved_ranges_are_refused_without_a_r
 
 #[tokio::test]
 async fn a_body_past_the_cap_is_cut_and_the_page_says_so() {
-    let db = TestDb::new().await;
+    let db = workflows_db().await;
     let srv = Server::start("x".repeat(100_000), false).await;
     let mut s = FetchSettings::new(Schedule::default(), Duration::ZERO, true);
     s.max_bytes = 1000;
@@ -187,7 +187,7 @@ async fn a_body_past_the_cap_is_cut_and_the_page_says_so() {
 
 #[tokio::test]
 async fn a_server_that_never_answers_is_cut_off_by_the_request_timeout_and_retried() {
-    let db = TestDb::new().await;
+    let db = workflows_db().await;
     let srv = Server::start(String::new(), true).await;
     let mut s = FetchSettings::new(Schedule::default(), Duration::ZERO, true);
     s.timeout = Duration::from_secs(1);
@@ -213,7 +213,7 @@ async fn a_server_that_never_answers_is_cut_off_by_the_request_timeout_and_retri
 
 #[tokio::test]
 async fn a_request_from_sql_for_a_host_outside_the_allow_list_is_discarded_unfetched() {
-    let db = TestDb::new().await;
+    let db = workflows_db().await;
     let srv = Server::start("hello".into(), false).await;
     let schedule = Schedule::parse("allow = [\"example.com\"]\n").unwrap();
     // Private addresses allowed, so only the allow list can refuse this host.

@@ -16,8 +16,8 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse};
 use skiplock::config::QueueSettings;
 use skiplock::worker::Worker;
-use skiplock::workflows::fetch::schedule::Schedule;
-use skiplock::workflows::fetch::{self, FetchSettings};
+use skiplock_workflows::fetch::schedule::Schedule;
+use skiplock_workflows::fetch::{self, FetchSettings};
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 

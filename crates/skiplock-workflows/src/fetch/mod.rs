@@ -115,7 +115,6 @@ impl FetchSettings {
 pub fn register_with(builder: WorkerBuilder, settings: FetchSettings) -> Result<WorkerBuilder> {
     let politeness = settings.politeness;
     Ok(builder
-        .on_start(super::part_hook("fetch"))
         .register(FetchHandler::new(settings)?)
         .on_start(politeness_hook(politeness)))
 }
@@ -520,8 +519,10 @@ impl Fetch<'_> {
             },
         )
         .await?;
+        // A changed page resets its host's pack timer, when this build packs (the pack queue
+        // is reserved to its functions: `skiplock._reserved_job`).
+        #[cfg(feature = "pack")]
         if changed {
-            // The pack queue is reserved to its functions (`skiplock._reserved_job`).
             store::pack::timer_reset(&mut *tx, host).await?;
         }
         tx.commit().await.map_err(Error::from)?;

@@ -309,3 +309,20 @@ pub async fn recover<'e, E: Executor<'e>>(exec: E) -> Result<Vec<RecoverRow>> {
         .fetch_all(exec)
         .await?)
 }
+
+/// How many packets are in one state.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct PacketCount {
+    /// The state.
+    pub state: PacketState,
+    /// Packets in it.
+    pub packets: i64,
+}
+
+/// Packets per state that has packets (the metrics scrape's gauge,
+/// `crate::parts::Packets::gauges`).
+pub async fn states<'e, E: Executor<'e>>(exec: E) -> Result<Vec<PacketCount>> {
+    Ok(super::query_as(sql!("packets", "states"))
+        .fetch_all(exec)
+        .await?)
+}
