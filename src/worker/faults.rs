@@ -74,10 +74,27 @@ mod armed {
             .push((host.to_string(), delay));
     }
 
+    /// The packs of each host that reached their armed upload delay (see `upload_delays_reached`).
+    static UPLOAD_DELAYS_REACHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
     #[cfg_attr(not(feature = "pack"), allow(dead_code))]
     pub fn upload_delay(host: &str) -> Option<Duration> {
         let delays = UPLOAD_DELAYS.lock().unwrap_or_else(|p| p.into_inner());
-        delays.iter().find(|(h, _)| h == host).map(|(_, d)| *d)
+        let d = delays.iter().find(|(h, _)| h == host).map(|(_, d)| *d);
+        if d.is_some() {
+            UPLOAD_DELAYS_REACHED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(host.to_string());
+        }
+        d
+    }
+
+    pub fn upload_delays_reached(host: &str) -> usize {
+        let reached = UPLOAD_DELAYS_REACHED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        reached.iter().filter(|h| *h == host).count()
     }
 
     pub fn arm(worker_id: &str, point: Point, times: u32) {
@@ -225,6 +242,17 @@ pub(crate) async fn claim_returned(_worker_id: &str) {}
 #[cfg(feature = "fault-injection")]
 pub fn delay_upload(host: &str, delay: Duration) {
     armed::delay_upload(host, delay)
+}
+
+/// How many packs of `host` have reached the delay [`delay_upload`] armed: each had read all
+/// its pages (its statement's snapshot is taken) and built its artifact. A test waits on this,
+/// not on `pg_stat_activity`: a connection shows the pages query as its last, idle in its
+/// transaction, already after the statement was only prepared (sqlx sends Parse and Describe
+/// with a Sync of their own before Bind and Execute), so a change committed then is still seen
+/// (crates/skiplock-cli/tests/pack.rs, `a_reset_during_a_pack_gives_a_second_pack_with_the_new_content`).
+#[cfg(feature = "fault-injection")]
+pub fn upload_delays_reached(host: &str) -> usize {
+    armed::upload_delays_reached(host)
 }
 
 /// How long the pack of `host` waits before its upload: what [`delay_upload`] armed, else
