@@ -1099,11 +1099,18 @@ async fn released_jobs_wait_for_a_paused_queue_and_run_in_priority_order() {
         .await
         .unwrap();
     let steps = Step::default();
+    // Without claim-ahead the one slot of "held" is claimed for one job at a time, each the
+    // first in claim order. With it, two claims may be in flight (one refilling the buffer,
+    // one for the slot a finished job freed): the later one skips the job the earlier one
+    // locked, and when it answers first its job starts before that one, a higher priority
+    // (docs/internals.md, "Claim": claim-ahead trades strict priority order for fewer round
+    // trips; SKIPLOCK_CLAIM_AHEAD=0 turns it off).
     let settings = skiplock::config::QueueSettings {
         queues: Some(std::collections::BTreeMap::from([
             ("default".to_string(), 4),
             ("held".to_string(), 1),
         ])),
+        claim_ahead: 0,
         ..fast_settings()
     };
     let w = start_worker(&db.pool, settings, |b| b.register(steps.clone()));

@@ -110,8 +110,11 @@ pub(super) fn let_go_of_buffer(held: &Jobs, p: &Producer) -> usize {
 
 /// Holds freshly claimed jobs: each goes into `Jobs::running` as buffered (so the heartbeat
 /// covers it from now on) and into the producer's buffer, then as many as there are free
-/// slots are started.
-pub(super) fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
+/// slots are started. `lane_order`: the claim picked in claim order (priority, scheduled_at,
+/// id), and its jobs take their place in that order among those already buffered; otherwise
+/// (a fair queue's round-robin pick) they go after them, so a later batch never overtakes an
+/// earlier one (docs/concepts.md, "Fair queues").
+pub(super) fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>, lane_order: bool) {
     if jobs.is_empty() {
         return;
     }
@@ -145,10 +148,28 @@ pub(super) fn hold(shared: &Arc<Shared>, p: &Arc<Producer>, jobs: Vec<Job>) {
                     started_at: None,
                 },
             );
-            buffer.push_back(job);
+            if lane_order {
+                buffer_in_claim_order(&mut buffer, job);
+            } else {
+                buffer.push_back(job);
+            }
         }
     }
     start_buffered(shared, p);
+}
+
+/// Puts `job` into `buffer` at its place in claim order (priority, scheduled_at, id: the order
+/// of each claim's answer, `store::claim`), so the buffer starts what it holds in that order
+/// whichever of two claims in flight answers first. Appended per answer, the jobs of a later
+/// claim that answered first (lower priorities: the earlier one had locked the higher ones)
+/// started before the earlier claim's even once both sat in the buffer (priority 3 before 0 in
+/// a run of tests/flows.rs `released_jobs_wait_for_a_paused_queue_and_run_in_priority_order`).
+/// A job that started before the earlier claim answered is not undone: docs/internals.md,
+/// "Claim".
+fn buffer_in_claim_order(buffer: &mut std::collections::VecDeque<Job>, job: Job) {
+    let key = |j: &Job| (j.priority, j.scheduled_at, j.id);
+    let at = buffer.partition_point(|b| key(b) <= key(&job));
+    buffer.insert(at, job);
 }
 
 /// Starts buffered jobs, in claim order, while there are free slots. A job taken away while
@@ -199,6 +220,45 @@ pub(super) fn start_buffered(shared: &Arc<Shared>, p: &Arc<Producer>) {
 mod tests {
     use super::*;
     use crate::worker::producer::policy::{ClaimNow, next_claim};
+
+    fn job(id: i64, priority: i16) -> Job {
+        let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        Job {
+            id,
+            kind: "k".into(),
+            queue: "q".into(),
+            args: crate::queue::RawArgs::new("{}"),
+            priority,
+            attempt: 1,
+            max_attempts: 25,
+            scheduled_at: at,
+            created_at: at,
+            attempted_at: None,
+            tags: Vec::new(),
+            meta: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_buffer_starts_its_jobs_in_claim_order_whichever_claim_answered_first() {
+        // Two claims in flight: the earlier one locked the job of priority 0, the later one
+        // skipped it and took priorities 1 and 3, and answered first (its first job started
+        // at once).
+        let mut buffer = std::collections::VecDeque::new();
+        for j in [job(4, 1), job(2, 3)] {
+            buffer_in_claim_order(&mut buffer, j);
+        }
+        assert_eq!(buffer.pop_front().map(|j| j.id), Some(4));
+        buffer_in_claim_order(&mut buffer, job(5, 0));
+        let order: Vec<i64> = buffer.iter().map(|j| j.id).collect();
+        assert_eq!(order, [5, 2]);
+        // Equal priorities and times keep id order.
+        for j in [job(9, 0), job(7, 0)] {
+            buffer_in_claim_order(&mut buffer, j);
+        }
+        let order: Vec<i64> = buffer.iter().map(|j| j.id).collect();
+        assert_eq!(order, [5, 7, 9, 2]);
+    }
 
     #[test]
     fn the_buffer_holds_about_a_tenth_of_a_second_of_work_per_slot() {

@@ -414,6 +414,9 @@ impl ClaimLoop {
             self.careful_left = self.careful_left.saturating_sub(c.jobs.len());
         }
         let counted = c.counted_starts();
+        // The pick went lane by lane (it has a clock): its jobs go into the buffer at their
+        // place in claim order (`buffer_in_claim_order`).
+        let lane_order = c.clock.is_some();
         let mut jobs = c.jobs;
         if !counted {
             // Each start is read off the database's clock when a slot takes the job.
@@ -421,7 +424,7 @@ impl ClaimLoop {
                 j.attempted_at = None;
             }
         }
-        hold(&sh, &p, jobs);
+        hold(&sh, &p, jobs, lane_order);
         if self.careful_left == 0 {
             p.one_at_a_time.store(false, Ordering::Relaxed);
         }

@@ -296,19 +296,13 @@ async fn a_reset_during_a_pack_gives_a_second_pack_with_the_new_content() {
     let w = pack_worker(&db, settings(store.path(), 1, 3600), 4).await;
     let first = pack_now(&db.pool, host).await;
     wait_state(&db.pool, first, "running").await;
-    // Wait until the pack has read its pages (its transaction then sits in the upload
-    // delay), so the page below is certainly new to it.
-    let name = db.name.clone();
+    // Wait until the pack has read its pages and sits in the upload delay, so the page below
+    // is certainly new to it. Not "idle in transaction after the pages query" in
+    // pg_stat_activity: a connection shows that already when the query was only prepared
+    // (Parse and Describe have a Sync of their own, before Bind and Execute take the
+    // snapshot), and a page committed in between was packed by the first pack.
     wait_for("the first pack to read its pages", LONG, || async {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
-             AND state = 'idle in transaction' AND query LIKE '-- The pages of host%'",
-        )
-        .bind(&name)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        (n > 0).then_some(())
+        (skiplock_workflows::pack::faults::upload_delays_reached(host) > 0).then_some(())
     })
     .await;
     insert_page(&db.pool, host, "/z", "Zebra", Some("a striped zebra")).await;

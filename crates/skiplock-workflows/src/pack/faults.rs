@@ -18,6 +18,26 @@ pub fn delay_upload(host: &str, delay: Duration) {
         .push((host.to_string(), delay));
 }
 
+/// The packs of each host that reached their armed upload delay ([`upload_delays_reached`]).
+#[cfg(feature = "fault-injection")]
+static UPLOAD_DELAYS_REACHED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// How many packs of `host` have reached the delay [`delay_upload`] armed: each had read all
+/// its pages (its statement's snapshot is taken) and built its artifact. A test waits on this,
+/// not on `pg_stat_activity`: a connection shows the pages query as its last, idle in its
+/// transaction, already after the statement was only prepared (sqlx sends Parse and Describe
+/// with a Sync of their own before Bind and Execute), so a change committed then is still seen
+/// (crates/skiplock-cli/tests/pack.rs, `a_reset_during_a_pack_gives_a_second_pack_with_the_new_content`).
+#[cfg(feature = "fault-injection")]
+pub fn upload_delays_reached(host: &str) -> usize {
+    UPLOAD_DELAYS_REACHED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|h| *h == host)
+        .count()
+}
+
 /// How long the pack of `host` waits before its upload: what [`delay_upload`] armed, else
 /// `SKIPLOCK_FAULT_UPLOAD_DELAY` (for a worker process a test spawns and then kills), else 0.
 #[cfg(feature = "fault-injection")]
@@ -28,6 +48,12 @@ pub(crate) fn upload_delay(host: &str) -> Duration {
         .iter()
         .find(|(h, _)| h == host)
         .map(|(_, d)| *d);
+    if armed.is_some() {
+        UPLOAD_DELAYS_REACHED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(host.to_string());
+    }
     armed
         .or_else(|| {
             std::env::var("SKIPLOCK_FAULT_UPLOAD_DELAY")
