@@ -14,4 +14,5 @@
 ALTER TABLE skiplock.queue_admission
     ADD COLUMN admitted bigint,
     ADD COLUMN counted_at timestamptz,
-    ADD CONSTRAINT queue_admission_admitted_check CHECK (admitted >= 0);
+    ADD CONSTRAINT queue_admission_admitted_check CHECK (admitted >= 0),
+    ADD CONSTRAINT queue_admission_counted_at_check CHECK (skiplock._time_ok(counted_at));
