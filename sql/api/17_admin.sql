@@ -3,11 +3,48 @@
 -- Installed (CREATE OR REPLACE) by `skiplock migrate` after the schema migrations, in the order of
 -- src/store/schema.rs (api_files).
 
--- Cancel a job that has not finished. A running job's late acknowledgement is fenced off
--- (the row is no longer `running`); the interrupted attempt is recorded in `errors` as
--- {attempt, at, error: 'cancelled while running'}, the attempt is recorded as taken away
--- (jobs.taken_attempt: a replace keeps counting from it, skiplock._enqueue) and
--- the stale `heartbeat_at` is cleared, so the row itself says an attempt was cut short.
+-- The one way a job is cancelled (skiplock.cancel, skiplock.cancel_jobs; cancel_by_key through
+-- cancel): the unfinished jobs among `ids`, which the caller has locked, become `cancelled`. A
+-- running job's late acknowledgement is fenced off (the row is no longer `running`); its
+-- interrupted attempt is recorded in `errors` as {attempt, at, error: 'cancelled while
+-- running'}, the attempt is recorded as taken away (jobs.taken_attempt: a replace keeps
+-- counting from it, skiplock._enqueue) and the stale `heartbeat_at` is cleared, so the row
+-- itself says an attempt was cut short. A queue whose running jobs were cancelled has slots free
+-- under its concurrency limits: its producers are woken (delivered at commit), not left to
+-- their next poll. Then their dependents are settled, at most `settle_edges` edges in this
+-- statement (skiplock._settle). Returns the ids it cancelled.
+CREATE OR REPLACE FUNCTION skiplock._cancel_locked(ids bigint[], settle_edges integer) RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    cancelled bigint[];
+BEGIN
+    WITH before AS (
+        SELECT j.id, j.state, j.queue FROM skiplock.jobs j
+        WHERE j.id = ANY(_cancel_locked.ids) AND j.state IN ('available', 'running', 'waiting')
+    ), moved AS (
+        UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
+            errors = CASE WHEN j.state = 'running'
+                          THEN j.errors || jsonb_build_array(jsonb_build_object(
+                                   'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
+                          ELSE j.errors END,
+            taken_attempt = CASE WHEN j.state = 'running' THEN j.attempt ELSE j.taken_attempt END
+        FROM before b WHERE j.id = b.id
+        RETURNING j.id
+    ), woken AS (
+        SELECT pg_notify(skiplock._wake_channel(), q.queue)
+        FROM (SELECT DISTINCT b.queue FROM before b WHERE b.state = 'running') q
+    )
+    -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
+    SELECT array_agg(moved.id) INTO cancelled FROM moved WHERE (SELECT count(*) FROM woken) >= 0;
+    IF cancelled IS NOT NULL THEN
+        PERFORM skiplock._settle(cancelled, _cancel_locked.settle_edges);
+    END IF;
+    RETURN coalesce(cancelled, '{}');
+END;
+$$;
+
+-- Cancel a job that has not finished (skiplock._cancel_locked: a running job's late
+-- acknowledgement is fenced off, its interrupted attempt recorded).
 -- SECURITY DEFINER (fixed search_path, every name qualified), like retry and the bulk
 -- functions below: the operator role (skiplock_operator, the console's login) may cancel and
 -- retry through these functions without any write privilege on skiplock.jobs.
@@ -15,31 +52,18 @@ CREATE OR REPLACE FUNCTION skiplock.cancel(id bigint) RETURNS skiplock.job_state
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     cur skiplock.job_state;
-    q text;
 BEGIN
-    SELECT j.state, j.queue INTO cur, q FROM skiplock.jobs j WHERE j.id = cancel.id FOR NO KEY UPDATE;
+    SELECT j.state INTO cur FROM skiplock.jobs j WHERE j.id = cancel.id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'skiplock: job % does not exist', cancel.id USING ERRCODE = 'P0002';
     END IF;
     IF cur NOT IN ('available', 'running', 'waiting') THEN
         RAISE EXCEPTION 'skiplock: job % is already % and cannot be cancelled', cancel.id, cur USING ERRCODE = '55000';
     END IF;
-    UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
-        errors = CASE WHEN cur = 'running'
-                      THEN j.errors || jsonb_build_array(jsonb_build_object(
-                               'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
-                      ELSE j.errors END,
-        taken_attempt = CASE WHEN cur = 'running' THEN j.attempt ELSE j.taken_attempt END
-    WHERE j.id = cancel.id;
-    -- A running job no longer counts against its queue's concurrency limits: a producer held
-    -- back by one claims at once (delivered at commit), not at its next poll.
-    IF cur = 'running' THEN
-        PERFORM pg_notify(skiplock._wake_channel(), q);
-    END IF;
     -- Its dependents are cancelled with it (or run, if they asked to), and watchers told: at
     -- most 1,000 edges in this statement, cancel cascades included; the maintenance's sweep
     -- goes on with a deeper cascade (skiplock.settle_dependencies).
-    PERFORM skiplock._settle(ARRAY[cancel.id], 1000);
+    PERFORM skiplock._cancel_locked(ARRAY[cancel.id], 1000);
     RETURN 'cancelled';
 END;
 $$;
@@ -201,42 +225,23 @@ CREATE OR REPLACE FUNCTION skiplock.cancel_jobs(state skiplock.job_state DEFAULT
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n bigint;
-    cancelled bigint[];
+    locked bigint[];
 BEGIN
     PERFORM skiplock._check_bulk('cancel_jobs', cancel_jobs.state,
                                  ARRAY['available', 'running', 'waiting']::skiplock.job_state[], cancel_jobs.max_rows);
-    WITH locked AS (
-        SELECT j.id, j.state, j.queue
-        FROM skiplock.jobs j
-        WHERE j.state IN ('available', 'running', 'waiting')
-          AND skiplock._job_matches(j, cancel_jobs.state, cancel_jobs.kind, cancel_jobs.queue, cancel_jobs.search,
-                                      cancel_jobs.tag, cancel_jobs.meta)
-        ORDER BY j.id
-        LIMIT cancel_jobs.max_rows
-        FOR NO KEY UPDATE SKIP LOCKED
-    ), moved AS (
-        -- As skiplock.cancel: a running job's interrupted attempt is recorded, its heartbeat cleared.
-        UPDATE skiplock.jobs j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
-            errors = CASE WHEN j.state = 'running'
-                          THEN j.errors || jsonb_build_array(jsonb_build_object(
-                                   'attempt', j.attempt, 'at', now(), 'error', 'cancelled while running'))
-                          ELSE j.errors END,
-            taken_attempt = CASE WHEN j.state = 'running' THEN j.attempt ELSE j.taken_attempt END
-        FROM locked WHERE j.id = locked.id
-        RETURNING j.id
-    ), woken AS (
-        -- As skiplock.cancel: a queue whose running jobs were cancelled has slots free under
-        -- its concurrency limits; a producer held back by one claims at once.
-        SELECT pg_notify(skiplock._wake_channel(), q.queue)
-        FROM (SELECT DISTINCT l.queue FROM locked l JOIN moved m ON m.id = l.id
-              WHERE l.state = 'running') q
-    )
-    -- The uncorrelated sub-select runs once (an InitPlan), so the notifications are sent.
-    SELECT array_agg(moved.id) INTO cancelled FROM moved WHERE (SELECT count(*) FROM woken) >= 0;
-    n := coalesce(cardinality(cancelled), 0);
+    SELECT array_agg(l.id) INTO locked
+    FROM (SELECT j.id
+          FROM skiplock.jobs j
+          WHERE j.state IN ('available', 'running', 'waiting')
+            AND skiplock._job_matches(j, cancel_jobs.state, cancel_jobs.kind, cancel_jobs.queue, cancel_jobs.search,
+                                        cancel_jobs.tag, cancel_jobs.meta)
+          ORDER BY j.id
+          LIMIT cancel_jobs.max_rows
+          FOR NO KEY UPDATE SKIP LOCKED) l;
+    n := coalesce(cardinality(locked), 0);
     IF n > 0 THEN
-        -- As skiplock.cancel, with 1,000 edges more than it cancelled jobs (as the ack).
-        PERFORM skiplock._settle(cancelled, (1000 + n)::integer);
+        -- As skiplock.cancel, with 1,000 edges more than it cancels jobs (as the ack).
+        n := cardinality(skiplock._cancel_locked(locked, (1000 + n)::integer));
     END IF;
     RETURN n;
 END;

@@ -234,7 +234,7 @@ pub const API_VERSIONS: &[(u32, &str)] = &[
     // (sql/api/95_part_grants.sql).
     (
         9,
-        "df30f02e6ec92667ff6364434dbbb1c94f241c25363cfa41a2f0578430ba8aaa",
+        "8c9d0369cb939d7d0bdd35741fb4e1e788ab6840ddd433405099828562c6cff2",
     ),
 ];
 
