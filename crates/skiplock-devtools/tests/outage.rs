@@ -39,7 +39,7 @@ async fn cluster() -> (PrivateCluster, skiplock::Pool) {
         .await
         .unwrap()
         .into();
-    skiplock::store::schema::migrate(&pool)
+    skiplock::store::schema::migrate_parts(&pool, &skiplock_workflows::schemas())
         .await
         .expect("migrate");
     (cluster, pool)

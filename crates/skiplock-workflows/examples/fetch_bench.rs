@@ -74,7 +74,7 @@ async fn run(
         .connect(db_url)
         .await?
         .into();
-    skiplock::store::schema::migrate(&pool).await?;
+    skiplock::store::schema::migrate_parts(&pool, &skiplock_workflows::schemas()).await?;
 
     let mut bases = Vec::new();
     for _ in 0..hosts {

@@ -168,7 +168,7 @@ pub async fn run(
 
 async fn run_in(db: &BenchDb, o: &ApalisOptions, progress: &impl Fn(&str)) -> Result<ApalisReport> {
     let monitor = store::monitor(&db.url).await?;
-    skiplock::migrate(&monitor).await?;
+    skiplock::store::schema::migrate_parts(&monitor, &skiplock_workflows::schemas()).await?;
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for run in 0..o.runs.max(1) {
         progress(&format!(

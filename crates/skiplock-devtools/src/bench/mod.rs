@@ -551,7 +551,7 @@ fn per_run_ratio(a: &[f64], b: &[f64]) -> Option<Stat> {
 async fn run_in(db: &BenchDb, o: &BenchOptions, progress: &impl Fn(&str)) -> Result<BenchReport> {
     let url = db.url.as_str();
     let monitor = store::monitor(url).await?;
-    skiplock::migrate(&monitor).await?;
+    skiplock::store::schema::migrate_parts(&monitor, &skiplock_workflows::schemas()).await?;
     let postgres = postgres_facts(&monitor).await?;
     let meter = meter::Meter {
         admin: &db.admin,

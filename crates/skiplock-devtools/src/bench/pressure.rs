@@ -486,7 +486,8 @@ async fn run_phases_in(
     let mut version = None;
     let mut runner = match system {
         System::Skiplock => {
-            skiplock::migrate(&monitor).await?;
+            skiplock::store::schema::migrate_parts(&monitor, &skiplock_workflows::schemas())
+                .await?;
             let child = tokio::process::Command::new(&o.worker_bin)
                 .args(["worker", "--queues"])
                 .arg(format!("default={}", o.concurrency))

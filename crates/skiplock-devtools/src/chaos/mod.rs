@@ -409,7 +409,7 @@ pub async fn run(
     };
     let started = Instant::now();
     let pool = skiplock::db::pool(url, 2, Duration::from_secs(30)).await?;
-    skiplock::migrate(&pool).await?;
+    skiplock::store::schema::migrate_parts(&pool, &skiplock_workflows::schemas()).await?;
     // The run enqueues and judges every job in the table: never mix it with real work.
     let existing = sql::job_count(&pool).await?;
     if existing > 0 {

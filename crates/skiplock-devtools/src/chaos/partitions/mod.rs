@@ -534,7 +534,7 @@ async fn schedule(
     sql::create_database(admin, &db, server::SMALL).await?;
     let pool =
         skiplock::db::pool(&server.url("127.0.0.1", &db), 4, Duration::from_secs(30)).await?;
-    skiplock::migrate(&pool).await?;
+    skiplock::store::schema::migrate_parts(&pool, &skiplock_workflows::schemas()).await?;
     sql::install(&pool).await?;
     sql::key_limit(&pool, LIMITED_QUEUE, 25).await?;
 
