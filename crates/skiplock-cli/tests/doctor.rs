@@ -5,15 +5,12 @@
 //! findings too. Each test creates the condition, runs the binary and checks the finding, its
 //! evidence and the exit status.
 
-#[allow(dead_code)]
-#[path = "../../skiplock-devtools/src/chaos/cluster.rs"]
-mod cluster;
 mod support;
 
 use std::time::Duration;
 
-use cluster::PrivateCluster;
 use serde_json::Value;
+use skiplock_test_support::cluster::PrivateCluster;
 use sqlx::Connection;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnection, PgPoolOptions};

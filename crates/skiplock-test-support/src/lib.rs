@@ -3,6 +3,7 @@
 //! waiting on conditions with a generous deadline instead of fixed sleeps. Each test crate
 //! takes them through its own `tests/support/mod.rs`.
 
+pub mod cluster;
 pub mod sql_names;
 
 use std::future::Future;

@@ -11,7 +11,9 @@
 // This tool's statements live in this crate's `sql/` (`sql!`, src/sql_text.rs), and it runs
 // them on its own connections: it is not part of the library.
 
-pub mod cluster;
+// The private cluster is the test fixtures' (crates/skiplock-test-support), which the doctor's tests
+// start too.
+pub use skiplock_test_support::cluster;
 pub mod command;
 pub mod ha;
 pub mod partitions;
