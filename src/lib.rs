@@ -34,6 +34,8 @@ macro_rules! internal_mod {
     };
 }
 
+mod sql_text;
+
 pub mod admin;
 pub mod client;
 pub mod config;

@@ -55,6 +55,5 @@ pub type Transaction<'c> = sqlx::Transaction<'c, sqlx::Postgres>;
 /// Anything a statement can run on: `&Pool`, `&mut *tx`, `&mut Connection`.
 pub use sqlx::PgExecutor as Executor;
 
-#[path = "../sql_text.rs"]
-mod sql_text;
-pub(crate) use sql_text::sql;
+// `sql!` (src/sql_text.rs), named by path as `store::sql`.
+pub(crate) use crate::sql;

@@ -11,7 +11,7 @@
 //! PgBouncer of the drain through it), `store.rs` (every SQL statement), `stats.rs` and
 //! `targets.rs` (pure).
 
-// This tool's statements live in this crate's `sql/` (`sql!`, src/sql_text.rs), and it runs
+// This tool's statements live in this crate's `sql/` (`sql!`, the core's src/sql_text.rs), and it runs
 // them on its own connections: it is not part of the library.
 
 #[cfg(feature = "apalis-bench")]

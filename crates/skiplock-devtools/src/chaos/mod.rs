@@ -8,7 +8,7 @@
 //! The worker processes are `skiplock-devtools chaos-worker` (a hidden subcommand: the normal worker
 //! runtime with only the [`record::Record`] handler), so the faults hit the real binary.
 
-// This tool's statements live in this crate's `sql/` (`sql!`, src/sql_text.rs), and it runs
+// This tool's statements live in this crate's `sql/` (`sql!`, the core's src/sql_text.rs), and it runs
 // them on its own connections: it is not part of the library.
 
 // The private cluster is the test fixtures' (crates/skiplock-test-support), which the doctor's tests

@@ -17,19 +17,7 @@ pub use skiplock::store::Pool;
 #[allow(unused_imports)]
 pub(crate) use skiplock::store::*;
 
-/// The text of this crate's `sql/<area>/<name>.sql`, compiled in.
-#[allow(unused_macros)]
-macro_rules! sql {
-    ($area:literal, $name:literal) => {
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/sql/",
-            $area,
-            "/",
-            $name,
-            ".sql"
-        ))
-    };
-}
+// The text of this crate's `sql/<area>/<name>.sql`, compiled in (the core's `sql!`, which
+// reads the calling crate's files).
 #[allow(unused_imports)]
-pub(crate) use sql;
+pub(crate) use skiplock::sql;
